@@ -1,0 +1,891 @@
+//! Command-line interface. Data goes to stdout (tables, JSON); progress,
+//! warnings and errors go to stderr.
+//!
+//! Exit codes: 0 success (rejected trials are results, not errors);
+//! 1 the study could not run (ledger, host or internal error);
+//! 2 invalid input (study, inventory or arguments); 130 interrupted.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use clap::{Parser, Subcommand};
+use serde::Serialize;
+use tokio_util::sync::CancellationToken;
+
+use crate::exec::attempt::LocalTransport;
+use crate::exec::launch::{self, LaunchHost};
+use crate::exec::progress::{self, ProgressMode};
+use crate::fingerprint;
+use crate::ledger::{DEFAULT_LEDGER, Ledger};
+use crate::plan::{ClassInfo, Plan, PlanHost};
+use crate::report::{self, Format};
+use crate::space;
+use crate::spec::{CommandRenderer, Diagnostics, Inventory, Study, Transport, TrialVars, Value};
+use crate::trial::TrialIdentity;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "tunectl",
+    version,
+    about = "Find the fastest knob settings per class of machine that neither crash nor change output"
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Show what a launch would run, where, and at what cost. Spends nothing.
+    Plan(PlanArgs),
+    /// Run a study's trials and record every attempt in the ledger.
+    Launch(LaunchArgs),
+    /// Per host class and cell: baseline, winner, rejected configs.
+    Report(ReportArgs),
+    /// Probe this machine and print its fingerprint and host class.
+    Fingerprint(FingerprintArgs),
+    /// Validate study and inventory files.
+    Validate(ValidateArgs),
+}
+
+#[derive(clap::Args, Debug)]
+struct PlanArgs {
+    /// The study file.
+    study: PathBuf,
+    /// Inventory file (default: this machine, one slot).
+    #[arg(long, short)]
+    inventory: Option<PathBuf>,
+    /// Ledger URL or path (default: the study's `ledger`, the inventory's, or ./ledgers).
+    #[arg(long, env = "TUNECTL_LEDGER")]
+    ledger: Option<String>,
+    /// Spend nothing and write nothing (always the case for `plan`).
+    #[arg(long)]
+    dry_run: bool,
+    /// Print the plan as JSON.
+    #[arg(long)]
+    json: bool,
+    /// How many configs to show with their rendered commands.
+    #[arg(long, default_value_t = 5)]
+    show: usize,
+}
+
+#[derive(clap::Args, Debug)]
+struct LaunchArgs {
+    study: PathBuf,
+    #[arg(long, short)]
+    inventory: Option<PathBuf>,
+    #[arg(long, env = "TUNECTL_LEDGER")]
+    ledger: Option<String>,
+    /// Only use these inventory hosts (repeatable).
+    #[arg(long = "host")]
+    hosts: Vec<String>,
+    /// Where attempts get their fresh directories.
+    #[arg(long, env = "TUNECTL_WORKDIR")]
+    workdir: Option<PathBuf>,
+    /// Keep the directories of successful attempts too (failed ones are always kept).
+    #[arg(long)]
+    keep_workdirs: bool,
+    #[arg(long, value_enum, default_value_t = ProgressMode::Auto)]
+    progress: ProgressMode,
+    /// Start a new study (id `<name>-<spec hash>`) when the spec differs from the ledger's.
+    #[arg(long)]
+    fork: bool,
+}
+
+#[derive(clap::Args, Debug)]
+struct ReportArgs {
+    /// A study file, or a study id in the ledger.
+    study: String,
+    #[arg(long, env = "TUNECTL_LEDGER")]
+    ledger: Option<String>,
+    #[arg(long, value_enum, default_value_t = Format::Table)]
+    format: Format,
+    /// Show every eligible config, not only the baseline, the best and the rejected.
+    #[arg(long)]
+    all: bool,
+}
+
+#[derive(clap::Args, Debug)]
+struct FingerprintArgs {
+    /// Also probe the tool versions this study asks for.
+    #[arg(long)]
+    study: Option<PathBuf>,
+    /// Print JSON instead of YAML.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(clap::Args, Debug)]
+struct ValidateArgs {
+    /// Study or inventory files (an inventory has a `hosts` key).
+    #[arg(required = true)]
+    files: Vec<PathBuf>,
+}
+
+/// What went wrong, mapped to an exit code.
+#[derive(Debug)]
+pub enum CliError {
+    Invalid(String),
+    Failed(String),
+    Interrupted,
+}
+
+impl From<Diagnostics> for CliError {
+    fn from(d: Diagnostics) -> Self {
+        CliError::Invalid(d.to_string())
+    }
+}
+
+pub fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("TUNECTL_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .with_writer(std::io::stderr)
+        .try_init();
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    match runtime.block_on(run(cli)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(CliError::Invalid(m)) => {
+            eprintln!("error: {m}");
+            ExitCode::from(2)
+        }
+        Err(CliError::Failed(m)) => {
+            eprintln!("error: {m}");
+            ExitCode::from(1)
+        }
+        Err(CliError::Interrupted) => ExitCode::from(130),
+    }
+}
+
+async fn run(cli: Cli) -> Result<(), CliError> {
+    match cli.command {
+        Command::Plan(a) => plan(a).await,
+        Command::Launch(a) => launch(a).await,
+        Command::Report(a) => report_cmd(a).await,
+        Command::Fingerprint(a) => fingerprint_cmd(a).await,
+        Command::Validate(a) => validate(a),
+    }
+}
+
+fn load_inputs(study: &Path, inventory: Option<&Path>) -> Result<(Study, Inventory), CliError> {
+    let s = Study::load(study);
+    let i = match inventory {
+        Some(p) => Inventory::load(p),
+        None => Ok(Inventory::local_default()),
+    };
+    match (s, i) {
+        (Ok(s), Ok(i)) => Ok((s, i)),
+        (Err(mut a), Err(b)) => {
+            a.extend(b);
+            Err(a.into())
+        }
+        (Err(a), _) | (_, Err(a)) => Err(a.into()),
+    }
+}
+
+fn ledger_url(flag: Option<&str>, study: Option<&Study>, inv: Option<&Inventory>) -> String {
+    flag.map(str::to_string)
+        .or_else(|| study.and_then(|s| s.ledger.clone()))
+        .or_else(|| inv.and_then(|i| i.ledger.clone()))
+        .unwrap_or_else(|| DEFAULT_LEDGER.to_string())
+}
+
+fn failed(e: impl std::fmt::Display) -> CliError {
+    CliError::Failed(e.to_string())
+}
+
+fn fmt_secs(s: f64) -> String {
+    humantime::format_duration(Duration::from_secs(s.round() as u64)).to_string()
+}
+
+#[derive(Serialize)]
+struct PlanView {
+    study: String,
+    spec_hash: String,
+    dry_run: bool,
+    ledger: String,
+    strategy: crate::spec::Strategy,
+    knobs: usize,
+    grid_configs: String,
+    repeats: u32,
+    warmup: u32,
+    cells: Vec<CellView>,
+    classes: Vec<ClassView>,
+    hosts: Vec<HostView>,
+    dag: BTreeMap<&'static str, u64>,
+    total_trials: u64,
+    ledger_trials_held: usize,
+    ledger_trials_in_plan: Option<u64>,
+    typical_run_seconds: Option<f64>,
+    typical_run_source: String,
+    first_configs: Vec<ConfigView>,
+    notes: Vec<String>,
+}
+
+#[derive(Serialize)]
+struct CellView {
+    cell: String,
+    configs: u64,
+    pruned_by_constraints: u64,
+    trials_per_class: u64,
+}
+
+#[derive(Serialize)]
+struct ClassView {
+    host_class: String,
+    label: String,
+    probed: bool,
+    hosts: Vec<String>,
+    slots: u32,
+    trials: u64,
+    cost: crate::plan::Cost,
+}
+
+#[derive(Serialize)]
+struct HostView {
+    host: String,
+    transport: String,
+    slots: u32,
+    host_class: String,
+    trials_share: u64,
+    runnable: bool,
+    note: String,
+}
+
+#[derive(Serialize)]
+struct ConfigView {
+    index: usize,
+    label: String,
+    config: serde_json::Value,
+    cell: String,
+    command: String,
+}
+
+async fn plan_hosts(inv: &Inventory, study: &Study, ledger: Option<&Ledger>) -> Vec<PlanHost> {
+    let known = match ledger {
+        Some(l) => l
+            .hosts(study.id())
+            .await
+            .map(|(h, _)| h)
+            .unwrap_or_default(),
+        None => Vec::new(),
+    };
+    let mut local_fp: Option<Option<fingerprint::Fingerprint>> = None;
+    let mut out = Vec::new();
+    for h in &inv.hosts {
+        let class = match h.transport {
+            Transport::Local => {
+                if local_fp.is_none() {
+                    local_fp = Some(fingerprint::probe_local(&study.tools).await.ok());
+                }
+                local_fp.clone().flatten().map(|fp| ClassInfo {
+                    id: fp.host_class(),
+                    label: fp.class_label(),
+                })
+            }
+            _ => known
+                .iter()
+                .rev()
+                .find(|r| r.host == h.name)
+                .map(|r| ClassInfo {
+                    id: r.host_class.clone(),
+                    label: r.class_label.clone(),
+                }),
+        };
+        out.push(PlanHost {
+            name: h.name.clone(),
+            transport: h.transport.name().to_string(),
+            slots: h.slots,
+            class,
+        });
+    }
+    out
+}
+
+async fn plan(a: PlanArgs) -> Result<(), CliError> {
+    let (study, inv) = load_inputs(&a.study, a.inventory.as_deref())?;
+    let url = ledger_url(a.ledger.as_deref(), Some(&study), Some(&inv));
+    let ledger = Ledger::open_existing(&url).map_err(failed)?;
+    let hosts = plan_hosts(&inv, &study, ledger.as_ref()).await;
+    let plan = Plan::build(&study, &hosts).map_err(CliError::Invalid)?;
+    plan.check_acyclic().map_err(failed)?;
+
+    // What the ledger already holds.
+    let (held, scan) = match &ledger {
+        Some(l) => (
+            l.trial_keys(study.id()).await.map_err(failed)?,
+            Some(l.scan(study.id()).await.map_err(failed)?),
+        ),
+        None => (BTreeMap::new(), None),
+    };
+    let in_plan = (!held.is_empty()).then(|| count_in_plan(&study, &plan, &held));
+    let timings: Vec<f64> = scan
+        .as_ref()
+        .map(|s| {
+            s.attempts
+                .iter()
+                .filter_map(|a| {
+                    a.run_s
+                        .map(|r| r.max(a.duration_s / f64::from(a.warmup_runs + 1)))
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    let typical = crate::stats::median(&timings);
+
+    let renderer = CommandRenderer::new(&study).map_err(CliError::Invalid)?;
+    let mut first = Vec::new();
+    let cell0 = &plan.cells[0];
+    let configs = std::iter::once(plan.space.baseline()).chain(plan.per_cell[0].iter().copied());
+    for (i, config) in configs.take(a.show).enumerate() {
+        let mut vars = TrialVars::default();
+        for (k, v) in study.knobs.iter().zip(plan.space.values(&study, config)) {
+            vars.set(&k.name, v);
+        }
+        for (axis, v) in study.cells.iter().zip(cell0) {
+            vars.set(&axis.name, v.clone());
+        }
+        for (name, value) in [
+            ("study", Value::Str(study.id().to_string())),
+            ("study_dir", Value::Str(study.dir.display().to_string())),
+            ("trial_id", Value::Str("<trial-key>".into())),
+            ("trial_dir", Value::Str("<trial-dir>".into())),
+            (
+                "result",
+                Value::Str("<trial-dir>/tunectl-result.json".into()),
+            ),
+            ("repeat", Value::Int(0)),
+            ("budget", Value::Null),
+            (
+                "host",
+                Value::Str(hosts.first().map(|h| h.name.clone()).unwrap_or_default()),
+            ),
+            ("slot", Value::Int(0)),
+            ("phase", Value::Str("measure".into())),
+        ] {
+            vars.set(name, value);
+        }
+        let command = renderer.command(&vars).map_err(CliError::Invalid)?;
+        first.push(ConfigView {
+            index: i,
+            label: plan.space.label(&study, config),
+            config: plan.space.config_json(&study, config),
+            cell: space::cell_label(&study, cell0),
+            command,
+        });
+    }
+
+    let class_views: Vec<ClassView> = plan
+        .classes
+        .iter()
+        .map(|c| ClassView {
+            host_class: c.id.clone(),
+            label: c.label.clone(),
+            probed: c.probed,
+            hosts: c.hosts.clone(),
+            slots: c.slots,
+            trials: plan.trials_per_class(),
+            cost: plan.cost(c, study.trial.timeout, typical.map(Duration::from_secs_f64)),
+        })
+        .collect();
+    let host_views: Vec<HostView> = hosts
+        .iter()
+        .map(|h| {
+            let class = plan.classes.iter().find(|c| c.hosts.contains(&h.name));
+            let share = class
+                .map(|c| plan.trials_per_class() * u64::from(h.slots) / u64::from(c.slots.max(1)))
+                .unwrap_or(0);
+            let runnable = h.transport == "local";
+            HostView {
+                host: h.name.clone(),
+                transport: h.transport.clone(),
+                slots: h.slots,
+                host_class: class.map(|c| c.id.clone()).unwrap_or_default(),
+                trials_share: share,
+                runnable,
+                note: if runnable {
+                    String::new()
+                } else {
+                    format!(
+                        "the {} transport is not available yet: launch refuses this host",
+                        h.transport
+                    )
+                },
+            }
+        })
+        .collect();
+    let view = PlanView {
+        study: study.id().to_string(),
+        spec_hash: study.spec_hash(),
+        dry_run: true,
+        ledger: ledger
+            .as_ref()
+            .map(|l| l.url().to_string())
+            .unwrap_or(url.clone()),
+        strategy: study.strategy.clone(),
+        knobs: study.knobs.len(),
+        grid_configs: study.grid_size().to_string(),
+        repeats: plan.repeats,
+        warmup: plan.warmup,
+        cells: (0..plan.cells.len())
+            .map(|c| CellView {
+                cell: space::cell_label(&study, &plan.cells[c]),
+                configs: plan.configs_in_cell(c),
+                pruned_by_constraints: plan.pruned[c],
+                trials_per_class: plan.trials_in_cell(c),
+            })
+            .collect(),
+        classes: class_views,
+        hosts: host_views,
+        dag: plan.node_counts(),
+        total_trials: plan.total_trials(),
+        ledger_trials_held: held.len(),
+        ledger_trials_in_plan: in_plan,
+        typical_run_seconds: typical,
+        typical_run_source: if typical.is_some() {
+            format!("median of {} run times in the ledger", timings.len())
+        } else {
+            "no timings in the ledger yet: only the timeout bound is known".to_string()
+        },
+        first_configs: first,
+        notes: plan.notes.clone(),
+    };
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&view).map_err(failed)?);
+    } else {
+        print!("{}", render_plan(&view));
+    }
+    Ok(())
+}
+
+fn count_in_plan(study: &Study, plan: &Plan, held: &BTreeMap<String, usize>) -> u64 {
+    let mut n = 0;
+    for class in plan.classes.iter().filter(|c| c.probed) {
+        for (ci, cell) in plan.cells.iter().enumerate() {
+            let cell_json = space::cell_json(study, cell);
+            let configs =
+                std::iter::once(plan.space.baseline()).chain(plan.per_cell[ci].iter().copied());
+            for config in configs {
+                let config_json = plan.space.config_json(study, config);
+                for repeat in 0..plan.repeats {
+                    let key = TrialIdentity {
+                        study: study.id(),
+                        config: &config_json,
+                        cell: &cell_json,
+                        fidelity: None,
+                        repeat,
+                        host_class: &class.id,
+                    }
+                    .key();
+                    if held.contains_key(&key) {
+                        n += 1;
+                    }
+                }
+            }
+        }
+    }
+    n
+}
+
+fn render_plan(v: &PlanView) -> String {
+    use std::fmt::Write as _;
+    let mut o = String::new();
+    let _ = writeln!(
+        o,
+        "plan for study {} (spec {}) · dry run: nothing runs, nothing is written",
+        v.study,
+        &v.spec_hash[..12]
+    );
+    let strategy = match &v.strategy {
+        crate::spec::Strategy::Grid => "grid".to_string(),
+        crate::spec::Strategy::Random { seed, count } => {
+            format!("random (seed {seed}, {count} configs)")
+        }
+    };
+    let _ = writeln!(
+        o,
+        "space: {} knobs, {} configs in the grid, strategy {strategy}; {} repeats per config, {} warm-up runs",
+        v.knobs, v.grid_configs, v.repeats, v.warmup
+    );
+    let dag: Vec<String> = v.dag.iter().map(|(k, n)| format!("{n} {k}")).collect();
+    let _ = writeln!(o, "DAG: {} nodes (acyclic)", dag.join(", "));
+    let held = match v.ledger_trials_in_plan {
+        Some(n) => format!(
+            "{} trials held, {n} of them in this plan (they will not run again)",
+            v.ledger_trials_held
+        ),
+        None => "no trials of this study yet".to_string(),
+    };
+    let _ = writeln!(o, "ledger: {} · {held}", v.ledger);
+    let _ = writeln!(o, "\ncells (per host class):");
+    let _ = writeln!(
+        o,
+        "  {:<32} {:>10} {:>10} {:>10}",
+        "cell", "configs", "pruned", "trials"
+    );
+    for c in &v.cells {
+        let _ = writeln!(
+            o,
+            "  {:<32} {:>10} {:>10} {:>10}",
+            c.cell, c.configs, c.pruned_by_constraints, c.trials_per_class
+        );
+    }
+    let _ = writeln!(o, "\nhost classes:");
+    for c in &v.classes {
+        let _ = writeln!(
+            o,
+            "  {} · {} · hosts: {} · {} slots",
+            c.host_class,
+            c.label,
+            c.hosts.join(", "),
+            c.slots
+        );
+        let expected = match (c.cost.expected_trial_seconds, c.cost.expected_wall_seconds) {
+            (Some(t), Some(w)) => format!(
+                "expected ~{} of trial time (~{} wall)",
+                fmt_secs(t),
+                fmt_secs(w)
+            ),
+            _ => "expected cost unknown until the ledger has timings".to_string(),
+        };
+        let _ = writeln!(
+            o,
+            "    {} trials, {} runs with warm-ups · at most {} of trial time if every run hits its timeout ({} wall) · {expected}",
+            c.trials,
+            c.cost.runs,
+            fmt_secs(c.cost.worst_trial_seconds),
+            fmt_secs(c.cost.worst_wall_seconds),
+        );
+    }
+    let _ = writeln!(o, "  ({})", v.typical_run_source);
+    let _ = writeln!(o, "\nhosts:");
+    for h in &v.hosts {
+        let _ = writeln!(
+            o,
+            "  {:<20} {:<6} {} slots · ~{} trials{}",
+            h.host,
+            h.transport,
+            h.slots,
+            h.trials_share,
+            if h.note.is_empty() {
+                String::new()
+            } else {
+                format!(" · {}", h.note)
+            }
+        );
+    }
+    let _ = writeln!(
+        o,
+        "\nfirst configs (cell {}):",
+        v.first_configs
+            .first()
+            .map(|c| c.cell.as_str())
+            .unwrap_or("")
+    );
+    for c in &v.first_configs {
+        let _ = writeln!(o, "  #{} {}\n      $ {}", c.index, c.label, c.command);
+    }
+    let _ = writeln!(o, "\ntotal: {} trials", v.total_trials);
+    for n in &v.notes {
+        let _ = writeln!(o, "note: {n}");
+    }
+    o
+}
+
+async fn launch(a: LaunchArgs) -> Result<(), CliError> {
+    let (study, inv) = load_inputs(&a.study, a.inventory.as_deref())?;
+    for name in &a.hosts {
+        if inv.host(name).is_none() {
+            let known: Vec<&str> = inv.hosts.iter().map(|h| h.name.as_str()).collect();
+            return Err(CliError::Invalid(format!(
+                "--host {name}: no such host in the inventory (hosts: {})",
+                known.join(", ")
+            )));
+        }
+    }
+    let selected: Vec<&crate::spec::Host> = inv
+        .hosts
+        .iter()
+        .filter(|h| a.hosts.is_empty() || a.hosts.contains(&h.name))
+        .collect();
+    let unavailable: Vec<String> = selected
+        .iter()
+        .filter(|h| !matches!(h.transport, Transport::Local))
+        .map(|h| format!("`{}` ({})", h.name, h.transport.name()))
+        .collect();
+    if !unavailable.is_empty() {
+        return Err(CliError::Failed(format!(
+            "the ssh and slurm transports are not available in this version yet; hosts {} cannot run. Nothing was run. Choose runnable hosts with --host (e.g. --host {})",
+            unavailable.join(", "),
+            selected
+                .iter()
+                .find(|h| matches!(h.transport, Transport::Local))
+                .map(|h| h.name.as_str())
+                .unwrap_or("local")
+        )));
+    }
+    let url = ledger_url(a.ledger.as_deref(), Some(&study), Some(&inv));
+    let ledger = Ledger::open(&url).map_err(failed)?;
+    let mut study_id = study.id().to_string();
+    if a.fork
+        && let Some(existing) = ledger.read_study(&study_id).await.map_err(failed)?
+        && existing.spec_hash != study.spec_hash()
+    {
+        study_id = format!("{}-{}", study.id(), &study.spec_hash()[..12]);
+        eprintln!(
+            "forking: this spec differs from the ledger's `{}`; recording it as study `{study_id}`",
+            study.id()
+        );
+    }
+    let work_root = a
+        .workdir
+        .clone()
+        .unwrap_or_else(|| std::env::temp_dir().join("tunectl-work"));
+    // Trials run inside their own directories: the root must be absolute.
+    let work_root = std::path::absolute(&work_root).map_err(failed)?;
+    let local_fp = fingerprint::probe_local(&BTreeMap::new()).await.ok();
+    let gpu_count = local_fp.as_ref().map(|f| f.gpus.len()).unwrap_or(0);
+    let hosts: Vec<LaunchHost> = selected
+        .iter()
+        .map(|h| {
+            let devices = match &h.devices {
+                Some(d) => d.iter().cloned().map(Some).collect(),
+                None => (0..h.slots)
+                    .map(|s| ((s as usize) < gpu_count).then(|| s.to_string()))
+                    .collect(),
+            };
+            LaunchHost {
+                name: h.name.clone(),
+                transport_name: h.transport.name().to_string(),
+                slots: h.slots,
+                devices,
+                device_env: h.device_env.clone(),
+                transport: Arc::new(LocalTransport {
+                    work_root: work_root.clone(),
+                    keep_workdirs: a.keep_workdirs,
+                }),
+            }
+        })
+        .collect();
+    let cancel = CancellationToken::new();
+    let on_signal = cancel.clone();
+    tokio::spawn(async move {
+        if tokio::signal::ctrl_c().await.is_ok() {
+            eprintln!("interrupted: stopping; running trials are killed and recorded as lost");
+            on_signal.cancel();
+        }
+    });
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    let reporter = tokio::spawn(progress::report(a.progress, rx));
+    eprintln!("launching study {study_id} · ledger {}", ledger.url());
+    let result = launch::run_study(&study, &study_id, &ledger, hosts, tx, cancel.clone()).await;
+    let _ = reporter.await;
+    let summary = result.map_err(|e| match e {
+        launch::LaunchError::SpecChanged { .. } => CliError::Invalid(e.to_string()),
+        other => failed(other),
+    })?;
+    // Verdicts: derived from the ledger, rewritten after every launch.
+    let record = ledger.read_study(&study_id).await.map_err(failed)?;
+    if let Some(record) = record {
+        let scan = ledger.scan(&study_id).await.map_err(failed)?;
+        let (host_records, _) = ledger.hosts(&study_id).await.map_err(failed)?;
+        let analysis = report::analyze(&record, &scan, &host_records);
+        for class in &analysis.classes {
+            for cell in &class.cells {
+                let bucket =
+                    crate::canon::sha256_hex(crate::canon::canonical_json(&cell.cell).as_bytes());
+                let value = serde_json::json!({
+                    "schema": crate::ledger::records::SCHEMA,
+                    "tunectl_version": analysis.tunectl_version,
+                    "study_id": analysis.study_id,
+                    "spec_hash": analysis.spec_hash,
+                    "level": analysis.level,
+                    "host_class": class.host_class,
+                    "host_class_label": class.label,
+                    "hosts": class.hosts,
+                    "objective": analysis.objective,
+                    "context": analysis.context,
+                    "bucket": cell.cell,
+                    "decision": cell.decision,
+                    "baseline": cell.baseline,
+                    "winner": cell.winner,
+                    "rejected": cell.rejected,
+                });
+                ledger
+                    .write_verdict(&study_id, &class.host_class, &bucket[..16], &value)
+                    .await
+                    .map_err(failed)?;
+                eprintln!(
+                    "{} · {}: {}",
+                    class.host_class, cell.cell_label, cell.decision
+                );
+            }
+        }
+    }
+    eprintln!(
+        "ran {} trials ({} ok, {} failed), {} lost, {} already in the ledger, {} skipped · `tunectl report {}` shows the evidence",
+        summary.ran,
+        summary.ok,
+        summary.failed,
+        summary.lost,
+        summary.already_done,
+        summary.skipped,
+        a.study.display()
+    );
+    if summary.interrupted {
+        return Err(CliError::Interrupted);
+    }
+    Ok(())
+}
+
+async fn report_cmd(a: ReportArgs) -> Result<(), CliError> {
+    let path = Path::new(&a.study);
+    let (study_id, study) = if path.is_file() {
+        let s = Study::load(path)?;
+        (s.id().to_string(), Some(s))
+    } else if a.study.ends_with(".yaml") || a.study.ends_with(".yml") {
+        return Err(CliError::Invalid(format!(
+            "{}: no such study file",
+            a.study
+        )));
+    } else {
+        (a.study.clone(), None)
+    };
+    let url = ledger_url(a.ledger.as_deref(), study.as_ref(), None);
+    let Some(ledger) = Ledger::open_existing(&url).map_err(failed)? else {
+        return Err(CliError::Failed(format!(
+            "no ledger at `{url}`; run `tunectl launch` first"
+        )));
+    };
+    let Some(record) = ledger.read_study(&study_id).await.map_err(failed)? else {
+        return Err(CliError::Failed(format!(
+            "study `{study_id}` is not in the ledger `{}`; run `tunectl launch` first",
+            ledger.url()
+        )));
+    };
+    if let Some(s) = &study
+        && s.spec_hash() != record.spec_hash
+    {
+        eprintln!(
+            "warning: {} has changed since it was launched; reporting the spec recorded in the ledger ({})",
+            a.study,
+            &record.spec_hash[..12]
+        );
+    }
+    let scan = ledger.scan(&study_id).await.map_err(failed)?;
+    let (hosts, _) = ledger.hosts(&study_id).await.map_err(failed)?;
+    let analysis = report::analyze(&record, &scan, &hosts);
+    print!("{}", report::render(&analysis, a.format, a.all));
+    Ok(())
+}
+
+async fn fingerprint_cmd(a: FingerprintArgs) -> Result<(), CliError> {
+    let tools = match &a.study {
+        Some(p) => Study::load(p)?.tools,
+        None => BTreeMap::new(),
+    };
+    let fp = fingerprint::probe_local(&tools).await.map_err(failed)?;
+    let doc = serde_json::json!({
+        "host_class": fp.host_class(),
+        "class_label": fp.class_label(),
+        "fingerprint_hash": fp.hash(),
+        "fingerprint": fp,
+    });
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&doc).map_err(failed)?);
+    } else {
+        print!("{}", to_yaml(&doc, 0));
+    }
+    Ok(())
+}
+
+/// A small YAML emitter for JSON values (strings are double-quoted where
+/// YAML would misread them).
+fn to_yaml(v: &serde_json::Value, indent: usize) -> String {
+    use serde_json::Value as J;
+    let pad = "  ".repeat(indent);
+    let scalar = |v: &J| -> String {
+        match v {
+            J::Null => "null".to_string(),
+            J::String(s) => {
+                let plain = !s.is_empty()
+                    && s.chars()
+                        .all(|c| c.is_ascii_alphanumeric() || " ._-/()+@×,".contains(c))
+                    && !s.starts_with(' ')
+                    && !s.ends_with(' ')
+                    && !matches!(s.as_str(), "true" | "false" | "null" | "yes" | "no" | "~")
+                    && s.parse::<f64>().is_err();
+                if plain {
+                    s.clone()
+                } else {
+                    J::String(s.clone()).to_string()
+                }
+            }
+            other => other.to_string(),
+        }
+    };
+    let mut out = String::new();
+    match v {
+        J::Object(m) => {
+            for (k, val) in m {
+                match val {
+                    J::Object(inner) if !inner.is_empty() => {
+                        out.push_str(&format!("{pad}{k}:\n{}", to_yaml(val, indent + 1)))
+                    }
+                    J::Array(items) if !items.is_empty() => {
+                        out.push_str(&format!("{pad}{k}:\n"));
+                        for item in items {
+                            match item {
+                                J::Object(_) => {
+                                    let body = to_yaml(item, indent + 2);
+                                    let trimmed = body.trim_start();
+                                    out.push_str(&format!("{pad}  - {trimmed}"));
+                                }
+                                _ => out.push_str(&format!("{pad}  - {}\n", scalar(item))),
+                            }
+                        }
+                    }
+                    J::Object(_) => out.push_str(&format!("{pad}{k}: {{}}\n")),
+                    J::Array(_) => out.push_str(&format!("{pad}{k}: []\n")),
+                    _ => out.push_str(&format!("{pad}{k}: {}\n", scalar(val))),
+                }
+            }
+        }
+        other => out.push_str(&format!("{pad}{}\n", scalar(other))),
+    }
+    out
+}
+
+fn validate(a: ValidateArgs) -> Result<(), CliError> {
+    let mut all = Diagnostics::default();
+    for f in &a.files {
+        let text = std::fs::read_to_string(f).unwrap_or_default();
+        let is_inventory = text.lines().any(|l| l.starts_with("hosts:"));
+        let r = if is_inventory {
+            Inventory::load(f).map(|_| "inventory")
+        } else {
+            Study::load(f).map(|_| "study")
+        };
+        match r {
+            Ok(kind) => eprintln!("{}: valid {kind}", f.display()),
+            Err(d) => all.extend(d),
+        }
+    }
+    if all.is_empty() {
+        Ok(())
+    } else {
+        Err(all.into())
+    }
+}

@@ -1,0 +1,73 @@
+//! Execution: running attempts on hosts and scheduling trials over slots.
+//!
+//! A [`Transport`] carries out one attempt on one host (fresh directory,
+//! warm-ups, the counted run, result file, output digests) and reports raw
+//! facts; it never judges them. [`attempt::judge`] turns those facts into a
+//! ledger record, the same way for every transport. The scheduler in
+//! [`launch`] decides what runs where and when.
+
+pub mod attempt;
+pub mod launch;
+pub mod local;
+pub mod progress;
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use tokio_util::sync::CancellationToken;
+
+use crate::fingerprint::Fingerprint;
+use local::RunOutput;
+
+/// Everything a transport needs to carry out one attempt.
+#[derive(Debug, Clone)]
+pub struct AttemptSpec {
+    pub study_id: String,
+    pub trial_key: String,
+    pub attempt_id: String,
+    /// The rendered command (values already shell-quoted).
+    pub command: String,
+    /// Environment of the trial contract, without `TUNECTL_PHASE`, which
+    /// the transport sets per run.
+    pub env: Vec<(String, String)>,
+    pub timeout: Duration,
+    pub warmup: u32,
+    /// Declared output files, relative to the trial directory.
+    pub outputs: Vec<String>,
+    pub slot: u32,
+    /// The attempt's fresh directory on the host.
+    pub trial_dir: String,
+    /// `$TUNECTL_RESULT`.
+    pub result_path: String,
+}
+
+/// What happened, as raw facts.
+#[derive(Debug, Clone, Default)]
+pub struct AttemptOutcome {
+    pub warmups_run: u32,
+    /// The last run made: a failed warm-up or the counted run.
+    pub run: Option<RunOutput>,
+    pub failed_in_warmup: bool,
+    /// Contents of `$TUNECTL_RESULT` after the counted run.
+    pub result: Option<Vec<u8>>,
+    /// sha256 of each declared output; `None` where the file is missing.
+    pub outputs: BTreeMap<String, Option<String>>,
+    pub elapsed: Duration,
+    /// The launcher stopped the attempt (Ctrl-C): it is lost, not failed.
+    pub cancelled: bool,
+    /// The attempt could not be started (no working directory...).
+    pub setup_error: Option<String>,
+    /// Where the attempt ran (kept for failed attempts).
+    pub trial_dir: Option<String>,
+}
+
+#[async_trait]
+pub trait Transport: Send + Sync {
+    /// Where an attempt runs on this host (a path that does not exist yet).
+    fn trial_dir(&self, study: &str, trial_key: &str, attempt_id: &str) -> String;
+    /// Probe the host's fingerprint.
+    async fn probe(&self, tools: &BTreeMap<String, String>) -> Result<Fingerprint, String>;
+    /// Carry out one attempt.
+    async fn run_attempt(&self, spec: &AttemptSpec, cancel: &CancellationToken) -> AttemptOutcome;
+}

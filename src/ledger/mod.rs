@@ -1,0 +1,415 @@
+//! The ledger: append-only objects on an object store, in the layout of
+//! DESIGN.md. Every attempt is one immutable object written as soon as the
+//! attempt ends; nothing is ever rewritten. A corrupt object is reported by
+//! name and ignored, never fatal.
+//!
+//! ```text
+//! <study>/study.json
+//! <study>/hosts/<host>/<fp-hash>.json
+//! <study>/trials/<trial-key>/<attempt>.json
+//! <study>/verdicts/<class>/<bucket>.json
+//! ```
+
+pub mod records;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::{StreamExt, TryStreamExt};
+use object_store::local::LocalFileSystem;
+use object_store::path::Path as ObjPath;
+use object_store::{ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload};
+
+pub use records::{AttemptRecord, AttemptStatus, HostRecord, StudyRecord};
+
+/// Default ledger root, relative to the working directory.
+pub const DEFAULT_LEDGER: &str = "ledgers";
+
+#[derive(Debug, thiserror::Error)]
+pub enum LedgerError {
+    #[error("ledger `{url}`: {message}")]
+    Open { url: String, message: String },
+    #[error("ledger `{url}`: {op} `{key}` failed: {message}")]
+    Io {
+        url: String,
+        op: &'static str,
+        key: String,
+        message: String,
+    },
+}
+
+/// An object that could not be read as what its key says it is.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct CorruptObject {
+    pub key: String,
+    pub reason: String,
+}
+
+pub struct Ledger {
+    store: Arc<dyn ObjectStore>,
+    /// The URL as shown to people (credentials removed).
+    url: String,
+}
+
+/// The attempts of one study as found in the ledger.
+#[derive(Debug, Default)]
+pub struct Scan {
+    pub attempts: Vec<AttemptRecord>,
+    pub corrupt: Vec<CorruptObject>,
+}
+
+impl Scan {
+    /// Per trial key, its attempts in attempt order.
+    pub fn by_trial(&self) -> BTreeMap<&str, Vec<&AttemptRecord>> {
+        let mut out: BTreeMap<&str, Vec<&AttemptRecord>> = BTreeMap::new();
+        for a in &self.attempts {
+            out.entry(a.trial_key.as_str()).or_default().push(a);
+        }
+        for v in out.values_mut() {
+            v.sort_by(|a, b| a.attempt_id.cmp(&b.attempt_id));
+        }
+        out
+    }
+
+    /// The attempt that counts for each trial: its first terminal attempt.
+    /// Later terminal attempts of the same key (two launchers racing) are
+    /// never counted twice.
+    pub fn terminal(&self) -> BTreeMap<&str, &AttemptRecord> {
+        self.by_trial()
+            .into_iter()
+            .filter_map(|(k, v)| {
+                v.into_iter()
+                    .find(|a| a.status.is_terminal())
+                    .map(|a| (k, a))
+            })
+            .collect()
+    }
+}
+
+/// Remove credentials from a URL before showing it.
+pub fn redact_url(url: &str) -> String {
+    match url::Url::parse(url) {
+        Ok(mut u) if !u.username().is_empty() || u.password().is_some() => {
+            let _ = u.set_username("");
+            let _ = u.set_password(None);
+            u.to_string()
+        }
+        Ok(mut u) if u.query().is_some() => {
+            u.set_query(None);
+            u.to_string()
+        }
+        _ => url.to_string(),
+    }
+}
+
+impl Ledger {
+    /// Open a ledger URL: a plain path or `file://` URL (created if
+    /// missing). Remote stores (`s3://`, `gs://`, `az://`) are refused with
+    /// a clear message until they are supported.
+    pub fn open(url: &str) -> Result<Ledger, LedgerError> {
+        let shown = redact_url(url);
+        let open_err = |message: String| LedgerError::Open {
+            url: shown.clone(),
+            message,
+        };
+        let path: std::path::PathBuf = if let Some(rest) = url.strip_prefix("file://") {
+            let parsed =
+                url::Url::parse(url).map_err(|e| open_err(format!("not a valid URL: {e}")))?;
+            parsed
+                .to_file_path()
+                .map_err(|_| open_err(format!("`file://{rest}` is not an absolute local path")))?
+        } else if let Some((scheme, _)) = url.split_once("://") {
+            return Err(open_err(format!(
+                "`{scheme}://` ledgers are not supported by this build yet; use a local path or a file:// URL"
+            )));
+        } else {
+            std::path::PathBuf::from(url)
+        };
+        std::fs::create_dir_all(&path)
+            .map_err(|e| open_err(format!("cannot create directory {}: {e}", path.display())))?;
+        let store = LocalFileSystem::new_with_prefix(&path)
+            .map_err(|e| open_err(format!("cannot open {}: {e}", path.display())))?;
+        Ok(Ledger {
+            store: Arc::new(store),
+            url: shown,
+        })
+    }
+
+    /// Open a ledger for reading only when it already exists; never creates
+    /// anything (for plans and reports).
+    pub fn open_existing(url: &str) -> Result<Option<Ledger>, LedgerError> {
+        if !url.contains("://") && !std::path::Path::new(url).exists() {
+            return Ok(None);
+        }
+        Self::open(url).map(Some)
+    }
+
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    fn io_err(&self, op: &'static str, key: &ObjPath, e: impl std::fmt::Display) -> LedgerError {
+        LedgerError::Io {
+            url: self.url.clone(),
+            op,
+            key: key.to_string(),
+            message: e.to_string(),
+        }
+    }
+
+    /// Write a new object; never overwrites. Transient errors are retried
+    /// with back-off. Returns `Ok(false)` when the key already exists.
+    async fn create(&self, key: &ObjPath, bytes: Vec<u8>) -> Result<bool, LedgerError> {
+        let mut delay = Duration::from_millis(100);
+        let mut tries = 0;
+        loop {
+            tries += 1;
+            let opts = PutOptions {
+                mode: PutMode::Create,
+                ..Default::default()
+            };
+            match self
+                .store
+                .put_opts(key, PutPayload::from(bytes.clone()), opts)
+                .await
+            {
+                Ok(_) => return Ok(true),
+                Err(object_store::Error::AlreadyExists { .. }) => return Ok(false),
+                Err(e @ object_store::Error::PermissionDenied { .. })
+                | Err(e @ object_store::Error::Unauthenticated { .. }) => {
+                    return Err(self.io_err("write", key, e));
+                }
+                Err(e) if tries >= 4 => return Err(self.io_err("write", key, e)),
+                Err(e) => {
+                    tracing::warn!(key = %key, error = %e, "ledger write failed; retrying");
+                    tokio::time::sleep(delay).await;
+                    delay *= 3;
+                }
+            }
+        }
+    }
+
+    async fn get(&self, key: &ObjPath) -> Result<Option<Vec<u8>>, LedgerError> {
+        match self.store.get(key).await {
+            Ok(r) => {
+                let bytes = r.bytes().await.map_err(|e| self.io_err("read", key, e))?;
+                Ok(Some(bytes.to_vec()))
+            }
+            Err(object_store::Error::NotFound { .. }) => Ok(None),
+            Err(e) => Err(self.io_err("read", key, e)),
+        }
+    }
+
+    async fn list(&self, prefix: &ObjPath) -> Result<Vec<ObjPath>, LedgerError> {
+        self.store
+            .list(Some(prefix))
+            .map_ok(|m| m.location)
+            .try_collect()
+            .await
+            .map_err(|e| self.io_err("list", prefix, e))
+    }
+
+    pub async fn read_study(&self, study: &str) -> Result<Option<StudyRecord>, LedgerError> {
+        let key = ObjPath::from(format!("{study}/study.json"));
+        match self.get(&key).await? {
+            None => Ok(None),
+            Some(bytes) => serde_json::from_slice(&bytes)
+                .map(Some)
+                .map_err(|e| self.io_err("parse", &key, format!("corrupt study record: {e}"))),
+        }
+    }
+
+    /// Store the study record unless one exists; returns the stored one.
+    pub async fn ensure_study(&self, record: &StudyRecord) -> Result<StudyRecord, LedgerError> {
+        let key = ObjPath::from(format!("{}/study.json", record.study_id));
+        let bytes =
+            serde_json::to_vec_pretty(record).map_err(|e| self.io_err("encode", &key, e))?;
+        if self.create(&key, bytes).await? {
+            return Ok(record.clone());
+        }
+        self.read_study(&record.study_id)
+            .await?
+            .ok_or_else(|| self.io_err("read", &key, "vanished after an existing-object error"))
+    }
+
+    pub async fn write_host(&self, study: &str, record: &HostRecord) -> Result<(), LedgerError> {
+        let key = ObjPath::from(format!(
+            "{study}/hosts/{}/{}.json",
+            record.host, record.fingerprint_hash
+        ));
+        let bytes =
+            serde_json::to_vec_pretty(record).map_err(|e| self.io_err("encode", &key, e))?;
+        self.create(&key, bytes).await.map(|_| ())
+    }
+
+    /// Every fingerprint stored for a study (corrupt ones skipped).
+    pub async fn hosts(
+        &self,
+        study: &str,
+    ) -> Result<(Vec<HostRecord>, Vec<CorruptObject>), LedgerError> {
+        let prefix = ObjPath::from(format!("{study}/hosts"));
+        let keys = self.list(&prefix).await?;
+        let mut out = Vec::new();
+        let mut corrupt = Vec::new();
+        for key in keys {
+            if let Some(bytes) = self.get(&key).await? {
+                match serde_json::from_slice::<HostRecord>(&bytes) {
+                    Ok(r) => out.push(r),
+                    Err(e) => corrupt.push(CorruptObject {
+                        key: key.to_string(),
+                        reason: e.to_string(),
+                    }),
+                }
+            }
+        }
+        out.sort_by(|a, b| a.probed_at.cmp(&b.probed_at));
+        Ok((out, corrupt))
+    }
+
+    pub async fn write_attempt(&self, record: &AttemptRecord) -> Result<(), LedgerError> {
+        let key = ObjPath::from(format!(
+            "{}/trials/{}/{}.json",
+            record.study_id, record.trial_key, record.attempt_id
+        ));
+        let bytes =
+            serde_json::to_vec_pretty(record).map_err(|e| self.io_err("encode", &key, e))?;
+        if !self.create(&key, bytes).await? {
+            return Err(self.io_err("write", &key, "an attempt with this id already exists"));
+        }
+        Ok(())
+    }
+
+    /// Write a verdict object (verdicts are derived data and may be
+    /// replaced by a later launch).
+    pub async fn write_verdict(
+        &self,
+        study: &str,
+        class: &str,
+        bucket: &str,
+        value: &serde_json::Value,
+    ) -> Result<(), LedgerError> {
+        let key = ObjPath::from(format!("{study}/verdicts/{class}/{bucket}.json"));
+        let bytes = serde_json::to_vec_pretty(value).map_err(|e| self.io_err("encode", &key, e))?;
+        self.store
+            .put(&key, PutPayload::from(bytes))
+            .await
+            .map(|_| ())
+            .map_err(|e| self.io_err("write", &key, e))
+    }
+
+    /// Trial keys that have at least one attempt object (no GETs).
+    pub async fn trial_keys(&self, study: &str) -> Result<BTreeMap<String, usize>, LedgerError> {
+        let prefix = ObjPath::from(format!("{study}/trials"));
+        let mut out: BTreeMap<String, usize> = BTreeMap::new();
+        for key in self.list(&prefix).await? {
+            let parts: Vec<_> = key.parts().collect();
+            if parts.len() == 4 {
+                *out.entry(parts[2].as_ref().to_string()).or_insert(0) += 1;
+            }
+        }
+        Ok(out)
+    }
+
+    /// Read every attempt of a study. Unreadable or malformed objects are
+    /// listed in `corrupt` and otherwise ignored.
+    pub async fn scan(&self, study: &str) -> Result<Scan, LedgerError> {
+        let prefix = ObjPath::from(format!("{study}/trials"));
+        let keys = self.list(&prefix).await?;
+        type Fetched = (ObjPath, Result<Option<Vec<u8>>, LedgerError>);
+        let results: Vec<Fetched> = futures::stream::iter(keys.into_iter().map(|k| async move {
+            let r = self.get(&k).await;
+            (k, r)
+        }))
+        .buffer_unordered(32)
+        .collect()
+        .await;
+        let mut scan = Scan::default();
+        for (key, r) in results {
+            let key_text = key.to_string();
+            match r {
+                Ok(Some(bytes)) => match serde_json::from_slice::<AttemptRecord>(&bytes) {
+                    Ok(rec) if rec.schema != records::SCHEMA => scan.corrupt.push(CorruptObject {
+                        key: key_text,
+                        reason: format!("unsupported schema version {}", rec.schema),
+                    }),
+                    Ok(rec) if !key_text.contains(&rec.trial_key) => {
+                        scan.corrupt.push(CorruptObject {
+                            key: key_text,
+                            reason: "the record's trial key does not match its location"
+                                .to_string(),
+                        })
+                    }
+                    Ok(rec) => scan.attempts.push(rec),
+                    Err(e) => scan.corrupt.push(CorruptObject {
+                        key: key_text,
+                        reason: format!("not a valid attempt record: {e}"),
+                    }),
+                },
+                Ok(None) => {}
+                Err(e) => scan.corrupt.push(CorruptObject {
+                    key: key_text,
+                    reason: e.to_string(),
+                }),
+            }
+        }
+        scan.attempts
+            .sort_by(|a, b| (&a.trial_key, &a.attempt_id).cmp(&(&b.trial_key, &b.attempt_id)));
+        scan.corrupt.sort_by(|a, b| a.key.cmp(&b.key));
+        Ok(scan)
+    }
+}
+
+/// A new attempt id: sortable by time, unique across launchers.
+pub fn new_attempt_id() -> String {
+    let now = chrono::Utc::now();
+    let nonce: u64 = rand::random();
+    format!("{}-{:016x}", now.format("%Y%m%dT%H%M%S%.6fZ"), nonce)
+}
+
+/// Field-by-field differences between two frozen specs, as key paths.
+pub fn spec_differences(old: &serde_json::Value, new: &serde_json::Value) -> Vec<String> {
+    let mut out = Vec::new();
+    diff(old, new, "", &mut out);
+    out
+}
+
+fn diff(a: &serde_json::Value, b: &serde_json::Value, path: &str, out: &mut Vec<String>) {
+    use serde_json::Value as J;
+    match (a, b) {
+        (J::Object(x), J::Object(y)) => {
+            let mut keys: Vec<&String> = x.keys().chain(y.keys()).collect();
+            keys.sort();
+            keys.dedup();
+            for k in keys {
+                let p = if path.is_empty() {
+                    k.clone()
+                } else {
+                    format!("{path}.{k}")
+                };
+                match (x.get(k), y.get(k)) {
+                    (Some(va), Some(vb)) => diff(va, vb, &p, out),
+                    (Some(_), None) => out.push(format!("{p} (removed)")),
+                    (None, Some(_)) => out.push(format!("{p} (added)")),
+                    (None, None) => {}
+                }
+            }
+        }
+        (J::Array(x), J::Array(y)) if x.len() == y.len() => {
+            for (i, (va, vb)) in x.iter().zip(y).enumerate() {
+                diff(va, vb, &format!("{path}[{i}]"), out);
+            }
+        }
+        _ if a == b => {}
+        _ => out.push(format!("{path}: {} → {}", short(a), short(b))),
+    }
+}
+
+fn short(v: &serde_json::Value) -> String {
+    let s = v.to_string();
+    if s.chars().count() > 60 {
+        format!("{}…", s.chars().take(60).collect::<String>())
+    } else {
+        s
+    }
+}

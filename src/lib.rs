@@ -1,0 +1,19 @@
+//! tunectl: find, per class of machine, the fastest setting of a workload's
+//! performance knobs that neither crashes nor changes the output.
+//!
+//! The way through: [`spec`] (study and inventory files) → [`plan`] (the
+//! trial DAG) → [`exec`] (run trials on hosts) → [`ledger`] (append-only
+//! records) → [`report`] (per-host-class winners with their evidence).
+
+pub mod canon;
+pub mod cli;
+pub mod exec;
+pub mod fingerprint;
+pub mod gate;
+pub mod ledger;
+pub mod plan;
+pub mod report;
+pub mod space;
+pub mod spec;
+pub mod stats;
+pub mod trial;

@@ -1,0 +1,10 @@
+//! Judging results and showing them: per host class and cell, the
+//! baseline, the winner or why there is none, and every rejected config
+//! with its reason. No number leaves this module without its n, spread,
+//! unit, host class, baseline and workload context.
+
+pub mod analysis;
+pub mod render;
+
+pub use analysis::{Analysis, analyze};
+pub use render::{Format, render};

@@ -1,0 +1,368 @@
+//! Rendering an [`Analysis`] as a terminal table, Markdown, JSON or CSV.
+//! Every value printed carries its n and spread, and every table names its
+//! host class, cell, baseline, workload context, study hash and version.
+
+use std::fmt::Write as _;
+
+use comfy_table::{ContentArrangement, Table, presets};
+
+use super::analysis::{Analysis, CellReport, ClassReport, ConfigReport};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Format {
+    Table,
+    Markdown,
+    Json,
+    Csv,
+}
+
+/// Significant-digit formatting that keeps small and large values readable.
+pub fn num(x: f64) -> String {
+    if x == 0.0 {
+        return "0".to_string();
+    }
+    let mag = x.abs().log10().floor() as i32;
+    let decimals = (3 - mag).clamp(0, 6) as usize;
+    format!("{x:.decimals$}")
+}
+
+fn value_cell(r: &ConfigReport, unit: &str) -> String {
+    match r.summary {
+        Some(s) => format!(
+            "{} ± {} {unit} ({:.1}%)",
+            num(s.median),
+            num(s.spread),
+            r.relative_spread.unwrap_or(0.0) * 100.0
+        ),
+        None => "—".to_string(),
+    }
+}
+
+fn n_cell(r: &ConfigReport) -> String {
+    match r.summary {
+        Some(s) => format!("{} ({} trials)", s.n, r.trials),
+        None => format!("0 ({} trials)", r.trials),
+    }
+}
+
+fn speedup_cell(r: &ConfigReport) -> String {
+    r.speedup
+        .map(|s| format!("{s:.3}×"))
+        .unwrap_or_else(|| "—".to_string())
+}
+
+/// Rows shown for a cell: baseline, winner (or best eligible), the rest of
+/// the eligible configs when `all`, then every rejected config.
+fn rows(cell: &CellReport, all: bool) -> Vec<(&'static str, &ConfigReport, String)> {
+    let mut out = Vec::new();
+    if let Some(b) = &cell.baseline {
+        let note = match &b.rejection {
+            Some(r) => format!("{}: {}", r.class.as_str(), r.detail),
+            None => String::new(),
+        };
+        out.push(("baseline", b, note));
+    }
+    let winner_label = cell.winner.as_ref().map(|w| w.label.as_str());
+    for (i, c) in cell.eligible.iter().enumerate() {
+        let is_winner = Some(c.label.as_str()) == winner_label;
+        if is_winner {
+            out.push(("winner", c, "eligible; wins".to_string()));
+        } else if i == 0 && winner_label.is_none() {
+            out.push(("best", c, "eligible; not a significant win".to_string()));
+        } else if all {
+            out.push(("eligible", c, String::new()));
+        }
+    }
+    for r in &cell.rejected {
+        let note = r
+            .rejection
+            .as_ref()
+            .map(|x| format!("{}: {}", x.class.as_str(), x.detail))
+            .unwrap_or_default();
+        out.push(("rejected", r, note));
+    }
+    out
+}
+
+fn header(a: &Analysis) -> Vec<String> {
+    let context = if a.context.is_empty() {
+        "(none given)".to_string()
+    } else {
+        a.context
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let baseline = a
+        .baseline
+        .as_object()
+        .map(|m| {
+            m.iter()
+                .map(|(k, v)| {
+                    format!(
+                        "{k}={}",
+                        v.as_str()
+                            .map(str::to_string)
+                            .unwrap_or_else(|| v.to_string())
+                    )
+                })
+                .collect::<Vec<_>>()
+                .join(" ")
+        })
+        .unwrap_or_default();
+    vec![
+        format!(
+            "study {} · spec {} · tunectl {} · level: {}",
+            a.study_id,
+            &a.spec_hash[..a.spec_hash.len().min(12)],
+            a.tunectl_version,
+            a.level
+        ),
+        format!(
+            "objective: {} [{}], {} is better · statistic: {} · a win needs more than {:.0}% and more than the combined spread",
+            a.objective.name,
+            a.objective.unit,
+            a.objective.better,
+            a.statistic,
+            a.min_improvement * 100.0
+        ),
+        format!("baseline: {baseline}"),
+        format!("workload: {context}"),
+    ]
+}
+
+fn class_line(c: &ClassReport) -> String {
+    format!(
+        "host class {} · {} · {} host{}: {}",
+        c.host_class,
+        c.label,
+        c.hosts.len(),
+        if c.hosts.len() == 1 { "" } else { "s" },
+        c.hosts.join(", ")
+    )
+}
+
+fn footer(a: &Analysis) -> Vec<String> {
+    let mut out = Vec::new();
+    if a.classes.is_empty() {
+        out.push("no finished trials in the ledger yet".to_string());
+    }
+    for c in &a.corrupt_objects {
+        out.push(format!(
+            "warning: ignored unreadable ledger object {}: {}",
+            c.key, c.reason
+        ));
+    }
+    if a.foreign_attempts > 0 {
+        out.push(format!(
+            "note: {} attempts from another spec of this study were ignored",
+            a.foreign_attempts
+        ));
+    }
+    out
+}
+
+pub fn render(a: &Analysis, format: Format, all: bool) -> String {
+    match format {
+        Format::Table => render_table(a, all),
+        Format::Markdown => render_markdown(a, all),
+        Format::Json => serde_json::to_string_pretty(a).unwrap_or_default() + "\n",
+        Format::Csv => render_csv(a),
+    }
+}
+
+fn render_table(a: &Analysis, all: bool) -> String {
+    let mut out = String::new();
+    for l in header(a) {
+        let _ = writeln!(out, "{l}");
+    }
+    let unit = &a.objective.unit;
+    for class in &a.classes {
+        let _ = writeln!(out, "\n{}", class_line(class));
+        for cell in &class.cells {
+            let _ = writeln!(out, "\ncell {} · {}", cell.cell_label, cell.decision);
+            for n in &cell.notes {
+                let _ = writeln!(out, "note: {n}");
+            }
+            let mut t = Table::new();
+            t.load_style(presets::UTF8_FULL_CONDENSED)
+                .set_content_arrangement(ContentArrangement::Dynamic)
+                .set_width(160)
+                .set_header(vec![
+                    "role".to_string(),
+                    "config (vs baseline)".to_string(),
+                    format!("{} median ± spread", a.objective.name),
+                    "n".to_string(),
+                    "vs baseline".to_string(),
+                    "verdict".to_string(),
+                ]);
+            for (role, r, note) in rows(cell, all) {
+                t.add_row(vec![
+                    role.to_string(),
+                    r.label.clone(),
+                    value_cell(r, unit),
+                    n_cell(r),
+                    speedup_cell(r),
+                    note,
+                ]);
+            }
+            let _ = writeln!(out, "{t}");
+            let hidden = cell.eligible.len()
+                - rows(cell, false)
+                    .iter()
+                    .filter(|(role, _, _)| *role != "baseline" && *role != "rejected")
+                    .count();
+            if !all && hidden > 0 {
+                let _ = writeln!(out, "({hidden} more eligible configs; --all shows them)");
+            }
+        }
+    }
+    for l in footer(a) {
+        let _ = writeln!(out, "{l}");
+    }
+    out
+}
+
+fn md_escape(s: &str) -> String {
+    s.replace('|', "\\|")
+}
+
+fn render_markdown(a: &Analysis, all: bool) -> String {
+    let mut out = String::from("# tunectl report\n\n");
+    for l in header(a) {
+        let _ = writeln!(out, "- {}", md_escape(&l));
+    }
+    let unit = &a.objective.unit;
+    for class in &a.classes {
+        let _ = writeln!(out, "\n## {}\n", md_escape(&class_line(class)));
+        for cell in &class.cells {
+            let _ = writeln!(
+                out,
+                "### cell {}\n\n{}\n",
+                md_escape(&cell.cell_label),
+                md_escape(&cell.decision)
+            );
+            for n in &cell.notes {
+                let _ = writeln!(out, "> note: {}\n", md_escape(n));
+            }
+            let _ = writeln!(
+                out,
+                "| role | config (vs baseline) | {} median ± spread | n | vs baseline | verdict |\n|---|---|---|---|---|---|",
+                a.objective.name
+            );
+            for (role, r, note) in rows(cell, all) {
+                let _ = writeln!(
+                    out,
+                    "| {role} | {} | {} | {} | {} | {} |",
+                    md_escape(&r.label),
+                    md_escape(&value_cell(r, unit)),
+                    n_cell(r),
+                    speedup_cell(r),
+                    md_escape(&note)
+                );
+            }
+        }
+    }
+    let foot = footer(a);
+    if !foot.is_empty() {
+        out.push('\n');
+        for l in foot {
+            let _ = writeln!(out, "- {}", md_escape(&l));
+        }
+    }
+    out
+}
+
+fn csv_field(s: &str) -> String {
+    if s.contains([',', '"', '\n']) {
+        format!("\"{}\"", s.replace('"', "\"\""))
+    } else {
+        s.to_string()
+    }
+}
+
+fn render_csv(a: &Analysis) -> String {
+    let mut out = String::new();
+    let cols = [
+        "study",
+        "spec_hash",
+        "tunectl_version",
+        "level",
+        "host_class",
+        "host_class_label",
+        "hosts",
+        "cell",
+        "role",
+        "config",
+        "metric",
+        "unit",
+        "better",
+        "statistic",
+        "n",
+        "trials",
+        "median",
+        "spread",
+        "relative_spread",
+        "speedup_vs_baseline",
+        "baseline_median",
+        "baseline_spread",
+        "baseline_n",
+        "failure_class",
+        "reason",
+        "decision",
+        "context",
+    ];
+    let _ = writeln!(out, "{}", cols.join(","));
+    let context = a
+        .context
+        .iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect::<Vec<_>>()
+        .join(";");
+    for class in &a.classes {
+        for cell in &class.cells {
+            let base = cell.baseline.as_ref().and_then(|b| b.summary);
+            for (role, r, note) in rows(cell, true) {
+                let f = |x: Option<f64>| x.map(|v| v.to_string()).unwrap_or_default();
+                let fields = [
+                    a.study_id.clone(),
+                    a.spec_hash.clone(),
+                    a.tunectl_version.clone(),
+                    a.level.clone(),
+                    class.host_class.clone(),
+                    class.label.clone(),
+                    class.hosts.join(" "),
+                    cell.cell_label.clone(),
+                    role.to_string(),
+                    r.label.clone(),
+                    a.objective.name.clone(),
+                    a.objective.unit.clone(),
+                    a.objective.better.clone(),
+                    "median".to_string(),
+                    r.summary
+                        .map(|s| s.n.to_string())
+                        .unwrap_or_else(|| "0".to_string()),
+                    r.trials.to_string(),
+                    f(r.summary.map(|s| s.median)),
+                    f(r.summary.map(|s| s.spread)),
+                    f(r.relative_spread),
+                    f(r.speedup),
+                    f(base.map(|s| s.median)),
+                    f(base.map(|s| s.spread)),
+                    base.map(|s| s.n.to_string()).unwrap_or_default(),
+                    r.rejection
+                        .as_ref()
+                        .map(|x| x.class.as_str().to_string())
+                        .unwrap_or_default(),
+                    note,
+                    cell.decision.clone(),
+                    context.clone(),
+                ];
+                let line: Vec<String> = fields.iter().map(|s| csv_field(s)).collect();
+                let _ = writeln!(out, "{}", line.join(","));
+            }
+        }
+    }
+    out
+}

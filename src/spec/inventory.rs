@@ -1,0 +1,477 @@
+//! The inventory file: the machines a study may run on.
+//!
+//! Every transport's fields are parsed and validated here, including those
+//! whose executors are not built yet, so that an inventory written today
+//! keeps working when they land.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use marked_yaml::Node;
+use marked_yaml::types::MarkedMappingNode;
+use serde::Serialize;
+
+use super::diag::Diagnostics;
+use super::yaml::{self, Walker, index, join};
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Inventory {
+    pub hosts: Vec<Host>,
+    pub ledger: Option<String>,
+    #[serde(skip)]
+    pub source: Option<PathBuf>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Host {
+    pub name: String,
+    pub slots: u32,
+    pub labels: BTreeMap<String, String>,
+    /// Device each slot pins, in slot order; `None` means "slot index when
+    /// the host has GPUs, nothing otherwise".
+    pub devices: Option<Vec<String>>,
+    /// The variable that pins a slot's device.
+    pub device_env: String,
+    pub transport: Transport,
+}
+
+#[derive(Debug, Clone, Serialize)]
+#[serde(tag = "transport", rename_all = "lowercase")]
+pub enum Transport {
+    Local,
+    Ssh(SshHost),
+    Slurm(SlurmHost),
+}
+
+impl Transport {
+    pub fn name(&self) -> &'static str {
+        match self {
+            Transport::Local => "local",
+            Transport::Ssh(_) => "ssh",
+            Transport::Slurm(_) => "slurm",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum HostKeyChecking {
+    Yes,
+    AcceptNew,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct SshHost {
+    pub host: String,
+    pub port: Option<u16>,
+    pub user: Option<String>,
+    pub identity_file: Option<String>,
+    pub known_hosts_file: Option<String>,
+    pub proxy_jump: Option<String>,
+    #[serde(serialize_with = "ser_opt_secs")]
+    pub connect_timeout: Option<Duration>,
+    pub strict_host_key_checking: HostKeyChecking,
+    pub workdir: Option<String>,
+    pub max_sessions: u32,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct SlurmHost {
+    /// `local` or the name of an ssh host of the same inventory.
+    pub login: String,
+    pub partition: Option<String>,
+    pub account: Option<String>,
+    pub qos: Option<String>,
+    pub gres: Option<String>,
+    pub constraint: Option<String>,
+    pub time_limit: Option<String>,
+    pub sbatch_args: Vec<String>,
+    pub max_jobs_in_flight: u32,
+    pub array_throttle: Option<u32>,
+    #[serde(serialize_with = "ser_secs")]
+    pub poll_interval: Duration,
+    pub shared_dir: Option<String>,
+}
+
+fn ser_secs<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_f64(d.as_secs_f64())
+}
+
+fn ser_opt_secs<S: serde::Serializer>(d: &Option<Duration>, s: S) -> Result<S::Ok, S::Error> {
+    match d {
+        Some(d) => s.serialize_f64(d.as_secs_f64()),
+        None => s.serialize_none(),
+    }
+}
+
+pub const DEFAULT_DEVICE_ENV: &str = "CUDA_VISIBLE_DEVICES";
+
+impl Inventory {
+    /// The inventory used without `--inventory`: this machine, one slot.
+    pub fn local_default() -> Inventory {
+        Inventory {
+            hosts: vec![Host {
+                name: "local".to_string(),
+                slots: 1,
+                labels: BTreeMap::new(),
+                devices: None,
+                device_env: DEFAULT_DEVICE_ENV.to_string(),
+                transport: Transport::Local,
+            }],
+            ledger: None,
+            source: None,
+        }
+    }
+
+    pub fn load(path: &Path) -> Result<Inventory, Diagnostics> {
+        let root = yaml::load_file(path)?;
+        Self::from_node(path, &root)
+    }
+
+    pub fn from_text(path: &Path, text: &str) -> Result<Inventory, Diagnostics> {
+        let root = yaml::parse_text(path, text)?;
+        Self::from_node(path, &root)
+    }
+
+    fn from_node(path: &Path, root: &Node) -> Result<Inventory, Diagnostics> {
+        let mut w = Walker::new(path);
+        let inv = parse_inventory(&mut w, root);
+        match inv {
+            Some(mut inv) if w.diags.is_empty() => {
+                inv.source = Some(path.to_path_buf());
+                Ok(inv)
+            }
+            _ => Err(w.diags),
+        }
+    }
+
+    pub fn host(&self, name: &str) -> Option<&Host> {
+        self.hosts.iter().find(|h| h.name == name)
+    }
+}
+
+fn parse_inventory(w: &mut Walker, root: &Node) -> Option<Inventory> {
+    let map = w.mapping(root, "")?;
+    w.check_keys(map, "", &["hosts", "ledger"]);
+    let ledger = map.get_node("ledger").and_then(|n| w.string(n, "ledger"));
+    let hosts_node = w.required(map, "", "hosts")?;
+    let seq = w.sequence(hosts_node, "hosts")?;
+    if seq.is_empty() {
+        w.error_at(hosts_node, "hosts", "the inventory lists no hosts");
+        return None;
+    }
+    let mut hosts: Vec<Host> = Vec::new();
+    for (i, item) in seq.iter().enumerate() {
+        let field = index("hosts", i);
+        if let Some(h) = parse_host(w, item, &field) {
+            if hosts.iter().any(|x| x.name == h.name) {
+                w.error_at(
+                    item,
+                    &join(&field, "name"),
+                    format!("duplicate host name `{}`", h.name),
+                );
+                continue;
+            }
+            hosts.push(h);
+        }
+    }
+    // A slurm login node must be `local` or an ssh host of this inventory.
+    for (i, item) in seq.iter().enumerate() {
+        let Some(m) = item.as_mapping() else { continue };
+        let Some(login_node) = m.get_node("login") else {
+            continue;
+        };
+        let Some(login) = login_node.as_scalar().map(|s| s.as_str().to_string()) else {
+            continue;
+        };
+        if login == "local" {
+            continue;
+        }
+        match hosts.iter().find(|h| h.name == login) {
+            Some(h) if matches!(h.transport, Transport::Ssh(_)) => {}
+            Some(_) => w.error_at(
+                login_node,
+                &join(&index("hosts", i), "login"),
+                format!("login host `{login}` must be an ssh host"),
+            ),
+            None => w.error_at(
+                login_node,
+                &join(&index("hosts", i), "login"),
+                format!("no ssh host named `{login}` in this inventory (use `local` or an ssh host's name)"),
+            ),
+        }
+    }
+    Some(Inventory {
+        hosts,
+        ledger,
+        source: None,
+    })
+}
+
+const COMMON_KEYS: &[&str] = &[
+    "name",
+    "transport",
+    "slots",
+    "labels",
+    "devices",
+    "device_env",
+];
+const SSH_KEYS: &[&str] = &[
+    "host",
+    "port",
+    "user",
+    "identity_file",
+    "known_hosts_file",
+    "proxy_jump",
+    "connect_timeout",
+    "strict_host_key_checking",
+    "workdir",
+    "max_sessions",
+];
+const SLURM_KEYS: &[&str] = &[
+    "login",
+    "partition",
+    "account",
+    "qos",
+    "gres",
+    "constraint",
+    "time_limit",
+    "sbatch_args",
+    "max_jobs_in_flight",
+    "array_throttle",
+    "poll_interval",
+    "shared_dir",
+];
+
+fn parse_host(w: &mut Walker, node: &Node, field: &str) -> Option<Host> {
+    let map = w.mapping(node, field)?;
+    let name = w
+        .required(map, field, "name")
+        .and_then(|n| w.string(n, &join(field, "name")));
+    if let (Some(n), Some(node)) = (&name, map.get_node("name"))
+        && (n.is_empty()
+            || !n
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+            || n.starts_with('.'))
+    {
+        w.error_at(
+            node,
+            &join(field, "name"),
+            format!("`{n}` is not a valid host name: use letters, digits, `-`, `_` and `.`"),
+        );
+    }
+    let transport_node = w.required(map, field, "transport")?;
+    let transport_field = join(field, "transport");
+    let transport_name = w.string(transport_node, &transport_field)?;
+    let allowed: Vec<&str> = match transport_name.as_str() {
+        "local" => COMMON_KEYS.to_vec(),
+        "ssh" => COMMON_KEYS.iter().chain(SSH_KEYS).copied().collect(),
+        "slurm" => COMMON_KEYS.iter().chain(SLURM_KEYS).copied().collect(),
+        other => {
+            w.error_at(
+                transport_node,
+                &transport_field,
+                format!("unknown transport `{other}` (expected local, ssh or slurm)"),
+            );
+            return None;
+        }
+    };
+    w.check_keys(map, field, &allowed);
+    let slots = match map.get_node("slots") {
+        Some(n) => w
+            .int_at_least(n, &join(field, "slots"), 1)
+            .map(|v| v as u32),
+        None => Some(1),
+    };
+    let labels = match map.get_node("labels") {
+        Some(n) => {
+            let mut out = BTreeMap::new();
+            if let Some(m) = w.mapping(n, &join(field, "labels")) {
+                for (k, v) in m.iter() {
+                    if let Some(val) = w.scalar(v, &join(&join(field, "labels"), k.as_str())) {
+                        out.insert(k.as_str().to_string(), val.to_string());
+                    }
+                }
+            }
+            out
+        }
+        None => BTreeMap::new(),
+    };
+    let devices = match map.get_node("devices") {
+        Some(n) => {
+            let f = join(field, "devices");
+            let seq = w.sequence(n, &f)?;
+            let mut out = Vec::new();
+            for (i, item) in seq.iter().enumerate() {
+                if let Some(v) = w.scalar(item, &index(&f, i)) {
+                    out.push(v.to_string());
+                }
+            }
+            Some(out)
+        }
+        None => None,
+    };
+    let device_env = match map.get_node("device_env") {
+        Some(n) => w.string(n, &join(field, "device_env"))?,
+        None => DEFAULT_DEVICE_ENV.to_string(),
+    };
+    let slots = slots?;
+    if let (Some(d), Some(n)) = (&devices, map.get_node("devices"))
+        && d.len() != slots as usize
+    {
+        w.error_at(
+            n,
+            &join(field, "devices"),
+            format!(
+                "lists {} devices for {slots} slots; give one device per slot",
+                d.len()
+            ),
+        );
+    }
+    let transport = match transport_name.as_str() {
+        "local" => Transport::Local,
+        "ssh" => Transport::Ssh(parse_ssh(w, map, field)?),
+        _ => Transport::Slurm(parse_slurm(w, map, field)?),
+    };
+    Some(Host {
+        name: name?,
+        slots,
+        labels,
+        devices,
+        device_env,
+        transport,
+    })
+}
+
+fn opt_string(
+    w: &mut Walker,
+    map: &MarkedMappingNode,
+    field: &str,
+    key: &str,
+) -> Option<Option<String>> {
+    match map.get_node(key) {
+        Some(n) => w.string(n, &join(field, key)).map(Some),
+        None => Some(None),
+    }
+}
+
+fn parse_ssh(w: &mut Walker, map: &MarkedMappingNode, field: &str) -> Option<SshHost> {
+    let host = w
+        .required(map, field, "host")
+        .and_then(|n| w.string(n, &join(field, "host")));
+    let port = match map.get_node("port") {
+        Some(n) => {
+            let f = join(field, "port");
+            let v = w.int(n, &f)?;
+            if !(1..=65535).contains(&v) {
+                w.error_at(n, &f, format!("{v} is not a TCP port (1-65535)"));
+                return None;
+            }
+            Some(v as u16)
+        }
+        None => None,
+    };
+    let user = opt_string(w, map, field, "user");
+    let identity_file = opt_string(w, map, field, "identity_file");
+    let known_hosts_file = opt_string(w, map, field, "known_hosts_file");
+    let proxy_jump = opt_string(w, map, field, "proxy_jump");
+    let workdir = opt_string(w, map, field, "workdir");
+    let connect_timeout = match map.get_node("connect_timeout") {
+        Some(n) => w.duration(n, &join(field, "connect_timeout")).map(Some),
+        None => Some(None),
+    };
+    let strict = match map.get_node("strict_host_key_checking") {
+        Some(n) => {
+            let f = join(field, "strict_host_key_checking");
+            // `yes`/`no` are booleans to a YAML reader; accept them as words.
+            let text = match n.as_scalar() {
+                Some(s) => s.as_str().to_string(),
+                None => {
+                    w.error_at(n, &f, "expected `yes` or `accept-new`");
+                    return None;
+                }
+            };
+            match text.as_str() {
+                "yes" | "true" => Some(HostKeyChecking::Yes),
+                "accept-new" => Some(HostKeyChecking::AcceptNew),
+                other => {
+                    w.error_at(
+                        n,
+                        &f,
+                        format!("`{other}` is not allowed: host keys are always checked (use `yes` or `accept-new`)"),
+                    );
+                    None
+                }
+            }
+        }
+        None => Some(HostKeyChecking::Yes),
+    };
+    let max_sessions = match map.get_node("max_sessions") {
+        Some(n) => w
+            .int_at_least(n, &join(field, "max_sessions"), 1)
+            .map(|v| v as u32),
+        None => Some(8),
+    };
+    Some(SshHost {
+        host: host?,
+        port,
+        user: user?,
+        identity_file: identity_file?,
+        known_hosts_file: known_hosts_file?,
+        proxy_jump: proxy_jump?,
+        connect_timeout: connect_timeout?,
+        strict_host_key_checking: strict?,
+        workdir: workdir?,
+        max_sessions: max_sessions?,
+    })
+}
+
+fn parse_slurm(w: &mut Walker, map: &MarkedMappingNode, field: &str) -> Option<SlurmHost> {
+    let login = match map.get_node("login") {
+        Some(n) => w.string(n, &join(field, "login")),
+        None => Some("local".to_string()),
+    };
+    let partition = opt_string(w, map, field, "partition");
+    let account = opt_string(w, map, field, "account");
+    let qos = opt_string(w, map, field, "qos");
+    let gres = opt_string(w, map, field, "gres");
+    let constraint = opt_string(w, map, field, "constraint");
+    let time_limit = opt_string(w, map, field, "time_limit");
+    let shared_dir = opt_string(w, map, field, "shared_dir");
+    let sbatch_args = match map.get_node("sbatch_args") {
+        Some(n) => w.string_list(n, &join(field, "sbatch_args")),
+        None => Some(Vec::new()),
+    };
+    let max_jobs_in_flight = match map.get_node("max_jobs_in_flight") {
+        Some(n) => w
+            .int_at_least(n, &join(field, "max_jobs_in_flight"), 1)
+            .map(|v| v as u32),
+        None => Some(100),
+    };
+    let array_throttle = match map.get_node("array_throttle") {
+        Some(n) => w
+            .int_at_least(n, &join(field, "array_throttle"), 1)
+            .map(|v| Some(v as u32)),
+        None => Some(None),
+    };
+    let poll_interval = match map.get_node("poll_interval") {
+        Some(n) => w.duration(n, &join(field, "poll_interval")),
+        None => Some(Duration::from_secs(30)),
+    };
+    Some(SlurmHost {
+        login: login?,
+        partition: partition?,
+        account: account?,
+        qos: qos?,
+        gres: gres?,
+        constraint: constraint?,
+        time_limit: time_limit?,
+        sbatch_args: sbatch_args?,
+        max_jobs_in_flight: max_jobs_in_flight?,
+        array_throttle: array_throttle?,
+        poll_interval: poll_interval?,
+        shared_dir: shared_dir?,
+    })
+}

@@ -1,0 +1,15 @@
+//! Input files: studies and inventories, parsed from YAML with positions,
+//! validated with every problem collected. Nothing here runs a trial.
+
+pub mod diag;
+pub mod inventory;
+pub mod study;
+pub mod template;
+pub mod value;
+pub mod yaml;
+
+pub use diag::{Diagnostic, Diagnostics};
+pub use inventory::{Host, Inventory, Transport};
+pub use study::{Better, Knob, KnobKind, Metric, Strategy, Study};
+pub use template::{CommandRenderer, TemplateCheck, TrialVars};
+pub use value::Value;

@@ -1,0 +1,1219 @@
+//! The study file: what to tune, how to run a trial, how to judge it.
+//!
+//! [`Study::load`] reads and validates a `study.yaml`, collecting every
+//! problem at once; a study that loads is internally consistent (the
+//! baseline satisfies the constraints, templates only name known variables).
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use marked_yaml::Node;
+use serde::Serialize;
+
+use super::diag::Diagnostics;
+use super::template::{self, TemplateCheck};
+use super::value::Value;
+use super::yaml::{self, Walker, index, is_identifier, join};
+
+/// Largest domain a single knob may expand to.
+pub const MAX_KNOB_VALUES: usize = 1_000_000;
+
+/// Template variables that tunectl provides to every trial command.
+pub const RESERVED_VARIABLES: &[&str] = &[
+    "study",
+    "study_dir",
+    "trial_id",
+    "trial_dir",
+    "result",
+    "repeat",
+    "budget",
+    "host",
+    "slot",
+    "phase",
+];
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum KnobKind {
+    Categorical,
+    Int,
+    Float,
+    Bool,
+}
+
+/// A tunable parameter with its expanded domain; `default` is the baseline.
+#[derive(Debug, Clone, Serialize)]
+pub struct Knob {
+    pub name: String,
+    pub kind: KnobKind,
+    pub values: Vec<Value>,
+    pub default: Value,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+}
+
+impl Knob {
+    /// Index of the default within `values`.
+    pub fn default_index(&self) -> usize {
+        self.values
+            .iter()
+            .position(|v| v == &self.default)
+            .unwrap_or(0)
+    }
+}
+
+/// A workload axis: tuned *for*, not tuned.
+#[derive(Debug, Clone, Serialize)]
+pub struct CellAxis {
+    pub name: String,
+    pub values: Vec<Value>,
+}
+
+/// A constraint expression (minijinja syntax) that every config must satisfy.
+#[derive(Debug, Clone, Serialize)]
+pub struct Constraint {
+    pub expr: String,
+    /// Whether it names any cell axis (then it is checked per cell).
+    #[serde(skip)]
+    pub uses_cells: bool,
+    #[serde(skip)]
+    pub line: usize,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct TrialSpec {
+    pub command: String,
+    #[serde(serialize_with = "ser_secs")]
+    pub timeout: Duration,
+    pub env: BTreeMap<String, String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Better {
+    Higher,
+    Lower,
+}
+
+impl Better {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Better::Higher => "higher is better",
+            Better::Lower => "lower is better",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Metric {
+    pub name: String,
+    pub unit: String,
+    pub better: Better,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Measurement {
+    pub warmup: u32,
+    pub repeats: u32,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Gate {
+    pub outputs: Vec<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "kind", rename_all = "lowercase")]
+pub enum Strategy {
+    Grid,
+    Random { seed: u64, count: u64 },
+}
+
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Budget {
+    pub max_trials: Option<u64>,
+}
+
+/// A validated study.
+#[derive(Debug, Clone, Serialize)]
+pub struct Study {
+    pub name: String,
+    pub description: Option<String>,
+    pub context: BTreeMap<String, String>,
+    pub knobs: Vec<Knob>,
+    pub constraints: Vec<Constraint>,
+    pub cells: Vec<CellAxis>,
+    pub trial: TrialSpec,
+    pub objective: Metric,
+    pub metrics: Vec<Metric>,
+    pub measurement: Measurement,
+    pub gate: Gate,
+    pub strategy: Strategy,
+    pub budget: Budget,
+    pub tools: BTreeMap<String, String>,
+    pub ledger: Option<String>,
+    /// The file it was loaded from.
+    #[serde(skip)]
+    pub source: PathBuf,
+    /// The absolute directory of that file (`study_dir` in templates).
+    #[serde(skip)]
+    pub dir: PathBuf,
+}
+
+fn ser_secs<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_f64(d.as_secs_f64())
+}
+
+const TOP_KEYS: &[&str] = &[
+    "name",
+    "description",
+    "context",
+    "knobs",
+    "constraints",
+    "cells",
+    "trial",
+    "objective",
+    "metrics",
+    "measurement",
+    "gate",
+    "strategy",
+    "budget",
+    "fingerprint",
+    "ledger",
+];
+
+impl Study {
+    /// Load and validate a study file.
+    pub fn load(path: &Path) -> Result<Study, Diagnostics> {
+        let root = yaml::load_file(path)?;
+        let dir = path
+            .parent()
+            .map(|p| {
+                if p.as_os_str().is_empty() {
+                    Path::new(".")
+                } else {
+                    p
+                }
+            })
+            .unwrap_or(Path::new("."));
+        let dir = std::fs::canonicalize(dir).unwrap_or_else(|_| dir.to_path_buf());
+        let mut w = Walker::new(path);
+        let study = parse_study(&mut w, &root, path, &dir);
+        match study {
+            Some(s) if w.diags.is_empty() => Ok(s),
+            _ => Err(w.diags),
+        }
+    }
+
+    /// Load from text (tests and tools); `path` is used in messages and as
+    /// the study directory's anchor.
+    pub fn from_text(path: &Path, text: &str) -> Result<Study, Diagnostics> {
+        let root = yaml::parse_text(path, text)?;
+        let dir = path.parent().unwrap_or(Path::new(".")).to_path_buf();
+        let mut w = Walker::new(path);
+        let study = parse_study(&mut w, &root, path, &dir);
+        match study {
+            Some(s) if w.diags.is_empty() => Ok(s),
+            _ => Err(w.diags),
+        }
+    }
+
+    /// The study's identity in the ledger.
+    pub fn id(&self) -> &str {
+        &self.name
+    }
+
+    /// The frozen specification: everything that decides what a trial means.
+    /// `description`, `budget` and `ledger` are left out so that they can
+    /// change between launches of one study.
+    pub fn frozen(&self) -> serde_json::Value {
+        let mut v = serde_json::to_value(self).unwrap_or(serde_json::Value::Null);
+        if let Some(obj) = v.as_object_mut() {
+            obj.remove("description");
+            obj.remove("budget");
+            obj.remove("ledger");
+        }
+        v
+    }
+
+    /// sha256 of the canonical frozen spec, hex.
+    pub fn spec_hash(&self) -> String {
+        crate::canon::sha256_hex(crate::canon::canonical_json(&self.frozen()).as_bytes())
+    }
+
+    /// Names usable in trial templates.
+    pub fn template_variables(&self) -> Vec<String> {
+        let mut names: Vec<String> = RESERVED_VARIABLES.iter().map(|s| s.to_string()).collect();
+        names.extend(self.knobs.iter().map(|k| k.name.clone()));
+        names.extend(self.cells.iter().map(|c| c.name.clone()));
+        names
+    }
+
+    /// Number of configs in the full grid (before constraints).
+    pub fn grid_size(&self) -> u128 {
+        self.knobs.iter().map(|k| k.values.len() as u128).product()
+    }
+
+    /// Number of cells (1 when the study has no cell axes).
+    pub fn cell_count(&self) -> u64 {
+        self.cells.iter().map(|c| c.values.len() as u64).product()
+    }
+}
+
+fn parse_study(w: &mut Walker, root: &Node, path: &Path, dir: &Path) -> Option<Study> {
+    let map = w.mapping(root, "")?;
+    w.check_keys(map, "", TOP_KEYS);
+
+    let name = w
+        .required(map, "", "name")
+        .and_then(|n| w.string(n, "name"));
+    if let (Some(n), Some(node)) = (&name, map.get_node("name"))
+        && (n.is_empty()
+            || !n
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+            || n.starts_with('.'))
+    {
+        w.error_at(
+            node,
+            "name",
+            format!("`{n}` is not a valid study name: use letters, digits, `-`, `_` and `.`"),
+        );
+    }
+    let description = map
+        .get_node("description")
+        .and_then(|n| w.string(n, "description"));
+    let context = match map.get_node("context") {
+        Some(n) => parse_context(w, n),
+        None => BTreeMap::new(),
+    };
+    let knobs = match w.required(map, "", "knobs") {
+        Some(n) => parse_knobs(w, n),
+        None => Vec::new(),
+    };
+    let cells = match map.get_node("cells") {
+        Some(n) => parse_cells(w, n, &knobs),
+        None => Vec::new(),
+    };
+    let trial = w.required(map, "", "trial").and_then(|n| parse_trial(w, n));
+    let objective = w
+        .required(map, "", "objective")
+        .and_then(|n| parse_metric(w, n, "objective", true));
+    let metrics = match map.get_node("metrics") {
+        Some(n) => parse_metrics(w, n, objective.as_ref()),
+        None => Vec::new(),
+    };
+    let measurement = match map.get_node("measurement") {
+        Some(n) => parse_measurement(w, n),
+        None => Some(Measurement {
+            warmup: 1,
+            repeats: 3,
+        }),
+    };
+    let gate = match map.get_node("gate") {
+        Some(n) => parse_gate(w, n),
+        None => Some(Gate { outputs: vec![] }),
+    };
+    let strategy = match map.get_node("strategy") {
+        Some(n) => parse_strategy(w, n),
+        None => Some(Strategy::Grid),
+    };
+    let budget = match map.get_node("budget") {
+        Some(n) => parse_budget(w, n),
+        None => Some(Budget::default()),
+    };
+    let tools = match map.get_node("fingerprint") {
+        Some(n) => parse_fingerprint(w, n),
+        None => BTreeMap::new(),
+    };
+    let ledger = map.get_node("ledger").and_then(|n| w.string(n, "ledger"));
+
+    let constraints = match map.get_node("constraints") {
+        Some(n) => parse_constraints(w, n, &knobs, &cells),
+        None => Vec::new(),
+    };
+
+    let study = Study {
+        name: name?,
+        description,
+        context,
+        knobs,
+        constraints,
+        cells,
+        trial: trial?,
+        objective: objective?,
+        metrics,
+        measurement: measurement?,
+        gate: gate?,
+        strategy: strategy?,
+        budget: budget?,
+        tools,
+        ledger,
+        source: path.to_path_buf(),
+        dir: dir.to_path_buf(),
+    };
+    if study.knobs.is_empty() {
+        return None;
+    }
+    check_templates(w, map, &study);
+    check_baseline(w, map, &study);
+    check_strategy(w, map, &study);
+    Some(study)
+}
+
+fn parse_context(w: &mut Walker, node: &Node) -> BTreeMap<String, String> {
+    let mut out = BTreeMap::new();
+    let Some(map) = w.mapping(node, "context") else {
+        return out;
+    };
+    for (k, v) in map.iter() {
+        let field = join("context", k.as_str());
+        match v {
+            Node::Scalar(_) => {
+                if let Some(value) = w.scalar(v, &field) {
+                    out.insert(k.as_str().to_string(), value.to_string());
+                }
+            }
+            other => {
+                let found = yaml::describe(other);
+                w.error_at(
+                    other,
+                    &field,
+                    format!("expected a single value, found {found}"),
+                );
+            }
+        }
+    }
+    out
+}
+
+const KNOB_KEYS: &[&str] = &[
+    "kind",
+    "values",
+    "min",
+    "max",
+    "step",
+    "scale",
+    "count",
+    "default",
+    "description",
+];
+
+fn parse_knobs(w: &mut Walker, node: &Node) -> Vec<Knob> {
+    let Some(map) = w.mapping(node, "knobs") else {
+        return Vec::new();
+    };
+    if map.is_empty() {
+        w.error_at(node, "knobs", "a study needs at least one knob");
+        return Vec::new();
+    }
+    let mut knobs = Vec::new();
+    for (key, value) in map.iter() {
+        let name = key.as_str();
+        let field = join("knobs", name);
+        if !is_identifier(name) {
+            w.error(
+                key.span(),
+                &field,
+                format!("`{name}` is not a valid knob name: use letters, digits and `_`, not starting with a digit"),
+            );
+            continue;
+        }
+        if RESERVED_VARIABLES.contains(&name) {
+            w.error(
+                key.span(),
+                &field,
+                format!("`{name}` is reserved for a trial variable; rename the knob"),
+            );
+            continue;
+        }
+        if let Some(other) = knobs
+            .iter()
+            .find(|k: &&Knob| k.name.to_uppercase() == name.to_uppercase())
+        {
+            w.error(
+                key.span(),
+                &field,
+                format!(
+                    "`{name}` and `{}` would share the variable TUNECTL_KNOB_{}; knob names must differ in more than case",
+                    other.name,
+                    name.to_uppercase()
+                ),
+            );
+            continue;
+        }
+        if let Some(knob) = parse_knob(w, value, name, &field) {
+            knobs.push(knob);
+        }
+    }
+    knobs
+}
+
+fn parse_knob(w: &mut Walker, node: &Node, name: &str, field: &str) -> Option<Knob> {
+    let map = w.mapping(node, field)?;
+    w.check_keys(map, field, KNOB_KEYS);
+    let kind_node = w.required(map, field, "kind")?;
+    let kind_field = join(field, "kind");
+    let kind = match w.string(kind_node, &kind_field)?.as_str() {
+        "categorical" => KnobKind::Categorical,
+        "int" => KnobKind::Int,
+        "float" => KnobKind::Float,
+        "bool" => KnobKind::Bool,
+        other => {
+            w.error_at(
+                kind_node,
+                &kind_field,
+                format!("unknown knob kind `{other}` (expected categorical, int, float or bool)"),
+            );
+            return None;
+        }
+    };
+    let description = map
+        .get_node("description")
+        .and_then(|n| w.string(n, &join(field, "description")));
+    let not_for = |w: &mut Walker, keys: &[&str], why: &str| {
+        for k in keys {
+            if let Some(n) = map.get_node(k) {
+                w.error_at(n, &join(field, k), format!("`{k}` does not apply to {why}"));
+            }
+        }
+    };
+    let values: Vec<Value> = match kind {
+        KnobKind::Bool => {
+            not_for(
+                w,
+                &["values", "min", "max", "step", "scale", "count"],
+                "a bool knob",
+            );
+            vec![Value::Bool(false), Value::Bool(true)]
+        }
+        KnobKind::Categorical => {
+            not_for(
+                w,
+                &["min", "max", "step", "scale", "count"],
+                "a categorical knob (list its `values`)",
+            );
+            let n = w.required(map, field, "values")?;
+            explicit_values(w, n, &join(field, "values"), None)?
+        }
+        KnobKind::Int => {
+            not_for(w, &["count"], "an int knob");
+            if let Some(n) = map.get_node("values") {
+                not_for(
+                    w,
+                    &["min", "max", "step", "scale"],
+                    "an int knob with explicit `values`",
+                );
+                explicit_values(w, n, &join(field, "values"), Some(KnobKind::Int))?
+            } else {
+                int_range(w, map, field)?
+            }
+        }
+        KnobKind::Float => {
+            not_for(w, &["step"], "a float knob (use `count`)");
+            if let Some(n) = map.get_node("values") {
+                not_for(
+                    w,
+                    &["min", "max", "scale", "count"],
+                    "a float knob with explicit `values`",
+                );
+                explicit_values(w, n, &join(field, "values"), Some(KnobKind::Float))?
+            } else {
+                float_range(w, map, field)?
+            }
+        }
+    };
+    let default_node = w.required(map, field, "default")?;
+    let default_field = join(field, "default");
+    let raw_default = w.scalar(default_node, &default_field)?;
+    let default = match (kind, &raw_default) {
+        (KnobKind::Float, Value::Int(i)) => Value::Float(*i as f64),
+        _ => raw_default.clone(),
+    };
+    if !values.contains(&default) {
+        let shown: Vec<String> = values.iter().take(8).map(|v| v.to_string()).collect();
+        let more = if values.len() > 8 { ", ..." } else { "" };
+        w.error_at(
+            default_node,
+            &default_field,
+            format!(
+                "the default {} `{raw_default}` is not one of the knob's values [{}{more}]",
+                raw_default.kind(),
+                shown.join(", ")
+            ),
+        );
+        return None;
+    }
+    Some(Knob {
+        name: name.to_string(),
+        kind,
+        values,
+        default,
+        description,
+    })
+}
+
+fn explicit_values(
+    w: &mut Walker,
+    node: &Node,
+    field: &str,
+    want: Option<KnobKind>,
+) -> Option<Vec<Value>> {
+    let seq = w.sequence(node, field)?;
+    if seq.is_empty() {
+        w.error_at(node, field, "the list of values is empty");
+        return None;
+    }
+    let mut out: Vec<Value> = Vec::new();
+    let mut ok = true;
+    for (i, item) in seq.iter().enumerate() {
+        let item_field = index(field, i);
+        let Some(v) = w.scalar(item, &item_field) else {
+            ok = false;
+            continue;
+        };
+        let v = match (want, v) {
+            (Some(KnobKind::Int), Value::Int(x)) => Value::Int(x),
+            (Some(KnobKind::Float), Value::Int(x)) => Value::Float(x as f64),
+            (Some(KnobKind::Float), Value::Float(x)) => Value::Float(x),
+            (Some(k), other) => {
+                let expected = if k == KnobKind::Int {
+                    "an integer"
+                } else {
+                    "a number"
+                };
+                w.error_at(
+                    item,
+                    &item_field,
+                    format!("expected {expected}, found {}", yaml::describe(item)),
+                );
+                let _ = other;
+                ok = false;
+                continue;
+            }
+            (None, v) => v,
+        };
+        if out.contains(&v) {
+            w.error_at(item, &item_field, format!("duplicate value `{v}`"));
+            ok = false;
+            continue;
+        }
+        out.push(v);
+    }
+    ok.then_some(out)
+}
+
+fn int_range(
+    w: &mut Walker,
+    map: &marked_yaml::types::MarkedMappingNode,
+    field: &str,
+) -> Option<Vec<Value>> {
+    let min_node = w.required(map, field, "min");
+    let max_node = w.required(map, field, "max");
+    let min = min_node.and_then(|n| w.int(n, &join(field, "min")));
+    let max = max_node.and_then(|n| w.int(n, &join(field, "max")));
+    let scale = match map.get_node("scale") {
+        Some(n) => {
+            let s = w.string(n, &join(field, "scale"))?;
+            match s.as_str() {
+                "linear" | "pow2" => Some(s),
+                other => {
+                    w.error_at(
+                        n,
+                        &join(field, "scale"),
+                        format!(
+                            "unknown scale `{other}` for an int knob (expected linear or pow2)"
+                        ),
+                    );
+                    return None;
+                }
+            }
+        }
+        None => None,
+    };
+    let (min, max) = (min?, max?);
+    let max_node = max_node?;
+    if min > max {
+        w.error_at(
+            max_node,
+            &join(field, "max"),
+            format!("max {max} is smaller than min {min}"),
+        );
+        return None;
+    }
+    if scale.as_deref() == Some("pow2") {
+        if let Some(n) = map.get_node("step") {
+            w.error_at(
+                n,
+                &join(field, "step"),
+                "`step` does not apply with `scale: pow2`",
+            );
+            return None;
+        }
+        for (v, k) in [(min, "min"), (max, "max")] {
+            if v <= 0 || (v & (v - 1)) != 0 {
+                if let Some(n) = map.get_node(k) {
+                    w.error_at(
+                        n,
+                        &join(field, k),
+                        format!("{v} is not a power of two (scale: pow2)"),
+                    );
+                }
+                return None;
+            }
+        }
+        let mut out = Vec::new();
+        let mut v = min;
+        while v <= max {
+            out.push(Value::Int(v));
+            match v.checked_mul(2) {
+                Some(next) => v = next,
+                None => break,
+            }
+        }
+        return Some(out);
+    }
+    let step = match map.get_node("step") {
+        Some(n) => w.int_at_least(n, &join(field, "step"), 1)?,
+        None => 1,
+    };
+    let count = ((max as i128 - min as i128) / step as i128 + 1) as usize;
+    if count > MAX_KNOB_VALUES {
+        w.error_at(
+            max_node,
+            field,
+            format!("the range has {count} values, more than the limit of {MAX_KNOB_VALUES}; use a larger step or pow2"),
+        );
+        return None;
+    }
+    Some(
+        (0..count)
+            .map(|i| Value::Int(min + i as i64 * step))
+            .collect(),
+    )
+}
+
+fn float_range(
+    w: &mut Walker,
+    map: &marked_yaml::types::MarkedMappingNode,
+    field: &str,
+) -> Option<Vec<Value>> {
+    let min = w
+        .required(map, field, "min")
+        .and_then(|n| w.float(n, &join(field, "min")));
+    let max = w
+        .required(map, field, "max")
+        .and_then(|n| w.float(n, &join(field, "max")));
+    let count_node = w.required(map, field, "count");
+    let count = count_node.and_then(|n| w.int_at_least(n, &join(field, "count"), 2));
+    let log = match map.get_node("scale") {
+        Some(n) => match w.string(n, &join(field, "scale"))?.as_str() {
+            "linear" => false,
+            "log" => true,
+            other => {
+                w.error_at(
+                    n,
+                    &join(field, "scale"),
+                    format!("unknown scale `{other}` for a float knob (expected linear or log)"),
+                );
+                return None;
+            }
+        },
+        None => false,
+    };
+    let (min, max, count) = (min?, max?, count? as usize);
+    if min >= max {
+        if let Some(n) = map.get_node("max") {
+            w.error_at(
+                n,
+                &join(field, "max"),
+                format!("max {max} must be larger than min {min}"),
+            );
+        }
+        return None;
+    }
+    if log && min <= 0.0 {
+        if let Some(n) = map.get_node("min") {
+            w.error_at(n, &join(field, "min"), "a log scale needs min > 0");
+        }
+        return None;
+    }
+    if count > MAX_KNOB_VALUES {
+        if let Some(n) = count_node {
+            w.error_at(
+                n,
+                &join(field, "count"),
+                format!("at most {MAX_KNOB_VALUES} values"),
+            );
+        }
+        return None;
+    }
+    let points = (0..count).map(|i| {
+        let t = i as f64 / (count - 1) as f64;
+        let x = if log {
+            (min.ln() + t * (max.ln() - min.ln())).exp()
+        } else {
+            min + t * (max - min)
+        };
+        // Round to 12 significant digits so grid points print cleanly and a
+        // default written as `0.001` matches the generated point.
+        Value::Float(round_sig(x, 12))
+    });
+    Some(points.collect())
+}
+
+fn round_sig(x: f64, digits: i32) -> f64 {
+    if x == 0.0 {
+        return 0.0;
+    }
+    let magnitude = x.abs().log10().floor() as i32;
+    let factor = 10f64.powi(digits - 1 - magnitude);
+    (x * factor).round() / factor
+}
+
+fn parse_cells(w: &mut Walker, node: &Node, knobs: &[Knob]) -> Vec<CellAxis> {
+    let mut out = Vec::new();
+    let Some(map) = w.mapping(node, "cells") else {
+        return out;
+    };
+    for (key, value) in map.iter() {
+        let name = key.as_str();
+        let field = join("cells", name);
+        if !is_identifier(name) {
+            w.error(
+                key.span(),
+                &field,
+                format!("`{name}` is not a valid cell axis name"),
+            );
+            continue;
+        }
+        if RESERVED_VARIABLES.contains(&name) {
+            w.error(
+                key.span(),
+                &field,
+                format!("`{name}` is reserved for a trial variable"),
+            );
+            continue;
+        }
+        if knobs.iter().any(|k| k.name == name) {
+            w.error(
+                key.span(),
+                &field,
+                format!("`{name}` is both a knob and a cell axis; a name can only be one"),
+            );
+            continue;
+        }
+        if let Some(values) = explicit_values(w, value, &field, None) {
+            out.push(CellAxis {
+                name: name.to_string(),
+                values,
+            });
+        }
+    }
+    out
+}
+
+const TRIAL_KEYS: &[&str] = &["command", "timeout", "env"];
+
+fn parse_trial(w: &mut Walker, node: &Node) -> Option<TrialSpec> {
+    let map = w.mapping(node, "trial")?;
+    w.check_keys(map, "trial", TRIAL_KEYS);
+    let command = w
+        .required(map, "trial", "command")
+        .and_then(|n| w.string(n, "trial.command"));
+    if let (Some(c), Some(n)) = (&command, map.get_node("command"))
+        && c.trim().is_empty()
+    {
+        w.error_at(n, "trial.command", "the command is empty");
+    }
+    let timeout = match map.get_node("timeout") {
+        Some(n) => w.duration(n, "trial.timeout"),
+        None => Some(Duration::from_secs(600)),
+    };
+    let env = match map.get_node("env") {
+        Some(n) => {
+            let env = w.string_map(n, "trial.env").unwrap_or_default();
+            if let Some(m) = n.as_mapping() {
+                for k in m.keys() {
+                    let name = k.as_str();
+                    if !is_identifier(name) || name.starts_with("TUNECTL_") {
+                        w.error(
+                            k.span(),
+                            &join("trial.env", name),
+                            format!("`{name}` is not a usable environment variable name (TUNECTL_* is reserved)"),
+                        );
+                    }
+                }
+            }
+            env
+        }
+        None => BTreeMap::new(),
+    };
+    Some(TrialSpec {
+        command: command?,
+        timeout: timeout?,
+        env,
+    })
+}
+
+const METRIC_KEYS: &[&str] = &["metric", "name", "unit", "better"];
+
+fn parse_metric(w: &mut Walker, node: &Node, field: &str, is_objective: bool) -> Option<Metric> {
+    let map = w.mapping(node, field)?;
+    let name_key = if is_objective { "metric" } else { "name" };
+    let allowed: Vec<&str> = METRIC_KEYS
+        .iter()
+        .copied()
+        .filter(|k| *k != if is_objective { "name" } else { "metric" })
+        .collect();
+    w.check_keys(map, field, &allowed);
+    let name = w
+        .required(map, field, name_key)
+        .and_then(|n| w.string(n, &join(field, name_key)));
+    let unit = match map.get_node("unit") {
+        Some(n) => w.string(n, &join(field, "unit")),
+        None => Some(String::new()),
+    };
+    let better_node = w.required(map, field, "better");
+    let better = better_node.and_then(|n| {
+        let f = join(field, "better");
+        match w.string(n, &f)?.as_str() {
+            "higher" => Some(Better::Higher),
+            "lower" => Some(Better::Lower),
+            other => {
+                w.error_at(
+                    n,
+                    &f,
+                    format!("expected `higher` or `lower`, found `{other}`"),
+                );
+                None
+            }
+        }
+    });
+    if let (Some(n), Some(node)) = (&name, map.get_node(name_key))
+        && !is_identifier(n)
+    {
+        w.error_at(
+            node,
+            &join(field, name_key),
+            format!("`{n}` is not a valid metric name"),
+        );
+    }
+    Some(Metric {
+        name: name?,
+        unit: unit?,
+        better: better?,
+    })
+}
+
+fn parse_metrics(w: &mut Walker, node: &Node, objective: Option<&Metric>) -> Vec<Metric> {
+    let mut out: Vec<Metric> = Vec::new();
+    let Some(seq) = w.sequence(node, "metrics") else {
+        return out;
+    };
+    for (i, item) in seq.iter().enumerate() {
+        let field = index("metrics", i);
+        if let Some(m) = parse_metric(w, item, &field, false) {
+            if objective.is_some_and(|o| o.name == m.name) || out.iter().any(|x| x.name == m.name) {
+                w.error_at(
+                    item,
+                    &field,
+                    format!("metric `{}` is declared twice", m.name),
+                );
+                continue;
+            }
+            out.push(m);
+        }
+    }
+    out
+}
+
+fn parse_measurement(w: &mut Walker, node: &Node) -> Option<Measurement> {
+    let map = w.mapping(node, "measurement")?;
+    w.check_keys(map, "measurement", &["warmup", "repeats"]);
+    let warmup = match map.get_node("warmup") {
+        Some(n) => w.int_at_least(n, "measurement.warmup", 0),
+        None => Some(1),
+    };
+    let repeats = match map.get_node("repeats") {
+        Some(n) => w.int_at_least(n, "measurement.repeats", 1),
+        None => Some(3),
+    };
+    let (warmup, repeats) = (warmup?, repeats?);
+    if warmup > 100 || repeats > 10_000 {
+        w.error_at(
+            node,
+            "measurement",
+            "at most 100 warm-up runs and 10000 repeats",
+        );
+        return None;
+    }
+    Some(Measurement {
+        warmup: warmup as u32,
+        repeats: repeats as u32,
+    })
+}
+
+fn parse_gate(w: &mut Walker, node: &Node) -> Option<Gate> {
+    let map = w.mapping(node, "gate")?;
+    w.check_keys(map, "gate", &["outputs"]);
+    let outputs = match map.get_node("outputs") {
+        Some(n) => w.string_list(n, "gate.outputs")?,
+        None => Vec::new(),
+    };
+    if let Some(Node::Sequence(seq)) = map.get_node("outputs") {
+        for (i, (path, item)) in outputs.iter().zip(seq.iter()).enumerate() {
+            let p = Path::new(path);
+            if path.is_empty()
+                || p.is_absolute()
+                || p.components()
+                    .any(|c| matches!(c, std::path::Component::ParentDir))
+            {
+                w.error_at(
+                    item,
+                    &index("gate.outputs", i),
+                    format!("`{path}` must be a relative path inside the trial directory"),
+                );
+            }
+        }
+    }
+    Some(Gate { outputs })
+}
+
+fn parse_strategy(w: &mut Walker, node: &Node) -> Option<Strategy> {
+    let map = w.mapping(node, "strategy")?;
+    w.check_keys(map, "strategy", &["kind", "seed", "count"]);
+    let kind_node = w.required(map, "strategy", "kind")?;
+    match w.string(kind_node, "strategy.kind")?.as_str() {
+        "grid" => {
+            for k in ["seed", "count"] {
+                if let Some(n) = map.get_node(k) {
+                    w.error_at(
+                        n,
+                        &join("strategy", k),
+                        format!("`{k}` applies only to `kind: random`"),
+                    );
+                }
+            }
+            Some(Strategy::Grid)
+        }
+        "random" => {
+            let seed = match map.get_node("seed") {
+                Some(n) => w.int_at_least(n, "strategy.seed", 0),
+                None => Some(0),
+            };
+            let count = w
+                .required(map, "strategy", "count")
+                .and_then(|n| w.int_at_least(n, "strategy.count", 1));
+            Some(Strategy::Random {
+                seed: seed? as u64,
+                count: count? as u64,
+            })
+        }
+        other => {
+            w.error_at(
+                kind_node,
+                "strategy.kind",
+                format!("unknown strategy `{other}` (expected grid or random)"),
+            );
+            None
+        }
+    }
+}
+
+fn parse_budget(w: &mut Walker, node: &Node) -> Option<Budget> {
+    let map = w.mapping(node, "budget")?;
+    w.check_keys(map, "budget", &["max_trials"]);
+    let max_trials = match map.get_node("max_trials") {
+        Some(n) => Some(w.int_at_least(n, "budget.max_trials", 1)? as u64),
+        None => None,
+    };
+    Some(Budget { max_trials })
+}
+
+fn parse_fingerprint(w: &mut Walker, node: &Node) -> BTreeMap<String, String> {
+    let Some(map) = w.mapping(node, "fingerprint") else {
+        return BTreeMap::new();
+    };
+    w.check_keys(map, "fingerprint", &["tools"]);
+    let Some(tools_node) = map.get_node("tools") else {
+        return BTreeMap::new();
+    };
+    let tools = w
+        .string_map(tools_node, "fingerprint.tools")
+        .unwrap_or_default();
+    if let Some(m) = tools_node.as_mapping() {
+        for k in m.keys() {
+            let name = k.as_str();
+            if !name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+                || name.is_empty()
+            {
+                w.error(
+                    k.span(),
+                    &join("fingerprint.tools", name),
+                    "tool names use letters, digits, `-` and `_`",
+                );
+            }
+        }
+    }
+    tools
+}
+
+fn parse_constraints(
+    w: &mut Walker,
+    node: &Node,
+    knobs: &[Knob],
+    cells: &[CellAxis],
+) -> Vec<Constraint> {
+    let mut out = Vec::new();
+    let Some(seq) = w.sequence(node, "constraints") else {
+        return out;
+    };
+    let knob_names: Vec<&str> = knobs.iter().map(|k| k.name.as_str()).collect();
+    let cell_names: Vec<&str> = cells.iter().map(|c| c.name.as_str()).collect();
+    for (i, item) in seq.iter().enumerate() {
+        let field = index("constraints", i);
+        let Some(expr) = w.string(item, &field) else {
+            continue;
+        };
+        match template::expression_variables(&expr) {
+            Err(e) => w.error_at(item, &field, format!("invalid constraint `{expr}`: {e}")),
+            Ok(vars) => {
+                let mut uses_cells = false;
+                let mut bad = false;
+                for v in &vars {
+                    if cell_names.contains(&v.as_str()) {
+                        uses_cells = true;
+                    } else if !knob_names.contains(&v.as_str()) {
+                        bad = true;
+                        w.error_at(
+                            item,
+                            &field,
+                            format!(
+                                "constraint names `{v}`, which is neither a knob nor a cell axis (knobs: {}; cells: {})",
+                                list_or_none(&knob_names),
+                                list_or_none(&cell_names)
+                            ),
+                        );
+                    }
+                }
+                if !bad {
+                    out.push(Constraint {
+                        expr,
+                        uses_cells,
+                        line: item.span().start().map(|m| m.line()).unwrap_or(0),
+                    });
+                }
+            }
+        }
+    }
+    out
+}
+
+fn list_or_none(names: &[&str]) -> String {
+    if names.is_empty() {
+        "none".to_string()
+    } else {
+        names.join(", ")
+    }
+}
+
+fn check_templates(w: &mut Walker, map: &marked_yaml::types::MarkedMappingNode, study: &Study) {
+    let known = study.template_variables();
+    let Some(trial) = map.get_mapping("trial") else {
+        return;
+    };
+    let check = |w: &mut Walker, node: &Node, field: &str, source: &str| {
+        match template::template_variables(source) {
+            Err(e) => w.error_at(node, field, format!("invalid template: {e}")),
+            Ok(vars) => {
+                for v in vars {
+                    if !known.contains(&v) {
+                        w.error_at(
+                            node,
+                            field,
+                            format!(
+                                "unknown template variable `{v}` (known: {})",
+                                known.join(", ")
+                            ),
+                        );
+                    }
+                }
+            }
+        }
+    };
+    if let Some(n) = trial.get_node("command") {
+        check(w, n, "trial.command", &study.trial.command);
+    }
+    if let Some(env) = trial.get_mapping("env") {
+        for (k, n) in env.iter() {
+            if let Some(source) = study.trial.env.get(k.as_str()) {
+                check(w, n, &join("trial.env", k.as_str()), source);
+            }
+        }
+    }
+}
+
+fn check_baseline(w: &mut Walker, map: &marked_yaml::types::MarkedMappingNode, study: &Study) {
+    let Some(constraints_node) = map.get_node("constraints") else {
+        return;
+    };
+    let checker = match TemplateCheck::new(study) {
+        Ok(c) => c,
+        Err(e) => {
+            w.error_at(constraints_node, "constraints", e);
+            return;
+        }
+    };
+    let baseline: Vec<Value> = study.knobs.iter().map(|k| k.default.clone()).collect();
+    for cell in crate::space::cells(study) {
+        match checker.violated(&baseline, &cell) {
+            Ok(None) => {}
+            Ok(Some(i)) => {
+                let c = &study.constraints[i];
+                let node = constraints_node
+                    .as_sequence()
+                    .and_then(|s| s.get(i))
+                    .unwrap_or(constraints_node);
+                let where_ = if c.uses_cells {
+                    format!(" at cell {}", crate::space::cell_label(study, &cell))
+                } else {
+                    String::new()
+                };
+                w.error_at(
+                    node,
+                    &index("constraints", i),
+                    format!(
+                        "constraint `{}` excludes the baseline (every knob at its default){where_}; the baseline must always be runnable",
+                        c.expr
+                    ),
+                );
+                return;
+            }
+            Err(e) => {
+                w.error_at(constraints_node, "constraints", e);
+                return;
+            }
+        }
+    }
+}
+
+fn check_strategy(w: &mut Walker, map: &marked_yaml::types::MarkedMappingNode, study: &Study) {
+    if let Strategy::Random { count, .. } = study.strategy {
+        let candidates = study.grid_size().saturating_sub(1);
+        if u128::from(count) > candidates
+            && let Some(n) = map
+                .get_mapping("strategy")
+                .and_then(|s| s.get_node("count"))
+        {
+            w.error_at(
+                n,
+                "strategy.count",
+                format!("asks for {count} random configs but the grid has only {candidates} besides the baseline"),
+            );
+        }
+    }
+}

@@ -1,0 +1,292 @@
+//! Trial command templates and constraint expressions (minijinja syntax).
+//!
+//! Every value interpolated into a trial command is shell-quoted by the
+//! environment's formatter, so a knob value is always data, never code.
+//! Undefined variables are errors, and the variables a template names are
+//! checked when the study loads, long before any trial runs.
+
+use std::collections::BTreeMap;
+
+use minijinja::{Environment, UndefinedBehavior};
+
+use super::study::Study;
+use super::value::Value;
+
+fn base_env() -> Environment<'static> {
+    let mut env = Environment::new();
+    env.set_undefined_behavior(UndefinedBehavior::Strict);
+    // Commands are shell text, not HTML, whatever a template is named.
+    env.set_auto_escape_callback(|_| minijinja::AutoEscape::None);
+    env
+}
+
+/// How a template value prints: like the `TUNECTL_KNOB_*` variables
+/// (`true`/`false`, `1` for the float 1.0), not Python-style.
+fn plain_text(value: &minijinja::Value) -> String {
+    if let Some(s) = value.as_str() {
+        return s.to_string();
+    }
+    if value.is_none() {
+        return String::new();
+    }
+    if value.kind() == minijinja::value::ValueKind::Bool {
+        return if value.is_true() { "true" } else { "false" }.to_string();
+    }
+    if value.kind() == minijinja::value::ValueKind::Number {
+        if let Ok(i) = i64::try_from(value.clone()) {
+            return i.to_string();
+        }
+        if let Ok(f) = f64::try_from(value.clone()) {
+            return Value::Float(f).to_string();
+        }
+    }
+    value.to_string()
+}
+
+fn strip_globals(env: &Environment<'_>, names: impl IntoIterator<Item = String>) -> Vec<String> {
+    let globals: Vec<&str> = env.globals().map(|(n, _)| n).collect();
+    let mut out: Vec<String> = names
+        .into_iter()
+        .filter(|n| !globals.contains(&n.as_str()))
+        .collect();
+    out.sort();
+    out
+}
+
+/// Top-level variables a template uses.
+pub fn template_variables(source: &str) -> Result<Vec<String>, String> {
+    let env = base_env();
+    let tmpl = env.template_from_str(source).map_err(describe)?;
+    Ok(strip_globals(&env, tmpl.undeclared_variables(false)))
+}
+
+/// Top-level variables an expression uses.
+pub fn expression_variables(expr: &str) -> Result<Vec<String>, String> {
+    let env = base_env();
+    let compiled = env.compile_expression(expr).map_err(describe)?;
+    Ok(strip_globals(&env, compiled.undeclared_variables(false)))
+}
+
+fn describe(e: minijinja::Error) -> String {
+    let mut text = e.to_string();
+    if let Some(detail) = e.detail()
+        && !text.contains(detail)
+    {
+        text.push_str(": ");
+        text.push_str(detail);
+    }
+    text
+}
+
+fn vars_value(names: &[&str], values: &[Value]) -> minijinja::Value {
+    let map: BTreeMap<&str, minijinja::Value> = names
+        .iter()
+        .copied()
+        .zip(values.iter().map(Value::to_template))
+        .collect();
+    minijinja::Value::from(map)
+}
+
+/// Evaluates a study's constraints on configs.
+pub struct TemplateCheck {
+    env: Environment<'static>,
+    names: Vec<String>,
+    count: usize,
+    uses_cells: Vec<bool>,
+}
+
+impl TemplateCheck {
+    pub fn new(study: &Study) -> Result<Self, String> {
+        let mut env = base_env();
+        for (i, c) in study.constraints.iter().enumerate() {
+            env.add_template_owned(
+                format!("constraint{i}"),
+                format!("{{% if {} %}}1{{% else %}}0{{% endif %}}", c.expr),
+            )
+            .map_err(|e| format!("constraint `{}`: {}", c.expr, describe(e)))?;
+        }
+        let mut names: Vec<String> = study.knobs.iter().map(|k| k.name.clone()).collect();
+        names.extend(study.cells.iter().map(|c| c.name.clone()));
+        Ok(TemplateCheck {
+            env,
+            names,
+            count: study.constraints.len(),
+            uses_cells: study.constraints.iter().map(|c| c.uses_cells).collect(),
+        })
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.count == 0
+    }
+
+    /// Does any constraint depend on the cell?
+    pub fn any_uses_cells(&self) -> bool {
+        self.uses_cells.iter().any(|u| *u)
+    }
+
+    /// The index of the first constraint that `config` (knob values in
+    /// study order) violates at `cell` (axis values in study order).
+    pub fn violated(&self, config: &[Value], cell: &[Value]) -> Result<Option<usize>, String> {
+        self.violated_where(config, cell, |_| true)
+    }
+
+    /// Like [`violated`](Self::violated), restricted to the constraints
+    /// for which `select(uses_cells)` holds.
+    pub fn violated_where(
+        &self,
+        config: &[Value],
+        cell: &[Value],
+        select: impl Fn(bool) -> bool,
+    ) -> Result<Option<usize>, String> {
+        if self.count == 0 {
+            return Ok(None);
+        }
+        let names: Vec<&str> = self.names.iter().map(String::as_str).collect();
+        let mut values: Vec<Value> = config.to_vec();
+        values.extend(cell.iter().cloned());
+        let ctx = vars_value(&names, &values);
+        for i in 0..self.count {
+            if !select(self.uses_cells[i]) {
+                continue;
+            }
+            let tmpl = self
+                .env
+                .get_template(&format!("constraint{i}"))
+                .map_err(describe)?;
+            let out = tmpl.render(&ctx).map_err(describe)?;
+            if out != "1" {
+                return Ok(Some(i));
+            }
+        }
+        Ok(None)
+    }
+}
+
+/// Renders trial commands and environments.
+pub struct CommandRenderer {
+    shell: Environment<'static>,
+    plain: Environment<'static>,
+    env_names: Vec<String>,
+}
+
+/// Quote a value for a POSIX shell.
+pub fn shell_quote(s: &str) -> String {
+    shell_escape::unix::escape(std::borrow::Cow::Borrowed(s)).into_owned()
+}
+
+impl CommandRenderer {
+    pub fn new(study: &Study) -> Result<Self, String> {
+        let mut shell = base_env();
+        shell.set_formatter(|out, _state, value| {
+            if value.is_undefined() {
+                return Err(minijinja::Error::new(
+                    minijinja::ErrorKind::UndefinedError,
+                    "undefined value",
+                ));
+            }
+            out.write_str(&shell_quote(&plain_text(value)))
+                .map_err(|e| {
+                    minijinja::Error::new(minijinja::ErrorKind::WriteFailure, e.to_string())
+                })
+        });
+        shell
+            .add_template_owned("command", study.trial.command.clone())
+            .map_err(|e| format!("trial.command: {}", describe(e)))?;
+        let mut plain = base_env();
+        plain.set_formatter(|out, _state, value| {
+            out.write_str(&plain_text(value)).map_err(|e| {
+                minijinja::Error::new(minijinja::ErrorKind::WriteFailure, e.to_string())
+            })
+        });
+        let mut env_names = Vec::new();
+        for (k, v) in &study.trial.env {
+            plain
+                .add_template_owned(format!("env.{k}"), v.clone())
+                .map_err(|e| format!("trial.env.{k}: {}", describe(e)))?;
+            env_names.push(k.clone());
+        }
+        Ok(CommandRenderer {
+            shell,
+            plain,
+            env_names,
+        })
+    }
+
+    /// Render the command with every value shell-quoted.
+    pub fn command(&self, vars: &TrialVars) -> Result<String, String> {
+        let tmpl = self.shell.get_template("command").map_err(describe)?;
+        tmpl.render(vars.to_value()).map_err(describe)
+    }
+
+    /// Render the extra environment variables (values are not quoted: they
+    /// never pass through a shell).
+    pub fn env(&self, vars: &TrialVars) -> Result<Vec<(String, String)>, String> {
+        let ctx = vars.to_value();
+        let mut out = Vec::new();
+        for k in &self.env_names {
+            let tmpl = self
+                .plain
+                .get_template(&format!("env.{k}"))
+                .map_err(describe)?;
+            out.push((k.clone(), tmpl.render(&ctx).map_err(describe)?));
+        }
+        Ok(out)
+    }
+}
+
+/// Everything a trial template can name.
+#[derive(Debug, Clone, Default)]
+pub struct TrialVars {
+    pub entries: BTreeMap<String, Value>,
+}
+
+impl TrialVars {
+    pub fn set(&mut self, name: &str, value: Value) {
+        self.entries.insert(name.to_string(), value);
+    }
+
+    fn to_value(&self) -> minijinja::Value {
+        let map: BTreeMap<&str, minijinja::Value> = self
+            .entries
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.to_template()))
+            .collect();
+        minijinja::Value::from(map)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn variables_of_templates_and_expressions() {
+        assert_eq!(
+            template_variables(
+                "run --t {{ threads }} {% if fast %}--fast{% endif %} {{ range(3) | length }}"
+            )
+            .expect("valid"),
+            vec!["fast".to_string(), "threads".to_string()]
+        );
+        assert_eq!(
+            expression_variables("dtype == 'bf16' or not compile").expect("valid"),
+            vec!["compile".to_string(), "dtype".to_string()]
+        );
+        assert!(template_variables("{{ unclosed").is_err());
+    }
+
+    #[test]
+    fn shell_quoting_keeps_values_as_data() {
+        assert_eq!(shell_quote("abc"), "abc");
+        assert_eq!(shell_quote("; touch /tmp/pwned"), "'; touch /tmp/pwned'");
+        assert_eq!(shell_quote("it's"), "'it'\\''s'");
+    }
+
+    #[test]
+    fn values_print_like_the_knob_variables() {
+        assert_eq!(plain_text(&minijinja::Value::from(true)), "true");
+        assert_eq!(plain_text(&minijinja::Value::from(1.0f64)), "1");
+        assert_eq!(plain_text(&minijinja::Value::from(0.25f64)), "0.25");
+        assert_eq!(plain_text(&minijinja::Value::from(7i64)), "7");
+    }
+}

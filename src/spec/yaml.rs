@@ -1,0 +1,479 @@
+//! A strict walker over a YAML document that keeps line and column.
+//!
+//! `marked_yaml` parses into nodes that remember where they came from; this
+//! module turns those nodes into typed values while recording every problem
+//! (unknown key, wrong type, bad value) as a [`Diagnostic`] naming the file,
+//! the position and the key path. Nothing here stops at the first error.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use marked_yaml::types::{MarkedMappingNode, MarkedScalarNode, MarkedSequenceNode, Span};
+use marked_yaml::{LoaderOptions, Node};
+
+use super::diag::{Diagnostic, Diagnostics};
+use super::value::Value;
+
+/// Read and parse a YAML file whose top level must be a mapping.
+pub fn load_file(file: &Path) -> Result<Node, Diagnostics> {
+    let text = std::fs::read_to_string(file)
+        .map_err(|e| Diagnostics::whole_file(file, format!("cannot read file: {e}")))?;
+    parse_text(file, &text)
+}
+
+/// Parse YAML text (named `file` in diagnostics).
+pub fn parse_text(file: &Path, text: &str) -> Result<Node, Diagnostics> {
+    if text.trim().is_empty() {
+        return Err(Diagnostics::whole_file(
+            file,
+            "the file is empty; expected a YAML mapping",
+        ));
+    }
+    let options = LoaderOptions::default()
+        .error_on_duplicate_keys(true)
+        .prevent_coercion(true);
+    marked_yaml::parse_yaml_with_options(0, text, options).map_err(|e| load_error(file, e))
+}
+
+fn load_error(file: &Path, err: marked_yaml::LoadError) -> Diagnostics {
+    use marked_yaml::LoadError as E;
+    let (marker, message) = match &err {
+        E::TopLevelMustBeMapping(m) => (
+            Some(*m),
+            "the top level must be a mapping (key: value)".to_string(),
+        ),
+        E::TopLevelMustBeSequence(m) => (Some(*m), "the top level must be a sequence".to_string()),
+        E::UnexpectedAnchor(m) => (
+            Some(*m),
+            "YAML anchors and aliases are not supported".to_string(),
+        ),
+        E::MappingKeyMustBeScalar(m) => {
+            (Some(*m), "mapping keys must be plain scalars".to_string())
+        }
+        E::UnexpectedTag(m) => (Some(*m), "YAML tags are not supported".to_string()),
+        E::ScanError(m, e) => (Some(*m), format!("invalid YAML: {e}")),
+        E::DuplicateKey(inner) => {
+            let key = &inner.key;
+            (
+                key.span().start().copied(),
+                format!(
+                    "duplicate key `{}` (first defined on line {})",
+                    key.as_str(),
+                    inner.prev_key.span().start().map(|m| m.line()).unwrap_or(0)
+                ),
+            )
+        }
+    };
+    let (line, column) = marker
+        .map(|m: marked_yaml::types::Marker| (m.line(), m.column()))
+        .unwrap_or((0, 0));
+    Diagnostics(vec![Diagnostic {
+        file: file.to_path_buf(),
+        line,
+        column,
+        field: String::new(),
+        message,
+    }])
+}
+
+/// Join a key onto a key path.
+pub fn join(parent: &str, key: &str) -> String {
+    if parent.is_empty() {
+        key.to_string()
+    } else {
+        format!("{parent}.{key}")
+    }
+}
+
+/// Index into a key path.
+pub fn index(parent: &str, i: usize) -> String {
+    format!("{parent}[{i}]")
+}
+
+/// What a node is, for "expected X, found Y" messages.
+pub fn describe(node: &Node) -> String {
+    match node {
+        Node::Mapping(_) => "a mapping".to_string(),
+        Node::Sequence(_) => "a list".to_string(),
+        Node::Scalar(s) => match scalar_value(s) {
+            Value::Null => "nothing (null)".to_string(),
+            Value::Bool(b) => format!("the boolean {b}"),
+            Value::Int(i) => format!("the integer {i}"),
+            Value::Float(f) => format!("the number {f}"),
+            Value::Str(s) => format!("the string {s:?}"),
+        },
+    }
+}
+
+/// The typed value of a scalar: plain scalars follow the YAML 1.2 core
+/// schema (booleans, null, integers, floats); quoted scalars are strings.
+pub fn scalar_value(s: &MarkedScalarNode) -> Value {
+    let text = s.as_str();
+    if !s.may_coerce() {
+        return Value::Str(text.to_string());
+    }
+    match text {
+        "" | "~" | "null" | "Null" | "NULL" => return Value::Null,
+        "true" | "True" | "TRUE" => return Value::Bool(true),
+        "false" | "False" | "FALSE" => return Value::Bool(false),
+        ".inf" | ".Inf" | ".INF" | "+.inf" => return Value::Float(f64::INFINITY),
+        "-.inf" | "-.Inf" | "-.INF" => return Value::Float(f64::NEG_INFINITY),
+        ".nan" | ".NaN" | ".NAN" => return Value::Float(f64::NAN),
+        _ => {}
+    }
+    if let Some(v) = parse_int(text) {
+        return Value::Int(v);
+    }
+    let looks_numeric = text
+        .chars()
+        .all(|c| c.is_ascii_digit() || matches!(c, '.' | 'e' | 'E' | '+' | '-' | '_'))
+        && text.chars().any(|c| c.is_ascii_digit());
+    if looks_numeric && let Ok(f) = text.replace('_', "").parse::<f64>() {
+        return Value::Float(f);
+    }
+    Value::Str(text.to_string())
+}
+
+fn parse_int(text: &str) -> Option<i64> {
+    let (neg, body) = match text.strip_prefix('-') {
+        Some(rest) => (true, rest),
+        None => (false, text.strip_prefix('+').unwrap_or(text)),
+    };
+    let body = body.replace('_', "");
+    let parsed = if let Some(hex) = body.strip_prefix("0x") {
+        i64::from_str_radix(hex, 16).ok()
+    } else if let Some(oct) = body.strip_prefix("0o") {
+        i64::from_str_radix(oct, 8).ok()
+    } else if !body.is_empty() && body.chars().all(|c| c.is_ascii_digit()) {
+        body.parse::<i64>().ok()
+    } else {
+        None
+    }?;
+    Some(if neg { -parsed } else { parsed })
+}
+
+/// Parse a duration such as `30s`, `5m`, `1h30m`, `250ms` or a plain number
+/// of seconds.
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    let t = text.trim();
+    if let Ok(secs) = t.parse::<f64>() {
+        if secs.is_finite() && secs >= 0.0 {
+            return Ok(Duration::from_secs_f64(secs));
+        }
+        return Err(format!("`{t}` is not a valid duration"));
+    }
+    humantime::parse_duration(t)
+        .map_err(|e| format!("`{t}` is not a valid duration ({e}); use e.g. 30s, 5m, 1h30m"))
+}
+
+/// Walks nodes of one file and collects diagnostics.
+pub struct Walker {
+    file: PathBuf,
+    pub diags: Diagnostics,
+}
+
+impl Walker {
+    pub fn new(file: &Path) -> Self {
+        Walker {
+            file: file.to_path_buf(),
+            diags: Diagnostics::default(),
+        }
+    }
+
+    pub fn file(&self) -> &Path {
+        &self.file
+    }
+
+    /// Record a problem at a span.
+    pub fn error(&mut self, span: &Span, field: &str, message: impl Into<String>) {
+        let (line, column) = span
+            .start()
+            .map(|m| (m.line(), m.column()))
+            .unwrap_or((0, 0));
+        self.diags.push(Diagnostic {
+            file: self.file.clone(),
+            line,
+            column,
+            field: field.to_string(),
+            message: message.into(),
+        });
+    }
+
+    /// Record a problem at a node.
+    pub fn error_at(&mut self, node: &Node, field: &str, message: impl Into<String>) {
+        self.error(node.span(), field, message);
+    }
+
+    pub fn mapping<'a>(&mut self, node: &'a Node, field: &str) -> Option<&'a MarkedMappingNode> {
+        match node {
+            Node::Mapping(m) => Some(m),
+            other => {
+                let found = describe(other);
+                self.error_at(other, field, format!("expected a mapping, found {found}"));
+                None
+            }
+        }
+    }
+
+    pub fn sequence<'a>(&mut self, node: &'a Node, field: &str) -> Option<&'a MarkedSequenceNode> {
+        match node {
+            Node::Sequence(s) => Some(s),
+            other => {
+                let found = describe(other);
+                self.error_at(other, field, format!("expected a list, found {found}"));
+                None
+            }
+        }
+    }
+
+    /// Report every key of `map` that is not in `allowed`, with a suggestion.
+    pub fn check_keys(&mut self, map: &MarkedMappingNode, field: &str, allowed: &[&str]) {
+        for key in map.keys() {
+            let name = key.as_str();
+            if allowed.contains(&name) {
+                continue;
+            }
+            let mut message = format!("unknown key `{name}`");
+            let best = allowed
+                .iter()
+                .map(|a| (strsim::jaro_winkler(name, a), *a))
+                .filter(|(score, _)| *score > 0.8)
+                .max_by(|a, b| a.0.total_cmp(&b.0));
+            match best {
+                Some((_, suggestion)) => {
+                    message.push_str(&format!(" (did you mean `{suggestion}`?)"))
+                }
+                None => message.push_str(&format!(" (expected one of: {})", allowed.join(", "))),
+            }
+            self.error(key.span(), &join(field, name), message);
+        }
+    }
+
+    /// A key that must be present.
+    pub fn required<'a>(
+        &mut self,
+        map: &'a MarkedMappingNode,
+        field: &str,
+        key: &str,
+    ) -> Option<&'a Node> {
+        let node = map.get_node(key);
+        if node.is_none() {
+            self.error(map.span(), &join(field, key), "missing required key");
+        }
+        node
+    }
+
+    pub fn string(&mut self, node: &Node, field: &str) -> Option<String> {
+        match node {
+            Node::Scalar(s) => match scalar_value(s) {
+                Value::Str(v) => Some(v),
+                Value::Null => {
+                    self.error_at(node, field, "expected a string, found nothing (null)");
+                    None
+                }
+                // Numbers and booleans written where text is expected are
+                // kept as written (e.g. `dtype: 16`).
+                _ => Some(s.as_str().to_string()),
+            },
+            other => {
+                let found = describe(other);
+                self.error_at(other, field, format!("expected a string, found {found}"));
+                None
+            }
+        }
+    }
+
+    pub fn int(&mut self, node: &Node, field: &str) -> Option<i64> {
+        match node {
+            Node::Scalar(s) => match scalar_value(s) {
+                Value::Int(i) => Some(i),
+                _ => {
+                    let found = describe(node);
+                    self.error_at(node, field, format!("expected an integer, found {found}"));
+                    None
+                }
+            },
+            other => {
+                let found = describe(other);
+                self.error_at(other, field, format!("expected an integer, found {found}"));
+                None
+            }
+        }
+    }
+
+    /// An integer that must be at least `min`.
+    pub fn int_at_least(&mut self, node: &Node, field: &str, min: i64) -> Option<i64> {
+        let v = self.int(node, field)?;
+        if v < min {
+            self.error_at(node, field, format!("must be at least {min}, found {v}"));
+            return None;
+        }
+        Some(v)
+    }
+
+    pub fn float(&mut self, node: &Node, field: &str) -> Option<f64> {
+        let value = match node {
+            Node::Scalar(s) => match scalar_value(s) {
+                Value::Int(i) => Some(i as f64),
+                Value::Float(f) => Some(f),
+                _ => None,
+            },
+            _ => None,
+        };
+        match value {
+            Some(f) if f.is_finite() => Some(f),
+            Some(_) => {
+                self.error_at(node, field, "expected a finite number");
+                None
+            }
+            None => {
+                let found = describe(node);
+                self.error_at(node, field, format!("expected a number, found {found}"));
+                None
+            }
+        }
+    }
+
+    pub fn bool(&mut self, node: &Node, field: &str) -> Option<bool> {
+        if let Node::Scalar(s) = node
+            && let Value::Bool(b) = scalar_value(s)
+        {
+            return Some(b);
+        }
+        let found = describe(node);
+        self.error_at(
+            node,
+            field,
+            format!("expected true or false, found {found}"),
+        );
+        None
+    }
+
+    pub fn duration(&mut self, node: &Node, field: &str) -> Option<Duration> {
+        let text = match node {
+            Node::Scalar(s) => s.as_str().to_string(),
+            other => {
+                let found = describe(other);
+                self.error_at(other, field, format!("expected a duration, found {found}"));
+                return None;
+            }
+        };
+        match parse_duration(&text) {
+            Ok(d) if d.is_zero() => {
+                self.error_at(node, field, "must be longer than zero");
+                None
+            }
+            Ok(d) => Some(d),
+            Err(e) => {
+                self.error_at(node, field, e);
+                None
+            }
+        }
+    }
+
+    /// A scalar of any type (knob and cell values).
+    pub fn scalar(&mut self, node: &Node, field: &str) -> Option<Value> {
+        match node {
+            Node::Scalar(s) => match scalar_value(s) {
+                Value::Null => {
+                    self.error_at(node, field, "expected a value, found nothing (null)");
+                    None
+                }
+                Value::Float(f) if !f.is_finite() => {
+                    self.error_at(node, field, "expected a finite value");
+                    None
+                }
+                v => Some(v),
+            },
+            other => {
+                let found = describe(other);
+                self.error_at(
+                    other,
+                    field,
+                    format!("expected a single value, found {found}"),
+                );
+                None
+            }
+        }
+    }
+
+    /// A mapping of string keys to string values (env, context, tools).
+    pub fn string_map(
+        &mut self,
+        node: &Node,
+        field: &str,
+    ) -> Option<std::collections::BTreeMap<String, String>> {
+        let map = self.mapping(node, field)?;
+        let mut out = std::collections::BTreeMap::new();
+        for (k, v) in map.iter() {
+            let key_field = join(field, k.as_str());
+            if let Some(s) = self.string(v, &key_field) {
+                out.insert(k.as_str().to_string(), s);
+            }
+        }
+        Some(out)
+    }
+
+    /// A list of strings.
+    pub fn string_list(&mut self, node: &Node, field: &str) -> Option<Vec<String>> {
+        let seq = self.sequence(node, field)?;
+        let mut out = Vec::new();
+        for (i, item) in seq.iter().enumerate() {
+            if let Some(s) = self.string(item, &index(field, i)) {
+                out.push(s);
+            }
+        }
+        Some(out)
+    }
+}
+
+/// Is `name` usable as an identifier (knob, cell axis, template variable)?
+pub fn is_identifier(name: &str) -> bool {
+    let mut chars = name.chars();
+    matches!(chars.next(), Some(c) if c.is_ascii_alphabetic() || c == '_')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str) -> Node {
+        parse_text(Path::new("t.yaml"), text).expect("valid yaml")
+    }
+
+    #[test]
+    fn plain_scalars_follow_the_core_schema() {
+        let node = parse("a: 1\nb: 1.5\nc: true\nd: '1'\ne: x\nf: ~\ng: 0x10\nh: -3\n");
+        let m = node.as_mapping().expect("mapping");
+        let v = |k: &str| scalar_value(m.get_scalar(k).expect("scalar"));
+        assert_eq!(v("a"), Value::Int(1));
+        assert_eq!(v("b"), Value::Float(1.5));
+        assert_eq!(v("c"), Value::Bool(true));
+        assert_eq!(v("d"), Value::Str("1".into()));
+        assert_eq!(v("e"), Value::Str("x".into()));
+        assert_eq!(v("f"), Value::Null);
+        assert_eq!(v("g"), Value::Int(16));
+        assert_eq!(v("h"), Value::Int(-3));
+    }
+
+    #[test]
+    fn positions_are_one_based() {
+        let node = parse("a: 1\nb:\n  c: oops\n");
+        let m = node.as_mapping().expect("mapping");
+        let b = m.get_mapping("b").expect("b");
+        let mut w = Walker::new(Path::new("t.yaml"));
+        w.check_keys(b, "b", &["d"]);
+        let d = &w.diags.0[0];
+        assert_eq!((d.line, d.column), (3, 3));
+        assert_eq!(d.field, "b.c");
+    }
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("30s"), Ok(Duration::from_secs(30)));
+        assert_eq!(parse_duration("2"), Ok(Duration::from_secs(2)));
+        assert_eq!(parse_duration("1m30s"), Ok(Duration::from_secs(90)));
+        assert!(parse_duration("soon").is_err());
+    }
+}

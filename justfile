@@ -1,0 +1,21 @@
+# Developer recipes. `just` itself: `cargo install just`.
+# The README's commands do not need just: they call the scripts directly.
+
+# Run the quickstart study end to end (build, plan, launch, report).
+quickstart *ARGS:
+    ./examples/quickstart/run.sh {{ARGS}}
+
+# Everything CI runs: fmt check, clippy -D warnings, all tests.
+ci:
+    ./scripts/test.sh
+
+test:
+    cargo test --all-targets
+
+fmt:
+    cargo fmt --all
+
+# Benchmarks (not timed tests); figures go to docs/benchmarks.md.
+bench:
+    ./benches/dispatch.sh
+    ./benches/plan_scale.sh

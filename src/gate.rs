@@ -37,6 +37,9 @@ const OOM_PATTERNS: &[&str] = &[
 pub struct Classifier {
     compile: RegexSet,
     oom: RegexSet,
+    /// Lines that state an error (preferred over backtrace frames as the
+    /// failure's one-line detail).
+    error_line: regex::Regex,
 }
 
 impl Default for Classifier {
@@ -44,8 +47,21 @@ impl Default for Classifier {
         Classifier {
             compile: RegexSet::new(COMPILE_PATTERNS).unwrap_or_else(|_| RegexSet::empty()),
             oom: RegexSet::new(OOM_PATTERNS).unwrap_or_else(|_| RegexSet::empty()),
+            error_line: regex::Regex::new(
+                r"(?i)(error|panic|exception|fatal|abort|overflow|failed|out of memory|segmentation)",
+            )
+            .unwrap_or_else(|_| regex::Regex::new("$^").unwrap_or_else(|_| unreachable!())),
         }
     }
+}
+
+/// A backtrace frame (`12: core::panicking::panic_fmt`, `at src/x.rs:3`,
+/// `File "x.py", line 3, in f`): never the failure's one-line detail.
+fn is_frame(line: &str) -> bool {
+    let digits = line.chars().take_while(char::is_ascii_digit).count();
+    (digits > 0 && line[digits..].starts_with(": "))
+        || line.starts_with("at ")
+        || line.starts_with("File \"")
 }
 
 /// Name of a signal for messages.
@@ -89,16 +105,20 @@ impl Classifier {
         // The last meaningful line: runtime hints ("note: run with
         // RUST_BACKTRACE=1", Python's traceback footer) say nothing about
         // the failure itself.
+        let meaningful = |l: &&str| {
+            !l.is_empty()
+                && !l.starts_with("note:")
+                && !l.contains("RUST_BACKTRACE")
+                && !l.starts_with("stack backtrace")
+                && !is_frame(l)
+        };
         let last_line = stderr_tail
             .lines()
             .rev()
             .map(str::trim)
-            .find(|l| {
-                !l.is_empty()
-                    && !l.starts_with("note:")
-                    && !l.contains("RUST_BACKTRACE")
-                    && !l.starts_with("stack backtrace")
-            })
+            .filter(meaningful)
+            .find(|l| self.error_line.is_match(l))
+            .or_else(|| stderr_tail.lines().rev().map(str::trim).find(meaningful))
             .map(|l| l.chars().take(200).collect::<String>());
         let how = match (exit.code, exit.signal) {
             (_, Some(sig)) => format!("killed by {}", signal_name(sig)),

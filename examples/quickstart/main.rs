@@ -357,12 +357,9 @@ fn run<A: Accum>(cfg: &Config) -> (u64, Vec<f64>) {
         let s = match r {
             Ok(s) => s,
             Err(at) => panic!(
-                "accumulator overflow: i32 cannot hold the partial sum \
-                 (n={}, the running sum overflowed at the chunk starting at index {at}; \
-                 the full sum is about {:.3e} > i32::MAX = {}); use --accum i64 or f64",
-                cfg.n,
-                cfg.n as f64 * ((1u64 << VALUE_BITS) as f64 / 2.0),
-                i32::MAX
+                "accumulator overflow: i32 cannot hold the sum of n={} values \
+                 (overflowed in the chunk at index {at}); use --accum i64 or f64",
+                cfg.n
             ),
         };
         if let Some(prev) = sum

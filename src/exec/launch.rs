@@ -368,13 +368,21 @@ impl Shared<'_> {
     }
 
     fn skip(&self, count: u64, reason: String) {
+        self.skip_with(count, reason, true);
+    }
+
+    fn skip_with(&self, count: u64, reason: String, announce: bool) {
         if count == 0 {
             return;
         }
         if let Ok(mut st) = self.state.lock() {
             st.summary.skipped += count;
         }
-        let _ = self.events.send(Event::Skipped { count, reason });
+        let _ = self.events.send(Event::Skipped {
+            count,
+            reason,
+            announce,
+        });
     }
 
     /// Queue every trial of a cell except the baseline's first repeat and
@@ -424,9 +432,11 @@ impl Shared<'_> {
         };
         drop(st);
         if skipped_failed > 0 {
-            self.skip(
+            // Counted, not announced: the failure itself was reported.
+            self.skip_with(
                 skipped_failed,
                 "their config already failed in this cell".to_string(),
+                false,
             );
         }
         result

@@ -38,10 +38,11 @@ pub enum Event {
         /// `config @ cell: class: detail` for failures.
         failure: Option<String>,
     },
-    /// Trials that will not run, with why.
+    /// Trials that will not run, with why; `announce` prints the reason.
     Skipped {
         count: u64,
         reason: String,
+        announce: bool,
     },
     Note(String),
 }
@@ -139,9 +140,11 @@ pub async fn report(mode: ProgressMode, mut rx: mpsc::UnboundedReceiver<Event>) 
                             say(&format!("rejected {f}"));
                         }
                     }
-                    Event::Skipped { count, reason } => {
+                    Event::Skipped { count, reason, announce } => {
                         c.skipped += count;
-                        say(&format!("skipping {count} trials: {reason}"));
+                        if announce {
+                            say(&format!("skipping {count} trials: {reason}"));
+                        }
                     }
                     Event::Note(n) => say(&n),
                 }

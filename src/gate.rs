@@ -64,6 +64,30 @@ fn is_frame(line: &str) -> bool {
         || line.starts_with("File \"")
 }
 
+/// The one line of stderr that best says what went wrong: the last line
+/// that states an error, skipping runtime hints ("note: run with
+/// RUST_BACKTRACE=1") and backtrace frames; for a Rust panic, the message on
+/// the line after "panicked at"; else the last meaningful line.
+fn detail_line(stderr: &str, error_line: &regex::Regex) -> Option<String> {
+    let lines: Vec<&str> = stderr
+        .lines()
+        .map(str::trim)
+        .filter(|l| {
+            !l.is_empty()
+                && !l.starts_with("note:")
+                && !l.contains("RUST_BACKTRACE")
+                && !l.starts_with("stack backtrace")
+                && !is_frame(l)
+        })
+        .collect();
+    let pick = match lines.iter().rposition(|l| error_line.is_match(l)) {
+        Some(i) if lines[i].contains("panicked at") && i + 1 < lines.len() => lines[i + 1],
+        Some(i) => lines[i],
+        None => lines.last()?,
+    };
+    Some(pick.chars().take(200).collect())
+}
+
 /// Name of a signal for messages.
 pub fn signal_name(sig: i32) -> String {
     let name = match sig {
@@ -102,24 +126,7 @@ impl Classifier {
         if exit.code == Some(0) && exit.signal.is_none() {
             return None;
         }
-        // The last meaningful line: runtime hints ("note: run with
-        // RUST_BACKTRACE=1", Python's traceback footer) say nothing about
-        // the failure itself.
-        let meaningful = |l: &&str| {
-            !l.is_empty()
-                && !l.starts_with("note:")
-                && !l.contains("RUST_BACKTRACE")
-                && !l.starts_with("stack backtrace")
-                && !is_frame(l)
-        };
-        let last_line = stderr_tail
-            .lines()
-            .rev()
-            .map(str::trim)
-            .filter(meaningful)
-            .find(|l| self.error_line.is_match(l))
-            .or_else(|| stderr_tail.lines().rev().map(str::trim).find(meaningful))
-            .map(|l| l.chars().take(200).collect::<String>());
+        let last_line = detail_line(stderr_tail, &self.error_line);
         let how = match (exit.code, exit.signal) {
             (_, Some(sig)) => format!("killed by {}", signal_name(sig)),
             (Some(code), None) => format!("exit code {code}"),
@@ -187,11 +194,29 @@ mod tests {
             .classify(
                 &exit(Some(101), None),
                 false,
-                "thread 'main' panicked\nboom\n",
+                "thread 'main' panicked at x.rs:1:1:\nboom\n",
                 5.0,
             )
             .expect("failure");
         assert_eq!(cr, (FailureClass::Crash, "exit code 101: boom".to_string()));
+        let bt = c
+            .classify(
+                &exit(Some(101), None),
+                false,
+                "thread 'main' panicked at src/main.rs:3:5:\naccumulator overflow: i32\nstack backtrace:\n  2: quickstart::main\n             at ./src/main.rs:3:5\nnote: Some details are omitted\n",
+                5.0,
+            )
+            .expect("failure");
+        assert_eq!(bt.1, "exit code 101: accumulator overflow: i32");
+        let py = c
+            .classify(
+                &exit(Some(1), None),
+                false,
+                "Traceback (most recent call last):\n  File \"x.py\", line 3, in <module>\nValueError: bad tile\n",
+                5.0,
+            )
+            .expect("failure");
+        assert_eq!(py.1, "exit code 1: ValueError: bad tile");
         let seg = c
             .classify(&exit(None, Some(11)), false, "", 5.0)
             .expect("failure");

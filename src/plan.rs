@@ -73,7 +73,18 @@ impl Plan {
         let space = ConfigSpace::new(study)?;
         let check = TemplateCheck::new(study)?;
         let cells = space::cells(study);
-        let base = space::candidates(study, &space, &check)?;
+        // A budget bounds how many candidates can ever run; without cell
+        // constraints, enumeration can stop there.
+        let cells_n = cells.len() as u64;
+        let repeats_n = u64::from(study.measurement.repeats);
+        let limit = match study.budget.max_trials {
+            Some(max) if !check.any_uses_cells() => {
+                Some((max / (cells_n * repeats_n).max(1)).saturating_sub(1) + 1)
+            }
+            _ => None,
+        };
+        let base = space::candidates(study, &space, &check, limit)?;
+        let stopped_early = limit.is_some_and(|l| base.indices.len() as u64 >= l);
         let mut notes: Vec<String> = base.note.into_iter().collect();
         let shared = Arc::new(base.indices);
         let mut per_cell = Vec::with_capacity(cells.len());
@@ -99,7 +110,7 @@ impl Plan {
         }
         let repeats = study.measurement.repeats;
         if let Some(max) = study.budget.max_trials {
-            apply_budget(&mut per_cell, repeats, max, &mut notes);
+            apply_budget(&mut per_cell, repeats, max, stopped_early, &mut notes);
         }
         let classes = plan_classes(hosts);
         let graph = build_graph(&classes, hosts, &per_cell, space.baseline());
@@ -195,7 +206,13 @@ pub struct Cost {
     pub expected_wall_seconds: Option<f64>,
 }
 
-fn apply_budget(per_cell: &mut [Arc<Vec<u64>>], repeats: u32, max: u64, notes: &mut Vec<String>) {
+fn apply_budget(
+    per_cell: &mut [Arc<Vec<u64>>],
+    repeats: u32,
+    max: u64,
+    stopped_early: bool,
+    notes: &mut Vec<String>,
+) {
     let r = u64::from(repeats);
     let lens: Vec<u64> = per_cell.iter().map(|c| c.len() as u64).collect();
     let total = |k: u64| -> u64 { lens.iter().map(|len| (1 + len.min(&k)) * r).sum() };
@@ -227,7 +244,12 @@ fn apply_budget(per_cell: &mut [Arc<Vec<u64>>], repeats: u32, max: u64, notes: &
         ));
     } else {
         notes.push(format!(
-            "budget.max_trials = {max}: planned {kept} of {full} trials per host class (the first {keep} candidates per cell in strategy order)"
+            "budget.max_trials = {max}: planned {kept} {of} trials per host class (the first {keep} candidates per cell in strategy order)",
+            of = if stopped_early {
+                "budget-limited".to_string()
+            } else {
+                format!("of {full}")
+            }
         ));
     }
 }

@@ -161,10 +161,15 @@ pub struct Candidates {
     pub note: Option<String>,
 }
 
+/// Largest grid enumerated without a budget that bounds it.
+pub const MAX_GRID_ENUMERATION: u64 = 50_000_000;
+
+/// `limit`: stop after this many candidates (a budget that cannot use more).
 pub fn candidates(
     study: &Study,
     space: &ConfigSpace,
     check: &TemplateCheck,
+    limit: Option<u64>,
 ) -> Result<Candidates, String> {
     let empty_cell: Vec<Value> = Vec::new();
     let keep = |index: u64| -> Result<bool, String> {
@@ -178,9 +183,18 @@ pub fn candidates(
     };
     match study.strategy {
         Strategy::Grid => {
+            if limit.is_none() && space.size() > MAX_GRID_ENUMERATION {
+                return Err(format!(
+                    "the grid has {} configs, more than the {MAX_GRID_ENUMERATION} a grid study may enumerate; set budget.max_trials, use `strategy: random`, or prune with constraints",
+                    space.size()
+                ));
+            }
             let mut indices = Vec::new();
             let mut pruned = 0;
             for i in 0..space.size() {
+                if limit.is_some_and(|l| indices.len() as u64 >= l) {
+                    break;
+                }
                 if i == space.baseline() {
                     continue;
                 }

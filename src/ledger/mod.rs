@@ -333,13 +333,10 @@ impl Ledger {
                         key: key_text,
                         reason: format!("unsupported schema version {}", rec.schema),
                     }),
-                    Ok(rec) if !key_text.contains(&rec.trial_key) => {
-                        scan.corrupt.push(CorruptObject {
-                            key: key_text,
-                            reason: "the record's trial key does not match its location"
-                                .to_string(),
-                        })
-                    }
+                    Ok(rec) if !matches_location(&key, &rec) => scan.corrupt.push(CorruptObject {
+                        key: key_text,
+                        reason: "the record's trial key does not match its location".to_string(),
+                    }),
                     Ok(rec) => scan.attempts.push(rec),
                     Err(e) => scan.corrupt.push(CorruptObject {
                         key: key_text,
@@ -358,6 +355,16 @@ impl Ledger {
         scan.corrupt.sort_by(|a, b| a.key.cmp(&b.key));
         Ok(scan)
     }
+}
+
+/// Is the record stored where its own fields say it belongs
+/// (`<study>/trials/<trial_key>/<attempt_id>.json`)?
+fn matches_location(key: &ObjPath, rec: &AttemptRecord) -> bool {
+    let parts: Vec<String> = key.parts().map(|p| p.as_ref().to_string()).collect();
+    parts.len() == 4
+        && parts[0] == rec.study_id
+        && parts[2] == rec.trial_key
+        && parts[3] == format!("{}.json", rec.attempt_id)
 }
 
 /// A new attempt id: sortable by time, unique across launchers.

@@ -280,9 +280,7 @@ fn parse_host(w: &mut Walker, node: &Node, field: &str) -> Option<Host> {
     };
     w.check_keys(map, field, &allowed);
     let slots = match map.get_node("slots") {
-        Some(n) => w
-            .int_at_least(n, &join(field, "slots"), 1)
-            .map(|v| v as u32),
+        Some(n) => w.u32_in(n, &join(field, "slots"), 1, 4096),
         None => Some(1),
     };
     let labels = match map.get_node("labels") {
@@ -314,7 +312,21 @@ fn parse_host(w: &mut Walker, node: &Node, field: &str) -> Option<Host> {
         None => None,
     };
     let device_env = match map.get_node("device_env") {
-        Some(n) => w.string(n, &join(field, "device_env"))?,
+        Some(n) => {
+            let f = join(field, "device_env");
+            let name = w.string(n, &f)?;
+            if !super::yaml::is_identifier(&name) || name.starts_with("TUNECTL_") {
+                w.error_at(
+                    n,
+                    &f,
+                    format!(
+                        "`{name}` is not a usable environment variable name (TUNECTL_* is reserved)"
+                    ),
+                );
+                return None;
+            }
+            name
+        }
         None => DEFAULT_DEVICE_ENV.to_string(),
     };
     let slots = slots?;
@@ -394,7 +406,7 @@ fn parse_ssh(w: &mut Walker, map: &MarkedMappingNode, field: &str) -> Option<Ssh
                 }
             };
             match text.as_str() {
-                "yes" | "true" => Some(HostKeyChecking::Yes),
+                "yes" => Some(HostKeyChecking::Yes),
                 "accept-new" => Some(HostKeyChecking::AcceptNew),
                 other => {
                     w.error_at(
@@ -409,9 +421,7 @@ fn parse_ssh(w: &mut Walker, map: &MarkedMappingNode, field: &str) -> Option<Ssh
         None => Some(HostKeyChecking::Yes),
     };
     let max_sessions = match map.get_node("max_sessions") {
-        Some(n) => w
-            .int_at_least(n, &join(field, "max_sessions"), 1)
-            .map(|v| v as u32),
+        Some(n) => w.u32_in(n, &join(field, "max_sessions"), 1, 1000),
         None => Some(8),
     };
     Some(SshHost {
@@ -445,15 +455,13 @@ fn parse_slurm(w: &mut Walker, map: &MarkedMappingNode, field: &str) -> Option<S
         None => Some(Vec::new()),
     };
     let max_jobs_in_flight = match map.get_node("max_jobs_in_flight") {
-        Some(n) => w
-            .int_at_least(n, &join(field, "max_jobs_in_flight"), 1)
-            .map(|v| v as u32),
+        Some(n) => w.u32_in(n, &join(field, "max_jobs_in_flight"), 1, 100_000),
         None => Some(100),
     };
     let array_throttle = match map.get_node("array_throttle") {
         Some(n) => w
-            .int_at_least(n, &join(field, "array_throttle"), 1)
-            .map(|v| Some(v as u32)),
+            .u32_in(n, &join(field, "array_throttle"), 1, 100_000)
+            .map(Some),
         None => Some(None),
     };
     let poll_interval = match map.get_node("poll_interval") {

@@ -225,14 +225,22 @@ impl Study {
     }
 
     /// The frozen specification: everything that decides what a trial means.
-    /// `description`, `budget` and `ledger` are left out so that they can
-    /// change between launches of one study.
+    /// `description` (the study's and the knobs'), `budget` and `ledger` are
+    /// left out so that they can change between launches of one study.
     pub fn frozen(&self) -> serde_json::Value {
         let mut v = serde_json::to_value(self).unwrap_or(serde_json::Value::Null);
         if let Some(obj) = v.as_object_mut() {
             obj.remove("description");
             obj.remove("budget");
             obj.remove("ledger");
+            // Knob descriptions are documentation, not meaning.
+            if let Some(knobs) = obj.get_mut("knobs").and_then(|k| k.as_array_mut()) {
+                for k in knobs {
+                    if let Some(k) = k.as_object_mut() {
+                        k.remove("description");
+                    }
+                }
+            }
         }
         v
     }

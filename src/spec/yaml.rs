@@ -311,6 +311,20 @@ impl Walker {
         Some(v)
     }
 
+    /// An integer in `min..=max` that fits a `u32`.
+    pub fn u32_in(&mut self, node: &Node, field: &str, min: u32, max: u32) -> Option<u32> {
+        let v = self.int(node, field)?;
+        if v < i64::from(min) || v > i64::from(max) {
+            self.error_at(
+                node,
+                field,
+                format!("must be between {min} and {max}, found {v}"),
+            );
+            return None;
+        }
+        u32::try_from(v).ok()
+    }
+
     pub fn float(&mut self, node: &Node, field: &str) -> Option<f64> {
         let value = match node {
             Node::Scalar(s) => match scalar_value(s) {

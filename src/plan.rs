@@ -337,3 +337,117 @@ fn build_graph(
     }
     g
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use petgraph::Direction;
+    use std::path::Path;
+
+    fn study(extra: &str) -> Study {
+        let text = format!(
+            "name: t\nknobs:\n  a: {{kind: int, values: [1, 2, 3], default: 1}}\n  b: {{kind: bool, default: false}}\ncells:\n  n: [10, 20]\ntrial: {{command: 'run {{{{ a }}}} {{{{ b }}}} {{{{ n }}}}', timeout: 5s}}\nobjective: {{metric: t, unit: s, better: lower}}\nmeasurement: {{warmup: 0, repeats: 2}}\n{extra}"
+        );
+        Study::from_text(Path::new("t.yaml"), &text).expect("valid study")
+    }
+
+    fn hosts() -> Vec<PlanHost> {
+        let h = |name: &str, class: &str| PlanHost {
+            name: name.to_string(),
+            transport: "local".to_string(),
+            slots: 1,
+            class: Some(ClassInfo {
+                id: class.to_string(),
+                label: class.to_string(),
+            }),
+        };
+        vec![h("x", "hc-a"), h("y", "hc-a"), h("z", "hc-b")]
+    }
+
+    #[test]
+    fn dag_shape() {
+        let s = study("");
+        let plan = Plan::build(&s, &hosts()).expect("plan");
+        plan.check_acyclic().expect("acyclic");
+        // 2 classes (x and y share one), 2 cells, 6 configs = baseline + 5.
+        assert_eq!(plan.classes.len(), 2);
+        assert_eq!(plan.classes[0].hosts, vec!["x", "y"]);
+        let counts = plan.node_counts();
+        assert_eq!(counts["probe"], 3);
+        assert_eq!(counts["baseline"], 4);
+        assert_eq!(counts["candidate"], 2 * 2 * 5);
+        assert_eq!(counts["verdict"], 4);
+        assert_eq!(plan.trials_per_class(), 2 * 6 * 2);
+        for n in plan.graph.node_indices() {
+            let preds: Vec<_> = plan
+                .graph
+                .neighbors_directed(n, Direction::Incoming)
+                .collect();
+            match plan.graph[n] {
+                PlanNode::Probe { .. } => assert!(preds.is_empty()),
+                // Class hc-a's baselines wait for both of its hosts' probes.
+                PlanNode::Baseline { class, .. } => {
+                    assert_eq!(preds.len(), if class == 0 { 2 } else { 1 })
+                }
+                PlanNode::Candidate { .. } => {
+                    assert_eq!(preds.len(), 1);
+                    assert!(matches!(plan.graph[preds[0]], PlanNode::Baseline { .. }));
+                }
+                PlanNode::Verdict { .. } => assert_eq!(preds.len(), 6),
+            }
+        }
+    }
+
+    #[test]
+    fn constraints_prune_per_cell() {
+        let s =
+            study("constraints:\n  - \"not (a == 3 and n == 20)\"\n  - \"not (b and a == 2)\"\n");
+        let plan = Plan::build(&s, &hosts()[..1]).expect("plan");
+        // Knob-only constraint removes (a=2, b=true) everywhere; the cell
+        // constraint removes a=3 (both b) at n=20.
+        assert_eq!(plan.configs_in_cell(0), 5);
+        assert_eq!(plan.configs_in_cell(1), 3);
+        assert_eq!(plan.pruned, vec![1, 3]);
+    }
+
+    #[test]
+    fn budget_truncates_candidates_in_order() {
+        let s = study("budget: {max_trials: 12}\n");
+        let plan = Plan::build(&s, &hosts()[..1]).expect("plan");
+        // 2 cells × (1 + k) × 2 repeats ≤ 12 → k = 2.
+        assert_eq!(plan.per_cell[0].len(), 2);
+        assert_eq!(plan.trials_per_class(), 12);
+        assert!(
+            plan.notes[0].contains("budget.max_trials = 12"),
+            "{:?}",
+            plan.notes
+        );
+    }
+
+    #[test]
+    fn random_is_seeded_and_excludes_the_baseline() {
+        let s = study("strategy: {kind: random, seed: 7, count: 3}\n");
+        let a = Plan::build(&s, &hosts()[..1]).expect("plan");
+        let b = Plan::build(&s, &hosts()[..1]).expect("plan");
+        assert_eq!(a.per_cell[0], b.per_cell[0]);
+        assert_eq!(a.per_cell[0].len(), 3);
+        assert!(!a.per_cell[0].contains(&a.space.baseline()));
+        let other = study("strategy: {kind: random, seed: 8, count: 5}\n");
+        let c = Plan::build(&other, &hosts()[..1]).expect("plan");
+        assert_eq!(c.per_cell[0].len(), 5);
+    }
+
+    #[test]
+    fn unprobed_hosts_are_their_own_class() {
+        let s = study("");
+        let mut h = hosts();
+        h[1].class = None;
+        let plan = Plan::build(&s, &h).expect("plan");
+        assert_eq!(plan.classes.len(), 3);
+        assert!(
+            plan.classes
+                .iter()
+                .any(|c| c.id == "unprobed:y" && !c.probed)
+        );
+    }
+}

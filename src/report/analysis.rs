@@ -433,3 +433,158 @@ fn knobs_changed(a: &AttemptRecord) -> usize {
         a.config_label.split(' ').filter(|s| !s.is_empty()).count()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ledger::records::{Failure, SCHEMA};
+
+    fn study() -> StudyRecord {
+        StudyRecord {
+            schema: SCHEMA,
+            tunectl_version: "t".into(),
+            study_id: "s".into(),
+            spec_hash: "h".into(),
+            spec: serde_json::json!({
+                "objective": {"name": "tp", "unit": "x/s", "better": "higher"},
+                "knobs": [{"name": "a", "default": 1}],
+                "context": {"model": "m"},
+            }),
+            created_at: String::new(),
+        }
+    }
+
+    /// An attempt of config `index` labelled `label`, repeat `r`, with
+    /// samples and a digest; `failed` makes it a crash.
+    fn attempt(
+        index: u64,
+        label: &str,
+        r: u32,
+        samples: &[f64],
+        digest: &str,
+        failed: bool,
+    ) -> AttemptRecord {
+        AttemptRecord {
+            schema: SCHEMA,
+            tunectl_version: "t".into(),
+            study_id: "s".into(),
+            spec_hash: "h".into(),
+            trial_key: format!("{index}-{r}"),
+            attempt_id: "a".into(),
+            config: serde_json::json!({}),
+            config_label: label.into(),
+            config_index: index,
+            is_baseline: label == "baseline",
+            cell: serde_json::json!({"n": 1}),
+            cell_label: "n=1".into(),
+            cell_index: 0,
+            repeat: r,
+            fidelity: None,
+            host: "h1".into(),
+            host_class: "hc-1".into(),
+            fingerprint: "fp".into(),
+            slot: 0,
+            started_at: String::new(),
+            finished_at: String::new(),
+            duration_s: 0.0,
+            run_s: None,
+            warmup_runs: 0,
+            status: if failed {
+                AttemptStatus::Failed
+            } else {
+                AttemptStatus::Ok
+            },
+            failure: failed.then(|| Failure {
+                class: FailureClass::Crash,
+                detail: "exit code 3".into(),
+                phase: "measure".into(),
+            }),
+            exit: None,
+            metrics: if failed {
+                BTreeMap::new()
+            } else {
+                BTreeMap::from([("tp".to_string(), samples.to_vec())])
+            },
+            digest: (!failed).then(|| digest.to_string()),
+            outputs: BTreeMap::new(),
+            command: String::new(),
+            stdout_tail: String::new(),
+            stderr_tail: String::new(),
+        }
+    }
+
+    fn cell(attempts: Vec<AttemptRecord>) -> CellReport {
+        let scan = Scan {
+            attempts,
+            corrupt: vec![],
+        };
+        let a = analyze(&study(), &scan, &[]);
+        a.classes[0].cells[0].clone()
+    }
+
+    #[test]
+    fn gate_rejects_crashes_and_changed_outputs() {
+        let c = cell(vec![
+            attempt(0, "baseline", 0, &[100.0, 101.0, 99.0], "d0", false),
+            attempt(1, "a=2", 0, &[150.0, 151.0, 149.0], "d1", false),
+            attempt(2, "a=3", 0, &[300.0], "d0", true),
+            attempt(3, "a=4", 0, &[120.0, 121.0, 119.0], "d0", false),
+        ]);
+        assert_eq!(c.baseline_state, "ok");
+        let rejected: Vec<(&str, FailureClass)> = c
+            .rejected
+            .iter()
+            .map(|r| {
+                (
+                    r.label.as_str(),
+                    r.rejection
+                        .as_ref()
+                        .map(|x| x.class)
+                        .unwrap_or(FailureClass::Crash),
+                )
+            })
+            .collect();
+        assert_eq!(
+            rejected,
+            vec![
+                ("a=2", FailureClass::OutputChanged),
+                ("a=3", FailureClass::Crash)
+            ]
+        );
+        assert_eq!(c.winner.as_ref().map(|w| w.label.as_str()), Some("a=4"));
+        let s = c.winner.as_ref().and_then(|w| w.speedup).unwrap_or(0.0);
+        assert!((s - 1.2).abs() < 1e-9);
+    }
+
+    #[test]
+    fn a_win_within_noise_is_no_improvement() {
+        let c = cell(vec![
+            attempt(0, "baseline", 0, &[100.0, 110.0, 90.0], "d", false),
+            attempt(1, "a=2", 0, &[105.0, 115.0, 95.0], "d", false),
+        ]);
+        assert!(c.winner.is_none());
+        assert!(c.decision.starts_with("baseline kept"), "{}", c.decision);
+    }
+
+    #[test]
+    fn ties_collapse_to_fewest_knobs_changed() {
+        let c = cell(vec![
+            attempt(0, "baseline", 0, &[100.0, 100.5, 99.5], "d", false),
+            attempt(1, "a=2 b=1", 0, &[200.0, 204.0, 196.0], "d", false),
+            attempt(2, "a=2", 0, &[199.0, 203.0, 195.0], "d", false),
+        ]);
+        assert_eq!(c.winner.as_ref().map(|w| w.label.as_str()), Some("a=2"));
+        assert!(c.decision.contains("changes fewer knobs"), "{}", c.decision);
+    }
+
+    #[test]
+    fn a_failed_baseline_means_nothing_wins() {
+        let c = cell(vec![
+            attempt(0, "baseline", 0, &[], "d", true),
+            attempt(1, "a=2", 0, &[200.0], "d", false),
+        ]);
+        assert_eq!(c.baseline_state, "failed");
+        assert!(c.winner.is_none());
+        assert!(c.decision.contains("baseline failed"), "{}", c.decision);
+    }
+}

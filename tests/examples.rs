@@ -1,0 +1,309 @@
+//! The shipped examples and inventories load, and `plan --dry-run` of the
+//! quickstart study is stable (snapshot) and writes and runs nothing.
+
+use std::path::{Path, PathBuf};
+
+use assert_cmd::Command;
+
+fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn tunectl(dir: &Path) -> Command {
+    let mut cmd = Command::cargo_bin("tunectl").expect("the tunectl binary");
+    cmd.current_dir(dir)
+        .env_remove("TUNECTL_LEDGER")
+        .env_remove("TUNECTL_WORKDIR")
+        .env_remove("TUNECTL_LOG");
+    cmd
+}
+
+/// Every `*.yaml` / `*.yml` file under `dir`, recursively, sorted.
+fn yaml_files(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for entry in std::fs::read_dir(&d).expect("read dir") {
+            let path = entry.expect("dir entry").path();
+            if path.is_dir() {
+                stack.push(path);
+            } else if matches!(
+                path.extension().and_then(|e| e.to_str()),
+                Some("yaml" | "yml")
+            ) {
+                out.push(path);
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+#[test]
+fn every_example_and_inventory_validates() {
+    let root = repo();
+    let mut files = yaml_files(&root.join("examples"));
+    let examples = files.len();
+    files.extend(yaml_files(&root.join("inventories")));
+    assert!(examples >= 1, "no study under examples/");
+    assert!(
+        files.len() > examples,
+        "no inventory under inventories/: {files:?}"
+    );
+    for f in &files {
+        let out = tunectl(&root).arg("validate").arg(f).output().expect("run");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{} does not validate:\n{stderr}",
+            f.display()
+        );
+        let kind = if f.starts_with(root.join("inventories")) {
+            "inventory"
+        } else {
+            "study"
+        };
+        assert!(
+            stderr.contains(&format!("{}: valid {kind}", f.display())),
+            "{}: {stderr}",
+            f.display()
+        );
+    }
+    // All at once, too.
+    let out = tunectl(&root)
+        .arg("validate")
+        .args(&files)
+        .output()
+        .expect("run");
+    assert_eq!(out.status.code(), Some(0));
+}
+
+#[test]
+fn the_example_inventories_plan_with_the_quickstart_study() {
+    let root = repo();
+    let tmp = tempfile::tempdir().expect("tempdir");
+    for inv in yaml_files(&root.join("inventories")) {
+        let out = tunectl(&root)
+            .args([
+                "plan",
+                "examples/quickstart/study.yaml",
+                "--dry-run",
+                "--json",
+            ])
+            .arg("--inventory")
+            .arg(&inv)
+            .arg("--ledger")
+            .arg(tmp.path().join("ledger"))
+            .output()
+            .expect("run");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(0), "{}: {stderr}", inv.display());
+        let plan: serde_json::Value = serde_json::from_slice(&out.stdout).expect("plan JSON");
+        assert_eq!(plan["dry_run"], true);
+        let hosts = plan["hosts"].as_array().expect("hosts");
+        assert!(!hosts.is_empty());
+        for h in hosts {
+            // Only local hosts can run today; the others say so.
+            let local = h["transport"] == "local";
+            assert_eq!(h["runnable"], local, "{h}");
+            if !local {
+                let note = h["note"].as_str().unwrap_or("");
+                assert!(note.contains("transport is not available yet"), "{h}");
+            }
+        }
+    }
+    assert!(!tmp.path().join("ledger").exists());
+}
+
+#[test]
+fn quickstart_plan_snapshot() {
+    let root = repo();
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let ledger = tmp.path().join("ledger");
+    let out = tunectl(&root)
+        .args(["plan", "examples/quickstart/study.yaml", "--dry-run"])
+        .arg("--ledger")
+        .arg(&ledger)
+        .output()
+        .expect("run");
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(
+        !ledger.exists(),
+        "plan --dry-run created the ledger directory"
+    );
+
+    // Machine-dependent parts: absolute paths (the ledger tempdir, the
+    // checkout), the host class id and label, the CPU count.
+    let mut filters: Vec<(String, String)> = Vec::new();
+    let mut paths = vec![
+        ledger.display().to_string(),
+        root.display().to_string(),
+        std::fs::canonicalize(&root)
+            .expect("canonical root")
+            .display()
+            .to_string(),
+    ];
+    paths.sort_by_key(|p| std::cmp::Reverse(p.len()));
+    for p in paths {
+        filters.push((regex::escape(&p), "[PATH]".to_string()));
+    }
+    filters.push((r"hc-[0-9a-f]{12}".to_string(), "[CLASS]".to_string()));
+    filters.push((
+        r"\[CLASS\] · .* · hosts: ".to_string(),
+        "[CLASS] · [CLASS LABEL] · hosts: ".to_string(),
+    ));
+    filters.push((r"\(\d+ cpus\)".to_string(), "([N] cpus)".to_string()));
+    let filters: Vec<(&str, &str)> = filters
+        .iter()
+        .map(|(a, b)| (a.as_str(), b.as_str()))
+        .collect();
+    insta::with_settings!({filters => filters}, {
+        insta::assert_snapshot!("quickstart_plan", stdout);
+    });
+}
+
+/// A copy of the quickstart study whose trial program is a fake that leaves
+/// a marker file when it runs.
+fn quickstart_with_fake_program(dir: &Path) -> PathBuf {
+    let study = dir.join("quickstart");
+    std::fs::create_dir_all(study.join("bin")).expect("mkdir");
+    // `budget` is not part of the spec: keep the launch below short.
+    let text =
+        std::fs::read_to_string(repo().join("examples/quickstart/study.yaml")).expect("read study");
+    assert!(text.contains("budget: {max_trials: 1000}"), "{text}");
+    let text = text.replace("budget: {max_trials: 1000}", "budget: {max_trials: 8}");
+    std::fs::write(study.join("study.yaml"), text).expect("write study");
+    let fake = study.join("bin/quickstart");
+    std::fs::write(
+        &fake,
+        "#!/bin/sh\n# FAKE quickstart for tunectl's tests: it only proves it ran.\n\
+         echo \"$*\" >> \"$(dirname \"$0\")/../RAN\"\n\
+         echo 1 > out.txt\n\
+         echo '{\"metrics\": {\"throughput\": 1, \"time_ms\": 1}}' > \"$TUNECTL_RESULT\"\n",
+    )
+    .expect("write fake");
+    make_executable(&fake);
+    study.join("study.yaml")
+}
+
+fn make_executable(path: &Path) {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+}
+
+#[test]
+fn plan_dry_run_writes_nothing_and_runs_nothing() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let study = quickstart_with_fake_program(tmp.path());
+    let ledger = tmp.path().join("ledger");
+    let work = tmp.path().join("work");
+    let before = list_tree(tmp.path());
+    for extra in [&[][..], &["--json"][..]] {
+        let out = tunectl(tmp.path())
+            .arg("plan")
+            .arg(&study)
+            .arg("--dry-run")
+            .args(extra)
+            .arg("--ledger")
+            .arg(&ledger)
+            .env("TUNECTL_WORKDIR", &work)
+            .output()
+            .expect("run");
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    assert!(!ledger.exists(), "the ledger directory was created");
+    assert!(!work.exists(), "the work directory was created");
+    assert!(
+        !tmp.path().join("quickstart/RAN").exists(),
+        "a trial ran during plan"
+    );
+    assert_eq!(before, list_tree(tmp.path()), "plan changed files");
+
+    // The fake does run when launched: the marker check can fail.
+    let out = tunectl(tmp.path())
+        .arg("launch")
+        .arg(&study)
+        .args(["--progress", "quiet", "--ledger"])
+        .arg(&ledger)
+        .arg("--workdir")
+        .arg(&work)
+        .timeout(std::time::Duration::from_secs(60))
+        .output()
+        .expect("run");
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(tmp.path().join("quickstart/RAN").exists());
+
+    // Now the ledger holds trials: plan reads them and still writes nothing.
+    let before = list_tree(tmp.path());
+    let out = tunectl(tmp.path())
+        .arg("plan")
+        .arg(&study)
+        .args(["--dry-run", "--json", "--ledger"])
+        .arg(&ledger)
+        .output()
+        .expect("run");
+    assert_eq!(out.status.code(), Some(0));
+    let plan: serde_json::Value = serde_json::from_slice(&out.stdout).expect("plan JSON");
+    assert_eq!(
+        plan["ledger_trials_in_plan"], plan["total_trials"],
+        "{plan}"
+    );
+    assert_eq!(before, list_tree(tmp.path()), "plan changed the ledger");
+}
+
+/// `plan` must not create the ledger for a `file://` URL either (the README:
+/// "It runs nothing and writes nothing").
+#[test]
+fn plan_dry_run_with_a_file_url_ledger_creates_nothing() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let ledger = tmp.path().join("ledger");
+    let url = format!("file://{}", ledger.display());
+    let out = tunectl(&repo())
+        .args([
+            "plan",
+            "examples/quickstart/study.yaml",
+            "--dry-run",
+            "--ledger",
+        ])
+        .arg(&url)
+        .output()
+        .expect("run");
+    assert_eq!(out.status.code(), Some(0));
+    assert!(
+        !ledger.exists(),
+        "`tunectl plan --dry-run --ledger {url}` created {}",
+        ledger.display()
+    );
+}
+
+/// Every path under `dir` with its size, sorted.
+fn list_tree(dir: &Path) -> Vec<(PathBuf, u64)> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for entry in std::fs::read_dir(&d).expect("read dir") {
+            let entry = entry.expect("entry");
+            let path = entry.path();
+            let meta = entry.metadata().expect("metadata");
+            if meta.is_dir() {
+                stack.push(path.clone());
+            }
+            out.push((path, if meta.is_dir() { 0 } else { meta.len() }));
+        }
+    }
+    out.sort();
+    out
+}

@@ -1,0 +1,874 @@
+//! `tunectl launch` and `report` end to end, with a fake trial program
+//! written at test time (POSIX sh) whose knob → speed/crash/output profile
+//! is known, so the expected verdicts are known too.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use assert_cmd::Command;
+use serde_json::Value as Json;
+
+/// The fake trial program. Its profile is documented in its header.
+const FAKE_TRIAL: &str = r#"#!/bin/sh
+# FAKE trial program written by tunectl's integration tests (tests/launch.rs).
+# Not a benchmark: it reports made-up, deterministic numbers.
+#
+#   usage: sh fake-trial.sh MODE N
+#
+#   MODE   throughput (ops/s)      out.txt                 other
+#   base   100 + 0.1*repeat        "sum(N) = 7N"
+#   fast   200 + 0.1*repeat        same as base
+#   slow    50 + 0.1*repeat        same as base            sleeps $FAKE_SLOW_SLEEP s
+#                                                          (default 0) after touching
+#                                                          slow-started
+#   wrong  150 + 0.1*repeat        "sum(N) = 4242"         (a different output)
+#   crash  -                       -                       exit 3, stderr line
+#   hang   -                       -                       writes hang.pid and
+#          hang-child.pid, ignores SIGTERM, waits on `sleep 30`
+#
+# Every run appends "MODE N REPEAT PHASE" to runs.log; marker files go next to
+# this script.
+set -u
+here=$(dirname "$0")
+mode=$1
+n=$2
+r=${TUNECTL_REPEAT:-0}
+echo "$mode $n $r ${TUNECTL_PHASE:-}" >> "$here/runs.log"
+case $mode in
+    base) tp=100 ;;
+    fast) tp=200 ;;
+    slow)
+        tp=50
+        : > "$here/slow-started"
+        sleep "${FAKE_SLOW_SLEEP:-0}"
+        ;;
+    wrong) tp=150 ;;
+    crash)
+        echo "fake-trial: mode crash: giving up on purpose" >&2
+        exit 3
+        ;;
+    hang)
+        trap '' TERM
+        echo $$ > "$here/hang.pid"
+        sleep 30 &
+        echo $! > "$here/hang-child.pid"
+        wait
+        exit 0
+        ;;
+    *)
+        echo "fake-trial: unknown mode $mode" >&2
+        exit 64
+        ;;
+esac
+if [ "$mode" = wrong ]; then
+    echo "sum($n) = 4242" > out.txt
+else
+    echo "sum($n) = $((n * 7))" > out.txt
+fi
+printf '{"metrics": {"throughput": %s.%s}}\n' "$tp" "$r" > "$TUNECTL_RESULT"
+"#;
+
+/// The main study: 5 modes x 2 cells, 3 repeats, 1 warm-up.
+const STUDY: &str = r#"name: fake
+knobs:
+  mode: {kind: categorical, values: [base, fast, wrong, crash, slow], default: base}
+cells:
+  n: [1, 2]
+trial:
+  command: "sh {{ study_dir }}/fake-trial.sh {{ mode }} {{ n }}"
+  timeout: 20s
+objective: {metric: throughput, unit: ops/s, better: higher}
+measurement: {warmup: 1, repeats: 3}
+gate: {outputs: [out.txt]}
+"#;
+
+const REPEATS: u64 = 3;
+const CELLS: [&str; 2] = ["n=1", "n=2"];
+/// Trials a full launch of [`STUDY`] runs: per cell 3 repeats of base,
+/// fast, wrong and slow, and 1 of crash (a failed config is not repeated).
+const RUN_TRIALS: usize = 2 * (4 * 3 + 1);
+
+/// A study directory in a tempdir with the fake program, a ledger and a
+/// work directory of its own.
+struct Env {
+    tmp: tempfile::TempDir,
+}
+
+impl Env {
+    fn new(study: &str) -> Env {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let env = Env { tmp };
+        std::fs::create_dir(env.study_dir()).expect("mkdir study");
+        std::fs::write(env.study_dir().join("fake-trial.sh"), FAKE_TRIAL).expect("write fake");
+        env.write_study(study);
+        env
+    }
+
+    fn write_study(&self, text: &str) {
+        std::fs::write(self.study(), text).expect("write study");
+    }
+
+    fn study_dir(&self) -> PathBuf {
+        self.tmp.path().join("study")
+    }
+
+    fn study(&self) -> PathBuf {
+        self.study_dir().join("study.yaml")
+    }
+
+    fn ledger(&self) -> PathBuf {
+        self.tmp.path().join("ledger")
+    }
+
+    fn work(&self) -> PathBuf {
+        self.tmp.path().join("work")
+    }
+
+    fn cmd(&self) -> Command {
+        let mut cmd = Command::cargo_bin("tunectl").expect("the tunectl binary");
+        cmd.current_dir(self.tmp.path())
+            .env_remove("TUNECTL_LEDGER")
+            .env_remove("TUNECTL_WORKDIR")
+            .env_remove("TUNECTL_LOG")
+            .env_remove("FAKE_SLOW_SLEEP")
+            .timeout(Duration::from_secs(60));
+        cmd
+    }
+
+    fn launch_args(&self) -> Vec<std::ffi::OsString> {
+        let mut args: Vec<std::ffi::OsString> = vec!["launch".into(), self.study().into()];
+        args.extend([
+            "--ledger".into(),
+            self.ledger().into(),
+            "--workdir".into(),
+            self.work().into(),
+            "--progress".into(),
+            "quiet".into(),
+        ]);
+        args
+    }
+
+    /// Run a launch with extra arguments; (exit code, stderr).
+    fn launch(&self, extra: &[&str]) -> (Option<i32>, String) {
+        let out = self
+            .cmd()
+            .args(self.launch_args())
+            .args(extra)
+            .output()
+            .expect("run launch");
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    }
+
+    /// A launch that must succeed; its stderr.
+    fn launch_ok(&self) -> String {
+        let (code, stderr) = self.launch(&[]);
+        assert_eq!(code, Some(0), "launch failed:\n{stderr}");
+        stderr
+    }
+
+    fn report(&self, study: &str, format: &str) -> String {
+        let out = self
+            .cmd()
+            .args(["report", study, "--format", format, "--ledger"])
+            .arg(self.ledger())
+            .output()
+            .expect("run report");
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "report failed:\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).expect("utf-8 report")
+    }
+
+    fn report_json(&self) -> Json {
+        let text = self.report(&self.study().display().to_string(), "json");
+        serde_json::from_str(&text).expect("report JSON")
+    }
+
+    /// Lines of runs.log (every run of the fake, warm-ups included).
+    fn runs(&self) -> Vec<String> {
+        std::fs::read_to_string(self.study_dir().join("runs.log"))
+            .map(|s| s.lines().map(str::to_string).collect())
+            .unwrap_or_default()
+    }
+}
+
+/// Attempt records of a study in the ledger: trial key → attempts (in
+/// attempt-id order).
+fn attempts(ledger: &Path, study: &str) -> BTreeMap<String, Vec<Json>> {
+    let mut out: BTreeMap<String, Vec<Json>> = BTreeMap::new();
+    let trials = ledger.join(study).join("trials");
+    let Ok(dirs) = std::fs::read_dir(&trials) else {
+        return out;
+    };
+    for d in dirs {
+        let d = d.expect("entry").path();
+        let key = d.file_name().unwrap().to_string_lossy().into_owned();
+        let mut files: Vec<PathBuf> = std::fs::read_dir(&d)
+            .expect("read trial dir")
+            .map(|e| e.expect("entry").path())
+            .collect();
+        files.sort();
+        for f in files {
+            let text = std::fs::read_to_string(&f).expect("read attempt");
+            let v: Json = serde_json::from_str(&text).expect("attempt JSON");
+            out.entry(key.clone()).or_default().push(v);
+        }
+    }
+    out
+}
+
+fn attempt_count(ledger: &Path, study: &str) -> usize {
+    attempts(ledger, study).values().map(Vec::len).sum()
+}
+
+/// The `ran N trials` number of a launch's summary line.
+fn ran(stderr: &str) -> u64 {
+    let line = stderr
+        .lines()
+        .find(|l| l.starts_with("ran "))
+        .unwrap_or_else(|| panic!("no summary line in:\n{stderr}"));
+    line.split_whitespace()
+        .nth(1)
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("bad summary line {line:?}"))
+}
+
+fn cells(report: &Json) -> Vec<&Json> {
+    let classes = report["classes"].as_array().expect("classes");
+    assert_eq!(classes.len(), 1, "one host class expected: {report}");
+    classes[0]["cells"]
+        .as_array()
+        .expect("cells")
+        .iter()
+        .collect()
+}
+
+fn rejected<'a>(cell: &'a Json, label: &str) -> &'a Json {
+    cell["rejected"]
+        .as_array()
+        .expect("rejected")
+        .iter()
+        .find(|r| r["label"] == label)
+        .unwrap_or_else(|| panic!("{label} is not rejected in {cell}"))
+}
+
+/// What a report decides in one cell: (cell, winner, [(rejected label, class)]).
+type Decision = (String, String, Vec<(String, String)>);
+
+/// The decision of every cell of a report.
+fn decisions(report: &Json) -> Vec<Decision> {
+    cells(report)
+        .iter()
+        .map(|c| {
+            let rejected = c["rejected"]
+                .as_array()
+                .expect("rejected")
+                .iter()
+                .map(|r| {
+                    (
+                        r["label"].as_str().unwrap_or("").to_string(),
+                        r["rejection"]["class"].as_str().unwrap_or("").to_string(),
+                    )
+                })
+                .collect();
+            (
+                c["cell_label"].as_str().unwrap_or("").to_string(),
+                c["winner"]["label"]
+                    .as_str()
+                    .unwrap_or("(none)")
+                    .to_string(),
+                rejected,
+            )
+        })
+        .collect()
+}
+
+fn is_hex(s: &str, len: usize) -> bool {
+    s.len() == len
+        && s.bytes()
+            .all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase())
+}
+
+#[test]
+fn launch_then_report_finds_the_winner_and_rejects_the_traps() {
+    let env = Env::new(STUDY);
+    let stderr = env.launch_ok();
+    assert_eq!(ran(&stderr), RUN_TRIALS as u64, "{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "ran {RUN_TRIALS} trials ({} ok, 2 failed), 0 lost",
+            RUN_TRIALS - 2
+        )),
+        "{stderr}"
+    );
+
+    let report = env.report_json();
+    assert_eq!(report["study_id"], "fake");
+    assert_eq!(report["baseline"], serde_json::json!({"mode": "base"}));
+    let cs = cells(&report);
+    assert_eq!(cs.len(), 2);
+    for (cell, label) in cs.iter().zip(CELLS) {
+        assert_eq!(cell["cell_label"], label);
+        assert_eq!(cell["baseline_state"], "ok", "{cell}");
+        assert_eq!(cell["winner"]["label"], "mode=fast", "{cell}");
+        assert_eq!(
+            cell["winner"]["config"],
+            serde_json::json!({"mode": "fast"})
+        );
+        let speedup = cell["winner"]["speedup"].as_f64().expect("speedup");
+        assert!((1.9..2.1).contains(&speedup), "{speedup}");
+        assert_eq!(cell["baseline"]["summary"]["n"], REPEATS, "{cell}");
+        assert_eq!(cell["baseline"]["trials"], REPEATS, "{cell}");
+        assert_eq!(cell["winner"]["summary"]["n"], REPEATS, "{cell}");
+        // base reports 100.0, 100.1, 100.2.
+        let median = cell["baseline"]["summary"]["median"].as_f64().unwrap();
+        assert!((median - 100.1).abs() < 1e-9, "{median}");
+
+        let wrong = rejected(cell, "mode=wrong");
+        assert_eq!(wrong["rejection"]["class"], "output_changed", "{wrong}");
+        let crash = rejected(cell, "mode=crash");
+        assert_eq!(crash["rejection"]["class"], "crash", "{crash}");
+        let detail = crash["rejection"]["detail"].as_str().unwrap_or("");
+        assert!(detail.contains("exit code 3"), "{detail}");
+        assert!(detail.contains("giving up on purpose"), "{detail}");
+        assert_eq!(crash["trials"], 1, "a failed config is not repeated");
+        assert_eq!(cell["rejected"].as_array().unwrap().len(), 2, "{cell}");
+
+        // slow is eligible (it neither crashes nor changes output), not a winner.
+        let eligible: Vec<&str> = cell["eligible"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| c["label"].as_str().unwrap_or(""))
+            .collect();
+        assert_eq!(eligible, ["mode=fast", "mode=slow"], "{cell}");
+    }
+
+    // The ledger's layout.
+    let root = env.ledger().join("fake");
+    let study_json: Json = serde_json::from_str(
+        &std::fs::read_to_string(root.join("study.json")).expect("study.json"),
+    )
+    .expect("study JSON");
+    assert_eq!(study_json["study_id"], "fake");
+    assert!(is_hex(study_json["spec_hash"].as_str().unwrap_or(""), 64));
+    let hosts: Vec<PathBuf> = std::fs::read_dir(root.join("hosts/local"))
+        .expect("hosts/local")
+        .map(|e| e.expect("entry").path())
+        .collect();
+    assert_eq!(hosts.len(), 1, "{hosts:?}");
+    let host_name = hosts[0].file_name().unwrap().to_string_lossy().into_owned();
+    assert!(
+        host_name.starts_with("fp-") && host_name.ends_with(".json"),
+        "{host_name}"
+    );
+    let all = attempts(&env.ledger(), "fake");
+    assert_eq!(all.len(), RUN_TRIALS, "one trial key per trial run");
+    let attempt_name = regex::Regex::new(r"^\d{8}T\d{6}\.\d{6}Z-[0-9a-f]{16}\.json$").unwrap();
+    for entry in std::fs::read_dir(root.join("trials")).expect("trials") {
+        let dir = entry.expect("entry").path();
+        let key = dir.file_name().unwrap().to_string_lossy().into_owned();
+        assert!(is_hex(&key, 64), "trial key {key}");
+        for f in std::fs::read_dir(&dir).expect("trial dir") {
+            let name = f.expect("entry").file_name().to_string_lossy().into_owned();
+            assert!(attempt_name.is_match(&name), "attempt object {name}");
+        }
+    }
+    for (key, list) in &all {
+        assert_eq!(list.len(), 1, "{key}");
+        let a = &list[0];
+        assert_eq!(a["trial_key"], key.as_str());
+        let expected = if a["config"]["mode"] == "crash" {
+            "failed"
+        } else {
+            "ok"
+        };
+        assert_eq!(a["status"], expected, "{a}");
+    }
+    let verdicts = std::fs::read_dir(root.join("verdicts"))
+        .expect("verdicts")
+        .count();
+    assert_eq!(verdicts, 1, "one host class");
+
+    // Warm-ups: one per (cell, config) in this launch.
+    let warmups = env.runs().iter().filter(|l| l.ends_with(" warmup")).count();
+    assert_eq!(warmups, 2 * 5, "{:?}", env.runs());
+}
+
+#[test]
+fn relaunch_runs_no_new_trial() {
+    let env = Env::new(STUDY);
+    env.launch_ok();
+    let attempts_before = attempt_count(&env.ledger(), "fake");
+    let runs_before = env.runs().len();
+    let report_before = env.report_json();
+    assert_eq!(attempts_before, RUN_TRIALS);
+
+    let stderr = env.launch_ok();
+    assert_eq!(ran(&stderr), 0, "{stderr}");
+    assert!(
+        stderr.contains("ran 0 trials (0 ok, 0 failed), 0 lost"),
+        "{stderr}"
+    );
+    assert_eq!(attempt_count(&env.ledger(), "fake"), attempts_before);
+    assert_eq!(env.runs().len(), runs_before, "the fake program ran again");
+    assert_eq!(decisions(&env.report_json()), decisions(&report_before));
+}
+
+/// Wait until `cond` holds, at most `limit`.
+fn wait_for(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
+    let start = Instant::now();
+    while start.elapsed() < limit {
+        if cond() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    cond()
+}
+
+#[test]
+fn an_interrupted_launch_resumes_without_counting_twice() {
+    let env = Env::new(STUDY);
+    // The first launch: `slow` sleeps long enough to be interrupted.
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_tunectl"))
+        .args(env.launch_args())
+        .current_dir(env.tmp.path())
+        .env_remove("TUNECTL_LEDGER")
+        .env_remove("TUNECTL_WORKDIR")
+        .env("FAKE_SLOW_SLEEP", "30")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn launch");
+    let marker = env.study_dir().join("slow-started");
+    let started = wait_for(Duration::from_secs(20), || marker.exists());
+    if !started {
+        let _ = child.kill();
+        panic!("the slow trial never started");
+    }
+    // Some trials are recorded by now (the cell's baseline came first).
+    let recorded = attempt_count(&env.ledger(), "fake");
+    assert!(recorded >= 1, "no attempt recorded before the interrupt");
+    let pid = child.id() as libc::pid_t;
+    // SAFETY: kill(2) on the child we spawned; no memory is involved.
+    let rc = unsafe { libc::kill(pid, libc::SIGINT) };
+    assert_eq!(rc, 0, "kill failed");
+    let t0 = Instant::now();
+    let out = child.wait_with_output().expect("wait launch");
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(out.status.code(), Some(130), "{stderr}");
+    assert!(
+        t0.elapsed() < Duration::from_secs(10),
+        "stopping took {:?}",
+        t0.elapsed()
+    );
+    assert!(stderr.contains("interrupted"), "{stderr}");
+    assert!(stderr.contains(", 1 lost, "), "{stderr}");
+
+    // The interrupted trial is recorded as lost, and no trial is terminal twice.
+    let first = attempts(&env.ledger(), "fake");
+    let lost: Vec<&Json> = first
+        .values()
+        .flatten()
+        .filter(|a| a["status"] == "lost")
+        .collect();
+    assert_eq!(lost.len(), 1, "the running slow trial is lost: {lost:?}");
+    assert_eq!(lost[0]["config"]["mode"], "slow");
+    assert!(
+        first.values().flatten().count() < RUN_TRIALS,
+        "the interrupted launch did not stop early"
+    );
+
+    // The second launch completes what is missing.
+    let stderr = env.launch_ok();
+    let ran_second = ran(&stderr);
+    let terminal_first = first
+        .values()
+        .filter(|l| l.iter().any(|a| a["status"] != "lost"))
+        .count();
+    assert_eq!(
+        ran_second as usize + terminal_first,
+        RUN_TRIALS,
+        "the second launch ran what the first did not finish:\n{stderr}"
+    );
+    let all = attempts(&env.ledger(), "fake");
+    assert_eq!(all.len(), RUN_TRIALS, "{all:?}");
+    for (key, list) in &all {
+        let terminal = list.iter().filter(|a| a["status"] != "lost").count();
+        assert_eq!(terminal, 1, "trial {key}: {list:?}");
+    }
+    let lost_key = lost[0]["trial_key"].as_str().expect("key");
+    assert_eq!(all[lost_key].len(), 2, "the lost trial ran again");
+    assert_eq!(all[lost_key][1]["status"], "ok");
+
+    // Same verdicts as a clean run.
+    let resumed = decisions(&env.report_json());
+    let clean = Env::new(STUDY);
+    clean.launch_ok();
+    assert_eq!(resumed, decisions(&clean.report_json()));
+    for (_, winner, _) in &resumed {
+        assert_eq!(winner, "mode=fast");
+    }
+    let report = env.report_json();
+    for cell in cells(&report) {
+        assert_eq!(cell["baseline"]["summary"]["n"], REPEATS, "{cell}");
+        for c in cell["eligible"].as_array().unwrap() {
+            assert_eq!(c["summary"]["n"], REPEATS, "counted once: {c}");
+        }
+    }
+}
+
+/// Is the process gone? A zombie (exited, not yet reaped) counts as gone.
+fn process_gone(pid: &str) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Err(_) => true,
+        Ok(stat) => stat
+            .rsplit(')')
+            .next()
+            .and_then(|rest| rest.split_whitespace().next())
+            .is_some_and(|state| state == "Z" || state == "X"),
+    }
+}
+
+#[test]
+fn a_trial_past_its_timeout_is_rejected_and_killed() {
+    let env = Env::new(
+        r#"name: timeouts
+knobs:
+  mode: {kind: categorical, values: [base, hang, fast], default: base}
+cells:
+  n: [1]
+trial:
+  command: "sh {{ study_dir }}/fake-trial.sh {{ mode }} {{ n }}"
+  timeout: 1s
+objective: {metric: throughput, better: higher}
+measurement: {warmup: 0, repeats: 1}
+"#,
+    );
+    let t0 = Instant::now();
+    let stderr = env.launch_ok();
+    let took = t0.elapsed();
+    // 1 s timeout, then SIGTERM (ignored by the fake), SIGKILL 2 s later.
+    assert!(took < Duration::from_secs(9), "launch took {took:?}");
+    assert!(stderr.contains("ran 3 trials (2 ok, 1 failed)"), "{stderr}");
+
+    let report = env.report_json();
+    let cell = cells(&report)[0];
+    let hang = rejected(cell, "mode=hang");
+    assert_eq!(hang["rejection"]["class"], "timeout", "{hang}");
+    assert_eq!(cell["winner"]["label"], "mode=fast", "{cell}");
+
+    let attempt = attempts(&env.ledger(), "timeouts")
+        .into_values()
+        .flatten()
+        .find(|a| a["config"]["mode"] == "hang")
+        .expect("the hang attempt");
+    assert_eq!(attempt["failure"]["class"], "timeout", "{attempt}");
+    let run_s = attempt["run_s"].as_f64().expect("run_s");
+    assert!((1.0..8.0).contains(&run_s), "run_s {run_s}");
+
+    for file in ["hang.pid", "hang-child.pid"] {
+        let pid = std::fs::read_to_string(env.study_dir().join(file))
+            .unwrap_or_else(|e| panic!("{file}: {e}"));
+        let pid = pid.trim().to_string();
+        assert!(pid.parse::<u32>().is_ok(), "{file}: {pid:?}");
+        assert!(
+            wait_for(Duration::from_secs(1), || process_gone(&pid)),
+            "process {pid} ({file}) survived the timeout"
+        );
+    }
+}
+
+#[test]
+fn a_changed_spec_is_refused_and_fork_starts_a_new_study() {
+    let study = r#"name: forks
+knobs:
+  mode: {kind: categorical, values: [base, fast], default: base}
+trial:
+  command: "sh {{ study_dir }}/fake-trial.sh {{ mode }} 1"
+objective: {metric: throughput, better: higher}
+measurement: {warmup: 0, repeats: 1}
+"#;
+    let env = Env::new(study);
+    env.launch_ok();
+    let before = attempt_count(&env.ledger(), "forks");
+    assert_eq!(before, 2);
+    let runs_before = env.runs().len();
+
+    let edited = study.replace("{{ mode }} 1\"", "{{ mode }} 2\"");
+    assert_ne!(edited, study);
+    env.write_study(&edited);
+    let (code, stderr) = env.launch(&[]);
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(
+        stderr.contains(
+            "changed: trial.command: \"sh {{ study_dir }}/fake-trial.sh {{ mode }} 1\" → "
+        ),
+        "{stderr}"
+    );
+    assert!(stderr.contains("--fork"), "{stderr}");
+    assert_eq!(attempt_count(&env.ledger(), "forks"), before);
+    assert_eq!(env.runs().len(), runs_before, "a trial ran");
+
+    // The fork's id is `<name>-<first 12 hex of the spec hash>`.
+    let out = env
+        .cmd()
+        .arg("plan")
+        .arg(env.study())
+        .args(["--dry-run", "--json", "--ledger"])
+        .arg(env.ledger())
+        .output()
+        .expect("plan");
+    let plan: Json = serde_json::from_slice(&out.stdout).expect("plan JSON");
+    let hash = plan["spec_hash"].as_str().expect("spec_hash");
+    let fork_id = format!("forks-{}", &hash[..12]);
+
+    let (code, stderr) = env.launch(&["--fork"]);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(stderr.contains(&format!("study `{fork_id}`")), "{stderr}");
+    assert!(env.ledger().join(&fork_id).join("study.json").is_file());
+    assert_eq!(attempt_count(&env.ledger(), &fork_id), 2);
+    assert_eq!(
+        attempt_count(&env.ledger(), "forks"),
+        before,
+        "the original is untouched"
+    );
+    let fork_report: Json =
+        serde_json::from_str(&env.report(&fork_id, "json")).expect("report JSON");
+    assert_eq!(fork_report["study_id"], fork_id.as_str());
+    assert_eq!(fork_report["spec_hash"], hash);
+}
+
+#[test]
+fn an_ssh_host_is_refused_and_nothing_runs() {
+    let env = Env::new(STUDY);
+    let inventory = env.tmp.path().join("inventory.yaml");
+    std::fs::write(
+        &inventory,
+        r#"hosts:
+  - name: box
+    transport: local
+  - name: gpu-a
+    transport: ssh
+    host: gpu-a.example.org
+"#,
+    )
+    .expect("write inventory");
+    let inv = inventory.display().to_string();
+    let (code, stderr) = env.launch(&["--inventory", &inv]);
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(
+        stderr.contains("the ssh and slurm transports are not available in this version yet"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("`gpu-a` (ssh)"), "{stderr}");
+    assert!(stderr.contains("Nothing was run"), "{stderr}");
+    assert!(stderr.contains("--host box"), "{stderr}");
+    assert!(
+        !env.ledger().join("fake").exists(),
+        "the ledger got the study"
+    );
+    assert!(env.runs().is_empty(), "a trial ran");
+
+    // Selecting the local host runs.
+    let (code, stderr) = env.launch(&["--inventory", &inv, "--host", "box"]);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert_eq!(attempt_count(&env.ledger(), "fake"), RUN_TRIALS);
+}
+
+/// A minimal CSV reader (quoted fields with commas and doubled quotes).
+fn parse_csv(text: &str) -> Vec<Vec<String>> {
+    let mut rows = Vec::new();
+    for line in text.lines() {
+        let mut fields = Vec::new();
+        let mut field = String::new();
+        let mut quoted = false;
+        let mut chars = line.chars().peekable();
+        while let Some(c) = chars.next() {
+            match (c, quoted) {
+                ('"', true) if chars.peek() == Some(&'"') => {
+                    field.push('"');
+                    chars.next();
+                }
+                ('"', _) => quoted = !quoted,
+                (',', false) => fields.push(std::mem::take(&mut field)),
+                (c, _) => field.push(c),
+            }
+        }
+        fields.push(field);
+        rows.push(fields);
+    }
+    rows
+}
+
+#[test]
+fn markdown_and_csv_reports_carry_n_spread_and_host_class() {
+    let env = Env::new(STUDY);
+    env.launch_ok();
+    let json = env.report_json();
+    let class = json["classes"][0]["host_class"].as_str().expect("class");
+    assert!(
+        class.starts_with("hc-") && is_hex(&class[3..], 12),
+        "{class}"
+    );
+    let label = json["classes"][0]["label"].as_str().expect("label");
+    let study = env.study().display().to_string();
+
+    let md = env.report(&study, "markdown");
+    assert!(md.starts_with("# tunectl report"), "{md}");
+    assert!(
+        md.contains(&format!("## host class {class} · {label}")),
+        "{md}"
+    );
+    assert!(
+        md.contains("| role | config (vs baseline) | throughput median ± spread | n | vs baseline | verdict |"),
+        "{md}"
+    );
+    for cell in CELLS {
+        assert!(md.contains(&format!("### cell {cell}")), "{md}");
+    }
+    let base_rows: Vec<&str> = md
+        .lines()
+        .filter(|l| l.starts_with("| baseline |"))
+        .collect();
+    assert_eq!(base_rows.len(), 2, "{md}");
+    for row in base_rows {
+        assert!(row.contains("| 100.1 ± 0.1483 ops/s (0.1%) |"), "{row}");
+        assert!(row.contains("| 3 (3 trials) |"), "{row}");
+    }
+    assert!(md.contains("| winner | mode=fast |"), "{md}");
+    assert!(md.contains("| rejected | mode=wrong |"), "{md}");
+    assert!(md.contains("output_changed"), "{md}");
+
+    let csv = parse_csv(&env.report(&study, "csv"));
+    let header = &csv[0];
+    let col = |name: &str| {
+        header
+            .iter()
+            .position(|h| h == name)
+            .unwrap_or_else(|| panic!("no column {name} in {header:?}"))
+    };
+    let (n, spread, hc, hc_label, cell, role, config, median) = (
+        col("n"),
+        col("spread"),
+        col("host_class"),
+        col("host_class_label"),
+        col("cell"),
+        col("role"),
+        col("config"),
+        col("median"),
+    );
+    let rows = &csv[1..];
+    // Per cell: baseline, winner, slow (eligible), crash and wrong (rejected).
+    assert_eq!(rows.len(), 2 * 5, "{csv:?}");
+    for r in rows {
+        assert_eq!(r.len(), header.len(), "{r:?}");
+        assert_eq!(r[hc], class);
+        assert_eq!(r[hc_label], label);
+        assert!(CELLS.contains(&r[cell].as_str()), "{r:?}");
+    }
+    let find = |cell_label: &str, label: &str| {
+        rows.iter()
+            .find(|r| r[cell] == cell_label && r[config] == label)
+            .unwrap_or_else(|| panic!("no row {cell_label} {label}"))
+    };
+    for c in CELLS {
+        let b = find(c, "baseline");
+        assert_eq!(b[role], "baseline");
+        assert_eq!(b[n], "3");
+        assert_eq!(b[median], "100.1");
+        let s: f64 = b[spread].parse().expect("spread is a number");
+        assert!(s > 0.0 && s < 1.0, "{s}");
+        let w = find(c, "mode=fast");
+        assert_eq!(w[role], "winner");
+        assert_eq!(w[n], "3");
+        let crash = find(c, "mode=crash");
+        assert_eq!(crash[role], "rejected");
+        assert_eq!(crash[n], "0");
+        assert_eq!(crash[spread], "");
+        assert_eq!(crash[col("failure_class")], "crash");
+    }
+}
+
+#[test]
+fn fingerprint_reports_the_gpus_of_a_fake_nvidia_smi() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let bin = tmp.path().join("bin");
+    std::fs::create_dir(&bin).expect("mkdir");
+    let smi = bin.join("nvidia-smi");
+    std::fs::copy(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/fake-nvidia-smi"),
+        &smi,
+    )
+    .expect("copy the fake nvidia-smi");
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&smi, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    }
+    let path = format!(
+        "{}:{}",
+        bin.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let fingerprint = |gpus: &str| -> Json {
+        let out = Command::cargo_bin("tunectl")
+            .expect("binary")
+            .args(["fingerprint", "--json"])
+            .current_dir(tmp.path())
+            .env("PATH", &path)
+            .env("FAKE_GPU_COUNT", gpus)
+            .env_remove("FAKE_GPU_NAME")
+            .env_remove("FAKE_GPU_MEMORY_MIB")
+            .env_remove("FAKE_DRIVER")
+            .env_remove("FAKE_CUDA")
+            .env_remove("FAKE_NVIDIA_SMI_FAIL")
+            .timeout(Duration::from_secs(60))
+            .output()
+            .expect("run fingerprint");
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice(&out.stdout).expect("fingerprint JSON")
+    };
+    let fp = fingerprint("2");
+    let gpus = fp["fingerprint"]["gpus"].as_array().expect("gpus");
+    assert_eq!(gpus.len(), 2, "{fp}");
+    for (i, g) in gpus.iter().enumerate() {
+        assert_eq!(g["name"], "NVIDIA H100 80GB HBM3", "{g}");
+        assert_eq!(g["index"], i);
+        assert_eq!(g["memory_mib"], 81559);
+    }
+    assert_eq!(fp["fingerprint"]["driver_version"], "550.54.15");
+    assert_eq!(fp["fingerprint"]["cuda_version"], "12.4");
+    let class = fp["host_class"].as_str().expect("host_class");
+    assert!(
+        class.starts_with("hc-") && is_hex(&class[3..], 12),
+        "{class}"
+    );
+    let label = fp["class_label"].as_str().expect("class_label");
+    assert!(label.starts_with("2× NVIDIA H100 80GB HBM3"), "{label}");
+    assert!(
+        fp["fingerprint_hash"]
+            .as_str()
+            .is_some_and(|h| h.starts_with("fp-")),
+        "{fp}"
+    );
+
+    // The GPU count defines the class.
+    let one = fingerprint("1");
+    assert_eq!(one["fingerprint"]["gpus"].as_array().map(Vec::len), Some(1));
+    assert_ne!(one["host_class"], fp["host_class"]);
+    assert_eq!(fingerprint("2")["host_class"], fp["host_class"], "stable");
+}

@@ -347,7 +347,7 @@ objective: {metric: t, better: higher}
 strategy: {kind: random, seed: 3}
 "#,
         run: Run::PlanStudy,
-        expect: &["study.yaml:6:11: strategy.count: missing required key"],
+        expect: &["study.yaml:6:12: strategy.count: missing required key"],
     },
     Case {
         name: "random strategy asking for more configs than the grid has",

@@ -139,7 +139,16 @@ impl Ledger {
     /// Open a ledger for reading only when it already exists; never creates
     /// anything (for plans and reports).
     pub fn open_existing(url: &str) -> Result<Option<Ledger>, LedgerError> {
-        if !url.contains("://") && !std::path::Path::new(url).exists() {
+        let local = match url.strip_prefix("file://") {
+            Some(_) => url::Url::parse(url)
+                .ok()
+                .and_then(|u| u.to_file_path().ok()),
+            None if !url.contains("://") => Some(std::path::PathBuf::from(url)),
+            None => None,
+        };
+        if let Some(path) = local
+            && !path.is_dir()
+        {
             return Ok(None);
         }
         Self::open(url).map(Some)

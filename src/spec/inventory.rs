@@ -166,8 +166,12 @@ fn parse_inventory(w: &mut Walker, root: &Node) -> Option<Inventory> {
         let field = index("hosts", i);
         if let Some(h) = parse_host(w, item, &field) {
             if hosts.iter().any(|x| x.name == h.name) {
+                let at = item
+                    .as_mapping()
+                    .and_then(|m| m.get_node("name"))
+                    .unwrap_or(item);
                 w.error_at(
-                    item,
+                    at,
                     &join(&field, "name"),
                     format!("duplicate host name `{}`", h.name),
                 );

@@ -337,10 +337,19 @@ fn parse_study(w: &mut Walker, root: &Node, path: &Path, dir: &Path) -> Option<S
     };
     let ledger = map.get_node("ledger").and_then(|n| w.string(n, "ledger"));
 
+    // Names as declared, valid or not: a knob with a bad default is still a
+    // knob, and must not also be reported as unknown wherever it is used.
+    let declared = |key: &str| -> Vec<String> {
+        map.get_mapping(key)
+            .map(|m| m.keys().map(|k| k.as_str().to_string()).collect())
+            .unwrap_or_default()
+    };
+    let (declared_knobs, declared_cells) = (declared("knobs"), declared("cells"));
     let constraints = match map.get_node("constraints") {
-        Some(n) => parse_constraints(w, n, &knobs, &cells),
+        Some(n) => parse_constraints(w, n, &declared_knobs, &declared_cells),
         None => Vec::new(),
     };
+    check_templates(w, map, &declared_knobs, &declared_cells);
 
     let study = Study {
         name: name?,
@@ -364,9 +373,12 @@ fn parse_study(w: &mut Walker, root: &Node, path: &Path, dir: &Path) -> Option<S
     if study.knobs.is_empty() {
         return None;
     }
-    check_templates(w, map, &study);
-    check_baseline(w, map, &study);
-    check_strategy(w, map, &study);
+    // These evaluate the study as a whole: only meaningful when every part
+    // of it is valid.
+    if w.diags.is_empty() {
+        check_baseline(w, map, &study);
+        check_strategy(w, map, &study);
+    }
     Some(study)
 }
 
@@ -1073,15 +1085,15 @@ fn parse_fingerprint(w: &mut Walker, node: &Node) -> BTreeMap<String, String> {
 fn parse_constraints(
     w: &mut Walker,
     node: &Node,
-    knobs: &[Knob],
-    cells: &[CellAxis],
+    knobs: &[String],
+    cell_axes: &[String],
 ) -> Vec<Constraint> {
     let mut out = Vec::new();
     let Some(seq) = w.sequence(node, "constraints") else {
         return out;
     };
-    let knob_names: Vec<&str> = knobs.iter().map(|k| k.name.as_str()).collect();
-    let cell_names: Vec<&str> = cells.iter().map(|c| c.name.as_str()).collect();
+    let knob_names: Vec<&str> = knobs.iter().map(String::as_str).collect();
+    let cell_names: Vec<&str> = cell_axes.iter().map(String::as_str).collect();
     for (i, item) in seq.iter().enumerate() {
         let field = index("constraints", i);
         let Some(expr) = w.string(item, &field) else {
@@ -1129,8 +1141,15 @@ fn list_or_none(names: &[&str]) -> String {
     }
 }
 
-fn check_templates(w: &mut Walker, map: &marked_yaml::types::MarkedMappingNode, study: &Study) {
-    let known = study.template_variables();
+fn check_templates(
+    w: &mut Walker,
+    map: &marked_yaml::types::MarkedMappingNode,
+    knobs: &[String],
+    cells: &[String],
+) {
+    let mut known: Vec<String> = RESERVED_VARIABLES.iter().map(|s| s.to_string()).collect();
+    known.extend(knobs.iter().cloned());
+    known.extend(cells.iter().cloned());
     let Some(trial) = map.get_mapping("trial") else {
         return;
     };
@@ -1153,13 +1172,16 @@ fn check_templates(w: &mut Walker, map: &marked_yaml::types::MarkedMappingNode, 
             }
         }
     };
-    if let Some(n) = trial.get_node("command") {
-        check(w, n, "trial.command", &study.trial.command);
+    let text = |n: &Node| n.as_scalar().map(|s| s.as_str().to_string());
+    if let Some(n) = trial.get_node("command")
+        && let Some(source) = text(n)
+    {
+        check(w, n, "trial.command", &source);
     }
     if let Some(env) = trial.get_mapping("env") {
         for (k, n) in env.iter() {
-            if let Some(source) = study.trial.env.get(k.as_str()) {
-                check(w, n, &join("trial.env", k.as_str()), source);
+            if let Some(source) = text(n) {
+                check(w, n, &join("trial.env", k.as_str()), &source);
             }
         }
     }

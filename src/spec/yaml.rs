@@ -258,7 +258,10 @@ impl Walker {
     ) -> Option<&'a Node> {
         let node = map.get_node(key);
         if node.is_none() {
-            self.error(map.span(), &join(field, key), "missing required key");
+            // A block mapping's own span starts at its first key's colon;
+            // the first key itself is where a reader looks.
+            let span = map.keys().next().map(|k| k.span()).unwrap_or(map.span());
+            self.error(span, &join(field, key), "missing required key");
         }
         node
     }

@@ -872,3 +872,19 @@ fn fingerprint_reports_the_gpus_of_a_fake_nvidia_smi() {
     assert_ne!(one["host_class"], fp["host_class"]);
     assert_eq!(fingerprint("2")["host_class"], fp["host_class"], "stable");
 }
+
+/// What people read: the report table of the fake study, with the machine's
+/// host class, its label and the version redacted.
+#[test]
+fn report_table_snapshot() {
+    let env = Env::new(STUDY);
+    env.launch_ok();
+    let table = env.report(&env.study().display().to_string(), "table");
+    insta::with_settings!({filters => vec![
+        (r"hc-[0-9a-f]{12}", "[CLASS]"),
+        (r"(host class \[CLASS\]) · .* · (1 host: local)", "$1 · [LABEL] · $2"),
+        (r"tunectl \d+\.\d+\.\d+", "tunectl [VERSION]"),
+    ]}, {
+        insta::assert_snapshot!("fake_report_table", table);
+    });
+}

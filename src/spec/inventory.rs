@@ -250,22 +250,7 @@ const SLURM_KEYS: &[&str] = &[
 
 fn parse_host(w: &mut Walker, node: &Node, field: &str) -> Option<Host> {
     let map = w.mapping(node, field)?;
-    let name = w
-        .required(map, field, "name")
-        .and_then(|n| w.string(n, &join(field, "name")));
-    if let (Some(n), Some(node)) = (&name, map.get_node("name"))
-        && (n.is_empty()
-            || !n
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
-            || n.starts_with('.'))
-    {
-        w.error_at(
-            node,
-            &join(field, "name"),
-            format!("`{n}` is not a valid host name: use letters, digits, `-`, `_` and `.`"),
-        );
-    }
+    let name = yaml::required_name(w, map, field, "host");
     let transport_node = w.required(map, field, "transport")?;
     let transport_field = join(field, "transport");
     let transport_name = w.string(transport_node, &transport_field)?;

@@ -273,22 +273,7 @@ fn parse_study(w: &mut Walker, root: &Node, path: &Path, dir: &Path) -> Option<S
     let map = w.mapping(root, "")?;
     w.check_keys(map, "", TOP_KEYS);
 
-    let name = w
-        .required(map, "", "name")
-        .and_then(|n| w.string(n, "name"));
-    if let (Some(n), Some(node)) = (&name, map.get_node("name"))
-        && (n.is_empty()
-            || !n
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
-            || n.starts_with('.'))
-    {
-        w.error_at(
-            node,
-            "name",
-            format!("`{n}` is not a valid study name: use letters, digits, `-`, `_` and `.`"),
-        );
-    }
+    let name = yaml::required_name(w, map, "", "study");
     let description = map
         .get_node("description")
         .and_then(|n| w.string(n, "description"));

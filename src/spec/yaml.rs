@@ -444,6 +444,36 @@ impl Walker {
     }
 }
 
+/// Is `name` usable as a study or host name (also a ledger path segment)?
+pub fn is_valid_name(name: &str) -> bool {
+    !name.is_empty()
+        && !name.starts_with('.')
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+}
+
+/// A required name (study, host) at `map[key]`, checked with
+/// [`is_valid_name`]; `what` names it in the message.
+pub fn required_name(
+    w: &mut Walker,
+    map: &MarkedMappingNode,
+    field: &str,
+    what: &str,
+) -> Option<String> {
+    let node = w.required(map, field, "name")?;
+    let key_field = join(field, "name");
+    let name = w.string(node, &key_field)?;
+    if !is_valid_name(&name) {
+        w.error_at(
+            node,
+            &key_field,
+            format!("`{name}` is not a valid {what} name: use letters, digits, `-`, `_` and `.`"),
+        );
+    }
+    Some(name)
+}
+
 /// Is `name` usable as an identifier (knob, cell axis, template variable)?
 pub fn is_identifier(name: &str) -> bool {
     let mut chars = name.chars();

@@ -19,3 +19,4 @@ fmt:
 bench:
     ./benches/dispatch.sh
     ./benches/plan_scale.sh
+    ./benches/fs_inodes.py

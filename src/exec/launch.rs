@@ -448,12 +448,17 @@ impl Shared<'_> {
             if self.cancel.is_cancelled() {
                 return;
             }
+            // Register for wake-ups before looking at the queue, so that a
+            // baseline finishing in between cannot be missed.
+            let notified = self.notify.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
             let (unit, warm) = match self.next(class, host_index) {
                 Err(()) => return,
                 Ok(None) => {
                     tokio::select! {
-                        _ = self.notify.notified() => {}
-                        _ = tokio::time::sleep(Duration::from_millis(200)) => {}
+                        _ = notified => {}
+                        _ = tokio::time::sleep(Duration::from_secs(1)) => {}
                         _ = self.cancel.cancelled() => return,
                     }
                     continue;

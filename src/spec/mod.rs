@@ -10,6 +10,8 @@ pub mod yaml;
 
 pub use diag::{Diagnostic, Diagnostics};
 pub use inventory::{Host, Inventory, Transport};
-pub use study::{Better, Knob, KnobKind, Metric, Strategy, Study};
+pub use study::{
+    Better, BucketRule, Knob, KnobKind, Measurement, Metric, Selection, Strategy, Study, Tolerance,
+};
 pub use template::{CommandRenderer, TemplateCheck, TrialVars};
 pub use value::Value;

@@ -116,11 +116,89 @@ pub struct Metric {
 pub struct Measurement {
     pub warmup: u32,
     pub repeats: u32,
+    /// Re-measure the baseline on a host after every this many candidate
+    /// trials of a cell (0: never).
+    pub anchor_every: u32,
+    /// An anchor this much worse than the best anchor of its cell means the
+    /// host drifted (thermal throttling, a noisy neighbour).
+    pub cool_drift: f64,
+    /// A cooling host is back once its anchor is within this of the best.
+    pub cool_eps: f64,
+    /// First wait of the cool-down back-off (doubles each retry).
+    #[serde(serialize_with = "ser_secs")]
+    pub cool_wait: Duration,
+    /// Longest total cool-down before the cell is dropped on that host.
+    #[serde(serialize_with = "ser_secs")]
+    pub cool_max_wait: Duration,
+    /// Most anchor re-measurements in one cool-down.
+    pub cool_max_retry: u32,
+    /// Interleaved baseline/winner pairs in the final confirmation round of
+    /// each bucket (0: no confirmation, decisions stay drafts).
+    pub confirm_repeats: u32,
+}
+
+impl Default for Measurement {
+    fn default() -> Self {
+        Measurement {
+            warmup: 1,
+            repeats: 3,
+            anchor_every: 4,
+            cool_drift: 0.10,
+            cool_eps: 0.03,
+            cool_wait: Duration::from_secs(5),
+            cool_max_wait: Duration::from_secs(600),
+            cool_max_retry: 5,
+            confirm_repeats: 3,
+        }
+    }
+}
+
+/// How selection decides.
+#[derive(Debug, Clone, Serialize)]
+pub struct Selection {
+    /// A candidate must improve on the baseline by more than this (and by
+    /// more than the combined relative spread).
+    pub min_improvement: f64,
+    /// A decision resting on fewer hosts of the class is a draft.
+    pub min_hosts: u32,
+}
+
+impl Default for Selection {
+    fn default() -> Self {
+        Selection {
+            min_improvement: 0.02,
+            min_hosts: 1,
+        }
+    }
+}
+
+/// How a cell axis groups into buckets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum BucketRule {
+    /// Numbers in [2^k, 2^(k+1)) share a bucket.
+    Pow2,
+    /// Every value is its own bucket.
+    Exact,
+    /// The whole axis is one bucket.
+    All,
+}
+
+/// Numeric comparison of declared outputs that hold JSON arrays of numbers.
+#[derive(Debug, Clone, Serialize)]
+pub struct Tolerance {
+    pub files: Vec<String>,
+    pub rtol: f64,
+    pub atol: f64,
 }
 
 #[derive(Debug, Clone, Serialize)]
 pub struct Gate {
     pub outputs: Vec<String>,
+    /// Extra stderr patterns (regular expressions) per failure class
+    /// (`compile_failure`, `oom`), checked before the defaults.
+    pub patterns: BTreeMap<String, Vec<String>>,
+    pub tolerance: Option<Tolerance>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -151,6 +229,9 @@ pub struct Study {
     pub gate: Gate,
     pub strategy: Strategy,
     pub budget: Budget,
+    pub selection: Selection,
+    /// Bucket rule per cell axis (every axis present).
+    pub buckets: BTreeMap<String, BucketRule>,
     pub tools: BTreeMap<String, String>,
     pub ledger: Option<String>,
     /// The file it was loaded from.
@@ -181,6 +262,8 @@ const TOP_KEYS: &[&str] = &[
     "budget",
     "fingerprint",
     "ledger",
+    "selection",
+    "buckets",
 ];
 
 impl Study {
@@ -299,15 +382,21 @@ fn parse_study(w: &mut Walker, root: &Node, path: &Path, dir: &Path) -> Option<S
     };
     let measurement = match map.get_node("measurement") {
         Some(n) => parse_measurement(w, n),
-        None => Some(Measurement {
-            warmup: 1,
-            repeats: 3,
-        }),
+        None => Some(Measurement::default()),
     };
     let gate = match map.get_node("gate") {
         Some(n) => parse_gate(w, n),
-        None => Some(Gate { outputs: vec![] }),
+        None => Some(Gate {
+            outputs: vec![],
+            patterns: BTreeMap::new(),
+            tolerance: None,
+        }),
     };
+    let selection = match map.get_node("selection") {
+        Some(n) => parse_selection(w, n),
+        None => Some(Selection::default()),
+    };
+    let buckets = parse_buckets(w, map.get_node("buckets"), &cells);
     let strategy = match map.get_node("strategy") {
         Some(n) => parse_strategy(w, n),
         None => Some(Strategy::Grid),
@@ -350,6 +439,8 @@ fn parse_study(w: &mut Walker, root: &Node, path: &Path, dir: &Path) -> Option<S
         gate: gate?,
         strategy: strategy?,
         budget: budget?,
+        selection: selection?,
+        buckets,
         tools,
         ledger,
         source: path.to_path_buf(),
@@ -936,33 +1027,191 @@ fn parse_metrics(w: &mut Walker, node: &Node, objective: Option<&Metric>) -> Vec
 
 fn parse_measurement(w: &mut Walker, node: &Node) -> Option<Measurement> {
     let map = w.mapping(node, "measurement")?;
-    w.check_keys(map, "measurement", &["warmup", "repeats"]);
-    let warmup = match map.get_node("warmup") {
-        Some(n) => w.int_at_least(n, "measurement.warmup", 0),
-        None => Some(1),
+    w.check_keys(
+        map,
+        "measurement",
+        &[
+            "warmup",
+            "repeats",
+            "anchor_every",
+            "cool_drift",
+            "cool_eps",
+            "cool_wait",
+            "cool_max_wait",
+            "cool_max_retry",
+            "confirm_repeats",
+        ],
+    );
+    let d = Measurement::default();
+    let mut ok = true;
+    let mut count = |w: &mut Walker, key: &str, default: u32, min: u32, max: u32| -> u32 {
+        match map.get_node(key) {
+            Some(n) => w
+                .u32_in(n, &join("measurement", key), min, max)
+                .unwrap_or_else(|| {
+                    ok = false;
+                    default
+                }),
+            None => default,
+        }
     };
-    let repeats = match map.get_node("repeats") {
-        Some(n) => w.int_at_least(n, "measurement.repeats", 1),
-        None => Some(3),
+    let warmup = count(w, "warmup", d.warmup, 0, 100);
+    let repeats = count(w, "repeats", d.repeats, 1, 10_000);
+    let anchor_every = count(w, "anchor_every", d.anchor_every, 0, 1_000_000);
+    let cool_max_retry = count(w, "cool_max_retry", d.cool_max_retry, 1, 1000);
+    let confirm_repeats = count(w, "confirm_repeats", d.confirm_repeats, 0, 1000);
+    let fraction = |w: &mut Walker, key: &str, default: f64| -> Option<f64> {
+        match map.get_node(key) {
+            Some(n) => {
+                let f = join("measurement", key);
+                let v = w.float(n, &f)?;
+                if !(v > 0.0 && v < 1.0) {
+                    w.error_at(
+                        n,
+                        &f,
+                        format!("must be a fraction between 0 and 1 (e.g. 0.1 for 10%), found {v}"),
+                    );
+                    return None;
+                }
+                Some(v)
+            }
+            None => Some(default),
+        }
     };
-    let (warmup, repeats) = (warmup?, repeats?);
-    if warmup > 100 || repeats > 10_000 {
+    let cool_drift = fraction(w, "cool_drift", d.cool_drift);
+    let cool_eps = fraction(w, "cool_eps", d.cool_eps);
+    let duration = |w: &mut Walker, key: &str, default: Duration| -> Option<Duration> {
+        match map.get_node(key) {
+            Some(n) => w.duration(n, &join("measurement", key)),
+            None => Some(default),
+        }
+    };
+    let cool_wait = duration(w, "cool_wait", d.cool_wait);
+    let cool_max_wait = duration(w, "cool_max_wait", d.cool_max_wait);
+    let (cool_drift, cool_eps) = (cool_drift?, cool_eps?);
+    if cool_eps >= cool_drift
+        && let Some(n) = map.get_node("cool_eps")
+    {
         w.error_at(
-            node,
-            "measurement",
-            "at most 100 warm-up runs and 10000 repeats",
+            n,
+            "measurement.cool_eps",
+            format!("must be smaller than cool_drift ({cool_drift})"),
         );
         return None;
     }
+    if !ok {
+        return None;
+    }
     Some(Measurement {
-        warmup: warmup as u32,
-        repeats: repeats as u32,
+        warmup,
+        repeats,
+        anchor_every,
+        cool_drift,
+        cool_eps,
+        cool_wait: cool_wait?,
+        cool_max_wait: cool_max_wait?,
+        cool_max_retry,
+        confirm_repeats,
     })
+}
+
+fn parse_selection(w: &mut Walker, node: &Node) -> Option<Selection> {
+    let map = w.mapping(node, "selection")?;
+    w.check_keys(map, "selection", &["min_improvement", "min_hosts"]);
+    let d = Selection::default();
+    let min_improvement = match map.get_node("min_improvement") {
+        Some(n) => {
+            let v = w.float(n, "selection.min_improvement")?;
+            if !(0.0..1.0).contains(&v) {
+                w.error_at(
+                    n,
+                    "selection.min_improvement",
+                    format!("must be a fraction between 0 and 1 (0.02 for 2%), found {v}"),
+                );
+                return None;
+            }
+            v
+        }
+        None => d.min_improvement,
+    };
+    let min_hosts = match map.get_node("min_hosts") {
+        Some(n) => w.u32_in(n, "selection.min_hosts", 1, 10_000)?,
+        None => d.min_hosts,
+    };
+    Some(Selection {
+        min_improvement,
+        min_hosts,
+    })
+}
+
+/// Bucket rules for every cell axis: as written, else `pow2` for an axis
+/// of positive numbers and `exact` for any other.
+fn parse_buckets(
+    w: &mut Walker,
+    node: Option<&Node>,
+    cells: &[CellAxis],
+) -> BTreeMap<String, BucketRule> {
+    let mut out: BTreeMap<String, BucketRule> = cells
+        .iter()
+        .map(|a| {
+            let numeric = a.values.iter().all(|v| v.as_f64().is_some_and(|x| x > 0.0));
+            (
+                a.name.clone(),
+                if numeric {
+                    BucketRule::Pow2
+                } else {
+                    BucketRule::Exact
+                },
+            )
+        })
+        .collect();
+    let Some(node) = node else { return out };
+    let Some(map) = w.mapping(node, "buckets") else {
+        return out;
+    };
+    for (k, v) in map.iter() {
+        let field = join("buckets", k.as_str());
+        let Some(axis) = cells.iter().find(|a| a.name == k.as_str()) else {
+            w.error(
+                k.span(),
+                &field,
+                format!("`{}` is not a cell axis", k.as_str()),
+            );
+            continue;
+        };
+        let Some(rule) = w.string(v, &field) else {
+            continue;
+        };
+        let rule = match rule.as_str() {
+            "pow2" => BucketRule::Pow2,
+            "exact" => BucketRule::Exact,
+            "all" => BucketRule::All,
+            other => {
+                w.error_at(
+                    v,
+                    &field,
+                    format!("unknown bucket rule `{other}` (expected pow2, exact or all)"),
+                );
+                continue;
+            }
+        };
+        if rule == BucketRule::Pow2
+            && !axis
+                .values
+                .iter()
+                .all(|x| x.as_f64().is_some_and(|f| f > 0.0))
+        {
+            w.error_at(v, &field, "pow2 buckets need an axis of positive numbers");
+            continue;
+        }
+        out.insert(axis.name.clone(), rule);
+    }
+    out
 }
 
 fn parse_gate(w: &mut Walker, node: &Node) -> Option<Gate> {
     let map = w.mapping(node, "gate")?;
-    w.check_keys(map, "gate", &["outputs"]);
+    w.check_keys(map, "gate", &["outputs", "patterns", "tolerance"]);
     let outputs = match map.get_node("outputs") {
         Some(n) => w.string_list(n, "gate.outputs")?,
         None => Vec::new(),
@@ -983,7 +1232,93 @@ fn parse_gate(w: &mut Walker, node: &Node) -> Option<Gate> {
             }
         }
     }
-    Some(Gate { outputs })
+    let patterns = match map.get_node("patterns") {
+        Some(n) => parse_patterns(w, n)?,
+        None => BTreeMap::new(),
+    };
+    let tolerance = match map.get_node("tolerance") {
+        Some(n) => Some(parse_tolerance(w, n, &outputs)?),
+        None => None,
+    };
+    Some(Gate {
+        outputs,
+        patterns,
+        tolerance,
+    })
+}
+
+/// Failure classes a study can add stderr patterns for.
+pub const PATTERN_CLASSES: &[&str] = &["compile_failure", "oom"];
+
+fn parse_patterns(w: &mut Walker, node: &Node) -> Option<BTreeMap<String, Vec<String>>> {
+    let map = w.mapping(node, "gate.patterns")?;
+    w.check_keys(map, "gate.patterns", PATTERN_CLASSES);
+    let mut out = BTreeMap::new();
+    let mut ok = true;
+    for (k, v) in map.iter() {
+        if !PATTERN_CLASSES.contains(&k.as_str()) {
+            continue;
+        }
+        let field = join("gate.patterns", k.as_str());
+        let Some(list) = w.string_list(v, &field) else {
+            ok = false;
+            continue;
+        };
+        if let Some(seq) = v.as_sequence() {
+            for (i, (pattern, item)) in list.iter().zip(seq.iter()).enumerate() {
+                if let Err(e) = regex::Regex::new(pattern) {
+                    w.error_at(
+                        item,
+                        &index(&field, i),
+                        format!("invalid regular expression: {e}"),
+                    );
+                    ok = false;
+                }
+            }
+        }
+        out.insert(k.as_str().to_string(), list);
+    }
+    ok.then_some(out)
+}
+
+fn parse_tolerance(w: &mut Walker, node: &Node, outputs: &[String]) -> Option<Tolerance> {
+    let map = w.mapping(node, "gate.tolerance")?;
+    w.check_keys(map, "gate.tolerance", &["files", "rtol", "atol"]);
+    let files_node = w.required(map, "gate.tolerance", "files")?;
+    let files = w.string_list(files_node, "gate.tolerance.files")?;
+    if let Some(seq) = files_node.as_sequence() {
+        for (i, (f, item)) in files.iter().zip(seq.iter()).enumerate() {
+            if !outputs.contains(f) {
+                w.error_at(
+                    item,
+                    &index("gate.tolerance.files", i),
+                    format!("`{f}` is not one of gate.outputs"),
+                );
+                return None;
+            }
+        }
+    }
+    let bound = |w: &mut Walker, key: &str| -> Option<f64> {
+        match map.get_node(key) {
+            Some(n) => {
+                let f = join("gate.tolerance", key);
+                let v = w.float(n, &f)?;
+                if v < 0.0 {
+                    w.error_at(n, &f, format!("must not be negative, found {v}"));
+                    return None;
+                }
+                Some(v)
+            }
+            None => Some(0.0),
+        }
+    };
+    let rtol = bound(w, "rtol");
+    let atol = bound(w, "atol");
+    Some(Tolerance {
+        files,
+        rtol: rtol?,
+        atol: atol?,
+    })
 }
 
 fn parse_strategy(w: &mut Walker, node: &Node) -> Option<Strategy> {

@@ -51,7 +51,78 @@ pub struct ClassReport {
     pub host_class: String,
     pub label: String,
     pub hosts: Vec<String>,
+    /// The class's most recent fingerprint (class-defining fields and all).
+    pub fingerprint: Option<crate::fingerprint::Fingerprint>,
     pub cells: Vec<CellReport>,
+    /// Decisions per bucket: what ships.
+    pub buckets: Vec<BucketReport>,
+}
+
+/// One bucket of cells of one host class, and what wins it.
+#[derive(Debug, Clone, Serialize)]
+pub struct BucketReport {
+    /// Stable id: first 16 hex of the sha256 of `bounds`.
+    pub key: String,
+    /// For people: `n ∈ [2^18, 2^19)` and so on.
+    pub label: String,
+    /// Per cell axis: `{"min": lo, "max": hi}` (half-open, pow2 rule),
+    /// `{"values": [v]}` (exact rule) or `"any"` (all rule).
+    pub bounds: serde_json::Value,
+    /// Labels of the cells in the bucket that have results.
+    pub cells: Vec<String>,
+    /// The config that ships: the winner's, or the baseline's.
+    pub config: serde_json::Value,
+    pub winner: Option<BucketWinner>,
+    pub decision: String,
+    /// `draft` or `verdict`.
+    pub level: String,
+    pub level_reason: String,
+    /// Relative improvement the winner had to exceed.
+    pub threshold: Option<f64>,
+    /// Per cell: the baseline and, when there is one, the winner.
+    pub per_cell: Vec<BucketCell>,
+    /// Configs that won a cell but were refused the bucket, with the cell
+    /// that refused them.
+    pub refusals: Vec<Refusal>,
+    /// Configs rejected by the gate in any cell of the bucket.
+    pub rejected: Vec<ConfigReport>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct BucketWinner {
+    pub label: String,
+    pub config: serde_json::Value,
+    pub knobs_changed: usize,
+    /// Geometric mean over the bucket's cells of the speedup.
+    pub speedup: f64,
+    /// The smallest per-cell speedup.
+    pub min_cell_speedup: f64,
+    /// The final interleaved round against the baseline, when it ran.
+    pub confirmation: Option<Confirmation>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Confirmation {
+    pub speedup: f64,
+    pub baseline: Option<Summary>,
+    pub winner: Option<Summary>,
+    pub threshold: f64,
+    pub confirmed: bool,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct BucketCell {
+    pub cell_label: String,
+    pub baseline: Option<ConfigReport>,
+    pub winner: Option<ConfigReport>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Refusal {
+    pub config_label: String,
+    pub cell_label: String,
+    pub speedup: Option<f64>,
+    pub reason: String,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -175,11 +246,18 @@ pub fn analyze(study: &StudyRecord, scan: &Scan, hosts: &[HostRecord]) -> Analys
             .values()
             .map(|configs| analyze_cell(configs, &objective.name, higher, MIN_IMPROVEMENT))
             .collect();
+        let fingerprint = hosts
+            .iter()
+            .rev()
+            .find(|h| h.host_class == *class_id)
+            .map(|h| h.fingerprint.clone());
         classes.push(ClassReport {
             host_class: class_id.to_string(),
             label,
             hosts: class_hosts,
+            fingerprint,
             cells: cell_reports,
+            buckets: Vec::new(),
         });
     }
 

@@ -487,6 +487,7 @@ fn count_in_plan(study: &Study, plan: &Plan, held: &BTreeMap<String, usize>) -> 
                         fidelity: None,
                         repeat,
                         host_class: &class.id,
+                        role: crate::trial::Role::Sweep,
                     }
                     .key();
                     if held.contains_key(&key) {

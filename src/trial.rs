@@ -15,11 +15,37 @@ pub struct TrialIdentity<'a> {
     pub fidelity: Option<f64>,
     pub repeat: u32,
     pub host_class: &'a str,
+    /// What the measurement is for; sweep trials (the default) leave it
+    /// out of the key, so their keys never change.
+    pub role: Role,
+}
+
+/// Why a trial is measured.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum Role {
+    /// A trial of the sweep.
+    #[default]
+    Sweep,
+    /// A re-measurement of the baseline on one host, to detect drift; the
+    /// tag makes each one unique.
+    Anchor { host: String, tag: String },
+    /// The final interleaved round of a bucket against the baseline.
+    Confirm,
+}
+
+impl Role {
+    pub fn name(&self) -> &'static str {
+        match self {
+            Role::Sweep => "sweep",
+            Role::Anchor { .. } => "anchor",
+            Role::Confirm => "confirm",
+        }
+    }
 }
 
 impl TrialIdentity<'_> {
     pub fn key(&self) -> String {
-        let doc = json!({
+        let mut doc = json!({
             "study": self.study,
             "config": self.config,
             "cell": self.cell,
@@ -27,6 +53,15 @@ impl TrialIdentity<'_> {
             "repeat": self.repeat,
             "host_class": self.host_class,
         });
+        match &self.role {
+            Role::Sweep => {}
+            Role::Anchor { host, tag } => {
+                doc["role"] = json!("anchor");
+                doc["host"] = json!(host);
+                doc["tag"] = json!(tag);
+            }
+            Role::Confirm => doc["role"] = json!("confirm"),
+        }
         sha256_hex(canonical_json(&doc).as_bytes())
     }
 }
@@ -66,6 +101,7 @@ mod tests {
                 fidelity: None,
                 repeat,
                 host_class: class,
+                role: Role::Sweep,
             }
             .key()
         };
@@ -73,5 +109,16 @@ mod tests {
         assert_ne!(id(&config, 0, "hc-1"), id(&config, 1, "hc-1"));
         assert_ne!(id(&config, 0, "hc-1"), id(&config, 0, "hc-2"));
         assert_eq!(id(&config, 0, "hc-1").len(), 64);
+        let confirm = TrialIdentity {
+            study: "s",
+            config: &config,
+            cell: &cell,
+            fidelity: None,
+            repeat: 0,
+            host_class: "hc-1",
+            role: Role::Confirm,
+        }
+        .key();
+        assert_ne!(confirm, id(&config, 0, "hc-1"));
     }
 }

@@ -295,6 +295,7 @@ impl Shared<'_> {
             fidelity: None,
             repeat: unit.repeat,
             host_class: &self.class_ids[class],
+            role: crate::trial::Role::Sweep,
         }
         .key()
     }
@@ -673,6 +674,7 @@ impl Shared<'_> {
             cell_label: cell_label.clone(),
             cell_index: unit.cell,
             repeat: unit.repeat,
+            role: "sweep".to_string(),
             fidelity: None,
             host: host.name.clone(),
             host_class: self.class_ids[class].clone(),

@@ -89,6 +89,34 @@ pub struct ExitInfo {
     pub signal: Option<i32>,
 }
 
+fn default_role() -> String {
+    "sweep".to_string()
+}
+
+/// `<study>/trials/<trial-key>/<attempt>.json.void`: an attempt whose
+/// measurement was discarded (its host drifted); the trial runs again.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct VoidRecord {
+    pub schema: u32,
+    pub trial_key: String,
+    pub attempt_id: String,
+    pub reason: String,
+    pub at: String,
+}
+
+/// `<study>/drops/<host-class>/<cell-hash>.json`: a cell given up on a host
+/// because its baseline would not settle.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct DropRecord {
+    pub schema: u32,
+    pub host_class: String,
+    pub host: String,
+    pub cell: serde_json::Value,
+    pub cell_label: String,
+    pub reason: String,
+    pub at: String,
+}
+
 /// `<study>/trials/<trial-key>/<attempt>.json`: one execution of a trial.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct AttemptRecord {
@@ -106,6 +134,9 @@ pub struct AttemptRecord {
     pub cell_label: String,
     pub cell_index: u32,
     pub repeat: u32,
+    /// `sweep`, `anchor` or `confirm` (see `trial::Role`).
+    #[serde(default = "default_role")]
+    pub role: String,
     pub fidelity: Option<f64>,
     pub host: String,
     pub host_class: String,

@@ -557,6 +557,7 @@ mod tests {
             cell_label: "n=1".into(),
             cell_index: 0,
             repeat: r,
+            role: "sweep".to_string(),
             fidelity: None,
             host: "h1".into(),
             host_class: "hc-1".into(),

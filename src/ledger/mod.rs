@@ -21,7 +21,7 @@ use object_store::local::LocalFileSystem;
 use object_store::path::Path as ObjPath;
 use object_store::{ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload};
 
-pub use records::{AttemptRecord, AttemptStatus, HostRecord, StudyRecord};
+pub use records::{AttemptRecord, AttemptStatus, DropRecord, HostRecord, StudyRecord, VoidRecord};
 
 /// Default ledger root, relative to the working directory.
 pub const DEFAULT_LEDGER: &str = "ledgers";
@@ -55,8 +55,13 @@ pub struct Ledger {
 /// The attempts of one study as found in the ledger.
 #[derive(Debug, Default)]
 pub struct Scan {
+    /// Attempts that count (voided ones removed).
     pub attempts: Vec<AttemptRecord>,
     pub corrupt: Vec<CorruptObject>,
+    /// Attempts whose measurements were discarded (a drifting host).
+    pub voided: usize,
+    /// Cells given up on hosts whose baseline would not settle.
+    pub drops: Vec<DropRecord>,
 }
 
 impl Scan {
@@ -307,6 +312,44 @@ impl Ledger {
             .map_err(|e| self.io_err("write", &key, e))
     }
 
+    /// Discard an attempt's measurement: its trial runs again.
+    pub async fn write_void(&self, study: &str, record: &VoidRecord) -> Result<(), LedgerError> {
+        let key = ObjPath::from(format!(
+            "{study}/trials/{}/{}.void",
+            record.trial_key, record.attempt_id
+        ));
+        let bytes =
+            serde_json::to_vec_pretty(record).map_err(|e| self.io_err("encode", &key, e))?;
+        self.create(&key, bytes).await.map(|_| ())
+    }
+
+    pub async fn write_drop(&self, study: &str, record: &DropRecord) -> Result<(), LedgerError> {
+        let cell = crate::canon::sha256_hex(crate::canon::canonical_json(&record.cell).as_bytes());
+        let key = ObjPath::from(format!(
+            "{study}/drops/{}/{}-{}.json",
+            record.host_class,
+            &cell[..16],
+            record.host
+        ));
+        let bytes =
+            serde_json::to_vec_pretty(record).map_err(|e| self.io_err("encode", &key, e))?;
+        self.create(&key, bytes).await.map(|_| ())
+    }
+
+    /// Cells dropped on hosts (corrupt objects skipped).
+    pub async fn drops(&self, study: &str) -> Result<Vec<DropRecord>, LedgerError> {
+        let prefix = ObjPath::from(format!("{study}/drops"));
+        let mut out = Vec::new();
+        for key in self.list(&prefix).await? {
+            if let Some(bytes) = self.get(&key).await?
+                && let Ok(r) = serde_json::from_slice::<DropRecord>(&bytes)
+            {
+                out.push(r);
+            }
+        }
+        Ok(out)
+    }
+
     /// Trial keys that have at least one attempt object (no GETs).
     pub async fn trial_keys(&self, study: &str) -> Result<BTreeMap<String, usize>, LedgerError> {
         let prefix = ObjPath::from(format!("{study}/trials"));
@@ -324,7 +367,21 @@ impl Ledger {
     /// listed in `corrupt` and otherwise ignored.
     pub async fn scan(&self, study: &str) -> Result<Scan, LedgerError> {
         let prefix = ObjPath::from(format!("{study}/trials"));
-        let keys = self.list(&prefix).await?;
+        let all = self.list(&prefix).await?;
+        // `<attempt>.void` markers discard attempts; only `.json` objects
+        // are attempts.
+        let mut voids: std::collections::HashSet<(String, String)> = Default::default();
+        let mut keys = Vec::new();
+        for k in all {
+            let parts: Vec<String> = k.parts().map(|p| p.as_ref().to_string()).collect();
+            match parts.last().map(String::as_str) {
+                Some(name) if parts.len() == 4 && name.ends_with(".void") => {
+                    let attempt = name.trim_end_matches(".void").to_string();
+                    voids.insert((parts[2].clone(), attempt));
+                }
+                _ => keys.push(k),
+            }
+        }
         type Fetched = (ObjPath, Result<Option<Vec<u8>>, LedgerError>);
         let results: Vec<Fetched> = futures::stream::iter(keys.into_iter().map(|k| async move {
             let r = self.get(&k).await;
@@ -359,6 +416,11 @@ impl Ledger {
                 }),
             }
         }
+        let before = scan.attempts.len();
+        scan.attempts
+            .retain(|a| !voids.contains(&(a.trial_key.clone(), a.attempt_id.clone())));
+        scan.voided = before - scan.attempts.len();
+        scan.drops = self.drops(study).await?;
         scan.attempts
             .sort_by(|a, b| (&a.trial_key, &a.attempt_id).cmp(&(&b.trial_key, &b.attempt_id)));
         scan.corrupt.sort_by(|a, b| a.key.cmp(&b.key));

@@ -4,6 +4,7 @@
 //! unit, host class, baseline and workload context.
 
 pub mod analysis;
+pub mod buckets;
 pub mod render;
 
 pub use analysis::{Analysis, analyze};

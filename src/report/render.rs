@@ -6,7 +6,7 @@ use std::fmt::Write as _;
 
 use comfy_table::{ContentArrangement, Table, presets};
 
-use super::analysis::{Analysis, CellReport, ClassReport, ConfigReport};
+use super::analysis::{Analysis, BucketReport, CellReport, ClassReport, ConfigReport};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Format {
@@ -66,7 +66,7 @@ fn rows(cell: &CellReport, all: bool) -> Vec<(&'static str, &ConfigReport, Strin
     for (i, c) in cell.eligible.iter().enumerate() {
         let is_winner = Some(c.label.as_str()) == winner_label;
         if is_winner {
-            out.push(("winner", c, "eligible; wins".to_string()));
+            out.push(("fastest", c, "eligible; fastest here".to_string()));
         } else if i == 0 && winner_label.is_none() {
             out.push(("best", c, "eligible; not a significant win".to_string()));
         } else if all {
@@ -143,8 +143,70 @@ fn class_line(c: &ClassReport) -> String {
     )
 }
 
+/// What ships, per bucket: [bucket, cells, ships, vs baseline, level, decision].
+fn bucket_rows(class: &ClassReport) -> Vec<[String; 6]> {
+    class.buckets.iter().map(bucket_row).collect()
+}
+
+fn bucket_row(b: &BucketReport) -> [String; 6] {
+    let ships = match &b.winner {
+        Some(w) => w.label.clone(),
+        None => "baseline".to_string(),
+    };
+    let vs = match &b.winner {
+        Some(w) => {
+            let mut text = format!(
+                "{:.3}× geo-mean (lowest cell {:.3}×; threshold {:.1}%)",
+                w.speedup,
+                w.min_cell_speedup,
+                b.threshold.unwrap_or(0.0) * 100.0
+            );
+            if let Some(c) = &w.confirmation {
+                let n = |s: Option<crate::stats::Summary>| s.map(|s| s.n).unwrap_or(0);
+                text.push_str(&format!(
+                    "; final round {:.3}× (n={} vs {})",
+                    c.speedup,
+                    n(c.winner),
+                    n(c.baseline)
+                ));
+            }
+            text
+        }
+        None => "1.000×".to_string(),
+    };
+    let mut decision = b.decision.clone();
+    for r in &b.refusals {
+        if !decision.contains(&r.reason) {
+            decision.push_str(&format!("; refused {}: {}", r.config_label, r.reason));
+        }
+    }
+    [
+        b.label.clone(),
+        b.cells.join(", "),
+        ships,
+        vs,
+        format!("{} ({})", b.level.to_uppercase(), b.level_reason),
+        decision,
+    ]
+}
+
+const BUCKET_HEADER: [&str; 6] = [
+    "bucket",
+    "cells",
+    "ships",
+    "vs baseline",
+    "level",
+    "decision",
+];
+
 fn footer(a: &Analysis) -> Vec<String> {
     let mut out = Vec::new();
+    if a.voided_attempts > 0 || a.anchors > 0 {
+        out.push(format!(
+            "drift watch: {} baseline anchors; {} measurements discarded after drift and re-measured",
+            a.anchors, a.voided_attempts
+        ));
+    }
     if a.classes.is_empty() {
         out.push("no finished trials in the ledger yet".to_string());
     }
@@ -217,6 +279,18 @@ fn render_table(a: &Analysis, all: bool) -> String {
                 let _ = writeln!(out, "({hidden} more eligible configs; --all shows them)");
             }
         }
+        if !class.buckets.is_empty() {
+            let _ = writeln!(out, "\nwhat ships on {} (per bucket):", class.host_class);
+            let mut t = Table::new();
+            t.load_style(presets::UTF8_FULL_CONDENSED)
+                .set_content_arrangement(ContentArrangement::Dynamic)
+                .set_width(160)
+                .set_header(BUCKET_HEADER.to_vec());
+            for row in bucket_rows(class) {
+                t.add_row(row.to_vec());
+            }
+            let _ = writeln!(out, "{t}");
+        }
     }
     for l in footer(a) {
         let _ = writeln!(out, "{l}");
@@ -262,6 +336,21 @@ fn render_markdown(a: &Analysis, all: bool) -> String {
                     md_escape(&note)
                 );
             }
+        }
+    }
+    for class in &a.classes {
+        if class.buckets.is_empty() {
+            continue;
+        }
+        let _ = writeln!(
+            out,
+            "\n## what ships on {} (per bucket)\n\n| {} |\n|---|---|---|---|---|---|",
+            class.host_class,
+            BUCKET_HEADER.join(" | ")
+        );
+        for row in bucket_rows(class) {
+            let cells: Vec<String> = row.iter().map(|c| md_escape(c)).collect();
+            let _ = writeln!(out, "| {} |", cells.join(" | "));
         }
     }
     let foot = footer(a);
@@ -312,6 +401,10 @@ fn render_csv(a: &Analysis) -> String {
         "reason",
         "decision",
         "context",
+        "bucket",
+        "bucket_ships",
+        "bucket_level",
+        "bucket_decision",
     ];
     let _ = writeln!(out, "{}", cols.join(","));
     let context = a
@@ -323,6 +416,7 @@ fn render_csv(a: &Analysis) -> String {
     for class in &a.classes {
         for cell in &class.cells {
             let base = cell.baseline.as_ref().and_then(|b| b.summary);
+            let bucket = class.buckets.iter().find(|b| b.key == cell.bucket);
             for (role, r, note) in rows(cell, true) {
                 let f = |x: Option<f64>| x.map(|v| v.to_string()).unwrap_or_default();
                 let fields = [
@@ -358,6 +452,19 @@ fn render_csv(a: &Analysis) -> String {
                     note,
                     cell.decision.clone(),
                     context.clone(),
+                    bucket.map(|b| b.label.clone()).unwrap_or_default(),
+                    bucket
+                        .map(|b| {
+                            let ships = b
+                                .winner
+                                .as_ref()
+                                .map(|w| w.label.as_str())
+                                .unwrap_or("baseline");
+                            (ships == r.label).to_string()
+                        })
+                        .unwrap_or_default(),
+                    bucket.map(|b| b.level.clone()).unwrap_or_default(),
+                    bucket.map(|b| b.decision.clone()).unwrap_or_default(),
                 ];
                 let line: Vec<String> = fields.iter().map(|s| csv_field(s)).collect();
                 let _ = writeln!(out, "{}", line.join(","));

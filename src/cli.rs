@@ -25,6 +25,7 @@ use crate::report::{self, Format};
 use crate::space;
 use crate::spec::{CommandRenderer, Diagnostics, Inventory, Study, Transport, TrialVars, Value};
 use crate::trial::TrialIdentity;
+use crate::{tuned, yaml_out};
 
 #[derive(Parser, Debug)]
 #[command(
@@ -45,6 +46,10 @@ enum Command {
     Launch(LaunchArgs),
     /// Per host class and cell: baseline, winner, rejected configs.
     Report(ReportArgs),
+    /// Write one tuned file per host class: the knobs that ship per bucket.
+    Export(ExportArgs),
+    /// Run a command with the tuned knobs of this host's class (else the defaults).
+    Apply(ApplyArgs),
     /// Probe this machine and print its fingerprint and host class.
     Fingerprint(FingerprintArgs),
     /// Validate study and inventory files.
@@ -93,6 +98,9 @@ struct LaunchArgs {
     /// Start a new study (id `<name>-<spec hash>`) when the spec differs from the ledger's.
     #[arg(long)]
     fork: bool,
+    /// Report drift of the baseline anchors but discard nothing and never cool down.
+    #[arg(long)]
+    no_cooldown: bool,
 }
 
 #[derive(clap::Args, Debug)]
@@ -106,6 +114,34 @@ struct ReportArgs {
     /// Show every eligible config, not only the baseline, the best and the rejected.
     #[arg(long)]
     all: bool,
+}
+
+#[derive(clap::Args, Debug)]
+struct ExportArgs {
+    /// A study file, or a study id in the ledger.
+    study: String,
+    #[arg(long, env = "TUNECTL_LEDGER")]
+    ledger: Option<String>,
+    /// Directory for the tuned files (created if missing).
+    #[arg(long, default_value = "tuned")]
+    out: PathBuf,
+}
+
+#[derive(clap::Args, Debug)]
+struct ApplyArgs {
+    /// A tuned file, or a directory of them (every *.yaml in it).
+    #[arg(long)]
+    tuned: PathBuf,
+    /// The workload cell, one axis per flag (e.g. `--cell batch=4`): picks the bucket.
+    #[arg(long = "cell", value_name = "AXIS=VALUE")]
+    cells: Vec<String>,
+    /// Print the chosen knobs, the environment and why, as YAML; run nothing.
+    #[arg(long)]
+    print: bool,
+    /// The command, after `--`: a template (`{{ knob }}` is replaced by the
+    /// knob's value, shell-quoted) run with `/bin/sh -c`.
+    #[arg(last = true, value_name = "COMMAND")]
+    command: Vec<String>,
 }
 
 #[derive(clap::Args, Debug)]
@@ -174,6 +210,8 @@ async fn run(cli: Cli) -> Result<(), CliError> {
         Command::Plan(a) => plan(a).await,
         Command::Launch(a) => launch(a).await,
         Command::Report(a) => report_cmd(a).await,
+        Command::Export(a) => export_cmd(a).await,
+        Command::Apply(a) => apply_cmd(a).await,
         Command::Fingerprint(a) => fingerprint_cmd(a).await,
         Command::Validate(a) => validate(a),
     }
@@ -691,7 +729,18 @@ async fn launch(a: LaunchArgs) -> Result<(), CliError> {
     let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
     let reporter = tokio::spawn(progress::report(a.progress, rx));
     eprintln!("launching study {study_id} · ledger {}", ledger.url());
-    let result = launch::run_study(&study, &study_id, &ledger, hosts, tx, cancel.clone()).await;
+    let result = launch::run_study(
+        &study,
+        &study_id,
+        &ledger,
+        hosts,
+        launch::LaunchOptions {
+            no_cooldown: a.no_cooldown,
+        },
+        tx,
+        cancel.clone(),
+    )
+    .await;
     let _ = reporter.await;
     let summary = result.map_err(|e| match e {
         launch::LaunchError::SpecChanged { .. } => CliError::Invalid(e.to_string()),
@@ -751,20 +800,24 @@ async fn launch(a: LaunchArgs) -> Result<(), CliError> {
     Ok(())
 }
 
-async fn report_cmd(a: ReportArgs) -> Result<(), CliError> {
-    let path = Path::new(&a.study);
+/// The analysis of a study (a study file or a study id) from its ledger,
+/// as `report` and `export` see it.
+async fn load_analysis(
+    study_arg: &str,
+    ledger_flag: Option<&str>,
+) -> Result<report::Analysis, CliError> {
+    let path = Path::new(study_arg);
     let (study_id, study) = if path.is_file() {
         let s = Study::load(path)?;
         (s.id().to_string(), Some(s))
-    } else if a.study.ends_with(".yaml") || a.study.ends_with(".yml") {
+    } else if study_arg.ends_with(".yaml") || study_arg.ends_with(".yml") {
         return Err(CliError::Invalid(format!(
-            "{}: no such study file",
-            a.study
+            "{study_arg}: no such study file"
         )));
     } else {
-        (a.study.clone(), None)
+        (study_arg.to_string(), None)
     };
-    let url = ledger_url(a.ledger.as_deref(), study.as_ref(), None);
+    let url = ledger_url(ledger_flag, study.as_ref(), None);
     let Some(ledger) = Ledger::open_existing(&url).map_err(failed)? else {
         return Err(CliError::Failed(format!(
             "no ledger at `{url}`; run `tunectl launch` first"
@@ -780,16 +833,136 @@ async fn report_cmd(a: ReportArgs) -> Result<(), CliError> {
         && s.spec_hash() != record.spec_hash
     {
         eprintln!(
-            "warning: {} has changed since it was launched; reporting the spec recorded in the ledger ({})",
-            a.study,
+            "warning: {study_arg} has changed since it was launched; reporting the spec recorded in the ledger ({})",
             &record.spec_hash[..12]
         );
     }
     let scan = ledger.scan(&study_id).await.map_err(failed)?;
     let (hosts, _) = ledger.hosts(&study_id).await.map_err(failed)?;
-    let analysis = report::analyze(&record, &scan, &hosts);
+    Ok(report::analyze(&record, &scan, &hosts))
+}
+
+async fn report_cmd(a: ReportArgs) -> Result<(), CliError> {
+    let analysis = load_analysis(&a.study, a.ledger.as_deref()).await?;
     print!("{}", report::render(&analysis, a.format, a.all));
     Ok(())
+}
+
+async fn export_cmd(a: ExportArgs) -> Result<(), CliError> {
+    let analysis = load_analysis(&a.study, a.ledger.as_deref()).await?;
+    if analysis.classes.is_empty() {
+        return Err(CliError::Failed(format!(
+            "study `{}` has no results in the ledger yet: nothing to export; run `tunectl launch` first",
+            analysis.study_id
+        )));
+    }
+    std::fs::create_dir_all(&a.out)
+        .map_err(|e| failed(format!("{}: cannot create: {e}", a.out.display())))?;
+    for class in &analysis.classes {
+        let (name, text) = tuned::export(&analysis, class);
+        let path = a.out.join(&name);
+        // Write then rename: a reader never sees half a file.
+        let tmp = a.out.join(format!(".{name}.tmp"));
+        std::fs::write(&tmp, text)
+            .and_then(|()| std::fs::rename(&tmp, &path))
+            .map_err(|e| failed(format!("{}: cannot write: {e}", path.display())))?;
+        println!("{}", path.display());
+        let pending = class
+            .buckets
+            .iter()
+            .filter(|b| tuned::is_pending(b))
+            .count();
+        let won = class
+            .buckets
+            .iter()
+            .filter(|b| !tuned::is_pending(b) && b.winner.is_some())
+            .count();
+        eprintln!(
+            "{} · {}: {} buckets ({won} with a winner, {} keeping the baseline, {pending} pending)",
+            class.host_class,
+            class.label,
+            class.buckets.len(),
+            class.buckets.len() - won - pending,
+        );
+    }
+    Ok(())
+}
+
+async fn apply_cmd(a: ApplyArgs) -> Result<(), CliError> {
+    if a.command.is_empty() && !a.print {
+        return Err(CliError::Invalid(
+            "apply needs a command after `--` (e.g. `tunectl apply --tuned tuned/ -- ./serve --batch {{ batch }}`), or --print".to_string(),
+        ));
+    }
+    let files = tuned::load(&a.tuned).map_err(CliError::Invalid)?;
+    let cell = tuned::parse_cell(&a.cells).map_err(CliError::Invalid)?;
+    let axes = tuned::bucket_axes(files.iter().flat_map(|(_, f)| &f.buckets));
+    if !axes.is_empty()
+        && let Some(unknown) = cell.keys().find(|k| !axes.contains(k))
+    {
+        return Err(CliError::Invalid(format!(
+            "--cell {unknown}: the tuned buckets have no axis `{unknown}` (axes: {})",
+            axes.join(", ")
+        )));
+    }
+    let host = tuned::ThisHost {
+        class: fingerprint::probe_local(&BTreeMap::new())
+            .await
+            .map(|fp| (fp.host_class(), fp.class_label()))
+            .map_err(|e| e.to_string()),
+    };
+    let mut choice = tuned::choose(&files, &host, &cell);
+    tuned::apply_overrides(&mut choice, |var| std::env::var(var).ok());
+    let env = tuned::environment(&choice, &cell);
+    let command = if a.command.is_empty() {
+        None
+    } else {
+        let template = a.command.join(" ");
+        let vars = tuned::template_vars(&choice.knobs, &cell);
+        Some(
+            crate::spec::template::render_shell(&template, &vars)
+                .map_err(|e| CliError::Invalid(format!("the command `{template}`: {e}")))?,
+        )
+    };
+    if let Some(w) = &choice.warning {
+        eprintln!("warning: {w}");
+    }
+    if !choice.from_environment.is_empty() {
+        let set: Vec<String> = choice
+            .from_environment
+            .iter()
+            .map(|(k, v)| format!("{}={v}", tuned::knob_var(k)))
+            .collect();
+        eprintln!(
+            "note: set in the environment, these win over the {}: {}",
+            choice.source.as_str(),
+            set.join(" ")
+        );
+    }
+    if a.print {
+        print!(
+            "{}",
+            tuned::print_yaml(&choice, &host, &cell, &env, command.as_deref())
+        );
+        return Ok(());
+    }
+    if choice.warning.is_none() {
+        eprintln!("tunectl apply: {}", choice.reason);
+    }
+    let Some(command) = command else {
+        return Ok(());
+    };
+    use std::io::Write as _;
+    use std::os::unix::process::CommandExt as _;
+    let _ = std::io::stdout().flush();
+    // Replace this process: signals reach the command directly and its exit
+    // status is ours.
+    let err = std::process::Command::new("/bin/sh")
+        .arg("-c")
+        .arg(&command)
+        .envs(env)
+        .exec();
+    Err(failed(format!("cannot run /bin/sh -c {command}: {err}")))
 }
 
 async fn fingerprint_cmd(a: FingerprintArgs) -> Result<(), CliError> {
@@ -807,66 +980,9 @@ async fn fingerprint_cmd(a: FingerprintArgs) -> Result<(), CliError> {
     if a.json {
         println!("{}", serde_json::to_string_pretty(&doc).map_err(failed)?);
     } else {
-        print!("{}", to_yaml(&doc, 0));
+        print!("{}", yaml_out::to_yaml(&doc));
     }
     Ok(())
-}
-
-/// A small YAML emitter for JSON values (strings are double-quoted where
-/// YAML would misread them).
-fn to_yaml(v: &serde_json::Value, indent: usize) -> String {
-    use serde_json::Value as J;
-    let pad = "  ".repeat(indent);
-    let scalar = |v: &J| -> String {
-        match v {
-            J::Null => "null".to_string(),
-            J::String(s) => {
-                let plain = !s.is_empty()
-                    && s.chars()
-                        .all(|c| c.is_ascii_alphanumeric() || " ._-/()+@×,".contains(c))
-                    && !s.starts_with(' ')
-                    && !s.ends_with(' ')
-                    && !matches!(s.as_str(), "true" | "false" | "null" | "yes" | "no" | "~")
-                    && s.parse::<f64>().is_err();
-                if plain {
-                    s.clone()
-                } else {
-                    J::String(s.clone()).to_string()
-                }
-            }
-            other => other.to_string(),
-        }
-    };
-    let mut out = String::new();
-    match v {
-        J::Object(m) => {
-            for (k, val) in m {
-                match val {
-                    J::Object(inner) if !inner.is_empty() => {
-                        out.push_str(&format!("{pad}{k}:\n{}", to_yaml(val, indent + 1)))
-                    }
-                    J::Array(items) if !items.is_empty() => {
-                        out.push_str(&format!("{pad}{k}:\n"));
-                        for item in items {
-                            match item {
-                                J::Object(_) => {
-                                    let body = to_yaml(item, indent + 2);
-                                    let trimmed = body.trim_start();
-                                    out.push_str(&format!("{pad}  - {trimmed}"));
-                                }
-                                _ => out.push_str(&format!("{pad}  - {}\n", scalar(item))),
-                            }
-                        }
-                    }
-                    J::Object(_) => out.push_str(&format!("{pad}{k}: {{}}\n")),
-                    J::Array(_) => out.push_str(&format!("{pad}{k}: []\n")),
-                    _ => out.push_str(&format!("{pad}{k}: {}\n", scalar(val))),
-                }
-            }
-        }
-        other => out.push_str(&format!("{pad}{}\n", scalar(other))),
-    }
-    out
 }
 
 fn validate(a: ValidateArgs) -> Result<(), CliError> {

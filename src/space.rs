@@ -124,6 +124,24 @@ impl ConfigSpace {
         serde_json::Value::Object(map)
     }
 
+    /// The index of a config given as a JSON object of knob values.
+    pub fn index_of(&self, study: &Study, config: &serde_json::Value) -> Option<u64> {
+        let digits: Option<Vec<u64>> = study
+            .knobs
+            .iter()
+            .map(|k| {
+                let v = &config[k.name.as_str()];
+                k.values
+                    .iter()
+                    .position(|x| {
+                        x.to_json() == *v || (x.as_f64().is_some() && x.as_f64() == v.as_f64())
+                    })
+                    .map(|i| i as u64)
+            })
+            .collect();
+        Some(self.encode(&digits?))
+    }
+
     /// Knobs that differ from the baseline, as `name=value` pairs.
     pub fn label(&self, study: &Study, index: u64) -> String {
         if index == self.baseline {

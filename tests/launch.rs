@@ -80,7 +80,7 @@ trial:
   command: "sh {{ study_dir }}/fake-trial.sh {{ mode }} {{ n }}"
   timeout: 20s
 objective: {metric: throughput, unit: ops/s, better: higher}
-measurement: {warmup: 1, repeats: 3}
+measurement: {warmup: 1, repeats: 3, anchor_every: 0, confirm_repeats: 0}
 gate: {outputs: [out.txt]}
 "#;
 
@@ -551,7 +551,7 @@ trial:
   command: "sh {{ study_dir }}/fake-trial.sh {{ mode }} {{ n }}"
   timeout: 1s
 objective: {metric: throughput, better: higher}
-measurement: {warmup: 0, repeats: 1}
+measurement: {warmup: 0, repeats: 1, confirm_repeats: 0}
 "#,
     );
     let t0 = Instant::now();
@@ -596,7 +596,7 @@ knobs:
 trial:
   command: "sh {{ study_dir }}/fake-trial.sh {{ mode }} 1"
 objective: {metric: throughput, better: higher}
-measurement: {warmup: 0, repeats: 1}
+measurement: {warmup: 0, repeats: 1, confirm_repeats: 0}
 "#;
     let env = Env::new(study);
     env.launch_ok();
@@ -745,7 +745,7 @@ fn markdown_and_csv_reports_carry_n_spread_and_host_class() {
         assert!(row.contains("| 100.1 ± 0.1483 ops/s (0.1%) |"), "{row}");
         assert!(row.contains("| 3 (3 trials) |"), "{row}");
     }
-    assert!(md.contains("| winner | mode=fast |"), "{md}");
+    assert!(md.contains("| fastest | mode=fast |"), "{md}");
     assert!(md.contains("| rejected | mode=wrong |"), "{md}");
     assert!(md.contains("output_changed"), "{md}");
 
@@ -789,7 +789,7 @@ fn markdown_and_csv_reports_carry_n_spread_and_host_class() {
         let s: f64 = b[spread].parse().expect("spread is a number");
         assert!(s > 0.0 && s < 1.0, "{s}");
         let w = find(c, "mode=fast");
-        assert_eq!(w[role], "winner");
+        assert_eq!(w[role], "fastest");
         assert_eq!(w[n], "3");
         let crash = find(c, "mode=crash");
         assert_eq!(crash[role], "rejected");

@@ -7,9 +7,20 @@
 //! config, then repeat 1...), so drift affects all configs alike. A config
 //! that fails is not repeated. Every attempt is written to the ledger the
 //! moment it ends; Ctrl-C kills running trials and records them as lost.
+//!
+//! Drift: every `anchor_every` candidate trials of a cell, a host
+//! re-measures the baseline (an anchor). An anchor more than `cool_drift`
+//! worse than the best anchor of that cell on that host voids the host's
+//! measurements since its last clean anchor (they run again), and the host
+//! cools down with exponential back-off until an anchor is back within
+//! `cool_eps`; a host that does not settle drops the cell, with its reason.
+//!
+//! Confirmation: once every cell of a bucket is measured on a class, the
+//! bucket's draft winner and the baseline run a final interleaved round
+//! (baseline, winner, baseline, winner...) that decides the verdict.
 
 use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashSet};
+use std::collections::{BinaryHeap, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -21,12 +32,14 @@ use super::progress::Event;
 use super::{AttemptSpec, Transport};
 use crate::fingerprint::Fingerprint;
 use crate::gate::Classifier;
-use crate::ledger::records::{self, AttemptRecord, AttemptStatus, HostRecord, StudyRecord};
+use crate::ledger::records::{
+    self, AttemptRecord, AttemptStatus, DropRecord, HostRecord, StudyRecord, VoidRecord,
+};
 use crate::ledger::{Ledger, Scan, new_attempt_id, spec_differences};
 use crate::plan::{ClassInfo, Plan, PlanHost};
 use crate::space;
 use crate::spec::{CommandRenderer, Study, TrialVars, Value};
-use crate::trial::TrialIdentity;
+use crate::trial::{Role, TrialIdentity};
 
 /// A host ready to take trials.
 pub struct LaunchHost {
@@ -49,6 +62,21 @@ pub struct LaunchSummary {
     pub skipped: u64,
     pub interrupted: bool,
     pub corrupt_objects: usize,
+    /// Baseline re-measurements taken to watch for drift.
+    pub anchors: u64,
+    /// Measurements discarded after drift (and run again).
+    pub voided: u64,
+    /// Cells given up on a host whose baseline would not settle.
+    pub dropped_cells: u64,
+    /// Trials of final confirmation rounds.
+    pub confirm_trials: u64,
+}
+
+/// How a launch behaves.
+#[derive(Debug, Clone, Default)]
+pub struct LaunchOptions {
+    /// Drift is reported but nothing is discarded and no host cools down.
+    pub no_cooldown: bool,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -102,28 +130,78 @@ fn short(hash: &str) -> String {
     hash.chars().take(12).collect()
 }
 
+/// What a unit measures. Confirmation units sort first: a bucket's final
+/// round runs as soon as it is ready, while the host is in the same state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Kind {
+    Confirm,
+    Sweep,
+}
+
 /// A unit of work: one trial of a cell, ordered so that a cell's baseline
 /// comes first and repeats interleave across configs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 struct Unit {
+    kind: Kind,
     cell: u32,
     repeat: u32,
-    /// 0 for the baseline, i + 1 for the cell's i-th candidate.
+    /// Sweep: 0 for the baseline, i + 1 for the cell's i-th candidate.
+    /// Confirm: 0 for the baseline, config index + 1 for the winner.
     pos: u64,
+}
+
+impl Unit {
+    fn sweep(cell: u32, repeat: u32, pos: u64) -> Unit {
+        Unit {
+            kind: Kind::Sweep,
+            cell,
+            repeat,
+            pos,
+        }
+    }
+
+    fn is_first_baseline(&self) -> bool {
+        self.kind == Kind::Sweep && self.repeat == 0 && self.pos == 0
+    }
 }
 
 #[derive(Default)]
 struct ClassState {
     ready: BinaryHeap<Reverse<Unit>>,
-    /// Cells whose first baseline repeat has not finished yet.
-    waiting_cells: usize,
+    /// Things that may still add units: cells waiting for their baseline's
+    /// first repeat, confirmation rounds being prepared.
+    pending: usize,
+    /// Units running now.
+    in_flight: usize,
     failed_configs: HashSet<(u32, u64)>,
+    /// Sweep units of a cell not finished yet (queued or running).
+    outstanding: HashMap<u32, u64>,
+    /// Cells whose baseline's first repeat has resolved.
+    released: HashSet<u32>,
+    /// Buckets whose confirmation round was started.
+    confirm_started: HashSet<String>,
+}
+
+/// Drift watch of one cell on one host.
+#[derive(Default)]
+struct Drift {
+    /// The best anchor so far (direction-aware).
+    best: Option<f64>,
+    /// Sweep attempts since the last clean anchor: (trial key, attempt, unit).
+    since_clean: Vec<(String, String, Unit)>,
+    /// Candidate trials since the last anchor.
+    sweeps: u32,
 }
 
 struct State {
     classes: Vec<ClassState>,
     /// (host, cell, config) that warmed up in this launch.
     warmed: HashSet<(usize, u32, u64)>,
+    drift: HashMap<(usize, u32), Drift>,
+    /// Hosts cooling down: their other slots wait.
+    cooling: HashSet<usize>,
+    /// (host, cell) given up.
+    dropped: HashSet<(usize, u32)>,
     summary: LaunchSummary,
 }
 
@@ -131,6 +209,7 @@ struct Shared<'a> {
     study: &'a Study,
     study_id: &'a str,
     spec_hash: String,
+    record: StudyRecord,
     plan: &'a Plan,
     ledger: &'a Ledger,
     renderer: CommandRenderer,
@@ -139,10 +218,29 @@ struct Shared<'a> {
     host_class: Vec<usize>,
     class_ids: Vec<String>,
     fingerprints: Vec<String>,
+    /// Bucket key of every cell, and the cells of every bucket.
+    bucket_of_cell: Vec<String>,
+    cells_of_bucket: HashMap<String, Vec<u32>>,
+    options: LaunchOptions,
     state: Mutex<State>,
     notify: Notify,
     events: mpsc::UnboundedSender<Event>,
     cancel: CancellationToken,
+}
+
+/// What one run produced, for the scheduler.
+struct Ran {
+    status: AttemptStatus,
+    key: String,
+    attempt_id: String,
+    /// Median of the objective's samples.
+    value: Option<f64>,
+}
+
+enum Next {
+    Run(Unit, bool),
+    Wait,
+    Done,
 }
 
 /// Probe hosts, register them in the ledger, and return plan hosts.
@@ -201,6 +299,7 @@ pub async fn run_study(
     study_id: &str,
     ledger: &Ledger,
     hosts: Vec<LaunchHost>,
+    options: LaunchOptions,
     events: mpsc::UnboundedSender<Event>,
     cancel: CancellationToken,
 ) -> Result<LaunchSummary, LaunchError> {
@@ -228,24 +327,42 @@ pub async fn run_study(
                 .unwrap_or(0)
         })
         .collect();
+    let mut bucket_of_cell = Vec::new();
+    let mut cells_of_bucket: HashMap<String, Vec<u32>> = HashMap::new();
+    for (i, cell) in plan.cells.iter().enumerate() {
+        let key =
+            crate::report::buckets::bucket_of(&record.spec, &space::cell_json(study, cell)).key;
+        cells_of_bucket
+            .entry(key.clone())
+            .or_default()
+            .push(i as u32);
+        bucket_of_cell.push(key);
+    }
     let renderer = CommandRenderer::new(study).map_err(LaunchError::Other)?;
     let shared = Shared {
         study,
         study_id,
         spec_hash: record.spec_hash.clone(),
+        record: record.clone(),
         plan: &plan,
         ledger,
         renderer,
-        classifier: Classifier::default(),
+        classifier: Classifier::new(&study.gate.patterns).map_err(LaunchError::Other)?,
         done,
         host_class,
         class_ids: plan.classes.iter().map(|c| c.id.clone()).collect(),
         fingerprints: probed.iter().map(|(_, fp)| fp.hash()).collect(),
+        bucket_of_cell,
+        cells_of_bucket,
+        options,
         state: Mutex::new(State {
             classes: (0..plan.classes.len())
                 .map(|_| ClassState::default())
                 .collect(),
             warmed: HashSet::new(),
+            drift: HashMap::new(),
+            cooling: HashSet::new(),
+            dropped: HashSet::new(),
             summary: LaunchSummary {
                 corrupt_objects: scan.corrupt.len(),
                 ..Default::default()
@@ -256,6 +373,11 @@ pub async fn run_study(
         cancel,
     };
     shared.seed(&scan);
+    // Buckets already measured in an earlier launch confirm now.
+    for class in 0..plan.classes.len() {
+        let cells: Vec<u32> = (0..plan.cells.len() as u32).collect();
+        shared.maybe_confirm(class, &cells).await;
+    }
 
     let mut workers = Vec::new();
     for (hi, host) in hosts.iter().enumerate() {
@@ -275,29 +397,51 @@ pub async fn run_study(
 
 impl Shared<'_> {
     fn config_of(&self, unit: Unit) -> u64 {
-        if unit.pos == 0 {
-            self.plan.space.baseline()
-        } else {
-            self.plan.per_cell[unit.cell as usize][(unit.pos - 1) as usize]
+        match (unit.kind, unit.pos) {
+            (_, 0) => self.plan.space.baseline(),
+            (Kind::Sweep, p) => self.plan.per_cell[unit.cell as usize][(p - 1) as usize],
+            (Kind::Confirm, p) => p - 1,
         }
     }
 
-    fn key_of(&self, class: usize, unit: Unit) -> String {
-        let config = self
-            .plan
-            .space
-            .config_json(self.study, self.config_of(unit));
-        let cell = space::cell_json(self.study, &self.plan.cells[unit.cell as usize]);
+    fn role_of(&self, unit: Unit) -> Role {
+        match unit.kind {
+            Kind::Sweep => Role::Sweep,
+            Kind::Confirm => Role::Confirm,
+        }
+    }
+
+    fn key_for(&self, class: usize, cell: u32, config: u64, repeat: u32, role: Role) -> String {
+        let config = self.plan.space.config_json(self.study, config);
+        let cell = space::cell_json(self.study, &self.plan.cells[cell as usize]);
         TrialIdentity {
             study: self.study_id,
             config: &config,
             cell: &cell,
             fidelity: None,
-            repeat: unit.repeat,
+            repeat,
             host_class: &self.class_ids[class],
-            role: crate::trial::Role::Sweep,
+            role,
         }
         .key()
+    }
+
+    fn key_of(&self, class: usize, unit: Unit) -> String {
+        self.key_for(
+            class,
+            unit.cell,
+            self.config_of(unit),
+            unit.repeat,
+            self.role_of(unit),
+        )
+    }
+
+    fn note(&self, text: String) {
+        let _ = self.events.send(Event::Note(text));
+    }
+
+    fn cell_label(&self, cell: u32) -> String {
+        space::cell_label(self.study, &self.plan.cells[cell as usize])
     }
 
     /// Fill the queues from the plan, skipping what the ledger holds.
@@ -314,6 +458,7 @@ impl Shared<'_> {
         for a in terminal.values() {
             if a.status == AttemptStatus::Failed
                 && a.spec_hash == self.spec_hash
+                && a.role == "sweep"
                 && let Some(class) = self.class_ids.iter().position(|c| *c == a.host_class)
             {
                 st.classes[class]
@@ -323,27 +468,26 @@ impl Shared<'_> {
         }
         for class in 0..self.plan.classes.len() {
             for cell in 0..self.plan.cells.len() as u32 {
-                let first = Unit {
-                    cell,
-                    repeat: 0,
-                    pos: 0,
-                };
+                let first = Unit::sweep(cell, 0, 0);
                 let key = self.key_of(class, first);
+                let cs = &mut st.classes[class];
                 match terminal.get(key.as_str()).map(|a| a.status) {
                     Some(AttemptStatus::Ok) => {
                         already += 1;
-                        let (n, d) = self.release_cell(&mut st.classes[class], class, cell);
+                        let (n, d) = self.release_cell(cs, class, cell);
                         to_run += n;
                         already += d;
                     }
                     Some(_) => {
                         already += 1;
+                        cs.released.insert(cell);
                         let n = self.plan.trials_in_cell(cell as usize) - 1;
                         skipped.push((n, self.baseline_failed_reason(cell)));
                     }
                     None => {
-                        st.classes[class].ready.push(Reverse(first));
-                        st.classes[class].waiting_cells += 1;
+                        cs.ready.push(Reverse(first));
+                        cs.pending += 1;
+                        *cs.outstanding.entry(cell).or_insert(0) += 1;
                         // The rest of the cell is counted when released.
                         to_run += self.plan.trials_in_cell(cell as usize);
                     }
@@ -364,7 +508,7 @@ impl Shared<'_> {
     fn baseline_failed_reason(&self, cell: u32) -> String {
         format!(
             "the baseline failed at cell {}; nothing can win there",
-            space::cell_label(self.study, &self.plan.cells[cell as usize])
+            self.cell_label(cell)
         )
     }
 
@@ -386,8 +530,8 @@ impl Shared<'_> {
         });
     }
 
-    /// Queue every trial of a cell except the baseline's first repeat and
-    /// those already done. Returns (queued, already done).
+    /// Queue every sweep trial of a cell except the baseline's first repeat
+    /// and those already done. Returns (queued, already done).
     fn release_cell(&self, cs: &mut ClassState, class: usize, cell: u32) -> (u64, u64) {
         let configs = self.plan.configs_in_cell(cell as usize);
         let (mut queued, mut done) = (0, 0);
@@ -396,7 +540,7 @@ impl Shared<'_> {
                 if repeat == 0 && pos == 0 {
                     continue;
                 }
-                let unit = Unit { cell, repeat, pos };
+                let unit = Unit::sweep(cell, repeat, pos);
                 if self.done.contains(&self.key_of(class, unit)) {
                     done += 1;
                 } else {
@@ -405,32 +549,78 @@ impl Shared<'_> {
                 }
             }
         }
+        *cs.outstanding.entry(cell).or_insert(0) += queued;
+        cs.released.insert(cell);
         (queued, done)
     }
 
-    /// Next unit for a class: `Ok(Some)` to run, `Ok(None)` to wait, `Err`
-    /// when the class has nothing left.
-    fn next(&self, class: usize, host: usize) -> Result<Option<(Unit, bool)>, ()> {
+    /// The next unit for a slot of `host` (in `class`), and the cells whose
+    /// sweep finished by skipping.
+    fn next(&self, class: usize, host: usize) -> (Next, Vec<u32>) {
         let Ok(mut st) = self.state.lock() else {
-            return Err(());
+            return (Next::Done, vec![]);
         };
+        if st.cooling.contains(&host) {
+            return (Next::Wait, vec![]);
+        }
+        let class_hosts: Vec<usize> = (0..self.host_class.len())
+            .filter(|h| self.host_class[*h] == class)
+            .collect();
         let mut skipped_failed = 0u64;
+        let mut skipped_dropped = 0u64;
+        let mut touched = Vec::new();
+        let mut deferred = Vec::new();
         let result = loop {
-            let cs = &mut st.classes[class];
+            let State {
+                classes,
+                warmed,
+                dropped,
+                ..
+            } = &mut *st;
+            let cs = &mut classes[class];
             match cs.ready.pop() {
                 Some(Reverse(unit)) => {
                     let config = self.config_of(unit);
-                    if cs.failed_configs.contains(&(unit.cell, config)) {
+                    let finish_sweep = |cs: &mut ClassState| {
+                        if let Some(n) = cs.outstanding.get_mut(&unit.cell) {
+                            *n = n.saturating_sub(1);
+                        }
+                    };
+                    if unit.kind == Kind::Sweep && cs.failed_configs.contains(&(unit.cell, config))
+                    {
                         skipped_failed += 1;
+                        finish_sweep(cs);
+                        touched.push(unit.cell);
                         continue;
                     }
-                    let warm = st.warmed.insert((host, unit.cell, config));
-                    break Ok(Some((unit, warm)));
+                    if dropped.contains(&(host, unit.cell)) {
+                        if class_hosts
+                            .iter()
+                            .all(|h| dropped.contains(&(*h, unit.cell)))
+                        {
+                            skipped_dropped += 1;
+                            if unit.kind == Kind::Sweep {
+                                finish_sweep(cs);
+                            }
+                            touched.push(unit.cell);
+                        } else {
+                            deferred.push(unit);
+                        }
+                        continue;
+                    }
+                    cs.in_flight += 1;
+                    let warm = warmed.insert((host, unit.cell, config));
+                    break Next::Run(unit, warm);
                 }
-                None if cs.waiting_cells > 0 => break Ok(None),
-                None => break Err(()),
+                None if cs.pending > 0 || cs.in_flight > 0 || !deferred.is_empty() => {
+                    break Next::Wait;
+                }
+                None => break Next::Done,
             }
         };
+        for u in deferred {
+            st.classes[class].ready.push(Reverse(u));
+        }
         drop(st);
         if skipped_failed > 0 {
             // Counted, not announced: the failure itself was reported.
@@ -440,7 +630,13 @@ impl Shared<'_> {
                 false,
             );
         }
-        result
+        if skipped_dropped > 0 {
+            self.skip(
+                skipped_dropped,
+                "their cell was dropped on every host of the class".to_string(),
+            );
+        }
+        (result, touched)
     }
 
     async fn worker(&self, host_index: usize, host: &LaunchHost, slot: u32) {
@@ -454,9 +650,14 @@ impl Shared<'_> {
             let notified = self.notify.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
-            let (unit, warm) = match self.next(class, host_index) {
-                Err(()) => return,
-                Ok(None) => {
+            let (next, touched) = self.next(class, host_index);
+            if !touched.is_empty() {
+                self.maybe_confirm(class, &touched).await;
+                self.notify.notify_waiters();
+            }
+            let (unit, warm) = match next {
+                Next::Done => return,
+                Next::Wait => {
                     tokio::select! {
                         _ = notified => {}
                         _ = tokio::time::sleep(Duration::from_secs(1)) => {}
@@ -464,76 +665,444 @@ impl Shared<'_> {
                     }
                     continue;
                 }
-                Ok(Some(u)) => u,
+                Next::Run(u, warm) => (u, warm),
             };
-            let status = self
-                .run_unit(host_index, host, slot, class, unit, warm)
+            let config = self.config_of(unit);
+            let key = self.key_of(class, unit);
+            let ran = self
+                .run_trial(
+                    host_index,
+                    host,
+                    slot,
+                    class,
+                    unit.cell,
+                    config,
+                    unit.repeat,
+                    self.role_of(unit),
+                    key,
+                    warm,
+                )
                 .await;
-            let mut release = None;
-            if let Ok(mut st) = self.state.lock() {
-                let config = self.config_of(unit);
-                match status {
-                    Some(AttemptStatus::Failed) => {
-                        st.classes[class].failed_configs.insert((unit.cell, config));
-                    }
-                    Some(AttemptStatus::Lost) | None => {
-                        st.warmed.remove(&(host_index, unit.cell, config));
-                    }
-                    Some(AttemptStatus::Ok) => {}
-                }
-                if unit.repeat == 0 && unit.pos == 0 {
-                    let cs = &mut st.classes[class];
-                    match status {
-                        Some(AttemptStatus::Ok) => {
-                            cs.waiting_cells -= 1;
-                            let (_, done) = self.release_cell(cs, class, unit.cell);
-                            st.summary.already_done += done;
-                        }
-                        Some(AttemptStatus::Failed) => {
-                            cs.waiting_cells -= 1;
-                            release = Some((
-                                self.plan.trials_in_cell(unit.cell as usize) - 1,
-                                self.baseline_failed_reason(unit.cell),
-                            ));
-                        }
-                        // Lost or not recorded: the cell waits for the next
-                        // launch (quietly when this one is stopping).
-                        _ => {
-                            cs.waiting_cells -= 1;
-                            if !self.cancel.is_cancelled() {
-                                release = Some((
-                                    self.plan.trials_in_cell(unit.cell as usize) - 1,
-                                    format!(
-                                        "the baseline's attempt at cell {} was lost; launch again to run this cell",
-                                        space::cell_label(
-                                            self.study,
-                                            &self.plan.cells[unit.cell as usize]
-                                        )
-                                    ),
-                                ));
-                            }
-                        }
-                    }
-                }
+            let anchor_due = self.finish(class, host_index, unit, ran.as_ref());
+            if anchor_due {
+                self.anchor(host_index, host, slot, class, unit.cell).await;
             }
-            if let Some((count, reason)) = release {
-                self.skip(count, reason);
+            if unit.kind == Kind::Sweep {
+                self.maybe_confirm(class, &[unit.cell]).await;
             }
             self.notify.notify_waiters();
         }
     }
 
+    /// Book-keeping after a unit ran. Returns whether the host is due for
+    /// an anchor in this cell.
+    fn finish(&self, class: usize, host: usize, unit: Unit, ran: Option<&Ran>) -> bool {
+        let status = ran.map(|r| r.status);
+        let mut release = None;
+        let mut anchor_due = false;
+        let Ok(mut st) = self.state.lock() else {
+            return false;
+        };
+        let config = self.config_of(unit);
+        let cs = &mut st.classes[class];
+        cs.in_flight = cs.in_flight.saturating_sub(1);
+        if unit.kind == Kind::Sweep
+            && let Some(n) = cs.outstanding.get_mut(&unit.cell)
+        {
+            *n = n.saturating_sub(1);
+        }
+        match status {
+            Some(AttemptStatus::Failed) if unit.kind == Kind::Sweep => {
+                cs.failed_configs.insert((unit.cell, config));
+            }
+            Some(AttemptStatus::Lost) | None => {
+                st.warmed.remove(&(host, unit.cell, config));
+            }
+            _ => {}
+        }
+        if unit.is_first_baseline() {
+            let cs = &mut st.classes[class];
+            cs.pending = cs.pending.saturating_sub(1);
+            match status {
+                Some(AttemptStatus::Ok) => {
+                    let (_, done) = self.release_cell(cs, class, unit.cell);
+                    st.summary.already_done += done;
+                }
+                Some(AttemptStatus::Failed) => {
+                    cs.released.insert(unit.cell);
+                    release = Some((
+                        self.plan.trials_in_cell(unit.cell as usize) - 1,
+                        self.baseline_failed_reason(unit.cell),
+                    ));
+                }
+                // Lost or not recorded: the cell waits for the next launch
+                // (quietly when this one is stopping).
+                _ => {
+                    cs.released.insert(unit.cell);
+                    if !self.cancel.is_cancelled() {
+                        release = Some((
+                            self.plan.trials_in_cell(unit.cell as usize) - 1,
+                            format!(
+                                "the baseline's attempt at cell {} was lost; launch again to run this cell",
+                                self.cell_label(unit.cell)
+                            ),
+                        ));
+                    }
+                }
+            }
+        }
+        if unit.kind == Kind::Sweep
+            && let Some(r) = ran.filter(|r| r.status == AttemptStatus::Ok)
+        {
+            let every = self.study.measurement.anchor_every;
+            let d = st.drift.entry((host, unit.cell)).or_default();
+            if unit.pos == 0 && d.best.is_none() {
+                d.best = r.value;
+            }
+            d.since_clean
+                .push((r.key.clone(), r.attempt_id.clone(), unit));
+            if unit.pos > 0 {
+                d.sweeps += 1;
+                if every > 0 && d.sweeps >= every {
+                    d.sweeps = 0;
+                    anchor_due = true;
+                }
+            }
+        }
+        drop(st);
+        if let Some((count, reason)) = release {
+            self.skip(count, reason);
+        }
+        anchor_due
+    }
+
+    /// How much worse `value` is than `best` (0 when better).
+    fn shortfall(&self, best: f64, value: f64) -> f64 {
+        if best == 0.0 {
+            return 0.0;
+        }
+        let worse = match self.study.objective.better {
+            crate::spec::Better::Higher => (best - value) / best,
+            crate::spec::Better::Lower => (value - best) / best,
+        };
+        worse.max(0.0)
+    }
+
+    fn better_of(&self, a: f64, b: f64) -> f64 {
+        match self.study.objective.better {
+            crate::spec::Better::Higher => a.max(b),
+            crate::spec::Better::Lower => a.min(b),
+        }
+    }
+
+    /// Measure the baseline once on this host as an anchor.
+    async fn measure_anchor(
+        &self,
+        host_index: usize,
+        host: &LaunchHost,
+        slot: u32,
+        class: usize,
+        cell: u32,
+    ) -> Option<f64> {
+        let base = self.plan.space.baseline();
+        let role = Role::Anchor {
+            host: host.name.clone(),
+            tag: new_attempt_id(),
+        };
+        let key = self.key_for(class, cell, base, 0, role.clone());
+        if let Ok(mut st) = self.state.lock() {
+            st.summary.anchors += 1;
+        }
+        let _ = self.events.send(Event::Planned {
+            to_run: 1,
+            already_done: 0,
+        });
+        let ran = self
+            .run_trial(
+                host_index, host, slot, class, cell, base, 0, role, key, false,
+            )
+            .await?;
+        if ran.status != AttemptStatus::Ok {
+            self.note(format!(
+                "warning: the baseline anchor failed on host {} at cell {}; drift not checked",
+                host.name,
+                self.cell_label(cell)
+            ));
+        }
+        ran.value
+    }
+
+    /// Re-measure the baseline; on drift, void, cool down and re-queue.
+    async fn anchor(
+        &self,
+        host_index: usize,
+        host: &LaunchHost,
+        slot: u32,
+        class: usize,
+        cell: u32,
+    ) {
+        let m = &self.study.measurement;
+        let Some(value) = self
+            .measure_anchor(host_index, host, slot, class, cell)
+            .await
+        else {
+            return;
+        };
+        let label = self.cell_label(cell);
+        let (drift, voids) = {
+            let Ok(mut st) = self.state.lock() else {
+                return;
+            };
+            let d = st.drift.entry((host_index, cell)).or_default();
+            let best = d.best.unwrap_or(value);
+            let drift = self.shortfall(best, value);
+            if drift <= m.cool_drift || self.options.no_cooldown {
+                d.best = Some(self.better_of(best, value));
+                d.since_clean.clear();
+                (drift, None)
+            } else {
+                let voids = std::mem::take(&mut d.since_clean);
+                st.cooling.insert(host_index);
+                (drift, Some(voids))
+            }
+        };
+        let Some(voids) = voids else {
+            if drift > m.cool_drift {
+                self.note(format!(
+                    "warning: host {} drifted {:.1}% at cell {label} (anchor vs best); --no-cooldown: measurements kept",
+                    host.name,
+                    drift * 100.0
+                ));
+            }
+            return;
+        };
+        self.note(format!(
+            "host {} drifted {:.1}% at cell {label} (more than cool_drift {:.0}%): discarding {} measurements since its last clean anchor and cooling down",
+            host.name,
+            drift * 100.0,
+            m.cool_drift * 100.0,
+            voids.len()
+        ));
+        let now = chrono::Utc::now().to_rfc3339();
+        for (key, attempt_id, _) in &voids {
+            let record = VoidRecord {
+                schema: records::SCHEMA,
+                trial_key: key.clone(),
+                attempt_id: attempt_id.clone(),
+                reason: format!(
+                    "host {} drifted {:.1}% at cell {label}",
+                    host.name,
+                    drift * 100.0
+                ),
+                at: now.clone(),
+            };
+            if let Err(e) = self.ledger.write_void(self.study_id, &record).await {
+                self.note(format!("error: {e}"));
+            }
+        }
+        // Cool down: back-off, then an anchor, until it settles.
+        let started = std::time::Instant::now();
+        let mut wait = m.cool_wait;
+        let mut settled = false;
+        let mut last = drift;
+        let mut tries = 0;
+        while tries < m.cool_max_retry {
+            let left = m.cool_max_wait.saturating_sub(started.elapsed());
+            if left.is_zero() {
+                break;
+            }
+            tries += 1;
+            tokio::select! {
+                _ = tokio::time::sleep(wait.min(left)) => {}
+                _ = self.cancel.cancelled() => break,
+            }
+            wait = wait.saturating_mul(2);
+            let Some(v) = self
+                .measure_anchor(host_index, host, slot, class, cell)
+                .await
+            else {
+                break;
+            };
+            let best = {
+                let Ok(st) = self.state.lock() else { break };
+                st.drift
+                    .get(&(host_index, cell))
+                    .and_then(|d| d.best)
+                    .unwrap_or(v)
+            };
+            last = self.shortfall(best, v);
+            if last <= m.cool_eps {
+                settled = true;
+                break;
+            }
+        }
+        let requeued = voids.len() as u64;
+        {
+            let Ok(mut st) = self.state.lock() else {
+                return;
+            };
+            st.cooling.remove(&host_index);
+            st.summary.voided += requeued;
+            let cs = &mut st.classes[class];
+            for (_, _, unit) in &voids {
+                cs.ready.push(Reverse(*unit));
+            }
+            *cs.outstanding.entry(cell).or_insert(0) += requeued;
+            if !settled && !self.cancel.is_cancelled() {
+                st.dropped.insert((host_index, cell));
+                st.summary.dropped_cells += 1;
+            }
+        }
+        let _ = self.events.send(Event::Planned {
+            to_run: requeued,
+            already_done: 0,
+        });
+        if settled {
+            self.note(format!(
+                "host {} cooled down: its anchor is within {:.1}% (cool_eps {:.0}%) after {tries} tries; re-measuring {requeued} trials",
+                host.name,
+                last * 100.0,
+                m.cool_eps * 100.0
+            ));
+        } else if !self.cancel.is_cancelled() {
+            let reason = format!(
+                "the baseline did not settle within cool_eps {:.0}% after {tries} anchors and {:.0}s (last {:.1}% off the best)",
+                m.cool_eps * 100.0,
+                started.elapsed().as_secs_f64(),
+                last * 100.0
+            );
+            self.note(format!("host {} drops cell {label}: {reason}", host.name));
+            let record = DropRecord {
+                schema: records::SCHEMA,
+                host_class: self.class_ids[class].clone(),
+                host: host.name.clone(),
+                cell: space::cell_json(self.study, &self.plan.cells[cell as usize]),
+                cell_label: label,
+                reason,
+                at: chrono::Utc::now().to_rfc3339(),
+            };
+            if let Err(e) = self.ledger.write_drop(self.study_id, &record).await {
+                self.note(format!("error: {e}"));
+            }
+        }
+        self.notify.notify_waiters();
+    }
+
+    /// Start the confirmation round of every bucket (touched by `cells`)
+    /// whose cells are all measured on `class`.
+    async fn maybe_confirm(&self, class: usize, cells: &[u32]) {
+        let rounds = self.study.measurement.confirm_repeats;
+        if rounds == 0 || self.cancel.is_cancelled() {
+            return;
+        }
+        let mut ready = Vec::new();
+        {
+            let Ok(mut st) = self.state.lock() else {
+                return;
+            };
+            let cs = &mut st.classes[class];
+            for cell in cells {
+                let bucket = &self.bucket_of_cell[*cell as usize];
+                if cs.confirm_started.contains(bucket) {
+                    continue;
+                }
+                let members = self
+                    .cells_of_bucket
+                    .get(bucket)
+                    .cloned()
+                    .unwrap_or_default();
+                let complete = members.iter().all(|c| {
+                    cs.released.contains(c) && cs.outstanding.get(c).copied().unwrap_or(0) == 0
+                });
+                if complete {
+                    cs.confirm_started.insert(bucket.clone());
+                    cs.pending += 1;
+                    ready.push((bucket.clone(), members));
+                }
+            }
+        }
+        for (bucket, members) in ready {
+            let winner = self.draft_winner(class, &bucket).await;
+            let mut queued = 0u64;
+            if let Ok(mut st) = self.state.lock() {
+                let cs = &mut st.classes[class];
+                if let Some(config) = winner {
+                    for cell in &members {
+                        for repeat in 0..rounds {
+                            for pos in [0, config + 1] {
+                                let unit = Unit {
+                                    kind: Kind::Confirm,
+                                    cell: *cell,
+                                    repeat,
+                                    pos,
+                                };
+                                if !self.done.contains(&self.key_of(class, unit)) {
+                                    cs.ready.push(Reverse(unit));
+                                    queued += 1;
+                                }
+                            }
+                        }
+                    }
+                }
+                cs.pending = cs.pending.saturating_sub(1);
+                st.summary.confirm_trials += queued;
+            }
+            if queued > 0 {
+                let _ = self.events.send(Event::Planned {
+                    to_run: queued,
+                    already_done: 0,
+                });
+                self.note(format!(
+                    "confirming the draft winner of bucket {bucket} on {}: {queued} interleaved trials against the baseline",
+                    self.class_ids[class]
+                ));
+            }
+            self.notify.notify_waiters();
+        }
+    }
+
+    /// The draft winner of a bucket on a class, from the ledger as it is.
+    async fn draft_winner(&self, class: usize, bucket: &str) -> Option<u64> {
+        let scan = match self.ledger.scan(self.study_id).await {
+            Ok(s) => s,
+            Err(e) => {
+                self.note(format!(
+                    "error: cannot read the ledger to confirm bucket {bucket}: {e}"
+                ));
+                return None;
+            }
+        };
+        let hosts = self
+            .ledger
+            .hosts(self.study_id)
+            .await
+            .map(|(h, _)| h)
+            .unwrap_or_default();
+        let analysis = crate::report::analyze(&self.record, &scan, &hosts);
+        let report = analysis
+            .classes
+            .iter()
+            .find(|c| c.host_class == self.class_ids[class])?
+            .buckets
+            .iter()
+            .find(|b| b.key == bucket)?;
+        let winner = report.winner.as_ref()?;
+        self.plan.space.index_of(self.study, &winner.config)
+    }
+
+    #[allow(clippy::too_many_arguments)]
     fn vars(
         &self,
         host: &LaunchHost,
         slot: u32,
-        unit: Unit,
+        cell: u32,
+        config: u64,
+        repeat: u32,
         key: &str,
         dir: &str,
         result: &str,
     ) -> TrialVars {
         let mut vars = TrialVars::default();
-        let config = self.config_of(unit);
         for (k, v) in self
             .study
             .knobs
@@ -542,12 +1111,7 @@ impl Shared<'_> {
         {
             vars.set(&k.name, v);
         }
-        for (a, v) in self
-            .study
-            .cells
-            .iter()
-            .zip(&self.plan.cells[unit.cell as usize])
-        {
+        for (a, v) in self.study.cells.iter().zip(&self.plan.cells[cell as usize]) {
             vars.set(&a.name, v.clone());
         }
         vars.set("study", Value::Str(self.study_id.to_string()));
@@ -558,7 +1122,7 @@ impl Shared<'_> {
         vars.set("trial_id", Value::Str(key.to_string()));
         vars.set("trial_dir", Value::Str(dir.to_string()));
         vars.set("result", Value::Str(result.to_string()));
-        vars.set("repeat", Value::Int(i64::from(unit.repeat)));
+        vars.set("repeat", Value::Int(i64::from(repeat)));
         vars.set("budget", Value::Null);
         vars.set("host", Value::Str(host.name.clone()));
         vars.set("slot", Value::Int(i64::from(slot)));
@@ -568,27 +1132,39 @@ impl Shared<'_> {
 
     /// Run one unit and record it. Returns its status, or `None` when the
     /// attempt could not be recorded.
-    async fn run_unit(
+    #[allow(clippy::too_many_arguments)]
+    async fn run_trial(
         &self,
         host_index: usize,
         host: &LaunchHost,
         slot: u32,
         class: usize,
-        unit: Unit,
+        cell: u32,
+        config: u64,
+        repeat: u32,
+        role: Role,
+        key: String,
         warm: bool,
-    ) -> Option<AttemptStatus> {
+    ) -> Option<Ran> {
         let study = self.study;
-        let key = self.key_of(class, unit);
         let attempt_id = new_attempt_id();
-        let config = self.config_of(unit);
         let config_json = self.plan.space.config_json(study, config);
-        let cell_values = &self.plan.cells[unit.cell as usize];
+        let cell_values = &self.plan.cells[cell as usize];
         let cell_json = space::cell_json(study, cell_values);
         let config_label = self.plan.space.label(study, config);
         let cell_label = space::cell_label(study, cell_values);
         let trial_dir = host.transport.trial_dir(self.study_id, &key, &attempt_id);
         let result_path = format!("{trial_dir}/{RESULT_FILE}");
-        let vars = self.vars(host, slot, unit, &key, &trial_dir, &result_path);
+        let vars = self.vars(
+            host,
+            slot,
+            cell,
+            config,
+            repeat,
+            &key,
+            &trial_dir,
+            &result_path,
+        );
         let rendered = self
             .renderer
             .command(&vars)
@@ -617,7 +1193,8 @@ impl Shared<'_> {
                 crate::canon::canonical_json(&cell_json),
             ),
             ("TUNECTL_BUDGET".into(), String::new()),
-            ("TUNECTL_REPEAT".into(), unit.repeat.to_string()),
+            ("TUNECTL_REPEAT".into(), repeat.to_string()),
+            ("TUNECTL_ROLE".into(), role.name().to_string()),
             ("TUNECTL_HOST".into(), host.name.clone()),
             ("TUNECTL_SLOT".into(), slot.to_string()),
         ];
@@ -644,6 +1221,12 @@ impl Shared<'_> {
             timeout: study.trial.timeout,
             warmup: if warm { study.measurement.warmup } else { 0 },
             outputs: study.gate.outputs.clone(),
+            tolerance_files: study
+                .gate
+                .tolerance
+                .iter()
+                .flat_map(|t| t.files.clone())
+                .collect(),
             slot,
             trial_dir,
             result_path,
@@ -664,17 +1247,17 @@ impl Shared<'_> {
             tunectl_version: records::VERSION.to_string(),
             study_id: self.study_id.to_string(),
             spec_hash: self.spec_hash.clone(),
-            trial_key: key,
-            attempt_id,
+            trial_key: key.clone(),
+            attempt_id: attempt_id.clone(),
             config: config_json,
             config_label: config_label.clone(),
             config_index: config,
-            is_baseline: unit.pos == 0,
+            is_baseline: config == self.plan.space.baseline(),
             cell: cell_json,
             cell_label: cell_label.clone(),
-            cell_index: unit.cell,
-            repeat: unit.repeat,
-            role: "sweep".to_string(),
+            cell_index: cell,
+            repeat,
+            role: role.name().to_string(),
             fidelity: None,
             host: host.name.clone(),
             host_class: self.class_ids[class].clone(),
@@ -690,12 +1273,14 @@ impl Shared<'_> {
             status: j.status,
             failure: j.failure.clone(),
             exit: run.map(|r| r.exit.clone()),
-            metrics: j.metrics,
+            metrics: j.metrics.clone(),
             digest: j.digest,
             outputs: j.outputs,
+            output_values: j.output_values,
             command,
             stdout_tail: run.map(|r| r.stdout_tail.clone()).unwrap_or_default(),
             stderr_tail: run.map(|r| r.stderr_tail.clone()).unwrap_or_default(),
+            stderr_head: run.map(|r| r.stderr_head.clone()).unwrap_or_default(),
         };
         let written = self.ledger.write_attempt(&record).await;
         let failure_text = j.failure.as_ref().map(|f| {
@@ -735,6 +1320,15 @@ impl Shared<'_> {
             lost: j.status == AttemptStatus::Lost,
             failure: failure_text,
         });
-        Some(j.status)
+        let value = j
+            .metrics
+            .get(&study.objective.name)
+            .and_then(|samples| crate::stats::median(samples));
+        Some(Ran {
+            status: j.status,
+            key,
+            attempt_id,
+            value,
+        })
     }
 }

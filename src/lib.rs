@@ -17,3 +17,5 @@ pub mod space;
 pub mod spec;
 pub mod stats;
 pub mod trial;
+pub mod tuned;
+pub mod yaml_out;

@@ -174,21 +174,33 @@ pub fn shell_quote(s: &str) -> String {
     shell_escape::unix::escape(std::borrow::Cow::Borrowed(s)).into_owned()
 }
 
+/// An environment whose every interpolated value is shell-quoted.
+fn shell_env() -> Environment<'static> {
+    let mut shell = base_env();
+    shell.set_formatter(|out, _state, value| {
+        if value.is_undefined() {
+            return Err(minijinja::Error::new(
+                minijinja::ErrorKind::UndefinedError,
+                "undefined value",
+            ));
+        }
+        out.write_str(&shell_quote(&plain_text(value)))
+            .map_err(|e| minijinja::Error::new(minijinja::ErrorKind::WriteFailure, e.to_string()))
+    });
+    shell
+}
+
+/// Render a one-off command template the way trial commands are rendered:
+/// every value shell-quoted, undefined variables an error.
+pub fn render_shell(source: &str, vars: &TrialVars) -> Result<String, String> {
+    let env = shell_env();
+    let tmpl = env.template_from_str(source).map_err(describe)?;
+    tmpl.render(vars.to_value()).map_err(describe)
+}
+
 impl CommandRenderer {
     pub fn new(study: &Study) -> Result<Self, String> {
-        let mut shell = base_env();
-        shell.set_formatter(|out, _state, value| {
-            if value.is_undefined() {
-                return Err(minijinja::Error::new(
-                    minijinja::ErrorKind::UndefinedError,
-                    "undefined value",
-                ));
-            }
-            out.write_str(&shell_quote(&plain_text(value)))
-                .map_err(|e| {
-                    minijinja::Error::new(minijinja::ErrorKind::WriteFailure, e.to_string())
-                })
-        });
+        let mut shell = shell_env();
         shell
             .add_template_owned("command", study.trial.command.clone())
             .map_err(|e| format!("trial.command: {}", describe(e)))?;
@@ -280,6 +292,18 @@ mod tests {
         assert_eq!(shell_quote("abc"), "abc");
         assert_eq!(shell_quote("; touch /tmp/pwned"), "'; touch /tmp/pwned'");
         assert_eq!(shell_quote("it's"), "'it'\\''s'");
+    }
+
+    #[test]
+    fn one_off_commands_are_quoted_like_trial_commands() {
+        let mut vars = TrialVars::default();
+        vars.set("mode", Value::Str("; rm -rf /".into()));
+        vars.set("n", Value::Float(2.0));
+        assert_eq!(
+            render_shell("run {{ mode }} {{ n }}", &vars).expect("renders"),
+            "run '; rm -rf /' 2"
+        );
+        assert!(render_shell("run {{ missing }}", &vars).is_err());
     }
 
     #[test]

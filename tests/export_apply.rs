@@ -1,0 +1,678 @@
+//! `tunectl export` and `tunectl apply` end to end: a study launched with a
+//! fake trial program whose profile is known, exported to tuned files, then
+//! applied to a fake "workload" command that prints what it was given.
+//!
+//! The host class mismatch uses tests/fixtures/fake-nvidia-smi (a FAKE, not
+//! NVIDIA's tool) first on PATH, so that this machine probes as 2× H100.
+
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use assert_cmd::Command;
+use serde_json::{Value as Json, json};
+
+/// The fake trial program: deterministic made-up throughput per mode and
+/// cell, so the winner of each bucket is known.
+const FAKE_TRIAL: &str = r#"#!/bin/sh
+# FAKE trial program written by tunectl's integration tests
+# (tests/export_apply.rs). Not a benchmark: it reports made-up numbers.
+#
+#   usage: sh fake-trial.sh MODE N
+#
+#   MODE   throughput (ops/s)                 out.txt
+#   base   100                                "sum(N) = 7N"
+#   fast   200 at N=1, 90 at N=2 (slower)     same as base
+#   wrong  300                                "sum(N) = 4242" (output changed)
+#   crash  -                                  - (exit 3)
+set -u
+mode=$1
+n=$2
+r=${TUNECTL_REPEAT:-0}
+case $mode in
+    base) tp=100 ;;
+    fast) if [ "$n" = 1 ]; then tp=200; else tp=90; fi ;;
+    wrong) tp=300 ;;
+    crash)
+        echo "fake-trial: mode crash: giving up on purpose" >&2
+        exit 3
+        ;;
+    *) echo "fake-trial: unknown mode $mode" >&2; exit 64 ;;
+esac
+if [ "$mode" = wrong ]; then
+    echo "sum($n) = 4242" > out.txt
+else
+    echo "sum($n) = $((n * 7))" > out.txt
+fi
+printf '{"metrics": {"throughput": %s.%s}}\n' "$tp" "$r" > "$TUNECTL_RESULT"
+"#;
+
+/// 4 modes × 2 cells (pow2 buckets: n ∈ [1, 2) and n ∈ [2, 4)).
+const STUDY: &str = r#"name: fake-tune
+context: {model: fake-model}
+knobs:
+  mode: {kind: categorical, values: [base, fast, wrong, crash], default: base}
+cells:
+  n: [1, 2]
+trial:
+  command: "sh {{ study_dir }}/fake-trial.sh {{ mode }} {{ n }}"
+  timeout: 20s
+objective: {metric: throughput, unit: ops/s, better: higher}
+measurement: {warmup: 0, repeats: 3}
+gate: {outputs: [out.txt]}
+"#;
+
+/// The FAKE workload `apply` runs: prints its arguments and the trial
+/// contract's variables, one per line, then exits 7.
+const FAKE_WORKLOAD: &str = r#"#!/bin/sh
+# FAKE workload for tests/export_apply.rs: shows what tunectl apply gave it.
+printf 'arg1=%s\n' "$1"
+printf 'arg2=%s\n' "$2"
+printf 'args=%s\n' "$#"
+printf 'TUNECTL_KNOBS=%s\n' "$TUNECTL_KNOBS"
+printf 'TUNECTL_KNOB_MODE=%s\n' "$TUNECTL_KNOB_MODE"
+printf 'TUNECTL_CELL=%s\n' "$TUNECTL_CELL"
+exit 7
+"#;
+
+/// A study directory in a tempdir with the fake programs, a ledger, a work
+/// directory and a `bin/` holding the fake nvidia-smi (only on PATH when a
+/// test asks for it).
+struct Env {
+    tmp: tempfile::TempDir,
+}
+
+impl Env {
+    fn new() -> Env {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let env = Env { tmp };
+        std::fs::create_dir(env.study_dir()).expect("mkdir study");
+        std::fs::write(env.study_dir().join("fake-trial.sh"), FAKE_TRIAL).expect("write fake");
+        std::fs::write(env.workload(), FAKE_WORKLOAD).expect("write workload");
+        std::fs::write(env.study(), STUDY).expect("write study");
+        let bin = env.tmp.path().join("bin");
+        std::fs::create_dir(&bin).expect("mkdir bin");
+        let smi = bin.join("nvidia-smi");
+        std::fs::copy(
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/fake-nvidia-smi"),
+            &smi,
+        )
+        .expect("copy the fake nvidia-smi");
+        {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(&smi, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+        }
+        env
+    }
+
+    fn path(&self) -> &Path {
+        self.tmp.path()
+    }
+
+    fn study_dir(&self) -> PathBuf {
+        self.path().join("study")
+    }
+
+    fn study(&self) -> PathBuf {
+        self.study_dir().join("study.yaml")
+    }
+
+    fn workload(&self) -> PathBuf {
+        self.path().join("fake-workload.sh")
+    }
+
+    fn ledger(&self) -> PathBuf {
+        self.path().join("ledger")
+    }
+
+    fn tuned(&self) -> PathBuf {
+        self.path().join("tuned")
+    }
+
+    fn cmd(&self) -> Command {
+        let mut cmd = Command::cargo_bin("tunectl").expect("the tunectl binary");
+        cmd.current_dir(self.path())
+            .env_remove("TUNECTL_LEDGER")
+            .env_remove("TUNECTL_WORKDIR")
+            .env_remove("TUNECTL_LOG")
+            .env_remove("TUNECTL_KNOB_MODE")
+            .env_remove("TUNECTL_KNOBS")
+            .env_remove("TUNECTL_CELL")
+            .env_remove("FAKE_GPU_NAME")
+            .env_remove("FAKE_GPU_COUNT")
+            .env_remove("FAKE_GPU_MEMORY_MIB")
+            .env_remove("FAKE_DRIVER")
+            .env_remove("FAKE_CUDA")
+            .env_remove("FAKE_NVIDIA_SMI_FAIL")
+            .timeout(Duration::from_secs(60));
+        cmd
+    }
+
+    /// A command whose PATH starts with the fake nvidia-smi: this machine
+    /// then probes as 2× NVIDIA H100 80GB HBM3.
+    fn cmd_as_h100(&self) -> Command {
+        let mut cmd = self.cmd();
+        cmd.env(
+            "PATH",
+            format!(
+                "{}:{}",
+                self.path().join("bin").display(),
+                std::env::var("PATH").unwrap_or_default()
+            ),
+        );
+        cmd
+    }
+
+    fn launch(&self) {
+        let out = self
+            .cmd()
+            .arg("launch")
+            .arg(self.study())
+            .arg("--ledger")
+            .arg(self.ledger())
+            .arg("--workdir")
+            .arg(self.path().join("work"))
+            .args(["--progress", "quiet"])
+            .output()
+            .expect("run launch");
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "launch failed:\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
+    /// `export` into `tuned/` (the default, relative to the working
+    /// directory); the paths it printed.
+    fn export(&self) -> Vec<PathBuf> {
+        let out = self
+            .cmd()
+            .arg("export")
+            .arg(self.study())
+            .arg("--ledger")
+            .arg(self.ledger())
+            .output()
+            .expect("run export");
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "export failed:\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout)
+            .expect("utf-8")
+            .lines()
+            .map(|l| self.path().join(l))
+            .collect()
+    }
+
+    /// `apply --tuned tuned/ [--cell ...] -- sh fake-workload.sh {{ mode }} {{ n }}`.
+    fn apply(&self, mut cmd: Command, cells: &[&str]) -> Applied {
+        cmd.arg("apply").arg("--tuned").arg(self.tuned());
+        for c in cells {
+            cmd.args(["--cell", c]);
+        }
+        cmd.arg("--")
+            .arg("sh")
+            .arg(self.workload())
+            .args(["{{ mode }}", "{{ n }}"]);
+        let out = cmd.output().expect("run apply");
+        let stdout = String::from_utf8(out.stdout).expect("utf-8");
+        let stderr = String::from_utf8(out.stderr).expect("utf-8");
+        let get = |key: &str| -> String {
+            stdout
+                .lines()
+                .find_map(|l| l.strip_prefix(&format!("{key}=")))
+                .unwrap_or_else(|| panic!("no {key} in:\n{stdout}\nstderr:\n{stderr}"))
+                .to_string()
+        };
+        Applied {
+            code: out.status.code(),
+            arg1: get("arg1"),
+            arg2: get("arg2"),
+            args: get("args"),
+            knobs: serde_json::from_str(&get("TUNECTL_KNOBS")).expect("TUNECTL_KNOBS is JSON"),
+            knob_mode: get("TUNECTL_KNOB_MODE"),
+            cell: serde_json::from_str(&get("TUNECTL_CELL")).expect("TUNECTL_CELL is JSON"),
+            stderr,
+        }
+    }
+}
+
+/// What the fake workload saw.
+#[derive(Debug)]
+struct Applied {
+    code: Option<i32>,
+    arg1: String,
+    arg2: String,
+    args: String,
+    knobs: Json,
+    knob_mode: String,
+    cell: Json,
+    stderr: String,
+}
+
+/// One launch and export shared by the tests (they only read it).
+fn shared() -> &'static (Env, Vec<PathBuf>) {
+    static SHARED: OnceLock<(Env, Vec<PathBuf>)> = OnceLock::new();
+    SHARED.get_or_init(|| {
+        let env = Env::new();
+        env.launch();
+        let files = env.export();
+        (env, files)
+    })
+}
+
+fn read(path: &Path) -> String {
+    std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// This machine's host class, as `tunectl fingerprint` reports it.
+fn this_class(env: &Env, as_h100: bool) -> String {
+    let mut cmd = if as_h100 {
+        env.cmd_as_h100()
+    } else {
+        env.cmd()
+    };
+    let out = cmd
+        .args(["fingerprint", "--json"])
+        .output()
+        .expect("fingerprint");
+    let fp: Json = serde_json::from_slice(&out.stdout).expect("fingerprint JSON");
+    fp["host_class"].as_str().expect("host_class").to_string()
+}
+
+/// `apply --print` (stdout, stderr); it must succeed.
+fn print(env: &Env, mut cmd: Command, extra: &[&str]) -> (String, String) {
+    cmd.arg("apply")
+        .arg("--tuned")
+        .arg(env.tuned())
+        .args(extra)
+        .arg("--print");
+    let out = cmd.output().expect("apply --print");
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (
+        String::from_utf8(out.stdout).expect("utf-8"),
+        String::from_utf8(out.stderr).expect("utf-8"),
+    )
+}
+
+fn top(yaml: &str, key: &str) -> String {
+    yaml.lines()
+        .find_map(|l| l.strip_prefix(&format!("{key}: ")))
+        .unwrap_or_else(|| panic!("no top-level {key} in:\n{yaml}"))
+        .trim_matches('"')
+        .to_string()
+}
+
+#[test]
+fn export_writes_one_tuned_file_per_host_class() {
+    let (env, files) = shared();
+    assert_eq!(files.len(), 1, "one host class: {files:?}");
+    let file = &files[0];
+    let class = this_class(env, false);
+    let name = file.file_name().and_then(|n| n.to_str()).expect("name");
+    assert!(
+        name.ends_with(&format!("-{class}.yaml")),
+        "{name} should end with the class id {class}"
+    );
+    let stem = name.trim_end_matches(".yaml");
+    assert!(
+        stem.chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-'),
+        "{stem}"
+    );
+    assert!(file.starts_with(env.tuned()), "default out dir is tuned/");
+
+    let text = read(file);
+    assert!(text.starts_with("# tunectl tuned configuration"), "{text}");
+    assert!(text.contains("applies ONLY on a host whose fingerprint matches"));
+
+    // Parse it back with a YAML reader independent of tunectl: the test
+    // converts the strict subset tunectl writes (block maps and lists,
+    // JSON-quoted strings) itself.
+    let doc = yaml_to_json(&text);
+    assert_eq!(doc["schema"], 1);
+    assert_eq!(doc["study"], "fake-tune");
+    assert_eq!(doc["host_class"], class.as_str());
+    assert!(
+        doc["spec_hash"].as_str().is_some_and(|h| h.len() == 64),
+        "{doc}"
+    );
+    assert!(doc["tunectl_version"].is_string());
+    assert!(doc["class_label"].is_string());
+    assert_eq!(doc["hosts"], json!(["local"]));
+    assert!(
+        doc["fingerprint"]["fingerprint_hash"]
+            .as_str()
+            .is_some_and(|h| h.starts_with("fp-")),
+        "{doc}"
+    );
+    for key in ["gpus", "gpu_count", "driver_major", "cpu_model"] {
+        assert!(doc["fingerprint"].get(key).is_some(), "{key}: {doc}");
+    }
+    assert_eq!(
+        doc["objective"],
+        json!({"name": "throughput", "unit": "ops/s", "better": "higher"})
+    );
+    assert_eq!(doc["baseline"], json!({"mode": "base"}));
+    assert_eq!(doc["context"], json!({"model": "fake-model"}));
+
+    let buckets = doc["buckets"].as_array().expect("buckets");
+    assert_eq!(buckets.len(), 2, "{doc}");
+    let (b1, b2) = (&buckets[0], &buckets[1]);
+    assert_eq!(b1["bounds"], json!({"n": {"min": 1.0, "max": 2.0}}), "{b1}");
+    assert_eq!(b2["bounds"], json!({"n": {"min": 2.0, "max": 4.0}}), "{b2}");
+    assert!(b1["key"].as_str().is_some_and(|k| k.len() == 16), "{b1}");
+    assert!(b1["label"].is_string());
+
+    // n ∈ [1, 2): mode=fast is twice as fast.
+    assert_eq!(b1["winner"], "mode=fast", "{b1}");
+    assert_eq!(b1["knobs"], json!({"mode": "fast"}));
+    assert!(
+        matches!(b1["level"].as_str(), Some("draft" | "verdict")),
+        "{b1}"
+    );
+    let speedup = b1["speedup"].as_f64().expect("speedup");
+    assert!((1.9..2.1).contains(&speedup), "{speedup}");
+    let cell = &b1["cells"][0];
+    assert_eq!(cell["cell"], "n=1");
+    assert_eq!(cell["baseline"]["unit"], "ops/s");
+    assert_eq!(cell["baseline"]["n"], 3);
+    assert!(cell["baseline"]["median"].as_f64().is_some(), "{cell}");
+    assert!(cell["baseline"]["spread"].as_f64().is_some(), "{cell}");
+    assert!(
+        cell["winner"]["median"].as_f64().is_some_and(|m| m > 199.0),
+        "{cell}"
+    );
+    let rejected: Vec<(&str, &str)> = b1["rejected"]
+        .as_array()
+        .expect("rejected")
+        .iter()
+        .map(|r| {
+            (
+                r["config"].as_str().unwrap_or(""),
+                r["class"].as_str().unwrap_or(""),
+            )
+        })
+        .collect();
+    assert!(rejected.contains(&("mode=crash", "crash")), "{rejected:?}");
+    assert!(
+        rejected.contains(&("mode=wrong", "output_changed")),
+        "{rejected:?}"
+    );
+
+    // n ∈ [2, 4): mode=fast is slower there; the baseline ships.
+    assert_eq!(b2["winner"], Json::Null, "{b2}");
+    assert_eq!(b2["knobs"], json!({"mode": "base"}));
+    assert!(b2["decision"].as_str().is_some_and(|d| !d.is_empty()));
+}
+
+#[test]
+fn apply_on_a_matching_host_gives_the_winner_by_env_and_template() {
+    let (env, _) = shared();
+    let a = env.apply(env.cmd(), &["n=1"]);
+    assert_eq!(a.code, Some(7), "the command's exit status: {a:?}");
+    assert_eq!(a.arg1, "fast", "{a:?}");
+    assert_eq!(a.arg2, "1");
+    assert_eq!(a.args, "2");
+    assert_eq!(a.knobs, json!({"mode": "fast"}));
+    assert_eq!(a.knob_mode, "fast");
+    assert_eq!(a.cell, json!({"n": 1}));
+    assert!(!a.stderr.contains("warning"), "{}", a.stderr);
+
+    // The other bucket keeps the baseline: no warning, it is the tune.
+    let a = env.apply(env.cmd(), &["n=3"]);
+    assert_eq!(a.arg1, "base", "{a:?}");
+    assert_eq!(a.knobs, json!({"mode": "base"}));
+    assert_eq!(a.cell, json!({"n": 3}));
+    assert!(!a.stderr.contains("warning"), "{}", a.stderr);
+
+    // A single file works like the directory.
+    let (yaml, _) = print(env, env.cmd(), &["--cell", "n=1"]);
+    assert_eq!(top(&yaml, "source"), "tuned", "{yaml}");
+    let mut cmd = env.cmd();
+    cmd.arg("apply")
+        .arg("--tuned")
+        .arg(&shared().1[0])
+        .args(["--cell", "n=1", "--print"]);
+    let out = cmd.output().expect("apply --print");
+    let yaml = String::from_utf8(out.stdout).expect("utf-8");
+    assert!(yaml.contains("  mode: fast\n"), "{yaml}");
+}
+
+#[test]
+fn apply_on_another_host_class_warns_and_uses_the_defaults() {
+    let (env, _) = shared();
+    let here = this_class(env, false);
+    let h100 = this_class(env, true);
+    assert_ne!(
+        here, h100,
+        "the fake nvidia-smi makes this host another class"
+    );
+    let a = env.apply(env.cmd_as_h100(), &["n=1"]);
+    assert_eq!(a.code, Some(7), "{a:?}");
+    assert_eq!(a.arg1, "base", "never a tune from another class: {a:?}");
+    assert_eq!(a.knobs, json!({"mode": "base"}));
+    assert_eq!(a.knob_mode, "base");
+    let warning = a
+        .stderr
+        .lines()
+        .find(|l| l.starts_with("warning:"))
+        .unwrap_or_else(|| panic!("no warning in:\n{}", a.stderr));
+    assert!(warning.contains(&format!("is for {here}")), "{warning}");
+    assert!(
+        warning.contains(&format!("this host is {h100}")),
+        "{warning}"
+    );
+    assert!(warning.contains("2× NVIDIA H100 80GB HBM3"), "{warning}");
+    assert!(warning.ends_with("using the study's defaults"), "{warning}");
+
+    let (yaml, _) = print(env, env.cmd_as_h100(), &["--cell", "n=1"]);
+    assert_eq!(top(&yaml, "source"), "defaults", "{yaml}");
+    assert_eq!(top(&yaml, "host_class"), h100);
+}
+
+#[test]
+fn a_knob_set_in_the_environment_wins() {
+    let (env, _) = shared();
+    let mut cmd = env.cmd();
+    // A value with shell syntax in it stays data.
+    cmd.env("TUNECTL_KNOB_MODE", "crash; touch pwned");
+    let a = env.apply(cmd, &["n=1"]);
+    assert_eq!(a.arg1, "crash; touch pwned", "{a:?}");
+    assert_eq!(a.args, "2", "one argument, quoted: {a:?}");
+    assert_eq!(a.knob_mode, "crash; touch pwned");
+    assert_eq!(a.knobs, json!({"mode": "crash; touch pwned"}));
+    assert!(!env.path().join("pwned").exists());
+    assert!(a.stderr.contains("TUNECTL_KNOB_MODE="), "{}", a.stderr);
+
+    // It wins over the defaults too.
+    let mut cmd = env.cmd_as_h100();
+    cmd.env("TUNECTL_KNOB_MODE", "fast");
+    let a = env.apply(cmd, &["n=2"]);
+    assert_eq!(a.arg1, "fast", "{a:?}");
+    assert_eq!(a.knobs, json!({"mode": "fast"}));
+}
+
+#[test]
+fn a_cell_outside_every_bucket_gets_the_defaults_with_a_warning() {
+    let (env, _) = shared();
+    let a = env.apply(env.cmd(), &["n=64"]);
+    assert_eq!(a.code, Some(7));
+    assert_eq!(a.arg1, "base", "{a:?}");
+    assert_eq!(a.arg2, "64");
+    assert_eq!(a.knobs, json!({"mode": "base"}));
+    assert!(
+        a.stderr.contains("warning: no bucket of tuned file")
+            && a.stderr.contains("contains the cell n=64")
+            && a.stderr.contains("using the study's defaults"),
+        "{}",
+        a.stderr
+    );
+
+    // No --cell at all: the buckets need `n`; the template cannot render
+    // `{{ n }}` either, so use --print.
+    let (yaml, stderr) = print(env, env.cmd(), &[]);
+    assert_eq!(top(&yaml, "source"), "defaults", "{yaml}");
+    assert!(stderr.contains("--cell n=VALUE"), "{stderr}");
+}
+
+#[test]
+fn apply_refuses_bad_input() {
+    let (env, _) = shared();
+    let run = |args: &[&str]| {
+        let out = env
+            .cmd()
+            .arg("apply")
+            .args(args)
+            .output()
+            .expect("run apply");
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let tuned = env.tuned().display().to_string();
+    let (code, err) = run(&["--tuned", &tuned, "--cell", "batch=4", "--print"]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("no axis `batch` (axes: n)"), "{err}");
+    let (code, err) = run(&["--tuned", &tuned, "--cell", "n"]);
+    assert_eq!(code, Some(2), "{err}");
+    let (code, err) = run(&["--tuned", &tuned]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("needs a command"), "{err}");
+    let (code, err) = run(&[
+        "--tuned",
+        &tuned,
+        "--cell",
+        "n=1",
+        "--",
+        "echo",
+        "{{ nope }}",
+    ]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("undefined"), "{err}");
+    let empty = env.path().join("empty");
+    std::fs::create_dir_all(&empty).expect("mkdir");
+    let (code, err) = run(&["--tuned", &empty.display().to_string(), "--print"]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("no tuned files"), "{err}");
+}
+
+#[test]
+fn export_without_results_fails_and_names_the_study() {
+    let env = Env::new();
+    let out = env
+        .cmd()
+        .arg("export")
+        .arg(env.study())
+        .arg("--ledger")
+        .arg(env.ledger())
+        .output()
+        .expect("run export");
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("no ledger at"), "{err}");
+}
+
+// ------------------------------------------------------------ YAML reader
+
+/// A reader for the block YAML tunectl writes (maps, lists, `[]`, `{}`,
+/// plain and double-quoted scalars), written here so that the test does
+/// not trust tunectl's own loader to read tunectl's own output.
+fn yaml_to_json(text: &str) -> Json {
+    let lines: Vec<(usize, &str)> = text
+        .lines()
+        .filter(|l| !l.trim_start().starts_with('#') && !l.trim().is_empty())
+        .map(|l| (l.len() - l.trim_start().len(), l.trim_start()))
+        .collect();
+    let mut pos = 0;
+    let v = block(&lines, &mut pos, 0);
+    assert_eq!(pos, lines.len(), "unread lines from {pos}");
+    v
+}
+
+fn scalar(s: &str) -> Json {
+    let s = s.trim();
+    if s.starts_with('"') {
+        return serde_json::from_str(s).unwrap_or_else(|e| panic!("{s}: {e}"));
+    }
+    match s {
+        "null" => Json::Null,
+        "true" => Json::Bool(true),
+        "false" => Json::Bool(false),
+        "[]" => json!([]),
+        "{}" => json!({}),
+        _ => serde_json::from_str::<serde_json::Number>(s)
+            .map(Json::Number)
+            .unwrap_or_else(|_| Json::String(s.to_string())),
+    }
+}
+
+/// Split `key: rest` (the key may be double-quoted).
+fn key_value(s: &str) -> Option<(String, &str)> {
+    if let Some(body) = s.strip_prefix('"') {
+        let end = body.find("\":").map(|i| i + 1)?;
+        let key: String = serde_json::from_str(&s[..=end]).ok()?;
+        return Some((key, s[end + 2..].trim_start()));
+    }
+    let i = s.find(':')?;
+    Some((s[..i].to_string(), s[i + 1..].trim_start()))
+}
+
+fn block(lines: &[(usize, &str)], pos: &mut usize, indent: usize) -> Json {
+    let Some(&(ind, first)) = lines.get(*pos) else {
+        return Json::Null;
+    };
+    assert!(ind >= indent, "bad indentation at {first:?}");
+    if first.starts_with("- ") {
+        let mut items = Vec::new();
+        while let Some(&(i, l)) = lines.get(*pos) {
+            if i != ind || !l.starts_with("- ") {
+                break;
+            }
+            let rest = &l[2..];
+            if key_value(rest).is_some() {
+                // A map item: its first line is after the dash.
+                let mut synthetic: Vec<(usize, &str)> = vec![(ind + 2, rest)];
+                let start = *pos + 1;
+                let mut end = start;
+                while end < lines.len() && lines[end].0 > ind {
+                    end += 1;
+                }
+                synthetic.extend_from_slice(&lines[start..end]);
+                let mut p = 0;
+                items.push(block(&synthetic, &mut p, ind + 2));
+                *pos = end;
+            } else {
+                items.push(scalar(rest));
+                *pos += 1;
+            }
+        }
+        Json::Array(items)
+    } else {
+        let mut map = serde_json::Map::new();
+        while let Some(&(i, l)) = lines.get(*pos) {
+            if i != ind {
+                assert!(i < ind, "bad indentation at {l:?}");
+                break;
+            }
+            let (k, rest) = key_value(l).unwrap_or_else(|| panic!("not a key: {l:?}"));
+            *pos += 1;
+            let v = if rest.is_empty() {
+                block(lines, pos, ind + 1)
+            } else {
+                scalar(rest)
+            };
+            map.insert(k, v);
+        }
+        Json::Object(map)
+    }
+}

@@ -84,7 +84,21 @@ struct Env {
 
 impl Env {
     fn new() -> Env {
-        let tmp = tempfile::tempdir().expect("tempdir");
+        Env::with(tempfile::tempdir().expect("tempdir"))
+    }
+
+    /// An Env under cargo's target/tmp: for the shared fixture, which lives
+    /// in a static and is never dropped (so it does not litter $TMPDIR).
+    fn in_target_tmp() -> Env {
+        Env::with(
+            tempfile::Builder::new()
+                .prefix("export_apply-")
+                .tempdir_in(env!("CARGO_TARGET_TMPDIR"))
+                .expect("tempdir in target/tmp"),
+        )
+    }
+
+    fn with(tmp: tempfile::TempDir) -> Env {
         let env = Env { tmp };
         std::fs::create_dir(env.study_dir()).expect("mkdir study");
         std::fs::write(env.study_dir().join("fake-trial.sh"), FAKE_TRIAL).expect("write fake");
@@ -257,7 +271,7 @@ struct Applied {
 fn shared() -> &'static (Env, Vec<PathBuf>) {
     static SHARED: OnceLock<(Env, Vec<PathBuf>)> = OnceLock::new();
     SHARED.get_or_init(|| {
-        let env = Env::new();
+        let env = Env::in_target_tmp();
         env.launch();
         let files = env.export();
         (env, files)
@@ -412,6 +426,35 @@ fn export_writes_one_tuned_file_per_host_class() {
     assert_eq!(b2["winner"], Json::Null, "{b2}");
     assert_eq!(b2["knobs"], json!({"mode": "base"}));
     assert!(b2["decision"].as_str().is_some_and(|d| !d.is_empty()));
+
+    // Every bucket says what `tunectl report` says.
+    let out = env
+        .cmd()
+        .arg("report")
+        .arg(env.study())
+        .arg("--ledger")
+        .arg(env.ledger())
+        .args(["--format", "json"])
+        .output()
+        .expect("report");
+    let report: Json = serde_json::from_slice(&out.stdout).expect("report JSON");
+    let reported = report["classes"][0]["buckets"]
+        .as_array()
+        .expect("report buckets");
+    assert_eq!(reported.len(), buckets.len());
+    for (r, b) in reported.iter().zip(buckets) {
+        for (rk, bk) in [
+            ("key", "key"),
+            ("label", "label"),
+            ("bounds", "bounds"),
+            ("config", "knobs"),
+            ("level", "level"),
+            ("decision", "decision"),
+        ] {
+            assert_eq!(r[rk], b[bk], "{rk} vs {bk}:\n{r}\n{b}");
+        }
+        assert_eq!(r["winner"]["label"], b["winner"], "{r}");
+    }
 }
 
 #[test]

@@ -17,6 +17,10 @@ use crate::ledger::records::ExitInfo;
 /// Bytes kept from the end of stdout and stderr.
 pub const TAIL_BYTES: usize = 8 * 1024;
 
+/// Bytes kept from the start of stderr when it is longer than the tail
+/// (a compile error is often followed by a long traceback).
+pub const HEAD_BYTES: usize = 4 * 1024;
+
 /// Grace between SIGTERM and SIGKILL when a trial is stopped.
 const KILL_GRACE: Duration = Duration::from_secs(2);
 
@@ -36,11 +40,68 @@ pub struct RunOutput {
     pub elapsed: Duration,
     pub stdout_tail: String,
     pub stderr_tail: String,
+    /// The start of stderr (at most [`HEAD_BYTES`]) that the tail does not
+    /// hold: empty unless stderr was longer than [`TAIL_BYTES`]; it never
+    /// overlaps `stderr_tail`.
+    pub stderr_head: String,
 }
 
-fn spawn_tail<R: AsyncRead + Unpin + Send + 'static>(
+impl RunOutput {
+    /// What the classifier reads: the head and, after a `[...]` line, the
+    /// tail (just the tail when there is no head).
+    pub fn stderr_for_classifier(&self) -> String {
+        join_head_tail(&self.stderr_head, &self.stderr_tail)
+    }
+}
+
+/// Head and tail of a stream as one text, lines never joined across the
+/// cut.
+pub fn join_head_tail(head: &str, tail: &str) -> String {
+    if head.is_empty() {
+        tail.to_string()
+    } else {
+        format!("{head}\n[...]\n{tail}")
+    }
+}
+
+/// A stream's first bytes, its last bytes, and how long it was.
+#[derive(Default)]
+struct Capture {
+    head: Vec<u8>,
+    tail: Vec<u8>,
+    total: usize,
+}
+
+impl Capture {
+    fn push(&mut self, bytes: &[u8]) {
+        if self.head.len() < HEAD_BYTES {
+            let n = (HEAD_BYTES - self.head.len()).min(bytes.len());
+            self.head.extend_from_slice(&bytes[..n]);
+        }
+        self.total += bytes.len();
+        self.tail.extend_from_slice(bytes);
+        if self.tail.len() > 2 * TAIL_BYTES {
+            let cut = self.tail.len() - TAIL_BYTES;
+            self.tail.drain(..cut);
+        }
+    }
+
+    fn tail_text(&self) -> String {
+        let start = self.tail.len().saturating_sub(TAIL_BYTES);
+        String::from_utf8_lossy(&self.tail[start..]).into_owned()
+    }
+
+    /// The head's bytes that come before the tail's first byte.
+    fn head_text(&self) -> String {
+        let before_tail = self.total.saturating_sub(TAIL_BYTES);
+        let n = self.head.len().min(before_tail);
+        String::from_utf8_lossy(&self.head[..n]).into_owned()
+    }
+}
+
+fn spawn_capture<R: AsyncRead + Unpin + Send + 'static>(
     mut reader: R,
-    buf: Arc<Mutex<Vec<u8>>>,
+    buf: Arc<Mutex<Capture>>,
 ) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
         let mut chunk = [0u8; 4096];
@@ -49,11 +110,7 @@ fn spawn_tail<R: AsyncRead + Unpin + Send + 'static>(
                 Ok(0) | Err(_) => break,
                 Ok(n) => {
                     if let Ok(mut b) = buf.lock() {
-                        b.extend_from_slice(&chunk[..n]);
-                        if b.len() > 2 * TAIL_BYTES {
-                            let cut = b.len() - TAIL_BYTES;
-                            b.drain(..cut);
-                        }
+                        b.push(&chunk[..n]);
                     }
                 }
             }
@@ -61,10 +118,11 @@ fn spawn_tail<R: AsyncRead + Unpin + Send + 'static>(
     })
 }
 
-fn tail_text(buf: &Arc<Mutex<Vec<u8>>>) -> String {
-    let bytes = buf.lock().map(|b| b.clone()).unwrap_or_default();
-    let start = bytes.len().saturating_sub(TAIL_BYTES);
-    String::from_utf8_lossy(&bytes[start..]).into_owned()
+/// `(head, tail)` of a captured stream.
+fn texts(buf: &Arc<Mutex<Capture>>) -> (String, String) {
+    buf.lock()
+        .map(|b| (b.head_text(), b.tail_text()))
+        .unwrap_or_default()
 }
 
 fn kill_group(pgid: i32, signal: i32) {
@@ -94,11 +152,17 @@ pub async fn run(spec: &RunSpec, cancel: &CancellationToken) -> io::Result<RunOu
         .kill_on_drop(true);
     let mut child = cmd.spawn()?;
     let pgid = child.id().map(|p| p as i32).unwrap_or(0);
-    let out_buf = Arc::new(Mutex::new(Vec::new()));
-    let err_buf = Arc::new(Mutex::new(Vec::new()));
+    let out_buf = Arc::new(Mutex::new(Capture::default()));
+    let err_buf = Arc::new(Mutex::new(Capture::default()));
     let readers = [
-        child.stdout.take().map(|s| spawn_tail(s, out_buf.clone())),
-        child.stderr.take().map(|s| spawn_tail(s, err_buf.clone())),
+        child
+            .stdout
+            .take()
+            .map(|s| spawn_capture(s, out_buf.clone())),
+        child
+            .stderr
+            .take()
+            .map(|s| spawn_capture(s, err_buf.clone())),
     ];
     let mut timed_out = false;
     let mut cancelled = false;
@@ -118,6 +182,8 @@ pub async fn run(spec: &RunSpec, cancel: &CancellationToken) -> io::Result<RunOu
     for r in readers.into_iter().flatten() {
         let _ = tokio::time::timeout(Duration::from_secs(2), r).await;
     }
+    let (_, stdout_tail) = texts(&out_buf);
+    let (stderr_head, stderr_tail) = texts(&err_buf);
     Ok(RunOutput {
         exit: ExitInfo {
             code: status.code(),
@@ -126,8 +192,9 @@ pub async fn run(spec: &RunSpec, cancel: &CancellationToken) -> io::Result<RunOu
         timed_out,
         cancelled,
         elapsed: started.elapsed(),
-        stdout_tail: tail_text(&out_buf),
-        stderr_tail: tail_text(&err_buf),
+        stdout_tail,
+        stderr_tail,
+        stderr_head,
     })
 }
 
@@ -142,5 +209,35 @@ async fn stop(
             kill_group(pgid, libc::SIGKILL);
             child.wait().await
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn head_never_overlaps_tail() {
+        let mut c = Capture::default();
+        c.push(b"short\n");
+        assert_eq!(c.head_text(), "");
+        assert_eq!(c.tail_text(), "short\n");
+
+        // Just over the tail: the head holds only the bytes the tail lost.
+        let mut c = Capture::default();
+        c.push(b"ab");
+        c.push(&vec![b'x'; TAIL_BYTES]);
+        assert_eq!(c.head_text(), "ab");
+        assert_eq!(c.tail_text().len(), TAIL_BYTES);
+
+        // Long: head and tail are the two ends, in small reads.
+        let mut c = Capture::default();
+        let text: Vec<u8> = (0..100_000u32).map(|i| b'a' + (i % 26) as u8).collect();
+        for piece in text.chunks(777) {
+            c.push(piece);
+        }
+        assert_eq!(c.head_text().as_bytes(), &text[..HEAD_BYTES]);
+        assert_eq!(c.tail_text().as_bytes(), &text[text.len() - TAIL_BYTES..]);
+        assert_eq!(c.total, text.len());
     }
 }

@@ -35,6 +35,9 @@ pub struct AttemptSpec {
     pub warmup: u32,
     /// Declared output files, relative to the trial directory.
     pub outputs: Vec<String>,
+    /// The outputs among them whose numbers are read back
+    /// (`gate.tolerance.files`).
+    pub tolerance_files: Vec<String>,
     pub slot: u32,
     /// The attempt's fresh directory on the host.
     pub trial_dir: String,
@@ -53,6 +56,8 @@ pub struct AttemptOutcome {
     pub result: Option<Vec<u8>>,
     /// sha256 of each declared output; `None` where the file is missing.
     pub outputs: BTreeMap<String, Option<String>>,
+    /// The numbers of each tolerance file, or why they could not be read.
+    pub output_values: BTreeMap<String, Result<Vec<f64>, String>>,
     pub elapsed: Duration,
     /// The launcher stopped the attempt (Ctrl-C): it is lost, not failed.
     pub cancelled: bool,

@@ -155,11 +155,188 @@ pub struct AttemptRecord {
     /// Samples per metric (a single number becomes one sample).
     pub metrics: BTreeMap<String, Vec<f64>>,
     /// The output digest the gate compares (sha256 over the declared
-    /// outputs and the trial's own `digest`).
+    /// outputs, except the tolerance files, and the trial's own `digest`).
     pub digest: Option<String>,
     /// sha256 of each declared output file.
     pub outputs: BTreeMap<String, String>,
+    /// The numbers of each tolerance file (`gate.tolerance.files`),
+    /// flattened; compared with the baseline's within tolerance. NaN and
+    /// infinities are stored as the strings `"NaN"`, `"Infinity"`,
+    /// `"-Infinity"`.
+    #[serde(
+        default,
+        skip_serializing_if = "BTreeMap::is_empty",
+        with = "values_serde"
+    )]
+    pub output_values: BTreeMap<String, Vec<f64>>,
     pub command: String,
     pub stdout_tail: String,
     pub stderr_tail: String,
+    /// The start of stderr (up to 4 KiB) when it was longer than the tail;
+    /// never overlaps `stderr_tail`.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub stderr_head: String,
+}
+
+/// Numbers that JSON cannot write (NaN, infinities) as strings.
+mod values_serde {
+    use std::collections::BTreeMap;
+    use std::fmt;
+
+    use serde::de::{self, Deserializer, Visitor};
+    use serde::ser::{SerializeSeq, Serializer};
+    use serde::{Deserialize, Serialize};
+
+    struct Num(f64);
+
+    impl Serialize for Num {
+        fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+            let x = self.0;
+            if x.is_finite() {
+                s.serialize_f64(x)
+            } else if x.is_nan() {
+                s.serialize_str("NaN")
+            } else if x > 0.0 {
+                s.serialize_str("Infinity")
+            } else {
+                s.serialize_str("-Infinity")
+            }
+        }
+    }
+
+    struct NumVisitor;
+
+    impl Visitor<'_> for NumVisitor {
+        type Value = Num;
+
+        fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+            f.write_str("a number, \"NaN\", \"Infinity\" or \"-Infinity\"")
+        }
+        fn visit_f64<E: de::Error>(self, v: f64) -> Result<Num, E> {
+            Ok(Num(v))
+        }
+        fn visit_i64<E: de::Error>(self, v: i64) -> Result<Num, E> {
+            Ok(Num(v as f64))
+        }
+        fn visit_u64<E: de::Error>(self, v: u64) -> Result<Num, E> {
+            Ok(Num(v as f64))
+        }
+        fn visit_str<E: de::Error>(self, v: &str) -> Result<Num, E> {
+            match v {
+                "NaN" => Ok(Num(f64::NAN)),
+                "Infinity" => Ok(Num(f64::INFINITY)),
+                "-Infinity" => Ok(Num(f64::NEG_INFINITY)),
+                _ => Err(E::invalid_value(de::Unexpected::Str(v), &self)),
+            }
+        }
+        // What serde_json writes for a non-finite f64.
+        fn visit_unit<E: de::Error>(self) -> Result<Num, E> {
+            Ok(Num(f64::NAN))
+        }
+    }
+
+    impl<'de> Deserialize<'de> for Num {
+        fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Num, D::Error> {
+            d.deserialize_any(NumVisitor)
+        }
+    }
+
+    struct Seq<'a>(&'a [f64]);
+
+    impl Serialize for Seq<'_> {
+        fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+            let mut seq = s.serialize_seq(Some(self.0.len()))?;
+            for x in self.0 {
+                seq.serialize_element(&Num(*x))?;
+            }
+            seq.end()
+        }
+    }
+
+    pub fn serialize<S: Serializer>(
+        map: &BTreeMap<String, Vec<f64>>,
+        s: S,
+    ) -> Result<S::Ok, S::Error> {
+        s.collect_map(map.iter().map(|(k, v)| (k, Seq(v))))
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(
+        d: D,
+    ) -> Result<BTreeMap<String, Vec<f64>>, D::Error> {
+        let raw = BTreeMap::<String, Vec<Num>>::deserialize(d)?;
+        Ok(raw
+            .into_iter()
+            .map(|(k, v)| (k, v.into_iter().map(|n| n.0).collect()))
+            .collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn minimal() -> serde_json::Value {
+        serde_json::json!({
+            "schema": 1, "tunectl_version": "t", "study_id": "s", "spec_hash": "h",
+            "trial_key": "k", "attempt_id": "a", "config": {}, "config_label": "c",
+            "config_index": 0, "is_baseline": true, "cell": {}, "cell_label": "",
+            "cell_index": 0, "repeat": 0, "fidelity": null, "host": "h",
+            "host_class": "hc", "fingerprint": "fp", "slot": 0, "started_at": "",
+            "finished_at": "", "duration_s": 0.0, "run_s": null, "warmup_runs": 0,
+            "status": "ok", "failure": null, "exit": null, "metrics": {},
+            "digest": null, "outputs": {}, "command": "", "stdout_tail": "",
+            "stderr_tail": ""
+        })
+    }
+
+    /// Records written before `output_values` and `stderr_head` existed
+    /// still read; empty ones are not written.
+    #[test]
+    fn new_fields_are_optional() {
+        let r: AttemptRecord = serde_json::from_value(minimal()).expect("old record");
+        assert!(r.output_values.is_empty());
+        assert!(r.stderr_head.is_empty());
+        let v = serde_json::to_value(&r).expect("json");
+        assert!(v.get("output_values").is_none());
+        assert!(v.get("stderr_head").is_none());
+    }
+
+    /// NaN and infinities survive the trip through JSON.
+    #[test]
+    fn output_values_round_trip() {
+        let mut r: AttemptRecord = serde_json::from_value(minimal()).expect("record");
+        r.output_values.insert(
+            "logits.json".into(),
+            vec![
+                0.5,
+                f64::NAN,
+                f64::INFINITY,
+                f64::NEG_INFINITY,
+                -0.0,
+                1e-300,
+            ],
+        );
+        r.stderr_head = "head".into();
+        let text = serde_json::to_string(&r).expect("json");
+        assert!(
+            text.contains(
+                r#""output_values":{"logits.json":[0.5,"NaN","Infinity","-Infinity",-0.0,1e-300]}"#
+            ),
+            "{text}"
+        );
+        let back: AttemptRecord = serde_json::from_str(&text).expect("read back");
+        let v = &back.output_values["logits.json"];
+        assert_eq!(v[0], 0.5);
+        assert!(v[1].is_nan());
+        assert_eq!(&v[2..], &[f64::INFINITY, f64::NEG_INFINITY, -0.0, 1e-300]);
+        assert_eq!(back.stderr_head, "head");
+        // null (how serde_json writes a non-finite f64) reads as NaN; other
+        // strings do not read.
+        let mut v = minimal();
+        v["output_values"] = serde_json::json!({"x": [1, null]});
+        let r: AttemptRecord = serde_json::from_value(v.clone()).expect("null");
+        assert!(r.output_values["x"][1].is_nan());
+        v["output_values"] = serde_json::json!({"x": ["nan"]});
+        assert!(serde_json::from_value::<AttemptRecord>(v).is_err());
+    }
 }

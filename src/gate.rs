@@ -43,6 +43,8 @@ pub const OOM_PATTERNS: &[&str] = &[
     r"memory allocation of \d+ bytes failed",
     r"std::bad_alloc",
     r"MemoryError",
+    r"died due to signal 9",
+    r"Killed signal terminated program",
 ];
 
 /// The patterns of one failure class, the study's first.
@@ -113,13 +115,16 @@ impl Classifier {
                 .map(Vec::as_slice)
                 .unwrap_or_default()
         };
+        // Out-of-memory first: a compiler that ran out of memory (Inductor
+        // autotuning hitting CUDA OOM, cicc killed by the OOM killer) is a
+        // memory problem of the config, not a compiler bug.
         let classes = vec![
+            ClassPatterns::new(FailureClass::Oom, study(FailureClass::Oom), OOM_PATTERNS)?,
             ClassPatterns::new(
                 FailureClass::CompileFailure,
                 study(FailureClass::CompileFailure),
                 COMPILE_PATTERNS,
             )?,
-            ClassPatterns::new(FailureClass::Oom, study(FailureClass::Oom), OOM_PATTERNS)?,
         ];
         let error_line = Regex::new(
             r"(?i)(error|panic|exception|fatal|abort|overflow|failed|out of memory|segmentation)",
@@ -733,10 +738,29 @@ mod tests {
             )
             .expect("failure");
         assert_eq!(detail, "exit code 1: MyCompiler: bad schedule");
-        // Classes keep their order: compile before oom.
+        // Classes keep their order: oom before compile (a compiler that
+        // ran out of memory is a memory problem).
         assert_eq!(
             class_of(&c, Some(1), None, "arena exhausted\nnvcc fatal   : x"),
-            "compile_failure"
+            "oom"
+        );
+        assert_eq!(
+            class_of(
+                &d,
+                Some(1),
+                None,
+                "torch._dynamo.exc.BackendCompilerFailed: backend='inductor' raised:\ntorch.OutOfMemoryError: CUDA out of memory."
+            ),
+            "oom"
+        );
+        assert_eq!(
+            class_of(
+                &d,
+                Some(1),
+                None,
+                "nvcc error   : 'cicc' died due to signal 9 (Kill signal)"
+            ),
+            "oom"
         );
         // No patterns at all is the default.
         let e = Classifier::new(&BTreeMap::new()).expect("valid");

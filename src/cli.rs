@@ -753,45 +753,49 @@ async fn launch(a: LaunchArgs) -> Result<(), CliError> {
         let (host_records, _) = ledger.hosts(&study_id).await.map_err(failed)?;
         let analysis = report::analyze(&record, &scan, &host_records);
         for class in &analysis.classes {
-            for cell in &class.cells {
-                let bucket =
-                    crate::canon::sha256_hex(crate::canon::canonical_json(&cell.cell).as_bytes());
+            for bucket in &class.buckets {
                 let value = serde_json::json!({
                     "schema": crate::ledger::records::SCHEMA,
                     "tunectl_version": analysis.tunectl_version,
                     "study_id": analysis.study_id,
                     "spec_hash": analysis.spec_hash,
-                    "level": analysis.level,
                     "host_class": class.host_class,
                     "host_class_label": class.label,
                     "hosts": class.hosts,
                     "objective": analysis.objective,
+                    "statistic": analysis.statistic,
                     "context": analysis.context,
-                    "bucket": cell.cell,
-                    "decision": cell.decision,
-                    "baseline": cell.baseline,
-                    "winner": cell.winner,
-                    "rejected": cell.rejected,
+                    "baseline": analysis.baseline,
+                    "bucket": bucket,
                 });
                 ledger
-                    .write_verdict(&study_id, &class.host_class, &bucket[..16], &value)
+                    .write_verdict(&study_id, &class.host_class, &bucket.key, &value)
                     .await
                     .map_err(failed)?;
                 eprintln!(
-                    "{} · {}: {}",
-                    class.host_class, cell.cell_label, cell.decision
+                    "{} · {}: ships {} [{}] · {}",
+                    class.host_class,
+                    bucket.label,
+                    bucket
+                        .winner
+                        .as_ref()
+                        .map(|w| w.label.as_str())
+                        .unwrap_or("baseline"),
+                    bucket.level.to_uppercase(),
+                    bucket.decision
                 );
             }
         }
     }
     eprintln!(
-        "ran {} trials ({} ok, {} failed), {} lost, {} already in the ledger, {} skipped · `tunectl report {}` shows the evidence",
+        "ran {} trials ({} ok, {} failed), {} lost, {} already in the ledger, {} skipped{} · `tunectl report {}` shows the evidence",
         summary.ran,
         summary.ok,
         summary.failed,
         summary.lost,
         summary.already_done,
         summary.skipped,
+        drift_summary(&summary),
         a.study.display()
     );
     if summary.interrupted {
@@ -840,6 +844,28 @@ async fn load_analysis(
     let scan = ledger.scan(&study_id).await.map_err(failed)?;
     let (hosts, _) = ledger.hosts(&study_id).await.map_err(failed)?;
     Ok(report::analyze(&record, &scan, &hosts))
+}
+
+/// ` · 12 anchors, 4 re-measured after drift, ...` when any happened.
+fn drift_summary(s: &launch::LaunchSummary) -> String {
+    let mut parts = Vec::new();
+    if s.confirm_trials > 0 {
+        parts.push(format!("{} confirmation trials", s.confirm_trials));
+    }
+    if s.anchors > 0 {
+        parts.push(format!("{} baseline anchors", s.anchors));
+    }
+    if s.voided > 0 {
+        parts.push(format!("{} re-measured after drift", s.voided));
+    }
+    if s.dropped_cells > 0 {
+        parts.push(format!("{} cells dropped (drift)", s.dropped_cells));
+    }
+    if parts.is_empty() {
+        String::new()
+    } else {
+        format!(" ({})", parts.join(", "))
+    }
 }
 
 async fn report_cmd(a: ReportArgs) -> Result<(), CliError> {

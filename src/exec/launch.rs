@@ -720,7 +720,9 @@ impl Shared<'_> {
             }
             _ => {}
         }
-        if unit.is_first_baseline() {
+        // The first baseline repeat releases its cell once; a re-run of it
+        // (after drift) is an ordinary measurement.
+        if unit.is_first_baseline() && !st.classes[class].released.contains(&unit.cell) {
             let cs = &mut st.classes[class];
             cs.pending = cs.pending.saturating_sub(1);
             match status {
@@ -813,10 +815,7 @@ impl Shared<'_> {
         if let Ok(mut st) = self.state.lock() {
             st.summary.anchors += 1;
         }
-        let _ = self.events.send(Event::Planned {
-            to_run: 1,
-            already_done: 0,
-        });
+        let _ = self.events.send(Event::More { count: 1 });
         let ran = self
             .run_trial(
                 host_index, host, slot, class, cell, base, 0, role, key, false,
@@ -849,32 +848,63 @@ impl Shared<'_> {
             return;
         };
         let label = self.cell_label(cell);
-        let (drift, voids) = {
+        enum Verdict {
+            Clean,
+            /// Worse than the best by this much: cool down.
+            Hot(f64, Vec<(String, String, Unit)>),
+            /// Better than the best by this much: what came before was
+            /// measured in a worse state; re-measure, no cool-down.
+            WasSlow(f64, Vec<(String, String, Unit)>),
+        }
+        let verdict = {
             let Ok(mut st) = self.state.lock() else {
                 return;
             };
             let d = st.drift.entry((host_index, cell)).or_default();
             let best = d.best.unwrap_or(value);
             let drift = self.shortfall(best, value);
-            if drift <= m.cool_drift || self.options.no_cooldown {
+            let gain = self.shortfall(value, best);
+            if self.options.no_cooldown || (drift <= m.cool_drift && gain <= m.cool_drift) {
                 d.best = Some(self.better_of(best, value));
                 d.since_clean.clear();
-                (drift, None)
+                if self.options.no_cooldown && drift.max(gain) > m.cool_drift {
+                    drop(st);
+                    self.note(format!(
+                        "warning: host {} drifted {:.1}% at cell {label} (anchor vs best); --no-cooldown: measurements kept",
+                        host.name,
+                        drift.max(gain) * 100.0
+                    ));
+                }
+                Verdict::Clean
+            } else if gain > m.cool_drift {
+                d.best = Some(value);
+                Verdict::WasSlow(gain, std::mem::take(&mut d.since_clean))
             } else {
                 let voids = std::mem::take(&mut d.since_clean);
                 st.cooling.insert(host_index);
-                (drift, Some(voids))
+                Verdict::Hot(drift, voids)
             }
         };
-        let Some(voids) = voids else {
-            if drift > m.cool_drift {
+        let (drift, voids) = match verdict {
+            Verdict::Clean => return,
+            Verdict::WasSlow(gain, voids) => {
                 self.note(format!(
-                    "warning: host {} drifted {:.1}% at cell {label} (anchor vs best); --no-cooldown: measurements kept",
+                    "host {} was slower before: its anchor at cell {label} improved {:.1}% on the best so far; re-measuring {} trials taken in the slower state",
                     host.name,
-                    drift * 100.0
+                    gain * 100.0,
+                    voids.len()
                 ));
+                let reason = format!(
+                    "host {} was {:.1}% slower than later at cell {label}",
+                    host.name,
+                    gain * 100.0
+                );
+                self.void(&voids, &reason).await;
+                self.requeue(class, cell, &voids, None);
+                self.notify.notify_waiters();
+                return;
             }
-            return;
+            Verdict::Hot(drift, voids) => (drift, voids),
         };
         self.note(format!(
             "host {} drifted {:.1}% at cell {label} (more than cool_drift {:.0}%): discarding {} measurements since its last clean anchor and cooling down",
@@ -883,23 +913,12 @@ impl Shared<'_> {
             m.cool_drift * 100.0,
             voids.len()
         ));
-        let now = chrono::Utc::now().to_rfc3339();
-        for (key, attempt_id, _) in &voids {
-            let record = VoidRecord {
-                schema: records::SCHEMA,
-                trial_key: key.clone(),
-                attempt_id: attempt_id.clone(),
-                reason: format!(
-                    "host {} drifted {:.1}% at cell {label}",
-                    host.name,
-                    drift * 100.0
-                ),
-                at: now.clone(),
-            };
-            if let Err(e) = self.ledger.write_void(self.study_id, &record).await {
-                self.note(format!("error: {e}"));
-            }
-        }
+        let reason = format!(
+            "host {} drifted {:.1}% at cell {label}",
+            host.name,
+            drift * 100.0
+        );
+        self.void(&voids, &reason).await;
         // Cool down: back-off, then an anchor, until it settles.
         let started = std::time::Instant::now();
         let mut wait = m.cool_wait;
@@ -937,26 +956,8 @@ impl Shared<'_> {
             }
         }
         let requeued = voids.len() as u64;
-        {
-            let Ok(mut st) = self.state.lock() else {
-                return;
-            };
-            st.cooling.remove(&host_index);
-            st.summary.voided += requeued;
-            let cs = &mut st.classes[class];
-            for (_, _, unit) in &voids {
-                cs.ready.push(Reverse(*unit));
-            }
-            *cs.outstanding.entry(cell).or_insert(0) += requeued;
-            if !settled && !self.cancel.is_cancelled() {
-                st.dropped.insert((host_index, cell));
-                st.summary.dropped_cells += 1;
-            }
-        }
-        let _ = self.events.send(Event::Planned {
-            to_run: requeued,
-            already_done: 0,
-        });
+        let dropped = !settled && !self.cancel.is_cancelled();
+        self.requeue(class, cell, &voids, Some((host_index, dropped)));
         if settled {
             self.note(format!(
                 "host {} cooled down: its anchor is within {:.1}% (cool_eps {:.0}%) after {tries} tries; re-measuring {requeued} trials",
@@ -964,7 +965,7 @@ impl Shared<'_> {
                 last * 100.0,
                 m.cool_eps * 100.0
             ));
-        } else if !self.cancel.is_cancelled() {
+        } else if dropped {
             let reason = format!(
                 "the baseline did not settle within cool_eps {:.0}% after {tries} anchors and {:.0}s (last {:.1}% off the best)",
                 m.cool_eps * 100.0,
@@ -986,6 +987,51 @@ impl Shared<'_> {
             }
         }
         self.notify.notify_waiters();
+    }
+
+    /// Write void records for attempts whose measurements are discarded.
+    async fn void(&self, voids: &[(String, String, Unit)], reason: &str) {
+        let now = chrono::Utc::now().to_rfc3339();
+        for (key, attempt_id, _) in voids {
+            let record = VoidRecord {
+                schema: records::SCHEMA,
+                trial_key: key.clone(),
+                attempt_id: attempt_id.clone(),
+                reason: reason.to_string(),
+                at: now.clone(),
+            };
+            if let Err(e) = self.ledger.write_void(self.study_id, &record).await {
+                self.note(format!("error: {e}"));
+            }
+        }
+    }
+
+    /// Put voided units back in the queue; `cooled` ends a host's
+    /// cool-down (and drops the cell on it when it did not settle).
+    fn requeue(
+        &self,
+        class: usize,
+        cell: u32,
+        voids: &[(String, String, Unit)],
+        cooled: Option<(usize, bool)>,
+    ) {
+        let requeued = voids.len() as u64;
+        if let Ok(mut st) = self.state.lock() {
+            if let Some((host, dropped)) = cooled {
+                st.cooling.remove(&host);
+                if dropped {
+                    st.dropped.insert((host, cell));
+                    st.summary.dropped_cells += 1;
+                }
+            }
+            st.summary.voided += requeued;
+            let cs = &mut st.classes[class];
+            for (_, _, unit) in voids {
+                cs.ready.push(Reverse(*unit));
+            }
+            *cs.outstanding.entry(cell).or_insert(0) += requeued;
+        }
+        let _ = self.events.send(Event::More { count: requeued });
     }
 
     /// Start the confirmation round of every bucket (touched by `cells`)
@@ -1048,12 +1094,19 @@ impl Shared<'_> {
                 st.summary.confirm_trials += queued;
             }
             if queued > 0 {
-                let _ = self.events.send(Event::Planned {
-                    to_run: queued,
-                    already_done: 0,
-                });
+                let _ = self.events.send(Event::More { count: queued });
+                let label = members
+                    .first()
+                    .map(|c| {
+                        crate::report::buckets::bucket_of(
+                            &self.record.spec,
+                            &space::cell_json(self.study, &self.plan.cells[*c as usize]),
+                        )
+                        .label
+                    })
+                    .unwrap_or_default();
                 self.note(format!(
-                    "confirming the draft winner of bucket {bucket} on {}: {queued} interleaved trials against the baseline",
+                    "confirming the draft winner of bucket {label} on {}: {queued} interleaved trials against the baseline",
                     self.class_ids[class]
                 ));
             }

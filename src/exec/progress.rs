@@ -26,6 +26,11 @@ pub enum Event {
         to_run: u64,
         already_done: u64,
     },
+    /// More trials joined the launch (anchors, re-measurements, a
+    /// confirmation round): counted, not announced.
+    More {
+        count: u64,
+    },
     HostReady {
         host: String,
         class: String,
@@ -118,6 +123,7 @@ pub async fn report(mode: ProgressMode, mut rx: mpsc::UnboundedReceiver<Event>) 
             ev = rx.recv() => {
                 let Some(ev) = ev else { break };
                 match ev {
+                    Event::More { count } => c.total += count,
                     Event::Planned { to_run, already_done } => {
                         c.total += to_run;
                         if already_done > 0 {

@@ -759,6 +759,25 @@ fn decide_bucket(
         .to_string();
         return out;
     }
+    // A cell given up on (its host would not settle) before its sweep was
+    // complete: nothing is known well enough there to ship a change.
+    if let Some(r) = reports.iter().find(|r| {
+        r.notes.iter().any(|n| n.starts_with("dropped"))
+            && r.baseline
+                .as_ref()
+                .is_some_and(|b| b.trials < rules.repeats as usize)
+    }) {
+        let why = r
+            .notes
+            .iter()
+            .find(|n| n.starts_with("dropped"))
+            .cloned()
+            .unwrap_or_default();
+        out.decision = format!("baseline kept: cell {} was {why}", r.cell_label);
+        out.level = "draft".to_string();
+        out.level_reason = "a cell of the bucket was dropped before its sweep finished; launch again when the host is stable".to_string();
+        return out;
+    }
     let dropped: Vec<String> = reports
         .iter()
         .flat_map(|r| {

@@ -1,0 +1,1016 @@
+//! The verdict engine end to end: `tunectl launch` then `tunectl report
+//! --format json`, with fake trial programs whose knob → (speed, noise,
+//! crash, output) profile is known, so the right verdict is known too.
+//!
+//! FAKES: one POSIX sh program, [`FAKE`], written into each test's study
+//! directory as `fake.sh`. Its header documents every mode.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use assert_cmd::Command;
+use serde_json::Value as Json;
+
+/// The fake trial program.
+const FAKE: &str = r#"#!/bin/sh
+# FAKE trial program written by tunectl's integration tests (tests/verdict.rs).
+# Not a benchmark: it reports made-up numbers from a known profile.
+#
+#   usage: sh fake.sh MODE N
+#
+# Speed: every measured run reports 5 samples of `throughput` (ops/s, higher
+# is better), each 100 * SPEED * (1 + FAKE_NOISE * u), u uniform in [-1, 1].
+# u is pseudo-random but deterministic: a Park-Miller sequence seeded with the
+# cksum of FAKE_SEED, $TUNECTL_KNOBS, $TUNECTL_CELL, $TUNECTL_REPEAT,
+# $TUNECTL_ROLE, $TUNECTL_PHASE (not $TUNECTL_TRIAL_ID: it holds the host
+# class, so the noise would differ from machine to machine).
+#
+#   MODE        SPEED                         otherwise
+#   base        1                             out.txt "sum(N) = 7N",
+#   equal       1                             values.json [1.0, 2.0, 3.0]
+#   lag         0.95
+#   slow        0.8
+#   fast        1.5
+#   fastest     2
+#   a0b0        1       (knobs a, b)
+#   a0b1        1
+#   a1b0        2
+#   a1b1        2.1
+#   lopsided    2 at N < 3, 0.8 at N >= 3
+#   sweeponly   1.5 when $TUNECTL_ROLE is sweep, else 1
+#   wrong       1.5                           out.txt "sum(N) = 4242"
+#   close       1.5                           values.json [1.0001, 2.0, 3.0]
+#   far         1.5                           values.json [1.01, 2.0, 3.0]
+#   compile     -   warm-up runs pass; a measured run prints a TorchDynamo
+#                   traceback ending in BackendCompilerFailed, exits 1
+#   oom         -   "CUDA out of memory" on stderr, exit 1
+#   killed      -   exit 137
+#
+# Heat: measured runs are counted in ./count (next to this script). The
+# FAKE_HEAT_AT-th run creates ./hot holding FAKE_HEAT_RUNS; while ./hot
+# exists every run is 30% slower (SPEED * 0.7) and counts it down, removing
+# it at 0 (FAKE_HEAT_RUNS=0: the heat never goes away).
+#
+# FAKE_CONFIRM_SLEEP: a run with $TUNECTL_ROLE confirm creates
+# ./confirm-started, then sleeps that many seconds.
+#
+# Every run appends "MODE N REPEAT ROLE PHASE HOT" to ./runs.log.
+set -u
+here=$(dirname "$0")
+mode=$1
+n=$2
+role=${TUNECTL_ROLE:-sweep}
+phase=${TUNECTL_PHASE:-measure}
+hot=0
+if [ "$phase" = measure ]; then
+    count=$(( $(cat "$here/count" 2>/dev/null || echo 0) + 1 ))
+    echo "$count" > "$here/count"
+    if [ "$count" = "${FAKE_HEAT_AT:-0}" ]; then
+        echo "${FAKE_HEAT_RUNS:-0}" > "$here/hot"
+    fi
+    if [ -f "$here/hot" ]; then
+        hot=1
+        left=$(cat "$here/hot")
+        if [ "$left" -gt 0 ]; then
+            left=$((left - 1))
+            if [ "$left" = 0 ]; then rm -f "$here/hot"; else echo "$left" > "$here/hot"; fi
+        fi
+    fi
+fi
+echo "$mode $n ${TUNECTL_REPEAT:-0} $role $phase $hot" >> "$here/runs.log"
+if [ "$role" = confirm ] && [ -n "${FAKE_CONFIRM_SLEEP:-}" ]; then
+    : > "$here/confirm-started"
+    sleep "$FAKE_CONFIRM_SLEEP"
+fi
+values="[1.0, 2.0, 3.0]"
+output="sum($n) = $((n * 7))"
+case $mode in
+    base | equal | a0b0 | a0b1) speed=1 ;;
+    lag) speed=0.95 ;;
+    slow) speed=0.8 ;;
+    fast) speed=1.5 ;;
+    fastest | a1b0) speed=2 ;;
+    a1b1) speed=2.1 ;;
+    lopsided) if [ "$n" -lt 3 ]; then speed=2; else speed=0.8; fi ;;
+    sweeponly) if [ "$role" = sweep ]; then speed=1.5; else speed=1; fi ;;
+    wrong) speed=1.5; output="sum($n) = 4242" ;;
+    close) speed=1.5; values="[1.0001, 2.0, 3.0]" ;;
+    far) speed=1.5; values="[1.01, 2.0, 3.0]" ;;
+    compile)
+        if [ "$phase" = measure ]; then
+            echo "Traceback (most recent call last):" >&2
+            echo '  File "bench.py", line 12, in <module>' >&2
+            echo "torch._dynamo.exc.BackendCompilerFailed: backend='inductor' raised:" >&2
+            echo "RuntimeError: Triton Error [CUDA]: invalid argument" >&2
+            exit 1
+        fi
+        speed=1
+        ;;
+    oom)
+        echo "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 20.00 GiB" >&2
+        exit 1
+        ;;
+    killed) exit 137 ;;
+    *)
+        echo "fake: unknown mode $mode" >&2
+        exit 64
+        ;;
+esac
+h=$(printf '%s|%s|%s|%s|%s|%s' "${FAKE_SEED:-0}" "${TUNECTL_KNOBS:-}" "${TUNECTL_CELL:-}" \
+    "${TUNECTL_REPEAT:-0}" "$role" "$phase" | cksum | cut -d' ' -f1)
+samples=$(awk -v h="$h" -v s="$speed" -v hot="$hot" -v noise="${FAKE_NOISE:-0}" 'BEGIN {
+    if (hot) s = s * 0.7
+    x = h % 2147483647; if (x == 0) x = 1
+    out = ""
+    for (i = 0; i < 5; i++) {
+        x = (x * 16807) % 2147483647
+        u = 2 * x / 2147483647 - 1
+        out = out (i ? ", " : "") sprintf("%.4f", 100 * s * (1 + noise * u))
+    }
+    print out
+}')
+echo "$output" > out.txt
+echo "$values" > values.json
+printf '{"metrics": {"throughput": [%s]}}\n' "$samples" > "$TUNECTL_RESULT"
+"#;
+
+/// A study directory in a tempdir with the fake program, a ledger and a
+/// work directory of its own.
+struct Env {
+    tmp: tempfile::TempDir,
+}
+
+impl Env {
+    fn new(study: &str) -> Env {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let env = Env { tmp };
+        std::fs::create_dir(env.study_dir()).expect("mkdir study");
+        std::fs::write(env.study_dir().join("fake.sh"), FAKE).expect("write fake");
+        std::fs::write(env.study(), study).expect("write study");
+        env
+    }
+
+    fn study_dir(&self) -> PathBuf {
+        self.tmp.path().join("study")
+    }
+
+    fn study(&self) -> PathBuf {
+        self.study_dir().join("study.yaml")
+    }
+
+    fn ledger(&self) -> PathBuf {
+        self.tmp.path().join("ledger")
+    }
+
+    fn work(&self) -> PathBuf {
+        self.tmp.path().join("work")
+    }
+
+    fn cmd(&self) -> Command {
+        let mut cmd = Command::cargo_bin("tunectl").expect("the tunectl binary");
+        cmd.current_dir(self.tmp.path());
+        for var in OUTER_VARS {
+            cmd.env_remove(var);
+        }
+        cmd.timeout(Duration::from_secs(60));
+        cmd
+    }
+
+    fn launch_args(&self) -> Vec<std::ffi::OsString> {
+        vec![
+            "launch".into(),
+            self.study().into(),
+            "--ledger".into(),
+            self.ledger().into(),
+            "--workdir".into(),
+            self.work().into(),
+            "--progress".into(),
+            "quiet".into(),
+        ]
+    }
+
+    /// Run a launch with extra arguments; (exit code, stderr).
+    fn launch(&self, extra: &[&str]) -> (Option<i32>, String) {
+        let out = self
+            .cmd()
+            .args(self.launch_args())
+            .args(extra)
+            .output()
+            .expect("run launch");
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    }
+
+    /// A launch that must succeed; its stderr.
+    fn launch_ok(&self, extra: &[&str]) -> String {
+        let (code, stderr) = self.launch(extra);
+        assert_eq!(code, Some(0), "launch failed:\n{stderr}");
+        stderr
+    }
+
+    fn report_json(&self) -> Json {
+        let out = self
+            .cmd()
+            .arg("report")
+            .arg(self.study())
+            .args(["--format", "json", "--ledger"])
+            .arg(self.ledger())
+            .output()
+            .expect("run report");
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "report failed:\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice(&out.stdout).expect("report JSON")
+    }
+
+    /// Lines of runs.log (every run of the fake, warm-ups included).
+    fn runs(&self) -> Vec<String> {
+        std::fs::read_to_string(self.study_dir().join("runs.log"))
+            .map(|s| s.lines().map(str::to_string).collect())
+            .unwrap_or_default()
+    }
+
+    /// Files under `<ledger>/<study>/<dir>`, recursively, relative names.
+    fn ledger_files(&self, study: &str, dir: &str) -> Vec<String> {
+        fn walk(dir: &Path, root: &Path, out: &mut Vec<String>) {
+            let Ok(entries) = std::fs::read_dir(dir) else {
+                return;
+            };
+            for e in entries {
+                let p = e.expect("entry").path();
+                if p.is_dir() {
+                    walk(&p, root, out);
+                } else {
+                    out.push(p.strip_prefix(root).unwrap().display().to_string());
+                }
+            }
+        }
+        let root = self.ledger().join(study).join(dir);
+        let mut out = Vec::new();
+        walk(&root, &root, &mut out);
+        out.sort();
+        out
+    }
+}
+
+/// Variables of the outer environment kept from tunectl and the fake.
+const OUTER_VARS: [&str; 8] = [
+    "TUNECTL_LEDGER",
+    "TUNECTL_WORKDIR",
+    "TUNECTL_LOG",
+    "FAKE_SEED",
+    "FAKE_NOISE",
+    "FAKE_HEAT_AT",
+    "FAKE_HEAT_RUNS",
+    "FAKE_CONFIRM_SLEEP",
+];
+
+/// Attempt records of a study (every `.json` object under trials/).
+fn attempts(ledger: &Path, study: &str) -> Vec<Json> {
+    let mut out = Vec::new();
+    let Ok(dirs) = std::fs::read_dir(ledger.join(study).join("trials")) else {
+        return out;
+    };
+    for d in dirs {
+        let d = d.expect("entry").path();
+        let mut files: Vec<PathBuf> = std::fs::read_dir(&d)
+            .expect("trial dir")
+            .map(|e| e.expect("entry").path())
+            .filter(|p| p.extension().is_some_and(|e| e == "json"))
+            .collect();
+        files.sort();
+        for f in files {
+            let text = std::fs::read_to_string(&f).expect("read attempt");
+            out.push(serde_json::from_str(&text).expect("attempt JSON"));
+        }
+    }
+    out
+}
+
+/// Attempt records per role (`sweep`, `anchor`, `confirm`) and status.
+fn by_role(ledger: &Path, study: &str) -> BTreeMap<(String, String), usize> {
+    let mut out = BTreeMap::new();
+    for a in attempts(ledger, study) {
+        let role = a["role"].as_str().unwrap_or("?").to_string();
+        let status = a["status"].as_str().unwrap_or("?").to_string();
+        *out.entry((role, status)).or_insert(0) += 1;
+    }
+    out
+}
+
+fn count(map: &BTreeMap<(String, String), usize>, role: &str, status: &str) -> usize {
+    map.get(&(role.to_string(), status.to_string()))
+        .copied()
+        .unwrap_or(0)
+}
+
+/// The one host class of a report.
+fn class(report: &Json) -> &Json {
+    let classes = report["classes"].as_array().expect("classes");
+    assert_eq!(classes.len(), 1, "one host class expected: {report:#}");
+    &classes[0]
+}
+
+fn cell<'a>(report: &'a Json, label: &str) -> &'a Json {
+    class(report)["cells"]
+        .as_array()
+        .expect("cells")
+        .iter()
+        .find(|c| c["cell_label"] == label)
+        .unwrap_or_else(|| panic!("no cell {label} in {report:#}"))
+}
+
+fn buckets(report: &Json) -> &Vec<Json> {
+    class(report)["buckets"].as_array().expect("buckets")
+}
+
+/// The bucket holding the cell `label`.
+fn bucket_of<'a>(report: &'a Json, label: &str) -> &'a Json {
+    buckets(report)
+        .iter()
+        .find(|b| {
+            b["cells"]
+                .as_array()
+                .is_some_and(|cs| cs.iter().any(|c| c == label))
+        })
+        .unwrap_or_else(|| panic!("no bucket holds {label}: {report:#}"))
+}
+
+fn rejection_class<'a>(cell: &'a Json, label: &str) -> &'a str {
+    cell["rejected"]
+        .as_array()
+        .expect("rejected")
+        .iter()
+        .find(|r| r["label"] == label)
+        .unwrap_or_else(|| panic!("{label} is not rejected in {cell:#}"))["rejection"]["class"]
+        .as_str()
+        .unwrap_or("")
+}
+
+fn eligible(cell: &Json) -> Vec<&str> {
+    cell["eligible"]
+        .as_array()
+        .expect("eligible")
+        .iter()
+        .map(|c| c["label"].as_str().unwrap_or(""))
+        .collect()
+}
+
+/// Wait until `cond` holds, at most `limit`.
+fn wait_for(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
+    let start = Instant::now();
+    while start.elapsed() < limit {
+        if cond() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    cond()
+}
+
+/// 1. The truly fastest config beats the merely faster ones, and the
+///    confirmation round makes it a VERDICT.
+#[test]
+fn the_fastest_config_wins_and_is_confirmed() {
+    let env = Env::new(
+        r#"name: fastest
+knobs:
+  mode: {kind: categorical, values: [base, fast, fastest, slow, equal], default: base}
+cells:
+  n: [1, 2]
+trial:
+  command: "sh {{ study_dir }}/fake.sh {{ mode }} {{ n }}"
+  timeout: 20s
+  env: {FAKE_NOISE: "0.03", FAKE_SEED: "1"}
+objective: {metric: throughput, unit: ops/s, better: higher}
+measurement: {warmup: 0, repeats: 2, anchor_every: 3, cool_wait: 100ms, confirm_repeats: 2}
+gate: {outputs: [out.txt]}
+"#,
+    );
+    env.launch_ok(&[]);
+    let report = env.report_json();
+    assert_eq!(report["level"], "verdict", "{report:#}");
+    assert_eq!(report["voided_attempts"], 0, "no drift, nothing voided");
+    assert!(report["anchors"].as_u64().unwrap_or(0) > 0, "anchors ran");
+    for label in ["n=1", "n=2"] {
+        let c = cell(&report, label);
+        assert_eq!(c["winner"]["label"], "mode=fastest", "{c:#}");
+        assert_eq!(
+            eligible(c)[..3],
+            ["mode=fastest", "mode=fast", "mode=equal"],
+            "{c:#}"
+        );
+        let b = bucket_of(&report, label);
+        assert_eq!(b["winner"]["label"], "mode=fastest", "{b:#}");
+        assert_eq!(b["config"], serde_json::json!({"mode": "fastest"}));
+        assert_eq!(b["level"], "verdict", "{b:#}");
+        let conf = &b["winner"]["confirmation"];
+        assert_eq!(conf["confirmed"], true, "{b:#}");
+        let speedup = conf["speedup"].as_f64().expect("confirmation speedup");
+        assert!((1.8..2.2).contains(&speedup), "{speedup}");
+        assert_eq!(b["refusals"], serde_json::json!([]), "{b:#}");
+    }
+    // The confirmation round: 2 interleaved pairs per cell.
+    let roles = by_role(&env.ledger(), "fastest");
+    assert_eq!(count(&roles, "confirm", "ok"), 2 * 2 * 2, "{roles:?}");
+    let confirm_modes: Vec<String> = env
+        .runs()
+        .iter()
+        .filter(|l| l.contains(" confirm "))
+        .map(|l| l.split(' ').next().unwrap_or("").to_string())
+        .collect();
+    assert!(
+        confirm_modes.iter().all(|m| m == "base" || m == "fastest"),
+        "{confirm_modes:?}"
+    );
+}
+
+/// 2. A config that compiles in its warm-up but fails at its first measured
+///    run is a compile failure, not run again.
+#[test]
+fn a_compile_failure_at_the_first_measured_run_is_rejected() {
+    let env = Env::new(
+        r#"name: compiles
+knobs:
+  mode: {kind: categorical, values: [base, compile, fast], default: base}
+cells:
+  n: [1]
+trial:
+  command: "sh {{ study_dir }}/fake.sh {{ mode }} {{ n }}"
+  timeout: 20s
+objective: {metric: throughput, unit: ops/s, better: higher}
+measurement: {warmup: 1, repeats: 2, anchor_every: 0, confirm_repeats: 0}
+gate: {outputs: [out.txt]}
+"#,
+    );
+    env.launch_ok(&[]);
+    let report = env.report_json();
+    let c = cell(&report, "n=1");
+    assert_eq!(
+        rejection_class(c, "mode=compile"),
+        "compile_failure",
+        "{c:#}"
+    );
+    assert_eq!(c["winner"]["label"], "mode=fast", "{c:#}");
+    let b = bucket_of(&report, "n=1");
+    assert_eq!(b["winner"]["label"], "mode=fast", "{b:#}");
+    assert!(
+        b["rejected"]
+            .as_array()
+            .is_some_and(|r| r.iter().any(|x| x["label"] == "mode=compile")),
+        "{b:#}"
+    );
+
+    let failed: Vec<Json> = attempts(&env.ledger(), "compiles")
+        .into_iter()
+        .filter(|a| a["config"]["mode"] == "compile")
+        .collect();
+    assert_eq!(failed.len(), 1, "a failed config is not repeated");
+    let f = &failed[0]["failure"];
+    assert_eq!(f["class"], "compile_failure", "{f}");
+    assert_eq!(f["phase"], "measure", "{f}");
+    let detail = f["detail"].as_str().unwrap_or("");
+    assert!(detail.contains("BackendCompilerFailed"), "{detail}");
+    assert!(!detail.contains("warm-up"), "{detail}");
+    assert_eq!(failed[0]["warmup_runs"], 1, "{}", failed[0]);
+    let runs: Vec<String> = env
+        .runs()
+        .into_iter()
+        .filter(|l| l.starts_with("compile "))
+        .collect();
+    assert_eq!(
+        runs,
+        ["compile 1 0 sweep warmup 0", "compile 1 0 sweep measure 0"],
+        "one warm-up, one measured run"
+    );
+}
+
+/// 3. Out of memory: the CUDA message on stderr, or exit status 137.
+#[test]
+fn out_of_memory_is_rejected_as_oom() {
+    let env = Env::new(
+        r#"name: ooms
+knobs:
+  mode: {kind: categorical, values: [base, oom, killed, fast], default: base}
+cells:
+  n: [1]
+trial:
+  command: "sh {{ study_dir }}/fake.sh {{ mode }} {{ n }}"
+  timeout: 20s
+objective: {metric: throughput, unit: ops/s, better: higher}
+measurement: {warmup: 0, repeats: 1, anchor_every: 0, confirm_repeats: 0}
+"#,
+    );
+    env.launch_ok(&[]);
+    let report = env.report_json();
+    let c = cell(&report, "n=1");
+    assert_eq!(rejection_class(c, "mode=oom"), "oom", "{c:#}");
+    assert_eq!(rejection_class(c, "mode=killed"), "oom", "{c:#}");
+    assert_eq!(c["winner"]["label"], "mode=fast", "{c:#}");
+    let detail = |label: &str| -> String {
+        c["rejected"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["label"] == label)
+            .map(|r| r["rejection"]["detail"].as_str().unwrap_or("").to_string())
+            .unwrap_or_default()
+    };
+    assert!(
+        detail("mode=oom").contains("CUDA out of memory"),
+        "{}",
+        detail("mode=oom")
+    );
+    assert!(
+        detail("mode=killed").contains("exit code 137"),
+        "{}",
+        detail("mode=killed")
+    );
+    assert_eq!(bucket_of(&report, "n=1")["winner"]["label"], "mode=fast");
+}
+
+/// 4. A changed output is rejected; with `gate.tolerance` a numeric output
+///    within rtol passes and one beyond it does not.
+#[test]
+fn changed_outputs_are_rejected_within_tolerance_accepted() {
+    let study = |name: &str, tolerance: &str| {
+        format!(
+            r#"name: {name}
+knobs:
+  mode: {{kind: categorical, values: [base, wrong, close, far], default: base}}
+cells:
+  n: [1]
+trial:
+  command: "sh {{{{ study_dir }}}}/fake.sh {{{{ mode }}}} {{{{ n }}}}"
+  timeout: 20s
+objective: {{metric: throughput, unit: ops/s, better: higher}}
+measurement: {{warmup: 0, repeats: 2, anchor_every: 0, confirm_repeats: 0}}
+gate:
+  outputs: [out.txt, values.json]
+{tolerance}"#
+        )
+    };
+    let env = Env::new(&study(
+        "tolerant",
+        "  tolerance: {files: [values.json], rtol: 0.001}\n",
+    ));
+    env.launch_ok(&[]);
+    let report = env.report_json();
+    let c = cell(&report, "n=1");
+    assert_eq!(rejection_class(c, "mode=wrong"), "output_changed", "{c:#}");
+    assert_eq!(rejection_class(c, "mode=far"), "output_changed", "{c:#}");
+    assert_eq!(eligible(c), ["mode=close"], "{c:#}");
+    assert_eq!(c["winner"]["label"], "mode=close", "{c:#}");
+    let far = c["rejected"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["label"] == "mode=far")
+        .unwrap();
+    let detail = far["rejection"]["detail"].as_str().unwrap_or("");
+    assert!(detail.contains("values.json"), "{detail}");
+    let wrong = c["rejected"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["label"] == "mode=wrong")
+        .unwrap();
+    let detail = wrong["rejection"]["detail"].as_str().unwrap_or("");
+    assert!(detail.contains("digest"), "{detail}");
+    assert_eq!(bucket_of(&report, "n=1")["winner"]["label"], "mode=close");
+
+    // Without a tolerance the same numbers are compared exactly.
+    let exact = Env::new(&study("exact", ""));
+    exact.launch_ok(&[]);
+    let report = exact.report_json();
+    let c = cell(&report, "n=1");
+    for label in ["mode=wrong", "mode=close", "mode=far"] {
+        assert_eq!(rejection_class(c, label), "output_changed", "{c:#}");
+    }
+    assert!(c["winner"].is_null(), "{c:#}");
+    assert_eq!(
+        bucket_of(&report, "n=1")["config"],
+        serde_json::json!({"mode": "base"})
+    );
+}
+
+/// 5. Two configs equally fast within noise: the one changing fewer knobs
+///    wins, even when the other measured a little faster.
+#[test]
+fn a_tie_collapses_to_the_config_nearest_the_default() {
+    let env = Env::new(
+        r#"name: ties
+knobs:
+  a: {kind: int, min: 0, max: 1, default: 0}
+  b: {kind: int, min: 0, max: 1, default: 0}
+cells:
+  n: [1]
+trial:
+  command: "sh {{ study_dir }}/fake.sh a{{ a }}b{{ b }} {{ n }}"
+  timeout: 20s
+  env: {FAKE_NOISE: "0.05", FAKE_SEED: "5"}
+objective: {metric: throughput, unit: ops/s, better: higher}
+measurement: {warmup: 0, repeats: 2, anchor_every: 0, confirm_repeats: 1}
+"#,
+    );
+    env.launch_ok(&[]);
+    let report = env.report_json();
+    let c = cell(&report, "n=1");
+    // a=1 b=1 measures ~5% faster than a=1, inside the ~7% combined spread.
+    assert_eq!(eligible(c)[..2], ["a=1 b=1", "a=1"], "{c:#}");
+    assert_eq!(c["winner"]["label"], "a=1", "{c:#}");
+    let decision = c["decision"].as_str().unwrap_or("");
+    assert!(decision.contains("changes fewer knobs"), "{decision}");
+    let b = bucket_of(&report, "n=1");
+    assert_eq!(b["winner"]["label"], "a=1", "{b:#}");
+    assert_eq!(b["winner"]["knobs_changed"], 1, "{b:#}");
+    assert_eq!(b["config"], serde_json::json!({"a": 1, "b": 0}), "{b:#}");
+    let decision = b["decision"].as_str().unwrap_or("");
+    assert!(decision.contains("changes fewer knobs"), "{decision}");
+    assert_eq!(b["level"], "verdict", "{b:#}");
+}
+
+/// 6. Under ~10% noise, candidates that are equal to the baseline or slower
+///    never win: ten noise seeds, ten ledgers, the baseline ships every time.
+#[test]
+fn no_false_win_under_noise() {
+    let mut outcomes = Vec::new();
+    for seed in 1..=10 {
+        let env = Env::new(&format!(
+            r#"name: noisy
+knobs:
+  mode: {{kind: categorical, values: [base, equal, lag, slow], default: base}}
+cells:
+  n: [1]
+trial:
+  command: "sh {{{{ study_dir }}}}/fake.sh {{{{ mode }}}} {{{{ n }}}}"
+  timeout: 20s
+  env: {{FAKE_NOISE: "0.10", FAKE_SEED: "{seed}"}}
+objective: {{metric: throughput, unit: ops/s, better: higher}}
+measurement: {{warmup: 0, repeats: 2, anchor_every: 0, confirm_repeats: 1}}
+"#
+        ));
+        env.launch_ok(&[]);
+        let report = env.report_json();
+        let c = cell(&report, "n=1");
+        let b = bucket_of(&report, "n=1");
+        outcomes.push((
+            seed,
+            b["winner"]["label"]
+                .as_str()
+                .unwrap_or("baseline")
+                .to_string(),
+            c["winner"]["label"]
+                .as_str()
+                .unwrap_or("baseline")
+                .to_string(),
+            b["decision"].as_str().unwrap_or("").to_string(),
+            b["level"].as_str().unwrap_or("").to_string(),
+            b["config"].clone(),
+        ));
+    }
+    for (seed, bucket_winner, cell_winner, decision, level, config) in &outcomes {
+        assert_eq!(
+            bucket_winner, "baseline",
+            "seed {seed}: {decision}\n{outcomes:#?}"
+        );
+        assert_eq!(config, &serde_json::json!({"mode": "base"}), "seed {seed}");
+        assert!(
+            !["mode=slow", "mode=lag"].contains(&cell_winner.as_str()),
+            "seed {seed}: a slower config won its cell: {outcomes:#?}"
+        );
+        assert_eq!(level, "verdict", "seed {seed}: {decision}");
+    }
+}
+
+/// The thermal drift study: a 30% heat wave starts at the 6th measured run.
+/// With one slot the order is: base r0 (run 1), fast r0, slow r0, anchor
+/// (4), base r1, fast r1 (6, hot), slow r1 (hot), anchor (8, hot: drift).
+fn drift_study(name: &str, heat_runs: u32, max_retry: u32) -> String {
+    format!(
+        r#"name: {name}
+knobs:
+  mode: {{kind: categorical, values: [base, fast, slow], default: base}}
+cells:
+  n: [1]
+trial:
+  command: "sh {{{{ study_dir }}}}/fake.sh {{{{ mode }}}} {{{{ n }}}}"
+  timeout: 20s
+  env: {{FAKE_NOISE: "0.005", FAKE_SEED: "7", FAKE_HEAT_AT: "6", FAKE_HEAT_RUNS: "{heat_runs}"}}
+objective: {{metric: throughput, unit: ops/s, better: higher}}
+measurement:
+  warmup: 0
+  repeats: 3
+  anchor_every: 2
+  cool_drift: 0.1
+  cool_eps: 0.03
+  cool_wait: 100ms
+  cool_max_wait: 20s
+  cool_max_retry: {max_retry}
+  confirm_repeats: 1
+"#
+    )
+}
+
+fn void_objects(env: &Env, study: &str) -> Vec<String> {
+    env.ledger_files(study, "trials")
+        .into_iter()
+        .filter(|f| f.ends_with(".void"))
+        .collect()
+}
+
+/// 7. Heat for 4 runs: the anchor sees the drift, the measurements since the
+///    last clean anchor are voided, the host cools down and re-measures them.
+#[test]
+fn a_drift_mid_sweep_is_voided_cooled_down_and_remeasured() {
+    let env = Env::new(&drift_study("drift", 4, 5));
+    let t0 = Instant::now();
+    let stderr = env.launch_ok(&[]);
+    let took = t0.elapsed();
+    // Cool-down: 100 ms, then 200 ms of back-off.
+    assert!(took < Duration::from_secs(20), "{took:?}");
+
+    let voids = void_objects(&env, "drift");
+    // base r1, fast r1 and slow r1 ran since the last clean anchor.
+    assert_eq!(voids.len(), 3, "{voids:?}");
+    let report = env.report_json();
+    assert_eq!(report["voided_attempts"], 3, "{report:#}");
+    let c = cell(&report, "n=1");
+    assert_eq!(c["winner"]["label"], "mode=fast", "{c:#}");
+    // Every repeat counts once, and no hot measurement survives.
+    assert_eq!(c["baseline"]["trials"], 3, "{c:#}");
+    assert_eq!(c["baseline"]["summary"]["n"], 15, "{c:#}");
+    let median = c["baseline"]["summary"]["median"].as_f64().unwrap_or(0.0);
+    assert!((99.0..101.0).contains(&median), "{c:#}");
+    for a in attempts(&env.ledger(), "drift") {
+        if a["role"] == "sweep" && a["config"]["mode"] == "base" {
+            let key = a["trial_key"].as_str().unwrap();
+            let id = a["attempt_id"].as_str().unwrap();
+            let voided = voids.contains(&format!("{key}/{id}.void"));
+            let sample = a["metrics"]["throughput"][0].as_f64().unwrap_or(0.0);
+            assert!(sample > 80.0 || voided, "a hot baseline was kept: {a}");
+        }
+    }
+    let speedup = c["winner"]["speedup"].as_f64().unwrap_or(0.0);
+    assert!((1.45..1.55).contains(&speedup), "{speedup}");
+    let b = bucket_of(&report, "n=1");
+    assert_eq!(b["winner"]["label"], "mode=fast", "{b:#}");
+    assert_eq!(b["level"], "verdict", "{b:#}");
+    // The hot runs: fast r1, slow r1, and two anchors.
+    let hot: Vec<String> = env
+        .runs()
+        .into_iter()
+        .filter(|l| l.ends_with(" 1"))
+        .collect();
+    assert_eq!(hot.len(), 4, "{:?}", env.runs());
+    assert!(
+        env.ledger_files("drift", "drops").is_empty(),
+        "nothing dropped"
+    );
+
+    // What people are told (last: `--progress quiet` is asked for).
+    assert!(stderr.contains("drift"), "{stderr}");
+    assert!(stderr.contains("cooling down"), "{stderr}");
+    assert!(stderr.contains("cooled down"), "{stderr}");
+}
+
+/// 7b. Heat that never goes away: the cell is dropped, with why.
+#[test]
+fn a_host_that_never_cools_down_drops_the_cell() {
+    let env = Env::new(&drift_study("hot", 0, 2));
+    let stderr = env.launch_ok(&[]);
+    let drops = env.ledger_files("hot", "drops");
+    assert_eq!(drops.len(), 1, "{drops:?}");
+    let drop: Json = serde_json::from_str(
+        &std::fs::read_to_string(env.ledger().join("hot/drops").join(&drops[0])).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(drop["cell_label"], "n=1", "{drop}");
+    assert!(
+        drop["reason"]
+            .as_str()
+            .unwrap_or("")
+            .contains("did not settle"),
+        "{drop}"
+    );
+    assert_eq!(void_objects(&env, "hot").len(), 3);
+    let report = env.report_json();
+    assert_eq!(report["voided_attempts"], 3, "{report:#}");
+    let c = cell(&report, "n=1");
+    let notes: Vec<&str> = c["notes"]
+        .as_array()
+        .expect("notes")
+        .iter()
+        .filter_map(|n| n.as_str())
+        .collect();
+    assert!(
+        notes.iter().any(|n| n.contains("dropped")),
+        "{notes:?}\n{c:#}"
+    );
+    // A bucket with a dropped, unfinished cell keeps the baseline, as a draft.
+    let b = bucket_of(&report, "n=1");
+    assert!(b["winner"].is_null(), "{b:#}");
+    assert_eq!(b["config"], serde_json::json!({"mode": "base"}), "{b:#}");
+    assert_eq!(b["level"], "draft", "a dropped cell is no verdict: {b:#}");
+    assert!(
+        b["decision"].as_str().unwrap_or("").contains("dropped"),
+        "{b:#}"
+    );
+    // Nothing ran after the drop but the cool-down anchors.
+    let sweeps_after_heat = env
+        .runs()
+        .iter()
+        .filter(|l| l.contains(" sweep ") && l.ends_with(" 1"))
+        .count();
+    assert_eq!(sweeps_after_heat, 2, "{:?}", env.runs());
+    assert!(stderr.contains("drops cell n=1"), "{stderr}");
+}
+
+/// 7c. `--no-cooldown`: the same heat is only warned about.
+#[test]
+fn no_cooldown_only_warns() {
+    let env = Env::new(&drift_study("nocool", 0, 2));
+    let stderr = env.launch_ok(&["--no-cooldown"]);
+    assert!(void_objects(&env, "nocool").is_empty());
+    assert!(env.ledger_files("nocool", "drops").is_empty());
+    let report = env.report_json();
+    assert_eq!(report["voided_attempts"], 0);
+    let c = cell(&report, "n=1");
+    assert_eq!(c["baseline"]["trials"], 3, "{c:#}");
+    assert_eq!(c["winner"]["label"], "mode=fast", "{c:#}");
+    assert!(
+        stderr.contains("warning: host local drifted"),
+        "the drift warning is missing:\n{stderr}"
+    );
+    assert!(stderr.contains("--no-cooldown"), "{stderr}");
+}
+
+/// 8. No harm anywhere: 2× faster at two cells of the bucket but 20% slower
+///    at the third is refused, naming that cell; the baseline ships.
+#[test]
+fn no_harm_refuses_a_config_slower_at_one_cell() {
+    let env = Env::new(
+        r#"name: noharm
+knobs:
+  mode: {kind: categorical, values: [base, lopsided], default: base}
+cells:
+  n: [1, 2, 3]
+buckets: {n: all}
+trial:
+  command: "sh {{ study_dir }}/fake.sh {{ mode }} {{ n }}"
+  timeout: 20s
+  env: {FAKE_NOISE: "0.01", FAKE_SEED: "8"}
+objective: {metric: throughput, unit: ops/s, better: higher}
+measurement: {warmup: 0, repeats: 2, anchor_every: 0, confirm_repeats: 1}
+"#,
+    );
+    env.launch_ok(&[]);
+    let report = env.report_json();
+    assert_eq!(buckets(&report).len(), 1, "{report:#}");
+    let b = &buckets(&report)[0];
+    assert_eq!(b["cells"], serde_json::json!(["n=1", "n=2", "n=3"]));
+    assert!(b["winner"].is_null(), "{b:#}");
+    assert_eq!(b["config"], serde_json::json!({"mode": "base"}));
+    assert_eq!(b["refusals"][0]["cell_label"], "n=3", "{b:#}");
+    assert_eq!(b["refusals"][0]["config_label"], "mode=lopsided", "{b:#}");
+    let decision = b["decision"].as_str().unwrap_or("");
+    assert!(decision.contains("refused by n=3"), "{decision}");
+    assert_eq!(b["level"], "verdict", "{b:#}");
+    // The cells alone would have picked it at n=1 and n=2.
+    assert_eq!(cell(&report, "n=1")["winner"]["label"], "mode=lopsided");
+    assert_eq!(cell(&report, "n=2")["winner"]["label"], "mode=lopsided");
+    assert!(cell(&report, "n=3")["winner"].is_null());
+    // Nothing to confirm.
+    let roles = by_role(&env.ledger(), "noharm");
+    assert_eq!(
+        count(&roles, "confirm", "ok") + count(&roles, "confirm", "failed"),
+        0,
+        "{roles:?}"
+    );
+}
+
+/// 9. Fast in the sweep, not in the confirmation round: the baseline is kept,
+///    and that is a verdict.
+#[test]
+fn a_winner_not_confirmed_keeps_the_baseline() {
+    let env = Env::new(
+        r#"name: fluke
+knobs:
+  mode: {kind: categorical, values: [base, sweeponly, slow], default: base}
+cells:
+  n: [1]
+trial:
+  command: "sh {{ study_dir }}/fake.sh {{ mode }} {{ n }}"
+  timeout: 20s
+  env: {FAKE_NOISE: "0.01", FAKE_SEED: "9"}
+objective: {metric: throughput, unit: ops/s, better: higher}
+measurement: {warmup: 0, repeats: 2, anchor_every: 0, confirm_repeats: 2}
+"#,
+    );
+    env.launch_ok(&[]);
+    let report = env.report_json();
+    let c = cell(&report, "n=1");
+    assert_eq!(c["winner"]["label"], "mode=sweeponly", "the sweep's pick");
+    let b = bucket_of(&report, "n=1");
+    assert!(b["winner"].is_null(), "{b:#}");
+    assert_eq!(b["config"], serde_json::json!({"mode": "base"}));
+    let decision = b["decision"].as_str().unwrap_or("");
+    assert!(decision.contains("not above the threshold"), "{decision}");
+    assert!(decision.contains("mode=sweeponly"), "{decision}");
+    assert_eq!(b["level"], "verdict", "{b:#}");
+    assert!(
+        b["refusals"]
+            .as_array()
+            .is_some_and(|r| r.iter().any(|x| x["cell_label"] == "(confirmation round)")),
+        "{b:#}"
+    );
+    let roles = by_role(&env.ledger(), "fluke");
+    assert_eq!(count(&roles, "confirm", "ok"), 4, "{roles:?}");
+    // The fake saw its role.
+    assert!(
+        env.runs()
+            .iter()
+            .any(|l| l.starts_with("sweeponly 1 1 confirm")),
+        "{:?}",
+        env.runs()
+    );
+}
+
+/// 10. A launch interrupted during the confirmation round, then launched
+///     again, finishes the round without re-running the sweep.
+#[test]
+fn an_interrupted_confirmation_resumes_without_rerunning_the_sweep() {
+    let env = Env::new(
+        r#"name: resume
+knobs:
+  mode: {kind: categorical, values: [base, fast], default: base}
+cells:
+  n: [1]
+trial:
+  command: "sh {{ study_dir }}/fake.sh {{ mode }} {{ n }}"
+  timeout: 60s
+  env: {FAKE_NOISE: "0.01", FAKE_SEED: "10"}
+objective: {metric: throughput, unit: ops/s, better: higher}
+measurement: {warmup: 0, repeats: 2, anchor_every: 0, confirm_repeats: 2}
+"#,
+    );
+    let mut launch = std::process::Command::new(env!("CARGO_BIN_EXE_tunectl"));
+    launch.args(env.launch_args()).current_dir(env.tmp.path());
+    for var in OUTER_VARS {
+        launch.env_remove(var);
+    }
+    let mut child = launch
+        .env("FAKE_CONFIRM_SLEEP", "30")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn launch");
+    let marker = env.study_dir().join("confirm-started");
+    if !wait_for(Duration::from_secs(20), || marker.exists()) {
+        let _ = child.kill();
+        panic!("the confirmation round never started");
+    }
+    let pid = child.id() as libc::pid_t;
+    // SAFETY: kill(2) on the child we spawned; no memory is involved.
+    let rc = unsafe { libc::kill(pid, libc::SIGINT) };
+    assert_eq!(rc, 0, "kill failed");
+    let out = child.wait_with_output().expect("wait launch");
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(out.status.code(), Some(130), "{stderr}");
+
+    let first = by_role(&env.ledger(), "resume");
+    assert_eq!(
+        count(&first, "sweep", "ok"),
+        4,
+        "the sweep was done: {first:?}"
+    );
+    assert_eq!(count(&first, "confirm", "lost"), 1, "{first:?}");
+    assert_eq!(count(&first, "confirm", "ok"), 0, "{first:?}");
+    let report = env.report_json();
+    let b = bucket_of(&report, "n=1");
+    assert_eq!(b["level"], "draft", "not confirmed yet: {b:#}");
+    let sweep_runs = |env: &Env| env.runs().iter().filter(|l| l.contains(" sweep ")).count();
+    let sweeps_before = sweep_runs(&env);
+    assert_eq!(sweeps_before, 4);
+
+    let stderr = env.launch_ok(&[]);
+    assert!(stderr.contains("ran 4 trials (4 ok, 0 failed)"), "{stderr}");
+    let second = by_role(&env.ledger(), "resume");
+    assert_eq!(count(&second, "sweep", "ok"), 4, "{second:?}");
+    assert_eq!(count(&second, "confirm", "ok"), 4, "{second:?}");
+    assert_eq!(count(&second, "confirm", "lost"), 1, "{second:?}");
+    assert_eq!(sweep_runs(&env), sweeps_before, "the sweep ran again");
+
+    let report = env.report_json();
+    let b = bucket_of(&report, "n=1");
+    assert_eq!(b["winner"]["label"], "mode=fast", "{b:#}");
+    assert_eq!(b["level"], "verdict", "{b:#}");
+    assert_eq!(b["winner"]["confirmation"]["confirmed"], true, "{b:#}");
+}

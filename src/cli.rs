@@ -856,15 +856,23 @@ fn drift_summary(s: &launch::LaunchSummary) -> String {
         parts.push(format!("{} baseline anchors", s.anchors));
     }
     if s.voided > 0 {
-        parts.push(format!("{} re-measured after drift", s.voided));
+        parts.push(format!("{} measurements discarded after drift", s.voided));
     }
     if s.dropped_cells > 0 {
-        parts.push(format!("{} cells dropped (drift)", s.dropped_cells));
+        parts.push(format!(
+            "{} {} dropped after drift",
+            s.dropped_cells,
+            if s.dropped_cells == 1 {
+                "cell"
+            } else {
+                "cells"
+            }
+        ));
     }
     if parts.is_empty() {
         String::new()
     } else {
-        format!(" ({})", parts.join(", "))
+        format!("; besides: {}", parts.join(", "))
     }
 }
 

@@ -420,8 +420,23 @@ pub fn compare_outputs(
     tolerance: Option<&ToleranceSpec>,
 ) -> Result<(), String> {
     if baseline.digest != candidate.digest {
+        // Name the declared outputs that differ, when the records say.
+        let tolerance_files: &[String] = tolerance.map(|t| t.files.as_slice()).unwrap_or(&[]);
+        let differing: Vec<&str> = candidate
+            .outputs
+            .iter()
+            .filter(|(name, sha)| {
+                !tolerance_files.contains(name) && baseline.outputs.get(*name) != Some(*sha)
+            })
+            .map(|(name, _)| name.as_str())
+            .collect();
+        let which = if differing.is_empty() {
+            String::new()
+        } else {
+            format!(" ({} differs)", differing.join(", "))
+        };
         return Err(format!(
-            "output digest {} ≠ baseline's {}",
+            "output digest {} ≠ baseline's {}{which}",
             short(candidate.digest.as_deref()),
             short(baseline.digest.as_deref())
         ));

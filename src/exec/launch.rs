@@ -32,6 +32,7 @@ use super::progress::Event;
 use super::{AttemptSpec, Transport};
 use crate::fingerprint::Fingerprint;
 use crate::gate::Classifier;
+use crate::ledger::lease::{Held, LEASE_TTL, Lease, RENEW_EVERY};
 use crate::ledger::records::{
     self, AttemptRecord, AttemptStatus, DropRecord, HostRecord, StudyRecord, VoidRecord,
 };
@@ -180,6 +181,8 @@ struct ClassState {
     released: HashSet<u32>,
     /// Buckets whose confirmation round was started.
     confirm_started: HashSet<String>,
+    /// Units another launcher holds, with when to look again.
+    deferred: Vec<(std::time::Instant, Unit)>,
 }
 
 /// Drift watch of one cell on one host.
@@ -222,6 +225,8 @@ struct Shared<'a> {
     bucket_of_cell: Vec<String>,
     cells_of_bucket: HashMap<String, Vec<u32>>,
     options: LaunchOptions,
+    /// This launcher, as lease owner.
+    owner: String,
     state: Mutex<State>,
     notify: Notify,
     events: mpsc::UnboundedSender<Event>,
@@ -235,6 +240,15 @@ struct Ran {
     attempt_id: String,
     /// Median of the objective's samples.
     value: Option<f64>,
+}
+
+/// How an attempt to run a trial ended.
+enum TrialResult {
+    Done(Ran),
+    /// Another launcher holds the trial's lease: try again later.
+    Held(Duration),
+    /// Unrecorded (render error, ledger write failed).
+    Unrecorded,
 }
 
 enum Next {
@@ -312,7 +326,7 @@ pub async fn run_study(
     }
     let scan: Scan = ledger.scan(study_id).await?;
     for c in &scan.corrupt {
-        let _ = events.send(Event::Note(format!(
+        let _ = events.send(Event::Warn(format!(
             "warning: ignoring unreadable ledger object {}: {} (its trial runs again)",
             c.key, c.reason
         )));
@@ -355,6 +369,15 @@ pub async fn run_study(
         bucket_of_cell,
         cells_of_bucket,
         options,
+        owner: format!(
+            "{}-{}-{}",
+            probed
+                .first()
+                .and_then(|(_, fp)| fp.hostname.clone())
+                .unwrap_or_else(|| "launcher".to_string()),
+            std::process::id(),
+            &new_attempt_id()[..22]
+        ),
         state: Mutex::new(State {
             classes: (0..plan.classes.len())
                 .map(|_| ClassState::default())
@@ -438,6 +461,11 @@ impl Shared<'_> {
 
     fn note(&self, text: String) {
         let _ = self.events.send(Event::Note(text));
+    }
+
+    /// Something people must see even with `--progress quiet`.
+    fn warn(&self, text: String) {
+        let _ = self.events.send(Event::Warn(text));
     }
 
     fn cell_label(&self, cell: u32) -> String {
@@ -570,6 +598,16 @@ impl Shared<'_> {
         let mut skipped_dropped = 0u64;
         let mut touched = Vec::new();
         let mut deferred = Vec::new();
+        {
+            let cs = &mut st.classes[class];
+            let now = std::time::Instant::now();
+            let (due, later): (Vec<_>, Vec<_>) =
+                cs.deferred.drain(..).partition(|(t, _)| *t <= now);
+            cs.deferred = later;
+            for (_, u) in due {
+                cs.ready.push(Reverse(u));
+            }
+        }
         let result = loop {
             let State {
                 classes,
@@ -612,7 +650,11 @@ impl Shared<'_> {
                     let warm = warmed.insert((host, unit.cell, config));
                     break Next::Run(unit, warm);
                 }
-                None if cs.pending > 0 || cs.in_flight > 0 || !deferred.is_empty() => {
+                None if cs.pending > 0
+                    || cs.in_flight > 0
+                    || !deferred.is_empty()
+                    || !cs.deferred.is_empty() =>
+                {
                     break Next::Wait;
                 }
                 None => break Next::Done,
@@ -683,6 +725,14 @@ impl Shared<'_> {
                     warm,
                 )
                 .await;
+            let ran = match ran {
+                TrialResult::Done(r) => Some(r),
+                TrialResult::Unrecorded => None,
+                TrialResult::Held(retry_in) => {
+                    self.defer(class, host_index, unit, retry_in);
+                    continue;
+                }
+            };
             let anchor_due = self.finish(class, host_index, unit, ran.as_ref());
             if anchor_due {
                 self.anchor(host_index, host, slot, class, unit.cell).await;
@@ -691,6 +741,18 @@ impl Shared<'_> {
                 self.maybe_confirm(class, &[unit.cell]).await;
             }
             self.notify.notify_waiters();
+        }
+    }
+
+    /// Another launcher holds this unit's trial: look again later.
+    fn defer(&self, class: usize, host: usize, unit: Unit, retry_in: Duration) {
+        if let Ok(mut st) = self.state.lock() {
+            let config = self.config_of(unit);
+            st.warmed.remove(&(host, unit.cell, config));
+            let cs = &mut st.classes[class];
+            cs.in_flight = cs.in_flight.saturating_sub(1);
+            cs.deferred
+                .push((std::time::Instant::now() + retry_in, unit));
         }
     }
 
@@ -816,13 +878,16 @@ impl Shared<'_> {
             st.summary.anchors += 1;
         }
         let _ = self.events.send(Event::More { count: 1 });
-        let ran = self
+        let TrialResult::Done(ran) = self
             .run_trial(
                 host_index, host, slot, class, cell, base, 0, role, key, false,
             )
-            .await?;
+            .await
+        else {
+            return None;
+        };
         if ran.status != AttemptStatus::Ok {
-            self.note(format!(
+            self.warn(format!(
                 "warning: the baseline anchor failed on host {} at cell {}; drift not checked",
                 host.name,
                 self.cell_label(cell)
@@ -869,7 +934,7 @@ impl Shared<'_> {
                 d.since_clean.clear();
                 if self.options.no_cooldown && drift.max(gain) > m.cool_drift {
                     drop(st);
-                    self.note(format!(
+                    self.warn(format!(
                         "warning: host {} drifted {:.1}% at cell {label} (anchor vs best); --no-cooldown: measurements kept",
                         host.name,
                         drift.max(gain) * 100.0
@@ -888,7 +953,7 @@ impl Shared<'_> {
         let (drift, voids) = match verdict {
             Verdict::Clean => return,
             Verdict::WasSlow(gain, voids) => {
-                self.note(format!(
+                self.warn(format!(
                     "host {} was slower before: its anchor at cell {label} improved {:.1}% on the best so far; re-measuring {} trials taken in the slower state",
                     host.name,
                     gain * 100.0,
@@ -906,7 +971,7 @@ impl Shared<'_> {
             }
             Verdict::Hot(drift, voids) => (drift, voids),
         };
-        self.note(format!(
+        self.warn(format!(
             "host {} drifted {:.1}% at cell {label} (more than cool_drift {:.0}%): discarding {} measurements since its last clean anchor and cooling down",
             host.name,
             drift * 100.0,
@@ -959,7 +1024,7 @@ impl Shared<'_> {
         let dropped = !settled && !self.cancel.is_cancelled();
         self.requeue(class, cell, &voids, Some((host_index, dropped)));
         if settled {
-            self.note(format!(
+            self.warn(format!(
                 "host {} cooled down: its anchor is within {:.1}% (cool_eps {:.0}%) after {tries} tries; re-measuring {requeued} trials",
                 host.name,
                 last * 100.0,
@@ -967,12 +1032,12 @@ impl Shared<'_> {
             ));
         } else if dropped {
             let reason = format!(
-                "the baseline did not settle within cool_eps {:.0}% after {tries} anchors and {:.0}s (last {:.1}% off the best)",
+                "the baseline did not settle within cool_eps {:.0}% after {tries} anchors and {:.1}s (last {:.1}% off the best)",
                 m.cool_eps * 100.0,
                 started.elapsed().as_secs_f64(),
                 last * 100.0
             );
-            self.note(format!("host {} drops cell {label}: {reason}", host.name));
+            self.warn(format!("host {} drops cell {label}: {reason}", host.name));
             let record = DropRecord {
                 schema: records::SCHEMA,
                 host_class: self.class_ids[class].clone(),
@@ -983,7 +1048,7 @@ impl Shared<'_> {
                 at: chrono::Utc::now().to_rfc3339(),
             };
             if let Err(e) = self.ledger.write_drop(self.study_id, &record).await {
-                self.note(format!("error: {e}"));
+                self.warn(format!("error: {e}"));
             }
         }
         self.notify.notify_waiters();
@@ -1001,7 +1066,7 @@ impl Shared<'_> {
                 at: now.clone(),
             };
             if let Err(e) = self.ledger.write_void(self.study_id, &record).await {
-                self.note(format!("error: {e}"));
+                self.warn(format!("error: {e}"));
             }
         }
     }
@@ -1119,7 +1184,7 @@ impl Shared<'_> {
         let scan = match self.ledger.scan(self.study_id).await {
             Ok(s) => s,
             Err(e) => {
-                self.note(format!(
+                self.warn(format!(
                     "error: cannot read the ledger to confirm bucket {bucket}: {e}"
                 ));
                 return None;
@@ -1198,7 +1263,86 @@ impl Shared<'_> {
         role: Role,
         key: String,
         warm: bool,
-    ) -> Option<Ran> {
+    ) -> TrialResult {
+        // Take the trial's lease first: no two launchers run it at once.
+        // Anchors are unique to this host and need none.
+        let lease = if matches!(role, Role::Anchor { .. }) {
+            None
+        } else {
+            match self
+                .ledger
+                .acquire_lease(self.study_id, &key, &self.owner, &host.name, LEASE_TTL)
+                .await
+            {
+                Ok(Ok(lease)) => Some(lease),
+                Ok(Err(Held::By { expires_at, .. })) => {
+                    let until = chrono::DateTime::parse_from_rfc3339(&expires_at)
+                        .ok()
+                        .and_then(|t| {
+                            (t.with_timezone(&chrono::Utc) - chrono::Utc::now())
+                                .to_std()
+                                .ok()
+                        })
+                        .unwrap_or(RENEW_EVERY);
+                    return TrialResult::Held(until.clamp(Duration::from_secs(1), RENEW_EVERY));
+                }
+                Err(e) => {
+                    self.warn(format!("error: cannot take the lease of a trial: {e}"));
+                    return TrialResult::Unrecorded;
+                }
+            }
+        };
+        // Finished elsewhere since this launch read the ledger?
+        if lease.is_some()
+            && let Ok(Some(done)) = self.ledger.terminal_attempt(self.study_id, &key).await
+        {
+            if let Some(l) = &lease {
+                self.ledger.release_lease(l).await;
+            }
+            return TrialResult::Done(Ran {
+                status: done.status,
+                key,
+                attempt_id: done.attempt_id,
+                value: None,
+            });
+        }
+        let result = self
+            .run_leased(
+                host_index,
+                host,
+                slot,
+                class,
+                cell,
+                config,
+                repeat,
+                role,
+                key,
+                warm,
+                lease.clone(),
+            )
+            .await;
+        if let Some(l) = &lease {
+            self.ledger.release_lease(l).await;
+        }
+        result
+    }
+
+    /// Run a trial whose lease this launcher holds, renewing it meanwhile.
+    #[allow(clippy::too_many_arguments)]
+    async fn run_leased(
+        &self,
+        host_index: usize,
+        host: &LaunchHost,
+        slot: u32,
+        class: usize,
+        cell: u32,
+        config: u64,
+        repeat: u32,
+        role: Role,
+        key: String,
+        warm: bool,
+        lease: Option<Lease>,
+    ) -> TrialResult {
         let study = self.study;
         let attempt_id = new_attempt_id();
         let config_json = self.plan.space.config_json(study, config);
@@ -1225,10 +1369,10 @@ impl Shared<'_> {
         let (command, extra_env) = match rendered {
             Ok(r) => r,
             Err(e) => {
-                let _ = self.events.send(Event::Note(format!(
+                let _ = self.events.send(Event::Warn(format!(
                     "error: cannot render the command for {config_label} @ {cell_label}: {e}"
                 )));
-                return None;
+                return TrialResult::Unrecorded;
             }
         };
         let mut env: Vec<(String, String)> = vec![
@@ -1286,7 +1430,31 @@ impl Shared<'_> {
         };
         let started_at = chrono::Utc::now();
         let _ = self.events.send(Event::Started);
-        let outcome = host.transport.run_attempt(&spec, &self.cancel).await;
+        // A lease lost while the trial runs (this launcher stalled past its
+        // expiry and another took over) stops the attempt: it is lost.
+        let attempt_cancel = self.cancel.child_token();
+        let renew = async {
+            let Some(mut lease) = lease else {
+                return std::future::pending::<()>().await;
+            };
+            loop {
+                tokio::time::sleep(RENEW_EVERY).await;
+                match self.ledger.renew_lease(&mut lease, LEASE_TTL).await {
+                    Ok(true) => {}
+                    Ok(false) | Err(_) => {
+                        self.warn(format!(
+                            "warning: lost the lease of {config_label} @ {cell_label}; stopping it (it will run again)"
+                        ));
+                        attempt_cancel.cancel();
+                        return std::future::pending::<()>().await;
+                    }
+                }
+            }
+        };
+        let outcome = tokio::select! {
+            o = host.transport.run_attempt(&spec, &attempt_cancel) => o,
+            _ = renew => unreachable!("the renewal loop never ends"),
+        };
         let finished_at = chrono::Utc::now();
         let j = judge(
             &outcome,
@@ -1344,7 +1512,7 @@ impl Shared<'_> {
             )
         });
         if let Err(e) = written {
-            let _ = self.events.send(Event::Note(format!("error: {e}")));
+            let _ = self.events.send(Event::Warn(format!("error: {e}")));
             let _ = self.events.send(Event::Finished {
                 ok: false,
                 lost: true,
@@ -1353,7 +1521,7 @@ impl Shared<'_> {
             if let Ok(mut st) = self.state.lock() {
                 st.summary.lost += 1;
             }
-            return None;
+            return TrialResult::Unrecorded;
         }
         if let Ok(mut st) = self.state.lock() {
             match j.status {
@@ -1377,7 +1545,7 @@ impl Shared<'_> {
             .metrics
             .get(&study.objective.name)
             .and_then(|samples| crate::stats::median(samples));
-        Some(Ran {
+        TrialResult::Done(Ran {
             status: j.status,
             key,
             attempt_id,

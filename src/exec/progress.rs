@@ -50,6 +50,8 @@ pub enum Event {
         announce: bool,
     },
     Note(String),
+    /// Shown in every mode, `quiet` included.
+    Warn(String),
 }
 
 #[derive(Default)]
@@ -153,6 +155,10 @@ pub async fn report(mode: ProgressMode, mut rx: mpsc::UnboundedReceiver<Event>) 
                         }
                     }
                     Event::Note(n) => say(&n),
+                    Event::Warn(w) => match &bar {
+                        Some(b) => b.println(&w),
+                        None => eprintln!("{w}"),
+                    },
                 }
                 if let Some(b) = &bar {
                     b.set_length(c.total);

@@ -10,6 +10,8 @@
 //! <study>/verdicts/<class>/<bucket>.json
 //! ```
 
+pub mod index;
+pub mod lease;
 pub mod records;
 
 use std::collections::BTreeMap;
@@ -92,6 +94,29 @@ impl Scan {
     }
 }
 
+/// Remove anything that looks like a credential from an error message
+/// (object_store errors can quote request URLs with signed queries).
+pub fn redact_error(message: &str) -> String {
+    let mut out = String::with_capacity(message.len());
+    for word in message.split_inclusive(char::is_whitespace) {
+        let lower = word.to_ascii_lowercase();
+        if lower.contains("x-amz-signature")
+            || lower.contains("x-amz-credential")
+            || lower.contains("sig=")
+            || lower.contains("secret")
+            || lower.contains("token=")
+        {
+            out.push_str("[redacted]");
+            if word.ends_with(char::is_whitespace) {
+                out.push(' ');
+            }
+        } else {
+            out.push_str(word);
+        }
+    }
+    out
+}
+
 /// Remove credentials from a URL before showing it.
 pub fn redact_url(url: &str) -> String {
     match url::Url::parse(url) {
@@ -118,6 +143,38 @@ impl Ledger {
             url: shown.clone(),
             message,
         };
+        let remote = |scheme: &str| -> Result<Arc<dyn ObjectStore>, LedgerError> {
+            let parsed =
+                url::Url::parse(url).map_err(|e| open_err(format!("not a valid URL: {e}")))?;
+            let bucket_url = format!("{scheme}://{}", parsed.host_str().unwrap_or_default());
+            let built: Result<Arc<dyn ObjectStore>, object_store::Error> = match scheme {
+                // Endpoint, region and credentials from the standard
+                // environment (AWS_ENDPOINT_URL, AWS_ALLOW_HTTP, ...).
+                "s3" => object_store::aws::AmazonS3Builder::from_env()
+                    .with_url(bucket_url)
+                    .build()
+                    .map(|s| Arc::new(s) as Arc<dyn ObjectStore>),
+                "gs" => object_store::gcp::GoogleCloudStorageBuilder::from_env()
+                    .with_url(bucket_url)
+                    .build()
+                    .map(|s| Arc::new(s) as Arc<dyn ObjectStore>),
+                _ => object_store::azure::MicrosoftAzureBuilder::from_env()
+                    .with_url(url)
+                    .build()
+                    .map(|s| Arc::new(s) as Arc<dyn ObjectStore>),
+            };
+            let store = built.map_err(|e| open_err(redact_error(&e.to_string())))?;
+            let prefix = if scheme == "az" {
+                String::new()
+            } else {
+                parsed.path().trim_matches('/').to_string()
+            };
+            Ok(if prefix.is_empty() {
+                store
+            } else {
+                Arc::new(object_store::prefix::PrefixStore::new(store, prefix))
+            })
+        };
         let path: std::path::PathBuf = if let Some(rest) = url.strip_prefix("file://") {
             let parsed =
                 url::Url::parse(url).map_err(|e| open_err(format!("not a valid URL: {e}")))?;
@@ -125,9 +182,15 @@ impl Ledger {
                 .to_file_path()
                 .map_err(|_| open_err(format!("`file://{rest}` is not an absolute local path")))?
         } else if let Some((scheme, _)) = url.split_once("://") {
-            return Err(open_err(format!(
-                "`{scheme}://` ledgers are not supported by this build yet; use a local path or a file:// URL"
-            )));
+            return match scheme {
+                "s3" | "gs" | "az" => Ok(Ledger {
+                    store: remote(scheme)?,
+                    url: shown,
+                }),
+                other => Err(open_err(format!(
+                    "`{other}://` is not a ledger URL tunectl knows (use a path, file://, s3://, gs:// or az://)"
+                ))),
+            };
         } else {
             std::path::PathBuf::from(url)
         };
@@ -139,6 +202,30 @@ impl Ledger {
             store: Arc::new(store),
             url: shown,
         })
+    }
+
+    /// Fail early, with a clear message, when the store cannot be reached
+    /// or read (wrong endpoint, no bucket, no permission).
+    pub async fn check_reachable(&self) -> Result<(), LedgerError> {
+        let probe = ObjPath::from("tunectl-reachability-check");
+        let listed = tokio::time::timeout(Duration::from_secs(30), async {
+            self.store.list(Some(&probe)).next().await.transpose()
+        })
+        .await;
+        match listed {
+            Err(_) => Err(LedgerError::Open {
+                url: self.url.clone(),
+                message: "the store did not answer within 30 s".to_string(),
+            }),
+            Ok(Err(e)) => Err(LedgerError::Open {
+                url: self.url.clone(),
+                message: format!(
+                    "the store cannot be listed: {}",
+                    redact_error(&e.to_string())
+                ),
+            }),
+            Ok(Ok(_)) => Ok(()),
+        }
     }
 
     /// Open a ledger for reading only when it already exists; never creates
@@ -350,6 +437,36 @@ impl Ledger {
         Ok(out)
     }
 
+    /// The first terminal, non-voided attempt of a trial, if any.
+    pub async fn terminal_attempt(
+        &self,
+        study: &str,
+        trial: &str,
+    ) -> Result<Option<AttemptRecord>, LedgerError> {
+        let prefix = ObjPath::from(format!("{study}/trials/{trial}"));
+        let keys = self.list(&prefix).await?;
+        let voided: std::collections::HashSet<String> = keys
+            .iter()
+            .filter_map(|k| {
+                k.filename()
+                    .and_then(|f| f.strip_suffix(".void"))
+                    .map(str::to_string)
+            })
+            .collect();
+        let mut found: Vec<AttemptRecord> = Vec::new();
+        for k in keys.iter().filter(|k| k.extension() == Some("json")) {
+            if let Some(bytes) = self.get(k).await?
+                && let Ok(r) = serde_json::from_slice::<AttemptRecord>(&bytes)
+                && r.status.is_terminal()
+                && !voided.contains(&r.attempt_id)
+            {
+                found.push(r);
+            }
+        }
+        found.sort_by(|a, b| a.attempt_id.cmp(&b.attempt_id));
+        Ok(found.into_iter().next())
+    }
+
     /// Trial keys that have at least one attempt object (no GETs).
     pub async fn trial_keys(&self, study: &str) -> Result<BTreeMap<String, usize>, LedgerError> {
         let prefix = ObjPath::from(format!("{study}/trials"));
@@ -382,6 +499,22 @@ impl Ledger {
                 _ => keys.push(k),
             }
         }
+        // Records the compacted index already holds need no GET.
+        let total = keys.len();
+        let mut indexed: std::collections::HashMap<String, AttemptRecord> = self
+            .read_index(study)
+            .await
+            .map(|i| i.entries.into_iter().collect())
+            .unwrap_or_default();
+        let mut from_index = Vec::new();
+        keys.retain(|k| match indexed.remove(k.as_ref()) {
+            Some(rec) => {
+                from_index.push((k.to_string(), rec));
+                false
+            }
+            None => true,
+        });
+        let fetched_count = keys.len();
         type Fetched = (ObjPath, Result<Option<Vec<u8>>, LedgerError>);
         let results: Vec<Fetched> = futures::stream::iter(keys.into_iter().map(|k| async move {
             let r = self.get(&k).await;
@@ -391,6 +524,7 @@ impl Ledger {
         .collect()
         .await;
         let mut scan = Scan::default();
+        let mut fresh: Vec<(String, AttemptRecord)> = Vec::new();
         for (key, r) in results {
             let key_text = key.to_string();
             match r {
@@ -403,7 +537,7 @@ impl Ledger {
                         key: key_text,
                         reason: "the record's trial key does not match its location".to_string(),
                     }),
-                    Ok(rec) => scan.attempts.push(rec),
+                    Ok(rec) => fresh.push((key_text, rec)),
                     Err(e) => scan.corrupt.push(CorruptObject {
                         key: key_text,
                         reason: format!("not a valid attempt record: {e}"),
@@ -416,6 +550,14 @@ impl Ledger {
                 }),
             }
         }
+        let fresh_count = fresh.len();
+        let mut entries = from_index;
+        entries.extend(fresh);
+        if fetched_count >= index::REBUILD_AFTER.max(total / 20) && fresh_count > 0 {
+            // Best effort: a failed index write only costs time next scan.
+            let _ = self.write_index(study, entries.clone()).await;
+        }
+        scan.attempts = entries.into_iter().map(|(_, r)| r).collect();
         let before = scan.attempts.len();
         scan.attempts
             .retain(|a| !voids.contains(&(a.trial_key.clone(), a.attempt_id.clone())));

@@ -1,0 +1,328 @@
+//! Leases: who runs a trial now, so that two launchers on one study never
+//! run it twice.
+//!
+//! A lease is a chain of generations, `<study>/leases/<trial-key>/<gen>.json`,
+//! each created with a conditional create (`PutMode::Create`), which every
+//! store honours (S3 `If-None-Match`, GCS and Azure preconditions, the local
+//! filesystem's atomic link). Taking a free trial creates generation 1;
+//! renewing creates the next generation with the same owner; taking over an
+//! expired lease creates the next generation with a new owner. Two launchers
+//! racing for the same generation: exactly one create succeeds. So no
+//! conditional *update* is needed, which the local filesystem lacks, and the
+//! same protocol is correct on every store. Expiry compares wall clocks:
+//! launchers' clocks must agree to well within the lease time (default
+//! 2 minutes).
+
+use std::time::Duration;
+
+use futures::TryStreamExt;
+use object_store::path::Path as ObjPath;
+use object_store::{ObjectStoreExt, PutMode, PutOptions, PutPayload};
+use serde::{Deserialize, Serialize};
+
+use super::{Ledger, LedgerError};
+
+/// How long a lease lasts without renewal.
+pub const LEASE_TTL: Duration = Duration::from_secs(120);
+/// How often a running trial renews its lease.
+pub const RENEW_EVERY: Duration = Duration::from_secs(30);
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct LeaseRecord {
+    pub schema: u32,
+    pub trial_key: String,
+    /// The launcher holding it (one id per launch process).
+    pub owner: String,
+    pub host: String,
+    pub generation: u64,
+    pub expires_at: String,
+    pub written_at: String,
+}
+
+impl LeaseRecord {
+    pub fn expired(&self, now: chrono::DateTime<chrono::Utc>) -> bool {
+        chrono::DateTime::parse_from_rfc3339(&self.expires_at)
+            .map(|t| t.with_timezone(&chrono::Utc) <= now)
+            .unwrap_or(true)
+    }
+}
+
+/// A lease this launcher holds.
+#[derive(Debug, Clone)]
+pub struct Lease {
+    pub study: String,
+    pub record: LeaseRecord,
+}
+
+/// Why a trial could not be leased.
+#[derive(Debug, Clone)]
+pub enum Held {
+    /// Another launcher holds a live lease until then.
+    By {
+        owner: String,
+        host: String,
+        expires_at: String,
+    },
+}
+
+fn key(study: &str, trial: &str, generation: u64) -> ObjPath {
+    ObjPath::from(format!("{study}/leases/{trial}/{generation:012}.json"))
+}
+
+impl Ledger {
+    /// The newest generation of a trial's lease.
+    async fn latest_lease(
+        &self,
+        study: &str,
+        trial: &str,
+    ) -> Result<Option<LeaseRecord>, LedgerError> {
+        let prefix = ObjPath::from(format!("{study}/leases/{trial}"));
+        let mut keys: Vec<ObjPath> = self
+            .store
+            .list(Some(&prefix))
+            .map_ok(|m| m.location)
+            .try_collect()
+            .await
+            .map_err(|e| self.io_err("list", &prefix, e))?;
+        keys.sort_by(|a, b| a.as_ref().cmp(b.as_ref()));
+        for k in keys.iter().rev() {
+            if let Some(bytes) = self.get(k).await? {
+                match serde_json::from_slice::<LeaseRecord>(&bytes) {
+                    Ok(r) => return Ok(Some(r)),
+                    // A torn or garbage generation: the next one takes over.
+                    Err(_) => {
+                        let generation = k
+                            .filename()
+                            .and_then(|f| f.trim_end_matches(".json").parse::<u64>().ok())
+                            .unwrap_or(0);
+                        return Ok(Some(LeaseRecord {
+                            schema: super::records::SCHEMA,
+                            trial_key: trial.to_string(),
+                            owner: String::new(),
+                            host: String::new(),
+                            generation,
+                            expires_at: String::new(),
+                            written_at: String::new(),
+                        }));
+                    }
+                }
+            }
+        }
+        Ok(None)
+    }
+
+    async fn create_generation(
+        &self,
+        record: &LeaseRecord,
+        study: &str,
+    ) -> Result<bool, LedgerError> {
+        let k = key(study, &record.trial_key, record.generation);
+        let bytes = serde_json::to_vec(record).map_err(|e| self.io_err("encode", &k, e))?;
+        let opts = PutOptions {
+            mode: PutMode::Create,
+            ..Default::default()
+        };
+        match self.store.put_opts(&k, PutPayload::from(bytes), opts).await {
+            Ok(_) => Ok(true),
+            Err(object_store::Error::AlreadyExists { .. })
+            | Err(object_store::Error::Precondition { .. }) => Ok(false),
+            Err(e) => Err(self.io_err("write", &k, e)),
+        }
+    }
+
+    fn lease_record(
+        trial: &str,
+        owner: &str,
+        host: &str,
+        generation: u64,
+        ttl: Duration,
+    ) -> LeaseRecord {
+        let now = chrono::Utc::now();
+        LeaseRecord {
+            schema: super::records::SCHEMA,
+            trial_key: trial.to_string(),
+            owner: owner.to_string(),
+            host: host.to_string(),
+            generation,
+            expires_at: (now + chrono::Duration::from_std(ttl).unwrap_or_default()).to_rfc3339(),
+            written_at: now.to_rfc3339(),
+        }
+    }
+
+    /// Take the lease of a trial, or say who holds it.
+    pub async fn acquire_lease(
+        &self,
+        study: &str,
+        trial: &str,
+        owner: &str,
+        host: &str,
+        ttl: Duration,
+    ) -> Result<Result<Lease, Held>, LedgerError> {
+        let latest = self.latest_lease(study, trial).await?;
+        if let Some(l) = &latest
+            && !l.expired(chrono::Utc::now())
+            && l.owner != owner
+        {
+            return Ok(Err(Held::By {
+                owner: l.owner.clone(),
+                host: l.host.clone(),
+                expires_at: l.expires_at.clone(),
+            }));
+        }
+        let generation = latest.map(|l| l.generation + 1).unwrap_or(1);
+        let record = Self::lease_record(trial, owner, host, generation, ttl);
+        if self.create_generation(&record, study).await? {
+            Ok(Ok(Lease {
+                study: study.to_string(),
+                record,
+            }))
+        } else {
+            // Someone created that generation first: they hold it.
+            let l = self.latest_lease(study, trial).await?;
+            Ok(Err(Held::By {
+                owner: l.as_ref().map(|l| l.owner.clone()).unwrap_or_default(),
+                host: l.as_ref().map(|l| l.host.clone()).unwrap_or_default(),
+                expires_at: l.map(|l| l.expires_at).unwrap_or_default(),
+            }))
+        }
+    }
+
+    /// Extend a held lease. `Ok(false)`: it was taken over (it had expired).
+    pub async fn renew_lease(&self, lease: &mut Lease, ttl: Duration) -> Result<bool, LedgerError> {
+        let next = Self::lease_record(
+            &lease.record.trial_key,
+            &lease.record.owner,
+            &lease.record.host,
+            lease.record.generation + 1,
+            ttl,
+        );
+        if self.create_generation(&next, &lease.study).await? {
+            lease.record = next;
+            Ok(true)
+        } else {
+            Ok(false)
+        }
+    }
+
+    /// Give a lease up: its generations are deleted (best effort; an
+    /// undeleted lease simply expires).
+    pub async fn release_lease(&self, lease: &Lease) {
+        let prefix = ObjPath::from(format!("{}/leases/{}", lease.study, lease.record.trial_key));
+        let keys: Vec<ObjPath> = match self
+            .store
+            .list(Some(&prefix))
+            .map_ok(|m| m.location)
+            .try_collect()
+            .await
+        {
+            Ok(k) => k,
+            Err(_) => return,
+        };
+        for k in keys {
+            let _ = self.store.delete(&k).await;
+        }
+    }
+
+    /// The live leases of a study: trials running now somewhere.
+    pub async fn live_leases(&self, study: &str) -> Result<Vec<LeaseRecord>, LedgerError> {
+        let prefix = ObjPath::from(format!("{study}/leases"));
+        let keys: Vec<ObjPath> = self
+            .store
+            .list(Some(&prefix))
+            .map_ok(|m| m.location)
+            .try_collect()
+            .await
+            .map_err(|e| self.io_err("list", &prefix, e))?;
+        let mut newest: std::collections::BTreeMap<String, ObjPath> = Default::default();
+        for k in keys {
+            let parts: Vec<String> = k.parts().map(|p| p.as_ref().to_string()).collect();
+            if parts.len() == 4 {
+                let slot = newest.entry(parts[2].clone()).or_insert_with(|| k.clone());
+                if k.as_ref() > slot.as_ref() {
+                    *slot = k;
+                }
+            }
+        }
+        let now = chrono::Utc::now();
+        let mut out = Vec::new();
+        for k in newest.values() {
+            if let Some(bytes) = self.get(k).await?
+                && let Ok(r) = serde_json::from_slice::<LeaseRecord>(&bytes)
+                && !r.expired(now)
+            {
+                out.push(r);
+            }
+        }
+        Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn one_winner_then_takeover_after_expiry() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let ledger = Ledger::open(&dir.path().display().to_string()).expect("ledger");
+        let a = ledger
+            .acquire_lease("s", "k", "A", "h1", Duration::from_secs(60))
+            .await
+            .expect("io");
+        assert!(a.is_ok());
+        let b = ledger
+            .acquire_lease("s", "k", "B", "h2", Duration::from_secs(60))
+            .await
+            .expect("io");
+        assert!(matches!(b, Err(Held::By { ref owner, .. }) if owner == "A"));
+        // A renews; still A's.
+        let mut lease = a.expect("lease");
+        assert!(
+            ledger
+                .renew_lease(&mut lease, Duration::from_millis(1))
+                .await
+                .expect("io")
+        );
+        assert_eq!(lease.record.generation, 2);
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        // Expired: B takes over with the next generation; A's renewal fails.
+        let b = ledger
+            .acquire_lease("s", "k", "B", "h2", Duration::from_secs(60))
+            .await
+            .expect("io")
+            .expect("takeover");
+        assert_eq!(b.record.generation, 3);
+        assert!(
+            !ledger
+                .renew_lease(&mut lease, Duration::from_secs(60))
+                .await
+                .expect("io")
+        );
+        assert_eq!(ledger.live_leases("s").await.expect("io").len(), 1);
+        ledger.release_lease(&b).await;
+        assert!(ledger.live_leases("s").await.expect("io").is_empty());
+    }
+
+    #[tokio::test]
+    async fn racing_launchers_get_one_lease() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let ledger =
+            std::sync::Arc::new(Ledger::open(&dir.path().display().to_string()).expect("ledger"));
+        let mut tasks = Vec::new();
+        for i in 0..16 {
+            let l = ledger.clone();
+            tasks.push(tokio::spawn(async move {
+                l.acquire_lease("s", "k", &format!("L{i}"), "h", Duration::from_secs(60))
+                    .await
+                    .map(|r| r.is_ok())
+            }));
+        }
+        let mut winners = 0;
+        for t in tasks {
+            if matches!(t.await, Ok(Ok(true))) {
+                winners += 1;
+            }
+        }
+        assert_eq!(winners, 1);
+    }
+}

@@ -50,6 +50,11 @@ enum Command {
     Export(ExportArgs),
     /// Run a command with the tuned knobs of this host's class (else the defaults).
     Apply(ApplyArgs),
+    /// Per host class: trials done, failed, lost, running and pending.
+    Status(StatusArgs),
+    /// Inspect the ledger itself.
+    #[command(subcommand)]
+    Ledger(LedgerCommand),
     /// Probe this machine and print its fingerprint and host class.
     Fingerprint(FingerprintArgs),
     /// Validate study and inventory files.
@@ -145,6 +150,31 @@ struct ApplyArgs {
 }
 
 #[derive(clap::Args, Debug)]
+struct StatusArgs {
+    /// A study file (pending counts need it), or a study id in the ledger.
+    study: String,
+    #[arg(long, env = "TUNECTL_LEDGER")]
+    ledger: Option<String>,
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Subcommand, Debug)]
+enum LedgerCommand {
+    /// List objects that cannot be read as what their key says (they are
+    /// ignored and their trials run again). Exits 1 when there are any.
+    Check(LedgerCheckArgs),
+}
+
+#[derive(clap::Args, Debug)]
+struct LedgerCheckArgs {
+    /// A study file or id; every study in the ledger when omitted.
+    study: Option<String>,
+    #[arg(long, env = "TUNECTL_LEDGER")]
+    ledger: Option<String>,
+}
+
+#[derive(clap::Args, Debug)]
 struct FingerprintArgs {
     /// Also probe the tool versions this study asks for.
     #[arg(long)]
@@ -212,6 +242,8 @@ async fn run(cli: Cli) -> Result<(), CliError> {
         Command::Report(a) => report_cmd(a).await,
         Command::Export(a) => export_cmd(a).await,
         Command::Apply(a) => apply_cmd(a).await,
+        Command::Status(a) => status_cmd(a).await,
+        Command::Ledger(LedgerCommand::Check(a)) => ledger_check(a).await,
         Command::Fingerprint(a) => fingerprint_cmd(a).await,
         Command::Validate(a) => validate(a),
     }
@@ -677,6 +709,8 @@ async fn launch(a: LaunchArgs) -> Result<(), CliError> {
     }
     let url = ledger_url(a.ledger.as_deref(), Some(&study), Some(&inv));
     let ledger = Ledger::open(&url).map_err(failed)?;
+    // An unreachable or unreadable store stops the launch before any trial.
+    ledger.check_reachable().await.map_err(failed)?;
     let mut study_id = study.id().to_string();
     if a.fork
         && let Some(existing) = ledger.read_study(&study_id).await.map_err(failed)?
@@ -997,6 +1031,207 @@ async fn apply_cmd(a: ApplyArgs) -> Result<(), CliError> {
         .envs(env)
         .exec();
     Err(failed(format!("cannot run /bin/sh -c {command}: {err}")))
+}
+
+/// A study argument: a study file (loaded) or an id.
+fn study_arg(arg: &str) -> Result<(String, Option<Study>), CliError> {
+    let path = Path::new(arg);
+    if path.is_file() {
+        let s = Study::load(path)?;
+        Ok((s.id().to_string(), Some(s)))
+    } else if arg.ends_with(".yaml") || arg.ends_with(".yml") {
+        Err(CliError::Invalid(format!("{arg}: no such study file")))
+    } else {
+        Ok((arg.to_string(), None))
+    }
+}
+
+#[derive(Serialize, Default)]
+struct ClassStatus {
+    host_class: String,
+    label: String,
+    hosts: Vec<String>,
+    done: u64,
+    failed: u64,
+    lost: u64,
+    running: u64,
+    /// Planned sweep trials without a terminal attempt and not running;
+    /// `None` without the study file.
+    pending: Option<u64>,
+    planned: Option<u64>,
+}
+
+async fn status_cmd(a: StatusArgs) -> Result<(), CliError> {
+    let (study_id, study) = study_arg(&a.study)?;
+    let url = ledger_url(a.ledger.as_deref(), study.as_ref(), None);
+    let Some(ledger) = Ledger::open_existing(&url).map_err(failed)? else {
+        return Err(CliError::Failed(format!("no ledger at `{url}`")));
+    };
+    ledger.check_reachable().await.map_err(failed)?;
+    if ledger
+        .read_study(&study_id)
+        .await
+        .map_err(failed)?
+        .is_none()
+    {
+        return Err(CliError::Failed(format!(
+            "study `{study_id}` is not in the ledger `{}`",
+            ledger.url()
+        )));
+    }
+    let scan = ledger.scan(&study_id).await.map_err(failed)?;
+    let (hosts, _) = ledger.hosts(&study_id).await.map_err(failed)?;
+    let leases = ledger.live_leases(&study_id).await.map_err(failed)?;
+    let mut classes: BTreeMap<String, ClassStatus> = BTreeMap::new();
+    for h in &hosts {
+        let c = classes
+            .entry(h.host_class.clone())
+            .or_insert_with(|| ClassStatus {
+                host_class: h.host_class.clone(),
+                ..Default::default()
+            });
+        c.label = h.class_label.clone();
+        if !c.hosts.contains(&h.host) {
+            c.hosts.push(h.host.clone());
+        }
+    }
+    let terminal = scan.terminal();
+    let mut sweep_done: BTreeMap<String, u64> = BTreeMap::new();
+    let mut key_class: BTreeMap<&str, &str> = BTreeMap::new();
+    for (key, attempts) in scan.by_trial() {
+        let Some(first) = attempts.first() else {
+            continue;
+        };
+        key_class.insert(key, first.host_class.as_str());
+        let c = classes.entry(first.host_class.clone()).or_default();
+        c.host_class = first.host_class.clone();
+        match terminal.get(key).map(|t| t.status) {
+            Some(crate::ledger::AttemptStatus::Ok) => c.done += 1,
+            Some(_) => c.failed += 1,
+            None => c.lost += 1,
+        }
+        if terminal.contains_key(key) && first.role == "sweep" {
+            *sweep_done.entry(first.host_class.clone()).or_insert(0) += 1;
+        }
+    }
+    for l in &leases {
+        let class = key_class.get(l.trial_key.as_str()).copied().or_else(|| {
+            hosts
+                .iter()
+                .rev()
+                .find(|h| h.host == l.host)
+                .map(|h| h.host_class.as_str())
+        });
+        if let Some(class) = class
+            && let Some(c) = classes.get_mut(class)
+        {
+            c.running += 1;
+            // A running trial with an earlier lost attempt is not lost.
+            if key_class.contains_key(l.trial_key.as_str())
+                && !terminal.contains_key(l.trial_key.as_str())
+            {
+                c.lost = c.lost.saturating_sub(1);
+            }
+        }
+    }
+    if let Some(study) = &study {
+        let plan_hosts: Vec<PlanHost> = classes
+            .values()
+            .map(|c| PlanHost {
+                name: c.hosts.first().cloned().unwrap_or_default(),
+                transport: "recorded".to_string(),
+                slots: 1,
+                class: Some(ClassInfo {
+                    id: c.host_class.clone(),
+                    label: c.label.clone(),
+                }),
+            })
+            .collect();
+        if let Ok(plan) = Plan::build(study, &plan_hosts) {
+            let planned = plan.trials_per_class();
+            for c in classes.values_mut() {
+                let done = sweep_done.get(&c.host_class).copied().unwrap_or(0);
+                c.planned = Some(planned);
+                c.pending = Some(planned.saturating_sub(done + c.running));
+            }
+        }
+    }
+    let rows: Vec<&ClassStatus> = classes.values().collect();
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&rows).map_err(failed)?);
+        return Ok(());
+    }
+    println!("study {study_id} · ledger {}", ledger.url());
+    if rows.is_empty() {
+        println!("no host has been probed for this study yet");
+    }
+    for c in rows {
+        let opt = |v: Option<u64>| v.map(|n| n.to_string()).unwrap_or_else(|| "?".to_string());
+        println!(
+            "{} · {} · hosts: {}\n  done {} · failed {} · lost {} · running {} · pending {} (of {} planned sweep trials){}",
+            c.host_class,
+            c.label,
+            c.hosts.join(", "),
+            c.done,
+            c.failed,
+            c.lost,
+            c.running,
+            opt(c.pending),
+            opt(c.planned),
+            if c.pending.is_none() {
+                " · give the study file for pending counts"
+            } else {
+                ""
+            }
+        );
+    }
+    if !scan.corrupt.is_empty() {
+        println!(
+            "{} unreadable ledger objects (`tunectl ledger check` lists them)",
+            scan.corrupt.len()
+        );
+    }
+    Ok(())
+}
+
+async fn ledger_check(a: LedgerCheckArgs) -> Result<(), CliError> {
+    let (ids, study) = match &a.study {
+        Some(arg) => {
+            let (id, s) = study_arg(arg)?;
+            (Some(vec![id]), s)
+        }
+        None => (None, None),
+    };
+    let url = ledger_url(a.ledger.as_deref(), study.as_ref(), None);
+    let Some(ledger) = Ledger::open_existing(&url).map_err(failed)? else {
+        return Err(CliError::Failed(format!("no ledger at `{url}`")));
+    };
+    ledger.check_reachable().await.map_err(failed)?;
+    let ids = match ids {
+        Some(ids) => ids,
+        None => ledger.studies().await.map_err(failed)?,
+    };
+    let mut bad = 0;
+    for id in &ids {
+        let scan = ledger.scan(id).await.map_err(failed)?;
+        println!(
+            "{id}: {} attempts readable, {} voided, {} unreadable",
+            scan.attempts.len(),
+            scan.voided,
+            scan.corrupt.len()
+        );
+        for c in &scan.corrupt {
+            println!("  {}: {}", c.key, c.reason);
+        }
+        bad += scan.corrupt.len();
+    }
+    if bad > 0 {
+        return Err(CliError::Failed(format!(
+            "{bad} unreadable objects in ledger {} (ignored by launch and report; their trials run again)",
+            ledger.url()
+        )));
+    }
+    Ok(())
 }
 
 async fn fingerprint_cmd(a: FingerprintArgs) -> Result<(), CliError> {

@@ -467,6 +467,23 @@ impl Ledger {
         Ok(found.into_iter().next())
     }
 
+    /// Study ids in the ledger (top-level prefixes with a study record).
+    pub async fn studies(&self) -> Result<Vec<String>, LedgerError> {
+        let listed = self
+            .store
+            .list_with_delimiter(None)
+            .await
+            .map_err(|e| self.io_err("list", &ObjPath::from(""), e))?;
+        let mut out = Vec::new();
+        for p in listed.common_prefixes {
+            let id = p.as_ref().to_string();
+            if self.read_study(&id).await.is_ok_and(|r| r.is_some()) {
+                out.push(id);
+            }
+        }
+        Ok(out)
+    }
+
     /// Trial keys that have at least one attempt object (no GETs).
     pub async fn trial_keys(&self, study: &str) -> Result<BTreeMap<String, usize>, LedgerError> {
         let prefix = ObjPath::from(format!("{study}/trials"));

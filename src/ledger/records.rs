@@ -93,7 +93,7 @@ fn default_role() -> String {
     "sweep".to_string()
 }
 
-/// `<study>/trials/<trial-key>/<attempt>.json.void`: an attempt whose
+/// `<study>/trials/<trial-key>/<attempt>.void`: an attempt whose
 /// measurement was discarded (its host drifted); the trial runs again.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct VoidRecord {
@@ -104,7 +104,7 @@ pub struct VoidRecord {
     pub at: String,
 }
 
-/// `<study>/drops/<host-class>/<cell-hash>.json`: a cell given up on a host
+/// `<study>/drops/<host-class>/<cell-hash>-<host>.json`: a cell given up on a host
 /// because its baseline would not settle.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct DropRecord {

@@ -127,6 +127,9 @@ pub struct Confirmation {
     pub winner: Option<Summary>,
     pub threshold: f64,
     pub confirmed: bool,
+    /// Why the round failed outright (a crash or a changed output),
+    /// whatever the timings said.
+    pub failure: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -164,6 +167,9 @@ pub struct CellReport {
     pub eligible: Vec<ConfigReport>,
     pub rejected: Vec<ConfigReport>,
     pub notes: Vec<String>,
+    /// Which cell of the plan (none for a cell known only from a drop).
+    #[serde(skip)]
+    cell_index: Option<u32>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -199,6 +205,7 @@ pub struct ConfigReport {
 /// Settings read from the frozen spec.
 struct Rules {
     higher: bool,
+    tolerance: Option<crate::gate::ToleranceSpec>,
     min_improvement: f64,
     repeats: u32,
     confirm_repeats: u32,
@@ -267,6 +274,7 @@ pub fn analyze(study: &StudyRecord, scan: &Scan, hosts: &[HostRecord]) -> Analys
     };
     let rules = Rules {
         higher: objective.better != "lower",
+        tolerance: crate::gate::ToleranceSpec::from_spec(spec),
         min_improvement: spec["selection"]["min_improvement"]
             .as_f64()
             .unwrap_or(MIN_IMPROVEMENT),
@@ -342,11 +350,12 @@ pub fn analyze(study: &StudyRecord, scan: &Scan, hosts: &[HostRecord]) -> Analys
             .filter(|d| d.host_class == *class_id)
             .collect();
         let mut cell_reports = Vec::new();
-        for configs in cells.values() {
+        for (cell_index, configs) in cells {
             if configs.values().all(|g| g.sweep.is_empty()) {
                 continue;
             }
             let mut report = analyze_cell(configs, &objective.name, &rules, tolerance.as_ref());
+            report.cell_index = Some(*cell_index);
             report.bucket = crate::report::buckets::bucket_of(spec, &report.cell).key;
             for d in drops.iter().filter(|d| d.cell_label == report.cell_label) {
                 report
@@ -354,6 +363,28 @@ pub fn analyze(study: &StudyRecord, scan: &Scan, hosts: &[HostRecord]) -> Analys
                     .push(format!("dropped on host {}: {}", d.host, d.reason));
             }
             cell_reports.push(report);
+        }
+        // A cell dropped before anything of it survived still belongs in
+        // the report: its bucket cannot ship a change.
+        for d in &drops {
+            if cell_reports.iter().any(|r| r.cell_label == d.cell_label) {
+                continue;
+            }
+            let why = format!("dropped on host {}: {}", d.host, d.reason);
+            cell_reports.push(CellReport {
+                cell: d.cell.clone(),
+                cell_label: d.cell_label.clone(),
+                bucket: crate::report::buckets::bucket_of(spec, &d.cell).key,
+                baseline_state: "pending".to_string(),
+                baseline: None,
+                winner: None,
+                decision: why.clone(),
+                threshold: None,
+                eligible: Vec::new(),
+                rejected: Vec::new(),
+                notes: vec![why],
+                cell_index: None,
+            });
         }
         let buckets = decide_buckets(spec, cells, &cell_reports, &objective.name, &rules);
         classes.push(ClassReport {
@@ -537,6 +568,7 @@ fn analyze_cell(
         eligible,
         rejected,
         notes,
+        cell_index: None,
     }
 }
 
@@ -669,28 +701,28 @@ fn decide_buckets(
     rules: &Rules,
 ) -> Vec<BucketReport> {
     let mut order: Vec<String> = Vec::new();
-    let mut members: BTreeMap<String, Vec<(usize, u32)>> = BTreeMap::new();
-    for (i, (cell_index, _)) in cells
-        .iter()
-        .filter(|(_, g)| g.values().any(|g| !g.sweep.is_empty()))
-        .enumerate()
-    {
-        let Some(r) = reports.get(i) else { continue };
+    let mut members: BTreeMap<String, Vec<usize>> = BTreeMap::new();
+    for (i, r) in reports.iter().enumerate() {
         if !order.contains(&r.bucket) {
             order.push(r.bucket.clone());
         }
-        members
-            .entry(r.bucket.clone())
-            .or_default()
-            .push((i, *cell_index));
+        members.entry(r.bucket.clone()).or_default().push(i);
     }
+    let empty = BTreeMap::new();
     order
         .iter()
         .map(|key| {
             let idx = &members[key];
-            let bucket_reports: Vec<&CellReport> = idx.iter().map(|(i, _)| &reports[*i]).collect();
-            let bucket_cells: Vec<&BTreeMap<u64, Group>> =
-                idx.iter().map(|(_, c)| &cells[c]).collect();
+            let bucket_reports: Vec<&CellReport> = idx.iter().map(|i| &reports[*i]).collect();
+            let bucket_cells: Vec<&BTreeMap<u64, Group>> = idx
+                .iter()
+                .map(|i| {
+                    reports[*i]
+                        .cell_index
+                        .and_then(|c| cells.get(&c))
+                        .unwrap_or(&empty)
+                })
+                .collect();
             decide_bucket(spec, &bucket_reports, &bucket_cells, objective, rules)
         })
         .collect()
@@ -778,8 +810,15 @@ fn decide_bucket(
         out.level_reason = "a cell of the bucket was dropped before its sweep finished; launch again when the host is stable".to_string();
         return out;
     }
+    // Drops matter while their cell is unfinished; a later launch that
+    // measured it fully makes them history.
     let dropped: Vec<String> = reports
         .iter()
+        .filter(|r| {
+            r.baseline
+                .as_ref()
+                .is_none_or(|b| b.trials < rules.repeats as usize)
+        })
         .flat_map(|r| {
             r.notes
                 .iter()
@@ -866,6 +905,11 @@ fn decide_bucket(
         }
     }
     let Some(leader) = winners.first() else {
+        let untried = standings.is_empty()
+            && incomplete == 0
+            && reports
+                .iter()
+                .all(|r| r.eligible.is_empty() && r.rejected.is_empty());
         out.threshold = standings.first().map(|s| s.threshold);
         out.decision = match standings.first() {
             _ if !out.refusals.is_empty() => format!(
@@ -879,11 +923,21 @@ fn decide_bucket(
                 pct(best.threshold)
             ),
             None if incomplete > 0 => format!(
-                "baseline kept for now: {incomplete} candidates are not measured at every cell yet"
+                "baseline kept for now: {incomplete} {} not measured at every cell yet",
+                if incomplete == 1 {
+                    "candidate is"
+                } else {
+                    "candidates are"
+                }
             ),
+            None if untried => {
+                "baseline kept for now: no candidate has been measured yet".to_string()
+            }
             None => "baseline kept: no candidate passed the gate at every cell".to_string(),
         };
-        let (level, why) = if incomplete > 0 {
+        let (level, why) = if untried {
+            ("draft", "no candidate has been measured yet".to_string())
+        } else if incomplete > 0 {
             (
                 "draft",
                 format!("{incomplete} candidates are not measured at every cell yet"),
@@ -961,6 +1015,26 @@ fn decide_bucket(
         .hosts
         .min(reports[0].baseline.as_ref().map(|b| b.hosts).unwrap_or(0));
     match confirmation {
+        Some(c) if !c.confirmed && c.failure.is_some() => {
+            out.decision = format!(
+                "baseline kept: {} failed its final round against the baseline: {}",
+                pick.report.label,
+                c.failure.as_deref().unwrap_or_default()
+            );
+            for pc in out.per_cell.iter_mut() {
+                pc.winner = None;
+            }
+            out.level = "verdict".to_string();
+            out.level_reason = "the sweep's winner failed in the confirmation round".to_string();
+            out.refusals.push(Refusal {
+                config_label: pick.report.label.clone(),
+                cell_label: "(confirmation round)".to_string(),
+                speedup: None,
+                reason: c.failure.clone().unwrap_or_default(),
+            });
+            winner.confirmation = Some(c);
+            return out;
+        }
         Some(c) if !c.confirmed => {
             out.decision = format!(
                 "baseline kept: {} looked {:.2}× faster in the sweep but the final interleaved round measured {:.2}×, not above the threshold of {} (no improvement)",
@@ -1059,11 +1133,48 @@ fn confirm(
         {
             return None;
         }
+        // A confirmation trial that fails, or whose output differs from the
+        // baseline's reference output, fails the round outright.
+        let reference = {
+            let mut ok: Vec<&&AttemptRecord> = base
+                .sweep
+                .iter()
+                .filter(|a| a.status == AttemptStatus::Ok)
+                .collect();
+            ok.sort_by_key(|a| a.repeat);
+            ok.first().map(|a| **a)
+        };
+        for a in &win.confirm {
+            let failure = if a.status == AttemptStatus::Failed {
+                a.failure
+                    .as_ref()
+                    .map(|f| format!("{}: {}", f.class.as_str(), f.detail))
+                    .or(Some("failed".to_string()))
+            } else if a.status == AttemptStatus::Ok {
+                reference.and_then(|r| {
+                    crate::gate::compare_outputs(r, a, rules.tolerance.as_ref())
+                        .err()
+                        .map(|why| format!("output_changed: {why}"))
+                })
+            } else {
+                None
+            };
+            if let Some(f) = failure {
+                return Some(Confirmation {
+                    speedup: 0.0,
+                    baseline: None,
+                    winner: None,
+                    threshold: rules.min_improvement,
+                    confirmed: false,
+                    failure: Some(format!(
+                        "{f} (confirmation repeat {}, host {})",
+                        a.repeat, a.host
+                    )),
+                });
+            }
+        }
         let b = samples_by_host(&base.confirm, objective);
         let w = samples_by_host(&win.confirm, objective);
-        if win.confirm.iter().any(|a| a.status != AttemptStatus::Ok) {
-            harmed = true;
-        }
         let c = compare(&b, &w, rules.higher)?;
         harmed |= c.speedup < 1.0 - c.spread;
         speedups.push(c.speedup);
@@ -1084,6 +1195,7 @@ fn confirm(
         winner: Summary::of(&all_win),
         threshold,
         confirmed: !harmed && speedup - 1.0 > threshold,
+        failure: None,
     })
 }
 
@@ -1370,5 +1482,56 @@ mod tests {
         let w = &c.eligible[0];
         assert_eq!(w.hosts, 3);
         assert!((w.speedup.unwrap_or(0.0) - 1.1).abs() < 1e-9);
+    }
+
+    #[test]
+    fn a_winner_that_crashes_in_the_final_round_does_not_ship() {
+        let mut crash = at(1, "a=2", 1, 0, 0.0, "confirm");
+        crash.status = AttemptStatus::Failed;
+        crash.failure = Some(Failure {
+            class: FailureClass::Oom,
+            detail: "CUDA out of memory".into(),
+            phase: "measure".into(),
+        });
+        let attempts = vec![
+            at(0, "baseline", 1, 0, 100.0, "sweep"),
+            at(1, "a=2", 1, 0, 150.0, "sweep"),
+            at(0, "baseline", 1, 0, 100.0, "confirm"),
+            crash,
+        ];
+        let scan = Scan {
+            attempts,
+            ..Default::default()
+        };
+        let a = analyze(&study_with(1), &scan, &[]);
+        let b = &a.classes[0].buckets[0];
+        assert!(b.winner.is_none());
+        assert!(
+            b.decision.contains("failed its final round"),
+            "{}",
+            b.decision
+        );
+        assert!(
+            b.decision.contains("oom: CUDA out of memory"),
+            "{}",
+            b.decision
+        );
+        assert_eq!(b.level, "verdict");
+    }
+
+    #[test]
+    fn a_bucket_with_only_the_baseline_measured_is_a_draft() {
+        let scan = Scan {
+            attempts: vec![at(0, "baseline", 1, 0, 100.0, "sweep")],
+            ..Default::default()
+        };
+        let a = analyze(&study_with(1), &scan, &[]);
+        let b = &a.classes[0].buckets[0];
+        assert_eq!(b.level, "draft");
+        assert!(
+            b.decision.contains("no candidate has been measured yet"),
+            "{}",
+            b.decision
+        );
     }
 }

@@ -1090,12 +1090,12 @@ fn parse_measurement(w: &mut Walker, node: &Node) -> Option<Measurement> {
     let cool_max_wait = duration(w, "cool_max_wait", d.cool_max_wait);
     let (cool_drift, cool_eps) = (cool_drift?, cool_eps?);
     if cool_eps >= cool_drift
-        && let Some(n) = map.get_node("cool_eps")
+        && let Some(n) = map.get_node("cool_eps").or(map.get_node("cool_drift"))
     {
         w.error_at(
             n,
             "measurement.cool_eps",
-            format!("must be smaller than cool_drift ({cool_drift})"),
+            format!("cool_eps ({cool_eps}) must be smaller than cool_drift ({cool_drift})"),
         );
         return None;
     }

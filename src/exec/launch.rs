@@ -32,7 +32,7 @@ use super::progress::Event;
 use super::{AttemptSpec, Transport};
 use crate::fingerprint::Fingerprint;
 use crate::gate::Classifier;
-use crate::ledger::lease::{Held, LEASE_TTL, Lease, RENEW_EVERY};
+use crate::ledger::lease::{Held, Lease, lease_ttl, renew_every};
 use crate::ledger::records::{
     self, AttemptRecord, AttemptStatus, DropRecord, HostRecord, StudyRecord, VoidRecord,
 };
@@ -1271,7 +1271,7 @@ impl Shared<'_> {
         } else {
             match self
                 .ledger
-                .acquire_lease(self.study_id, &key, &self.owner, &host.name, LEASE_TTL)
+                .acquire_lease(self.study_id, &key, &self.owner, &host.name, lease_ttl())
                 .await
             {
                 Ok(Ok(lease)) => Some(lease),
@@ -1283,8 +1283,10 @@ impl Shared<'_> {
                                 .to_std()
                                 .ok()
                         })
-                        .unwrap_or(RENEW_EVERY);
-                    return TrialResult::Held(until.clamp(Duration::from_secs(1), RENEW_EVERY));
+                        .unwrap_or(renew_every());
+                    return TrialResult::Held(
+                        until.min(renew_every()).max(Duration::from_millis(100)),
+                    );
                 }
                 Err(e) => {
                     self.warn(format!("error: cannot take the lease of a trial: {e}"));
@@ -1438,8 +1440,8 @@ impl Shared<'_> {
                 return std::future::pending::<()>().await;
             };
             loop {
-                tokio::time::sleep(RENEW_EVERY).await;
-                match self.ledger.renew_lease(&mut lease, LEASE_TTL).await {
+                tokio::time::sleep(renew_every()).await;
+                match self.ledger.renew_lease(&mut lease, lease_ttl()).await {
                     Ok(true) => {}
                     Ok(false) | Err(_) => {
                         self.warn(format!(

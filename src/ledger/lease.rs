@@ -22,10 +22,24 @@ use serde::{Deserialize, Serialize};
 
 use super::{Ledger, LedgerError};
 
-/// How long a lease lasts without renewal.
+/// How long a lease lasts without renewal, by default.
 pub const LEASE_TTL: Duration = Duration::from_secs(120);
-/// How often a running trial renews its lease.
-pub const RENEW_EVERY: Duration = Duration::from_secs(30);
+
+/// The lease time in force: `TUNECTL_LEASE_TTL` (e.g. `30s`) or
+/// [`LEASE_TTL`]. A killed launcher's trials wait this long before another
+/// launcher takes them over; shorter suits tests and stable clocks.
+pub fn lease_ttl() -> Duration {
+    std::env::var("TUNECTL_LEASE_TTL")
+        .ok()
+        .and_then(|v| crate::spec::yaml::parse_duration(&v).ok())
+        .filter(|d| *d >= Duration::from_millis(100))
+        .unwrap_or(LEASE_TTL)
+}
+
+/// How often a running trial renews its lease: a quarter of its time.
+pub fn renew_every() -> Duration {
+    lease_ttl() / 4
+}
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct LeaseRecord {

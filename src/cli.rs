@@ -106,6 +106,10 @@ struct LaunchArgs {
     /// Report drift of the baseline anchors but discard nothing and never cool down.
     #[arg(long)]
     no_cooldown: bool,
+    /// Store every attempt's full stdout and stderr in the ledger beside it
+    /// (`<attempt>.stdout.log`, `<attempt>.stderr.log`; 64 MiB each at most).
+    #[arg(long)]
+    store_logs: bool,
 }
 
 #[derive(clap::Args, Debug)]
@@ -770,6 +774,7 @@ async fn launch(a: LaunchArgs) -> Result<(), CliError> {
         hosts,
         launch::LaunchOptions {
             no_cooldown: a.no_cooldown,
+            store_logs: a.store_logs,
         },
         tx,
         cancel.clone(),

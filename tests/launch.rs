@@ -214,6 +214,7 @@ fn attempts(ledger: &Path, study: &str) -> BTreeMap<String, Vec<Json>> {
         let mut files: Vec<PathBuf> = std::fs::read_dir(&d)
             .expect("read trial dir")
             .map(|e| e.expect("entry").path())
+            .filter(|p| p.extension().is_some_and(|e| e == "json"))
             .collect();
         files.sort();
         for f in files {
@@ -887,4 +888,50 @@ fn report_table_snapshot() {
     ]}, {
         insta::assert_snapshot!("fake_report_table", table);
     });
+}
+
+/// `--store-logs` keeps every attempt's full stdout and stderr beside it,
+/// and the ledger still reads cleanly.
+#[test]
+fn store_logs_keeps_full_logs_beside_each_attempt() {
+    let env = Env::new(STUDY);
+    let (code, stderr) = env.launch(&["--store-logs"]);
+    assert_eq!(code, Some(0), "{stderr}");
+    let trials = env.ledger().join("fake").join("trials");
+    let mut logs = Vec::new();
+    for dir in std::fs::read_dir(&trials).expect("trials dir").flatten() {
+        for f in std::fs::read_dir(dir.path()).expect("trial dir").flatten() {
+            let name = f.file_name().to_string_lossy().into_owned();
+            if name.ends_with(".log") {
+                logs.push((name, std::fs::read_to_string(f.path()).unwrap_or_default()));
+            }
+        }
+    }
+    // Two logs per attempt.
+    assert_eq!(
+        logs.len(),
+        2 * attempt_count(&env.ledger(), "fake"),
+        "{logs:?}"
+    );
+    assert!(
+        logs.iter().any(|(n, t)| n.ends_with(".stderr.log")
+            && t.contains("fake-trial: mode crash: giving up on purpose")),
+        "no crash message in any stderr log"
+    );
+    assert!(
+        logs.iter()
+            .any(|(_, t)| t.contains("== tunectl: warmup run =="))
+    );
+    let out = env
+        .cmd()
+        .args(["ledger", "check", "fake", "--ledger"])
+        .arg(env.ledger())
+        .output()
+        .expect("ledger check");
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
 }

@@ -96,11 +96,32 @@ impl Transport for LocalTransport {
             }
             let mut env = spec.env.clone();
             env.push(("TUNECTL_PHASE".into(), phase.as_str().into()));
+            let log_files = spec.keep_logs.then(|| {
+                (
+                    dir.join(".tunectl-stdout.log"),
+                    dir.join(".tunectl-stderr.log"),
+                )
+            });
+            if let Some((o, e)) = &log_files {
+                let header = format!("== tunectl: {} run ==\n", phase.as_str());
+                for p in [o, e] {
+                    use tokio::io::AsyncWriteExt;
+                    if let Ok(mut f) = tokio::fs::OpenOptions::new()
+                        .create(true)
+                        .append(true)
+                        .open(p)
+                        .await
+                    {
+                        let _ = f.write_all(header.as_bytes()).await;
+                    }
+                }
+            }
             let run_spec = RunSpec {
                 command: spec.command.clone(),
                 dir: dir.clone(),
                 env,
                 timeout: spec.timeout,
+                log_files,
             };
             let out = match local::run(&run_spec, cancel).await {
                 Ok(o) => o,
@@ -133,6 +154,16 @@ impl Transport for LocalTransport {
             }
         }
         outcome.elapsed = started.elapsed();
+        if spec.keep_logs {
+            for (name, file) in [
+                ("stdout", ".tunectl-stdout.log"),
+                ("stderr", ".tunectl-stderr.log"),
+            ] {
+                if let Ok(bytes) = tokio::fs::read(dir.join(file)).await {
+                    outcome.logs.insert(name.to_string(), bytes);
+                }
+            }
+        }
         let succeeded = outcome.setup_error.is_none()
             && !outcome.cancelled
             && !outcome.failed_in_warmup
@@ -418,6 +449,7 @@ mod tests {
                 slot: 0,
                 trial_dir,
                 result_path,
+                keep_logs: true,
             };
             self.transport
                 .run_attempt(&spec, &CancellationToken::new())

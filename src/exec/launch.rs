@@ -78,6 +78,8 @@ pub struct LaunchSummary {
 pub struct LaunchOptions {
     /// Drift is reported but nothing is discarded and no host cools down.
     pub no_cooldown: bool,
+    /// Store every attempt's full stdout and stderr beside it.
+    pub store_logs: bool,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -1429,6 +1431,7 @@ impl Shared<'_> {
             slot,
             trial_dir,
             result_path,
+            keep_logs: self.options.store_logs,
         };
         let started_at = chrono::Utc::now();
         let _ = self.events.send(Event::Started);
@@ -1506,6 +1509,21 @@ impl Shared<'_> {
             stderr_head: run.map(|r| r.stderr_head.clone()).unwrap_or_default(),
         };
         let written = self.ledger.write_attempt(&record).await;
+        for (name, bytes) in &outcome.logs {
+            if let Err(e) = self
+                .ledger
+                .write_log(
+                    self.study_id,
+                    &record.trial_key,
+                    &record.attempt_id,
+                    name,
+                    bytes.clone(),
+                )
+                .await
+            {
+                self.warn(format!("error: {e}"));
+            }
+        }
         let failure_text = j.failure.as_ref().map(|f| {
             format!(
                 "{config_label} @ {cell_label}: {}: {}",

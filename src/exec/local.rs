@@ -30,7 +30,13 @@ pub struct RunSpec {
     pub dir: PathBuf,
     pub env: Vec<(String, String)>,
     pub timeout: Duration,
+    /// Append the full stdout and stderr to these files (when asked to keep
+    /// whole logs); tails are kept either way.
+    pub log_files: Option<(PathBuf, PathBuf)>,
 }
+
+/// Most bytes of each stream kept in a full log.
+pub const MAX_LOG_BYTES: u64 = 64 * 1024 * 1024;
 
 #[derive(Debug, Clone, Default)]
 pub struct RunOutput {
@@ -102,8 +108,20 @@ impl Capture {
 fn spawn_capture<R: AsyncRead + Unpin + Send + 'static>(
     mut reader: R,
     buf: Arc<Mutex<Capture>>,
+    log: Option<PathBuf>,
 ) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
+        use tokio::io::AsyncWriteExt;
+        let mut file = match &log {
+            Some(p) => tokio::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(p)
+                .await
+                .ok(),
+            None => None,
+        };
+        let mut logged: u64 = 0;
         let mut chunk = [0u8; 4096];
         loop {
             match reader.read(&mut chunk).await {
@@ -112,8 +130,20 @@ fn spawn_capture<R: AsyncRead + Unpin + Send + 'static>(
                     if let Ok(mut b) = buf.lock() {
                         b.push(&chunk[..n]);
                     }
+                    if let Some(f) = file.as_mut()
+                        && logged < MAX_LOG_BYTES
+                    {
+                        let keep = (MAX_LOG_BYTES - logged).min(n as u64) as usize;
+                        if f.write_all(&chunk[..keep]).await.is_err() {
+                            file = None;
+                        }
+                        logged += keep as u64;
+                    }
                 }
             }
+        }
+        if let Some(mut f) = file {
+            let _ = f.flush().await;
         }
     })
 }
@@ -154,15 +184,19 @@ pub async fn run(spec: &RunSpec, cancel: &CancellationToken) -> io::Result<RunOu
     let pgid = child.id().map(|p| p as i32).unwrap_or(0);
     let out_buf = Arc::new(Mutex::new(Capture::default()));
     let err_buf = Arc::new(Mutex::new(Capture::default()));
+    let (out_log, err_log) = match &spec.log_files {
+        Some((o, e)) => (Some(o.clone()), Some(e.clone())),
+        None => (None, None),
+    };
     let readers = [
         child
             .stdout
             .take()
-            .map(|s| spawn_capture(s, out_buf.clone())),
+            .map(|s| spawn_capture(s, out_buf.clone(), out_log)),
         child
             .stderr
             .take()
-            .map(|s| spawn_capture(s, err_buf.clone())),
+            .map(|s| spawn_capture(s, err_buf.clone(), err_log)),
     ];
     let mut timed_out = false;
     let mut cancelled = false;

@@ -43,11 +43,15 @@ pub struct AttemptSpec {
     pub trial_dir: String,
     /// `$TUNECTL_RESULT`.
     pub result_path: String,
+    /// Keep the full stdout and stderr of every run (`--store-logs`).
+    pub keep_logs: bool,
 }
 
 /// What happened, as raw facts.
 #[derive(Debug, Clone, Default)]
 pub struct AttemptOutcome {
+    /// Full logs (`stdout`, `stderr`) when the spec asked to keep them.
+    pub logs: BTreeMap<String, Vec<u8>>,
     pub warmups_run: u32,
     /// The last run made: a failed warm-up or the counted run.
     pub run: Option<RunOutput>,

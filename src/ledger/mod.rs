@@ -437,6 +437,20 @@ impl Ledger {
         Ok(out)
     }
 
+    /// Store a full log beside its attempt:
+    /// `<study>/trials/<key>/<attempt>.<name>.log`.
+    pub async fn write_log(
+        &self,
+        study: &str,
+        trial: &str,
+        attempt: &str,
+        name: &str,
+        bytes: Vec<u8>,
+    ) -> Result<(), LedgerError> {
+        let key = ObjPath::from(format!("{study}/trials/{trial}/{attempt}.{name}.log"));
+        self.create(&key, bytes).await.map(|_| ())
+    }
+
     /// The first terminal, non-voided attempt of a trial, if any.
     pub async fn terminal_attempt(
         &self,
@@ -513,6 +527,8 @@ impl Ledger {
                     let attempt = name.trim_end_matches(".void").to_string();
                     voids.insert((parts[2].clone(), attempt));
                 }
+                // Stored logs and other companions of an attempt.
+                Some(name) if parts.len() == 4 && !name.ends_with(".json") => {}
                 _ => keys.push(k),
             }
         }

@@ -65,7 +65,7 @@ knobs:
 trial:
   command: '$(printf '%s' "$CMD" | sed "s/'/''/g")'
 objective: {metric: t, better: lower}
-measurement: {warmup: 0, repeats: 1}
+measurement: {warmup: 0, repeats: 1, anchor_every: 0, confirm_repeats: 0}
 EOF
 cat > "$tmp/inventory.yaml" <<EOF
 hosts:

@@ -1,7 +1,9 @@
 #!/bin/sh
 # Run everything CI runs: format check, clippy with warnings denied, and the
 # whole test suite. Installs what the tests need on a fresh Debian machine
-# (as root); for now the suite needs only the Rust toolchain.
+# (as root): besides the Rust toolchain, an S3-compatible server (moto, from
+# PyPI, in .cache/moto-venv) that the ledger tests use; it runs on loopback
+# while the tests run and is stopped on exit (scripts/moto.sh).
 set -eu
 cd "$(dirname "$0")/.."
 
@@ -15,5 +17,18 @@ echo "== cargo fmt --check" >&2
 cargo fmt --all -- --check
 echo "== cargo clippy" >&2
 cargo clippy --locked --all-targets -- -D warnings
+
+. ./scripts/moto.sh
+if [ -n "${TUNECTL_TEST_S3_ENDPOINT:-}" ]; then
+    echo "== S3 test server: using TUNECTL_TEST_S3_ENDPOINT=$TUNECTL_TEST_S3_ENDPOINT" >&2
+else
+    echo "== S3 test server (moto)" >&2
+    moto_install
+    trap moto_stop EXIT
+    trap 'moto_stop; exit 130' INT
+    trap 'moto_stop; exit 143' TERM
+    moto_start
+fi
+
 echo "== cargo test" >&2
 cargo test --locked --all-targets

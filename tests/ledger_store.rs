@@ -1,0 +1,1309 @@
+//! The ledger on an object store, end to end through the binary. Every
+//! scenario runs twice: on the local filesystem and on an S3-compatible
+//! server (moto on loopback, started by `scripts/test.sh`, which exports
+//! `TUNECTL_TEST_S3_ENDPOINT`). Each S3 test makes its own bucket with a
+//! plain HTTP PUT.
+//!
+//! Without `TUNECTL_TEST_S3_ENDPOINT` the S3 half prints "skipped" and
+//! passes, so that `cargo test` alone works on a developer's machine; with
+//! `CI` set it fails instead, so that CI never passes without it.
+//!
+//! The trial program is a fake written at test time (POSIX sh) with a known
+//! profile, so the expected decisions are known. Every command's stdout and
+//! stderr, and every object left in the store, are checked for the
+//! (throwaway) credentials the commands were given.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::{Read, Write};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use futures::TryStreamExt;
+use object_store::path::Path as ObjPath;
+use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
+use serde_json::Value as Json;
+
+/// The fake trial program. Its profile is documented in its header.
+const FAKE_TRIAL: &str = r#"#!/bin/sh
+# FAKE trial program written by tunectl's integration tests
+# (tests/ledger_store.rs). Not a benchmark: it reports made-up,
+# deterministic numbers.
+#
+#   usage: sh fake-trial.sh MODE N
+#
+#   MODE   throughput (ops/s)   out.txt
+#   base   100 + 0.1*repeat     "sum(N) = 7N"
+#   fast   200 + 0.1*repeat     same as base
+#   slow    50 + 0.1*repeat     same as base
+#   wrong  150 + 0.1*repeat     "sum(N) = 4242" (a different output)
+#   crash  -                    -   exits 3 with a line on stderr
+#
+# Every run first appends "TRIAL_KEY ATTEMPT_ID PHASE" to $FAKE_LOG; a
+# measured run then sleeps $FAKE_SLEEP seconds (default 0), so that a kill
+# can land in the middle of a trial.
+set -u
+mode=$1
+n=$2
+r=${TUNECTL_REPEAT:-0}
+phase=${TUNECTL_PHASE:-measure}
+echo "$TUNECTL_TRIAL_ID $TUNECTL_ATTEMPT_ID $phase" >> "${FAKE_LOG:?FAKE_LOG is not set}"
+case $mode in
+    base) tp=100 ;;
+    fast) tp=200 ;;
+    slow) tp=50 ;;
+    wrong) tp=150 ;;
+    crash)
+        echo "fake-trial: mode crash: giving up on purpose" >&2
+        exit 3
+        ;;
+    *)
+        echo "fake-trial: unknown mode $mode" >&2
+        exit 64
+        ;;
+esac
+if [ "$phase" = measure ]; then
+    sleep "${FAKE_SLEEP:-0}"
+fi
+if [ "$mode" = wrong ]; then
+    echo "sum($n) = 4242" > out.txt
+else
+    echo "sum($n) = $((n * 7))" > out.txt
+fi
+printf '{"metrics": {"throughput": %s.%s}}\n' "$tp" "$r" > "$TUNECTL_RESULT"
+"#;
+
+/// A quickstart-like study: knobs with an output trap (`wrong`) and a crash
+/// trap (`crash`), two cells in two buckets, warm-ups, repeats and a final
+/// confirmation round.
+const STUDY: &str = r#"name: storefake
+description: quickstart-like fake study for the ledger store tests
+knobs:
+  mode: {kind: categorical, values: [base, fast, slow, wrong, crash], default: base}
+cells:
+  n: [1, 2]
+trial:
+  command: "sh {{ study_dir }}/fake-trial.sh {{ mode }} {{ n }}"
+  timeout: 20s
+objective: {metric: throughput, unit: ops/s, better: higher}
+measurement: {warmup: 1, repeats: 2, anchor_every: 0, confirm_repeats: 1}
+gate: {outputs: [out.txt]}
+"#;
+
+const STUDY_ID: &str = "storefake";
+/// Sweep trials of a full launch of [`STUDY`]: per cell 2 repeats of base,
+/// fast, slow and wrong, and 1 of crash (a failed config is not repeated).
+const SWEEP_TRIALS: usize = 2 * (4 * 2 + 1);
+/// The prefix of the ledger inside an S3 test bucket.
+const S3_PREFIX: &str = "team/ledgers";
+/// Lease time for every command: a killed launcher's trials are taken over
+/// after this (the default, 2 minutes, is too slow for tests).
+const LEASE_TTL: &str = "2s";
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Backend {
+    Local,
+    S3,
+}
+
+/// The S3 endpoint from `scripts/test.sh`; `None` (after saying so) when it
+/// is missing outside CI. Missing in CI is a failure.
+fn s3_endpoint() -> Option<String> {
+    match std::env::var("TUNECTL_TEST_S3_ENDPOINT") {
+        Ok(v) if !v.trim().is_empty() => Some(v.trim().trim_end_matches('/').to_string()),
+        _ => {
+            let ci = std::env::var_os("CI").is_some_and(|v| !v.is_empty());
+            assert!(
+                !ci,
+                "CI is set but TUNECTL_TEST_S3_ENDPOINT is not: the S3 ledger tests need the \
+                 S3-compatible server that ./scripts/test.sh starts"
+            );
+            eprintln!(
+                "skipped: TUNECTL_TEST_S3_ENDPOINT is not set; run ./scripts/test.sh to test \
+                 the S3 ledger against a local moto server"
+            );
+            None
+        }
+    }
+}
+
+/// A fresh value per call, for bucket names and throwaway secrets.
+fn unique() -> String {
+    static COUNTER: AtomicUsize = AtomicUsize::new(0);
+    let n = COUNTER.fetch_add(1, Ordering::SeqCst);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or(0);
+    format!("{:x}{:08x}{n}", std::process::id(), nanos)
+}
+
+/// `http://host:port` → (host, port).
+fn host_port(endpoint: &str) -> (String, u16) {
+    let u = url::Url::parse(endpoint).expect("endpoint URL");
+    (
+        u.host_str().expect("endpoint host").to_string(),
+        u.port_or_known_default().expect("endpoint port"),
+    )
+}
+
+/// Create a bucket with a plain HTTP PUT (the server accepts any
+/// credentials).
+fn create_bucket(endpoint: &str, bucket: &str) {
+    let (host, port) = host_port(endpoint);
+    let mut s = std::net::TcpStream::connect((host.as_str(), port))
+        .unwrap_or_else(|e| panic!("cannot reach the S3 test server at {endpoint}: {e}"));
+    s.set_read_timeout(Some(Duration::from_secs(30)))
+        .expect("timeout");
+    write!(
+        s,
+        "PUT /{bucket} HTTP/1.1\r\nHost: {host}:{port}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+    )
+    .expect("send PUT");
+    let mut answer = String::new();
+    let _ = s.read_to_string(&mut answer);
+    let status = answer.lines().next().unwrap_or("");
+    assert!(
+        status.contains(" 200"),
+        "creating bucket {bucket} at {endpoint}: {status}"
+    );
+}
+
+/// A closed TCP port on loopback (bound, then released).
+fn closed_port() -> u16 {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    l.local_addr().expect("addr").port()
+}
+
+/// What a command did.
+struct Out {
+    code: Option<i32>,
+    stdout: String,
+    stderr: String,
+    took: Duration,
+}
+
+impl Out {
+    fn text(&self) -> String {
+        format!(
+            "exit {:?} after {:?}\n--- stdout\n{}--- stderr\n{}",
+            self.code, self.took, self.stdout, self.stderr
+        )
+    }
+}
+
+/// The `ran N trials` number of a launch's summary line.
+fn ran(stderr: &str) -> usize {
+    let line = stderr
+        .lines()
+        .find(|l| l.starts_with("ran "))
+        .unwrap_or_else(|| panic!("no summary line in:\n{stderr}"));
+    line.split_whitespace()
+        .nth(1)
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("bad summary line {line:?}"))
+}
+
+/// A study directory with the fake program, a ledger on one backend, work
+/// directories and the fake's run log, all in a tempdir.
+struct Env {
+    tmp: tempfile::TempDir,
+    /// S3: (endpoint, bucket).
+    s3: Option<(String, String)>,
+    url: String,
+    /// Throwaway credentials given to every command: they must never show.
+    secret: String,
+    token: String,
+    rt: tokio::runtime::Runtime,
+    outputs: AtomicUsize,
+}
+
+impl Env {
+    /// `None` when the backend is S3 and no test server is configured
+    /// (outside CI).
+    fn new(backend: Backend, study: &str) -> Option<Env> {
+        let s3 = match backend {
+            Backend::Local => None,
+            Backend::S3 => {
+                let endpoint = s3_endpoint()?;
+                let bucket = format!("tunectl-{}", unique());
+                create_bucket(&endpoint, &bucket);
+                Some((endpoint, bucket))
+            }
+        };
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let url = match &s3 {
+            Some((_, bucket)) => format!("s3://{bucket}/{S3_PREFIX}"),
+            None => tmp.path().join("ledger").display().to_string(),
+        };
+        let env = Env {
+            s3,
+            url,
+            secret: format!("tunectl-test-secret-{}", unique()),
+            token: format!("tunectl-test-token-{}", unique()),
+            rt: tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("runtime"),
+            outputs: AtomicUsize::new(0),
+            tmp,
+        };
+        std::fs::create_dir(env.study_dir()).expect("mkdir study");
+        std::fs::write(env.study_dir().join("fake-trial.sh"), FAKE_TRIAL).expect("write fake");
+        std::fs::write(env.study(), study).expect("write study");
+        Some(env)
+    }
+
+    fn study_dir(&self) -> PathBuf {
+        self.tmp.path().join("study")
+    }
+
+    fn study(&self) -> PathBuf {
+        self.study_dir().join("study.yaml")
+    }
+
+    fn log(&self) -> PathBuf {
+        self.tmp.path().join("runs.log")
+    }
+
+    /// The local ledger directory (local backend).
+    fn ledger_dir(&self) -> PathBuf {
+        self.tmp.path().join("ledger")
+    }
+
+    /// tunectl with a clean environment: the fake's log, the short lease
+    /// time, and the (throwaway) S3 settings and credentials.
+    fn cmd(&self) -> Command {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_tunectl"));
+        c.current_dir(self.tmp.path())
+            .stdin(Stdio::null())
+            .env_remove("TUNECTL_LEDGER")
+            .env_remove("TUNECTL_WORKDIR")
+            .env_remove("TUNECTL_LOG")
+            .env_remove("FAKE_SLEEP")
+            .env("TUNECTL_LEASE_TTL", LEASE_TTL)
+            .env("FAKE_LOG", self.log())
+            .env("AWS_ACCESS_KEY_ID", "tunectl-test")
+            .env("AWS_SECRET_ACCESS_KEY", &self.secret)
+            .env("AWS_SESSION_TOKEN", &self.token)
+            .env("AWS_REGION", "us-east-1")
+            .env("AWS_ALLOW_HTTP", "true");
+        match &self.s3 {
+            Some((endpoint, _)) => c.env("AWS_ENDPOINT_URL", endpoint),
+            None => c.env_remove("AWS_ENDPOINT_URL"),
+        };
+        c
+    }
+
+    /// Files for a command's stdout and stderr.
+    fn output_files(&self) -> (PathBuf, PathBuf) {
+        let n = self.outputs.fetch_add(1, Ordering::SeqCst);
+        let dir = self.tmp.path().join("outputs");
+        std::fs::create_dir_all(&dir).expect("mkdir outputs");
+        (
+            dir.join(format!("{n}.stdout")),
+            dir.join(format!("{n}.stderr")),
+        )
+    }
+
+    fn spawn(&self, mut cmd: Command) -> (Child, (PathBuf, PathBuf)) {
+        let files = self.output_files();
+        let child = cmd
+            .stdout(std::fs::File::create(&files.0).expect("stdout file"))
+            .stderr(std::fs::File::create(&files.1).expect("stderr file"))
+            .spawn()
+            .expect("spawn tunectl");
+        (child, files)
+    }
+
+    /// Wait for a spawned command (killed past `limit`); its output is
+    /// checked for credentials.
+    fn finish(&self, mut child: Child, files: (PathBuf, PathBuf), started: Instant) -> Out {
+        let limit = Duration::from_secs(120);
+        let status = loop {
+            if let Some(s) = child.try_wait().expect("wait") {
+                break Some(s);
+            }
+            if started.elapsed() > limit {
+                let _ = child.kill();
+                let _ = child.wait();
+                break None;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        };
+        let out = Out {
+            code: status.and_then(|s| s.code()),
+            stdout: std::fs::read_to_string(&files.0).unwrap_or_default(),
+            stderr: std::fs::read_to_string(&files.1).unwrap_or_default(),
+            took: started.elapsed(),
+        };
+        assert!(
+            status.is_some(),
+            "command ran past {limit:?}:\n{}",
+            out.text()
+        );
+        self.assert_no_secret(&out.stdout, "stdout");
+        self.assert_no_secret(&out.stderr, "stderr");
+        out
+    }
+
+    fn run(&self, cmd: Command) -> Out {
+        let started = Instant::now();
+        let (child, files) = self.spawn(cmd);
+        self.finish(child, files, started)
+    }
+
+    fn assert_no_secret(&self, text: &str, what: &str) {
+        for s in [&self.secret, &self.token] {
+            assert!(
+                !text.contains(s.as_str()),
+                "a credential shows in {what}:\n{text}"
+            );
+        }
+    }
+
+    fn launch_cmd(&self, work: &str, extra_env: &[(&str, &str)]) -> Command {
+        let mut c = self.cmd();
+        c.arg("launch")
+            .arg(self.study())
+            .args(["--ledger", &self.url, "--workdir"])
+            .arg(self.tmp.path().join(work))
+            .args(["--progress", "quiet"]);
+        for (k, v) in extra_env {
+            c.env(k, v);
+        }
+        c
+    }
+
+    fn launch(&self) -> Out {
+        self.run(self.launch_cmd("work", &[]))
+    }
+
+    fn launch_ok(&self) -> Out {
+        let out = self.launch();
+        assert_eq!(out.code, Some(0), "launch failed:\n{}", out.text());
+        out
+    }
+
+    /// `tunectl ARGS --ledger URL`.
+    fn tunectl(&self, args: &[&str]) -> Out {
+        let mut c = self.cmd();
+        c.args(args).args(["--ledger", &self.url]);
+        self.run(c)
+    }
+
+    fn study_arg(&self) -> String {
+        self.study().display().to_string()
+    }
+
+    fn report_json(&self) -> Json {
+        let out = self.tunectl(&["report", &self.study_arg(), "--format", "json"]);
+        assert_eq!(out.code, Some(0), "report failed:\n{}", out.text());
+        serde_json::from_str(&out.stdout).expect("report JSON")
+    }
+
+    fn status_json(&self) -> Json {
+        let out = self.tunectl(&["status", &self.study_arg(), "--json"]);
+        assert_eq!(out.code, Some(0), "status failed:\n{}", out.text());
+        serde_json::from_str(&out.stdout).expect("status JSON")
+    }
+
+    /// Lines of the fake's log: (trial key, attempt id, phase).
+    fn runs(&self) -> Vec<(String, String, String)> {
+        std::fs::read_to_string(self.log())
+            .unwrap_or_default()
+            .lines()
+            .map(|l| {
+                let mut w = l.split_whitespace().map(str::to_string);
+                (
+                    w.next().unwrap_or_default(),
+                    w.next().unwrap_or_default(),
+                    w.next().unwrap_or_default(),
+                )
+            })
+            .collect()
+    }
+
+    /// Measured runs per trial key (warm-ups not counted).
+    fn measured_runs(&self) -> BTreeMap<String, usize> {
+        let mut out = BTreeMap::new();
+        for (key, _, phase) in self.runs() {
+            if phase == "measure" {
+                *out.entry(key).or_insert(0) += 1;
+            }
+        }
+        out
+    }
+
+    /// The ledger's root as a raw object store (the same library the
+    /// binary uses, not the binary's own code).
+    fn store(&self) -> Arc<dyn ObjectStore> {
+        match &self.s3 {
+            Some((endpoint, bucket)) => Arc::new(object_store::prefix::PrefixStore::new(
+                self.bucket_store(endpoint, bucket),
+                S3_PREFIX,
+            )),
+            None => {
+                std::fs::create_dir_all(self.ledger_dir()).expect("ledger dir");
+                Arc::new(
+                    object_store::local::LocalFileSystem::new_with_prefix(self.ledger_dir())
+                        .expect("local store"),
+                )
+            }
+        }
+    }
+
+    fn bucket_store(&self, endpoint: &str, bucket: &str) -> object_store::aws::AmazonS3 {
+        object_store::aws::AmazonS3Builder::new()
+            .with_endpoint(endpoint)
+            .with_allow_http(true)
+            .with_region("us-east-1")
+            .with_bucket_name(bucket)
+            .with_access_key_id("tunectl-test")
+            .with_secret_access_key(&self.secret)
+            .build()
+            .expect("S3 store")
+    }
+
+    /// Every object under `prefix` of the ledger: (key, bytes).
+    fn objects(&self, prefix: &str) -> Vec<(String, Vec<u8>)> {
+        let store = self.store();
+        self.rt.block_on(async {
+            let p = ObjPath::from(prefix);
+            let metas: Vec<_> = store
+                .list(Some(&p))
+                .try_collect()
+                .await
+                .expect("list the ledger");
+            let mut out = Vec::new();
+            for m in metas {
+                let bytes = store
+                    .get(&m.location)
+                    .await
+                    .expect("get")
+                    .bytes()
+                    .await
+                    .expect("read");
+                out.push((m.location.to_string(), bytes.to_vec()));
+            }
+            out.sort();
+            out
+        })
+    }
+
+    fn put_raw(&self, key: &str, bytes: Vec<u8>) {
+        let store = self.store();
+        self.rt.block_on(async {
+            store
+                .put(&ObjPath::from(key), PutPayload::from(bytes))
+                .await
+                .expect("put a raw object");
+        });
+    }
+
+    /// Attempt records per trial key (in attempt-id order); objects that
+    /// are not attempt records are left out.
+    fn attempts(&self) -> BTreeMap<String, Vec<Json>> {
+        let mut out: BTreeMap<String, Vec<Json>> = BTreeMap::new();
+        for (key, bytes) in self.objects(&format!("{STUDY_ID}/trials")) {
+            let parts: Vec<&str> = key.split('/').collect();
+            if parts.len() != 4 || !parts[3].ends_with(".json") {
+                continue;
+            }
+            if let Ok(v) = serde_json::from_slice::<Json>(&bytes)
+                && v.get("trial_key").is_some()
+            {
+                out.entry(parts[2].to_string()).or_default().push(v);
+            }
+        }
+        out
+    }
+
+    /// No credential in any object of the store: the whole bucket, or the
+    /// whole ledger directory.
+    fn assert_no_secret_in_store(&self) {
+        let mut seen = 0;
+        match &self.s3 {
+            Some((endpoint, bucket)) => {
+                let store = self.bucket_store(endpoint, bucket);
+                let objects: Vec<(String, Vec<u8>)> = self.rt.block_on(async {
+                    let metas: Vec<_> = store.list(None).try_collect().await.expect("list bucket");
+                    let mut out = Vec::new();
+                    for m in metas {
+                        let b = store
+                            .get(&m.location)
+                            .await
+                            .expect("get")
+                            .bytes()
+                            .await
+                            .expect("read");
+                        out.push((m.location.to_string(), b.to_vec()));
+                    }
+                    out
+                });
+                for (key, bytes) in objects {
+                    seen += 1;
+                    self.assert_no_secret(&String::from_utf8_lossy(&bytes), &key);
+                }
+            }
+            None => {
+                let mut stack = vec![self.ledger_dir()];
+                while let Some(dir) = stack.pop() {
+                    let Ok(entries) = std::fs::read_dir(&dir) else {
+                        continue;
+                    };
+                    for e in entries {
+                        let p = e.expect("entry").path();
+                        if p.is_dir() {
+                            stack.push(p);
+                        } else {
+                            seen += 1;
+                            let bytes = std::fs::read(&p).expect("read ledger file");
+                            self.assert_no_secret(
+                                &String::from_utf8_lossy(&bytes),
+                                &p.display().to_string(),
+                            );
+                        }
+                    }
+                }
+            }
+        }
+        assert!(seen > 0, "the ledger is empty");
+    }
+}
+
+fn is_terminal(a: &Json) -> bool {
+    matches!(a["status"].as_str(), Some("ok" | "failed"))
+}
+
+/// Keys of sweep trials with a terminal attempt.
+fn sweep_keys(attempts: &BTreeMap<String, Vec<Json>>) -> BTreeSet<String> {
+    attempts
+        .iter()
+        .filter(|(_, l)| l.iter().any(|a| a["role"] == "sweep" && is_terminal(a)))
+        .map(|(k, _)| k.clone())
+        .collect()
+}
+
+/// Every trial in the ledger has exactly one terminal attempt (lost ones
+/// allowed beside it).
+fn assert_one_terminal_each(attempts: &BTreeMap<String, Vec<Json>>) {
+    assert!(!attempts.is_empty(), "no attempts in the ledger");
+    for (key, list) in attempts {
+        let terminal = list.iter().filter(|a| is_terminal(a)).count();
+        assert_eq!(
+            terminal,
+            1,
+            "trial {key} has {terminal} terminal attempts: {}",
+            serde_json::to_string_pretty(list).unwrap_or_default()
+        );
+    }
+}
+
+/// What a report decides: per cell (cell, winner, [(rejected, class)]) and
+/// per bucket (bucket, what ships).
+type Decisions = (
+    Vec<(String, String, Vec<(String, String)>)>,
+    Vec<(String, String)>,
+);
+
+fn decisions(report: &Json) -> Decisions {
+    let classes = report["classes"].as_array().expect("classes");
+    assert_eq!(classes.len(), 1, "one host class expected: {report}");
+    let cells = classes[0]["cells"]
+        .as_array()
+        .expect("cells")
+        .iter()
+        .map(|c| {
+            let mut rejected: Vec<(String, String)> = c["rejected"]
+                .as_array()
+                .expect("rejected")
+                .iter()
+                .map(|r| {
+                    (
+                        r["label"].as_str().unwrap_or("").to_string(),
+                        r["rejection"]["class"].as_str().unwrap_or("").to_string(),
+                    )
+                })
+                .collect();
+            rejected.sort();
+            (
+                c["cell_label"].as_str().unwrap_or("").to_string(),
+                c["winner"]["label"]
+                    .as_str()
+                    .unwrap_or("(none)")
+                    .to_string(),
+                rejected,
+            )
+        })
+        .collect();
+    let buckets = classes[0]["buckets"]
+        .as_array()
+        .expect("buckets")
+        .iter()
+        .map(|b| {
+            (
+                b["label"].as_str().unwrap_or("").to_string(),
+                b["winner"]["label"]
+                    .as_str()
+                    .unwrap_or("baseline")
+                    .to_string(),
+            )
+        })
+        .collect();
+    (cells, buckets)
+}
+
+/// The decisions [`STUDY`]'s fake profile implies, whatever the store.
+fn assert_expected_decisions(d: &Decisions) {
+    let wrong_and_crash = vec![
+        ("mode=crash".to_string(), "crash".to_string()),
+        ("mode=wrong".to_string(), "output_changed".to_string()),
+    ];
+    let cells: Vec<_> = ["n=1", "n=2"]
+        .iter()
+        .map(|c| {
+            (
+                c.to_string(),
+                "mode=fast".to_string(),
+                wrong_and_crash.clone(),
+            )
+        })
+        .collect();
+    assert_eq!(d.0, cells, "cell decisions");
+    assert_eq!(d.1.len(), 2, "two buckets: {d:?}");
+    for (bucket, ships) in &d.1 {
+        assert_eq!(ships, "mode=fast", "bucket {bucket}");
+    }
+}
+
+/// A clean launch of `study` on a local ledger: its decisions and sweep
+/// trial keys (trial keys do not depend on the store).
+fn reference(study: &str) -> (Decisions, BTreeSet<String>) {
+    let env = Env::new(Backend::Local, study).expect("local env");
+    env.launch_ok();
+    (decisions(&env.report_json()), sweep_keys(&env.attempts()))
+}
+
+/// Run a scenario against the local filesystem and against S3.
+macro_rules! on_both_stores {
+    ($scenario:ident, $local:ident, $s3:ident) => {
+        #[test]
+        fn $local() {
+            $scenario(Backend::Local);
+        }
+
+        #[test]
+        fn $s3() {
+            $scenario(Backend::S3);
+        }
+    };
+}
+
+on_both_stores!(
+    quickstart_like_study,
+    quickstart_like_study_on_a_local_ledger,
+    quickstart_like_study_on_an_s3_ledger
+);
+on_both_stores!(
+    two_concurrent_launchers,
+    two_concurrent_launchers_on_a_local_ledger,
+    two_concurrent_launchers_on_an_s3_ledger
+);
+on_both_stores!(
+    sigkilled_launchers,
+    sigkilled_launchers_on_a_local_ledger,
+    sigkilled_launchers_on_an_s3_ledger
+);
+on_both_stores!(
+    corrupt_attempt_objects,
+    corrupt_attempt_objects_on_a_local_ledger,
+    corrupt_attempt_objects_on_an_s3_ledger
+);
+on_both_stores!(
+    unwritable_ledger,
+    unwritable_local_ledger_stops_before_any_trial,
+    missing_s3_bucket_stops_before_any_trial
+);
+
+/// The study runs on the store exactly as on a local ledger: same
+/// decisions, nothing runs twice, `status` and `ledger check` agree.
+fn quickstart_like_study(backend: Backend) {
+    let Some(env) = Env::new(backend, STUDY) else {
+        return;
+    };
+    let out = env.launch_ok();
+    assert!(
+        out.stderr
+            .contains(&format!("launching study {STUDY_ID} · ledger {}", env.url)),
+        "{}",
+        out.text()
+    );
+    let report = env.report_json();
+    let d = decisions(&report);
+    assert_expected_decisions(&d);
+    if backend == Backend::S3 {
+        let (local, local_keys) = reference(STUDY);
+        assert_eq!(d, local, "S3 and local ledgers decide alike");
+        assert_eq!(sweep_keys(&env.attempts()), local_keys, "same trials");
+    }
+
+    // One attempt per trial, every one terminal, each measured once.
+    let attempts = env.attempts();
+    assert_one_terminal_each(&attempts);
+    for (key, list) in &attempts {
+        assert_eq!(list.len(), 1, "trial {key}: {list:?}");
+    }
+    let sweeps = sweep_keys(&attempts);
+    assert_eq!(sweeps.len(), SWEEP_TRIALS, "{sweeps:?}");
+    assert_eq!(ran(&out.stderr), attempts.len(), "{}", out.text());
+    let measured = env.measured_runs();
+    for (key, list) in &attempts {
+        let expected = usize::from(list[0]["status"] == "ok");
+        assert_eq!(measured.get(key).copied().unwrap_or(0), expected, "{key}");
+    }
+    let ok = attempts.values().filter(|l| l[0]["status"] == "ok").count();
+    let failed = attempts.len() - ok;
+    assert_eq!(failed, 2, "crash fails once per cell");
+
+    // The layout, under the URL's prefix.
+    let keys: Vec<String> = env.objects("").into_iter().map(|(k, _)| k).collect();
+    assert!(keys.contains(&format!("{STUDY_ID}/study.json")), "{keys:?}");
+    assert!(
+        keys.iter()
+            .any(|k| k.starts_with(&format!("{STUDY_ID}/hosts/local/fp-"))),
+        "{keys:?}"
+    );
+    assert!(
+        keys.iter()
+            .any(|k| k.starts_with(&format!("{STUDY_ID}/verdicts/"))),
+        "{keys:?}"
+    );
+    assert!(
+        !keys
+            .iter()
+            .any(|k| k.starts_with(&format!("{STUDY_ID}/leases/"))),
+        "leases are released: {keys:?}"
+    );
+
+    // A relaunch runs nothing new.
+    let runs_before = env.runs().len();
+    let again = env.launch_ok();
+    assert_eq!(ran(&again.stderr), 0, "{}", again.text());
+    assert_eq!(env.runs().len(), runs_before, "the fake ran again");
+    assert_eq!(env.attempts(), attempts, "the relaunch wrote attempts");
+    assert_eq!(decisions(&env.report_json()), d);
+
+    // status: done counts; ledger check: clean.
+    let status = env.status_json();
+    let rows = status.as_array().expect("status rows");
+    assert_eq!(rows.len(), 1, "{status}");
+    assert_eq!(rows[0]["done"], ok, "{status}");
+    assert_eq!(rows[0]["failed"], failed, "{status}");
+    assert_eq!(rows[0]["lost"], 0, "{status}");
+    assert_eq!(rows[0]["running"], 0, "{status}");
+    let text = env.tunectl(&["status", &env.study_arg()]);
+    assert_eq!(text.code, Some(0), "{}", text.text());
+    assert!(
+        text.stdout
+            .contains(&format!("study {STUDY_ID} · ledger {}", env.url)),
+        "{}",
+        text.text()
+    );
+    assert!(
+        text.stdout.contains(&format!("done {ok} · failed 2")),
+        "{}",
+        text.text()
+    );
+    let check = env.tunectl(&["ledger", "check", &env.study_arg()]);
+    assert_eq!(check.code, Some(0), "{}", check.text());
+    assert!(
+        check.stdout.contains(&format!(
+            "{STUDY_ID}: {} attempts readable, 0 voided, 0 unreadable",
+            attempts.len()
+        )),
+        "{}",
+        check.text()
+    );
+    // Without a study: every study of the ledger.
+    let all = env.tunectl(&["ledger", "check"]);
+    assert_eq!(all.code, Some(0), "{}", all.text());
+    assert!(all.stdout.contains(STUDY_ID), "{}", all.text());
+
+    // Credentials in the URL's user info are never shown either.
+    if let Some((_, bucket)) = &env.s3 {
+        let url = format!("s3://tunectl-test:{}@{bucket}/{S3_PREFIX}", env.secret);
+        let mut c = env.cmd();
+        c.args(["status", &env.study_arg(), "--ledger", &url]);
+        let out = env.run(c);
+        assert_eq!(out.code, Some(0), "{}", out.text());
+        assert!(out.stdout.contains(&env.url), "{}", out.text());
+    }
+    env.assert_no_secret_in_store();
+}
+
+/// Two launchers started at once on one study: no trial runs twice, every
+/// trial ends with exactly one terminal attempt.
+fn two_concurrent_launchers(backend: Backend) {
+    let Some(env) = Env::new(backend, STUDY) else {
+        return;
+    };
+    let slow = [("FAKE_SLEEP", "0.1")];
+    let started = Instant::now();
+    let (a, fa) = env.spawn(env.launch_cmd("work-a", &slow));
+    let (b, fb) = env.spawn(env.launch_cmd("work-b", &slow));
+    let a = env.finish(a, fa, started);
+    let b = env.finish(b, fb, started);
+    assert_eq!(a.code, Some(0), "launcher A:\n{}", a.text());
+    assert_eq!(b.code, Some(0), "launcher B:\n{}", b.text());
+
+    // No trial key measured twice (warm-ups are not counted).
+    let measured = env.measured_runs();
+    let twice: Vec<_> = measured.iter().filter(|(_, n)| **n > 1).collect();
+    assert!(
+        twice.is_empty(),
+        "trials run more than once: {twice:?}\nA:\n{}\nB:\n{}",
+        a.text(),
+        b.text()
+    );
+
+    let attempts = env.attempts();
+    assert_one_terminal_each(&attempts);
+    for (key, list) in &attempts {
+        if list.iter().any(|a| a["status"] == "ok") {
+            assert_eq!(measured.get(key), Some(&1), "trial {key} was measured");
+        }
+    }
+    let terminal = attempts.len();
+    assert_eq!(
+        ran(&a.stderr) + ran(&b.stderr),
+        terminal,
+        "the launchers ran each trial once between them:\nA:\n{}\nB:\n{}",
+        a.text(),
+        b.text()
+    );
+    assert!(
+        ran(&a.stderr) > 0 && ran(&b.stderr) > 0,
+        "both launchers ran trials:\nA:\n{}\nB:\n{}",
+        a.text(),
+        b.text()
+    );
+    eprintln!(
+        "{backend:?}: launcher A ran {}, B ran {} trials",
+        ran(&a.stderr),
+        ran(&b.stderr)
+    );
+    let (clean, clean_keys) = reference(STUDY);
+    assert_eq!(sweep_keys(&attempts), clean_keys, "every planned trial ran");
+    assert_eq!(decisions(&env.report_json()), clean);
+    let leases: Vec<String> = env
+        .objects(&format!("{STUDY_ID}/leases"))
+        .into_iter()
+        .map(|(k, _)| k)
+        .collect();
+    assert!(leases.is_empty(), "leases left behind: {leases:?}");
+    env.assert_no_secret_in_store();
+}
+
+/// A small deterministic generator (xorshift64*), so kill points repeat
+/// from a seed.
+struct Rng(u64);
+
+impl Rng {
+    fn next_u64(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+}
+
+/// The launcher is SIGKILLed at random points again and again, then runs
+/// to completion: every trial has exactly one terminal result and the
+/// decisions are a clean run's.
+fn sigkilled_launchers(backend: Backend) {
+    // Three repeats, so that five kills land before the study is done.
+    let study = STUDY.replace("repeats: 2", "repeats: 3");
+    let Some(env) = Env::new(backend, &study) else {
+        return;
+    };
+    let seed: u64 = std::env::var("TUNECTL_TEST_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(20_261_129);
+    let mut rng = Rng(seed.max(1));
+    let slow = [("FAKE_SLEEP", "0.2")];
+    let mut kills = Vec::new();
+    let mut mid_trial = 0;
+    for round in 0..12 {
+        if kills.len() >= 5 {
+            break;
+        }
+        let wait = Duration::from_millis(250 + rng.next_u64() % 900);
+        let started = Instant::now();
+        let runs_before = env.runs().len();
+        let (mut child, files) = env.spawn(env.launch_cmd(&format!("work-{round}"), &slow));
+        std::thread::sleep(wait);
+        if child.try_wait().expect("try_wait").is_none() {
+            child.kill().expect("SIGKILL the launcher");
+            let _ = child.wait();
+            kills.push(wait);
+            // A trial this launcher started that has no terminal attempt:
+            // the kill landed in the middle of it.
+            let attempts = env.attempts();
+            let done: BTreeSet<&String> = attempts
+                .iter()
+                .filter(|(_, l)| l.iter().any(is_terminal))
+                .map(|(k, _)| k)
+                .collect();
+            if env.runs()[runs_before..]
+                .iter()
+                .any(|(k, _, _)| !done.contains(k))
+            {
+                mid_trial += 1;
+            }
+        }
+        // Whatever it printed before dying carries no credential.
+        let out = env.finish(child, files, started);
+        assert_ne!(out.code, Some(1), "round {round}:\n{}", out.text());
+    }
+    assert!(
+        kills.len() >= 5,
+        "only {} kills landed before the study finished (seed {seed}): {kills:?}",
+        kills.len()
+    );
+    assert!(
+        mid_trial > 0,
+        "no kill landed in the middle of a trial (seed {seed}): {kills:?}"
+    );
+
+    let last = env.launch_ok();
+    eprintln!(
+        "{backend:?}: seed {seed}, {} kills after {kills:?}, {mid_trial} in the middle of a trial; the last launch ran {}",
+        kills.len(),
+        ran(&last.stderr)
+    );
+    let attempts = env.attempts();
+    assert_one_terminal_each(&attempts);
+    let (clean, clean_keys) = reference(&study);
+    assert_eq!(
+        sweep_keys(&attempts),
+        clean_keys,
+        "every planned trial ran (seed {seed}):\n{}",
+        last.text()
+    );
+    assert_eq!(
+        decisions(&env.report_json()),
+        clean,
+        "seed {seed}, kills after {kills:?}"
+    );
+    let status = env.status_json();
+    assert_eq!(status[0]["running"], 0, "{status}");
+    env.assert_no_secret_in_store();
+}
+
+/// Truncated and garbage attempt objects: `ledger check` names them and
+/// fails, `report` ignores them, and their trials run again.
+fn corrupt_attempt_objects(backend: Backend) {
+    let Some(env) = Env::new(backend, STUDY) else {
+        return;
+    };
+    env.launch_ok();
+    let clean = decisions(&env.report_json());
+    let attempts = env.attempts();
+    let pick = |label: &str, cell: &str, repeat: u64| -> (String, String) {
+        let (key, list) = attempts
+            .iter()
+            .find(|(_, l)| {
+                l[0]["role"] == "sweep"
+                    && l[0]["config_label"] == label
+                    && l[0]["cell_label"] == cell
+                    && l[0]["repeat"] == repeat
+            })
+            .unwrap_or_else(|| panic!("no attempt of {label} @ {cell} repeat {repeat}"));
+        let id = list[0]["attempt_id"].as_str().expect("attempt id");
+        (key.clone(), format!("{STUDY_ID}/trials/{key}/{id}.json"))
+    };
+    // The first baseline of n=1 (its cell waits for it) and a repeat of the
+    // winner at n=2.
+    let (base_key, truncated) = pick("baseline", "n=1", 0);
+    let (fast_key, garbage) = pick("mode=fast", "n=2", 1);
+    let objects: BTreeMap<String, Vec<u8>> = env.objects(STUDY_ID).into_iter().collect();
+    let whole = &objects[&truncated];
+    env.put_raw(&truncated, whole[..whole.len() / 2].to_vec());
+    env.put_raw(&garbage, b"\x00\xffnot an attempt record\x7f".to_vec());
+
+    let check = env.tunectl(&["ledger", "check", &env.study_arg()]);
+    assert_eq!(check.code, Some(1), "{}", check.text());
+    for key in [&truncated, &garbage] {
+        assert!(
+            check.stdout.contains(key.as_str()),
+            "{key}:\n{}",
+            check.text()
+        );
+    }
+    assert!(
+        check
+            .stderr
+            .contains(&format!("2 unreadable objects in ledger {}", env.url)),
+        "{}",
+        check.text()
+    );
+
+    // report: the two are ignored (and listed), nothing else changes.
+    let report = env.report_json();
+    let listed: BTreeSet<&str> = report["corrupt_objects"]
+        .as_array()
+        .expect("corrupt_objects")
+        .iter()
+        .filter_map(|c| c["key"].as_str())
+        .collect();
+    assert_eq!(
+        listed,
+        BTreeSet::from([truncated.as_str(), garbage.as_str()]),
+        "{report}"
+    );
+    let cell1 = &report["classes"][0]["cells"][0];
+    assert_eq!(cell1["cell_label"], "n=1");
+    assert_eq!(cell1["baseline"]["trials"], 1, "{cell1}");
+    let status = env.tunectl(&["status", &env.study_arg()]);
+    assert_eq!(status.code, Some(0), "{}", status.text());
+    assert!(
+        status.stdout.contains("2 unreadable ledger objects"),
+        "{}",
+        status.text()
+    );
+
+    // A relaunch runs exactly those two trials again.
+    let before = env.attempts();
+    let runs_before = env.runs().len();
+    let out = env.launch_ok();
+    for key in [&truncated, &garbage] {
+        assert!(
+            out.stderr
+                .contains(&format!("warning: ignoring unreadable ledger object {key}")),
+            "{}",
+            out.text()
+        );
+    }
+    let after = env.attempts();
+    let sweeps_of = |m: &BTreeMap<String, Vec<Json>>, k: &str| {
+        m.get(k)
+            .map(|l| l.iter().filter(|a| a["role"] == "sweep").count())
+            .unwrap_or(0)
+    };
+    let new_sweeps: BTreeSet<&String> = after
+        .keys()
+        .filter(|k| sweeps_of(&after, k) > sweeps_of(&before, k))
+        .collect();
+    assert_eq!(
+        new_sweeps,
+        BTreeSet::from([&base_key, &fast_key]),
+        "{}",
+        out.text()
+    );
+    let rerun: BTreeSet<String> = env.runs()[runs_before..]
+        .iter()
+        .filter(|(_, _, phase)| phase == "measure")
+        .map(|(k, _, _)| k.clone())
+        .collect();
+    assert!(
+        rerun.contains(&base_key) && rerun.contains(&fast_key),
+        "{rerun:?}"
+    );
+    for key in [&base_key, &fast_key] {
+        let readable: Vec<_> = after[key].iter().filter(|a| is_terminal(a)).collect();
+        assert_eq!(readable.len(), 1, "{key}: {readable:?}");
+    }
+    let report = env.report_json();
+    assert_eq!(decisions(&report), clean);
+    assert_eq!(report["classes"][0]["cells"][0]["baseline"]["trials"], 2);
+    // The objects stay (nothing is ever rewritten): check still names them.
+    let check = env.tunectl(&["ledger", "check", &env.study_arg()]);
+    assert_eq!(check.code, Some(1), "{}", check.text());
+    assert!(
+        check.stdout.contains(truncated.as_str()),
+        "{}",
+        check.text()
+    );
+    env.assert_no_secret_in_store();
+}
+
+/// A launch that must fail with `needle` in its error, naming the ledger,
+/// before any trial ran.
+fn assert_stops_before_any_trial(env: &Env, url: &str, needle: &str) {
+    let mut c = env.cmd();
+    c.arg("launch")
+        .arg(env.study())
+        .args(["--ledger", url, "--workdir"])
+        .arg(env.tmp.path().join("work"))
+        .args(["--progress", "quiet"]);
+    let out = env.run(c);
+    assert_eq!(out.code, Some(1), "{}", out.text());
+    let shown = object_store_url_shown(url);
+    assert!(
+        out.stderr.contains(&format!("error: ledger `{shown}`")),
+        "the error names the ledger {shown}:\n{}",
+        out.text()
+    );
+    assert!(out.stderr.contains(needle), "{needle}:\n{}", out.text());
+    assert!(
+        out.took < Duration::from_secs(20),
+        "took {:?}:\n{}",
+        out.took,
+        out.text()
+    );
+    assert!(env.runs().is_empty(), "a trial ran: {:?}", env.runs());
+}
+
+/// A URL as tunectl shows it (user info removed).
+fn object_store_url_shown(url: &str) -> String {
+    match url::Url::parse(url) {
+        Ok(mut u) if !u.username().is_empty() => {
+            let _ = u.set_username("");
+            let _ = u.set_password(None);
+            u.to_string()
+        }
+        _ => url.to_string(),
+    }
+}
+
+/// A ledger that cannot be written stops the launch before any trial.
+///
+/// Local: the tests run as root in CI, and `chmod` does not stop root, so
+/// the unwritable ledgers are ones no user can write: a path that is a
+/// regular file (the ledger cannot be opened), and a ledger whose study
+/// folder is a regular file (the store opens, the first write fails). A
+/// read-only directory is tried too when not running as root.
+///
+/// S3: a bucket that does not exist.
+fn unwritable_ledger(backend: Backend) {
+    let Some(env) = Env::new(backend, STUDY) else {
+        return;
+    };
+    match backend {
+        Backend::Local => {
+            let file = env.tmp.path().join("a-file");
+            std::fs::write(&file, "not a directory\n").expect("write file");
+            let path = file.display().to_string();
+            assert_stops_before_any_trial(&env, &path, "cannot create directory");
+            let url = format!("file://{path}");
+            assert_stops_before_any_trial(&env, &url, "cannot create directory");
+
+            let ledger = env.tmp.path().join("blocked");
+            std::fs::create_dir(&ledger).expect("mkdir");
+            std::fs::write(ledger.join(STUDY_ID), "in the way\n").expect("write file");
+            let path = ledger.display().to_string();
+            assert_stops_before_any_trial(&env, &path, &format!("`{STUDY_ID}/study.json`"));
+
+            // SAFETY: geteuid(2) has no preconditions.
+            if unsafe { libc::geteuid() } != 0 {
+                use std::os::unix::fs::PermissionsExt as _;
+                let ro = env.tmp.path().join("read-only");
+                std::fs::create_dir(&ro).expect("mkdir");
+                std::fs::set_permissions(&ro, std::fs::Permissions::from_mode(0o555))
+                    .expect("chmod");
+                assert_stops_before_any_trial(
+                    &env,
+                    &ro.display().to_string(),
+                    &format!("`{STUDY_ID}/study.json`"),
+                );
+            } else {
+                eprintln!("note: running as root: a read-only directory would not stop writes");
+            }
+        }
+        Backend::S3 => {
+            let url = format!("s3://tunectl-missing-{}/{S3_PREFIX}", unique());
+            assert_stops_before_any_trial(&env, &url, "NoSuchBucket");
+            // User info in the URL is never shown.
+            let url = format!(
+                "s3://tunectl-test:{}@tunectl-missing-{}/{S3_PREFIX}",
+                env.secret,
+                unique()
+            );
+            assert_stops_before_any_trial(&env, &url, "NoSuchBucket");
+            for args in [&["status", STUDY_ID][..], &["ledger", "check"][..]] {
+                let mut c = env.cmd();
+                c.args(args).args(["--ledger", &url]);
+                let out = env.run(c);
+                assert_eq!(out.code, Some(1), "{}", out.text());
+                assert!(
+                    out.stderr.contains("error: ledger `s3://tunectl-missing-"),
+                    "{}",
+                    out.text()
+                );
+            }
+        }
+    }
+}
+
+/// An endpoint nobody listens on: a clear error naming the ledger, before
+/// any trial, within seconds. Needs no S3 server.
+#[test]
+fn an_unreachable_s3_endpoint_stops_before_any_trial() {
+    let env = Env::new(Backend::Local, STUDY).expect("env");
+    let endpoint = format!("http://127.0.0.1:{}", closed_port());
+    let url = format!("s3://tunectl-unreachable/{S3_PREFIX}");
+    let mut took = Vec::new();
+    for args in [
+        vec![
+            "launch".to_string(),
+            env.study_arg(),
+            "--progress".into(),
+            "quiet".into(),
+        ],
+        vec!["status".into(), env.study_arg()],
+        vec!["ledger".into(), "check".into()],
+        vec!["report".into(), env.study_arg()],
+    ] {
+        let mut c = env.cmd();
+        c.args(&args)
+            .args(["--ledger", &url])
+            .env("AWS_ENDPOINT_URL", &endpoint);
+        let out = env.run(c);
+        assert_eq!(out.code, Some(1), "{args:?}:\n{}", out.text());
+        assert!(
+            out.stderr.contains(&format!("error: ledger `{url}`")),
+            "{args:?}: the error names the ledger:\n{}",
+            out.text()
+        );
+        // object_store retries a refused connection 10 times (seen: 2-5 s).
+        assert!(
+            out.took < Duration::from_secs(40),
+            "{args:?} took {:?}:\n{}",
+            out.took,
+            out.text()
+        );
+        took.push((args[0].clone(), out.took));
+    }
+    assert!(env.runs().is_empty(), "a trial ran: {:?}", env.runs());
+    eprintln!("unreachable endpoint: {took:?}");
+}
+
+#[test]
+fn the_fake_trial_program_logs_measured_runs() {
+    // The log is what the concurrency and kill tests count; make sure a
+    // measured run and a warm-up are told apart.
+    let env = Env::new(Backend::Local, STUDY).expect("env");
+    let out = Command::new("sh")
+        .arg(env.study_dir().join("fake-trial.sh"))
+        .args(["base", "2"])
+        .current_dir(env.tmp.path())
+        .env("FAKE_LOG", env.log())
+        .env("TUNECTL_TRIAL_ID", "k1")
+        .env("TUNECTL_ATTEMPT_ID", "a1")
+        .env("TUNECTL_PHASE", "warmup")
+        .env("TUNECTL_RESULT", env.tmp.path().join("r.json"))
+        .output()
+        .expect("run fake");
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(
+        env.runs(),
+        vec![("k1".to_string(), "a1".to_string(), "warmup".to_string())]
+    );
+    assert!(env.measured_runs().is_empty());
+    let result = std::fs::read_to_string(env.tmp.path().join("r.json")).expect("result");
+    assert!(result.contains("\"throughput\": 100.0"), "{result}");
+}

@@ -1063,6 +1063,9 @@ struct ClassStatus {
     /// Planned sweep trials without a terminal attempt and not running;
     /// `None` without the study file.
     pending: Option<u64>,
+    /// Planned sweep trials that will not run: their config failed in that
+    /// cell, or the cell's baseline failed.
+    skipped: Option<u64>,
     planned: Option<u64>,
 }
 
@@ -1101,7 +1104,6 @@ async fn status_cmd(a: StatusArgs) -> Result<(), CliError> {
         }
     }
     let terminal = scan.terminal();
-    let mut sweep_done: BTreeMap<String, u64> = BTreeMap::new();
     let mut key_class: BTreeMap<&str, &str> = BTreeMap::new();
     for (key, attempts) in scan.by_trial() {
         let Some(first) = attempts.first() else {
@@ -1114,9 +1116,6 @@ async fn status_cmd(a: StatusArgs) -> Result<(), CliError> {
             Some(crate::ledger::AttemptStatus::Ok) => c.done += 1,
             Some(_) => c.failed += 1,
             None => c.lost += 1,
-        }
-        if terminal.contains_key(key) && first.role == "sweep" {
-            *sweep_done.entry(first.host_class.clone()).or_insert(0) += 1;
         }
     }
     for l in &leases {
@@ -1153,11 +1152,60 @@ async fn status_cmd(a: StatusArgs) -> Result<(), CliError> {
             })
             .collect();
         if let Ok(plan) = Plan::build(study, &plan_hosts) {
-            let planned = plan.trials_per_class();
+            let running: std::collections::HashSet<&str> =
+                leases.iter().map(|l| l.trial_key.as_str()).collect();
+            let mut failed_configs: std::collections::HashSet<(&str, u32, u64)> =
+                Default::default();
+            let mut failed_baselines: std::collections::HashSet<(&str, u32)> = Default::default();
+            for a in terminal.values() {
+                if a.role == "sweep" && a.status == crate::ledger::AttemptStatus::Failed {
+                    failed_configs.insert((a.host_class.as_str(), a.cell_index, a.config_index));
+                    if a.is_baseline && a.repeat == 0 {
+                        failed_baselines.insert((a.host_class.as_str(), a.cell_index));
+                    }
+                }
+            }
             for c in classes.values_mut() {
-                let done = sweep_done.get(&c.host_class).copied().unwrap_or(0);
-                c.planned = Some(planned);
-                c.pending = Some(planned.saturating_sub(done + c.running));
+                let (mut pending, mut skipped) = (0u64, 0u64);
+                for (ci, cell) in plan.cells.iter().enumerate() {
+                    let cell_json = space::cell_json(study, cell);
+                    let configs = std::iter::once(plan.space.baseline())
+                        .chain(plan.per_cell[ci].iter().copied());
+                    for config in configs {
+                        let config_json = plan.space.config_json(study, config);
+                        for repeat in 0..plan.repeats {
+                            let key = TrialIdentity {
+                                study: study.id(),
+                                config: &config_json,
+                                cell: &cell_json,
+                                fidelity: None,
+                                repeat,
+                                host_class: &c.host_class,
+                                role: crate::trial::Role::Sweep,
+                            }
+                            .key();
+                            if terminal.contains_key(key.as_str()) || running.contains(key.as_str())
+                            {
+                                continue;
+                            }
+                            let cell_index = ci as u32;
+                            if failed_baselines.contains(&(c.host_class.as_str(), cell_index))
+                                || failed_configs.contains(&(
+                                    c.host_class.as_str(),
+                                    cell_index,
+                                    config,
+                                ))
+                            {
+                                skipped += 1;
+                            } else {
+                                pending += 1;
+                            }
+                        }
+                    }
+                }
+                c.planned = Some(plan.trials_per_class());
+                c.pending = Some(pending);
+                c.skipped = Some(skipped);
             }
         }
     }
@@ -1173,7 +1221,7 @@ async fn status_cmd(a: StatusArgs) -> Result<(), CliError> {
     for c in rows {
         let opt = |v: Option<u64>| v.map(|n| n.to_string()).unwrap_or_else(|| "?".to_string());
         println!(
-            "{} · {} · hosts: {}\n  done {} · failed {} · lost {} · running {} · pending {} (of {} planned sweep trials){}",
+            "{} · {} · hosts: {}\n  done {} · failed {} · lost {} · running {} · pending {} · skipped {} (of {} planned sweep trials){}",
             c.host_class,
             c.label,
             c.hosts.join(", "),
@@ -1182,6 +1230,7 @@ async fn status_cmd(a: StatusArgs) -> Result<(), CliError> {
             c.lost,
             c.running,
             opt(c.pending),
+            opt(c.skipped),
             opt(c.planned),
             if c.pending.is_none() {
                 " · give the study file for pending counts"

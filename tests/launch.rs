@@ -935,3 +935,97 @@ fn store_logs_keeps_full_logs_beside_each_attempt() {
         String::from_utf8_lossy(&out.stdout)
     );
 }
+
+/// Regression: when a bucket's last sweep units are skipped (their config
+/// already failed), its confirmation round still runs; `status` then counts
+/// those skipped trials as skipped, not pending.
+#[test]
+fn confirmation_runs_after_skipped_units_and_status_counts_them() {
+    let env = Env::new(
+        r#"name: skips
+knobs:
+  mode: {kind: categorical, values: [base, fast, wrong, crash], default: base}
+cells:
+  n: [1, 2]
+trial:
+  command: "sh {{ study_dir }}/fake-trial.sh {{ mode }} {{ n }}"
+objective: {metric: throughput, better: higher}
+measurement: {warmup: 1, repeats: 2, anchor_every: 0, confirm_repeats: 1}
+gate: {outputs: [out.txt]}
+"#,
+    );
+    env.launch_ok();
+    let report = env.report_json();
+    for class in report["classes"].as_array().expect("classes") {
+        for b in class["buckets"].as_array().expect("buckets") {
+            assert_eq!(b["level"], "verdict", "{b}");
+            assert_eq!(b["winner"]["label"], "mode=fast", "{b}");
+        }
+    }
+    let out = env
+        .cmd()
+        .arg("status")
+        .arg(env.study())
+        .args(["--json", "--ledger"])
+        .arg(env.ledger())
+        .output()
+        .expect("status");
+    let status: Json = serde_json::from_slice(&out.stdout).expect("status JSON");
+    assert_eq!(status[0]["pending"], 0, "{status}");
+    // crash fails at repeat 0 in both cells: its repeat 1 is skipped.
+    assert_eq!(status[0]["skipped"], 2, "{status}");
+}
+
+/// A trial that prints the launcher's credentials leaves no trace of them
+/// in the ledger or on the terminal.
+#[test]
+fn credentials_printed_by_a_trial_are_scrubbed() {
+    let env = Env::new(
+        r#"name: leaky
+knobs:
+  mode: {kind: categorical, values: [base, crash], default: base}
+trial:
+  command: "echo secret=$AWS_SECRET_ACCESS_KEY >&2; sh {{ study_dir }}/fake-trial.sh {{ mode }} 1"
+objective: {metric: throughput, better: higher}
+measurement: {warmup: 0, repeats: 1, confirm_repeats: 0}
+"#,
+    );
+    let secret = "leak-me-not-5a9d2c71";
+    let out = env
+        .cmd()
+        .args(env.launch_args())
+        .arg("--store-logs")
+        .env("AWS_SECRET_ACCESS_KEY", secret)
+        .output()
+        .expect("launch");
+    assert_eq!(out.status.code(), Some(0));
+    assert!(!String::from_utf8_lossy(&out.stderr).contains(secret));
+    let mut stack = vec![env.ledger()];
+    while let Some(p) = stack.pop() {
+        for e in std::fs::read_dir(&p).expect("dir").flatten() {
+            let path = e.path();
+            if path.is_dir() {
+                stack.push(path);
+            } else {
+                let text = std::fs::read_to_string(&path).unwrap_or_default();
+                assert!(
+                    !text.contains(secret),
+                    "{} holds the secret",
+                    path.display()
+                );
+            }
+        }
+    }
+    let report = env.report(&env.study().display().to_string(), "json");
+    assert!(!report.contains(secret));
+    // The line is kept, with the value redacted.
+    let tails: Vec<String> = attempts(&env.ledger(), "leaky")
+        .values()
+        .flatten()
+        .map(|a| a["stderr_tail"].as_str().unwrap_or_default().to_string())
+        .collect();
+    assert!(
+        tails.iter().any(|t| t.contains("secret=[redacted]")),
+        "{tails:?}"
+    );
+}

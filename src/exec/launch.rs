@@ -229,6 +229,10 @@ struct Shared<'a> {
     options: LaunchOptions,
     /// This launcher, as lease owner.
     owner: String,
+    /// Values of credential variables in the environment, scrubbed from
+    /// everything recorded (a trial inherits the environment and may print
+    /// it).
+    secrets: Vec<String>,
     state: Mutex<State>,
     notify: Notify,
     events: mpsc::UnboundedSender<Event>,
@@ -380,6 +384,7 @@ pub async fn run_study(
             std::process::id(),
             &new_attempt_id()[..22]
         ),
+        secrets: secret_values(),
         state: Mutex::new(State {
             classes: (0..plan.classes.len())
                 .map(|_| ClassState::default())
@@ -698,6 +703,11 @@ impl Shared<'_> {
             if !touched.is_empty() {
                 self.maybe_confirm(class, &touched).await;
                 self.notify.notify_waiters();
+                // Skipping may have completed a bucket whose confirmation
+                // round was just queued: look again before giving up.
+                if matches!(next, Next::Done | Next::Wait) {
+                    continue;
+                }
             }
             let (unit, warm) = match next {
                 Next::Done => return,
@@ -1468,6 +1478,7 @@ impl Shared<'_> {
             study.trial.timeout.as_secs_f64(),
         );
         let run = outcome.run.as_ref();
+        let scrub = |text: String| scrub_secrets(text, &self.secrets);
         let record = AttemptRecord {
             schema: records::SCHEMA,
             tunectl_version: records::VERSION.to_string(),
@@ -1497,19 +1508,23 @@ impl Shared<'_> {
                 .map(|r| r.elapsed.as_secs_f64()),
             warmup_runs: outcome.warmups_run,
             status: j.status,
-            failure: j.failure.clone(),
+            failure: j.failure.clone().map(|mut f| {
+                f.detail = scrub(f.detail);
+                f
+            }),
             exit: run.map(|r| r.exit.clone()),
             metrics: j.metrics.clone(),
             digest: j.digest,
             outputs: j.outputs,
             output_values: j.output_values,
             command,
-            stdout_tail: run.map(|r| r.stdout_tail.clone()).unwrap_or_default(),
-            stderr_tail: run.map(|r| r.stderr_tail.clone()).unwrap_or_default(),
-            stderr_head: run.map(|r| r.stderr_head.clone()).unwrap_or_default(),
+            stdout_tail: scrub(run.map(|r| r.stdout_tail.clone()).unwrap_or_default()),
+            stderr_tail: scrub(run.map(|r| r.stderr_tail.clone()).unwrap_or_default()),
+            stderr_head: scrub(run.map(|r| r.stderr_head.clone()).unwrap_or_default()),
         };
         let written = self.ledger.write_attempt(&record).await;
         for (name, bytes) in &outcome.logs {
+            let text = scrub(String::from_utf8_lossy(bytes).into_owned());
             if let Err(e) = self
                 .ledger
                 .write_log(
@@ -1517,14 +1532,14 @@ impl Shared<'_> {
                     &record.trial_key,
                     &record.attempt_id,
                     name,
-                    bytes.clone(),
+                    text.into_bytes(),
                 )
                 .await
             {
                 self.warn(format!("error: {e}"));
             }
         }
-        let failure_text = j.failure.as_ref().map(|f| {
+        let failure_text = record.failure.as_ref().map(|f| {
             format!(
                 "{config_label} @ {cell_label}: {}: {}",
                 f.class.as_str(),
@@ -1571,5 +1586,50 @@ impl Shared<'_> {
             attempt_id,
             value,
         })
+    }
+}
+
+/// Values of environment variables that hold credentials (by name: secret,
+/// token, password, key...), long enough to be worth hiding.
+fn secret_values() -> Vec<String> {
+    let mut out: Vec<String> = std::env::vars()
+        .filter(|(k, v)| {
+            let k = k.to_ascii_uppercase();
+            v.len() >= 8
+                && (k.contains("SECRET")
+                    || k.contains("TOKEN")
+                    || k.contains("PASSWORD")
+                    || k.ends_with("_KEY")
+                    || k.contains("SAS")
+                    || k.contains("CREDENTIAL"))
+        })
+        .map(|(_, v)| v)
+        .collect();
+    // Longest first, so that one secret containing another is hidden whole.
+    out.sort_by_key(|v| std::cmp::Reverse(v.len()));
+    out
+}
+
+/// `text` with every secret value replaced by `[redacted]`.
+fn scrub_secrets(mut text: String, secrets: &[String]) -> String {
+    for s in secrets {
+        if text.contains(s.as_str()) {
+            text = text.replace(s.as_str(), "[redacted]");
+        }
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn secrets_are_scrubbed() {
+        let secrets = vec!["abcdefgh12345".to_string(), "abcdefgh".to_string()];
+        assert_eq!(
+            scrub_secrets("key=abcdefgh12345 and abcdefgh".to_string(), &secrets),
+            "key=[redacted] and [redacted]"
+        );
     }
 }

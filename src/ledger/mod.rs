@@ -217,13 +217,25 @@ impl Ledger {
                 url: self.url.clone(),
                 message: "the store did not answer within 30 s".to_string(),
             }),
-            Ok(Err(e)) => Err(LedgerError::Open {
-                url: self.url.clone(),
-                message: format!(
+            Ok(Err(e)) => {
+                let mut message = format!(
                     "the store cannot be listed: {}",
                     redact_error(&e.to_string())
-                ),
-            }),
+                );
+                let plain_http = ["AWS_ENDPOINT_URL", "AWS_ENDPOINT"]
+                    .iter()
+                    .any(|v| std::env::var(v).is_ok_and(|u| u.starts_with("http://")));
+                let allowed = std::env::var("AWS_ALLOW_HTTP").is_ok_and(|v| v == "true");
+                if self.url.starts_with("s3://") && plain_http && !allowed {
+                    message.push_str(
+                        " (the endpoint is plain http://: set AWS_ALLOW_HTTP=true to allow it)",
+                    );
+                }
+                Err(LedgerError::Open {
+                    url: self.url.clone(),
+                    message,
+                })
+            }
             Ok(Ok(_)) => Ok(()),
         }
     }

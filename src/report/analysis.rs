@@ -780,7 +780,12 @@ fn decide_bucket(
     if let Some(r) = reports.iter().find(|r| {
         r.baseline_state != "ok" || r.baseline.as_ref().is_none_or(|b| b.summary.is_none())
     }) {
-        out.decision = format!("baseline kept: {} at {}", r.decision, r.cell_label);
+        let why = r
+            .notes
+            .iter()
+            .find(|n| n.starts_with("dropped"))
+            .unwrap_or(&r.decision);
+        out.decision = format!("baseline kept: {why} at {}", r.cell_label);
         let settled = r.baseline_state == "failed";
         out.level = if settled { "verdict" } else { "draft" }.to_string();
         out.level_reason = if settled {

@@ -1,0 +1,173 @@
+//! The real quickstart study (examples/quickstart, its actual workload
+//! program) runs with an `s3://` ledger on the test server exactly as with a
+//! local one: same trials, same rejections with the same classes, a
+//! decision for every bucket, and a relaunch that runs nothing.
+
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use assert_cmd::Command;
+use serde_json::Value as Json;
+
+fn s3_endpoint() -> Option<String> {
+    match std::env::var("TUNECTL_TEST_S3_ENDPOINT") {
+        Ok(v) if !v.trim().is_empty() => Some(v.trim().trim_end_matches('/').to_string()),
+        _ => {
+            assert!(
+                std::env::var_os("CI").is_none_or(|v| v.is_empty()),
+                "CI is set but TUNECTL_TEST_S3_ENDPOINT is not: run ./scripts/test.sh"
+            );
+            eprintln!("skipped: TUNECTL_TEST_S3_ENDPOINT is not set; run ./scripts/test.sh");
+            None
+        }
+    }
+}
+
+fn create_bucket(endpoint: &str, bucket: &str) {
+    let hostport = endpoint.trim_start_matches("http://");
+    let mut s = std::net::TcpStream::connect(hostport).expect("reach the S3 test server");
+    s.set_read_timeout(Some(Duration::from_secs(30)))
+        .expect("timeout");
+    write!(
+        s,
+        "PUT /{bucket} HTTP/1.1\r\nHost: {hostport}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+    )
+    .expect("send PUT");
+    let mut answer = String::new();
+    let _ = s.read_to_string(&mut answer);
+    assert!(
+        answer.lines().next().unwrap_or("").contains(" 200"),
+        "creating bucket {bucket}: {answer}"
+    );
+}
+
+/// Build the quickstart workload (release, its own target dir) and lay the
+/// study out in `dir` as `examples/quickstart/run.sh` does.
+fn quickstart_in(dir: &Path) -> PathBuf {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let target = Path::new(env!("CARGO_TARGET_TMPDIR")).join("quickstart-example");
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_string());
+    let status = std::process::Command::new(cargo)
+        .args([
+            "build",
+            "--release",
+            "--example",
+            "quickstart",
+            "--target-dir",
+        ])
+        .arg(&target)
+        .current_dir(root)
+        .status()
+        .expect("cargo build");
+    assert!(status.success(), "building the quickstart example failed");
+    std::fs::create_dir_all(dir.join("bin")).expect("bin dir");
+    std::fs::copy(
+        target.join("release/examples/quickstart"),
+        dir.join("bin/quickstart"),
+    )
+    .expect("copy workload");
+    let study = dir.join("study.yaml");
+    std::fs::copy(root.join("examples/quickstart/study.yaml"), &study).expect("copy study");
+    study
+}
+
+fn tunectl(dir: &Path) -> Command {
+    let mut c = Command::cargo_bin("tunectl").expect("binary");
+    c.current_dir(dir).timeout(Duration::from_secs(300));
+    c
+}
+
+/// Launch, then report as JSON; (launch stderr, report).
+fn run(dir: &Path, study: &Path, ledger: &str) -> (String, Json) {
+    let out = tunectl(dir)
+        .arg("launch")
+        .arg(study)
+        // The test's S3 server (moto) shares this machine's CPUs with the
+        // CPU workload; the drift watch rightly sees it and would drop
+        // cells. The run compares the stores, so drift is only reported.
+        .args([
+            "--ledger",
+            ledger,
+            "--progress",
+            "quiet",
+            "--no-cooldown",
+            "--workdir",
+        ])
+        .arg(dir.join("work"))
+        .output()
+        .expect("launch");
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    let report = tunectl(dir)
+        .arg("report")
+        .arg(study)
+        .args(["--ledger", ledger, "--format", "json"])
+        .output()
+        .expect("report");
+    assert_eq!(report.status.code(), Some(0));
+    (
+        stderr,
+        serde_json::from_slice(&report.stdout).expect("report JSON"),
+    )
+}
+
+/// What must not depend on the store: rejected configs with their classes,
+/// the trials each config ran, and a decision per bucket.
+fn shape(report: &Json) -> Vec<String> {
+    let mut out = Vec::new();
+    for class in report["classes"].as_array().expect("classes") {
+        for cell in class["cells"].as_array().expect("cells") {
+            for r in cell["rejected"].as_array().expect("rejected") {
+                out.push(format!(
+                    "{} rejected {} {}",
+                    cell["cell_label"], r["label"], r["rejection"]["class"]
+                ));
+            }
+            out.push(format!(
+                "{} baseline trials {}",
+                cell["cell_label"], cell["baseline"]["trials"]
+            ));
+        }
+        for b in class["buckets"].as_array().expect("buckets") {
+            assert!(!b["decision"].as_str().unwrap_or("").is_empty());
+            out.push(format!("bucket {}", b["label"]));
+        }
+    }
+    out.sort();
+    out
+}
+
+#[test]
+fn the_quickstart_runs_on_s3_as_on_a_local_ledger() {
+    let Some(endpoint) = s3_endpoint() else {
+        return;
+    };
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let study = quickstart_in(tmp.path());
+    let bucket = format!("quickstart-{}", std::process::id());
+    create_bucket(&endpoint, &bucket);
+
+    let local = tmp.path().join("ledger").display().to_string();
+    let s3 = format!("s3://{bucket}/ledgers");
+    let (local_err, local_report) = run(tmp.path(), &study, &local);
+    let (s3_err, s3_report) = run(tmp.path(), &study, &s3);
+    assert_eq!(shape(&local_report), shape(&s3_report));
+    let ran = |stderr: &str| {
+        stderr
+            .lines()
+            .find_map(|l| {
+                l.strip_prefix("ran ")
+                    .and_then(|r| r.split(' ').next())
+                    .map(str::to_string)
+            })
+            .unwrap_or_default()
+    };
+    assert_eq!(ran(&local_err), ran(&s3_err), "{local_err}\n{s3_err}");
+    // The traps are caught on both.
+    let text = s3_report.to_string();
+    assert!(text.contains("output_changed") && text.contains("\"crash\""));
+    // A relaunch runs nothing, on S3 too.
+    let (again, _) = run(tmp.path(), &study, &s3);
+    assert!(again.contains("ran 0 trials"), "{again}");
+}

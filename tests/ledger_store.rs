@@ -578,12 +578,22 @@ fn is_terminal(a: &Json) -> bool {
     matches!(a["status"].as_str(), Some("ok" | "failed"))
 }
 
-/// Keys of sweep trials with a terminal attempt.
+/// Keys of sweep trials with a terminal attempt. A config that fails is
+/// not repeated in its cell, and which of its repeats carries the failure
+/// may differ between runs (a repeat held by a killed launcher's lease is
+/// deferred, so a later repeat can run first); its trials count once as
+/// `failed:<config>@<cell>`.
 fn sweep_keys(attempts: &BTreeMap<String, Vec<Json>>) -> BTreeSet<String> {
     attempts
         .iter()
-        .filter(|(_, l)| l.iter().any(|a| a["role"] == "sweep" && is_terminal(a)))
-        .map(|(k, _)| k.clone())
+        .filter_map(|(k, l)| {
+            let a = l.iter().find(|a| a["role"] == "sweep" && is_terminal(a))?;
+            Some(if a["status"] == "failed" {
+                format!("failed:{}@{}", a["config_label"], a["cell_label"])
+            } else {
+                k.clone()
+            })
+        })
         .collect()
 }
 

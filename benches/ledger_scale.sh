@@ -1,0 +1,340 @@
+#!/usr/bin/env bash
+# Ledger at scale: read times of a 100,000-attempt study, tunectl against
+# Optuna holding the same 100,000 trials.
+#
+#   benches/ledger_scale.sh                       # ROUNDS=3
+#   ROUNDS=5 benches/ledger_scale.sh
+#   TUNECTL=/path/to/tunectl benches/ledger_scale.sh   # skip the build
+#   OPTUNA_STORAGES=journal benches/ledger_scale.sh    # skip SQLite (its load takes ~30 min)
+#   OPTUNA_STORAGES= benches/ledger_scale.sh           # tunectl only
+#   DROP_CACHES=1 benches/ledger_scale.sh         # root: also one round with the page cache dropped
+#   KEEP=1 benches/ledger_scale.sh                # keep the work directory (path on stderr)
+#   REUSE=DIR benches/ledger_scale.sh             # reuse what a KEEP=1 run left in DIR
+#
+# What it does (details in docs/benchmarks.md):
+#
+# 1. Writes a study (6 knobs, 4,800 configs after its constraint, 6 cells,
+#    3 repeats, anchors every 4 candidates, confirmation rounds) whose
+#    command does not exist, and launches it once for real with
+#    `budget: {max_trials: 1}` (not part of the spec hash): tunectl writes
+#    study.json, the host record and 6 failed baselines.
+# 2. benches/ledger_scale.py checks its own records against those 6 (trial
+#    keys, labels, commands, byte-for-byte JSON), replaces them with every
+#    sweep trial of the study and the anchors, reads `tunectl report` for the
+#    bucket winners, adds their confirmation rounds, and pads with lost
+#    attempts (re-run afterwards) to exactly 100,000 attempt objects.
+# 3. Checks the result: `tunectl ledger check` reads 100,000 attempts, 0
+#    unreadable; `tunectl launch` of the study runs 0 trials.
+# 4. Loads the same 100,000 trials into Optuna (create_trial + add_trials),
+#    SQLite and JournalStorage; the load time is reported on its own.
+# 5. ROUNDS rounds, interleaved, each command under /usr/bin/time -v:
+#    tunectl report --format json / status / ledger check / launch (resume),
+#    each without the compacted index (removed first: the run reads every
+#    object and writes the index) and with it; Optuna `study.trials`,
+#    `study.get_trials(deepcopy=False)` and `study.trials_dataframe()`, each
+#    in a fresh process.
+#
+# Target (from the issue): tunectl at least 20x faster than Optuna reading
+# the same trials back.
+set -euo pipefail
+
+ROUNDS=${ROUNDS:-3}
+TOTAL=100000
+OPTUNA_STORAGES=${OPTUNA_STORAGES-"sqlite journal"}
+here=$(cd "$(dirname "$0")/.." && pwd)
+helper="$here/benches/ledger_scale.py"
+
+if [[ -z "${TUNECTL:-}" ]]; then
+    (cd "$here" && cargo build --release --bin tunectl --quiet)
+    TUNECTL="${CARGO_TARGET_DIR:-$here/target}/release/tunectl"
+fi
+[[ -x "$TUNECTL" ]] || { echo "no tunectl binary at $TUNECTL" >&2; exit 1; }
+
+if ! /usr/bin/time -v true >/dev/null 2>&1; then
+    if [[ $(id -u) == 0 ]] && command -v apt-get >/dev/null 2>&1; then
+        echo "installing GNU time (apt-get install -y time)" >&2
+        apt-get install -y -qq time >/dev/null 2>&1 ||
+            { apt-get update -qq >/dev/null 2>&1 && apt-get install -y -qq time >/dev/null 2>&1; }
+    fi
+    /usr/bin/time -v true >/dev/null 2>&1 || { echo "GNU time (/usr/bin/time -v) is required" >&2; exit 1; }
+fi
+
+# Optuna in its own virtual environment, kept between runs.
+OPTUNA_VENV=${OPTUNA_VENV:-${TMPDIR:-/tmp}/tunectl-bench-optuna-venv}
+if [[ -n "$OPTUNA_STORAGES" ]] && ! "$OPTUNA_VENV/bin/python" -c 'import optuna, pandas' 2>/dev/null; then
+    echo "installing optuna and pandas into $OPTUNA_VENV" >&2
+    python3 -m venv "$OPTUNA_VENV"
+    "$OPTUNA_VENV/bin/pip" install -q optuna pandas >&2
+fi
+py=$OPTUNA_VENV/bin/python
+
+if [[ -n "${REUSE:-}" ]]; then
+    tmp=$REUSE
+    mkdir -p "$tmp"
+else
+    tmp=$(mktemp -d "${TMPDIR:-/tmp}/tunectl-ledger-scale.XXXXXX")
+fi
+if [[ -z "${KEEP:-}${REUSE:-}" ]]; then
+    trap 'rm -rf "$tmp"' EXIT
+else
+    echo "work directory: $tmp (kept)" >&2
+fi
+L=$tmp/ledger
+S=ledger-scale
+index=$L/$S/index/attempts.json
+
+# ---------------------------------------------------------------- the study
+cat > "$tmp/study.yaml" <<'EOF'
+name: ledger-scale
+description: >
+  Synthetic study of benches/ledger_scale.sh: its attempts are generated in
+  the ledger; bin/kernel-bench does not exist and never runs.
+context:
+  workload: blocked reduction kernel (synthetic)
+  elements: batch x seq x 2048
+knobs:
+  threads:  {kind: int, values: [1, 2, 4, 8, 16, 32, 64], default: 1}
+  block:    {kind: int, min: 64, max: 8192, scale: pow2, default: 1024}
+  unroll:   {kind: int, values: [1, 2, 4, 8], default: 1}
+  accum:    {kind: categorical, values: [f64, i64, f32, i32], default: f64}
+  prefetch: {kind: bool, default: false}
+  schedule: {kind: categorical, values: [static, dynamic, guided], default: static}
+constraints:
+  - "not (accum == 'i32' and threads >= 16)"
+cells:
+  batch: [1, 4, 16]
+  seq: [512, 4096]
+trial:
+  command: "{{ study_dir }}/bin/kernel-bench --threads {{ threads }} --block {{ block }} --unroll {{ unroll }} --accum {{ accum }} --prefetch {{ prefetch }} --schedule {{ schedule }} --batch {{ batch }} --seq {{ seq }} --out out.txt"
+  timeout: 60s
+objective: {metric: throughput, unit: Melem/s, better: higher}
+metrics:
+  - {name: time_ms, unit: ms, better: lower}
+measurement: {warmup: 1, repeats: 3, anchor_every: 4, confirm_repeats: 3}
+gate:
+  outputs: [out.txt]
+  patterns:
+    compile_failure: ['kernel-bench: error: .*']
+buckets: {batch: pow2, seq: all}
+strategy: {kind: grid}
+EOF
+# Same spec (budget is not part of the spec hash): plans the baselines only.
+{ cat "$tmp/study.yaml"; echo "budget: {max_trials: 1}"; } > "$tmp/probe.yaml"
+printf 'hosts:\n  - {name: local, transport: local, slots: 4}\n' > "$tmp/inventory.yaml"
+
+launch() { # $1 = study file
+    "$TUNECTL" launch "$1" --inventory "$tmp/inventory.yaml" --ledger "$L" \
+        --workdir "$tmp/work" --progress quiet
+}
+
+# ------------------------------------------------------------ the ledger
+if [[ ! -e "$tmp/.generated" ]]; then
+    rm -rf "$L" "$tmp/work"
+    echo "probe launch (writes study.json, the host record, 6 failed baselines)" >&2
+    launch "$tmp/probe.yaml" > /dev/null 2> "$tmp/probe.err" ||
+        { cat "$tmp/probe.err" >&2; exit 1; }
+    echo "generating sweep trials and anchors" >&2
+    t0=$EPOCHREALTIME
+    python3 "$helper" sweep "$L" "$S" > "$tmp/gen-sweep.json"
+    "$TUNECTL" report "$S" --ledger "$L" --format json > "$tmp/winners.json"
+    rm -f "$index"
+    python3 "$helper" confirm "$L" "$S" "$tmp/winners.json" --total "$TOTAL" > "$tmp/gen-confirm.json"
+    t1=$EPOCHREALTIME
+    awk -v a="$t0" -v b="$t1" 'BEGIN{printf "%.1f\n", b - a}' > "$tmp/gen-seconds"
+    cat "$tmp/gen-sweep.json" "$tmp/gen-confirm.json" >&2
+    echo "checking: ledger check, then a launch that must run nothing" >&2
+    "$TUNECTL" ledger check "$S" --ledger "$L" > "$tmp/check.out"
+    grep -q "^$S: $TOTAL attempts readable, 0 voided, 0 unreadable$" "$tmp/check.out" ||
+        { cat "$tmp/check.out" >&2; echo "ledger check did not read $TOTAL attempts" >&2; exit 1; }
+    rm -f "$index"
+    launch "$tmp/study.yaml" > /dev/null 2> "$tmp/resume.err"
+    grep -q "^ran 0 trials (0 ok, 0 failed), 0 lost, " "$tmp/resume.err" ||
+        { cat "$tmp/resume.err" >&2; echo "the resume launch ran trials" >&2; exit 1; }
+    tail -n 1 "$tmp/resume.err" >&2
+    rm -f "$index"
+    touch "$tmp/.generated"
+fi
+
+optuna_file() { # $1 = sqlite | journal
+    case $1 in
+        sqlite) echo "$tmp/optuna.db" ;;
+        *) echo "$tmp/optuna.journal" ;;
+    esac
+}
+optuna_url() { # $1 = sqlite | journal
+    case $1 in
+        sqlite) echo "sqlite:///$(optuna_file sqlite)" ;;
+        journal) echo "journal:$(optuna_file journal)" ;;
+        *) echo "unknown storage $1 (sqlite, journal)" >&2; exit 1 ;;
+    esac
+}
+for st in $OPTUNA_STORAGES; do
+    [[ -e "$tmp/optuna-$st.load.json" ]] && continue
+    rm -f "$(optuna_file "$st")"
+    echo "loading $TOTAL trials into Optuna ($st)$([[ $st == sqlite ]] && echo '; about 30 min')" >&2
+    /usr/bin/time -v -o "$tmp/optuna-$st.load.time" \
+        "$py" "$helper" optuna-load "$L" "$S" "$(optuna_url "$st")" > "$tmp/optuna-$st.load.part"
+    mv "$tmp/optuna-$st.load.part" "$tmp/optuna-$st.load.json"
+    cat "$tmp/optuna-$st.load.json" >&2
+done
+
+# ------------------------------------------------------------ measuring
+declare -A walls rss ops
+run() { # $1 = row name, $2 = check, rest = command
+    local name=$1 check=$2 t0 t1 w m
+    shift 2
+    t0=$EPOCHREALTIME
+    /usr/bin/time -v -o "$tmp/time.txt" "$@" > "$tmp/out" 2> "$tmp/err" ||
+        { cat "$tmp/err" >&2; echo "$name failed: $*" >&2; exit 1; }
+    t1=$EPOCHREALTIME
+    case $check in
+        report) python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); assert len(r["classes"][0]["buckets"]) == 3' "$tmp/out" ;;
+        status) grep -q "done .* pending" "$tmp/out" ;;
+        check) grep -q "^$S: $TOTAL attempts readable" "$tmp/out" ;;
+        launch) grep -q "^ran 0 trials (0 ok, 0 failed), 0 lost, " "$tmp/err" ;;
+        optuna) python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); assert r["n"] == int(sys.argv[2]), r' "$tmp/out" "$TOTAL" &&
+                ops[$name]+="$(python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); print(r["load_study_s"] + r["op_s"])' "$tmp/out") " ;;
+    esac || { echo "$name: unexpected output" >&2; head -c 2000 "$tmp/out" "$tmp/err" >&2; exit 1; }
+    w=$(awk -v a="$t0" -v b="$t1" 'BEGIN{printf "%.3f", b - a}')
+    m=$(awk -F': ' '/Maximum resident set size/ {print $2}' "$tmp/time.txt")
+    walls[$name]+="$w "
+    rss[$name]+="$m "
+    printf '  %-44s %8.3f s %9d KB\n' "$name" "$w" "$m" >&2
+}
+cold() { rm -f "$index"; }
+optuna_ops=(trials get_trials dataframe)
+op_name() {
+    case $1 in
+        trials) echo "study.trials" ;;
+        get_trials) echo "get_trials(deepcopy=False)" ;;
+        dataframe) echo "trials_dataframe()" ;;
+    esac
+}
+drop_caches() { sync; echo 3 > /proc/sys/vm/drop_caches; }
+
+report=("$TUNECTL" report "$S" --ledger "$L" --format json)
+status=("$TUNECTL" status "$tmp/study.yaml" --ledger "$L")
+check=("$TUNECTL" ledger check "$S" --ledger "$L")
+resume=("$TUNECTL" launch "$tmp/study.yaml" --inventory "$tmp/inventory.yaml" --ledger "$L"
+    --workdir "$tmp/work" --progress quiet)
+
+echo "ledger_scale: $TOTAL attempts, $ROUNDS rounds, $(nproc) cpus, load $(cut -d' ' -f1-3 /proc/loadavg)" >&2
+load_start=$(cut -d' ' -f1-3 /proc/loadavg)
+for ((r = 1; r <= ROUNDS; r++)); do
+    echo "round $r" >&2
+    cold; run "report, no index" report "${report[@]}"
+    [[ -s "$index" ]] || { echo "the first report wrote no index" >&2; exit 1; }
+    run "report, indexed" report "${report[@]}"
+    run "status, indexed" status "${status[@]}"
+    run "ledger check, indexed" check "${check[@]}"
+    run "launch (resume), indexed" launch "${resume[@]}"
+    cold; run "status, no index" status "${status[@]}"
+    cold; run "ledger check, no index" check "${check[@]}"
+    cold; run "launch (resume), no index" launch "${resume[@]}"
+    for st in $OPTUNA_STORAGES; do
+        for op in "${optuna_ops[@]}"; do
+            run "optuna $st: $(op_name "$op")" optuna "$py" "$helper" optuna-read "$(optuna_url "$st")" "$S" "$op"
+        done
+    done
+done
+if [[ -n "${DROP_CACHES:-}" ]]; then
+    echo "page cache dropped before each command" >&2
+    cold; drop_caches; run "report, no index, cache dropped" report "${report[@]}"
+    drop_caches; run "report, indexed, cache dropped" report "${report[@]}"
+    for st in $OPTUNA_STORAGES; do
+        drop_caches; run "optuna $st: study.trials, cache dropped" optuna "$py" "$helper" optuna-read "$(optuna_url "$st")" "$S" trials
+    done
+fi
+load_end=$(cut -d' ' -f1-3 /proc/loadavg)
+
+# ------------------------------------------------------------ the tables
+# $1 is a list of numbers, split on purpose.
+# shellcheck disable=SC2086
+med() { printf '%s\n' $1 | sort -g | awk '{v[NR]=$1} END{print (NR%2)?v[(NR+1)/2]:(v[NR/2]+v[NR/2+1])/2}'; }
+# shellcheck disable=SC2086
+lo() { printf '%s\n' $1 | sort -g | head -n 1; }
+# shellcheck disable=SC2086
+hi() { printf '%s\n' $1 | sort -g | tail -n 1; }
+declare -A median
+rows=("report, no index" "report, indexed" "status, no index" "status, indexed"
+    "ledger check, no index" "ledger check, indexed"
+    "launch (resume), no index" "launch (resume), indexed")
+for st in $OPTUNA_STORAGES; do
+    for op in "${optuna_ops[@]}"; do rows+=("optuna $st: $(op_name "$op")"); done
+done
+if [[ -n "${DROP_CACHES:-}" ]]; then
+    rows+=("report, no index, cache dropped" "report, indexed, cache dropped")
+    for st in $OPTUNA_STORAGES; do rows+=("optuna $st: study.trials, cache dropped"); done
+fi
+
+json_bytes=$(find "$L/$S/trials" -type f -printf '%s\n' | awk '{s += $1} END {print s}')
+du_disk=$(du -s -B1 "$L/$S/trials" | cut -f1)
+optuna_version=$("$py" -c 'import optuna; print(optuna.__version__)' 2>/dev/null || echo none)
+sqlalchemy_version=$("$py" -c 'import sqlalchemy; print(sqlalchemy.__version__)' 2>/dev/null || echo none)
+sqlite_version=$("$py" -c 'import sqlite3; print(sqlite3.sqlite_version)' 2>/dev/null || echo none)
+
+echo
+echo "tunectl $("$TUNECTL" --version | awk '{print $2}') ($TUNECTL; checkout at $(git -C "$here" rev-parse --short HEAD 2>/dev/null || echo '?'))," \
+    "optuna $optuna_version, SQLAlchemy $sqlalchemy_version, SQLite $sqlite_version, $("$py" --version 2>&1)"
+echo "$(nproc) cpus ($(awk -F': ' '/model name/ {print $2; exit}' /proc/cpuinfo)), $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo) RAM," \
+    "$(uname -sr), work dir on $(findmnt -n -o FSTYPE --target "$tmp" 2>/dev/null || stat -f -c %T "$tmp"), load average $load_start at start, $load_end at end"
+echo "ledger: $TOTAL attempt objects in $(find "$L/$S/trials" -mindepth 1 -maxdepth 1 -type d | wc -l) trial directories," \
+    "$((json_bytes / 1048576)) MiB of JSON ($((du_disk / 1048576)) MiB on disk with the directories); index $(( $(stat -c %s "$index") / 1048576 )) MiB;" \
+    "generated in $(cat "$tmp/gen-seconds") s"
+for st in $OPTUNA_STORAGES; do
+    f=$(optuna_file "$st")
+    python3 - "$tmp/optuna-$st.load.json" "$st" "$(stat -c %s "$f")" \
+        "$(awk -F': ' '/Maximum resident set size/ {print $2}' "$tmp/optuna-$st.load.time")" <<'EOF'
+import json, sys
+r = json.load(open(sys.argv[1]))
+print("optuna %s: add_trials of %d trials %.1f s (create_trial %.1f s, reading the ledger %.1f s, "
+      "peak RSS %.0f MiB), file %.0f MiB" % (sys.argv[2], r["n"], r["add_trials_s"], r["create_trial_s"],
+      r["read_ledger_s"], int(sys.argv[4]) / 1024, int(sys.argv[3]) / 1048576))
+EOF
+done
+echo
+echo "wall = whole process (median of $ROUNDS, min-max); optuna op = load_study + the call, in-process (median);" \
+    "RSS = max of /usr/bin/time -v"
+printf '%-46s %9s %17s %10s %9s\n' command "wall s" "min-max" "op s" "RSS MiB"
+for name in "${rows[@]}"; do
+    [[ -n "${walls[$name]:-}" ]] || continue
+    median[$name]=$(med "${walls[$name]}")
+    op=-
+    [[ -n "${ops[$name]:-}" ]] && op=$(printf '%.3f' "$(med "${ops[$name]}")")
+    printf '%-46s %9.3f %8.3f-%-8.3f %10s %9.1f\n' "$name" "${median[$name]}" "$(lo "${walls[$name]}")" \
+        "$(hi "${walls[$name]}")" "$op" "$(awk -v k="$(hi "${rss[$name]}")" 'BEGIN{print k/1024}')"
+done
+
+if [[ -n "$OPTUNA_STORAGES" ]]; then
+    echo
+    echo "speed-up = Optuna / tunectl (medians). 'wall': whole processes. 'op': Optuna's in-process time"
+    echo "(load_study + the call, without starting Python and importing optuna), the comparison least"
+    echo "favourable to tunectl."
+    tcols=("report, no index" "report, indexed" "status, indexed" "launch (resume), indexed")
+    printf '%-52s' "optuna \\ tunectl"
+    for t in "${tcols[@]}"; do printf '%26s' "$t"; done
+    echo
+    worst=
+    for st in $OPTUNA_STORAGES; do
+        for op in "${optuna_ops[@]}"; do
+            o="optuna $st: $(op_name "$op")"
+            for kind in wall op; do
+                printf '%-52s' "$o $kind"
+                ov=${median[$o]}
+                [[ $kind == op ]] && ov=$(med "${ops[$o]}")
+                for t in "${tcols[@]}"; do
+                    x=$(awk -v o="$ov" -v t="${median[$t]}" 'BEGIN{printf "%.1f", o / t}')
+                    printf '%25sx' "$x"
+                    if [[ $kind == op && $op != get_trials && $t == report* ]] &&
+                        { [[ -z "$worst" ]] || awk -v b="$x" -v w="$worst" 'BEGIN{exit !(b < w)}'; }; then
+                        worst=$x
+                    fi
+                done
+                echo
+            done
+        done
+    done
+    echo
+    echo "target: tunectl report at least 20x faster than Optuna's study.trials and trials_dataframe():" \
+        "$(awk -v w="$worst" 'BEGIN{print (w >= 20) ? "met" : "NOT met"}') (smallest ratio, in-process Optuna time: ${worst}x)"
+fi

@@ -297,14 +297,6 @@ pub fn analyze(study: &StudyRecord, scan: &Scan, hosts: &[HostRecord]) -> Analys
                 .collect()
         })
         .unwrap_or_default();
-    let baseline: serde_json::Map<String, serde_json::Value> = spec["knobs"]
-        .as_array()
-        .map(|ks| {
-            ks.iter()
-                .filter_map(|k| Some((k["name"].as_str()?.to_string(), k["default"].clone())))
-                .collect()
-        })
-        .unwrap_or_default();
     let tolerance = crate::gate::ToleranceSpec::from_spec(spec);
 
     let terminal = scan.terminal();
@@ -410,7 +402,7 @@ pub fn analyze(study: &StudyRecord, scan: &Scan, hosts: &[HostRecord]) -> Analys
         objective,
         min_improvement: rules.min_improvement,
         context,
-        baseline: serde_json::Value::Object(baseline),
+        baseline: spec_baseline(spec),
         classes,
         corrupt_objects: scan.corrupt.clone(),
         foreign_attempts: foreign,

@@ -297,7 +297,6 @@ pub fn analyze(study: &StudyRecord, scan: &Scan, hosts: &[HostRecord]) -> Analys
                 .collect()
         })
         .unwrap_or_default();
-    let tolerance = crate::gate::ToleranceSpec::from_spec(spec);
 
     let terminal = scan.terminal();
     let mut foreign = 0;
@@ -346,7 +345,8 @@ pub fn analyze(study: &StudyRecord, scan: &Scan, hosts: &[HostRecord]) -> Analys
             if configs.values().all(|g| g.sweep.is_empty()) {
                 continue;
             }
-            let mut report = analyze_cell(configs, &objective.name, &rules, tolerance.as_ref());
+            let mut report =
+                analyze_cell(configs, &objective.name, &rules, rules.tolerance.as_ref());
             report.cell_index = Some(*cell_index);
             report.bucket = crate::report::buckets::bucket_of(spec, &report.cell).key;
             for d in drops.iter().filter(|d| d.cell_label == report.cell_label) {

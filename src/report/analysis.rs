@@ -260,6 +260,18 @@ struct Group<'a> {
 
 /// Analyse a study's ledger contents.
 pub fn analyze(study: &StudyRecord, scan: &Scan, hosts: &[HostRecord]) -> Analysis {
+    analyze_where(study, scan, hosts, |_| true)
+}
+
+/// [`analyze`] of the attempts `keep` accepts. A bucket's decision on a
+/// host class depends only on that class's attempts at the bucket's cells,
+/// so a launch confirming one bucket analyses just those.
+pub fn analyze_where(
+    study: &StudyRecord,
+    scan: &Scan,
+    hosts: &[HostRecord],
+    keep: impl Fn(&AttemptRecord) -> bool,
+) -> Analysis {
     let spec = &study.spec;
     let objective = MetricInfo {
         name: spec["objective"]["name"]
@@ -298,7 +310,7 @@ pub fn analyze(study: &StudyRecord, scan: &Scan, hosts: &[HostRecord]) -> Analys
         })
         .unwrap_or_default();
 
-    let terminal = scan.terminal();
+    let terminal = scan.terminal_where(keep);
     let mut foreign = 0;
     let mut anchors = 0;
     // class → cell index → config index → attempts

@@ -264,69 +264,70 @@ pub fn encode(study: &str, c: &View) -> Result<Vec<u8>, String> {
 }
 
 /// Typed values decoded once per table position.
-struct Decoded<'a> {
+struct Lookup<'a> {
+    strings: &'a [String],
     values: &'a [serde_json::Value],
-    failures: HashMap<u32, Failure>,
-    exits: HashMap<u32, ExitInfo>,
-    outputs: HashMap<u32, BTreeMap<String, String>>,
-    output_values: HashMap<u32, BTreeMap<String, Vec<f64>>>,
+    failures: Vec<Option<Failure>>,
+    exits: Vec<Option<ExitInfo>>,
+    outputs: Vec<Option<BTreeMap<String, String>>>,
+    output_values: Vec<Option<BTreeMap<String, Vec<f64>>>>,
 }
 
-impl Decoded<'_> {
-    fn value(&self, p: u32, what: &str) -> Result<&serde_json::Value, String> {
-        self.values
-            .get(p as usize)
-            .ok_or_else(|| format!("{what} refers to value {p}, which the index does not hold"))
-    }
-
-    fn typed<T: serde::de::DeserializeOwned + Clone>(
-        values: &[serde_json::Value],
-        memo: &mut HashMap<u32, T>,
-        p: u32,
-        what: &str,
-    ) -> Result<T, String> {
-        if let Some(v) = memo.get(&p) {
-            return Ok(v.clone());
+impl<'a> Lookup<'a> {
+    fn new(strings: &'a [String], values: &'a [serde_json::Value]) -> Lookup<'a> {
+        Lookup {
+            strings,
+            values,
+            failures: vec![None; values.len()],
+            exits: vec![None; values.len()],
+            outputs: vec![None; values.len()],
+            output_values: vec![None; values.len()],
         }
-        let raw = values
-            .get(p as usize)
-            .ok_or_else(|| format!("{what} refers to value {p}, which the index does not hold"))?;
-        let v: T = serde_json::from_value(raw.clone()).map_err(|e| format!("{what} {p}: {e}"))?;
-        memo.insert(p, v.clone());
-        Ok(v)
+    }
+
+    fn s(&self, p: u32, row: usize) -> Result<String, String> {
+        self.strings.get(p as usize).cloned().ok_or_else(|| {
+            format!("attempt {row} refers to string {p}, which the index does not hold")
+        })
+    }
+
+    fn value(&self, p: u32, row: usize) -> Result<&'a serde_json::Value, String> {
+        self.values.get(p as usize).ok_or_else(|| {
+            format!("attempt {row} refers to value {p}, which the index does not hold")
+        })
     }
 }
 
-/// Decode an index of `study`; `Err` says why it cannot be used.
-pub fn decode(study: &str, bytes: &[u8]) -> Result<Contents, String> {
-    let file: File =
-        serde_json::from_slice(bytes).map_err(|e| format!("not a valid index: {e}"))?;
-    if file.schema != INDEX_SCHEMA {
-        return Err(format!(
-            "index schema {} (this tunectl reads {INDEX_SCHEMA})",
-            file.schema
-        ));
+/// `memo[p]`, decoded from `values[p]` the first time.
+fn typed<T: serde::de::DeserializeOwned + Clone>(
+    values: &[serde_json::Value],
+    memo: &mut [Option<T>],
+    p: u32,
+    row: usize,
+    decode: impl Fn(serde_json::Value) -> Result<T, serde_json::Error>,
+) -> Result<T, String> {
+    let missing = || format!("attempt {row} refers to value {p}, which the index does not hold");
+    let slot = memo.get_mut(p as usize).ok_or_else(missing)?;
+    if let Some(v) = slot {
+        return Ok(v.clone());
     }
-    if file.study_id != study {
-        return Err(format!("the index is study `{}`'s", file.study_id));
-    }
-    let strings = &file.strings;
-    let s = |p: u32, what: &str| -> Result<String, String> {
-        strings
-            .get(p as usize)
-            .cloned()
-            .ok_or_else(|| format!("{what} refers to string {p}, which the index does not hold"))
-    };
-    let mut d = Decoded {
-        values: &file.values,
-        failures: HashMap::new(),
-        exits: HashMap::new(),
-        outputs: HashMap::new(),
-        output_values: HashMap::new(),
-    };
+    let raw = values.get(p as usize).ok_or_else(missing)?;
+    let v = decode(raw.clone()).map_err(|e| format!("attempt {row}: value {p}: {e}"))?;
+    *slot = Some(v.clone());
+    Ok(v)
+}
+
+/// Rows into records.
+fn convert(
+    study: &str,
+    strings: &[String],
+    values: &[serde_json::Value],
+    rows: Vec<Row>,
+) -> Result<Vec<AttemptRecord>, String> {
+    let mut t = Lookup::new(strings, values);
     let name_ok = |x: &str| !x.is_empty() && !x.contains('/');
-    let mut records = Vec::with_capacity(file.attempts.len());
-    for (i, row) in file.attempts.into_iter().enumerate() {
+    let mut records = Vec::with_capacity(rows.len());
+    for (i, row) in rows.into_iter().enumerate() {
         let Row(
             trial_key,
             attempt_id,
@@ -360,60 +361,57 @@ pub fn decode(study: &str, bytes: &[u8]) -> Result<Contents, String> {
         if !name_ok(&trial_key) || !name_ok(&attempt_id) {
             return Err(format!("attempt {i} has no usable trial key or attempt id"));
         }
-        let what = format!("attempt {i}");
         let status = match status {
             0 => AttemptStatus::Ok,
             1 => AttemptStatus::Failed,
             2 => AttemptStatus::Lost,
-            other => return Err(format!("{what} has status {other}")),
+            other => return Err(format!("attempt {i} has status {other}")),
         };
         let mut m = BTreeMap::new();
         for (name, samples) in metrics {
-            m.insert(s(name, &what)?, samples);
+            m.insert(t.s(name, i)?, samples);
         }
         let failure = match failure {
-            Some(p) => Some(Decoded::typed(d.values, &mut d.failures, p, &what)?),
+            Some(p) => Some(typed(
+                values,
+                &mut t.failures,
+                p,
+                i,
+                serde_json::from_value,
+            )?),
             None => None,
         };
         let exit = match exit {
-            Some(p) => Some(Decoded::typed(d.values, &mut d.exits, p, &what)?),
+            Some(p) => Some(typed(values, &mut t.exits, p, i, serde_json::from_value)?),
             None => None,
         };
-        let outputs = Decoded::typed(d.values, &mut d.outputs, outputs, &what)?;
+        let outputs = typed(values, &mut t.outputs, outputs, i, serde_json::from_value)?;
         let output_values = match output_values {
-            Some(p) => {
-                if let Some(v) = d.output_values.get(&p) {
-                    v.clone()
-                } else {
-                    let raw = d.value(p, &what)?;
-                    let OutputValues(v) = serde_json::from_value(raw.clone())
-                        .map_err(|e| format!("{what} output values: {e}"))?;
-                    d.output_values.insert(p, v.clone());
-                    v
-                }
-            }
+            Some(p) => typed(values, &mut t.output_values, p, i, |v| {
+                serde_json::from_value::<OutputValues>(v).map(|o| o.0)
+            })?,
             None => BTreeMap::new(),
         };
         records.push(AttemptRecord {
             schema: super::records::SCHEMA,
-            tunectl_version: s(version, &what)?,
+            tunectl_version: t.s(version, i)?,
             study_id: study.to_string(),
-            spec_hash: s(spec_hash, &what)?,
+            spec_hash: t.s(spec_hash, i)?,
             trial_key,
             attempt_id,
-            config: d.value(config, &what)?.clone(),
-            config_label: s(config_label, &what)?,
+            config: t.value(config, i)?.clone(),
+            config_label: t.s(config_label, i)?,
             config_index,
             is_baseline,
-            cell: d.value(cell, &what)?.clone(),
-            cell_label: s(cell_label, &what)?,
+            cell: t.value(cell, i)?.clone(),
+            cell_label: t.s(cell_label, i)?,
             cell_index,
             repeat,
-            role: s(role, &what)?,
+            role: t.s(role, i)?,
             fidelity,
-            host: s(host, &what)?,
-            host_class: s(host_class, &what)?,
-            fingerprint: s(fingerprint, &what)?,
+            host: t.s(host, i)?,
+            host_class: t.s(host_class, i)?,
+            fingerprint: t.s(fingerprint, i)?,
             slot,
             started_at: String::new(),
             finished_at: String::new(),
@@ -425,7 +423,7 @@ pub fn decode(study: &str, bytes: &[u8]) -> Result<Contents, String> {
             exit,
             metrics: m,
             digest: match digest {
-                Some(p) => Some(s(p, &what)?),
+                Some(p) => Some(t.s(p, i)?),
                 None => None,
             },
             outputs,
@@ -436,18 +434,44 @@ pub fn decode(study: &str, bytes: &[u8]) -> Result<Contents, String> {
             stderr_head: String::new(),
         });
     }
+    Ok(records)
+}
+
+/// Decode an index of `study`; `Err` says why it cannot be used.
+pub fn decode(study: &str, bytes: &[u8]) -> Result<Contents, String> {
+    let file: File =
+        serde_json::from_slice(bytes).map_err(|e| format!("not a valid index: {e}"))?;
+    if file.schema != INDEX_SCHEMA {
+        return Err(format!(
+            "index schema {} (this tunectl reads {INDEX_SCHEMA})",
+            file.schema
+        ));
+    }
+    if file.study_id != study {
+        return Err(format!("the index is study `{}`'s", file.study_id));
+    }
     let trials = format!("{study}/trials/");
     for u in &file.unresolved {
         if !u.starts_with(&trials) {
             return Err(format!("unresolved object {u} is not under {trials}"));
         }
     }
+    let File {
+        streams,
+        unresolved,
+        voids,
+        corrupt,
+        strings,
+        values,
+        attempts,
+        ..
+    } = file;
+    let records = convert(study, &strings, &values, attempts)?;
     Ok(Contents {
-        streams: file.streams,
-        unresolved: file.unresolved.into_iter().collect(),
-        voids: file.voids,
-        corrupt: file
-            .corrupt
+        streams,
+        unresolved: unresolved.into_iter().collect(),
+        voids,
+        corrupt: corrupt
             .into_iter()
             .map(|(key, reason)| CorruptObject { key, reason })
             .collect(),

@@ -132,6 +132,22 @@ impl Scan {
     }
 }
 
+impl Drop for Ledger {
+    /// What scans cached can be 100,000 records: freeing them takes a
+    /// tenth of a second, which a command about to exit need not wait for.
+    /// Large caches are freed on a thread of their own.
+    fn drop(&mut self) {
+        let known = std::mem::take(self.known.get_mut());
+        if known.values().map(scan::Known::len).sum::<usize>() >= 10_000 {
+            // If the thread cannot start, the closure (and the cache) is
+            // dropped here.
+            let _ = std::thread::Builder::new()
+                .name("ledger-free".to_string())
+                .spawn(move || drop(known));
+        }
+    }
+}
+
 /// Remove anything that looks like a credential from an error message
 /// (object_store errors can quote request URLs with signed queries).
 pub fn redact_error(message: &str) -> String {

@@ -134,6 +134,11 @@ impl Known {
         self.scan.attempts.len() + self.voided.len()
     }
 
+    /// How many records this holds (for `Ledger`'s drop).
+    pub(crate) fn len(&self) -> usize {
+        self.records()
+    }
+
     /// Is the object at `key` (`<study>/trials/<trial>/<file>`) known?
     fn holds(&self, key: &str) -> bool {
         let Some((trial, file)) = split_object(key) else {

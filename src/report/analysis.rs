@@ -601,9 +601,12 @@ fn samples_by_host(attempts: &[&AttemptRecord], objective: &str) -> BTreeMap<Str
     let mut out: BTreeMap<String, Vec<f64>> = BTreeMap::new();
     for a in attempts.iter().filter(|a| a.status == AttemptStatus::Ok) {
         if let Some(samples) = a.metrics.get(objective) {
-            out.entry(a.host.clone())
-                .or_default()
-                .extend(samples.iter().copied());
+            match out.get_mut(a.host.as_str()) {
+                Some(v) => v.extend(samples.iter().copied()),
+                None => {
+                    out.insert(a.host.clone(), samples.clone());
+                }
+            }
         }
     }
     out

@@ -35,6 +35,10 @@ use super::{CorruptObject, Ledger, LedgerError, Scan};
 /// `.void` markers: trial key → attempt ids.
 type Voids = HashMap<String, HashSet<String>>;
 
+/// Listed log entries: per stream, number → is the end; the objects named;
+/// whether every entry could be told.
+type Entries = (BTreeMap<String, BTreeMap<u64, bool>>, Vec<String>, bool);
+
 /// What this process knows of a study's attempts.
 pub(crate) struct Known {
     pub scan: Arc<Scan>,
@@ -393,14 +397,10 @@ impl Ledger {
     }
 
     /// Entries of the arrival log listed from `keys`: per stream, the
-    /// numbers seen (and which is the end), and the objects named. `None`
-    /// when an entry names nothing tunectl can tell: only a full scan is
-    /// safe then.
-    async fn entries(
-        &self,
-        study: &str,
-        keys: Vec<ObjPath>,
-    ) -> Result<Option<(BTreeMap<String, BTreeMap<u64, bool>>, Vec<String>)>, LedgerError> {
+    /// numbers seen (and which is the end), and the objects named; `false`
+    /// when an entry names nothing tunectl can tell (not written by
+    /// tunectl): only a full scan covers what it might have meant.
+    async fn entries(&self, study: &str, keys: Vec<ObjPath>) -> Result<Entries, LedgerError> {
         let mut numbers: BTreeMap<String, BTreeMap<u64, bool>> = BTreeMap::new();
         let mut objects = Vec::new();
         let mut sound = true;
@@ -426,7 +426,7 @@ impl Ledger {
                 },
             }
         }
-        Ok(sound.then_some((numbers, objects)))
+        Ok((numbers, objects, sound))
     }
 
     /// List every object of the study and read every attempt object.
@@ -435,7 +435,9 @@ impl Ledger {
         // above the marks computed here, and an entry listed here whose
         // object the walk below does not find is looked for again later.
         let listed = self.list(&log::prefix(study)).await?;
-        let (numbers, named) = self.entries(study, listed).await?.unwrap_or_default();
+        // An entry that names nothing counts for its stream's mark: this
+        // scan lists every object anyway.
+        let (numbers, named, _) = self.entries(study, listed).await?;
         let streams: BTreeMap<String, Mark> = numbers
             .iter()
             .map(|(s, ns)| (s.clone(), log::advance(Mark::default(), ns)))
@@ -542,9 +544,10 @@ impl Ledger {
         for l in lists {
             keys.extend(l?);
         }
-        let Some((numbers, named)) = self.entries(study, keys).await? else {
+        let (numbers, named, sound) = self.entries(study, keys).await?;
+        if !sound {
             return self.full_scan(study).await;
-        };
+        }
         for (s, ns) in &numbers {
             let m = k.streams.get(s).copied().unwrap_or_default();
             k.streams.insert(s.clone(), log::advance(m, ns));
@@ -770,6 +773,59 @@ mod tests {
         assert_eq!((scan.attempts.len(), scan.voided), (1, 1));
         let again = reader.scan(S).await.expect("scan");
         assert_eq!((again.attempts.len(), again.voided), (1, 1));
+    }
+
+    #[tokio::test]
+    async fn an_entry_that_names_nothing_costs_one_full_scan() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let url = dir.path().display().to_string();
+        let a = Ledger::open(&url).expect("open");
+        a.write_attempt(&rec(&trial(1), "20260101T000000.000000Z-01", "ok"))
+            .await
+            .expect("write");
+        compact(&Ledger::open(&url).expect("open")).await;
+        // Not written by tunectl: a name that does not parse, a body that
+        // names nothing. Then an attempt written without an entry (outside
+        // the protocol), which only a full scan sees.
+        a.store
+            .put(
+                &ObjPath::from(format!("{S}/log/zz/000000000001-what")),
+                PutPayload::from(b"{}".to_vec()),
+            )
+            .await
+            .expect("put");
+        let hidden = rec(&trial(2), "20260101T000000.000000Z-02", "ok");
+        a.store
+            .put(
+                &ObjPath::from(format!(
+                    "{S}/trials/{}/20260101T000000.000000Z-02.json",
+                    hidden.trial_key
+                )),
+                PutPayload::from(serde_json::to_vec(&hidden).expect("json")),
+            )
+            .await
+            .expect("put");
+        let reader = Ledger::open(&url).expect("open");
+        assert_eq!(reader.scan(S).await.expect("scan").attempts.len(), 2);
+        assert_eq!(reader.known.lock().await[S].streams["zz"].through, 1);
+        compact(&reader).await;
+        // Past it: the next reader does not scan everything again (so it
+        // does not see another object written outside the protocol).
+        let hidden = rec(&trial(3), "20260101T000000.000000Z-03", "ok");
+        a.store
+            .put(
+                &ObjPath::from(format!(
+                    "{S}/trials/{}/20260101T000000.000000Z-03.json",
+                    hidden.trial_key
+                )),
+                PutPayload::from(serde_json::to_vec(&hidden).expect("json")),
+            )
+            .await
+            .expect("put");
+        assert_eq!(fresh(dir.path()).await.attempts.len(), 2);
+        // A full scan (ledger check) does.
+        let full = Ledger::open(&url).expect("open");
+        assert_eq!(full.scan_full(S).await.expect("full").attempts.len(), 3);
     }
 
     #[test]

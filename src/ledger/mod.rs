@@ -58,6 +58,8 @@ pub struct Ledger {
     known: tokio::sync::Mutex<HashMap<String, scan::Known>>,
     /// Per study: this process's log stream (`log.rs`).
     streams: std::sync::Mutex<HashMap<String, log::Writer>>,
+    /// The directory of a local ledger: its log is listed by name alone.
+    local_root: Option<std::path::PathBuf>,
 }
 
 /// The attempts of one study as found in the ledger (see `scan.rs`).
@@ -249,7 +251,9 @@ impl Ledger {
             .map_err(|e| open_err(format!("cannot create directory {}: {e}", path.display())))?;
         let store = LocalFileSystem::new_with_prefix(&path)
             .map_err(|e| open_err(format!("cannot open {}: {e}", path.display())))?;
-        Ok(Ledger::with_store(Arc::new(store), shown))
+        let mut ledger = Ledger::with_store(Arc::new(store), shown);
+        ledger.local_root = Some(std::fs::canonicalize(&path).unwrap_or(path));
+        Ok(ledger)
     }
 
     fn with_store(store: Arc<dyn ObjectStore>, url: String) -> Ledger {
@@ -258,6 +262,7 @@ impl Ledger {
             url,
             known: Default::default(),
             streams: Default::default(),
+            local_root: None,
         }
     }
 

@@ -434,7 +434,7 @@ impl Ledger {
         // The log first: an entry created after this listing has a number
         // above the marks computed here, and an entry listed here whose
         // object the walk below does not find is looked for again later.
-        let listed = self.list(&log::prefix(study)).await?;
+        let listed = self.log_all(study).await?;
         // An entry that names nothing counts for its stream's mark: this
         // scan lists every object anyway.
         let (numbers, named, _) = self.entries(study, listed).await?;
@@ -504,42 +504,23 @@ impl Ledger {
     /// the objects named there that `k` does not hold, and look again for
     /// the unresolved ones.
     async fn refresh(&self, study: &str, mut k: Known) -> Result<Known, LedgerError> {
-        let prefix = log::prefix(study);
-        let listed = self
-            .store
-            .list_with_delimiter(Some(&prefix))
-            .await
-            .map_err(|e| self.io_err("list", &prefix, e))?;
-        let open: Vec<(String, Mark)> = listed
-            .common_prefixes
-            .iter()
-            .filter_map(|p| p.filename().map(str::to_string))
+        let open: Vec<(String, Mark)> = self
+            .log_streams(study)
+            .await?
+            .into_iter()
             .map(|s| {
                 let m = k.streams.get(&s).copied().unwrap_or_default();
                 (s, m)
             })
             .filter(|(_, m)| !m.closed)
             .collect();
-        let lists: Vec<Result<Vec<ObjPath>, LedgerError>> =
-            futures::stream::iter(open.iter().map(|(s, m)| async move {
-                let p = log::stream_prefix(study, s);
-                let stream = if m.through == 0 {
-                    self.store.list(Some(&p))
-                } else {
-                    self.store
-                        .list_with_offset(Some(&p), &log::offset_after(study, s, m.through))
-                };
-                stream
-                    .map(|r| r.map(|meta| meta.location))
-                    .collect::<Vec<_>>()
-                    .await
-                    .into_iter()
-                    .collect::<Result<Vec<_>, _>>()
-                    .map_err(|e| self.io_err("list", &p, e))
-            }))
-            .buffer_unordered(16)
-            .collect()
-            .await;
+        let lists: Vec<Result<Vec<ObjPath>, LedgerError>> = futures::stream::iter(
+            open.iter()
+                .map(|(s, m)| self.log_entries(study, s, m.through)),
+        )
+        .buffer_unordered(16)
+        .collect()
+        .await;
         let mut keys = Vec::new();
         for l in lists {
             keys.extend(l?);

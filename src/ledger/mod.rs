@@ -8,7 +8,11 @@
 //! <study>/hosts/<host>/<fp-hash>.json
 //! <study>/trials/<trial-key>/<attempt>.json
 //! <study>/verdicts/<class>/<bucket>.json
+//! <study>/log/<stream>/<n>-<trial-key>-<attempt>.json   written before the attempt (log.rs)
+//! <study>/index/compact.json                            derived (index.rs, scan.rs)
 //! ```
+//!
+//! docs/ledger.md has the whole layout and how scans read it.
 
 pub mod index;
 pub mod lease;

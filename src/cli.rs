@@ -18,6 +18,7 @@ use tokio_util::sync::CancellationToken;
 use crate::exec::attempt::LocalTransport;
 use crate::exec::launch::{self, LaunchHost};
 use crate::exec::progress::{self, ProgressMode};
+use crate::exec::ssh::SshTransport;
 use crate::fingerprint;
 use crate::ledger::{DEFAULT_LEDGER, Ledger};
 use crate::plan::{ClassInfo, Plan, PlanHost};
@@ -110,6 +111,10 @@ struct LaunchArgs {
     /// (`<attempt>.stdout.log`, `<attempt>.stderr.log`; 64 MiB each at most).
     #[arg(long)]
     store_logs: bool,
+    /// How long the trials of a host class wait when every host of the
+    /// class is down, before they are left for a later launch (e.g. `10m`).
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "10m")]
+    host_timeout: std::time::Duration,
 }
 
 #[derive(clap::Args, Debug)]
@@ -697,16 +702,16 @@ async fn launch(a: LaunchArgs) -> Result<(), CliError> {
         .collect();
     let unavailable: Vec<String> = selected
         .iter()
-        .filter(|h| !matches!(h.transport, Transport::Local))
-        .map(|h| format!("`{}` ({})", h.name, h.transport.name()))
+        .filter(|h| matches!(h.transport, Transport::Slurm(_)))
+        .map(|h| format!("`{}`", h.name))
         .collect();
     if !unavailable.is_empty() {
         return Err(CliError::Failed(format!(
-            "the ssh and slurm transports are not available in this version yet; hosts {} cannot run. Nothing was run. Choose runnable hosts with --host (e.g. --host {})",
+            "the slurm transport is not available in this version yet; hosts {} cannot run. Nothing was run. Choose runnable hosts with --host (e.g. --host {})",
             unavailable.join(", "),
             selected
                 .iter()
-                .find(|h| matches!(h.transport, Transport::Local))
+                .find(|h| !matches!(h.transport, Transport::Slurm(_)))
                 .map(|h| h.name.as_str())
                 .unwrap_or("local")
         )));
@@ -732,30 +737,42 @@ async fn launch(a: LaunchArgs) -> Result<(), CliError> {
         .unwrap_or_else(|| std::env::temp_dir().join("tunectl-work"));
     // Trials run inside their own directories: the root must be absolute.
     let work_root = std::path::absolute(&work_root).map_err(failed)?;
-    let local_fp = fingerprint::probe_local(&BTreeMap::new()).await.ok();
-    let gpu_count = local_fp.as_ref().map(|f| f.gpus.len()).unwrap_or(0);
-    let hosts: Vec<LaunchHost> = selected
-        .iter()
-        .map(|h| {
-            let devices = match &h.devices {
-                Some(d) => d.iter().cloned().map(Some).collect(),
-                None => (0..h.slots)
-                    .map(|s| ((s as usize) < gpu_count).then(|| s.to_string()))
-                    .collect(),
-            };
-            LaunchHost {
-                name: h.name.clone(),
-                transport_name: h.transport.name().to_string(),
-                slots: h.slots,
-                devices,
-                device_env: h.device_env.clone(),
-                transport: Arc::new(LocalTransport {
-                    work_root: work_root.clone(),
-                    keep_workdirs: a.keep_workdirs,
-                }),
-            }
-        })
-        .collect();
+    let control_dir = ssh_control_dir().map_err(failed)?;
+    let make_hosts = || -> Vec<LaunchHost> {
+        selected
+            .iter()
+            .map(|h| {
+                let transport: Arc<dyn crate::exec::Transport> = match &h.transport {
+                    Transport::Ssh(cfg) => Arc::new(SshTransport::new(
+                        &h.name,
+                        cfg.clone(),
+                        control_dir.clone(),
+                        a.keep_workdirs,
+                    )),
+                    _ => Arc::new(LocalTransport {
+                        work_root: work_root.clone(),
+                        keep_workdirs: a.keep_workdirs,
+                    }),
+                };
+                if let Transport::Ssh(cfg) = &h.transport
+                    && h.slots > cfg.max_sessions
+                {
+                    eprintln!(
+                        "warning: host `{}` has {} slots but max_sessions {}: at most {} of its trials run at once",
+                        h.name, h.slots, cfg.max_sessions, cfg.max_sessions
+                    );
+                }
+                LaunchHost {
+                    name: h.name.clone(),
+                    transport_name: h.transport.name().to_string(),
+                    slots: h.slots,
+                    devices: h.devices.clone(),
+                    device_env: h.device_env.clone(),
+                    transport,
+                }
+            })
+            .collect()
+    };
     let cancel = CancellationToken::new();
     let on_signal = cancel.clone();
     tokio::spawn(async move {
@@ -767,24 +784,58 @@ async fn launch(a: LaunchArgs) -> Result<(), CliError> {
     let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
     let reporter = tokio::spawn(progress::report(a.progress, rx));
     eprintln!("launching study {study_id} · ledger {}", ledger.url());
-    let result = launch::run_study(
-        &study,
-        &study_id,
-        &ledger,
-        hosts,
-        launch::LaunchOptions {
-            no_cooldown: a.no_cooldown,
-            store_logs: a.store_logs,
-        },
-        tx,
-        cancel.clone(),
-    )
-    .await;
+    let options = launch::LaunchOptions {
+        no_cooldown: a.no_cooldown,
+        store_logs: a.store_logs,
+        host_timeout: a.host_timeout,
+    };
+    let mut summary = launch::LaunchSummary::default();
+    // A host whose fingerprint changed mid-launch is a new host class: the
+    // launch goes round again (probing anew) so that class is tuned too.
+    for round in 0..MAX_LAUNCH_ROUNDS {
+        let result = launch::run_study(
+            &study,
+            &study_id,
+            &ledger,
+            make_hosts(),
+            options.clone(),
+            tx.clone(),
+            cancel.clone(),
+        )
+        .await;
+        let this = match result {
+            Ok(s) => s,
+            Err(e) => {
+                drop(tx);
+                let _ = reporter.await;
+                return Err(match e {
+                    launch::LaunchError::SpecChanged { .. } => CliError::Invalid(e.to_string()),
+                    other => failed(other),
+                });
+            }
+        };
+        let again = !this.changed_hosts.is_empty() && !this.interrupted;
+        summary.add(&this);
+        if !again {
+            break;
+        }
+        if round + 1 < MAX_LAUNCH_ROUNDS {
+            eprintln!(
+                "hosts {} changed class mid-launch: probing again to tune their new class",
+                this.changed_hosts.join(", ")
+            );
+        }
+    }
+    drop(tx);
     let _ = reporter.await;
-    let summary = result.map_err(|e| match e {
-        launch::LaunchError::SpecChanged { .. } => CliError::Invalid(e.to_string()),
-        other => failed(other),
-    })?;
+    for h in &summary.unreachable_hosts {
+        eprintln!("warning: host {h} (skipped in this launch)");
+    }
+    for c in &summary.abandoned_classes {
+        eprintln!(
+            "warning: class {c}: every host stayed down past --host-timeout; launch again when they answer"
+        );
+    }
     // Verdicts: derived from the ledger, rewritten after every launch.
     let record = ledger.read_study(&study_id).await.map_err(failed)?;
     if let Some(record) = record {
@@ -841,6 +892,33 @@ async fn launch(a: LaunchArgs) -> Result<(), CliError> {
         return Err(CliError::Interrupted);
     }
     Ok(())
+}
+
+/// Launch rounds at most in one `tunectl launch` (a round starts again when
+/// a host's fingerprint changed).
+const MAX_LAUNCH_ROUNDS: usize = 3;
+
+/// Where SSH master connections keep their control sockets: a short
+/// private directory (socket paths are limited to about 100 bytes).
+fn ssh_control_dir() -> std::io::Result<PathBuf> {
+    use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+    // SAFETY: getuid(2) cannot fail and has no preconditions.
+    let uid = unsafe { libc::getuid() };
+    let dir = PathBuf::from(format!("/tmp/tunectl-ssh-{uid}"));
+    match std::fs::DirBuilder::new().mode(0o700).create(&dir) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+        Err(e) => return Err(e),
+    }
+    let meta = std::fs::symlink_metadata(&dir)?;
+    use std::os::unix::fs::MetadataExt;
+    if !meta.is_dir() || meta.uid() != uid || meta.permissions().mode() & 0o077 != 0 {
+        return Err(std::io::Error::other(format!(
+            "{} must be a directory of yours that only you can read (mode 700)",
+            dir.display()
+        )));
+    }
+    Ok(dir)
 }
 
 /// The analysis of a study (a study file or a study id) from its ledger,

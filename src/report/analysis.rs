@@ -1286,6 +1286,7 @@ mod tests {
             command: String::new(),
             stdout_tail: String::new(),
             stderr_head: String::new(),
+            lost_reason: None,
             stderr_tail: String::new(),
         }
     }

@@ -191,6 +191,10 @@ struct FingerprintArgs {
     /// Print JSON instead of YAML.
     #[arg(long)]
     json: bool,
+    /// Probe every host of this inventory (local, ssh) instead of this
+    /// machine, and group them into host classes.
+    #[arg(long, short)]
+    inventory: Option<PathBuf>,
 }
 
 #[derive(clap::Args, Debug)]
@@ -742,18 +746,7 @@ async fn launch(a: LaunchArgs) -> Result<(), CliError> {
         selected
             .iter()
             .map(|h| {
-                let transport: Arc<dyn crate::exec::Transport> = match &h.transport {
-                    Transport::Ssh(cfg) => Arc::new(SshTransport::new(
-                        &h.name,
-                        cfg.clone(),
-                        control_dir.clone(),
-                        a.keep_workdirs,
-                    )),
-                    _ => Arc::new(LocalTransport {
-                        work_root: work_root.clone(),
-                        keep_workdirs: a.keep_workdirs,
-                    }),
-                };
+                let transport = transport_for(h, &work_root, &control_dir, a.keep_workdirs);
                 if let Transport::Ssh(cfg) = &h.transport
                     && h.slots > cfg.max_sessions
                 {
@@ -1134,10 +1127,16 @@ struct ClassStatus {
     host_class: String,
     label: String,
     hosts: Vec<String>,
+    /// Sweep trials (the planned grid) done, failed, and lost without a
+    /// later terminal attempt.
     done: u64,
     failed: u64,
     lost: u64,
     running: u64,
+    /// Baseline anchors and confirmation-round trials recorded (not part
+    /// of the planned sweep).
+    anchors: u64,
+    confirm_trials: u64,
     /// Planned sweep trials without a terminal attempt and not running;
     /// `None` without the study file.
     pending: Option<u64>,
@@ -1190,6 +1189,18 @@ async fn status_cmd(a: StatusArgs) -> Result<(), CliError> {
         key_class.insert(key, first.host_class.as_str());
         let c = classes.entry(first.host_class.clone()).or_default();
         c.host_class = first.host_class.clone();
+        match first.role.as_str() {
+            "anchor" => {
+                // An anchor lost with its host is not a missing trial.
+                c.anchors += u64::from(terminal.contains_key(key));
+                continue;
+            }
+            "confirm" => {
+                c.confirm_trials += u64::from(terminal.contains_key(key));
+                continue;
+            }
+            _ => {}
+        }
         match terminal.get(key).map(|t| t.status) {
             Some(crate::ledger::AttemptStatus::Ok) => c.done += 1,
             Some(_) => c.failed += 1,
@@ -1299,7 +1310,7 @@ async fn status_cmd(a: StatusArgs) -> Result<(), CliError> {
     for c in rows {
         let opt = |v: Option<u64>| v.map(|n| n.to_string()).unwrap_or_else(|| "?".to_string());
         println!(
-            "{} · {} · hosts: {}\n  done {} · failed {} · lost {} · running {} · pending {} · skipped {} (of {} planned sweep trials){}",
+            "{} · {} · hosts: {}\n  done {} · failed {} · lost {} · running {} · pending {} · skipped {} (of {} planned sweep trials){}; besides: {} baseline anchors, {} confirmation trials",
             c.host_class,
             c.label,
             c.hosts.join(", "),
@@ -1314,7 +1325,9 @@ async fn status_cmd(a: StatusArgs) -> Result<(), CliError> {
                 " · give the study file for pending counts"
             } else {
                 ""
-            }
+            },
+            c.anchors,
+            c.confirm_trials
         );
     }
     if !scan.corrupt.is_empty() {
@@ -1371,6 +1384,9 @@ async fn fingerprint_cmd(a: FingerprintArgs) -> Result<(), CliError> {
         Some(p) => Study::load(p)?.tools,
         None => BTreeMap::new(),
     };
+    if let Some(path) = &a.inventory {
+        return fingerprint_inventory(path, &tools, a.json).await;
+    }
     let fp = fingerprint::probe_local(&tools).await.map_err(failed)?;
     let doc = serde_json::json!({
         "host_class": fp.host_class(),
@@ -1384,6 +1400,99 @@ async fn fingerprint_cmd(a: FingerprintArgs) -> Result<(), CliError> {
         print!("{}", yaml_out::to_yaml(&doc));
     }
     Ok(())
+}
+
+/// `fingerprint --inventory`: probe every host at once; hosts grouped by
+/// class. A host that does not answer is listed with why (exit 1).
+async fn fingerprint_inventory(
+    path: &Path,
+    tools: &BTreeMap<String, String>,
+    json: bool,
+) -> Result<(), CliError> {
+    let inv = Inventory::load(path)?;
+    let control_dir = ssh_control_dir().map_err(failed)?;
+    let work_root = std::env::temp_dir().join("tunectl-work");
+    let transports: Vec<(String, Arc<dyn crate::exec::Transport>)> = inv
+        .hosts
+        .iter()
+        .filter(|h| !matches!(h.transport, Transport::Slurm(_)))
+        .map(|h| {
+            (
+                h.name.clone(),
+                transport_for(h, &work_root, &control_dir, false),
+            )
+        })
+        .collect();
+    let probes = futures::future::join_all(transports.iter().map(|(_, t)| t.probe(tools))).await;
+    let mut classes: BTreeMap<String, serde_json::Value> = BTreeMap::new();
+    let mut down = Vec::new();
+    for ((name, t), probe) in transports.iter().zip(probes) {
+        t.close().await;
+        match probe {
+            Ok(fp) => {
+                let entry = classes.entry(fp.host_class()).or_insert_with(|| {
+                    serde_json::json!({
+                        "host_class": fp.host_class(),
+                        "class_label": fp.class_label(),
+                        "hosts": [],
+                    })
+                });
+                if let Some(hosts) = entry["hosts"].as_array_mut() {
+                    hosts.push(serde_json::json!({
+                        "host": name,
+                        "fingerprint_hash": fp.hash(),
+                        "fingerprint": fp,
+                    }));
+                }
+            }
+            Err(e) => down.push(serde_json::json!({"host": name, "error": e})),
+        }
+    }
+    let skipped: Vec<&str> = inv
+        .hosts
+        .iter()
+        .filter(|h| matches!(h.transport, Transport::Slurm(_)))
+        .map(|h| h.name.as_str())
+        .collect();
+    let doc = serde_json::json!({
+        "classes": classes.into_values().collect::<Vec<_>>(),
+        "unreachable": down,
+        "not_probed": skipped,
+    });
+    if json {
+        println!("{}", serde_json::to_string_pretty(&doc).map_err(failed)?);
+    } else {
+        print!("{}", yaml_out::to_yaml(&doc));
+    }
+    if down.is_empty() {
+        Ok(())
+    } else {
+        Err(CliError::Failed(format!(
+            "{} host(s) did not answer",
+            down.len()
+        )))
+    }
+}
+
+/// The transport that reaches an inventory host (local or ssh).
+fn transport_for(
+    h: &crate::spec::Host,
+    work_root: &Path,
+    control_dir: &Path,
+    keep_workdirs: bool,
+) -> Arc<dyn crate::exec::Transport> {
+    match &h.transport {
+        Transport::Ssh(cfg) => Arc::new(SshTransport::new(
+            &h.name,
+            cfg.clone(),
+            control_dir.to_path_buf(),
+            keep_workdirs,
+        )),
+        _ => Arc::new(LocalTransport {
+            work_root: work_root.to_path_buf(),
+            keep_workdirs,
+        }),
+    }
 }
 
 fn validate(a: ValidateArgs) -> Result<(), CliError> {

@@ -829,6 +829,7 @@ async fn launch(a: LaunchArgs) -> Result<(), CliError> {
             "warning: class {c}: every host stayed down past --host-timeout; launch again when they answer"
         );
     }
+    let incomplete = !summary.abandoned_classes.is_empty();
     // Verdicts: derived from the ledger, rewritten after every launch.
     let record = ledger.read_study(&study_id).await.map_err(failed)?;
     if let Some(record) = record {
@@ -883,6 +884,11 @@ async fn launch(a: LaunchArgs) -> Result<(), CliError> {
     );
     if summary.interrupted {
         return Err(CliError::Interrupted);
+    }
+    if incomplete {
+        return Err(CliError::Failed(
+            "the study is incomplete: a host class lost every host (see above)".to_string(),
+        ));
     }
     Ok(())
 }

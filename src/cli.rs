@@ -490,7 +490,7 @@ async fn plan(a: PlanArgs) -> Result<(), CliError> {
             let share = class
                 .map(|c| plan.trials_per_class() * u64::from(h.slots) / u64::from(c.slots.max(1)))
                 .unwrap_or(0);
-            let runnable = h.transport == "local";
+            let runnable = h.transport != "slurm";
             HostView {
                 host: h.name.clone(),
                 transport: h.transport.clone(),

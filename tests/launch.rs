@@ -650,7 +650,7 @@ measurement: {warmup: 0, repeats: 1, confirm_repeats: 0}
 }
 
 #[test]
-fn an_ssh_host_is_refused_and_nothing_runs() {
+fn a_slurm_host_is_refused_and_nothing_runs() {
     let env = Env::new(STUDY);
     let inventory = env.tmp.path().join("inventory.yaml");
     std::fs::write(
@@ -659,8 +659,8 @@ fn an_ssh_host_is_refused_and_nothing_runs() {
   - name: box
     transport: local
   - name: gpu-a
-    transport: ssh
-    host: gpu-a.example.org
+    transport: slurm
+    partition: gpu
 "#,
     )
     .expect("write inventory");
@@ -668,10 +668,10 @@ fn an_ssh_host_is_refused_and_nothing_runs() {
     let (code, stderr) = env.launch(&["--inventory", &inv]);
     assert_eq!(code, Some(1), "{stderr}");
     assert!(
-        stderr.contains("the ssh and slurm transports are not available in this version yet"),
+        stderr.contains("the slurm transport is not available in this version yet"),
         "{stderr}"
     );
-    assert!(stderr.contains("`gpu-a` (ssh)"), "{stderr}");
+    assert!(stderr.contains("`gpu-a`"), "{stderr}");
     assert!(stderr.contains("Nothing was run"), "{stderr}");
     assert!(stderr.contains("--host box"), "{stderr}");
     assert!(

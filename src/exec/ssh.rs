@@ -37,7 +37,7 @@ use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use openssh::{KnownHosts, Session, SessionBuilder, Stdio};
+use openssh::{ControlPersist, KnownHosts, Session, SessionBuilder, Stdio};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::sync::{Semaphore, mpsc};
 use tokio_util::sync::CancellationToken;
@@ -57,6 +57,10 @@ pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(15);
 /// Keep-alive probes on the master connection: a host that stops answering
 /// is noticed within about three intervals.
 const SERVER_ALIVE_INTERVAL: Duration = Duration::from_secs(5);
+
+/// Seconds an idle master connection stays up (it is idle only between
+/// trials, or after its launcher died).
+const MASTER_IDLE_EXIT_S: usize = 600;
 
 /// First and longest wait between reconnection tries of a dropped host.
 const FIRST_RETRY: Duration = Duration::from_secs(1);
@@ -149,6 +153,11 @@ impl SshTransport {
         .connect_timeout(self.cfg.connect_timeout.unwrap_or(DEFAULT_CONNECT_TIMEOUT))
         .server_alive_interval(SERVER_ALIVE_INTERVAL)
         .control_directory(&self.control_dir);
+        // A master left behind by a launcher that was killed exits on its
+        // own once idle that long.
+        if let Some(idle) = std::num::NonZeroUsize::new(MASTER_IDLE_EXIT_S) {
+            b.control_persist(ControlPersist::IdleFor(idle));
+        }
         if let Some(p) = self.cfg.port {
             b.port(p);
         }

@@ -165,7 +165,7 @@ run_parallel() { # name loginfile
     t0=$(now)
     parallel --sshloginfile "$logins" --halt now,fail=1 "$JOB" ::: $(seq "$TRIALS") >"$tmp/$name.out"
     t1=$(now)
-    n=$(grep -c metrics "$tmp/$name.out")
+    n=$(grep -o metrics "$tmp/$name.out" | wc -l)
     [[ $n == "$TRIALS" ]] || { echo "$name: $n results, expected $TRIALS" >&2; exit 1; }
     times[$name]+="$(( (t1 - t0) / 1000000 )) "
 }

@@ -295,7 +295,7 @@ fn a_study_over_the_fleet_picks_winners_per_host_class_on_pinned_gpus() {
     let h100 = class_of(&report, H100);
     let a100 = class_of(&report, A100);
     for b in h100["buckets"].as_array().expect("buckets") {
-        assert_eq!(b["winner"]["label"], "tile=128", "{b}");
+        assert_eq!(b["winner"]["label"], "tile=128", "{h100:#}");
     }
     for b in a100["buckets"].as_array().expect("buckets") {
         assert!(

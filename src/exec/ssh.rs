@@ -367,7 +367,7 @@ fn is_env_name(name: &str) -> bool {
 fn attempt_script(spec: &AttemptSpec, keep_workdirs: bool) -> Result<String, String> {
     let mut s = String::new();
     let q = shell_quote;
-    s.push_str(SCRIPT_FUNCTIONS);
+    s.push_str(&SCRIPT_FUNCTIONS.replace("TC_TAIL", &TAIL_BYTES.to_string()));
     let _ = writeln!(s, "tc_dir={}", q(&spec.trial_dir));
     let _ = writeln!(s, "tc_result={}", q(&spec.result_path));
     s.push_str(
@@ -389,22 +389,26 @@ fn attempt_script(spec: &AttemptSpec, keep_workdirs: bool) -> Result<String, Str
         .map(|_| Phase::Warmup.as_str())
         .chain(std::iter::once(Phase::Measure.as_str()))
         .collect();
-    let _ = writeln!(s, "tc_ok=1\nfor tc_phase in {}; do", phases.join(" "));
-    let _ = writeln!(s, "  {removals}");
+    let _ = writeln!(
+        s,
+        "tc_ok=1\ntc_first=1\nfor tc_phase in {}; do",
+        phases.join(" ")
+    );
+    // The directory is new: only runs after the first can find old files.
+    let _ = writeln!(s, "  [ $tc_first = 1 ] || {removals}\n  tc_first=0");
     s.push_str("  TUNECTL_PHASE=$tc_phase; export TUNECTL_PHASE\n");
-    s.push_str("  tc_t0=$(date +%s%N 2>/dev/null)\n");
     let _ = writeln!(
         s,
         "  $tc_setsid /bin/sh -c {} >.tunectl-run-stdout 2>.tunectl-run-stderr </dev/null &",
         q(&spec.command)
     );
+    // The launcher times the run between the two frames (no `date` forks).
     s.push_str(
         "  tc_pid=$!\n\
          \x20 printf '@@tunectl run %s %s\\n' \"$tc_phase\" \"$tc_pid\"\n\
          \x20 wait \"$tc_pid\"; tc_rc=$?\n\
-         \x20 tc_t1=$(date +%s%N 2>/dev/null)\n\
-         \x20 [ -n \"$tc_setsid\" ] && kill -s KILL -- \"-$tc_pid\" 2>/dev/null\n\
-         \x20 printf '@@tunectl rc %s %s %s\\n' \"$tc_rc\" \"${tc_t0:-x}\" \"${tc_t1:-x}\"\n",
+         \x20 printf '@@tunectl rc %s x x\\n' \"$tc_rc\"\n\
+         \x20 [ -n \"$tc_setsid\" ] && kill -s KILL -- \"-$tc_pid\" 2>/dev/null\n",
     );
     if spec.keep_logs {
         s.push_str(
@@ -413,14 +417,10 @@ fn attempt_script(spec: &AttemptSpec, keep_workdirs: bool) -> Result<String, Str
         );
     }
     s.push_str("  [ \"$tc_rc\" -eq 0 ] || { tc_ok=0; break; }\ndone\n");
-    // Head and tail of the last run's streams.
+    // Size, tail and head of the last run's streams (nothing when empty).
     let _ = writeln!(
         s,
-        "tc_size stdout .tunectl-run-stdout\n\
-         tail -c {TAIL_BYTES} .tunectl-run-stdout >.tunectl-piece 2>/dev/null; tc_file stdout_tail .tunectl-piece {TAIL_BYTES}\n\
-         tc_size stderr .tunectl-run-stderr\n\
-         tail -c {TAIL_BYTES} .tunectl-run-stderr >.tunectl-piece 2>/dev/null; tc_file stderr_tail .tunectl-piece {TAIL_BYTES}\n\
-         tc_file stderr_head .tunectl-run-stderr {HEAD_BYTES}"
+        "tc_stream stdout .tunectl-run-stdout 0\ntc_stream stderr .tunectl-run-stderr {HEAD_BYTES}"
     );
     s.push_str("if [ $tc_ok = 1 ]; then\n");
     let _ = writeln!(s, "  tc_file result \"$tc_result\" {MAX_RESULT_BYTES}");
@@ -443,7 +443,6 @@ fn attempt_script(spec: &AttemptSpec, keep_workdirs: bool) -> Result<String, Str
              tc_file log:stderr .tunectl-stderr.log {MAX_LOG_BYTES}"
         );
     }
-    s.push_str("rm -f .tunectl-piece\n");
     if !keep_workdirs {
         s.push_str("if [ $tc_ok = 1 ]; then cd / && rm -rf \"$tc_dir\"; fi\n");
     }
@@ -454,9 +453,21 @@ fn attempt_script(spec: &AttemptSpec, keep_workdirs: bool) -> Result<String, Str
 /// Shell functions of the attempt wrapper.
 const SCRIPT_FUNCTIONS: &str = r#"umask 022
 if command -v setsid >/dev/null 2>&1; then tc_setsid=setsid; else tc_setsid=; fi
-tc_size() {
-  if [ -f "$2" ]; then tc_n=$(wc -c <"$2" | tr -d ' '); else tc_n=0; fi
+tc_stream() {
+  # Size, tail and (when $3 > 0) head of a stream; nothing for an empty one.
+  [ -s "$2" ] || return 0
+  tc_n=$(wc -c <"$2" | tr -d ' ')
   printf '@@tunectl size %s %s\n' "$1" "$tc_n"
+  tc_k=$tc_n; [ "$tc_k" -gt TC_TAIL ] && tc_k=TC_TAIL
+  printf '@@tunectl file %s_tail %s\n' "$1" "$tc_k"
+  tail -c "$tc_k" <"$2"
+  printf '\n'
+  if [ "$3" -gt 0 ] && [ "$tc_n" -gt TC_TAIL ]; then
+    tc_k=$3
+    printf '@@tunectl file %s_head %s\n' "$1" "$tc_k"
+    head -c "$tc_k" <"$2"
+    printf '\n'
+  fi
 }
 tc_file() {
   if [ -f "$2" ]; then

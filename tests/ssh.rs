@@ -743,3 +743,116 @@ fn a_class_whose_every_host_is_down_waits_then_is_left_for_later() {
     let report = report_json(&study, &ledger);
     assert_eq!(report["classes"].as_array().map(Vec::len), Some(2));
 }
+
+#[test]
+fn a_host_back_with_another_driver_is_tuned_as_a_new_class() {
+    let mut fleet = Fleet::start(&FOUR[..1]);
+    let d = dirs();
+    let env = "  env: {FAKE_TRIAL_SLEEP: \"0.2\"}\n";
+    let (study, inv) = setup(&fleet, &d, 1, "upgrade", env);
+    let ledger = d.root.join("ledger");
+    let child = spawn_launch(&study, &inv, &ledger, &[]);
+    assert!(
+        wait_for(Duration::from_secs(60), || {
+            attempts(&ledger, "upgrade").values().flatten().count() >= 3
+        }),
+        "no trial ran"
+    );
+    // A driver upgrade: the host reboots with another driver.
+    let smi = fleet.hosts[0].root.join("bin/nvidia-smi");
+    let text = std::fs::read_to_string(&smi).expect("fake nvidia-smi wrapper");
+    let upgraded = text.replacen(
+        "\nexec ",
+        "\nFAKE_DRIVER=560.35.03; export FAKE_DRIVER\nexec ",
+        1,
+    );
+    assert_ne!(text, upgraded, "the wrapper execs the fake");
+    fleet.kill_host(0);
+    write(&smi, &upgraded);
+    fleet.restart_host(0);
+    let (ok, stderr) = finish(child, Duration::from_secs(180));
+    assert!(ok, "{stderr}");
+    assert!(
+        stderr.contains("came back with another fingerprint (driver: 550.54.15 → 560.35.03)"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("probing again"), "{stderr}");
+    // The old class keeps what it measured; the new class is tuned in full.
+    let report = report_json(&study, &ledger);
+    let classes = report["classes"].as_array().expect("classes");
+    assert_eq!(classes.len(), 2, "{report}");
+    let new = classes
+        .iter()
+        .find(|c| {
+            c["label"]
+                .as_str()
+                .is_some_and(|l| l.contains("driver 560"))
+        })
+        .expect("the new class");
+    for b in new["buckets"].as_array().expect("buckets") {
+        assert_eq!(b["winner"]["label"], "tile=128", "{new:#}");
+    }
+    // No trial ran twice; every trial of the new class finished (the old
+    // class keeps its lost ones: it has no host any more).
+    let new_id = new["host_class"].as_str().expect("class id");
+    for (key, list) in attempts(&ledger, "upgrade") {
+        let terminal = list.iter().filter(|a| a["status"] != "lost").count();
+        assert!(terminal <= 1, "{key}: {list:?}");
+        if list[0]["host_class"] == new_id && list[0]["role"] != "anchor" {
+            assert_eq!(terminal, 1, "{key}: {list:?}");
+        }
+    }
+}
+
+#[test]
+fn ctrl_c_kills_the_remote_trials_and_records_them_lost() {
+    let fleet = Fleet::start(&FOUR[..1]);
+    let d = dirs();
+    let pidfile = d.root.join("pids");
+    let study = d.root.join("study.yaml");
+    write(
+        &study,
+        &format!(
+            r#"name: interrupt
+knobs:
+  tile: {{kind: int, values: [64, 128], default: 64}}
+trial:
+  command: "{trial}"
+  timeout: 60s
+  env: {{FAKE_TRIAL_SLEEP: "60", FAKE_TRIAL_PIDFILE: "{pids}"}}
+objective: {{metric: tp, better: higher}}
+measurement: {{warmup: 0, repeats: 1, anchor_every: 0, confirm_repeats: 0}}
+"#,
+            trial = fake_trial(),
+            pids = pidfile.display()
+        ),
+    );
+    let inv = d.root.join("inventory.yaml");
+    write(&inv, &fleet.inventory_yaml(2, ""));
+    let ledger = d.root.join("ledger");
+    let child = spawn_launch(&study, &inv, &ledger, &[]);
+    assert!(
+        wait_for(Duration::from_secs(30), || pidfile.exists()),
+        "the trial never started"
+    );
+    std::thread::sleep(Duration::from_millis(300));
+    // SAFETY: kill(2) on our own child.
+    unsafe {
+        libc::kill(child.id() as i32, libc::SIGINT);
+    }
+    let out = child.wait_with_output().expect("launch");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(130), "{stderr}");
+    let text = std::fs::read_to_string(&pidfile).expect("pids");
+    for pid in text.lines().filter_map(|l| l.trim().parse::<u32>().ok()) {
+        assert!(
+            sshd::wait_process_gone(pid, Duration::from_secs(10)),
+            "trial process {pid} outlived Ctrl-C on the host"
+        );
+    }
+    let all = attempts(&ledger, "interrupt");
+    assert!(!all.is_empty());
+    for a in all.values().flatten() {
+        assert_eq!(a["status"], "lost", "{a}");
+    }
+}

@@ -1014,7 +1014,19 @@ impl Shared<'_> {
         let waited = last_down.map(|t| t.elapsed()).unwrap_or_default();
         let label = self.plan.classes[class].label.clone();
         let left = cs.ready.len() + cs.deferred.len() + cs.in_flight;
-        if every_retired || waited >= self.options.host_timeout {
+        if every_retired {
+            // Its hosts belong to other classes now: the next round of the
+            // launch tunes those; what this class lacks stays as it is.
+            if st.abandoned.insert(class) {
+                drop(st);
+                self.warn(format!(
+                    "class {label} has no host left (its hosts changed class); its {left} queued trials are not run"
+                ));
+                self.notify.notify_waiters();
+            }
+            return HostGate::Leave;
+        }
+        if waited >= self.options.host_timeout {
             if st.abandoned.insert(class) {
                 st.summary
                     .abandoned_classes

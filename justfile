@@ -18,5 +18,6 @@ fmt:
 # Benchmarks (not timed tests); figures go to docs/benchmarks.md.
 bench:
     ./benches/dispatch.sh
+    ./benches/ssh_dispatch.sh
     ./benches/plan_scale.sh
     ./benches/fs_inodes.py

@@ -490,7 +490,7 @@ async fn plan(a: PlanArgs) -> Result<(), CliError> {
             let share = class
                 .map(|c| plan.trials_per_class() * u64::from(h.slots) / u64::from(c.slots.max(1)))
                 .unwrap_or(0);
-            let runnable = h.transport != "slurm";
+            let runnable = true;
             HostView {
                 host: h.name.clone(),
                 transport: h.transport.clone(),
@@ -704,22 +704,6 @@ async fn launch(a: LaunchArgs) -> Result<(), CliError> {
         .iter()
         .filter(|h| a.hosts.is_empty() || a.hosts.contains(&h.name))
         .collect();
-    let unavailable: Vec<String> = selected
-        .iter()
-        .filter(|h| matches!(h.transport, Transport::Slurm(_)))
-        .map(|h| format!("`{}`", h.name))
-        .collect();
-    if !unavailable.is_empty() {
-        return Err(CliError::Failed(format!(
-            "the slurm transport is not available in this version yet; hosts {} cannot run. Nothing was run. Choose runnable hosts with --host (e.g. --host {})",
-            unavailable.join(", "),
-            selected
-                .iter()
-                .find(|h| !matches!(h.transport, Transport::Slurm(_)))
-                .map(|h| h.name.as_str())
-                .unwrap_or("local")
-        )));
-    }
     let url = ledger_url(a.ledger.as_deref(), Some(&study), Some(&inv));
     let ledger = Ledger::open(&url).map_err(failed)?;
     // An unreachable or unreadable store stops the launch before any trial.
@@ -742,11 +726,12 @@ async fn launch(a: LaunchArgs) -> Result<(), CliError> {
     // Trials run inside their own directories: the root must be absolute.
     let work_root = std::path::absolute(&work_root).map_err(failed)?;
     let control_dir = ssh_control_dir().map_err(failed)?;
-    let make_hosts = || -> Vec<LaunchHost> {
+    let make_hosts = || -> Result<Vec<LaunchHost>, CliError> {
         selected
             .iter()
             .map(|h| {
-                let transport = transport_for(h, &work_root, &control_dir, a.keep_workdirs);
+                let transport =
+                    transport_for(h, &inv, &work_root, &control_dir, a.keep_workdirs)?;
                 if let Transport::Ssh(cfg) = &h.transport
                     && h.slots > cfg.max_sessions
                 {
@@ -755,17 +740,25 @@ async fn launch(a: LaunchArgs) -> Result<(), CliError> {
                         h.name, h.slots, cfg.max_sessions, cfg.max_sessions
                     );
                 }
-                LaunchHost {
+                // A Slurm entry keeps up to max_jobs_in_flight trials
+                // queued or running.
+                let slots = match &h.transport {
+                    Transport::Slurm(cfg) => cfg.max_jobs_in_flight,
+                    _ => h.slots,
+                };
+                Ok(LaunchHost {
                     name: h.name.clone(),
                     transport_name: h.transport.name().to_string(),
-                    slots: h.slots,
+                    slots,
                     devices: h.devices.clone(),
                     device_env: h.device_env.clone(),
                     transport,
-                }
+                })
             })
             .collect()
     };
+    // Bad templates or login hosts stop the launch before anything runs.
+    make_hosts()?;
     let cancel = CancellationToken::new();
     let on_signal = cancel.clone();
     tokio::spawn(async move {
@@ -790,7 +783,7 @@ async fn launch(a: LaunchArgs) -> Result<(), CliError> {
             &study,
             &study_id,
             &ledger,
-            make_hosts(),
+            make_hosts()?,
             options.clone(),
             tx.clone(),
             cancel.clone(),
@@ -1418,17 +1411,13 @@ async fn fingerprint_inventory(
     let inv = Inventory::load(path)?;
     let control_dir = ssh_control_dir().map_err(failed)?;
     let work_root = std::env::temp_dir().join("tunectl-work");
-    let transports: Vec<(String, Arc<dyn crate::exec::Transport>)> = inv
-        .hosts
-        .iter()
-        .filter(|h| !matches!(h.transport, Transport::Slurm(_)))
-        .map(|h| {
-            (
-                h.name.clone(),
-                transport_for(h, &work_root, &control_dir, false),
-            )
-        })
-        .collect();
+    let mut transports: Vec<(String, Arc<dyn crate::exec::Transport>)> = Vec::new();
+    for h in &inv.hosts {
+        transports.push((
+            h.name.clone(),
+            transport_for(h, &inv, &work_root, &control_dir, false)?,
+        ));
+    }
     let probes = futures::future::join_all(transports.iter().map(|(_, t)| t.probe(tools))).await;
     let mut classes: BTreeMap<String, serde_json::Value> = BTreeMap::new();
     let mut down = Vec::new();
@@ -1454,16 +1443,9 @@ async fn fingerprint_inventory(
             Err(e) => down.push(serde_json::json!({"host": name, "error": e})),
         }
     }
-    let skipped: Vec<&str> = inv
-        .hosts
-        .iter()
-        .filter(|h| matches!(h.transport, Transport::Slurm(_)))
-        .map(|h| h.name.as_str())
-        .collect();
     let doc = serde_json::json!({
         "classes": classes.into_values().collect::<Vec<_>>(),
         "unreachable": down,
-        "not_probed": skipped,
     });
     if json {
         println!("{}", serde_json::to_string_pretty(&doc).map_err(failed)?);
@@ -1480,25 +1462,67 @@ async fn fingerprint_inventory(
     }
 }
 
-/// The transport that reaches an inventory host (local or ssh).
+/// The transport that reaches an inventory host.
 fn transport_for(
     h: &crate::spec::Host,
+    inv: &Inventory,
     work_root: &Path,
     control_dir: &Path,
     keep_workdirs: bool,
-) -> Arc<dyn crate::exec::Transport> {
-    match &h.transport {
+) -> Result<Arc<dyn crate::exec::Transport>, CliError> {
+    Ok(match &h.transport {
         Transport::Ssh(cfg) => Arc::new(SshTransport::new(
             &h.name,
             cfg.clone(),
             control_dir.to_path_buf(),
             keep_workdirs,
         )),
-        _ => Arc::new(LocalTransport {
+        Transport::Slurm(cfg) => {
+            let login = match cfg.login.as_str() {
+                "local" => crate::exec::slurm::Login::Local,
+                name => match inv.host(name).map(|l| &l.transport) {
+                    Some(Transport::Ssh(ssh)) => crate::exec::slurm::Login::Ssh(Arc::new(
+                        SshTransport::new(name, ssh.clone(), control_dir.to_path_buf(), false),
+                    )),
+                    _ => {
+                        return Err(CliError::Invalid(format!(
+                            "host `{}`: login `{name}` is not an ssh host of the inventory",
+                            h.name
+                        )));
+                    }
+                },
+            };
+            let template = match &cfg.batch_template {
+                Some(p) => {
+                    let base = inv
+                        .source
+                        .as_deref()
+                        .and_then(Path::parent)
+                        .unwrap_or(Path::new("."));
+                    let path = base.join(p);
+                    Some(std::fs::read_to_string(&path).map_err(|e| {
+                        CliError::Invalid(format!(
+                            "host `{}`: batch_template {}: {e}",
+                            h.name,
+                            path.display()
+                        ))
+                    })?)
+                }
+                None => None,
+            };
+            Arc::new(crate::exec::slurm::SlurmTransport::new(
+                &h.name,
+                cfg.clone(),
+                login,
+                template,
+                keep_workdirs,
+            ))
+        }
+        Transport::Local => Arc::new(LocalTransport {
             work_root: work_root.to_path_buf(),
             keep_workdirs,
         }),
-    }
+    })
 }
 
 fn validate(a: ValidateArgs) -> Result<(), CliError> {

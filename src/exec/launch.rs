@@ -358,8 +358,11 @@ pub async fn probe_hosts(
     hosts: &[LaunchHost],
     events: &mpsc::UnboundedSender<Event>,
 ) -> Result<(Vec<Probed>, Vec<String>), LaunchError> {
-    let probes =
-        futures::future::join_all(hosts.iter().map(|h| h.transport.probe(&study.tools))).await;
+    let probes = futures::future::join_all(hosts.iter().map(|h| async {
+        h.transport.prepare(study_id).await?;
+        h.transport.probe(&study.tools).await
+    }))
+    .await;
     let mut out = Vec::new();
     let mut unreachable = Vec::new();
     for (index, (h, probe)) in hosts.iter().zip(probes).enumerate() {
@@ -421,6 +424,8 @@ pub async fn probe_hosts(
 fn slot_devices(host: &LaunchHost, fp: &Fingerprint) -> Vec<Option<String>> {
     match &host.devices {
         Some(d) => d.iter().cloned().map(Some).collect(),
+        // Slurm pins a job's GPUs itself (gres).
+        None if host.transport_name == "slurm" => vec![None; host.slots as usize],
         None => (0..host.slots)
             .map(|s| ((s as usize) < fp.gpus.len()).then(|| s.to_string()))
             .collect(),
@@ -1809,6 +1814,12 @@ impl Shared<'_> {
         );
         let run = outcome.run.as_ref();
         let scrub = |text: String| scrub_secrets(text, &self.secrets);
+        // A batch task started by an earlier launcher keeps its own id.
+        let attempt_id = outcome
+            .adopted_attempt
+            .clone()
+            .filter(|a| !a.is_empty())
+            .unwrap_or(attempt_id);
         let record = AttemptRecord {
             schema: records::SCHEMA,
             tunectl_version: records::VERSION.to_string(),

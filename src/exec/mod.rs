@@ -10,6 +10,7 @@ pub mod attempt;
 pub mod launch;
 pub mod local;
 pub mod progress;
+pub mod slurm;
 pub mod ssh;
 
 use std::collections::BTreeMap;
@@ -73,6 +74,9 @@ pub struct AttemptOutcome {
     /// The host dropped while the attempt ran (or before it could start):
     /// the attempt is lost and runs again on another host of its class.
     pub host_lost: Option<String>,
+    /// The attempt was started by an earlier launcher (a batch task found
+    /// again): its id, which the record keeps.
+    pub adopted_attempt: Option<String>,
 }
 
 /// Whether a host can take trials now.
@@ -104,6 +108,11 @@ pub trait Transport: Send + Sync {
     async fn probe(&self, tools: &BTreeMap<String, String>) -> Result<Fingerprint, String>;
     /// Carry out one attempt.
     async fn run_attempt(&self, spec: &AttemptSpec, cancel: &CancellationToken) -> AttemptOutcome;
+    /// Get ready for a study before probing (find work of earlier
+    /// launchers...).
+    async fn prepare(&self, _study_id: &str) -> Result<(), String> {
+        Ok(())
+    }
     /// Whether the host can take a trial now (reconnecting when due).
     async fn state(&self) -> HostState {
         HostState::Up { rejoined: false }

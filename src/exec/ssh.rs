@@ -139,6 +139,26 @@ impl SshTransport {
         }
     }
 
+    /// Run a small POSIX `sh` script on the host (connecting first if
+    /// needed) and return its stdout; a non-zero exit is an error with its
+    /// stderr. For a Slurm login host.
+    pub async fn run_remote(&self, body: &str, limit: Duration) -> Result<Vec<u8>, String> {
+        let session = match self.session() {
+            Some(s) if s.check().await.is_ok() => s,
+            _ => {
+                let s = self
+                    .connect()
+                    .await
+                    .map_err(|e| format!("cannot connect to {}: {e}", self.cfg.host))?;
+                if let Ok(mut c) = self.current.write() {
+                    *c = Some(s.clone());
+                }
+                s
+            }
+        };
+        run_script(&session, body, limit).await.map(|o| o.stdout)
+    }
+
     fn session(&self) -> Option<Arc<Session>> {
         self.current.read().ok().and_then(|s| s.clone())
     }
@@ -289,7 +309,7 @@ fn expand_home(path: &str) -> PathBuf {
 }
 
 /// An error and its sources, on one line.
-fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
+pub(crate) fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
     let mut text = e.to_string();
     let mut source = e.source();
     while let Some(s) = source {
@@ -305,7 +325,7 @@ fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
 
 /// Wrap a script body so that the shell reads all of it before running any
 /// of it, with standard input closed for whatever it runs.
-fn wrap(body: &str) -> String {
+pub(crate) fn wrap(body: &str) -> String {
     format!("tc_main() {{\n{body}\n}}\ntc_main </dev/null\n")
 }
 
@@ -355,7 +375,7 @@ async fn run_script(
 }
 
 /// Whether `name` can be exported by a POSIX shell.
-fn is_env_name(name: &str) -> bool {
+pub(crate) fn is_env_name(name: &str) -> bool {
     let mut chars = name.chars();
     chars
         .next()
@@ -363,17 +383,45 @@ fn is_env_name(name: &str) -> bool {
         && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
 }
 
+/// How the attempt wrapper behaves beyond the attempt itself.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct WrapperOptions {
+    /// Keep the directory of a successful attempt.
+    pub keep_workdirs: bool,
+    /// The wrapper enforces each run's timeout itself (a batch job has no
+    /// launcher connected to kill it), and reports it with a `timeout`
+    /// frame.
+    pub self_timeout: bool,
+    /// Run this probe script first (in a subshell, in the trial directory)
+    /// and send its output as the file frame `probe`.
+    pub probe: Option<String>,
+    /// Time runs with the host's clock (`date +%s%N`).
+    pub remote_clock: bool,
+}
+
 /// The remote script of one attempt (see the module documentation).
-fn attempt_script(spec: &AttemptSpec, keep_workdirs: bool) -> Result<String, String> {
+pub(crate) fn attempt_script(spec: &AttemptSpec, opts: &WrapperOptions) -> Result<String, String> {
+    let keep_workdirs = opts.keep_workdirs;
     let mut s = String::new();
     let q = shell_quote;
     s.push_str(&SCRIPT_FUNCTIONS.replace("TC_TAIL", &TAIL_BYTES.to_string()));
     let _ = writeln!(s, "tc_dir={}", q(&spec.trial_dir));
     let _ = writeln!(s, "tc_result={}", q(&spec.result_path));
+    if opts.self_timeout {
+        let _ = writeln!(s, "tc_timeout={}", spec.timeout.as_secs().max(1));
+    } else {
+        s.push_str("tc_timeout=\n");
+    }
     s.push_str(
         "mkdir -p \"$tc_dir\" 2>/dev/null || { printf '@@tunectl setup cannot create the trial directory %s\\n' \"$tc_dir\"; printf '@@tunectl end\\n'; return 0; }\n\
          cd \"$tc_dir\" || { printf '@@tunectl setup cannot enter the trial directory %s\\n' \"$tc_dir\"; printf '@@tunectl end\\n'; return 0; }\n",
     );
+    if let Some(probe) = &opts.probe {
+        let _ = writeln!(
+            s,
+            "( {probe}\n) >.tunectl-probe 2>/dev/null </dev/null\ntc_file probe .tunectl-probe 1048576\nrm -f .tunectl-probe"
+        );
+    }
     for (k, v) in &spec.env {
         if !is_env_name(k) {
             return Err(format!("`{k}` is not a valid environment variable name"));
@@ -397,17 +445,29 @@ fn attempt_script(spec: &AttemptSpec, keep_workdirs: bool) -> Result<String, Str
     // The directory is new: only runs after the first can find old files.
     let _ = writeln!(s, "  [ $tc_first = 1 ] || {removals}\n  tc_first=0");
     s.push_str("  TUNECTL_PHASE=$tc_phase; export TUNECTL_PHASE\n");
+    // Where no launcher watches the run, the host's clock times it (where
+    // `date` has nanoseconds); otherwise the launcher times it between the
+    // `run` and `rc` frames.
+    s.push_str(if opts.remote_clock {
+        "  tc_t0=$(date +%s%N 2>/dev/null)\n"
+    } else {
+        "  tc_t0=x\n"
+    });
     let _ = writeln!(
         s,
         "  $tc_setsid /bin/sh -c {} >.tunectl-run-stdout 2>.tunectl-run-stderr </dev/null &",
         q(&spec.command)
     );
-    // The launcher times the run between the two frames (no `date` forks).
     s.push_str(
         "  tc_pid=$!\n\
          \x20 printf '@@tunectl run %s %s\\n' \"$tc_phase\" \"$tc_pid\"\n\
+         \x20 tc_dog=\n\
+         \x20 [ -z \"$tc_timeout\" ] || tc_watch\n\
          \x20 wait \"$tc_pid\"; tc_rc=$?\n\
-         \x20 printf '@@tunectl rc %s x x\\n' \"$tc_rc\"\n\
+         \x20 [ -z \"$tc_dog\" ] || kill -s TERM \"$tc_dog\" 2>/dev/null\n\
+         \x20 if [ -e .tunectl-timed-out ]; then rm -f .tunectl-timed-out; printf '@@tunectl timeout\\n'; fi\n\
+         \x20 tc_t1=x; [ \"$tc_t0\" = x ] || tc_t1=$(date +%s%N 2>/dev/null)\n\
+         \x20 printf '@@tunectl rc %s %s %s\\n' \"$tc_rc\" \"${tc_t0:-x}\" \"${tc_t1:-x}\"\n\
          \x20 [ -n \"$tc_setsid\" ] && kill -s KILL -- \"-$tc_pid\" 2>/dev/null\n",
     );
     if spec.keep_logs {
@@ -453,6 +513,19 @@ fn attempt_script(spec: &AttemptSpec, keep_workdirs: bool) -> Result<String, Str
 /// Shell functions of the attempt wrapper.
 const SCRIPT_FUNCTIONS: &str = r#"umask 022
 if command -v setsid >/dev/null 2>&1; then tc_setsid=setsid; else tc_setsid=; fi
+tc_watch() {
+  # Kill the run's group at the timeout; killed itself, it stops its sleep.
+  (
+    trap 'kill -s TERM "$tc_s" 2>/dev/null; exit 0' TERM
+    sleep "$tc_timeout" & tc_s=$!
+    wait "$tc_s" || exit 0
+    : >.tunectl-timed-out
+    kill -s TERM -- "-$tc_pid" 2>/dev/null || kill -s TERM "$tc_pid" 2>/dev/null
+    sleep 2
+    kill -s KILL -- "-$tc_pid" 2>/dev/null || kill -s KILL "$tc_pid" 2>/dev/null
+  ) </dev/null >/dev/null 2>&1 &
+  tc_dog=$!
+}
 tc_stream() {
   # Size, tail and (when $3 > 0) head of a stream; nothing for an empty one.
   [ -s "$2" ] || return 0
@@ -498,20 +571,39 @@ tc_digest() {
 
 /// One frame of the wrapper's report.
 #[derive(Debug, PartialEq)]
-enum Frame {
-    Run { phase: String, pid: u32 },
-    Rc { rc: i32, remote_ns: Option<u128> },
-    Size { stream: String, bytes: usize },
-    File { tag: String, bytes: Vec<u8> },
-    Missing { tag: String },
-    Digest { index: usize, hex: Option<String> },
+pub(crate) enum Frame {
+    /// The run was killed by the wrapper's own timeout.
+    TimedOut,
+    Run {
+        phase: String,
+        pid: u32,
+    },
+    Rc {
+        rc: i32,
+        remote_ns: Option<u128>,
+    },
+    Size {
+        stream: String,
+        bytes: usize,
+    },
+    File {
+        tag: String,
+        bytes: Vec<u8>,
+    },
+    Missing {
+        tag: String,
+    },
+    Digest {
+        index: usize,
+        hex: Option<String>,
+    },
     Setup(String),
     End,
 }
 
 /// Read frames from the wrapper's stdout until it ends; a malformed frame
 /// ends the stream with an error.
-async fn read_frames<R: tokio::io::AsyncRead + Unpin>(
+pub(crate) async fn read_frames<R: tokio::io::AsyncRead + Unpin>(
     reader: R,
     tx: mpsc::UnboundedSender<Result<Frame, String>>,
 ) {
@@ -609,6 +701,7 @@ fn parse_header(line: &str) -> Result<Header, String> {
             }
         }
         "setup" => Frame::Setup(args.to_string()),
+        "timeout" => Frame::TimedOut,
         "end" => Frame::End,
         _ => return Err(garbled()),
     };
@@ -616,7 +709,7 @@ fn parse_header(line: &str) -> Result<Header, String> {
 }
 
 /// Exit information from a shell's `$?`: above 128 is a signal.
-fn exit_info(rc: i32) -> ExitInfo {
+pub(crate) fn exit_info(rc: i32) -> ExitInfo {
     if (129..=128 + 64).contains(&rc) {
         ExitInfo {
             code: None,
@@ -632,13 +725,44 @@ fn exit_info(rc: i32) -> ExitInfo {
 
 /// What the frames of one attempt said.
 #[derive(Default)]
-struct Collected {
-    runs: Vec<(String, Option<ExitInfo>, Option<Duration>, Instant)>,
-    files: BTreeMap<String, Vec<u8>>,
-    sizes: BTreeMap<String, usize>,
-    digests: BTreeMap<usize, Option<String>>,
-    setup: Option<String>,
-    ended: bool,
+pub(crate) struct Collected {
+    pub runs: Vec<(String, Option<ExitInfo>, Option<Duration>, Instant)>,
+    pub files: BTreeMap<String, Vec<u8>>,
+    pub sizes: BTreeMap<String, usize>,
+    pub digests: BTreeMap<usize, Option<String>>,
+    pub setup: Option<String>,
+    pub timed_out: bool,
+    pub ended: bool,
+}
+
+impl Collected {
+    /// Take in a frame read after the fact (from a file), where no clock
+    /// ran: run times stay unknown.
+    pub fn absorb(&mut self, frame: Frame) {
+        match frame {
+            Frame::Run { phase, .. } => self.runs.push((phase, None, None, Instant::now())),
+            Frame::Rc { rc, remote_ns } => {
+                if let Some(run) = self.runs.last_mut() {
+                    run.1 = Some(exit_info(rc));
+                    run.2 =
+                        remote_ns.map(|ns| Duration::from_nanos(ns.min(u64::MAX as u128) as u64));
+                }
+            }
+            Frame::Size { stream, bytes } => {
+                self.sizes.insert(stream, bytes);
+            }
+            Frame::File { tag, bytes } => {
+                self.files.insert(tag, bytes);
+            }
+            Frame::Missing { .. } => {}
+            Frame::Digest { index, hex } => {
+                self.digests.insert(index, hex);
+            }
+            Frame::Setup(m) => self.setup = Some(m),
+            Frame::TimedOut => self.timed_out = true,
+            Frame::End => self.ended = true,
+        }
+    }
 }
 
 #[async_trait]
@@ -779,7 +903,11 @@ impl Transport for SshTransport {
             outcome.host_lost = Some(format!("host `{}` is not connected", self.name));
             return outcome;
         };
-        let script = match attempt_script(spec, self.keep_workdirs) {
+        let opts = WrapperOptions {
+            keep_workdirs: self.keep_workdirs,
+            ..Default::default()
+        };
+        let script = match attempt_script(spec, &opts) {
             Ok(s) => s,
             Err(e) => {
                 outcome.setup_error = Some(e);
@@ -871,6 +999,7 @@ impl Transport for SshTransport {
                         got.digests.insert(index, hex);
                     }
                     Some(Ok(Frame::Setup(m))) => got.setup = Some(m),
+                    Some(Ok(Frame::TimedOut)) => got.timed_out = true,
                     Some(Ok(Frame::End)) => {
                         got.ended = true;
                         break;
@@ -957,6 +1086,7 @@ impl Transport for SshTransport {
             outcome.elapsed = started.elapsed();
             return outcome;
         }
+        let timed_out = timed_out || got.timed_out;
         fill_outcome(&mut outcome, spec, got, timed_out);
         outcome.elapsed = started.elapsed();
         outcome
@@ -964,7 +1094,7 @@ impl Transport for SshTransport {
 }
 
 /// Turn the wrapper's report into the raw facts every transport reports.
-fn fill_outcome(
+pub(crate) fn fill_outcome(
     outcome: &mut AttemptOutcome,
     spec: &AttemptSpec,
     mut got: Collected,

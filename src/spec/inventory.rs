@@ -92,6 +92,9 @@ pub struct SlurmHost {
     #[serde(serialize_with = "ser_secs")]
     pub poll_interval: Duration,
     pub shared_dir: Option<String>,
+    /// A batch-script template replacing templates/slurm-array.sh; a
+    /// relative path is taken from the inventory's directory.
+    pub batch_template: Option<String>,
 }
 
 fn ser_secs<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
@@ -235,6 +238,7 @@ const SSH_KEYS: &[&str] = &[
 ];
 const SLURM_KEYS: &[&str] = &[
     "login",
+    "batch_template",
     "partition",
     "account",
     "qos",
@@ -439,6 +443,7 @@ fn parse_slurm(w: &mut Walker, map: &MarkedMappingNode, field: &str) -> Option<S
     let constraint = opt_string(w, map, field, "constraint");
     let time_limit = opt_string(w, map, field, "time_limit");
     let shared_dir = opt_string(w, map, field, "shared_dir");
+    let batch_template = opt_string(w, map, field, "batch_template");
     let sbatch_args = match map.get_node("sbatch_args") {
         Some(n) => w.string_list(n, &join(field, "sbatch_args")),
         None => Some(Vec::new()),
@@ -470,5 +475,6 @@ fn parse_slurm(w: &mut Walker, map: &MarkedMappingNode, field: &str) -> Option<S
         array_throttle: array_throttle?,
         poll_interval: poll_interval?,
         shared_dir: shared_dir?,
+        batch_template: batch_template?,
     })
 }

@@ -38,7 +38,17 @@
 //! environment (slurmstepd inherits it from slurmd) and the TaskProlog exports
 //! it into every task; dropping the cluster cancels its jobs, stops its
 //! daemons and kills every process that still carries the marker, and their
-//! descendants.
+//! descendants. A test process killed before it can drop its clusters
+//! (Ctrl-C, a timeout) leaves them running; the next `Cluster::start`, in
+//! any process, kills those and removes their directories (each cluster's
+//! `owner` file names its test process by pid and start time).
+//!
+//! Timing (slurm-wlm 22.05, 2 cores): a cluster is up (every node idle)
+//! 0.1–0.5 s after `start` begins, but slurmctld's scheduler first runs about
+//! 3 s after slurmctld starts, so the first job starts then; after that a
+//! short job is submitted, run and seen finished in about 1 s (the main
+//! scheduler runs every second here: `sched_interval=1`). `node_down` +
+//! `node_resume` to idle: about 1 s. Dropping a cluster: about 0.2 s.
 //!
 //! Needs root (slurmd runs jobs as their users) and slurm-wlm and munge
 //! (Debian; `scripts/test.sh` installs them through scripts/slurm.sh and
@@ -50,7 +60,7 @@
 use std::collections::{HashMap, HashSet};
 use std::fs::{self, File};
 use std::io::Read;
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::TcpListener;
 use std::os::unix::fs::{PermissionsExt, symlink};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -67,7 +77,7 @@ pub const SLURMD: &str = "/usr/sbin/slurmd";
 pub const MARKER: &str = "TUNECTL_SLURM_CLUSTER";
 
 /// How long one start attempt may take until every node is idle (it takes
-/// about 1 s).
+/// about 0.2 s).
 const START_TIMEOUT: Duration = Duration::from_secs(30);
 /// Fresh ports tried by `Cluster::start` when another process takes one of
 /// them between the probe and a daemon's bind (the daemon then exits with
@@ -246,6 +256,8 @@ impl Cluster {
             .tempdir_in("/tmp")
             .expect("Cluster::start: creating the cluster directory under /tmp");
         let root = dir.path().to_path_buf();
+        write(&root.join("owner"), &owner_line());
+        reap_abandoned();
         let mkdir = |p: &Path| {
             fs::create_dir_all(p)
                 .unwrap_or_else(|e| panic!("Cluster::start: creating {}: {e}", p.display()))
@@ -371,12 +383,14 @@ impl Cluster {
                     return cluster;
                 }
                 Err(StartError::PortBusy(why)) => {
-                    cluster.stop_daemons();
+                    cluster.stop_daemons(false);
+                    cluster.kill_marked();
                     last = why;
                 }
                 Err(StartError::Failed(why)) => {
                     let logs = cluster.logs();
-                    cluster.stop_daemons();
+                    cluster.stop_daemons(false);
+                    cluster.kill_marked();
                     panic!(
                         "Cluster::start: cluster {} (attempt {attempt}): {why}\n{logs}",
                         cluster.name
@@ -430,12 +444,25 @@ impl Cluster {
             &self.ctld_out,
         )?;
         self.ctld = Some(child);
-        let ctld_addr: SocketAddr = ([127, 0, 0, 1], self.ctld_port).into();
+        // Listening: /proc shows slurmctld's own listening socket on the
+        // port. (A TCP connect would be accepted by another process holding
+        // the port too, and slurmctld only logs its bind error after about
+        // 10 s of retrying; `scontrol ping` would hang for MessageTimeout
+        // against such a port, and sinfo retries for 9 s while nothing
+        // listens.)
+        let ctld_pid = self.ctld.as_ref().map_or(0, Child::id);
         let deadline = Instant::now() + START_TIMEOUT;
         loop {
             self.check_daemons()?;
-            if TcpStream::connect_timeout(&ctld_addr, Duration::from_millis(200)).is_ok() {
-                break;
+            match port_listener(ctld_pid, self.ctld_port) {
+                Listener::Ours => break,
+                Listener::Other => {
+                    return Err(StartError::PortBusy(format!(
+                        "another process listens on port {}",
+                        self.ctld_port
+                    )));
+                }
+                Listener::Nobody => {}
             }
             if Instant::now() >= deadline {
                 return Err(StartError::Failed(format!(
@@ -459,14 +486,8 @@ impl Cluster {
 
         loop {
             self.check_daemons()?;
-            if let Ok(states) = self.node_states() {
-                if self
-                    .nodes
-                    .iter()
-                    .all(|n| states.get(&n.name).is_some_and(|s| s.as_str() == "idle"))
-                {
-                    return Ok(());
-                }
+            if self.all_idle() {
+                return Ok(());
             }
             if Instant::now() >= deadline {
                 return Err(StartError::Failed(format!(
@@ -518,7 +539,11 @@ impl Cluster {
              # Finished jobs stay visible to squeue/scontrol for an hour.\n\
              MinJobAge=3600\n\
              FirstJobId={first}\n\
-             SchedulerParameters=batch_sched_delay=0,sched_min_interval=0\n\
+             # sched_interval=1: the main scheduler looks at every pending job\n\
+             # each second (default 60 s). Events (submit, job end) start it too,\n\
+             # but a resumed node is not: jobs waiting for it would wait up to\n\
+             # a minute.\n\
+             SchedulerParameters=batch_sched_delay=0,sched_min_interval=0,sched_interval=1\n\
              KillWait=2\n\
              GresTypes=gpu\n",
             name = self.name,
@@ -574,43 +599,36 @@ impl Cluster {
             })
     }
 
-    /// Err if a daemon has exited: PortBusy when it could not bind.
+    /// Err if a daemon has exited or could not bind its port (PortBusy).
+    /// A slurmctld that cannot bind logs "fatal: ... Address already in use"
+    /// at once but takes about 10 s to exit: its log is read too.
     fn check_daemons(&mut self) -> Result<(), StartError> {
-        let mut exited = Vec::new();
-        if let Some(c) = self.ctld.as_mut()
-            && let Ok(Some(status)) = c.try_wait()
-        {
-            exited.push((
-                "slurmctld".to_string(),
-                status,
-                self.ctld_log.clone(),
-                self.ctld_out.clone(),
-            ));
-            self.ctld = None;
-        }
+        let mut daemons: Vec<(String, &mut Option<Child>, &Path, &Path)> = vec![(
+            "slurmctld".to_string(),
+            &mut self.ctld,
+            &self.ctld_log,
+            &self.ctld_out,
+        )];
         for n in &mut self.nodes {
-            if let Some(c) = n.child.as_mut()
-                && let Ok(Some(status)) = c.try_wait()
-            {
-                exited.push((
-                    format!("slurmd {}", n.name),
-                    status,
-                    n.log.clone(),
-                    n.out.clone(),
-                ));
-                n.child = None;
+            daemons.push((format!("slurmd {}", n.name), &mut n.child, &n.log, &n.out));
+        }
+        for (who, child, log, out) in daemons {
+            let Some(c) = child.as_mut() else {
+                continue;
+            };
+            let status = c.try_wait().ok().flatten();
+            let text = format!("{}{}", read_lossy(log), read_lossy(out));
+            if text.contains("Address already in use") {
+                return Err(StartError::PortBusy(format!(
+                    "{who} could not bind its port"
+                )));
+            }
+            if let Some(status) = status {
+                *child = None;
+                return Err(StartError::Failed(format!("{who} exited ({status})")));
             }
         }
-        let Some((who, status, log, out)) = exited.into_iter().next() else {
-            return Ok(());
-        };
-        let text = format!("{}{}", read_lossy(&log), read_lossy(&out));
-        let why = format!("{who} exited ({status})");
-        if text.contains("Address already in use") {
-            Err(StartError::PortBusy(why))
-        } else {
-            Err(StartError::Failed(why))
-        }
+        Ok(())
     }
 
     /// `SLURM_CONF=<conf>`: what a client (sbatch, squeue, scontrol, sacct,
@@ -625,9 +643,13 @@ impl Cluster {
     }
 
     /// Set this cluster's client environment on `c` (see [`Cluster::env`])
-    /// and remove the Slurm client variables it would inherit.
+    /// and remove the Slurm client variables it would inherit, and
+    /// CUDA_VISIBLE_DEVICES: jobs inherit the submitter's environment
+    /// (`--export=ALL`), and a job without `--gres=gpu` would see the test
+    /// machine's value; Slurm sets it for GPU jobs.
     pub fn apply_env(&self, c: &mut Command) {
         scrub_slurm_env(c);
+        c.env_remove("CUDA_VISIBLE_DEVICES");
         for (k, v) in self.env() {
             c.env(k, v);
         }
@@ -817,12 +839,7 @@ impl Cluster {
     pub fn wait_idle(&self, timeout: Duration) -> bool {
         let deadline = Instant::now() + timeout;
         loop {
-            if let Ok(states) = self.node_states()
-                && self
-                    .nodes
-                    .iter()
-                    .all(|n| states.get(&n.name).is_some_and(|s| s.as_str() == "idle"))
-            {
+            if self.all_idle() {
                 return true;
             }
             if Instant::now() >= deadline {
@@ -830,6 +847,15 @@ impl Cluster {
             }
             std::thread::sleep(Duration::from_millis(100));
         }
+    }
+
+    /// Whether sinfo says "idle" for every node now.
+    fn all_idle(&self) -> bool {
+        self.node_states().is_ok_and(|states| {
+            self.nodes
+                .iter()
+                .all(|n| states.get(&n.name).is_some_and(|s| s == "idle"))
+        })
     }
 
     /// Pids of the processes that belong to this cluster now: its daemons,
@@ -866,16 +892,37 @@ impl Cluster {
         }
     }
 
-    /// SIGTERM the daemons, SIGKILL those still there after STOP_TIMEOUT.
-    fn stop_daemons(&mut self) {
+    /// SIGKILL every process of this cluster (see [`Cluster::processes`])
+    /// until none is left (at most about 1 s).
+    fn kill_marked(&self) {
+        for _ in 0..20 {
+            let left = self.processes();
+            if left.is_empty() {
+                break;
+            }
+            for p in left {
+                signal(p, libc::SIGKILL);
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// SIGTERM the daemons and SIGKILL those still there after STOP_TIMEOUT
+    /// (`graceful`), or SIGKILL them at once.
+    fn stop_daemons(&mut self, graceful: bool) {
         let mut children: Vec<Child> = Vec::new();
         // slurmds first: a slurmctld that goes first makes them log errors.
         for n in &mut self.nodes {
             children.extend(n.child.take());
         }
         children.extend(self.ctld.take());
+        let sig = if graceful {
+            libc::SIGTERM
+        } else {
+            libc::SIGKILL
+        };
         for c in &children {
-            signal(c.id(), libc::SIGTERM);
+            signal(c.id(), sig);
         }
         let deadline = Instant::now() + STOP_TIMEOUT;
         for c in &mut children {
@@ -917,20 +964,10 @@ impl Drop for Cluster {
                 }
             }
         }
-        self.stop_daemons();
+        self.stop_daemons(true);
         let daemons_stopped = started.elapsed();
         // Whatever is left (slurmstepd daemonises; tasks may outlive it).
-        let marker = self.dir.path().to_string_lossy().into_owned();
-        for _ in 0..20 {
-            let left = marked_processes(&marker);
-            if left.is_empty() {
-                break;
-            }
-            for p in left {
-                signal(p, libc::SIGKILL);
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        self.kill_marked();
         if std::env::var_os("TUNECTL_SLURM_VERBOSE").is_some() {
             eprintln!(
                 "slurm test cluster {} stopped in {:?} (daemons after {daemons_stopped:?})",
@@ -1134,15 +1171,66 @@ fn output_timeout(mut c: Command, timeout: Duration) -> Result<CmdOut, String> {
     })
 }
 
+enum Listener {
+    Ours,
+    Other,
+    Nobody,
+}
+
+/// Who listens on TCP `port` (any address, IPv4 or IPv6): process `pid`,
+/// another process, or nobody. From /proc/net/tcp{,6} and /proc/<pid>/fd.
+fn port_listener(pid: u32, port: u16) -> Listener {
+    let mut inodes = HashSet::new();
+    for table in ["/proc/net/tcp", "/proc/net/tcp6"] {
+        let Ok(text) = fs::read_to_string(table) else {
+            continue;
+        };
+        // "sl local_address rem_address st ... uid timeout inode ..."
+        for line in text.lines().skip(1) {
+            let f: Vec<&str> = line.split_whitespace().collect();
+            let (Some(local), Some(&"0A"), Some(inode)) = (f.get(1), f.get(3), f.get(9)) else {
+                continue;
+            };
+            let p = local
+                .rsplit(':')
+                .next()
+                .and_then(|h| u16::from_str_radix(h, 16).ok());
+            if p == Some(port) {
+                inodes.insert(format!("socket:[{inode}]"));
+            }
+        }
+    }
+    if inodes.is_empty() {
+        return Listener::Nobody;
+    }
+    let ours = fs::read_dir(format!("/proc/{pid}/fd")).is_ok_and(|fds| {
+        fds.flatten().any(|fd| {
+            fs::read_link(fd.path())
+                .is_ok_and(|target| inodes.contains(target.to_string_lossy().as_ref()))
+        })
+    });
+    if ours {
+        Listener::Ours
+    } else {
+        Listener::Other
+    }
+}
+
 /// Processes whose environment holds `MARKER=<value>`, and their
 /// descendants (a task may have cleared its environment).
 fn marked_processes(value: &str) -> Vec<u32> {
-    let wanted = format!("{MARKER}={value}").into_bytes();
+    scan_marked().remove(value).unwrap_or_default()
+}
+
+/// Every cluster marker value found in /proc -> its processes (marked ones
+/// and their descendants; zombies and this process left out), sorted.
+fn scan_marked() -> HashMap<String, Vec<u32>> {
+    let prefix = format!("{MARKER}=").into_bytes();
     let me = std::process::id();
     let mut parent: HashMap<u32, u32> = HashMap::new();
-    let mut marked: HashSet<u32> = HashSet::new();
+    let mut marked: HashMap<u32, String> = HashMap::new();
     let Ok(entries) = fs::read_dir("/proc") else {
-        return Vec::new();
+        return HashMap::new();
     };
     for e in entries.flatten() {
         let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
@@ -1151,33 +1239,29 @@ fn marked_processes(value: &str) -> Vec<u32> {
         if pid == me {
             continue;
         }
-        let Ok(stat) = fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        let Some(info) = proc_stat(pid) else {
             continue;
         };
-        // "pid (comm) state ppid ..."; comm may hold ") ".
-        let Some(rest) = stat.rfind(')').and_then(|i| stat.get(i + 1..)) else {
-            continue;
-        };
-        let fields: Vec<&str> = rest.split_whitespace().collect();
-        if matches!(fields.first(), Some(&"Z") | Some(&"X")) {
+        if matches!(info.state, 'Z' | 'X' | 'x') {
             continue;
         }
-        if let Some(ppid) = fields.get(1).and_then(|s| s.parse::<u32>().ok()) {
-            parent.insert(pid, ppid);
-        }
+        parent.insert(pid, info.ppid);
         if let Ok(env) = fs::read(format!("/proc/{pid}/environ"))
-            && env.split(|&b| b == 0).any(|v| v == wanted.as_slice())
+            && let Some(v) = env.split(|&b| b == 0).find(|v| v.starts_with(&prefix))
         {
-            marked.insert(pid);
+            marked.insert(
+                pid,
+                String::from_utf8_lossy(&v[prefix.len()..]).into_owned(),
+            );
         }
     }
-    let mut out: HashSet<u32> = marked.clone();
-    // Descendants: walk up from every process.
+    let mut out: HashMap<String, Vec<u32>> = HashMap::new();
+    // A process belongs to the nearest marked process above it (or itself).
     for &pid in parent.keys() {
         let mut p = pid;
         for _ in 0..64 {
-            if marked.contains(&p) {
-                out.insert(pid);
+            if let Some(v) = marked.get(&p) {
+                out.entry(v.clone()).or_default().push(pid);
                 break;
             }
             match parent.get(&p) {
@@ -1186,10 +1270,67 @@ fn marked_processes(value: &str) -> Vec<u32> {
             }
         }
     }
-    out.remove(&me);
-    let mut v: Vec<u32> = out.into_iter().collect();
-    v.sort_unstable();
-    v
+    for v in out.values_mut() {
+        v.sort_unstable();
+    }
+    out
+}
+
+/// "<pid> <start time>" of this process, written to `<dir>/owner`.
+fn owner_line() -> String {
+    let me = std::process::id();
+    let start = proc_stat(me).map(|i| i.start).unwrap_or(0);
+    format!("{me} {start}\n")
+}
+
+/// Kill what is left of clusters whose test process is gone (killed before
+/// it could drop them: Ctrl-C, a timeout) and remove their directories. A
+/// cluster's `owner` file names its process by pid and start time.
+fn reap_abandoned() {
+    for (dir, pids) in scan_marked() {
+        let owner = fs::read_to_string(Path::new(&dir).join("owner")).ok();
+        let alive = owner.as_deref().is_some_and(|line| {
+            let mut f = line.split_whitespace().map(|x| x.parse::<u64>().ok());
+            match (f.next().flatten(), f.next().flatten()) {
+                (Some(pid), Some(start)) => u32::try_from(pid)
+                    .ok()
+                    .and_then(proc_stat)
+                    .is_some_and(|i| i.start == start && !matches!(i.state, 'Z' | 'X' | 'x')),
+                _ => false,
+            }
+        });
+        if alive {
+            continue;
+        }
+        for p in pids {
+            signal(p, libc::SIGKILL);
+        }
+        // Only directories this harness makes.
+        if owner.is_some() && dir.starts_with("/tmp/ts") && !dir.contains("..") {
+            let _ = fs::remove_dir_all(&dir);
+        }
+    }
+}
+
+struct ProcStat {
+    state: char,
+    ppid: u32,
+    /// Start time in clock ticks since boot: with the pid, names a process.
+    start: u64,
+}
+
+fn proc_stat(pid: u32) -> Option<ProcStat> {
+    let text = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // "pid (comm) state ppid ... starttime(22nd) ..."; comm may hold ") ".
+    let rest: Vec<&str> = text
+        .get(text.rfind(')')? + 1..)?
+        .split_whitespace()
+        .collect();
+    Some(ProcStat {
+        state: rest.first()?.chars().next()?,
+        ppid: rest.get(1)?.parse().ok()?,
+        start: rest.get(19)?.parse().ok()?,
+    })
 }
 
 fn signal(pid: u32, sig: libc::c_int) {

@@ -5,7 +5,9 @@
 # PyPI, in .cache/moto-venv) that the ledger tests use; it runs on loopback
 # while the tests run and is stopped on exit (scripts/moto.sh); and the
 # OpenSSH server and client (apt), with which the ssh tests start their own
-# sshd hosts on loopback addresses (scripts/sshd.sh).
+# sshd hosts on loopback addresses (scripts/sshd.sh); and Slurm and MUNGE
+# (apt; munged is started), with which the Slurm tests start their own
+# single-machine clusters (scripts/slurm.sh).
 set -eu
 cd "$(dirname "$0")/.."
 
@@ -37,6 +39,12 @@ fi
 . ./scripts/sshd.sh
 echo "== OpenSSH (sshd for the ssh transport tests)" >&2
 sshd_install
+
+# The Slurm transport tests start their own slurmctld and slurmd per cluster
+# (tests/support/slurm.rs): Slurm, MUNGE and a running munged are needed.
+. ./scripts/slurm.sh
+echo "== Slurm and MUNGE (for the Slurm transport tests)" >&2
+slurm_install
 
 echo "== cargo test" >&2
 cargo test --locked --all-targets

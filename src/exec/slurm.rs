@@ -836,7 +836,8 @@ impl Transport for SlurmTransport {
         let frames = format!("{batch_dir}/t0.frames");
         let id = format!("{job}_0");
         let start = Instant::now();
-        let step = inner.cfg.poll_interval.min(Duration::from_secs(2));
+        // Polled like everything else: one query per interval.
+        let step = inner.cfg.poll_interval;
         loop {
             tokio::time::sleep(step).await;
             let states = inner.query().await?;

@@ -19,5 +19,6 @@ fmt:
 bench:
     ./benches/dispatch.sh
     ./benches/ssh_dispatch.sh
+    cargo bench --bench slurm_calls
     ./benches/plan_scale.sh
     ./benches/fs_inodes.py

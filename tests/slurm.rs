@@ -568,3 +568,58 @@ fn ctrl_c_cancels_only_this_studys_jobs() {
         );
     }
 }
+
+#[path = "support/sshd.rs"]
+mod sshd;
+
+#[test]
+fn a_login_host_over_ssh_submits_and_reads_the_reports() {
+    let cluster = Cluster::start(&NODES[..1]);
+    let mut fleet = sshd::Fleet::start(&[sshd::HostSpec {
+        name: "login",
+        gpu_name: "none",
+        gpu_count: 0,
+    }]);
+    // The login host's sessions know the cluster (as a real login node's
+    // environment would).
+    let config = fleet.hosts[0].root.join("sshd_config");
+    let text = std::fs::read_to_string(&config).expect("sshd config");
+    let with_conf = text.replacen(
+        "SetEnv PATH=",
+        &format!("SetEnv SLURM_CONF={} PATH=", cluster.conf.display()),
+        1,
+    );
+    assert_ne!(text, with_conf);
+    std::fs::write(&config, with_conf).expect("sshd config");
+    fleet.kill_host(0);
+    fleet.restart_host(0);
+
+    let s = setup(&cluster, "viassh", "", KNOBS, "    login: login\n");
+    let inv = std::fs::read_to_string(&s.inventory).expect("inventory");
+    let h100 = inv
+        .split("  - name: a100s")
+        .next()
+        .unwrap_or_default()
+        .to_string();
+    let login = fleet.inventory_yaml(1, "");
+    let login_entry = login.trim_start_matches("hosts:\n");
+    std::fs::write(&s.inventory, format!("{h100}{login_entry}")).expect("inventory");
+    // Only the slurm entry runs trials; the login host only carries them.
+    let out = launch_cmd(&cluster, &s, &["--host", "h100s"])
+        .env_remove("SLURM_CONF")
+        .env("PATH", "/usr/bin:/bin")
+        .stdout(Stdio::null())
+        .output()
+        .expect("launch");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let report = report_json(&s);
+    assert_eq!(report["classes"].as_array().map(Vec::len), Some(1));
+    for b in class_of(&report, "H100")["buckets"]
+        .as_array()
+        .expect("buckets")
+    {
+        assert_eq!(b["winner"]["label"], "tile=128", "{b}");
+    }
+    one_terminal_each(&s, "viassh");
+}

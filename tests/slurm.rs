@@ -6,6 +6,8 @@
 //! A100 `tile=256` runs out of memory and nothing beats the baseline;
 //! `fast_math=true` changes the output everywhere).
 
+#[path = "support/ledger_files.rs"]
+mod ledger_files;
 #[path = "support/slurm.rs"]
 mod slurm;
 
@@ -14,6 +16,7 @@ use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
+use ledger_files::wait_for;
 use serde_json::Value as Json;
 use slurm::{Cluster, NodeSpec};
 
@@ -192,23 +195,7 @@ fn report_json(s: &Setup) -> Json {
 }
 
 fn attempts(s: &Setup, study: &str) -> BTreeMap<String, Vec<Json>> {
-    let mut out: BTreeMap<String, Vec<Json>> = BTreeMap::new();
-    let Ok(dirs) = std::fs::read_dir(s.ledger.join(study).join("trials")) else {
-        return out;
-    };
-    for d in dirs.flatten() {
-        let key = d.file_name().to_string_lossy().into_owned();
-        for f in std::fs::read_dir(d.path()).into_iter().flatten().flatten() {
-            let p = f.path();
-            if p.extension().is_some_and(|e| e == "json") {
-                let text = std::fs::read_to_string(&p).expect("attempt");
-                out.entry(key.clone())
-                    .or_default()
-                    .push(serde_json::from_str(&text).expect("attempt JSON"));
-            }
-        }
-    }
-    out
+    ledger_files::attempts(&s.ledger, study)
 }
 
 /// Every trial has exactly one terminal attempt; returns (trials, lost).
@@ -386,17 +373,6 @@ measurement: {warmup: 0, repeats: 1, anchor_every: 0, confirm_repeats: 0}
             .contains("TIMEOUT"),
         "{a}"
     );
-}
-
-fn wait_for(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
-    let start = Instant::now();
-    while start.elapsed() < limit {
-        if cond() {
-            return true;
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    false
 }
 
 #[test]

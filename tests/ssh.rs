@@ -6,6 +6,8 @@
 //! nothing beats the baseline; `fast_math=true` changes the output
 //! everywhere.
 
+#[path = "support/ledger_files.rs"]
+mod ledger_files;
 #[path = "support/sshd.rs"]
 mod sshd;
 
@@ -15,6 +17,7 @@ use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use assert_cmd::Command;
+use ledger_files::wait_for;
 use serde_json::Value as Json;
 use sha2::{Digest, Sha256};
 use sshd::{Fleet, HostSpec};
@@ -136,31 +139,6 @@ fn report_json(study: &Path, ledger: &Path) -> Json {
     serde_json::from_slice(&out.stdout).expect("report JSON")
 }
 
-/// Attempt records: trial key → attempts.
-fn attempts(ledger: &Path, study: &str) -> BTreeMap<String, Vec<Json>> {
-    let mut out: BTreeMap<String, Vec<Json>> = BTreeMap::new();
-    let Ok(dirs) = std::fs::read_dir(ledger.join(study).join("trials")) else {
-        return out;
-    };
-    for d in dirs {
-        let d = d.expect("entry").path();
-        let key = d
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_default();
-        for f in std::fs::read_dir(&d).expect("trial dir") {
-            let f = f.expect("entry").path();
-            if f.extension().is_some_and(|e| e == "json") {
-                let text = std::fs::read_to_string(&f).expect("attempt");
-                out.entry(key.clone())
-                    .or_default()
-                    .push(serde_json::from_str(&text).expect("attempt JSON"));
-            }
-        }
-    }
-    out
-}
-
 /// What a class decides: what ships per bucket, and (cell, config,
 /// rejection class) of every rejected config.
 type ClassDecision = (Vec<String>, Vec<(String, String, String)>);
@@ -212,7 +190,7 @@ fn class_of<'a>(report: &'a Json, model: &str) -> &'a Json {
 
 /// Each sweep trial key has exactly one terminal (ok/failed) attempt.
 fn assert_one_terminal_per_trial(ledger: &Path, study: &str) -> (usize, usize) {
-    let all = attempts(ledger, study);
+    let all = ledger_files::attempts(ledger, study);
     let mut lost = 0;
     for (key, list) in &all {
         let terminal = list.iter().filter(|a| a["status"] != "lost").count();
@@ -321,7 +299,7 @@ fn a_study_over_the_fleet_picks_winners_per_host_class_on_pinned_gpus() {
     }
 
     // Slots pin their GPU where the host has one: slot i → device i.
-    let all = attempts(&ledger, "fleet");
+    let all = ledger_files::attempts(&ledger, "fleet");
     let mut seen = std::collections::BTreeSet::new();
     for a in all.values().flatten() {
         let host = a["host"].as_str().unwrap_or_default();
@@ -415,7 +393,7 @@ measurement: {{warmup: 0, repeats: 1, anchor_every: 0, confirm_repeats: 0}}
     write(&inv, &fleet.inventory_yaml(1, ""));
     let ledger = d.root.join("ledger");
     launch(&study, &inv, &ledger, &[]);
-    let all = attempts(&ledger, "hang");
+    let all = ledger_files::attempts(&ledger, "hang");
     let a = all.values().flatten().next().expect("one attempt");
     assert_eq!(a["status"], "failed");
     assert_eq!(a["failure"]["class"], "timeout", "{a}");
@@ -472,7 +450,7 @@ gate:
     write(&inv, &fleet.inventory_yaml(2, ""));
     let ledger = d.root.join("ledger");
     launch(&study, &inv, &ledger, &[]);
-    let all = attempts(&ledger, "quoting");
+    let all = ledger_files::attempts(&ledger, "quoting");
     assert_eq!(all.len(), values.len());
     for a in all.values().flatten() {
         let v = a["config"]["v"].as_str().expect("value");
@@ -529,7 +507,7 @@ fn a_host_key_mismatch_refuses_to_connect() {
         "the error says why: {stderr}"
     );
     assert!(stderr.contains("nothing was run"), "{stderr}");
-    assert!(attempts(&ledger, "hostkey").is_empty());
+    assert!(ledger_files::attempts(&ledger, "hostkey").is_empty());
 }
 
 #[test]
@@ -574,17 +552,6 @@ fn spawn_launch(study: &Path, inv: &Path, ledger: &Path, extra: &[&str]) -> std:
         .expect("spawn launch")
 }
 
-fn wait_for(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
-    let start = Instant::now();
-    while start.elapsed() < limit {
-        if cond() {
-            return true;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    false
-}
-
 fn finish(child: std::process::Child, limit: Duration) -> (bool, String) {
     let pid = child.id();
     let start = Instant::now();
@@ -627,7 +594,7 @@ fn killing_a_host_mid_study_loses_nothing_and_picks_the_same_winners() {
     let child = spawn_launch(&study, &inv, &ledger, &[]);
     assert!(
         wait_for(Duration::from_secs(60), || {
-            attempts(&ledger, "churn")
+            ledger_files::attempts(&ledger, "churn")
                 .values()
                 .flatten()
                 .filter(|a| a["host"] == "h100-a")
@@ -644,7 +611,7 @@ fn killing_a_host_mid_study_loses_nothing_and_picks_the_same_winners() {
     assert!(stderr.contains("host `h100-a` dropped"), "{stderr}");
 
     let (_, lost) = assert_one_terminal_per_trial(&ledger, "churn");
-    let all = attempts(&ledger, "churn");
+    let all = ledger_files::attempts(&ledger, "churn");
     let lost_reasons: Vec<&str> = all
         .values()
         .flatten()
@@ -706,7 +673,7 @@ measurement: {{warmup: 0, repeats: 1, anchor_every: 0, confirm_repeats: 0}}
         );
     }
     // Lost once with the host, then run again there: a timeout this time.
-    let all = attempts(&ledger, "orphan");
+    let all = ledger_files::attempts(&ledger, "orphan");
     let list = all.values().next().expect("one trial");
     let statuses: Vec<&str> = list.iter().filter_map(|a| a["status"].as_str()).collect();
     assert!(statuses.contains(&"lost"), "{statuses:?}");
@@ -723,7 +690,7 @@ fn a_class_whose_every_host_is_down_waits_then_is_left_for_later() {
     let child = spawn_launch(&study, &inv, &ledger, &["--host-timeout", "2s"]);
     assert!(
         wait_for(Duration::from_secs(60), || {
-            attempts(&ledger, "abandon")
+            ledger_files::attempts(&ledger, "abandon")
                 .values()
                 .flatten()
                 .any(|a| a["host"] == "a100-a")
@@ -754,7 +721,11 @@ fn a_host_back_with_another_driver_is_tuned_as_a_new_class() {
     let child = spawn_launch(&study, &inv, &ledger, &[]);
     assert!(
         wait_for(Duration::from_secs(60), || {
-            attempts(&ledger, "upgrade").values().flatten().count() >= 3
+            ledger_files::attempts(&ledger, "upgrade")
+                .values()
+                .flatten()
+                .count()
+                >= 3
         }),
         "no trial ran"
     );
@@ -795,7 +766,7 @@ fn a_host_back_with_another_driver_is_tuned_as_a_new_class() {
     // No trial ran twice; every trial of the new class finished (the old
     // class keeps its lost ones: it has no host any more).
     let new_id = new["host_class"].as_str().expect("class id");
-    for (key, list) in attempts(&ledger, "upgrade") {
+    for (key, list) in ledger_files::attempts(&ledger, "upgrade") {
         let terminal = list.iter().filter(|a| a["status"] != "lost").count();
         assert!(terminal <= 1, "{key}: {list:?}");
         if list[0]["host_class"] == new_id && list[0]["role"] != "anchor" {
@@ -850,7 +821,7 @@ measurement: {{warmup: 0, repeats: 1, anchor_every: 0, confirm_repeats: 0}}
             "trial process {pid} outlived Ctrl-C on the host"
         );
     }
-    let all = attempts(&ledger, "interrupt");
+    let all = ledger_files::attempts(&ledger, "interrupt");
     assert!(!all.is_empty());
     for a in all.values().flatten() {
         assert_eq!(a["status"], "lost", "{a}");

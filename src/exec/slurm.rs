@@ -295,14 +295,18 @@ impl SlurmTransport {
 }
 
 impl Inner {
-    fn job_name(&self) -> String {
-        let study = self
-            .study
+    /// The study being launched (`probe` before one is set: a bare
+    /// `tunectl fingerprint`).
+    fn study_id(&self) -> String {
+        self.study
             .read()
             .ok()
             .and_then(|s| s.clone())
-            .unwrap_or_else(|| "probe".to_string());
-        format!("tunectl-{study}")
+            .unwrap_or_else(|| "probe".to_string())
+    }
+
+    fn job_name(&self) -> String {
+        format!("tunectl-{}", self.study_id())
     }
 
     async fn root(&self) -> Result<String, String> {
@@ -354,12 +358,7 @@ impl Inner {
             Some(n) => format!("0-{}%{n}", tasks - 1),
             None => format!("0-{}", tasks - 1),
         };
-        let study = self
-            .study
-            .read()
-            .ok()
-            .and_then(|s| s.clone())
-            .unwrap_or_default();
+        let study = self.study_id();
         let ctx = minijinja::context! {
             job_name => self.job_name(),
             comment => format!("tunectl:study={study}:batch={batch_id}"),
@@ -386,12 +385,7 @@ impl Inner {
         probe_only: bool,
     ) -> Result<(String, String), String> {
         let root = self.root().await?;
-        let study = self
-            .study
-            .read()
-            .ok()
-            .and_then(|s| s.clone())
-            .unwrap_or_else(|| "probe".to_string());
+        let study = self.study_id();
         let batch_id = format!(
             "{}-{}",
             chrono::Utc::now().format("%Y%m%dT%H%M%S%.6fZ"),
@@ -1022,12 +1016,7 @@ impl SlurmTransport {
             return Ok(());
         }
         let root = inner.root().await?;
-        let study = inner
-            .study
-            .read()
-            .ok()
-            .and_then(|s| s.clone())
-            .unwrap_or_default();
+        let study = inner.study_id();
         let manifest_paths: Vec<String> = batches
             .values()
             .map(|b| format!("{root}/{study}/batches/{b}/manifest.json"))

@@ -900,7 +900,10 @@ impl Transport for SshTransport {
             ..Default::default()
         };
         let Some(session) = self.session() else {
-            outcome.host_lost = Some(format!("host `{}` is not connected", self.name));
+            outcome.host_lost = Some(format!(
+                "the connection to the host was lost (host `{}` is not connected)",
+                self.name
+            ));
             return outcome;
         };
         let opts = WrapperOptions {
@@ -933,7 +936,8 @@ impl Transport for SshTransport {
                 let text = error_chain(&e);
                 if session.check().await.is_err() {
                     self.mark_down(&text).await;
-                    outcome.host_lost = Some(text);
+                    outcome.host_lost =
+                        Some(format!("the connection to the host was lost ({text})"));
                 } else {
                     outcome.setup_error = Some(format!("cannot start a session: {text}"));
                 }
@@ -944,7 +948,9 @@ impl Transport for SshTransport {
             let sent = stdin.write_all(wrap(&script).as_bytes()).await;
             let _ = stdin.shutdown().await;
             if let Err(e) = sent {
-                outcome.host_lost = Some(format!("cannot send the attempt script: {e}"));
+                outcome.host_lost = Some(format!(
+                    "the connection to the host was lost (sending the attempt script: {e})"
+                ));
                 self.mark_down("the connection ended").await;
                 return outcome;
             }

@@ -343,8 +343,6 @@ struct HostView {
     slots: u32,
     host_class: String,
     trials_share: u64,
-    runnable: bool,
-    note: String,
 }
 
 #[derive(Serialize)]
@@ -390,7 +388,7 @@ async fn plan_hosts(inv: &Inventory, study: &Study, ledger: Option<&Ledger>) -> 
         out.push(PlanHost {
             name: h.name.clone(),
             transport: h.transport.name().to_string(),
-            slots: h.slots,
+            slots: h.concurrency(),
             class,
         });
     }
@@ -490,22 +488,12 @@ async fn plan(a: PlanArgs) -> Result<(), CliError> {
             let share = class
                 .map(|c| plan.trials_per_class() * u64::from(h.slots) / u64::from(c.slots.max(1)))
                 .unwrap_or(0);
-            let runnable = true;
             HostView {
                 host: h.name.clone(),
                 transport: h.transport.clone(),
                 slots: h.slots,
                 host_class: class.map(|c| c.id.clone()).unwrap_or_default(),
                 trials_share: share,
-                runnable,
-                note: if runnable {
-                    String::new()
-                } else {
-                    format!(
-                        "the {} transport is not available yet: launch refuses this host",
-                        h.transport
-                    )
-                },
             }
         })
         .collect();
@@ -658,16 +646,8 @@ fn render_plan(v: &PlanView) -> String {
     for h in &v.hosts {
         let _ = writeln!(
             o,
-            "  {:<20} {:<6} {} slots · ~{} trials{}",
-            h.host,
-            h.transport,
-            h.slots,
-            h.trials_share,
-            if h.note.is_empty() {
-                String::new()
-            } else {
-                format!(" · {}", h.note)
-            }
+            "  {:<20} {:<6} {} slots · ~{} trials",
+            h.host, h.transport, h.slots, h.trials_share,
         );
     }
     let _ = writeln!(
@@ -740,16 +720,10 @@ async fn launch(a: LaunchArgs) -> Result<(), CliError> {
                         h.name, h.slots, cfg.max_sessions, cfg.max_sessions
                     );
                 }
-                // A Slurm entry keeps up to max_jobs_in_flight trials
-                // queued or running.
-                let slots = match &h.transport {
-                    Transport::Slurm(cfg) => cfg.max_jobs_in_flight,
-                    _ => h.slots,
-                };
                 Ok(LaunchHost {
                     name: h.name.clone(),
                     transport_name: h.transport.name().to_string(),
-                    slots,
+                    slots: h.concurrency(),
                     devices: h.devices.clone(),
                     device_env: h.device_env.clone(),
                     transport,

@@ -110,6 +110,17 @@ fn ser_opt_secs<S: serde::Serializer>(d: &Option<Duration>, s: S) -> Result<S::O
 
 pub const DEFAULT_DEVICE_ENV: &str = "CUDA_VISIBLE_DEVICES";
 
+impl Host {
+    /// Trials this host runs (or keeps queued) at once: `slots`, or a Slurm
+    /// entry's `max_jobs_in_flight`.
+    pub fn concurrency(&self) -> u32 {
+        match &self.transport {
+            Transport::Slurm(s) => s.max_jobs_in_flight,
+            _ => self.slots,
+        }
+    }
+}
+
 impl Inventory {
     /// The inventory used without `--inventory`: this machine, one slot.
     pub fn local_default() -> Inventory {

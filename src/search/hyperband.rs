@@ -3,15 +3,16 @@
 //! Optimization", JMLR 18, 2018) run with asynchronous successive halving
 //! (Li, Jamieson, Rostamizadeh, Gonina, Ben-Tzur, Hardt, Recht, Talwalkar:
 //! "A System for Massively Parallel Hyperparameter Tuning", MLSys 2020,
-//! Algorithm 2, "ASHA").
+//! "ASHA").
 //!
 //! [`Brackets`] is the static shape that `plan --dry-run` shows: for every
 //! bracket, its rungs with their budgets, config counts and survivors, and
 //! the total budget next to a full grid's. [`Asha`] is the state machine
 //! the scheduler drives: it hands out `(config, rung)` jobs and takes their
 //! outcomes, promoting a config as soon as it ranks in the top `1/eta` of
-//! the results its rung has so far, so a free slot never waits for a rung
-//! to fill.
+//! the results its rung has so far (up to the rung's planned count), so a
+//! free slot never waits for a rung to fill; when a rung can get no more
+//! results, whatever synchronous successive halving would keep goes on too.
 //!
 //! Budgets are in the study's own units (samples, iterations, requests);
 //! [`round_budget`] turns one into the integer a trial receives when those
@@ -109,6 +110,13 @@ impl Bracket {
         self.rungs.iter().map(Rung::total_budget).sum()
     }
 
+    /// Most budget [`Asha`] can spend on this bracket: `n_0 · r_0 + 2 ·
+    /// Σ_{i>=1} n_i · r_i` (each rung above 0 runs at most twice its planned
+    /// count; see [`Asha`]).
+    pub fn budget_bound(&self) -> f64 {
+        self.total_budget() * 2.0 - self.rungs[0].total_budget()
+    }
+
     /// `Σ n_i · round_budget(r_i)`: what the bracket spends when trials get
     /// integer budgets.
     pub fn total_budget_rounded(&self) -> u64 {
@@ -151,7 +159,9 @@ impl Brackets {
             ));
         }
         if !max_budget.is_finite() {
-            return Err(format!("max_budget must be a finite number, got {max_budget}"));
+            return Err(format!(
+                "max_budget must be a finite number, got {max_budget}"
+            ));
         }
         if max_budget < min_budget {
             return Err(format!(
@@ -167,10 +177,7 @@ impl Brackets {
         let eta64 = u64::from(eta);
         let mut s_max = 0u32;
         let mut power = 1u64; // eta^s_max
-        loop {
-            let Some(next) = power.checked_mul(eta64) else {
-                break;
-            };
+        while let Some(next) = power.checked_mul(eta64) {
             if next as f64 > ratio * (1.0 + RATIO_TOLERANCE) {
                 break;
             }
@@ -241,6 +248,12 @@ impl Brackets {
     /// Budget of all brackets: `Σ_s Σ_i n_i · r_i`.
     pub fn total_budget(&self) -> f64 {
         self.brackets.iter().map(Bracket::total_budget).sum()
+    }
+
+    /// Most budget [`Asha`] can spend on all brackets: `Σ_s`
+    /// [`Bracket::budget_bound`].
+    pub fn budget_bound(&self) -> f64 {
+        self.brackets.iter().map(Bracket::budget_bound).sum()
     }
 
     /// Budget of all brackets with integer budgets.
@@ -416,25 +429,48 @@ impl Ladder {
         }
     }
 
-    /// ASHA's promotion rule: from the highest rung below the top down to
-    /// rung 0, the best config among the top `floor(completed / eta)` results
-    /// of its rung (failures count as completed and rank last, so they are
-    /// never among the promotable) that has not been promoted yet, while
-    /// the next rung has started fewer than its planned `n_{k+1}`.
-    fn promotion(&self, eta: u64) -> Option<(u64, usize)> {
+    /// The promotion due now, if any, from the highest rung below the top
+    /// down to rung 0: `(config, rung it goes to)`.
+    ///
+    /// - Open rung `k` (ASHA): the best config among the top `floor(c_k /
+    ///   eta)` of the `c_k` results completed so far that was not promoted
+    ///   yet, while fewer than the planned `n_{k+1}` have been promoted.
+    ///   Failures count in `c_k` and rank last, so they are never promoted.
+    /// - Closed rung `k` (nothing running there, and nothing more can reach
+    ///   it: rung 0 can start no more configs, or the rung below is closed
+    ///   with no promotion due): every config among its top `q_k =
+    ///   clamp(floor(c_k / eta), 1, n_{k+1})` successes that was not
+    ///   promoted yet, cap or not. That is synchronous successive halving's
+    ///   decision on the same results, so a late, better result is never
+    ///   lost to an early promotion, and a rung left with fewer than `eta`
+    ///   results still sends its best on to `max_budget`.
+    fn promotion(&self, eta: u64, source_done: bool) -> Option<(u64, usize)> {
         let top = self.rungs.len() - 1;
-        (0..top).rev().find_map(|k| {
+        let mut due: Vec<Option<u64>> = Vec::with_capacity(top);
+        let mut inflow_closed = source_done || self.rung0_full();
+        for k in 0..top {
             let rung = &self.rungs[k];
-            if rung.promoted.len() as u64 >= self.rungs[k + 1].planned {
-                return None;
-            }
-            let keep = (rung.completed() / eta) as usize;
-            rung.successes
-                .iter()
-                .take(keep)
-                .find(|r| !rung.promoted.contains(&r.config))
-                .map(|r| (r.config, k + 1))
-        })
+            let closed = inflow_closed && rung.running.is_empty();
+            let planned = self.rungs[k + 1].planned;
+            let keep = rung.completed() / eta;
+            let keep = if closed {
+                Some(keep.max(1).min(planned))
+            } else {
+                ((rung.promoted.len() as u64) < planned).then_some(keep)
+            };
+            let next = keep.and_then(|keep| {
+                rung.successes
+                    .iter()
+                    .take(keep as usize)
+                    .find(|r| !rung.promoted.contains(&r.config))
+                    .map(|r| r.config)
+            });
+            inflow_closed = closed && next.is_none();
+            due.push(next);
+        }
+        (0..top)
+            .rev()
+            .find_map(|k| due[k].map(|config| (config, k + 1)))
     }
 
     fn rung0_full(&self) -> bool {
@@ -464,39 +500,42 @@ impl Ladder {
 /// The caller loop:
 /// ```text
 /// loop {
-///     while a slot is free { match asha.next() { Some(job) => run it, None => break } }
+///     while a slot is free { match asha.next_job() { Some(job) => run it, None => break } }
 ///     if asha.is_done() { break }
 ///     wait for a job to finish; asha.report(&job, outcome)
 /// }
 /// ```
 ///
-/// - [`Asha::next`] gives a promotion when one is due (ASHA rule, see
+/// - [`Asha::next_job`] gives a promotion when one is due (ASHA rule, see
 ///   below), else a new config from the source at rung 0 of the bracket,
 ///   until the bracket has started its `n` configs. It returns `None` when
 ///   nothing can start *now*; [`Asha::is_done`] says whether anything ever
-///   will (it is exact right after `next` returned `None`).
-/// - Promotion: a config completed at rung `k` is promoted to rung `k + 1`
-///   when it ranks in the top `floor(c_k / eta)` of the `c_k` results
-///   completed at rung `k` so far, is not a failure and was not promoted
-///   before. Higher rungs are served first.
-/// - Finite horizon: rung `k + 1` starts at most the table's `n_{k+1}`
-///   configs. Plain ASHA has no such cap and, when results arrive in an
-///   unlucky order (each new one better than the last), promotes more than
-///   `1/eta` of a rung: the cap keeps every bracket within its planned
-///   budget, so `plan`'s figures are upper bounds. With every config
-///   completing, the counts per rung end equal to the table (once all
-///   `n_k` results are in, the top `floor(n_k / eta) = n_{k+1}` contain an
-///   unpromoted config until the cap is reached); failures can only lower
-///   them. The price is ASHA's known mispromotion: a late, better config
-///   can find the slots taken by earlier ones (Li et al. 2020, §3.2).
+///   will (it is exact right after `next_job` returned `None`).
+/// - Promotion (ASHA): while rung `k` can still get results, a config
+///   completed there is promoted to rung `k + 1` when it ranks in the top
+///   `floor(c_k / eta)` of the `c_k` results completed so far, is not a
+///   failure and was not promoted before, as long as fewer than the
+///   table's `n_{k+1}` have been promoted. Higher rungs are served first.
+/// - Closing: once rung `k` can get no more results, its top `q_k =
+///   clamp(floor(c_k / eta), 1, n_{k+1})` successes are all promoted (those
+///   not promoted yet): synchronous successive halving's decision on the
+///   same results. So ASHA's early promotions never cost a late, better
+///   config its place (plain ASHA's mispromotions, Li et al. 2020), and a
+///   rung left with fewer than `eta` results (a small space,
+///   failures) still sends its best on to `max_budget`.
+/// - Budget: with every config completing in an order that makes no early
+///   mistake, the counts per rung are the table's. Each mistaken early
+///   promotion adds one trial: rung `k >= 1` runs at most `2 · n_k`
+///   configs, [`Bracket::budget_bound`]. (Uncapped ASHA has no such bound:
+///   results arriving best-last promote nearly every config.)
 /// - Sources: configs come from the caller's iterator, shared by all
 ///   brackets. A config enters rung 0 at most once over all brackets, so
 ///   `(config, budget)`, and hence its trial key, is never run twice;
 ///   configs already seen are skipped ([`MAX_DUPLICATE_DRAWS`] in a row end
 ///   the source).
-/// - Round-robin: `next` asks the brackets in turn, starting after the one
+/// - Round-robin: `next_job` asks the brackets in turn, starting after the one
 ///   that gave the last job, most exploratory bracket first.
-/// - Deterministic: given the same source and the same sequence of `next`
+/// - Deterministic: given the same source and the same sequence of `next_job`
 ///   and `report` calls, the same jobs come out; equal values rank by
 ///   config index.
 #[derive(Debug, Clone)]
@@ -557,7 +596,7 @@ impl<I: Iterator<Item = u64>> Asha<I> {
 
     /// The next job to start now, or `None` when every possible job must
     /// wait for a result (or the search is over: see [`Asha::is_done`]).
-    pub fn next(&mut self) -> Option<Job> {
+    pub fn next_job(&mut self) -> Option<Job> {
         let count = self.ladders.len();
         for step in 0..count {
             let at = (self.cursor + step) % count;
@@ -570,14 +609,18 @@ impl<I: Iterator<Item = u64>> Asha<I> {
     }
 
     fn next_in(&mut self, at: usize) -> Option<Job> {
-        if let Some((config, rung)) = self.ladders[at].promotion(self.eta) {
+        if let Some((config, rung)) = self.ladders[at].promotion(self.eta, self.source_done) {
             return Some(self.ladders[at].start(config, rung));
         }
-        if self.ladders[at].rung0_full() {
-            return None;
+        if !self.ladders[at].rung0_full()
+            && let Some(config) = self.draw()
+        {
+            return Some(self.ladders[at].start(config, 0));
         }
-        let config = self.draw()?;
-        Some(self.ladders[at].start(config, 0))
+        // The draw may just have found the source exhausted, which closes
+        // rung 0 and can make a promotion due.
+        let (config, rung) = self.ladders[at].promotion(self.eta, self.source_done)?;
+        Some(self.ladders[at].start(config, rung))
     }
 
     fn draw(&mut self) -> Option<u64> {
@@ -596,7 +639,7 @@ impl<I: Iterator<Item = u64>> Asha<I> {
         None
     }
 
-    /// Record the outcome of a job [`Asha::next`] gave. An error when that
+    /// Record the outcome of a job [`Asha::next_job`] gave. An error when that
     /// job is not running (never given, or already reported).
     pub fn report(&mut self, job: &Job, outcome: Outcome) -> Result<(), String> {
         let better = self.better;
@@ -635,11 +678,12 @@ impl<I: Iterator<Item = u64>> Asha<I> {
 
     /// Whether the search is over: nothing running, no promotion due, and
     /// every bracket has started its `n` configs or the source ran out (the
-    /// latter is known once [`Asha::next`] tried to draw past its end).
+    /// latter is known once [`Asha::next_job`] tried to draw past its end).
     pub fn is_done(&self) -> bool {
         self.running() == 0
             && self.ladders.iter().all(|l| {
-                l.promotion(self.eta).is_none() && (self.source_done || l.rung0_full())
+                l.promotion(self.eta, self.source_done).is_none()
+                    && (self.source_done || l.rung0_full())
             })
     }
 
@@ -697,7 +741,7 @@ impl<I: Iterator<Item = u64>> Asha<I> {
             .filter_map(|l| l.rungs.last().map(|r| (l.s, r)))
             .flat_map(|(s, r)| r.successes.iter().map(move |x| (*x, s)))
             .collect();
-        all.sort_by(|a, b| a.0.cmp(&b.0));
+        all.sort_by_key(|x| x.0);
         all.into_iter()
             .take(k)
             .map(|(r, s)| Scored {
@@ -725,7 +769,7 @@ mod tests {
 
     #[test]
     fn paper_table_1_to_81_eta_3() {
-        // Li et al. 2018, Table 1 (R = 81, eta = 3): s_max = 4.
+        // The paper's worked example (R = 81, eta = 3): s_max = 4.
         // s=4: n = ceil(5/5 · 81) = 81, r = 1
         // s=3: n = ceil(5/4 · 27) = ceil(33.75) = 34, r = 3;
         //      rungs floor(34/3) = 11, floor(34/9) = 3, floor(34/27) = 1
@@ -750,6 +794,10 @@ mod tests {
         assert_eq!(totals, vec![405.0, 363.0, 351.0, 378.0, 405.0]);
         assert_eq!(b.total_budget(), 1902.0);
         assert_eq!(b.total_budget_rounded(), 1902);
+        // Bound: rung 0 once, the others twice: 2·1902 - (81 + 102 + 135 +
+        // 216 + 405).
+        assert_eq!(b.bracket(4).unwrap().budget_bound(), 729.0);
+        assert_eq!(b.budget_bound(), 3804.0 - 939.0);
         // Trials: 121 + 49 + 21 + 10 + 5.
         let trials: Vec<u64> = b.brackets().iter().map(Bracket::trials).collect();
         assert_eq!(trials, vec![121, 49, 21, 10, 5]);
@@ -821,7 +869,7 @@ mod tests {
     #[test]
     fn s_max_survives_float_error() {
         // 8.1 / 0.1 = 80.99999999999999 in f64: still 3^4.
-        assert!(8.1 / 0.1 < 81.0);
+        assert!(std::hint::black_box(8.1f64) / 0.1 < 81.0);
         let b = Brackets::new(0.1, 8.1, 3).unwrap();
         assert_eq!(b.s_max(), 4);
         assert_eq!(b.bracket(4).unwrap().configs(), 81);
@@ -891,7 +939,7 @@ mod tests {
         let b = Brackets::new(1.0, 9.0, 3).unwrap();
         let mut asha = Asha::bracket(&b, 2, Better::Lower, 0u64..).unwrap();
         let mut jobs = Vec::new();
-        while let Some(job) = asha.next() {
+        while let Some(job) = asha.next_job() {
             jobs.push((job.config, job.rung));
             asha.report(&job, Outcome::Value(value[job.config as usize]))
                 .unwrap();
@@ -939,7 +987,7 @@ mod tests {
         let mut reported = 0;
         loop {
             while running.len() < 4 {
-                match asha.next() {
+                match asha.next_job() {
                     Some(job) => {
                         if job.rung == 1 && first_promotion_after.is_none() {
                             first_promotion_after = Some(reported);
@@ -963,44 +1011,132 @@ mod tests {
     }
 
     #[test]
-    fn full_hyperband_matches_the_table_and_never_repeats() {
+    fn full_hyperband_keeps_what_synchronous_halving_keeps_and_never_repeats() {
         let b = hyperband_81();
-        let mut rng = ChaCha8Rng::seed_from_u64(7);
-        let mut asha = Asha::hyperband(&b, Better::Higher, 0u64..);
-        let mut running: Vec<Job> = Vec::new();
-        let mut seen = HashSet::new();
-        let mut rung0 = HashSet::new();
-        loop {
-            while running.len() < 8 {
-                let Some(job) = asha.next() else { break };
-                // (config, rung) never twice; a config in one bracket only.
-                assert!(seen.insert((job.config, job.bracket, job.rung)));
-                if job.rung == 0 {
-                    assert!(rung0.insert(job.config));
+        for seed in 0..4u64 {
+            let mut rng = ChaCha8Rng::seed_from_u64(seed);
+            let mut asha = Asha::hyperband(&b, Better::Higher, 0u64..);
+            let mut running: Vec<Job> = Vec::new();
+            let mut seen = HashSet::new();
+            let mut rung0 = HashSet::new();
+            let mut spent = 0.0;
+            loop {
+                while running.len() < 8 {
+                    let Some(job) = asha.next_job() else { break };
+                    // (config, rung) never twice; a config in one bracket.
+                    assert!(seen.insert((job.config, job.bracket, job.rung)));
+                    if job.rung == 0 {
+                        assert!(rung0.insert(job.config));
+                    }
+                    assert_eq!(Some(job.budget), b.budget_for_rung(job.bracket, job.rung));
+                    spent += job.budget;
+                    running.push(job);
                 }
-                assert_eq!(
-                    Some(job.budget),
-                    b.budget_for_rung(job.bracket, job.rung)
-                );
-                running.push(job);
+                if running.is_empty() {
+                    break;
+                }
+                let job = running.swap_remove(rng.random_range(0..running.len()));
+                let value = (job.config * 7919 % 1009) as f64 + job.budget / 100.0;
+                asha.report(&job, Outcome::Value(value)).unwrap();
             }
-            if running.is_empty() {
-                break;
+            assert!(asha.is_done());
+            assert!(spent <= b.budget_bound());
+            for bracket in b.brackets() {
+                let s = bracket.s;
+                for rung in &bracket.rungs {
+                    let st = asha.rung_status(s, rung.index).unwrap();
+                    let i = rung.index;
+                    if i == 0 {
+                        assert_eq!(st.completed, rung.configs, "s={s} rung 0");
+                    } else {
+                        assert!(
+                            (rung.configs..=2 * rung.configs).contains(&st.completed),
+                            "s={s} rung {i}: {st:?}"
+                        );
+                    }
+                    if i == s {
+                        continue;
+                    }
+                    // The top q of every rung went on, q = clamp(floor(c /
+                    // 3), 1, n_{i+1}).
+                    let q = (st.completed / 3).clamp(1, bracket.rungs[i as usize + 1].configs);
+                    for top in asha.top_k(s, i, q as usize) {
+                        assert!(seen.contains(&(top.config, s, i + 1)), "s={s} rung {i}");
+                    }
+                }
             }
-            let job = running.swap_remove(rng.random_range(0..running.len()));
-            let value = (job.config % 17) as f64 + job.budget / 100.0;
-            asha.report(&job, Outcome::Value(value)).unwrap();
         }
-        assert!(asha.is_done());
+        // A result order with no early mistake gives the table exactly:
+        // one slot, each config worse than every earlier one.
+        let mut asha = Asha::hyperband(&b, Better::Higher, 0u64..);
+        let mut trials = 0;
+        while let Some(job) = asha.next_job() {
+            trials += 1;
+            asha.report(&job, Outcome::Value(-(job.config as f64)))
+                .unwrap();
+        }
+        assert_eq!(trials, b.total_trials());
         for bracket in b.brackets() {
             for rung in &bracket.rungs {
-                let status = asha.rung_status(bracket.s, rung.index).unwrap();
-                assert_eq!(status.completed, rung.configs, "s={} i={}", bracket.s, rung.index);
-                let promoted = if rung.index == bracket.s { 0 } else { rung.survivors };
-                assert_eq!(status.promoted, promoted);
+                let st = asha.rung_status(bracket.s, rung.index).unwrap();
+                assert_eq!(st.completed, rung.configs);
             }
         }
-        assert_eq!(seen.len() as u64, b.total_trials());
+    }
+
+    #[test]
+    fn hyperband_finds_the_optimum_for_a_third_of_the_grid_budget() {
+        // 125 configs (3 knobs × 5 positions), optimum at (3, 1, 4) worth
+        // 1.0, every other config at least 1.03 (lower is better). At budget
+        // b a trial reads the value with a deterministic error of up to
+        // ±0.05 / sqrt(b): at b = 1 neighbours of the optimum can outrank
+        // it, at b = 81 (±0.0056) they cannot.
+        let value = |c: u64, budget: f64| {
+            let d = [c / 25, c / 5 % 5, c % 5];
+            let opt = [3.0, 1.0, 4.0];
+            let scale = [0.05, 0.08, 0.03];
+            let f: f64 = (0..3)
+                .map(|k| scale[k] * (d[k] as f64 - opt[k]).powi(2))
+                .sum::<f64>()
+                + 1.0;
+            let h = (c.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ budget.to_bits())
+                .wrapping_mul(0xBF58_476D_1CE4_E5B9);
+            let noise = (h >> 11) as f64 / (1u64 << 53) as f64 * 2.0 - 1.0;
+            f + 0.05 * noise / budget.sqrt()
+        };
+        let optimum = 3 * 25 + 5 + 4;
+        let b = hyperband_81();
+        let grid = b.grid_budget(125);
+        for seed in 0..6u64 {
+            let mut order: Vec<u64> = (0..125).collect();
+            let mut rng = ChaCha8Rng::seed_from_u64(seed);
+            for i in (1..order.len()).rev() {
+                order.swap(i, rng.random_range(0..=i));
+            }
+            let mut asha = Asha::hyperband(&b, Better::Lower, order.into_iter());
+            let mut running: Vec<Job> = Vec::new();
+            let mut spent = 0.0;
+            loop {
+                while running.len() < 6 {
+                    let Some(job) = asha.next_job() else { break };
+                    spent += job.budget;
+                    running.push(job);
+                }
+                if running.is_empty() {
+                    break;
+                }
+                let job = running.swap_remove(rng.random_range(0..running.len()));
+                asha.report(&job, Outcome::Value(value(job.config, job.budget)))
+                    .unwrap();
+            }
+            assert!(asha.is_done());
+            let champion = asha.finalists(1)[0].config;
+            assert_eq!(champion, optimum, "seed {seed}");
+            assert!(
+                spent * 3.0 < grid,
+                "seed {seed}: spent {spent} of grid {grid}"
+            );
+        }
     }
 
     #[test]
@@ -1009,7 +1145,7 @@ mod tests {
         let mut asha = Asha::hyperband(&b, Better::Lower, 0u64..);
         let first: Vec<(u64, u32, f64)> = (0..6)
             .map(|_| {
-                let j = asha.next().unwrap();
+                let j = asha.next_job().unwrap();
                 (j.config, j.bracket, j.budget)
             })
             .collect();
@@ -1032,7 +1168,7 @@ mod tests {
         // Every even config fails; config 0 would otherwise be the best.
         let mut asha = Asha::bracket(&b, 2, Better::Lower, 0u64..).unwrap();
         let mut jobs = Vec::new();
-        while let Some(job) = asha.next() {
+        while let Some(job) = asha.next_job() {
             jobs.push(job);
             let outcome = if job.config % 2 == 0 {
                 Outcome::Failed
@@ -1045,7 +1181,11 @@ mod tests {
         assert!(jobs.iter().all(|j| j.rung == 0 || j.config % 2 == 1));
         // 9 completed at rung 0 (5 failed): top 3 would be 3 configs, but
         // only the 4 successes rank: 1, 3, 5 go on.
-        let promoted: Vec<u64> = jobs.iter().filter(|j| j.rung == 1).map(|j| j.config).collect();
+        let promoted: Vec<u64> = jobs
+            .iter()
+            .filter(|j| j.rung == 1)
+            .map(|j| j.config)
+            .collect();
         let mut sorted = promoted.clone();
         sorted.sort();
         assert_eq!(sorted, vec![1, 3, 5]);
@@ -1055,36 +1195,47 @@ mod tests {
         // A NaN is a failure too.
         let mut asha = Asha::bracket(&b, 2, Better::Lower, 0u64..).unwrap();
         for _ in 0..3 {
-            let job = asha.next().unwrap();
+            let job = asha.next_job().unwrap();
             asha.report(&job, Outcome::Value(f64::NAN)).unwrap();
         }
-        let job = asha.next().unwrap();
+        let job = asha.next_job().unwrap();
         assert_eq!((job.config, job.rung), (3, 0));
         assert_eq!(asha.rung_status(2, 0).unwrap().failed, 3);
     }
 
     #[test]
-    fn promotions_stop_at_the_planned_count() {
-        // Bracket (1, 9, 3), s=2, one worker, each new config better than
-        // every earlier one (value = -config, lower is better):
+    fn early_promotions_stop_at_the_plan_and_closing_keeps_the_best() {
+        // Bracket (1, 9, 3), s=2 (9×1, 3×3, 1×9), one worker, each new
+        // config better than every earlier one (value = -config, lower is
+        // better):
         //  c0=3: top 1 = {2} → (2,r1); c0=4: top 1 = {3} → (3,r1);
-        //  c0=5: top 1 = {4} → (4,r1), and rung 1 has 3 results: → (4,r2);
-        //  c0=6: top 2 = {5,4}: plain ASHA would promote 5 (and then 6, 7,
-        //  8), but rung 1 has started its planned 3.
+        //  c0=5: top 1 = {4} → (4,r1); rung 1 has 3 results, top 1 = {4}
+        //  → (4,r2): rung 2 has its planned 1.
+        //  c0=6..9: top 2, 3 = {5,4}, {6,5,4}, ...: plain ASHA would promote
+        //  5, 6, 7, 8, but rung 1 has its planned 3.
+        // Rung 0 closes after (8,r0) with top 3 = {8,7,6}: all promoted
+        // → (8,r1) (7,r1) (6,r1). Rung 1 closes with 6 results, q = clamp(2,
+        // 1, 1) = 1: its best, 8, → (8,r2).
         let b = Brackets::new(1.0, 9.0, 3).unwrap();
         let mut asha = Asha::bracket(&b, 2, Better::Lower, 0u64..).unwrap();
         let mut jobs = Vec::new();
-        while let Some(job) = asha.next() {
+        while let Some(job) = asha.next_job() {
             jobs.push((job.config, job.rung));
             asha.report(&job, Outcome::Value(-(job.config as f64)))
                 .unwrap();
         }
-        let rung1: Vec<u64> = jobs.iter().filter(|j| j.1 == 1).map(|j| j.0).collect();
-        assert_eq!(rung1, vec![2, 3, 4]);
-        let rung2: Vec<u64> = jobs.iter().filter(|j| j.1 == 2).map(|j| j.0).collect();
-        assert_eq!(rung2, vec![4]);
-        assert_eq!(jobs.len(), 9 + 3 + 1);
+        let rung = |r: u32| -> Vec<u64> { jobs.iter().filter(|j| j.1 == r).map(|j| j.0).collect() };
+        assert_eq!(rung(1), vec![2, 3, 4, 8, 7, 6]);
+        assert_eq!(rung(2), vec![4, 8]);
         assert!(asha.is_done());
+        assert_eq!(asha.finalists(1)[0].config, 8);
+        // Within the bound: 9·1 + 6·3 + 2·9 = 45 <= 9 + 2·(9 + 9) = 45.
+        let spent: f64 = jobs
+            .iter()
+            .map(|j| b.budget_for_rung(2, j.1).unwrap())
+            .sum();
+        assert_eq!(spent, 45.0);
+        assert_eq!(b.bracket(2).unwrap().budget_bound(), 45.0);
     }
 
     #[test]
@@ -1093,10 +1244,10 @@ mod tests {
         // s=1: n = ceil(2/2 · 3) = 3 at r=1, then 1 at 3.
         let mut asha = Asha::bracket(&b, 1, Better::Lower, 0u64..).unwrap();
         for _ in 0..3 {
-            let job = asha.next().unwrap();
+            let job = asha.next_job().unwrap();
             asha.report(&job, Outcome::Failed).unwrap();
         }
-        assert_eq!(asha.next(), None);
+        assert_eq!(asha.next_job(), None);
         assert!(asha.is_done());
         assert!(asha.finalists(3).is_empty());
     }
@@ -1111,7 +1262,7 @@ mod tests {
             let mut log = Vec::new();
             loop {
                 while running.len() < 5 {
-                    let Some(job) = asha.next() else { break };
+                    let Some(job) = asha.next_job() else { break };
                     log.push(job);
                     running.push(job);
                 }
@@ -1120,7 +1271,8 @@ mod tests {
                 }
                 let job: Job = running.swap_remove(rng.random_range(0..running.len()));
                 // Few distinct values: many ties.
-                asha.report(&job, Outcome::Value((job.config % 3) as f64)).unwrap();
+                asha.report(&job, Outcome::Value((job.config % 3) as f64))
+                    .unwrap();
             }
             (log, asha.finalists(3))
         };
@@ -1137,18 +1289,18 @@ mod tests {
         // Equal values at rung 0: the lowest config index goes first.
         let b = Brackets::new(1.0, 3.0, 3).unwrap();
         let mut asha = Asha::bracket(&b, 1, Better::Lower, [9u64, 4, 6].into_iter()).unwrap();
-        let jobs: Vec<Job> = (0..3).map(|_| asha.next().unwrap()).collect();
+        let jobs: Vec<Job> = (0..3).map(|_| asha.next_job().unwrap()).collect();
         for job in jobs.iter().rev() {
             asha.report(job, Outcome::Value(1.0)).unwrap();
         }
-        assert_eq!(asha.next().map(|j| (j.config, j.rung)), Some((4, 1)));
+        assert_eq!(asha.next_job().map(|j| (j.config, j.rung)), Some((4, 1)));
     }
 
     #[test]
     fn report_refuses_unknown_or_repeated_jobs() {
         let b = hyperband_81();
         let mut asha = Asha::hyperband(&b, Better::Lower, 0u64..);
-        let job = asha.next().unwrap();
+        let job = asha.next_job().unwrap();
         let other = Job { config: 99, ..job };
         assert_eq!(
             asha.report(&other, Outcome::Value(1.0)).unwrap_err(),
@@ -1168,24 +1320,28 @@ mod tests {
         let source = [1u64, 1, 2, 1, 3, 2, 4, 4].into_iter();
         let mut asha = Asha::bracket(&b, 2, Better::Lower, source).unwrap();
         let mut rung0 = Vec::new();
-        while let Some(job) = asha.next() {
+        while let Some(job) = asha.next_job() {
             if job.rung == 0 {
                 rung0.push(job.config);
             }
-            asha.report(&job, Outcome::Value(job.config as f64)).unwrap();
+            asha.report(&job, Outcome::Value(job.config as f64))
+                .unwrap();
         }
         assert_eq!(rung0, vec![1, 2, 3, 4]);
         assert!(asha.is_done());
-        // 4 results: floor(4/3) = 1 promoted; 1 result at rung 1: none.
+        // 4 results: floor(4/3) = 1 promoted; rung 1 then has 1 result,
+        // floor(1/3) = 0, but it is closed (rung 0 can get no more
+        // configs): its best goes on to max_budget anyway.
         assert_eq!(asha.rung_status(2, 1).unwrap().completed, 1);
-        assert_eq!(asha.rung_status(2, 2).unwrap().started, 0);
+        assert_eq!(asha.rung_status(2, 2).unwrap().completed, 1);
+        assert_eq!(asha.finalists(2)[0].config, 1);
 
         // A source that repeats forever is treated as exhausted.
         let mut asha = Asha::bracket(&b, 0, Better::Lower, std::iter::repeat(5u64)).unwrap();
-        let job = asha.next().unwrap();
+        let job = asha.next_job().unwrap();
         assert_eq!(job.config, 5);
         asha.report(&job, Outcome::Value(1.0)).unwrap();
-        assert_eq!(asha.next(), None);
+        assert_eq!(asha.next_job(), None);
         assert!(asha.is_done());
     }
 
@@ -1193,15 +1349,15 @@ mod tests {
     fn waiting_is_not_done() {
         let b = Brackets::new(1.0, 3.0, 3).unwrap();
         let mut asha = Asha::bracket(&b, 1, Better::Lower, 0u64..).unwrap();
-        let jobs: Vec<Job> = (0..3).map(|_| asha.next().unwrap()).collect();
+        let jobs: Vec<Job> = (0..3).map(|_| asha.next_job().unwrap()).collect();
         // Rung 0 is full and nothing has reported: wait.
-        assert_eq!(asha.next(), None);
+        assert_eq!(asha.next_job(), None);
         assert!(!asha.is_done());
         assert_eq!(asha.running(), 3);
         for (job, v) in jobs.iter().zip([3.0, 1.0, 2.0]) {
             asha.report(job, Outcome::Value(v)).unwrap();
         }
-        let top = asha.next().unwrap();
+        let top = asha.next_job().unwrap();
         assert_eq!((top.config, top.rung, top.budget), (1, 1, 3.0));
         assert!(!asha.is_done());
         asha.report(&top, Outcome::Value(0.5)).unwrap();

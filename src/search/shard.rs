@@ -163,10 +163,14 @@ mod tests {
     #[test]
     fn ranges_by_hand() {
         // 10 items in 4 shards: floor(k·10/4) = 0, 2, 5, 7, 10.
-        let r: Vec<Range<usize>> = (1..=4).map(|i| Shard::new(i, 4).unwrap().range(10)).collect();
+        let r: Vec<Range<usize>> = (1..=4)
+            .map(|i| Shard::new(i, 4).unwrap().range(10))
+            .collect();
         assert_eq!(r, vec![0..2, 2..5, 5..7, 7..10]);
         // More shards than items: some are empty, none overlaps.
-        let r: Vec<Range<usize>> = (1..=3).map(|i| Shard::new(i, 3).unwrap().range(2)).collect();
+        let r: Vec<Range<usize>> = (1..=3)
+            .map(|i| Shard::new(i, 3).unwrap().range(2))
+            .collect();
         assert_eq!(r, vec![0..0, 0..1, 1..2]);
         assert_eq!(Shard::full().range(usize::MAX), 0..usize::MAX);
         assert_eq!(Shard::new(2, 2).unwrap().range(usize::MAX).end, usize::MAX);

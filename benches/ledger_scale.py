@@ -18,7 +18,9 @@ each, a config that failed not repeated in that cell) plus the baseline
 anchors a launch takes (one after every `anchor_every` successful candidate
 trials of a cell). Records are written exactly as serde_json's
 `to_vec_pretty` writes an `AttemptRecord` (field order, 2-space indent,
-sorted maps), one object per attempt, with create-only semantics.
+sorted maps), one object per attempt, with create-only semantics, each
+after its entry in the study's arrival log (one log stream per command,
+ended like a launch ends it).
 
 `confirm` reads `tunectl report --format json` of that ledger and writes the
 confirmation round of every bucket with a winner (baseline and winner,
@@ -195,10 +197,17 @@ def sorted_map(d):
 
 class Writer:
     """Builds AttemptRecords in AttemptRecord's field order and writes them
-    to LEDGER/STUDY/trials/KEY/ATTEMPT.json, create-only."""
+    to LEDGER/STUDY/trials/KEY/ATTEMPT.json, create-only, each after its
+    arrival-log entry LEDGER/STUDY/log/STREAM/N-KEY-ATTEMPT.json, as a
+    launch does (src/ledger/log.rs): one stream per Writer, ended by
+    close()."""
 
     def __init__(self, ledger, study_record, host, rng):
         self.root = os.path.join(ledger, study_record["study_id"], "trials")
+        self.log = os.path.join(ledger, study_record["study_id"], "log",
+                                datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+                                + f"-{rng.getrandbits(64):016x}")
+        self.entries = 0
         self.study = study_record
         self.space = Space(study_record["spec"])
         self.host = host
@@ -252,10 +261,24 @@ class Writer:
             "stderr_tail": stderr,
         }
 
+    def entry(self, rest, body):
+        os.makedirs(self.log, exist_ok=True)
+        self.entries += 1
+        with open(os.path.join(self.log, f"{self.entries:012d}-{rest}"), "xb") as f:
+            f.write(body)
+
+    def close(self):
+        if self.entries:
+            self.entry("end", b'{"schema":1}')
+
     def write(self, rec):
+        name = rec["attempt_id"] + ".json"
+        obj = f"{self.study['study_id']}/trials/{rec['trial_key']}/{name}"
+        self.entry(f"{rec['trial_key']}-{name}",
+                   json.dumps({"schema": 1, "object": obj}, separators=(",", ":")).encode())
         d = os.path.join(self.root, rec["trial_key"])
         os.makedirs(d, exist_ok=True)
-        with open(os.path.join(d, rec["attempt_id"] + ".json"), "xb") as f:
+        with open(os.path.join(d, name), "xb") as f:
             f.write(pretty(rec))
         self.count += 1
         k = rec["status"] if rec["role"] == "sweep" else rec["role"]
@@ -381,6 +404,7 @@ def sweep(ledger, study_id, seed):
     w.study_dir = real_cmd.split("/bin/kernel-bench ", 1)[0]
     checked = check_against_real(w, base)
     shutil.rmtree(os.path.join(base, "trials"))
+    shutil.rmtree(os.path.join(base, "log"), ignore_errors=True)
     shutil.rmtree(os.path.join(base, "verdicts"), ignore_errors=True)
     shutil.rmtree(os.path.join(base, "index"), ignore_errors=True)
 
@@ -473,6 +497,7 @@ def sweep(ledger, study_id, seed):
                     akey = trial_key(sid, space.config(space.baseline), cell, 0, hc,
                                      role="anchor", host=hname, tag=tag)
                     w.write(ok_attempt(space.baseline, cell_idx, 0, "anchor", akey, 0))
+    w.close()
     end = max(clock)
     json.dump({"checked_against_tunectl": checked, "written": w.count, "by_kind": w.by_status,
                "candidates_per_cell": len(cands), "cells": len(space.cells),
@@ -555,6 +580,7 @@ def confirm(ledger, study_id, report_path, total, seed):
             exit_={"code": None, "signal": 9}, metrics={}, digest=None, outputs={},
             stdout="", stderr="")
         w.write(rec)
+    w.close()
     json.dump({"winners": winners, "confirm_written": w.by_status.get("confirm", 0),
                "lost_written": w.by_status.get("lost", 0), "total": have + missing}, sys.stdout)
     print()

@@ -1331,7 +1331,8 @@ async fn ledger_check(a: LedgerCheckArgs) -> Result<(), CliError> {
     };
     let mut bad = 0;
     for id in &ids {
-        let scan = ledger.scan(id).await.map_err(failed)?;
+        // Every object listed and read, whatever the index says.
+        let scan = ledger.scan_full(id).await.map_err(failed)?;
         println!(
             "{id}: {} attempts readable, {} voided, {} unreadable",
             scan.attempts.len(),

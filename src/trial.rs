@@ -2,9 +2,9 @@
 //! repeat on one host class; its key is the sha256 of that, canonically
 //! encoded, so any launcher anywhere computes the same key.
 
-use serde_json::json;
+use std::io::Write;
 
-use crate::canon::{canonical_json, sha256_hex};
+use crate::canon::{sha256_hex, write_canonical, write_str};
 
 /// The facts that identify a trial.
 #[derive(Debug, Clone)]
@@ -44,25 +44,41 @@ impl Role {
 }
 
 impl TrialIdentity<'_> {
+    /// sha256 of the canonical JSON of `{"cell", "config", "fidelity",
+    /// "host_class", "repeat", "study"}`, plus `"role"` for confirmation
+    /// trials and `"role"`, `"host"`, `"tag"` for anchors (see
+    /// docs/ledger.md). Written key by key in sorted order, without
+    /// building the document.
     pub fn key(&self) -> String {
-        let mut doc = json!({
-            "study": self.study,
-            "config": self.config,
-            "cell": self.cell,
-            "fidelity": self.fidelity,
-            "repeat": self.repeat,
-            "host_class": self.host_class,
-        });
+        let mut out: Vec<u8> = Vec::with_capacity(320);
+        out.extend_from_slice(b"{\"cell\":");
+        write_canonical(self.cell, &mut out);
+        out.extend_from_slice(b",\"config\":");
+        write_canonical(self.config, &mut out);
+        out.extend_from_slice(b",\"fidelity\":");
+        // As serde_json writes an Option<f64> (null when not finite).
+        write_canonical(&serde_json::json!(self.fidelity), &mut out);
+        if let Role::Anchor { host, .. } = &self.role {
+            out.extend_from_slice(b",\"host\":");
+            write_str(host, &mut out);
+        }
+        out.extend_from_slice(b",\"host_class\":");
+        write_str(self.host_class, &mut out);
+        // Writing to a Vec cannot fail.
+        let _ = write!(out, ",\"repeat\":{}", self.repeat);
         match &self.role {
             Role::Sweep => {}
-            Role::Anchor { host, tag } => {
-                doc["role"] = json!("anchor");
-                doc["host"] = json!(host);
-                doc["tag"] = json!(tag);
-            }
-            Role::Confirm => doc["role"] = json!("confirm"),
+            Role::Anchor { .. } => out.extend_from_slice(b",\"role\":\"anchor\""),
+            Role::Confirm => out.extend_from_slice(b",\"role\":\"confirm\""),
         }
-        sha256_hex(canonical_json(&doc).as_bytes())
+        out.extend_from_slice(b",\"study\":");
+        write_str(self.study, &mut out);
+        if let Role::Anchor { tag, .. } = &self.role {
+            out.extend_from_slice(b",\"tag\":");
+            write_str(tag, &mut out);
+        }
+        out.push(b'}');
+        sha256_hex(&out)
     }
 }
 
@@ -86,7 +102,145 @@ impl Phase {
 
 #[cfg(test)]
 mod tests {
+    use serde_json::json;
+
     use super::*;
+
+    /// The key as first written: the document built, then canonicalised by
+    /// the first canonical_json. The key written key by key must match it
+    /// byte for byte: every key in every ledger depends on it.
+    fn oracle(id: &TrialIdentity) -> String {
+        fn canonical(value: &serde_json::Value, out: &mut String) {
+            match value {
+                serde_json::Value::Object(map) => {
+                    let mut keys: Vec<&String> = map.keys().collect();
+                    keys.sort();
+                    out.push('{');
+                    for (i, k) in keys.iter().enumerate() {
+                        if i > 0 {
+                            out.push(',');
+                        }
+                        out.push_str(&serde_json::Value::String((*k).clone()).to_string());
+                        out.push(':');
+                        if let Some(v) = map.get(*k) {
+                            canonical(v, out);
+                        }
+                    }
+                    out.push('}');
+                }
+                serde_json::Value::Array(items) => {
+                    out.push('[');
+                    for (i, v) in items.iter().enumerate() {
+                        if i > 0 {
+                            out.push(',');
+                        }
+                        canonical(v, out);
+                    }
+                    out.push(']');
+                }
+                other => out.push_str(&other.to_string()),
+            }
+        }
+        let mut doc = json!({
+            "study": id.study,
+            "config": id.config,
+            "cell": id.cell,
+            "fidelity": id.fidelity,
+            "repeat": id.repeat,
+            "host_class": id.host_class,
+        });
+        match &id.role {
+            Role::Sweep => {}
+            Role::Anchor { host, tag } => {
+                doc["role"] = json!("anchor");
+                doc["host"] = json!(host);
+                doc["tag"] = json!(tag);
+            }
+            Role::Confirm => doc["role"] = json!("confirm"),
+        }
+        let mut text = String::new();
+        canonical(&doc, &mut text);
+        assert_eq!(crate::canon::canonical_json(&doc), text);
+        sha256_hex(text.as_bytes())
+    }
+
+    #[test]
+    fn keys_match_the_first_implementation_byte_for_byte() {
+        let mut seed: u64 = 0x9e37_79b9_7f4a_7c15;
+        let mut next = move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        let words = [
+            "a",
+            "threads",
+            "Block",
+            "é",
+            "ключ",
+            "\"q\"",
+            "back\\slash",
+            "tab\t",
+            "nul\u{0}",
+            "emoji 😀",
+            "",
+            "z",
+        ];
+        let scalar = |n: u64| -> serde_json::Value {
+            match n % 7 {
+                0 => json!(n as i64 - 1_000_000),
+                1 => json!((n as f64) / 7.0),
+                2 => json!(n.is_multiple_of(2)),
+                3 => serde_json::Value::Null,
+                4 => json!(words[(n % words.len() as u64) as usize]),
+                5 => json!(1e300 * (n as f64)),
+                _ => json!(u64::MAX - n),
+            }
+        };
+        for _ in 0..2000 {
+            let mut config = serde_json::Map::new();
+            for _ in 0..(next() % 7) {
+                let k = words[(next() % words.len() as u64) as usize].to_string()
+                    + &(next() % 3).to_string();
+                let v = match next() % 5 {
+                    0 => json!([scalar(next()), scalar(next())]),
+                    1 => json!({"inner": scalar(next()), "a": [scalar(next())]}),
+                    _ => scalar(next()),
+                };
+                config.insert(k, v);
+            }
+            let config = serde_json::Value::Object(config);
+            let cell = match next() % 3 {
+                0 => json!({}),
+                1 => json!({"batch": next() % 64, "seq": scalar(next())}),
+                _ => json!({"n": scalar(next())}),
+            };
+            let role = match next() % 3 {
+                0 => Role::Sweep,
+                1 => Role::Confirm,
+                _ => Role::Anchor {
+                    host: words[(next() % words.len() as u64) as usize].to_string(),
+                    tag: format!("{}", next()),
+                },
+            };
+            let fidelity = match next() % 4 {
+                0 => Some(next() as f64 / 3.0),
+                1 => Some(f64::NAN),
+                _ => None,
+            };
+            let id = TrialIdentity {
+                study: words[(next() % words.len() as u64) as usize],
+                config: &config,
+                cell: &cell,
+                fidelity,
+                repeat: (next() % 1000) as u32,
+                host_class: "hc-0123456789ab",
+                role,
+            };
+            assert_eq!(id.key(), oracle(&id), "{id:?}");
+        }
+    }
 
     #[test]
     fn key_depends_on_every_field_and_not_on_key_order() {

@@ -218,6 +218,8 @@ struct Env {
     token: String,
     rt: tokio::runtime::Runtime,
     outputs: AtomicUsize,
+    /// More environment for every command.
+    extra_env: Vec<(String, String)>,
 }
 
 impl Env {
@@ -248,6 +250,7 @@ impl Env {
                 .build()
                 .expect("runtime"),
             outputs: AtomicUsize::new(0),
+            extra_env: Vec::new(),
             tmp,
         };
         std::fs::create_dir(env.study_dir()).expect("mkdir study");
@@ -294,7 +297,18 @@ impl Env {
             Some((endpoint, _)) => c.env("AWS_ENDPOINT_URL", endpoint),
             None => c.env_remove("AWS_ENDPOINT_URL"),
         };
+        for (k, v) in &self.extra_env {
+            c.env(k, v);
+        }
         c
+    }
+
+    /// Every command keeps a compacted index however small the study
+    /// (by default only studies of 256 attempts or more have one).
+    fn indexed(mut self) -> Env {
+        self.extra_env
+            .push(("TUNECTL_LEDGER_INDEX_MIN".to_string(), "1".to_string()));
+        self
     }
 
     /// Files for a command's stdout and stderr.
@@ -365,9 +379,18 @@ impl Env {
     }
 
     fn launch_cmd(&self, work: &str, extra_env: &[(&str, &str)]) -> Command {
+        self.launch_study_cmd(&self.study(), work, extra_env)
+    }
+
+    fn launch_study_cmd(
+        &self,
+        study: &std::path::Path,
+        work: &str,
+        extra_env: &[(&str, &str)],
+    ) -> Command {
         let mut c = self.cmd();
         c.arg("launch")
-            .arg(self.study())
+            .arg(study)
             .args(["--ledger", &self.url, "--workdir"])
             .arg(self.tmp.path().join(work))
             .args(["--progress", "quiet"]);
@@ -493,6 +516,48 @@ impl Env {
         })
     }
 
+    /// One object of the ledger, if it exists.
+    fn object(&self, key: &str) -> Option<Vec<u8>> {
+        let store = self.store();
+        self.rt.block_on(async {
+            match store.get(&ObjPath::from(key)).await {
+                Ok(r) => Some(r.bytes().await.expect("read").to_vec()),
+                Err(object_store::Error::NotFound { .. }) => None,
+                Err(e) => panic!("get {key}: {e}"),
+            }
+        })
+    }
+
+    fn delete_raw(&self, key: &str) {
+        let store = self.store();
+        self.rt.block_on(async {
+            store
+                .delete(&ObjPath::from(key))
+                .await
+                .expect("delete an object");
+        });
+    }
+
+    /// What readers show: `report` as JSON and as text, `status --json`.
+    fn views(&self) -> Views {
+        let study = self.study_arg();
+        let mut out = Vec::new();
+        for args in [
+            vec!["report", &study, "--format", "json"],
+            vec!["report", &study],
+            vec!["status", &study, "--json"],
+        ] {
+            let o = self.tunectl(&args);
+            assert_eq!(o.code, Some(0), "{args:?}:\n{}", o.text());
+            out.push(o.stdout);
+        }
+        Views {
+            report_json: out[0].clone(),
+            report: out[1].clone(),
+            status: out[2].clone(),
+        }
+    }
+
     fn put_raw(&self, key: &str, bytes: Vec<u8>) {
         let store = self.store();
         self.rt.block_on(async {
@@ -572,6 +637,14 @@ impl Env {
         }
         assert!(seen > 0, "the ledger is empty");
     }
+}
+
+/// What readers show of a study (see [`Env::views`]).
+#[derive(Debug, PartialEq)]
+struct Views {
+    report_json: String,
+    report: String,
+    status: String,
 }
 
 fn is_terminal(a: &Json) -> bool {
@@ -731,6 +804,16 @@ on_both_stores!(
     corrupt_attempt_objects,
     corrupt_attempt_objects_on_a_local_ledger,
     corrupt_attempt_objects_on_an_s3_ledger
+);
+on_both_stores!(
+    attempts_written_after_the_index,
+    attempts_written_after_the_index_on_a_local_ledger,
+    attempts_written_after_the_index_on_an_s3_ledger
+);
+on_both_stores!(
+    a_damaged_index_is_ignored,
+    a_damaged_index_is_ignored_on_a_local_ledger,
+    a_damaged_index_is_ignored_on_an_s3_ledger
 );
 on_both_stores!(
     unwritable_ledger,
@@ -1147,6 +1230,167 @@ fn corrupt_attempt_objects(backend: Backend) {
         check.text()
     );
     env.assert_no_secret_in_store();
+}
+
+/// The compacted index of [`STUDY`].
+const INDEX: &str = "storefake/index/compact.json";
+
+/// The index never decides what readers see: attempts written after it
+/// (by another launcher, and by one whose clock is far behind) are seen,
+/// a resume over it runs nothing already done, and without it every
+/// report and status reads the same.
+fn attempts_written_after_the_index(backend: Backend) {
+    let Some(env) = Env::new(backend, STUDY) else {
+        return;
+    };
+    let env = env.indexed();
+    // A first launcher runs part of the study; its scans leave an index.
+    let partial = env.study_dir().join("partial.yaml");
+    std::fs::write(&partial, format!("{STUDY}budget: {{max_trials: 4}}\n")).expect("write");
+    let first = env.run(env.launch_study_cmd(&partial, "work-1", &[]));
+    assert_eq!(first.code, Some(0), "{}", first.text());
+    let first_ran = ran(&first.stderr);
+    assert!(
+        first_ran > 0 && first_ran < SWEEP_TRIALS,
+        "{}",
+        first.text()
+    );
+    let stale = env
+        .object(INDEX)
+        .unwrap_or_else(|| panic!("the first launch left no index:\n{}", first.text()));
+
+    // Another launcher runs the rest. Then the index is put back as the
+    // first left it, as if nothing had updated it since.
+    let rest = env.launch_ok();
+    assert!(ran(&rest.stderr) > 0, "{}", rest.text());
+    env.put_raw(INDEX, stale.clone());
+    let through_stale = env.views();
+    let report: Json = serde_json::from_str(&through_stale.report_json).expect("report JSON");
+    assert_expected_decisions(&decisions(&report));
+    let (clean, clean_keys) = reference(STUDY);
+    assert_eq!(decisions(&report), clean);
+    assert_eq!(sweep_keys(&env.attempts()), clean_keys);
+
+    // A resume over the stale index runs nothing.
+    env.put_raw(INDEX, stale.clone());
+    let runs_before = env.runs().len();
+    let again = env.launch_ok();
+    assert_eq!(ran(&again.stderr), 0, "{}", again.text());
+    assert_eq!(env.runs().len(), runs_before, "the fake ran again");
+
+    // Without the index: the same output, byte for byte; the full read
+    // writes a new index, and reading through it changes nothing either.
+    env.put_raw(INDEX, stale.clone());
+    let indexed = env.views();
+    assert_eq!(indexed, through_stale);
+    env.delete_raw(INDEX);
+    let full = env.views();
+    assert_eq!(full, through_stale, "deleting the index changed the output");
+    assert!(env.object(INDEX).is_some(), "a full read writes the index");
+    assert_eq!(env.views(), full);
+    let check = env.tunectl(&["ledger", "check", &env.study_arg()]);
+    assert_eq!(check.code, Some(0), "{}", check.text());
+
+    // A launcher whose clock is 27 years behind writes, as the protocol
+    // says (log entry, then object), a second terminal attempt of a done
+    // trial; its id sorts before every other, so it is the one that counts.
+    let attempts = env.attempts();
+    let (key, list) = attempts
+        .iter()
+        .find(|(_, l)| {
+            l[0]["role"] == "sweep"
+                && l[0]["config_label"] == "mode=slow"
+                && l[0]["cell_label"] == "n=1"
+                && l[0]["repeat"] == 0
+        })
+        .expect("mode=slow at n=1");
+    let id = "19990101T000000.000000Z-00000000000000aa";
+    let stream = "19990101T000000Z-00000000000000aa";
+    let object = format!("{STUDY_ID}/trials/{key}/{id}.json");
+    let mut rec = list[0].clone();
+    rec["attempt_id"] = Json::from(id);
+    rec["metrics"]["throughput"] = serde_json::json!([51.5]);
+    let before = env.views();
+    let stale = env.object(INDEX).expect("index");
+    env.put_raw(
+        &format!("{STUDY_ID}/log/{stream}/000000000001-{key}-{id}.json"),
+        serde_json::to_vec(&serde_json::json!({"schema": 1, "object": object})).expect("entry"),
+    );
+    env.put_raw(&object, serde_json::to_vec_pretty(&rec).expect("record"));
+    let after = env.views();
+    assert_ne!(
+        after.report_json, before.report_json,
+        "the late attempt was not seen"
+    );
+    // mode=slow at n=1: 51.5 (the late attempt) and 50.1 (repeat 1).
+    let report: Json = serde_json::from_str(&after.report_json).expect("report JSON");
+    let slow = report["classes"][0]["cells"][0]["eligible"]
+        .as_array()
+        .and_then(|l| l.iter().find(|c| c["label"] == "mode=slow"))
+        .unwrap_or_else(|| panic!("mode=slow at n=1: {report}"));
+    let median = slow["summary"]["median"].as_f64().unwrap_or(f64::NAN);
+    assert!((median - 50.8).abs() < 1e-9, "{slow}");
+    env.put_raw(INDEX, stale);
+    assert_eq!(env.views(), after);
+    env.delete_raw(INDEX);
+    assert_eq!(env.views(), after, "a full read disagrees");
+    env.assert_no_secret_in_store();
+}
+
+/// A damaged index is reported, ignored and rewritten; what readers show
+/// does not change, and a resume over it runs nothing.
+fn a_damaged_index_is_ignored(backend: Backend) {
+    let Some(env) = Env::new(backend, STUDY) else {
+        return;
+    };
+    let env = env.indexed();
+    env.launch_ok();
+    let good = env.views();
+    let index = env.object(INDEX).expect("an index");
+    let mut outside: Json = serde_json::from_slice(&index).expect("index JSON");
+    outside["attempts"][0][2] = Json::from(999_999);
+    let mut other: Json = serde_json::from_slice(&index).expect("index JSON");
+    other["study_id"] = Json::from("another-study");
+    let damages: Vec<(&str, Vec<u8>)> = vec![
+        ("garbage", b"\x00\xffnot an index\x7f".to_vec()),
+        ("truncated", index[..index.len() / 2].to_vec()),
+        (
+            "a position outside its tables",
+            outside.to_string().into_bytes(),
+        ),
+        ("another study's", other.to_string().into_bytes()),
+    ];
+    for (what, bytes) in damages {
+        env.put_raw(INDEX, bytes);
+        let out = env.tunectl(&["report", &env.study_arg(), "--format", "json"]);
+        assert_eq!(out.code, Some(0), "{what}:\n{}", out.text());
+        assert!(
+            out.stderr
+                .contains(&format!("ignoring the ledger index {INDEX}")),
+            "{what}: not reported:\n{}",
+            out.text()
+        );
+        assert_eq!(out.stdout, good.report_json, "{what}");
+        // Rewritten: the next reader uses it without complaint.
+        let next = env.tunectl(&["report", &env.study_arg(), "--format", "json"]);
+        assert!(
+            !next.stderr.contains("ledger index"),
+            "{what}:\n{}",
+            next.text()
+        );
+        assert_eq!(env.views(), good, "{what}");
+    }
+    env.put_raw(INDEX, b"{}".to_vec());
+    let runs_before = env.runs().len();
+    let out = env.launch_ok();
+    assert_eq!(ran(&out.stderr), 0, "{}", out.text());
+    assert!(
+        out.stderr.contains("ignoring the ledger index"),
+        "{}",
+        out.text()
+    );
+    assert_eq!(env.runs().len(), runs_before, "the fake ran again");
+    assert_eq!(env.views(), good);
 }
 
 /// A launch that must fail with `needle` in its error, naming the ledger,

@@ -467,7 +467,7 @@ pub async fn run_study(
     for n in &plan.notes {
         let _ = events.send(Event::Note(n.clone()));
     }
-    let scan: Scan = ledger.scan(study_id).await?;
+    let scan = ledger.scan(study_id).await?;
     for c in &scan.corrupt {
         let _ = events.send(Event::Warn(format!(
             "warning: ignoring unreadable ledger object {}: {} (its trial runs again)",
@@ -548,6 +548,8 @@ pub async fn run_study(
         cancel,
     };
     shared.seed(&scan);
+    // Later scans of this launch only add what was written since.
+    drop(scan);
     // Buckets already measured in an earlier launch confirm now.
     for class in 0..plan.classes.len() {
         let cells: Vec<u32> = (0..plan.cells.len() as u32).collect();
@@ -570,6 +572,7 @@ pub async fn run_study(
         .map(|s| s.summary.clone())
         .unwrap_or_default();
     summary.interrupted = shared.cancel.is_cancelled();
+    ledger.close_log(study_id).await;
     Ok(summary)
 }
 
@@ -1525,7 +1528,10 @@ impl Shared<'_> {
         }
     }
 
-    /// The draft winner of a bucket on a class, from the ledger as it is.
+    /// The draft winner of a bucket on a class, from the ledger as it is
+    /// (the scan adds only what was written since the launch's last one;
+    /// the analysis looks only at this class's attempts at the bucket's
+    /// cells, all a bucket's decision depends on).
     async fn draft_winner(&self, class: usize, bucket: &str) -> Option<u64> {
         let scan = match self.ledger.scan(self.study_id).await {
             Ok(s) => s,
@@ -1542,11 +1548,15 @@ impl Shared<'_> {
             .await
             .map(|(h, _)| h)
             .unwrap_or_default();
-        let analysis = crate::report::analyze(&self.record, &scan, &hosts);
+        let class_id = &self.class_ids[class];
+        let cells = self.cells_of_bucket.get(bucket)?;
+        let analysis = crate::report::analyze_where(&self.record, &scan, &hosts, |a| {
+            a.host_class == *class_id && cells.contains(&a.cell_index)
+        });
         let report = analysis
             .classes
             .iter()
-            .find(|c| c.host_class == self.class_ids[class])?
+            .find(|c| c.host_class == *class_id)?
             .buckets
             .iter()
             .find(|b| b.key == bucket)?;

@@ -1,69 +1,615 @@
-//! The compacted index: `<study>/index/attempts.json`, a copy of the
-//! study's attempt records, so that report, status and resume over 100,000
-//! attempts read one object plus the attempts written since, instead of
-//! 100,000 objects.
+//! The compacted index: `<study>/index/compact.json`, what a scan needs of
+//! every readable attempt record plus what the index covers, so that
+//! report, status and resume over 100,000 attempts read one object and
+//! list only what was written since (see `log.rs` and `scan.rs`).
 //!
-//! It is never the source of truth: a scan still lists every attempt
-//! object, takes from the index only records whose object is listed, reads
-//! the rest, and rewrites the index when it has fallen behind. A missing,
-//! stale or corrupt index only costs time.
+//! Compact: records are rows of a JSON array, the strings and JSON values
+//! that repeat between records (spec hash, labels, host, host class,
+//! configs, cells, outputs, failures) are stored once in tables and named
+//! by position, and what no scan reads (the rendered command, the output
+//! tails, start and finish times) is left out. The index is derived data:
+//! anything wrong with it (unreadable, another schema or study, a position
+//! outside its tables) makes a scan ignore it, say so, and read the ledger
+//! instead.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use object_store::path::Path as ObjPath;
 use object_store::{ObjectStoreExt, PutPayload};
 use serde::{Deserialize, Serialize};
 
-use super::records::AttemptRecord;
-use super::{Ledger, LedgerError};
+use super::log::Mark;
+use super::records::{AttemptRecord, AttemptStatus, ExitInfo, Failure};
+use super::{CorruptObject, Ledger, LedgerError};
 
-/// Rewrite the index once this many attempts had to be read beside it
-/// (or a twentieth of all, when that is more).
+/// The index's own schema (its records are attempt records of schema 1).
+pub const INDEX_SCHEMA: u32 = 2;
+
+/// Rewrite the index once a scan has read this many attempt objects that
+/// it does not hold.
 pub const REBUILD_AFTER: usize = 256;
 
-#[derive(Debug, Serialize, Deserialize)]
-pub struct IndexFile {
-    pub schema: u32,
-    pub written_at: String,
-    /// (object key, record) of every readable attempt when written.
-    pub entries: Vec<(String, AttemptRecord)>,
+/// Below this many attempt records no index is written: listing and
+/// reading everything is as cheap. `TUNECTL_LEDGER_INDEX_MIN` overrides it
+/// (tests use 1).
+pub const INDEX_MIN: usize = 256;
+
+pub fn index_min() -> usize {
+    std::env::var("TUNECTL_LEDGER_INDEX_MIN")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(INDEX_MIN)
 }
 
-fn key(study: &str) -> ObjPath {
+pub fn key(study: &str) -> ObjPath {
+    ObjPath::from(format!("{study}/index/compact.json"))
+}
+
+/// The index of earlier versions (schema 1, whole records): removed when
+/// the compact one is written.
+pub fn old_key(study: &str) -> ObjPath {
     ObjPath::from(format!("{study}/index/attempts.json"))
 }
 
-impl Ledger {
-    /// The index, if present and readable.
-    pub async fn read_index(&self, study: &str) -> Option<IndexFile> {
-        let bytes = self.get(&key(study)).await.ok()??;
-        match serde_json::from_slice::<IndexFile>(&bytes) {
-            Ok(i) if i.schema == super::records::SCHEMA => Some(i),
-            Ok(_) | Err(_) => {
-                tracing::warn!(
-                    study,
-                    "ignoring an unreadable ledger index; it will be rebuilt"
-                );
-                None
-            }
+/// What an index holds, decoded.
+#[derive(Debug, Default)]
+pub struct Contents {
+    pub streams: BTreeMap<String, Mark>,
+    pub unresolved: BTreeSet<String>,
+    pub voids: Vec<(String, String)>,
+    pub corrupt: Vec<CorruptObject>,
+    /// Every readable attempt record, voided ones included, slimmed
+    /// (see [`slim`]).
+    pub records: Vec<AttemptRecord>,
+}
+
+/// One attempt record as a row: positions refer to `strings` (s) and
+/// `values` (v).
+#[derive(Debug, Serialize, Deserialize)]
+struct Row(
+    String,               // trial_key
+    String,               // attempt_id
+    u32,                  // s tunectl_version
+    u32,                  // s spec_hash
+    u32,                  // v config
+    u32,                  // s config_label
+    u64,                  // config_index
+    bool,                 // is_baseline
+    u32,                  // v cell
+    u32,                  // s cell_label
+    u32,                  // cell_index
+    u32,                  // repeat
+    u32,                  // s role
+    Option<f64>,          // fidelity
+    u32,                  // s host
+    u32,                  // s host_class
+    u32,                  // s fingerprint
+    u32,                  // slot
+    f64,                  // duration_s
+    Option<f64>,          // run_s
+    u32,                  // warmup_runs
+    u8,                   // status: 0 ok, 1 failed, 2 lost
+    Option<u32>,          // v failure
+    Option<u32>,          // v exit
+    Vec<(u32, Vec<f64>)>, // metrics: (s name, samples)
+    Option<u32>,          // s digest
+    u32,                  // v outputs
+    Option<u32>,          // v output_values (NaN and infinities as strings)
+);
+
+#[derive(Debug, Deserialize)]
+struct File {
+    schema: u32,
+    study_id: String,
+    /// Per log stream: entries listed through, closed.
+    streams: BTreeMap<String, Mark>,
+    /// Objects named by log entries that were not there when last looked
+    /// for.
+    unresolved: Vec<String>,
+    /// `.void` markers: (trial key, attempt id).
+    voids: Vec<(String, String)>,
+    /// Unreadable attempt objects: (key, reason).
+    corrupt: Vec<(String, String)>,
+    strings: Vec<String>,
+    values: Vec<serde_json::Value>,
+    attempts: Vec<Row>,
+}
+
+/// Output values with NaN and infinities, as attempt records store them.
+#[derive(Serialize, Deserialize)]
+struct OutputValues(#[serde(with = "super::records::values_serde")] BTreeMap<String, Vec<f64>>);
+
+/// Drop what no scan reads: the rendered command, the output tails, the
+/// start and finish times (read the attempt object for those).
+pub fn slim(mut r: AttemptRecord) -> AttemptRecord {
+    r.command = String::new();
+    r.stdout_tail = String::new();
+    r.stderr_tail = String::new();
+    r.stderr_head = String::new();
+    r.started_at = String::new();
+    r.finished_at = String::new();
+    r
+}
+
+#[derive(Default)]
+struct Tables {
+    strings: Vec<String>,
+    string_pos: HashMap<String, u32>,
+    values: Vec<serde_json::Value>,
+    value_pos: HashMap<String, u32>,
+}
+
+impl Tables {
+    fn s(&mut self, text: &str) -> u32 {
+        if let Some(p) = self.string_pos.get(text) {
+            return *p;
+        }
+        let p = self.strings.len() as u32;
+        self.strings.push(text.to_string());
+        self.string_pos.insert(text.to_string(), p);
+        p
+    }
+
+    fn v(&mut self, value: serde_json::Value) -> u32 {
+        let text = value.to_string();
+        if let Some(p) = self.value_pos.get(&text) {
+            return *p;
+        }
+        let p = self.values.len() as u32;
+        self.values.push(value);
+        self.value_pos.insert(text, p);
+        p
+    }
+}
+
+/// What an index is written from (borrowed from a scan's state).
+pub struct View<'a> {
+    pub streams: &'a BTreeMap<String, Mark>,
+    pub unresolved: &'a BTreeSet<String>,
+    pub voids: Vec<(&'a str, &'a str)>,
+    pub corrupt: &'a [CorruptObject],
+    /// Every readable record, voided ones included.
+    pub records: Vec<&'a AttemptRecord>,
+}
+
+#[derive(Serialize)]
+struct FileOut<'a> {
+    schema: u32,
+    study_id: &'a str,
+    written_at: String,
+    streams: &'a BTreeMap<String, Mark>,
+    unresolved: &'a BTreeSet<String>,
+    voids: &'a [(&'a str, &'a str)],
+    corrupt: Vec<(&'a str, &'a str)>,
+    strings: Vec<String>,
+    values: Vec<serde_json::Value>,
+    attempts: Vec<Row>,
+}
+
+/// Encode an index. Fails only when a record cannot be put in JSON.
+pub fn encode(study: &str, c: &View) -> Result<Vec<u8>, String> {
+    let mut t = Tables::default();
+    let mut rows = Vec::with_capacity(c.records.len());
+    for r in &c.records {
+        let failure = match &r.failure {
+            Some(f) => Some(t.v(serde_json::to_value(f).map_err(|e| e.to_string())?)),
+            None => None,
+        };
+        let exit = match &r.exit {
+            Some(x) => Some(t.v(serde_json::to_value(x).map_err(|e| e.to_string())?)),
+            None => None,
+        };
+        let output_values = if r.output_values.is_empty() {
+            None
+        } else {
+            Some(
+                t.v(serde_json::to_value(OutputValues(r.output_values.clone()))
+                    .map_err(|e| e.to_string())?),
+            )
+        };
+        let outputs = t.v(serde_json::to_value(&r.outputs).map_err(|e| e.to_string())?);
+        let metrics = r.metrics.iter().map(|(k, v)| (t.s(k), v.clone())).collect();
+        rows.push(Row(
+            r.trial_key.clone(),
+            r.attempt_id.clone(),
+            t.s(&r.tunectl_version),
+            t.s(&r.spec_hash),
+            t.v(r.config.clone()),
+            t.s(&r.config_label),
+            r.config_index,
+            r.is_baseline,
+            t.v(r.cell.clone()),
+            t.s(&r.cell_label),
+            r.cell_index,
+            r.repeat,
+            t.s(&r.role),
+            r.fidelity,
+            t.s(&r.host),
+            t.s(&r.host_class),
+            t.s(&r.fingerprint),
+            r.slot,
+            r.duration_s,
+            r.run_s,
+            r.warmup_runs,
+            match r.status {
+                AttemptStatus::Ok => 0,
+                AttemptStatus::Failed => 1,
+                AttemptStatus::Lost => 2,
+            },
+            failure,
+            exit,
+            metrics,
+            r.digest.as_deref().map(|d| t.s(d)),
+            outputs,
+            output_values,
+        ));
+    }
+    let file = FileOut {
+        schema: INDEX_SCHEMA,
+        study_id: study,
+        written_at: chrono::Utc::now().to_rfc3339(),
+        streams: c.streams,
+        unresolved: c.unresolved,
+        voids: &c.voids,
+        corrupt: c
+            .corrupt
+            .iter()
+            .map(|o| (o.key.as_str(), o.reason.as_str()))
+            .collect(),
+        strings: t.strings,
+        values: t.values,
+        attempts: rows,
+    };
+    serde_json::to_vec(&file).map_err(|e| e.to_string())
+}
+
+/// Typed values decoded once per table position.
+struct Lookup<'a> {
+    strings: &'a [String],
+    values: &'a [serde_json::Value],
+    failures: Vec<Option<Failure>>,
+    exits: Vec<Option<ExitInfo>>,
+    outputs: Vec<Option<BTreeMap<String, String>>>,
+    output_values: Vec<Option<BTreeMap<String, Vec<f64>>>>,
+}
+
+impl<'a> Lookup<'a> {
+    fn new(strings: &'a [String], values: &'a [serde_json::Value]) -> Lookup<'a> {
+        Lookup {
+            strings,
+            values,
+            failures: vec![None; values.len()],
+            exits: vec![None; values.len()],
+            outputs: vec![None; values.len()],
+            output_values: vec![None; values.len()],
         }
     }
 
-    /// Write the index (derived data: plain overwrite).
-    pub async fn write_index(
-        &self,
-        study: &str,
-        entries: Vec<(String, AttemptRecord)>,
-    ) -> Result<(), LedgerError> {
-        let k = key(study);
-        let file = IndexFile {
-            schema: super::records::SCHEMA,
-            written_at: chrono::Utc::now().to_rfc3339(),
-            entries,
+    fn s(&self, p: u32, row: usize) -> Result<String, String> {
+        self.strings.get(p as usize).cloned().ok_or_else(|| {
+            format!("attempt {row} refers to string {p}, which the index does not hold")
+        })
+    }
+
+    fn value(&self, p: u32, row: usize) -> Result<&'a serde_json::Value, String> {
+        self.values.get(p as usize).ok_or_else(|| {
+            format!("attempt {row} refers to value {p}, which the index does not hold")
+        })
+    }
+}
+
+/// `memo[p]`, decoded from `values[p]` the first time.
+fn typed<T: serde::de::DeserializeOwned + Clone>(
+    values: &[serde_json::Value],
+    memo: &mut [Option<T>],
+    p: u32,
+    row: usize,
+    decode: impl Fn(serde_json::Value) -> Result<T, serde_json::Error>,
+) -> Result<T, String> {
+    let missing = || format!("attempt {row} refers to value {p}, which the index does not hold");
+    let slot = memo.get_mut(p as usize).ok_or_else(missing)?;
+    if let Some(v) = slot {
+        return Ok(v.clone());
+    }
+    let raw = values.get(p as usize).ok_or_else(missing)?;
+    let v = decode(raw.clone()).map_err(|e| format!("attempt {row}: value {p}: {e}"))?;
+    *slot = Some(v.clone());
+    Ok(v)
+}
+
+/// Rows into records.
+fn convert(
+    study: &str,
+    strings: &[String],
+    values: &[serde_json::Value],
+    rows: Vec<Row>,
+) -> Result<Vec<AttemptRecord>, String> {
+    let mut t = Lookup::new(strings, values);
+    let name_ok = |x: &str| !x.is_empty() && !x.contains('/');
+    let mut records = Vec::with_capacity(rows.len());
+    for (i, row) in rows.into_iter().enumerate() {
+        let Row(
+            trial_key,
+            attempt_id,
+            version,
+            spec_hash,
+            config,
+            config_label,
+            config_index,
+            is_baseline,
+            cell,
+            cell_label,
+            cell_index,
+            repeat,
+            role,
+            fidelity,
+            host,
+            host_class,
+            fingerprint,
+            slot,
+            duration_s,
+            run_s,
+            warmup_runs,
+            status,
+            failure,
+            exit,
+            metrics,
+            digest,
+            outputs,
+            output_values,
+        ) = row;
+        if !name_ok(&trial_key) || !name_ok(&attempt_id) {
+            return Err(format!("attempt {i} has no usable trial key or attempt id"));
+        }
+        let status = match status {
+            0 => AttemptStatus::Ok,
+            1 => AttemptStatus::Failed,
+            2 => AttemptStatus::Lost,
+            other => return Err(format!("attempt {i} has status {other}")),
         };
-        let bytes = serde_json::to_vec(&file).map_err(|e| self.io_err("encode", &k, e))?;
+        let mut m = BTreeMap::new();
+        for (name, samples) in metrics {
+            m.insert(t.s(name, i)?, samples);
+        }
+        let failure = match failure {
+            Some(p) => Some(typed(
+                values,
+                &mut t.failures,
+                p,
+                i,
+                serde_json::from_value,
+            )?),
+            None => None,
+        };
+        let exit = match exit {
+            Some(p) => Some(typed(values, &mut t.exits, p, i, serde_json::from_value)?),
+            None => None,
+        };
+        let outputs = typed(values, &mut t.outputs, outputs, i, serde_json::from_value)?;
+        let output_values = match output_values {
+            Some(p) => typed(values, &mut t.output_values, p, i, |v| {
+                serde_json::from_value::<OutputValues>(v).map(|o| o.0)
+            })?,
+            None => BTreeMap::new(),
+        };
+        records.push(AttemptRecord {
+            schema: super::records::SCHEMA,
+            tunectl_version: t.s(version, i)?,
+            study_id: study.to_string(),
+            spec_hash: t.s(spec_hash, i)?,
+            trial_key,
+            attempt_id,
+            config: t.value(config, i)?.clone(),
+            config_label: t.s(config_label, i)?,
+            config_index,
+            is_baseline,
+            cell: t.value(cell, i)?.clone(),
+            cell_label: t.s(cell_label, i)?,
+            cell_index,
+            repeat,
+            role: t.s(role, i)?,
+            fidelity,
+            host: t.s(host, i)?,
+            host_class: t.s(host_class, i)?,
+            fingerprint: t.s(fingerprint, i)?,
+            slot,
+            started_at: String::new(),
+            finished_at: String::new(),
+            duration_s,
+            run_s,
+            warmup_runs,
+            status,
+            failure,
+            exit,
+            metrics: m,
+            digest: match digest {
+                Some(p) => Some(t.s(p, i)?),
+                None => None,
+            },
+            outputs,
+            output_values,
+            command: String::new(),
+            stdout_tail: String::new(),
+            stderr_tail: String::new(),
+            stderr_head: String::new(),
+        });
+    }
+    Ok(records)
+}
+
+/// Decode an index of `study`; `Err` says why it cannot be used.
+pub fn decode(study: &str, bytes: &[u8]) -> Result<Contents, String> {
+    let file: File =
+        serde_json::from_slice(bytes).map_err(|e| format!("not a valid index: {e}"))?;
+    if file.schema != INDEX_SCHEMA {
+        return Err(format!(
+            "index schema {} (this tunectl reads {INDEX_SCHEMA})",
+            file.schema
+        ));
+    }
+    if file.study_id != study {
+        return Err(format!("the index is study `{}`'s", file.study_id));
+    }
+    let trials = format!("{study}/trials/");
+    for u in &file.unresolved {
+        if !u.starts_with(&trials) {
+            return Err(format!("unresolved object {u} is not under {trials}"));
+        }
+    }
+    let File {
+        streams,
+        unresolved,
+        voids,
+        corrupt,
+        strings,
+        values,
+        attempts,
+        ..
+    } = file;
+    let records = convert(study, &strings, &values, attempts)?;
+    Ok(Contents {
+        streams,
+        unresolved: unresolved.into_iter().collect(),
+        voids,
+        corrupt: corrupt
+            .into_iter()
+            .map(|(key, reason)| CorruptObject { key, reason })
+            .collect(),
+        records,
+    })
+}
+
+/// Why an index was not used.
+#[derive(Debug)]
+pub enum Unusable {
+    Missing,
+    Invalid(String),
+}
+
+impl Ledger {
+    /// The index, decoded; `Unusable` says why not.
+    pub async fn read_index(&self, study: &str) -> Result<Contents, Unusable> {
+        let k = key(study);
+        let bytes = match self.store.get(&k).await {
+            Ok(r) => r
+                .bytes()
+                .await
+                .map_err(|e| Unusable::Invalid(format!("cannot read it: {e}")))?,
+            Err(object_store::Error::NotFound { .. }) => return Err(Unusable::Missing),
+            Err(e) => {
+                return Err(Unusable::Invalid(format!(
+                    "cannot read it: {}",
+                    super::redact_error(&e.to_string())
+                )));
+            }
+        };
+        decode(study, &bytes).map_err(Unusable::Invalid)
+    }
+
+    /// Write the index (derived data: a plain overwrite), and remove an
+    /// index of the old format.
+    pub async fn write_index(&self, study: &str, contents: &View<'_>) -> Result<(), LedgerError> {
+        let k = key(study);
+        let bytes = encode(study, contents).map_err(|e| self.io_err("encode", &k, e))?;
         self.store
             .put(&k, PutPayload::from(bytes))
             .await
-            .map(|_| ())
-            .map_err(|e| self.io_err("write", &k, e))
+            .map_err(|e| self.io_err("write", &k, e))?;
+        let _ = self.store.delete(&old_key(study)).await;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(i: u32) -> AttemptRecord {
+        let mut r: AttemptRecord = serde_json::from_value(serde_json::json!({
+            "schema": 1, "tunectl_version": "0.1.0", "study_id": "s", "spec_hash": "h",
+            "trial_key": format!("{i:064x}"), "attempt_id": format!("2026-{i}"),
+            "config": {"a": i % 3, "b": "x"}, "config_label": format!("a={}", i % 3),
+            "config_index": i % 3, "is_baseline": i.is_multiple_of(3), "cell": {"n": 1},
+            "cell_label": "n=1", "cell_index": 0, "repeat": i, "role": "sweep",
+            "fidelity": null, "host": "h1", "host_class": "hc-1", "fingerprint": "fp-1",
+            "slot": 0, "started_at": "t0", "finished_at": "t1", "duration_s": 1.25,
+            "run_s": 0.5, "warmup_runs": 1, "status": if i == 2 { "failed" } else { "ok" },
+            "failure": if i == 2 { serde_json::json!({"class": "oom", "detail": "d", "phase": "measure"}) } else { serde_json::Value::Null },
+            "exit": {"code": 0, "signal": null},
+            "metrics": {"t": [1.0 + f64::from(i), 2.0]}, "digest": "dd",
+            "outputs": {"out.txt": "aa"}, "command": "cmd", "stdout_tail": "o",
+            "stderr_tail": "e"
+        }))
+        .expect("record");
+        if i == 1 {
+            r.output_values
+                .insert("v.json".into(), vec![1.5, f64::NAN, f64::INFINITY]);
+        }
+        r
+    }
+
+    #[test]
+    fn round_trip_keeps_every_field_a_scan_reads() {
+        let records: Vec<AttemptRecord> = (0..4).map(record).collect();
+        let streams = BTreeMap::from([(
+            "x".to_string(),
+            Mark {
+                through: 3,
+                closed: false,
+            },
+        )]);
+        let unresolved = BTreeSet::from(["s/trials/k/a.json".to_string()]);
+        let corrupt = vec![CorruptObject {
+            key: "s/trials/k/b.json".into(),
+            reason: "bad".into(),
+        }];
+        let c = View {
+            streams: &streams,
+            unresolved: &unresolved,
+            voids: vec![("k", "a")],
+            corrupt: &corrupt,
+            records: records.iter().collect(),
+        };
+        let bytes = encode("s", &c).expect("encode");
+        let back = decode("s", &bytes).expect("decode");
+        assert_eq!(back.streams, streams);
+        assert_eq!(back.unresolved, unresolved);
+        assert_eq!(back.voids, vec![("k".to_string(), "a".to_string())]);
+        assert_eq!(back.corrupt[0].key, "s/trials/k/b.json");
+        assert_eq!(back.records.len(), 4);
+        for (a, b) in records.into_iter().zip(back.records) {
+            // NaN is not equal to itself; compare the JSON (strings).
+            let a = serde_json::to_value(slim(a)).expect("a");
+            let b = serde_json::to_value(b).expect("b");
+            assert_eq!(a, b);
+        }
+    }
+
+    #[test]
+    fn damage_is_refused_not_trusted() {
+        let records: Vec<AttemptRecord> = (0..3).map(record).collect();
+        let (streams, unresolved) = (BTreeMap::new(), BTreeSet::new());
+        let c = View {
+            streams: &streams,
+            unresolved: &unresolved,
+            voids: Vec::new(),
+            corrupt: &[],
+            records: records.iter().collect(),
+        };
+        let bytes = encode("s", &c).expect("encode");
+        assert!(decode("other", &bytes).unwrap_err().contains("study `s`"));
+        assert!(decode("s", &bytes[..bytes.len() / 2]).is_err());
+        let text = String::from_utf8(bytes).expect("utf8");
+        // A position outside the tables.
+        let mut v: serde_json::Value = serde_json::from_str(&text).expect("json");
+        v["attempts"][1][2] = serde_json::json!(999);
+        let e = decode("s", v.to_string().as_bytes()).unwrap_err();
+        assert!(e.contains("string 999"), "{e}");
+        let mut v: serde_json::Value = serde_json::from_str(&text).expect("json");
+        v["schema"] = serde_json::json!(1);
+        assert!(decode("s", v.to_string().as_bytes()).is_err());
+        let mut v: serde_json::Value = serde_json::from_str(&text).expect("json");
+        v["attempts"][0][0] = serde_json::json!("../x");
+        assert!(decode("s", v.to_string().as_bytes()).is_err());
     }
 }

@@ -12,9 +12,11 @@
 
 pub mod index;
 pub mod lease;
+pub mod log;
 pub mod records;
+pub mod scan;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -52,12 +54,20 @@ pub struct Ledger {
     store: Arc<dyn ObjectStore>,
     /// The URL as shown to people (credentials removed).
     url: String,
+    /// Per study: what the last scan in this process knew (`scan.rs`).
+    known: tokio::sync::Mutex<HashMap<String, scan::Known>>,
+    /// Per study: this process's log stream (`log.rs`).
+    streams: std::sync::Mutex<HashMap<String, log::Writer>>,
+    /// The directory of a local ledger: its log is listed by name alone.
+    local_root: Option<std::path::PathBuf>,
 }
 
-/// The attempts of one study as found in the ledger.
-#[derive(Debug, Default)]
+/// The attempts of one study as found in the ledger (see `scan.rs`).
+#[derive(Debug, Default, Clone)]
 pub struct Scan {
-    /// Attempts that count (voided ones removed).
+    /// Attempts that count (voided ones removed), ordered by (trial key,
+    /// attempt id). From an index or a scan, records carry no rendered
+    /// command, output tails or start and finish times.
     pub attempts: Vec<AttemptRecord>,
     pub corrupt: Vec<CorruptObject>,
     /// Attempts whose measurements were discarded (a drifting host).
@@ -70,11 +80,18 @@ impl Scan {
     /// Per trial key, its attempts in attempt order.
     pub fn by_trial(&self) -> BTreeMap<&str, Vec<&AttemptRecord>> {
         let mut out: BTreeMap<&str, Vec<&AttemptRecord>> = BTreeMap::new();
-        for a in &self.attempts {
-            out.entry(a.trial_key.as_str()).or_default().push(a);
-        }
-        for v in out.values_mut() {
+        for run in self.runs() {
+            let mut v: Vec<&AttemptRecord> = run.iter().collect();
             v.sort_by(|a, b| a.attempt_id.cmp(&b.attempt_id));
+            match out.get_mut(run[0].trial_key.as_str()) {
+                Some(have) => {
+                    have.extend(v);
+                    have.sort_by(|a, b| a.attempt_id.cmp(&b.attempt_id));
+                }
+                None => {
+                    out.insert(run[0].trial_key.as_str(), v);
+                }
+            }
         }
         out
     }
@@ -83,14 +100,53 @@ impl Scan {
     /// Later terminal attempts of the same key (two launchers racing) are
     /// never counted twice.
     pub fn terminal(&self) -> BTreeMap<&str, &AttemptRecord> {
-        self.by_trial()
-            .into_iter()
-            .filter_map(|(k, v)| {
-                v.into_iter()
-                    .find(|a| a.status.is_terminal())
-                    .map(|a| (k, a))
-            })
-            .collect()
+        self.terminal_where(|_| true)
+    }
+
+    /// [`Scan::terminal`] of the attempts `keep` accepts (the others are
+    /// not looked at).
+    pub fn terminal_where(
+        &self,
+        keep: impl Fn(&AttemptRecord) -> bool,
+    ) -> BTreeMap<&str, &AttemptRecord> {
+        let mut out: BTreeMap<&str, &AttemptRecord> = BTreeMap::new();
+        for run in self.runs() {
+            let first = run
+                .iter()
+                .filter(|a| a.status.is_terminal() && keep(a))
+                .min_by(|a, b| a.attempt_id.cmp(&b.attempt_id));
+            if let Some(a) = first {
+                let slot = out.entry(a.trial_key.as_str()).or_insert(a);
+                if a.attempt_id < slot.attempt_id {
+                    *slot = a;
+                }
+            }
+        }
+        out
+    }
+
+    /// Runs of consecutive attempts with the same trial key (one run per
+    /// trial when the attempts are ordered, as a scan leaves them).
+    fn runs(&self) -> impl Iterator<Item = &[AttemptRecord]> {
+        self.attempts
+            .chunk_by(|a, b| a.trial_key == b.trial_key)
+            .filter(|r| !r.is_empty())
+    }
+}
+
+impl Drop for Ledger {
+    /// What scans cached can be 100,000 records: freeing them takes a
+    /// tenth of a second, which a command about to exit need not wait for.
+    /// Large caches are freed on a thread of their own.
+    fn drop(&mut self) {
+        let known = std::mem::take(self.known.get_mut());
+        if known.values().map(scan::Known::len).sum::<usize>() >= 10_000 {
+            // If the thread cannot start, the closure (and the cache) is
+            // dropped here.
+            let _ = std::thread::Builder::new()
+                .name("ledger-free".to_string())
+                .spawn(move || drop(known));
+        }
     }
 }
 
@@ -183,10 +239,7 @@ impl Ledger {
                 .map_err(|_| open_err(format!("`file://{rest}` is not an absolute local path")))?
         } else if let Some((scheme, _)) = url.split_once("://") {
             return match scheme {
-                "s3" | "gs" | "az" => Ok(Ledger {
-                    store: remote(scheme)?,
-                    url: shown,
-                }),
+                "s3" | "gs" | "az" => Ok(Ledger::with_store(remote(scheme)?, shown)),
                 other => Err(open_err(format!(
                     "`{other}://` is not a ledger URL tunectl knows (use a path, file://, s3://, gs:// or az://)"
                 ))),
@@ -198,10 +251,19 @@ impl Ledger {
             .map_err(|e| open_err(format!("cannot create directory {}: {e}", path.display())))?;
         let store = LocalFileSystem::new_with_prefix(&path)
             .map_err(|e| open_err(format!("cannot open {}: {e}", path.display())))?;
-        Ok(Ledger {
-            store: Arc::new(store),
-            url: shown,
-        })
+        let mut ledger = Ledger::with_store(Arc::new(store), shown);
+        ledger.local_root = Some(std::fs::canonicalize(&path).unwrap_or(path));
+        Ok(ledger)
+    }
+
+    fn with_store(store: Arc<dyn ObjectStore>, url: String) -> Ledger {
+        Ledger {
+            store,
+            url,
+            known: Default::default(),
+            streams: Default::default(),
+            local_root: None,
+        }
     }
 
     /// Fail early, with a clear message, when the store cannot be reached
@@ -304,11 +366,16 @@ impl Ledger {
     }
 
     async fn get(&self, key: &ObjPath) -> Result<Option<Vec<u8>>, LedgerError> {
+        Ok(self.get_bytes(key).await?.map(|b| b.to_vec()))
+    }
+
+    async fn get_bytes(&self, key: &ObjPath) -> Result<Option<bytes::Bytes>, LedgerError> {
         match self.store.get(key).await {
-            Ok(r) => {
-                let bytes = r.bytes().await.map_err(|e| self.io_err("read", key, e))?;
-                Ok(Some(bytes.to_vec()))
-            }
+            Ok(r) => r
+                .bytes()
+                .await
+                .map(Some)
+                .map_err(|e| self.io_err("read", key, e)),
             Err(object_store::Error::NotFound { .. }) => Ok(None),
             Err(e) => Err(self.io_err("read", key, e)),
         }
@@ -387,6 +454,14 @@ impl Ledger {
         ));
         let bytes =
             serde_json::to_vec_pretty(record).map_err(|e| self.io_err("encode", &key, e))?;
+        // The log entry first: a scan that trusts the index finds the
+        // attempt through it (log.rs).
+        self.log_object(
+            &record.study_id,
+            &record.trial_key,
+            &format!("{}.json", record.attempt_id),
+        )
+        .await?;
         if !self.create(&key, bytes).await? {
             return Err(self.io_err("write", &key, "an attempt with this id already exists"));
         }
@@ -419,6 +494,12 @@ impl Ledger {
         ));
         let bytes =
             serde_json::to_vec_pretty(record).map_err(|e| self.io_err("encode", &key, e))?;
+        self.log_object(
+            study,
+            &record.trial_key,
+            &format!("{}.void", record.attempt_id),
+        )
+        .await?;
         self.create(&key, bytes).await.map(|_| ())
     }
 
@@ -509,120 +590,6 @@ impl Ledger {
         }
         Ok(out)
     }
-
-    /// Trial keys that have at least one attempt object (no GETs).
-    pub async fn trial_keys(&self, study: &str) -> Result<BTreeMap<String, usize>, LedgerError> {
-        let prefix = ObjPath::from(format!("{study}/trials"));
-        let mut out: BTreeMap<String, usize> = BTreeMap::new();
-        for key in self.list(&prefix).await? {
-            let parts: Vec<_> = key.parts().collect();
-            if parts.len() == 4 {
-                *out.entry(parts[2].as_ref().to_string()).or_insert(0) += 1;
-            }
-        }
-        Ok(out)
-    }
-
-    /// Read every attempt of a study. Unreadable or malformed objects are
-    /// listed in `corrupt` and otherwise ignored.
-    pub async fn scan(&self, study: &str) -> Result<Scan, LedgerError> {
-        let prefix = ObjPath::from(format!("{study}/trials"));
-        let all = self.list(&prefix).await?;
-        // `<attempt>.void` markers discard attempts; only `.json` objects
-        // are attempts.
-        let mut voids: std::collections::HashSet<(String, String)> = Default::default();
-        let mut keys = Vec::new();
-        for k in all {
-            let parts: Vec<String> = k.parts().map(|p| p.as_ref().to_string()).collect();
-            match parts.last().map(String::as_str) {
-                Some(name) if parts.len() == 4 && name.ends_with(".void") => {
-                    let attempt = name.trim_end_matches(".void").to_string();
-                    voids.insert((parts[2].clone(), attempt));
-                }
-                // Stored logs and other companions of an attempt.
-                Some(name) if parts.len() == 4 && !name.ends_with(".json") => {}
-                _ => keys.push(k),
-            }
-        }
-        // Records the compacted index already holds need no GET.
-        let total = keys.len();
-        let mut indexed: std::collections::HashMap<String, AttemptRecord> = self
-            .read_index(study)
-            .await
-            .map(|i| i.entries.into_iter().collect())
-            .unwrap_or_default();
-        let mut from_index = Vec::new();
-        keys.retain(|k| match indexed.remove(k.as_ref()) {
-            Some(rec) => {
-                from_index.push((k.to_string(), rec));
-                false
-            }
-            None => true,
-        });
-        let fetched_count = keys.len();
-        type Fetched = (ObjPath, Result<Option<Vec<u8>>, LedgerError>);
-        let results: Vec<Fetched> = futures::stream::iter(keys.into_iter().map(|k| async move {
-            let r = self.get(&k).await;
-            (k, r)
-        }))
-        .buffer_unordered(32)
-        .collect()
-        .await;
-        let mut scan = Scan::default();
-        let mut fresh: Vec<(String, AttemptRecord)> = Vec::new();
-        for (key, r) in results {
-            let key_text = key.to_string();
-            match r {
-                Ok(Some(bytes)) => match serde_json::from_slice::<AttemptRecord>(&bytes) {
-                    Ok(rec) if rec.schema != records::SCHEMA => scan.corrupt.push(CorruptObject {
-                        key: key_text,
-                        reason: format!("unsupported schema version {}", rec.schema),
-                    }),
-                    Ok(rec) if !matches_location(&key, &rec) => scan.corrupt.push(CorruptObject {
-                        key: key_text,
-                        reason: "the record's trial key does not match its location".to_string(),
-                    }),
-                    Ok(rec) => fresh.push((key_text, rec)),
-                    Err(e) => scan.corrupt.push(CorruptObject {
-                        key: key_text,
-                        reason: format!("not a valid attempt record: {e}"),
-                    }),
-                },
-                Ok(None) => {}
-                Err(e) => scan.corrupt.push(CorruptObject {
-                    key: key_text,
-                    reason: e.to_string(),
-                }),
-            }
-        }
-        let fresh_count = fresh.len();
-        let mut entries = from_index;
-        entries.extend(fresh);
-        if fetched_count >= index::REBUILD_AFTER.max(total / 20) && fresh_count > 0 {
-            // Best effort: a failed index write only costs time next scan.
-            let _ = self.write_index(study, entries.clone()).await;
-        }
-        scan.attempts = entries.into_iter().map(|(_, r)| r).collect();
-        let before = scan.attempts.len();
-        scan.attempts
-            .retain(|a| !voids.contains(&(a.trial_key.clone(), a.attempt_id.clone())));
-        scan.voided = before - scan.attempts.len();
-        scan.drops = self.drops(study).await?;
-        scan.attempts
-            .sort_by(|a, b| (&a.trial_key, &a.attempt_id).cmp(&(&b.trial_key, &b.attempt_id)));
-        scan.corrupt.sort_by(|a, b| a.key.cmp(&b.key));
-        Ok(scan)
-    }
-}
-
-/// Is the record stored where its own fields say it belongs
-/// (`<study>/trials/<trial_key>/<attempt_id>.json`)?
-fn matches_location(key: &ObjPath, rec: &AttemptRecord) -> bool {
-    let parts: Vec<String> = key.parts().map(|p| p.as_ref().to_string()).collect();
-    parts.len() == 4
-        && parts[0] == rec.study_id
-        && parts[2] == rec.trial_key
-        && parts[3] == format!("{}.json", rec.attempt_id)
 }
 
 /// A new attempt id: sortable by time, unique across launchers.

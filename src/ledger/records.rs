@@ -106,7 +106,7 @@ pub struct VoidRecord {
 
 /// `<study>/drops/<host-class>/<cell-hash>-<host>.json`: a cell given up on a host
 /// because its baseline would not settle.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct DropRecord {
     pub schema: u32,
     pub host_class: String,
@@ -182,7 +182,7 @@ pub struct AttemptRecord {
 }
 
 /// Numbers that JSON cannot write (NaN, infinities) as strings.
-mod values_serde {
+pub(crate) mod values_serde {
     use std::collections::BTreeMap;
     use std::fmt;
 

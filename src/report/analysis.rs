@@ -20,7 +20,7 @@
 //! VERDICT once a final interleaved round against the baseline confirms it;
 //! until then it is a DRAFT.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 use serde::Serialize;
 
@@ -266,6 +266,18 @@ struct Group<'a> {
 
 /// Analyse a study's ledger contents.
 pub fn analyze(study: &StudyRecord, scan: &Scan, hosts: &[HostRecord]) -> Analysis {
+    analyze_where(study, scan, hosts, |_| true)
+}
+
+/// [`analyze`] of the attempts `keep` accepts. A bucket's decision on a
+/// host class depends only on that class's attempts at the bucket's cells,
+/// so a launch confirming one bucket analyses just those.
+pub fn analyze_where(
+    study: &StudyRecord,
+    scan: &Scan,
+    hosts: &[HostRecord],
+    keep: impl Fn(&AttemptRecord) -> bool,
+) -> Analysis {
     let spec = &study.spec;
     let objective = MetricInfo {
         name: spec["objective"]["name"]
@@ -304,7 +316,7 @@ pub fn analyze(study: &StudyRecord, scan: &Scan, hosts: &[HostRecord]) -> Analys
         })
         .unwrap_or_default();
 
-    let terminal = scan.terminal();
+    let terminal = scan.terminal_where(keep);
     let mut foreign = 0;
     let mut anchors = 0;
     // class → cell index → config index → attempts
@@ -595,9 +607,12 @@ fn samples_by_host(attempts: &[&AttemptRecord], objective: &str) -> BTreeMap<Str
     let mut out: BTreeMap<String, Vec<f64>> = BTreeMap::new();
     for a in attempts.iter().filter(|a| a.status == AttemptStatus::Ok) {
         if let Some(samples) = a.metrics.get(objective) {
-            out.entry(a.host.clone())
-                .or_default()
-                .extend(samples.iter().copied());
+            match out.get_mut(a.host.as_str()) {
+                Some(v) => v.extend(samples.iter().copied()),
+                None => {
+                    out.insert(a.host.clone(), samples.clone());
+                }
+            }
         }
     }
     out
@@ -740,9 +755,10 @@ fn decide_bucket(
         .map(|r| r.config.clone())
         .unwrap_or_else(|| spec_baseline(spec));
     let mut rejected: Vec<ConfigReport> = Vec::new();
+    let mut rejected_labels: HashSet<&str> = HashSet::new();
     for r in reports {
         for x in &r.rejected {
-            if !rejected.iter().any(|y| y.label == x.label) {
+            if rejected_labels.insert(x.label.as_str()) {
                 let mut x = x.clone();
                 if let Some(rej) = x.rejection.as_mut() {
                     rej.detail = format!("{} at {}", rej.detail, r.cell_label);
@@ -830,15 +846,36 @@ fn decide_bucket(
         })
         .collect();
 
-    // Candidates eligible at every cell of the bucket.
+    // Candidates eligible at every cell of the bucket. (Per cell, the
+    // first eligible report of each label, as a search in order finds it.)
+    let eligible_by_label: Vec<HashMap<&str, &ConfigReport>> = reports
+        .iter()
+        .map(|r| {
+            let mut m = HashMap::with_capacity(r.eligible.len());
+            for c in &r.eligible {
+                m.entry(c.label.as_str()).or_insert(c);
+            }
+            m
+        })
+        .collect();
+    // The first config of the bucket's first cell whose first sweep attempt
+    // carries the label.
+    let mut index_by_label: HashMap<&str, u64> = HashMap::new();
+    if let Some(first_cell) = cells.first() {
+        for (i, g) in first_cell.iter() {
+            if let Some(a) = g.sweep.first() {
+                index_by_label.entry(a.config_label.as_str()).or_insert(*i);
+            }
+        }
+    }
     let mut standings: Vec<Standing> = Vec::new();
     let mut incomplete = 0;
     if let Some(first) = reports.first() {
         for cand in &first.eligible {
             let mut per = Vec::new();
             let mut complete = true;
-            for r in reports {
-                match r.eligible.iter().find(|c| c.label == cand.label) {
+            for (r, by_label) in reports.iter().zip(&eligible_by_label) {
+                match by_label.get(cand.label.as_str()) {
                     Some(c) => match (c.speedup, c.combined_spread) {
                         (Some(s), Some(sp)) => per.push((r.cell_label.clone(), s, sp)),
                         _ => complete = false,
@@ -847,7 +884,7 @@ fn decide_bucket(
                 }
             }
             // Rejected anywhere in the bucket: never a bucket candidate.
-            if out.rejected.iter().any(|x| x.label == cand.label) {
+            if rejected_labels.contains(cand.label.as_str()) {
                 continue;
             }
             if !complete {
@@ -856,14 +893,9 @@ fn decide_bucket(
             }
             let geo = geo_mean(&per.iter().map(|p| p.1).collect::<Vec<_>>());
             let mean_spread = per.iter().map(|p| p.2).sum::<f64>() / per.len() as f64;
-            let config_index = cells[0]
-                .iter()
-                .find(|(_, g)| {
-                    g.sweep
-                        .first()
-                        .is_some_and(|a| a.config_label == cand.label)
-                })
-                .map(|(i, _)| *i)
+            let config_index = index_by_label
+                .get(cand.label.as_str())
+                .copied()
                 .unwrap_or(0);
             standings.push(Standing {
                 report: cand,

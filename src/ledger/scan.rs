@@ -1,0 +1,854 @@
+//! Reading a study's attempts.
+//!
+//! - **Full scan** (no usable index, and `ledger check`): list the arrival
+//!   log (`log.rs`), then list every object under `<study>/trials/` and read
+//!   every attempt object. Objects named by a log entry but not listed are
+//!   *unresolved*: later scans look for them again.
+//! - **Indexed scan**: read the compacted index (`index.rs`), list each
+//!   open log stream after what the index covers, and read only the objects
+//!   named there that the index does not hold, plus the unresolved ones.
+//! - **Refresh**: a later scan in the same process starts from what the
+//!   previous one knew instead of the index: a launch reads its ledger
+//!   once, then only what was written since (by itself or by other
+//!   launchers).
+//!
+//! Why an indexed scan misses nothing that a full scan would see: every
+//! attempt and `.void` object is written after a log entry naming it, in
+//! a stream whose entries are numbered; a scan lists every stream past the
+//! last number up to which it has seen all entries; an entry it has not
+//! seen has a larger number. Writers' clocks play no part. Objects written
+//! outside this protocol (by hand, by an older tunectl) are seen only by a
+//! full scan: `tunectl ledger check`, or any scan once the index is gone.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::sync::Arc;
+
+use futures::StreamExt;
+use object_store::ObjectStoreExt;
+use object_store::path::Path as ObjPath;
+
+use super::index::{self, Contents, Unusable, View};
+use super::log::{self, Entry, Mark};
+use super::records::{self, AttemptRecord};
+use super::{CorruptObject, Ledger, LedgerError, Scan};
+
+/// `.void` markers: trial key → attempt ids.
+type Voids = HashMap<String, HashSet<String>>;
+
+/// Listed log entries: per stream, number → is the end; the objects named;
+/// whether every entry could be told.
+type Entries = (BTreeMap<String, BTreeMap<u64, bool>>, Vec<String>, bool);
+
+/// What this process knows of a study's attempts.
+pub(crate) struct Known {
+    pub scan: Arc<Scan>,
+    /// Readable records that a `.void` marker discards.
+    voided: Vec<AttemptRecord>,
+    voids: Voids,
+    /// Unreadable attempt objects (their bytes were read and are not a
+    /// valid record: they stay so).
+    corrupt: Vec<CorruptObject>,
+    streams: BTreeMap<String, Mark>,
+    /// Objects to look for again: named by a log entry and not found, or
+    /// found and not readable for a reason that may pass (a store error).
+    unresolved: BTreeSet<String>,
+    /// Attempt objects read that the stored index does not hold.
+    unindexed: usize,
+    /// No usable index is stored.
+    index_stale: bool,
+}
+
+/// One object read (or looked for).
+enum Got {
+    Record(Box<AttemptRecord>),
+    /// Read, and not a valid attempt record: stays unreadable.
+    Corrupt(CorruptObject),
+    /// Could not be read now (a store error): reported this time, looked for
+    /// again next time.
+    Failed(CorruptObject),
+    /// A `.void` marker that exists: (trial key, attempt id, object key).
+    Void(String, String, String),
+    /// Not there (yet).
+    Missing(String),
+}
+
+fn has_void(voids: &Voids, a: &AttemptRecord) -> bool {
+    voids
+        .get(&a.trial_key)
+        .is_some_and(|s| s.contains(&a.attempt_id))
+}
+
+fn sort_attempts(v: &mut [AttemptRecord]) {
+    let ordered =
+        v.is_sorted_by(|a, b| (&a.trial_key, &a.attempt_id) <= (&b.trial_key, &b.attempt_id));
+    if !ordered {
+        v.sort_by(|a, b| (&a.trial_key, &a.attempt_id).cmp(&(&b.trial_key, &b.attempt_id)));
+    }
+}
+
+/// `(trial key, file name)` of `<study>/trials/<trial>/<file>`.
+fn split_object(key: &str) -> Option<(&str, &str)> {
+    let mut parts = key.split('/');
+    let (_, _, trial, file) = (parts.next()?, parts.next()?, parts.next()?, parts.next()?);
+    parts.next().is_none().then_some((trial, file))
+}
+
+impl Known {
+    fn assemble(
+        records: Vec<AttemptRecord>,
+        voids: Voids,
+        corrupt: Vec<CorruptObject>,
+        streams: BTreeMap<String, Mark>,
+        unresolved: BTreeSet<String>,
+    ) -> Known {
+        let (voided, mut attempts): (Vec<_>, Vec<_>) = if voids.is_empty() {
+            (Vec::new(), records)
+        } else {
+            records.into_iter().partition(|a| has_void(&voids, a))
+        };
+        sort_attempts(&mut attempts);
+        let mut corrupt = corrupt;
+        corrupt.sort_by(|a, b| a.key.cmp(&b.key));
+        Known {
+            scan: Arc::new(Scan {
+                attempts,
+                corrupt: corrupt.clone(),
+                voided: voided.len(),
+                drops: Vec::new(),
+            }),
+            voided,
+            voids,
+            corrupt,
+            streams,
+            unresolved,
+            unindexed: 0,
+            index_stale: false,
+        }
+    }
+
+    fn from_index(c: Contents) -> Known {
+        let mut voids = Voids::new();
+        for (t, a) in c.voids {
+            voids.entry(t).or_default().insert(a);
+        }
+        Known::assemble(c.records, voids, c.corrupt, c.streams, c.unresolved)
+    }
+
+    fn records(&self) -> usize {
+        self.scan.attempts.len() + self.voided.len()
+    }
+
+    /// How many records this holds (for `Ledger`'s drop).
+    pub(crate) fn len(&self) -> usize {
+        self.records()
+    }
+
+    /// Is the object at `key` (`<study>/trials/<trial>/<file>`) known?
+    fn holds(&self, key: &str) -> bool {
+        let Some((trial, file)) = split_object(key) else {
+            return false;
+        };
+        if let Some(id) = file.strip_suffix(".void") {
+            return self.voids.get(trial).is_some_and(|s| s.contains(id));
+        }
+        let Some(id) = file.strip_suffix(".json") else {
+            return false;
+        };
+        self.scan
+            .attempts
+            .binary_search_by(|a| (a.trial_key.as_str(), a.attempt_id.as_str()).cmp(&(trial, id)))
+            .is_ok()
+            || self
+                .voided
+                .iter()
+                .any(|a| a.trial_key == trial && a.attempt_id == id)
+            || self.corrupt.iter().any(|c| c.key == key)
+    }
+
+    /// Add what a scan read; `failed` are this scan's passing read errors.
+    fn merge(&mut self, got: Vec<Got>, drops: Vec<records::DropRecord>) {
+        let mut new_records = Vec::new();
+        let mut new_voids = Vec::new();
+        let mut failed = Vec::new();
+        let mut corrupt_changed = false;
+        for g in got {
+            match g {
+                Got::Record(r) => {
+                    self.unresolved.remove(&format!(
+                        "{}/trials/{}/{}.json",
+                        r.study_id, r.trial_key, r.attempt_id
+                    ));
+                    self.unindexed += 1;
+                    new_records.push(*r);
+                }
+                Got::Corrupt(c) => {
+                    self.unresolved.remove(&c.key);
+                    self.unindexed += 1;
+                    corrupt_changed = true;
+                    self.corrupt.push(c);
+                }
+                Got::Failed(c) => {
+                    self.unresolved.insert(c.key.clone());
+                    failed.push(c);
+                }
+                Got::Void(t, a, key) => {
+                    self.unresolved.remove(&key);
+                    new_voids.push((t, a));
+                }
+                Got::Missing(key) => {
+                    self.unresolved.insert(key);
+                }
+            }
+        }
+        if corrupt_changed {
+            self.corrupt.sort_by(|a, b| a.key.cmp(&b.key));
+        }
+        let mut corrupt = self.corrupt.clone();
+        corrupt.extend(failed);
+        corrupt.sort_by(|a, b| a.key.cmp(&b.key));
+        let changed = !new_records.is_empty()
+            || !new_voids.is_empty()
+            || corrupt.len() != self.scan.corrupt.len()
+            || corrupt
+                .iter()
+                .zip(&self.scan.corrupt)
+                .any(|(a, b)| a.key != b.key || a.reason != b.reason)
+            || drops != self.scan.drops;
+        if !changed {
+            return;
+        }
+        // In place when no one else holds the previous scan.
+        let scan = Arc::make_mut(&mut self.scan);
+        for (t, a) in new_voids {
+            self.voids.entry(t).or_default().insert(a);
+        }
+        for r in new_records {
+            if has_void(&self.voids, &r) {
+                self.voided.push(r);
+            } else {
+                scan.attempts.push(r);
+            }
+        }
+        if !self.voids.is_empty() {
+            let voids = &self.voids;
+            let mut now_voided = Vec::new();
+            scan.attempts.retain(|a| {
+                if has_void(voids, a) {
+                    now_voided.push(a.clone());
+                    false
+                } else {
+                    true
+                }
+            });
+            self.voided.extend(now_voided);
+        }
+        sort_attempts(&mut scan.attempts);
+        scan.voided = self.voided.len();
+        scan.corrupt = corrupt;
+        scan.drops = drops;
+    }
+
+    fn view(&self) -> View<'_> {
+        View {
+            streams: &self.streams,
+            unresolved: &self.unresolved,
+            voids: self
+                .voids
+                .iter()
+                .flat_map(|(t, ids)| ids.iter().map(move |a| (t.as_str(), a.as_str())))
+                .collect(),
+            corrupt: &self.corrupt,
+            records: self.scan.attempts.iter().chain(&self.voided).collect(),
+        }
+    }
+}
+
+/// Is the record stored where its own fields say it belongs
+/// (`<study>/trials/<trial_key>/<attempt_id>.json`)?
+fn matches_location(key: &ObjPath, rec: &AttemptRecord) -> bool {
+    let parts: Vec<String> = key.parts().map(|p| p.as_ref().to_string()).collect();
+    parts.len() == 4
+        && parts[0] == rec.study_id
+        && parts[2] == rec.trial_key
+        && parts[3] == format!("{}.json", rec.attempt_id)
+}
+
+impl Ledger {
+    /// The attempts of a study: from the compacted index plus what was
+    /// written since, or from a full scan when there is no usable index.
+    /// Later calls in this process read only what was written since the
+    /// last one. Unreadable or malformed objects are listed in `corrupt`
+    /// and otherwise ignored.
+    ///
+    /// The records carry everything but the rendered command, the output
+    /// tails and the start and finish times (read the object for those).
+    pub async fn scan(&self, study: &str) -> Result<Arc<Scan>, LedgerError> {
+        let mut cache = self.known.lock().await;
+        let known = match cache.remove(study) {
+            Some(k) => self.refresh(study, k).await?,
+            None => match self.read_index(study).await {
+                Ok(c) => self.refresh(study, Known::from_index(c)).await?,
+                Err(Unusable::Missing) => self.full_scan(study).await?,
+                Err(Unusable::Invalid(why)) => {
+                    tracing::warn!(
+                        "ignoring the ledger index {}: {why}; reading every attempt object instead (the index is rewritten)",
+                        index::key(study)
+                    );
+                    self.full_scan(study).await?
+                }
+            },
+        };
+        let known = self.keep_index(study, known).await;
+        let scan = Arc::clone(&known.scan);
+        cache.insert(study.to_string(), known);
+        Ok(scan)
+    }
+
+    /// Every attempt object listed and read, the index ignored, and the
+    /// index rewritten from what was read (`ledger check`).
+    pub async fn scan_full(&self, study: &str) -> Result<Arc<Scan>, LedgerError> {
+        let mut cache = self.known.lock().await;
+        cache.remove(study);
+        let known = self.full_scan(study).await?;
+        let known = self.keep_index(study, known).await;
+        let scan = Arc::clone(&known.scan);
+        cache.insert(study.to_string(), known);
+        Ok(scan)
+    }
+
+    /// Trial keys that have at least one attempt object, with how many.
+    pub async fn trial_keys(&self, study: &str) -> Result<BTreeMap<String, usize>, LedgerError> {
+        self.scan(study).await?;
+        let cache = self.known.lock().await;
+        let mut out: BTreeMap<String, usize> = BTreeMap::new();
+        if let Some(k) = cache.get(study) {
+            for a in k.scan.attempts.iter().chain(&k.voided) {
+                *out.entry(a.trial_key.clone()).or_insert(0) += 1;
+            }
+            for c in &k.corrupt {
+                if let Some((trial, _)) = split_object(&c.key) {
+                    *out.entry(trial.to_string()).or_insert(0) += 1;
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// Write the index when none is usable or it has fallen behind (and the
+    /// study is big enough to need one). Best effort: a failed write only
+    /// costs time on the next scan.
+    async fn keep_index(&self, study: &str, mut k: Known) -> Known {
+        if k.records() >= index::index_min()
+            && (k.index_stale || k.unindexed >= index::REBUILD_AFTER)
+        {
+            match self.write_index(study, &k.view()).await {
+                Ok(()) => {
+                    k.index_stale = false;
+                    k.unindexed = 0;
+                }
+                Err(e) => tracing::debug!(error = %e, "cannot write the ledger index"),
+            }
+        }
+        k
+    }
+
+    /// Read objects (attempts: GET; voids: HEAD) 32 at a time.
+    async fn fetch(&self, keys: Vec<String>) -> Vec<Got> {
+        futures::stream::iter(keys.into_iter().map(|k| async move {
+            let key = ObjPath::from(k.as_str());
+            if let Some((trial, file)) = split_object(&k)
+                && let Some(id) = file.strip_suffix(".void")
+            {
+                return match self.store.head(&key).await {
+                    Ok(_) => Got::Void(trial.to_string(), id.to_string(), k.clone()),
+                    Err(object_store::Error::NotFound { .. }) => Got::Missing(k),
+                    Err(e) => Got::Failed(CorruptObject {
+                        reason: self.io_err("read", &key, e).to_string(),
+                        key: k,
+                    }),
+                };
+            }
+            match self.get_bytes(&key).await {
+                Ok(Some(bytes)) => match serde_json::from_slice::<AttemptRecord>(&bytes) {
+                    Ok(rec) if rec.schema != records::SCHEMA => Got::Corrupt(CorruptObject {
+                        key: k,
+                        reason: format!("unsupported schema version {}", rec.schema),
+                    }),
+                    Ok(rec) if !matches_location(&key, &rec) => Got::Corrupt(CorruptObject {
+                        key: k,
+                        reason: "the record's trial key does not match its location".to_string(),
+                    }),
+                    Ok(rec) => Got::Record(Box::new(index::slim(rec))),
+                    Err(e) => Got::Corrupt(CorruptObject {
+                        key: k,
+                        reason: format!("not a valid attempt record: {e}"),
+                    }),
+                },
+                Ok(None) => Got::Missing(k),
+                Err(e) => Got::Failed(CorruptObject {
+                    key: k,
+                    reason: e.to_string(),
+                }),
+            }
+        }))
+        .buffer_unordered(32)
+        .collect()
+        .await
+    }
+
+    /// Entries of the arrival log listed from `keys`: per stream, the
+    /// numbers seen (and which is the end), and the objects named; `false`
+    /// when an entry names nothing tunectl can tell (not written by
+    /// tunectl): only a full scan covers what it might have meant.
+    async fn entries(&self, study: &str, keys: Vec<ObjPath>) -> Result<Entries, LedgerError> {
+        let mut numbers: BTreeMap<String, BTreeMap<u64, bool>> = BTreeMap::new();
+        let mut objects = Vec::new();
+        let mut sound = true;
+        for k in keys {
+            let Some((stream, n, entry)) = log::parse(study, &k) else {
+                continue;
+            };
+            numbers
+                .entry(stream)
+                .or_default()
+                .insert(n, entry == Entry::End);
+            match entry {
+                Entry::Object(o) => objects.push(o),
+                Entry::End => {}
+                Entry::Unparsed(key) => match self.entry_object(study, &key).await? {
+                    Some(o) => objects.push(o),
+                    None => {
+                        tracing::warn!(
+                            "the ledger log entry {key} names no attempt object; reading every attempt object instead"
+                        );
+                        sound = false;
+                    }
+                },
+            }
+        }
+        Ok((numbers, objects, sound))
+    }
+
+    /// List every object of the study and read every attempt object.
+    async fn full_scan(&self, study: &str) -> Result<Known, LedgerError> {
+        // The log first: an entry created after this listing has a number
+        // above the marks computed here, and an entry listed here whose
+        // object the walk below does not find is looked for again later.
+        let listed = self.log_all(study).await?;
+        // An entry that names nothing counts for its stream's mark: this
+        // scan lists every object anyway.
+        let (numbers, named, _) = self.entries(study, listed).await?;
+        let streams: BTreeMap<String, Mark> = numbers
+            .iter()
+            .map(|(s, ns)| (s.clone(), log::advance(Mark::default(), ns)))
+            .collect();
+
+        let all = self.list(&ObjPath::from(format!("{study}/trials"))).await?;
+        let mut voids = Voids::new();
+        let mut present: HashSet<String> = HashSet::new();
+        let mut keys = Vec::new();
+        for k in all {
+            let text = k.as_ref().to_string();
+            let parts: Vec<&str> = text.split('/').collect();
+            match parts.last() {
+                Some(name) if parts.len() == 4 && name.ends_with(".void") => {
+                    let attempt = name.trim_end_matches(".void").to_string();
+                    voids
+                        .entry(parts[2].to_string())
+                        .or_default()
+                        .insert(attempt);
+                    present.insert(text);
+                }
+                // Stored logs and other companions of an attempt.
+                Some(name) if parts.len() == 4 && !name.ends_with(".json") => {}
+                _ => {
+                    present.insert(text.clone());
+                    keys.push(text);
+                }
+            }
+        }
+        let got = self.fetch(keys).await;
+        let mut records = Vec::new();
+        let mut corrupt = Vec::new();
+        let mut unresolved: BTreeSet<String> =
+            named.into_iter().filter(|o| !present.contains(o)).collect();
+        let mut failed = Vec::new();
+        for g in got {
+            match g {
+                Got::Record(r) => records.push(*r),
+                Got::Corrupt(c) => corrupt.push(c),
+                Got::Failed(c) => {
+                    unresolved.insert(c.key.clone());
+                    failed.push(c);
+                }
+                // Listed, then gone: looked for again.
+                Got::Missing(k) => {
+                    unresolved.insert(k);
+                }
+                Got::Void(..) => {}
+            }
+        }
+        let read = records.len() + corrupt.len();
+        let mut k = Known::assemble(records, voids, corrupt, streams, unresolved);
+        k.unindexed = read;
+        k.index_stale = true;
+        let drops = self.drops(study).await?;
+        let scan = Arc::make_mut(&mut k.scan);
+        scan.corrupt.extend(failed);
+        scan.corrupt.sort_by(|a, b| a.key.cmp(&b.key));
+        scan.drops = drops;
+        Ok(k)
+    }
+
+    /// Bring `k` up to date: list each open log stream after its mark, read
+    /// the objects named there that `k` does not hold, and look again for
+    /// the unresolved ones.
+    async fn refresh(&self, study: &str, mut k: Known) -> Result<Known, LedgerError> {
+        let open: Vec<(String, Mark)> = self
+            .log_streams(study)
+            .await?
+            .into_iter()
+            .map(|s| {
+                let m = k.streams.get(&s).copied().unwrap_or_default();
+                (s, m)
+            })
+            .filter(|(_, m)| !m.closed)
+            .collect();
+        let lists: Vec<Result<Vec<ObjPath>, LedgerError>> = futures::stream::iter(
+            open.iter()
+                .map(|(s, m)| self.log_entries(study, s, m.through)),
+        )
+        .buffer_unordered(16)
+        .collect()
+        .await;
+        let mut keys = Vec::new();
+        for l in lists {
+            keys.extend(l?);
+        }
+        let (numbers, named, sound) = self.entries(study, keys).await?;
+        if !sound {
+            return self.full_scan(study).await;
+        }
+        for (s, ns) in &numbers {
+            let m = k.streams.get(s).copied().unwrap_or_default();
+            k.streams.insert(s.clone(), log::advance(m, ns));
+        }
+        let mut wanted: BTreeSet<String> = named.into_iter().filter(|o| !k.holds(o)).collect();
+        wanted.extend(k.unresolved.iter().cloned());
+        let got = if wanted.is_empty() {
+            Vec::new()
+        } else {
+            self.fetch(wanted.into_iter().collect()).await
+        };
+        let drops = self.drops(study).await?;
+        k.merge(got, drops);
+        Ok(k)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use object_store::PutPayload;
+
+    use super::*;
+
+    const S: &str = "st";
+
+    fn rec(trial: &str, id: &str, status: &str) -> AttemptRecord {
+        serde_json::from_value(serde_json::json!({
+            "schema": 1, "tunectl_version": "t", "study_id": S, "spec_hash": "h",
+            "trial_key": trial, "attempt_id": id, "config": {"a": 1},
+            "config_label": "a=1", "config_index": 1, "is_baseline": false,
+            "cell": {}, "cell_label": "(single cell)", "cell_index": 0, "repeat": 0,
+            "fidelity": null, "host": "h", "host_class": "hc", "fingerprint": "fp",
+            "slot": 0, "started_at": "s", "finished_at": "f", "duration_s": 1.0,
+            "run_s": 1.0, "warmup_runs": 0, "status": status, "failure": null,
+            "exit": null, "metrics": {"t": [1.0]}, "digest": null, "outputs": {},
+            "command": "c", "stdout_tail": "o", "stderr_tail": "e"
+        }))
+        .expect("record")
+    }
+
+    fn trial(n: u8) -> String {
+        format!("{n:02x}").repeat(32)
+    }
+
+    fn ids(scan: &Scan) -> Vec<(String, String)> {
+        scan.attempts
+            .iter()
+            .map(|a| (a.trial_key.clone(), a.attempt_id.clone()))
+            .collect()
+    }
+
+    /// Write the index from what `l` knows now.
+    async fn compact(l: &Ledger) {
+        l.scan(S).await.expect("scan");
+        let cache = l.known.lock().await;
+        let k = cache.get(S).expect("known");
+        l.write_index(S, &k.view()).await.expect("write index");
+    }
+
+    /// A new reader that starts from the index (asserts it did).
+    async fn fresh(dir: &std::path::Path) -> Arc<Scan> {
+        let l = Ledger::open(&dir.display().to_string()).expect("open");
+        assert!(l.read_index(S).await.is_ok(), "no usable index");
+        let scan = l.scan(S).await.expect("scan");
+        let cache = l.known.lock().await;
+        assert!(!cache[S].index_stale, "the reader did not use the index");
+        scan
+    }
+
+    #[tokio::test]
+    async fn writes_after_the_index_are_seen_whatever_their_ids() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let url = dir.path().display().to_string();
+        let a = Ledger::open(&url).expect("open");
+        for n in 1..=3 {
+            a.write_attempt(&rec(&trial(n), "20260101T000000.000000Z-01", "ok"))
+                .await
+                .expect("write");
+        }
+        let reader = Ledger::open(&url).expect("open");
+        compact(&reader).await;
+        // Another launcher, and this one with its clock 27 years behind.
+        let b = Ledger::open(&url).expect("open");
+        b.write_attempt(&rec(&trial(4), "20260101T000000.000000Z-02", "ok"))
+            .await
+            .expect("write");
+        a.write_attempt(&rec(&trial(1), "19990101T000000.000000Z-00", "failed"))
+            .await
+            .expect("write");
+        let scan = fresh(dir.path()).await;
+        assert_eq!(scan.attempts.len(), 5);
+        assert_eq!(
+            scan.terminal()[trial(1).as_str()].attempt_id,
+            "19990101T000000.000000Z-00"
+        );
+        // The reader that wrote the index sees them too (refresh).
+        let again = reader.scan(S).await.expect("scan");
+        assert_eq!(ids(&again), ids(&scan));
+        // And what a full scan sees.
+        let full = Ledger::open(&url).expect("open");
+        assert_eq!(ids(&full.scan_full(S).await.expect("full")), ids(&scan));
+        // Scanned records are slim, from the index or not.
+        assert!(
+            scan.attempts
+                .iter()
+                .all(|a| a.command.is_empty() && a.stdout_tail.is_empty())
+        );
+    }
+
+    #[tokio::test]
+    async fn an_entry_whose_object_is_not_there_yet_is_looked_for_again() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let url = dir.path().display().to_string();
+        let a = Ledger::open(&url).expect("open");
+        a.write_attempt(&rec(&trial(1), "20260101T000000.000000Z-01", "ok"))
+            .await
+            .expect("write");
+        // A writer that created the entry and has not written the object
+        // (slow, or killed in between).
+        let late = rec(&trial(2), "20260101T000000.000000Z-02", "ok");
+        a.log_object(S, &late.trial_key, "20260101T000000.000000Z-02.json")
+            .await
+            .expect("entry");
+        let reader = Ledger::open(&url).expect("open");
+        compact(&reader).await;
+        assert_eq!(reader.scan(S).await.expect("scan").attempts.len(), 1);
+        let key = format!(
+            "{S}/trials/{}/20260101T000000.000000Z-02.json",
+            late.trial_key
+        );
+        assert!(reader.known.lock().await[S].unresolved.contains(&key));
+        // The object lands.
+        a.store
+            .put(
+                &ObjPath::from(key.as_str()),
+                PutPayload::from(serde_json::to_vec(&late).expect("json")),
+            )
+            .await
+            .expect("put");
+        assert_eq!(fresh(dir.path()).await.attempts.len(), 2);
+        assert_eq!(reader.scan(S).await.expect("scan").attempts.len(), 2);
+        assert!(reader.known.lock().await[S].unresolved.is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_number_not_seen_holds_the_mark_back() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let url = dir.path().display().to_string();
+        let a = Ledger::open(&url).expect("open");
+        a.write_attempt(&rec(&trial(1), "20260101T000000.000000Z-01", "ok"))
+            .await
+            .expect("write");
+        a.write_attempt(&rec(&trial(2), "20260101T000000.000000Z-02", "ok"))
+            .await
+            .expect("write");
+        // Number 3 is taken by a write still in flight; 4 lands first.
+        let (stream, three) = a.next_entry(S);
+        assert_eq!(three, 3);
+        a.write_attempt(&rec(&trial(4), "20260101T000000.000000Z-04", "ok"))
+            .await
+            .expect("write");
+        let reader = Ledger::open(&url).expect("open");
+        compact(&reader).await;
+        assert_eq!(reader.known.lock().await[S].streams[&stream].through, 2);
+        // Entry 3 and its object land after the index was written.
+        let r3 = rec(&trial(3), "20260101T000000.000000Z-03", "ok");
+        let entry = format!(
+            "{S}/log/{stream}/000000000003-{}-20260101T000000.000000Z-03.json",
+            r3.trial_key
+        );
+        a.create(&ObjPath::from(entry), b"{}".to_vec())
+            .await
+            .expect("entry");
+        a.store
+            .put(
+                &ObjPath::from(format!(
+                    "{S}/trials/{}/20260101T000000.000000Z-03.json",
+                    r3.trial_key
+                )),
+                PutPayload::from(serde_json::to_vec(&r3).expect("json")),
+            )
+            .await
+            .expect("put");
+        assert_eq!(fresh(dir.path()).await.attempts.len(), 4);
+        a.close_log(S).await;
+        let scan = reader.scan(S).await.expect("scan");
+        assert_eq!(scan.attempts.len(), 4);
+        let mark = reader.known.lock().await[S].streams[&stream];
+        assert_eq!(
+            mark,
+            Mark {
+                through: 5,
+                closed: true
+            }
+        );
+    }
+
+    #[tokio::test]
+    async fn a_void_written_after_the_index_discards_its_attempt() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let url = dir.path().display().to_string();
+        let a = Ledger::open(&url).expect("open");
+        for n in 1..=2 {
+            a.write_attempt(&rec(&trial(n), "20260101T000000.000000Z-01", "ok"))
+                .await
+                .expect("write");
+        }
+        let reader = Ledger::open(&url).expect("open");
+        compact(&reader).await;
+        a.write_void(
+            S,
+            &records::VoidRecord {
+                schema: 1,
+                trial_key: trial(2),
+                attempt_id: "20260101T000000.000000Z-01".into(),
+                reason: "drift".into(),
+                at: "now".into(),
+            },
+        )
+        .await
+        .expect("void");
+        let scan = fresh(dir.path()).await;
+        assert_eq!((scan.attempts.len(), scan.voided), (1, 1));
+        let again = reader.scan(S).await.expect("scan");
+        assert_eq!((again.attempts.len(), again.voided), (1, 1));
+    }
+
+    #[tokio::test]
+    async fn an_entry_that_names_nothing_costs_one_full_scan() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let url = dir.path().display().to_string();
+        let a = Ledger::open(&url).expect("open");
+        a.write_attempt(&rec(&trial(1), "20260101T000000.000000Z-01", "ok"))
+            .await
+            .expect("write");
+        compact(&Ledger::open(&url).expect("open")).await;
+        // Not written by tunectl: a name that does not parse, a body that
+        // names nothing. Then an attempt written without an entry (outside
+        // the protocol), which only a full scan sees.
+        a.store
+            .put(
+                &ObjPath::from(format!("{S}/log/zz/000000000001-what")),
+                PutPayload::from(b"{}".to_vec()),
+            )
+            .await
+            .expect("put");
+        let hidden = rec(&trial(2), "20260101T000000.000000Z-02", "ok");
+        a.store
+            .put(
+                &ObjPath::from(format!(
+                    "{S}/trials/{}/20260101T000000.000000Z-02.json",
+                    hidden.trial_key
+                )),
+                PutPayload::from(serde_json::to_vec(&hidden).expect("json")),
+            )
+            .await
+            .expect("put");
+        let reader = Ledger::open(&url).expect("open");
+        assert_eq!(reader.scan(S).await.expect("scan").attempts.len(), 2);
+        assert_eq!(reader.known.lock().await[S].streams["zz"].through, 1);
+        compact(&reader).await;
+        // Past it: the next reader does not scan everything again (so it
+        // does not see another object written outside the protocol).
+        let hidden = rec(&trial(3), "20260101T000000.000000Z-03", "ok");
+        a.store
+            .put(
+                &ObjPath::from(format!(
+                    "{S}/trials/{}/20260101T000000.000000Z-03.json",
+                    hidden.trial_key
+                )),
+                PutPayload::from(serde_json::to_vec(&hidden).expect("json")),
+            )
+            .await
+            .expect("put");
+        assert_eq!(fresh(dir.path()).await.attempts.len(), 2);
+        // A full scan (ledger check) does.
+        let full = Ledger::open(&url).expect("open");
+        assert_eq!(full.scan_full(S).await.expect("full").attempts.len(), 3);
+    }
+
+    #[test]
+    fn terminal_ignores_the_order_of_the_attempts() {
+        let mut attempts = vec![
+            rec(&trial(1), "b", "ok"),
+            rec(&trial(2), "a", "lost"),
+            rec(&trial(1), "a", "failed"),
+            rec(&trial(2), "b", "ok"),
+            rec(&trial(1), "0", "lost"),
+        ];
+        let unordered = Scan {
+            attempts: attempts.clone(),
+            ..Default::default()
+        };
+        sort_attempts(&mut attempts);
+        let ordered = Scan {
+            attempts,
+            ..Default::default()
+        };
+        let t = |s: &Scan| -> Vec<(String, String)> {
+            s.terminal()
+                .into_iter()
+                .map(|(k, a)| (k.to_string(), a.attempt_id.clone()))
+                .collect()
+        };
+        assert_eq!(t(&unordered), t(&ordered));
+        assert_eq!(
+            t(&ordered),
+            vec![(trial(1), "a".to_string()), (trial(2), "b".to_string())]
+        );
+        let b = |s: &Scan| -> Vec<(String, Vec<String>)> {
+            s.by_trial()
+                .into_iter()
+                .map(|(k, v)| {
+                    (
+                        k.to_string(),
+                        v.iter().map(|a| a.attempt_id.clone()).collect(),
+                    )
+                })
+                .collect()
+        };
+        assert_eq!(b(&unordered), b(&ordered));
+    }
+}

@@ -18,5 +18,7 @@ fmt:
 # Benchmarks (not timed tests); figures go to docs/benchmarks.md.
 bench:
     ./benches/dispatch.sh
+    ./benches/ssh_dispatch.sh
+    cargo bench --bench slurm_calls
     ./benches/plan_scale.sh
     ./benches/fs_inodes.py

@@ -3,7 +3,11 @@
 # whole test suite. Installs what the tests need on a fresh Debian machine
 # (as root): besides the Rust toolchain, an S3-compatible server (moto, from
 # PyPI, in .cache/moto-venv) that the ledger tests use; it runs on loopback
-# while the tests run and is stopped on exit (scripts/moto.sh).
+# while the tests run and is stopped on exit (scripts/moto.sh); and the
+# OpenSSH server and client (apt), with which the ssh tests start their own
+# sshd hosts on loopback addresses (scripts/sshd.sh); and Slurm and MUNGE
+# (apt; munged is started), with which the Slurm tests start their own
+# single-machine clusters (scripts/slurm.sh).
 set -eu
 cd "$(dirname "$0")/.."
 
@@ -29,6 +33,18 @@ else
     trap 'moto_stop; exit 143' TERM
     moto_start
 fi
+
+# The ssh transport tests start their own sshd hosts on loopback
+# (tests/support/sshd.rs): only the OpenSSH server and client are needed.
+. ./scripts/sshd.sh
+echo "== OpenSSH (sshd for the ssh transport tests)" >&2
+sshd_install
+
+# The Slurm transport tests start their own slurmctld and slurmd per cluster
+# (tests/support/slurm.rs): Slurm, MUNGE and a running munged are needed.
+. ./scripts/slurm.sh
+echo "== Slurm and MUNGE (for the Slurm transport tests)" >&2
+slurm_install
 
 echo "== cargo test" >&2
 cargo test --locked --all-targets

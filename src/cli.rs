@@ -18,6 +18,7 @@ use tokio_util::sync::CancellationToken;
 use crate::exec::attempt::LocalTransport;
 use crate::exec::launch::{self, LaunchHost};
 use crate::exec::progress::{self, ProgressMode};
+use crate::exec::ssh::SshTransport;
 use crate::fingerprint;
 use crate::ledger::{DEFAULT_LEDGER, Ledger};
 use crate::plan::{ClassInfo, Plan, PlanHost};
@@ -110,6 +111,10 @@ struct LaunchArgs {
     /// (`<attempt>.stdout.log`, `<attempt>.stderr.log`; 64 MiB each at most).
     #[arg(long)]
     store_logs: bool,
+    /// How long the trials of a host class wait when every host of the
+    /// class is down, before they are left for a later launch (e.g. `10m`).
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "10m")]
+    host_timeout: std::time::Duration,
 }
 
 #[derive(clap::Args, Debug)]
@@ -186,6 +191,10 @@ struct FingerprintArgs {
     /// Print JSON instead of YAML.
     #[arg(long)]
     json: bool,
+    /// Probe every host of this inventory (local, ssh) instead of this
+    /// machine, and group them into host classes.
+    #[arg(long, short)]
+    inventory: Option<PathBuf>,
 }
 
 #[derive(clap::Args, Debug)]
@@ -334,8 +343,6 @@ struct HostView {
     slots: u32,
     host_class: String,
     trials_share: u64,
-    runnable: bool,
-    note: String,
 }
 
 #[derive(Serialize)]
@@ -381,7 +388,7 @@ async fn plan_hosts(inv: &Inventory, study: &Study, ledger: Option<&Ledger>) -> 
         out.push(PlanHost {
             name: h.name.clone(),
             transport: h.transport.name().to_string(),
-            slots: h.slots,
+            slots: h.concurrency(),
             class,
         });
     }
@@ -481,22 +488,12 @@ async fn plan(a: PlanArgs) -> Result<(), CliError> {
             let share = class
                 .map(|c| plan.trials_per_class() * u64::from(h.slots) / u64::from(c.slots.max(1)))
                 .unwrap_or(0);
-            let runnable = h.transport == "local";
             HostView {
                 host: h.name.clone(),
                 transport: h.transport.clone(),
                 slots: h.slots,
                 host_class: class.map(|c| c.id.clone()).unwrap_or_default(),
                 trials_share: share,
-                runnable,
-                note: if runnable {
-                    String::new()
-                } else {
-                    format!(
-                        "the {} transport is not available yet: launch refuses this host",
-                        h.transport
-                    )
-                },
             }
         })
         .collect();
@@ -649,16 +646,8 @@ fn render_plan(v: &PlanView) -> String {
     for h in &v.hosts {
         let _ = writeln!(
             o,
-            "  {:<20} {:<6} {} slots · ~{} trials{}",
-            h.host,
-            h.transport,
-            h.slots,
-            h.trials_share,
-            if h.note.is_empty() {
-                String::new()
-            } else {
-                format!(" · {}", h.note)
-            }
+            "  {:<20} {:<6} {} slots · ~{} trials",
+            h.host, h.transport, h.slots, h.trials_share,
         );
     }
     let _ = writeln!(
@@ -695,22 +684,6 @@ async fn launch(a: LaunchArgs) -> Result<(), CliError> {
         .iter()
         .filter(|h| a.hosts.is_empty() || a.hosts.contains(&h.name))
         .collect();
-    let unavailable: Vec<String> = selected
-        .iter()
-        .filter(|h| !matches!(h.transport, Transport::Local))
-        .map(|h| format!("`{}` ({})", h.name, h.transport.name()))
-        .collect();
-    if !unavailable.is_empty() {
-        return Err(CliError::Failed(format!(
-            "the ssh and slurm transports are not available in this version yet; hosts {} cannot run. Nothing was run. Choose runnable hosts with --host (e.g. --host {})",
-            unavailable.join(", "),
-            selected
-                .iter()
-                .find(|h| matches!(h.transport, Transport::Local))
-                .map(|h| h.name.as_str())
-                .unwrap_or("local")
-        )));
-    }
     let url = ledger_url(a.ledger.as_deref(), Some(&study), Some(&inv));
     let ledger = Ledger::open(&url).map_err(failed)?;
     // An unreachable or unreadable store stops the launch before any trial.
@@ -732,30 +705,34 @@ async fn launch(a: LaunchArgs) -> Result<(), CliError> {
         .unwrap_or_else(|| std::env::temp_dir().join("tunectl-work"));
     // Trials run inside their own directories: the root must be absolute.
     let work_root = std::path::absolute(&work_root).map_err(failed)?;
-    let local_fp = fingerprint::probe_local(&BTreeMap::new()).await.ok();
-    let gpu_count = local_fp.as_ref().map(|f| f.gpus.len()).unwrap_or(0);
-    let hosts: Vec<LaunchHost> = selected
-        .iter()
-        .map(|h| {
-            let devices = match &h.devices {
-                Some(d) => d.iter().cloned().map(Some).collect(),
-                None => (0..h.slots)
-                    .map(|s| ((s as usize) < gpu_count).then(|| s.to_string()))
-                    .collect(),
-            };
-            LaunchHost {
-                name: h.name.clone(),
-                transport_name: h.transport.name().to_string(),
-                slots: h.slots,
-                devices,
-                device_env: h.device_env.clone(),
-                transport: Arc::new(LocalTransport {
-                    work_root: work_root.clone(),
-                    keep_workdirs: a.keep_workdirs,
-                }),
-            }
-        })
-        .collect();
+    let control_dir = ssh_control_dir().map_err(failed)?;
+    let make_hosts = || -> Result<Vec<LaunchHost>, CliError> {
+        selected
+            .iter()
+            .map(|h| {
+                let transport =
+                    transport_for(h, &inv, &work_root, &control_dir, a.keep_workdirs)?;
+                if let Transport::Ssh(cfg) = &h.transport
+                    && h.slots > cfg.max_sessions
+                {
+                    eprintln!(
+                        "warning: host `{}` has {} slots but max_sessions {}: at most {} of its trials run at once",
+                        h.name, h.slots, cfg.max_sessions, cfg.max_sessions
+                    );
+                }
+                Ok(LaunchHost {
+                    name: h.name.clone(),
+                    transport_name: h.transport.name().to_string(),
+                    slots: h.concurrency(),
+                    devices: h.devices.clone(),
+                    device_env: h.device_env.clone(),
+                    transport,
+                })
+            })
+            .collect()
+    };
+    // Bad templates or login hosts stop the launch before anything runs.
+    make_hosts()?;
     let cancel = CancellationToken::new();
     let on_signal = cancel.clone();
     tokio::spawn(async move {
@@ -767,24 +744,59 @@ async fn launch(a: LaunchArgs) -> Result<(), CliError> {
     let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
     let reporter = tokio::spawn(progress::report(a.progress, rx));
     eprintln!("launching study {study_id} · ledger {}", ledger.url());
-    let result = launch::run_study(
-        &study,
-        &study_id,
-        &ledger,
-        hosts,
-        launch::LaunchOptions {
-            no_cooldown: a.no_cooldown,
-            store_logs: a.store_logs,
-        },
-        tx,
-        cancel.clone(),
-    )
-    .await;
+    let options = launch::LaunchOptions {
+        no_cooldown: a.no_cooldown,
+        store_logs: a.store_logs,
+        host_timeout: a.host_timeout,
+    };
+    let mut summary = launch::LaunchSummary::default();
+    // A host whose fingerprint changed mid-launch is a new host class: the
+    // launch goes round again (probing anew) so that class is tuned too.
+    for round in 0..MAX_LAUNCH_ROUNDS {
+        let result = launch::run_study(
+            &study,
+            &study_id,
+            &ledger,
+            make_hosts()?,
+            options.clone(),
+            tx.clone(),
+            cancel.clone(),
+        )
+        .await;
+        let this = match result {
+            Ok(s) => s,
+            Err(e) => {
+                drop(tx);
+                let _ = reporter.await;
+                return Err(match e {
+                    launch::LaunchError::SpecChanged { .. } => CliError::Invalid(e.to_string()),
+                    other => failed(other),
+                });
+            }
+        };
+        let again = !this.changed_hosts.is_empty() && !this.interrupted;
+        summary.add(&this);
+        if !again {
+            break;
+        }
+        if round + 1 < MAX_LAUNCH_ROUNDS {
+            eprintln!(
+                "hosts {} changed class mid-launch: probing again to tune their new class",
+                this.changed_hosts.join(", ")
+            );
+        }
+    }
+    drop(tx);
     let _ = reporter.await;
-    let summary = result.map_err(|e| match e {
-        launch::LaunchError::SpecChanged { .. } => CliError::Invalid(e.to_string()),
-        other => failed(other),
-    })?;
+    for h in &summary.unreachable_hosts {
+        eprintln!("warning: host {h} (skipped in this launch)");
+    }
+    for c in &summary.abandoned_classes {
+        eprintln!(
+            "warning: class {c}: every host stayed down past --host-timeout; launch again when they answer"
+        );
+    }
+    let incomplete = !summary.abandoned_classes.is_empty();
     // Verdicts: derived from the ledger, rewritten after every launch.
     let record = ledger.read_study(&study_id).await.map_err(failed)?;
     if let Some(record) = record {
@@ -840,7 +852,39 @@ async fn launch(a: LaunchArgs) -> Result<(), CliError> {
     if summary.interrupted {
         return Err(CliError::Interrupted);
     }
+    if incomplete {
+        return Err(CliError::Failed(
+            "the study is incomplete: a host class lost every host (see above)".to_string(),
+        ));
+    }
     Ok(())
+}
+
+/// Launch rounds at most in one `tunectl launch` (a round starts again when
+/// a host's fingerprint changed).
+const MAX_LAUNCH_ROUNDS: usize = 3;
+
+/// Where SSH master connections keep their control sockets: a short
+/// private directory (socket paths are limited to about 100 bytes).
+fn ssh_control_dir() -> std::io::Result<PathBuf> {
+    use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+    // SAFETY: getuid(2) cannot fail and has no preconditions.
+    let uid = unsafe { libc::getuid() };
+    let dir = PathBuf::from(format!("/tmp/tunectl-ssh-{uid}"));
+    match std::fs::DirBuilder::new().mode(0o700).create(&dir) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+        Err(e) => return Err(e),
+    }
+    let meta = std::fs::symlink_metadata(&dir)?;
+    use std::os::unix::fs::MetadataExt;
+    if !meta.is_dir() || meta.uid() != uid || meta.permissions().mode() & 0o077 != 0 {
+        return Err(std::io::Error::other(format!(
+            "{} must be a directory of yours that only you can read (mode 700)",
+            dir.display()
+        )));
+    }
+    Ok(dir)
 }
 
 /// The analysis of a study (a study file or a study id) from its ledger,
@@ -1056,10 +1100,16 @@ struct ClassStatus {
     host_class: String,
     label: String,
     hosts: Vec<String>,
+    /// Sweep trials (the planned grid) done, failed, and lost without a
+    /// later terminal attempt.
     done: u64,
     failed: u64,
     lost: u64,
     running: u64,
+    /// Baseline anchors and confirmation-round trials recorded (not part
+    /// of the planned sweep).
+    anchors: u64,
+    confirm_trials: u64,
     /// Planned sweep trials without a terminal attempt and not running;
     /// `None` without the study file.
     pending: Option<u64>,
@@ -1112,6 +1162,18 @@ async fn status_cmd(a: StatusArgs) -> Result<(), CliError> {
         key_class.insert(key, first.host_class.as_str());
         let c = classes.entry(first.host_class.clone()).or_default();
         c.host_class = first.host_class.clone();
+        match first.role.as_str() {
+            "anchor" => {
+                // An anchor lost with its host is not a missing trial.
+                c.anchors += u64::from(terminal.contains_key(key));
+                continue;
+            }
+            "confirm" => {
+                c.confirm_trials += u64::from(terminal.contains_key(key));
+                continue;
+            }
+            _ => {}
+        }
         match terminal.get(key).map(|t| t.status) {
             Some(crate::ledger::AttemptStatus::Ok) => c.done += 1,
             Some(_) => c.failed += 1,
@@ -1221,7 +1283,7 @@ async fn status_cmd(a: StatusArgs) -> Result<(), CliError> {
     for c in rows {
         let opt = |v: Option<u64>| v.map(|n| n.to_string()).unwrap_or_else(|| "?".to_string());
         println!(
-            "{} · {} · hosts: {}\n  done {} · failed {} · lost {} · running {} · pending {} · skipped {} (of {} planned sweep trials){}",
+            "{} · {} · hosts: {}\n  done {} · failed {} · lost {} · running {} · pending {} · skipped {} (of {} planned sweep trials){}; besides: {} baseline anchors, {} confirmation trials",
             c.host_class,
             c.label,
             c.hosts.join(", "),
@@ -1236,7 +1298,9 @@ async fn status_cmd(a: StatusArgs) -> Result<(), CliError> {
                 " · give the study file for pending counts"
             } else {
                 ""
-            }
+            },
+            c.anchors,
+            c.confirm_trials
         );
     }
     if !scan.corrupt.is_empty() {
@@ -1294,6 +1358,9 @@ async fn fingerprint_cmd(a: FingerprintArgs) -> Result<(), CliError> {
         Some(p) => Study::load(p)?.tools,
         None => BTreeMap::new(),
     };
+    if let Some(path) = &a.inventory {
+        return fingerprint_inventory(path, &tools, a.json).await;
+    }
     let fp = fingerprint::probe_local(&tools).await.map_err(failed)?;
     let doc = serde_json::json!({
         "host_class": fp.host_class(),
@@ -1307,6 +1374,130 @@ async fn fingerprint_cmd(a: FingerprintArgs) -> Result<(), CliError> {
         print!("{}", yaml_out::to_yaml(&doc));
     }
     Ok(())
+}
+
+/// `fingerprint --inventory`: probe every host at once; hosts grouped by
+/// class. A host that does not answer is listed with why (exit 1).
+async fn fingerprint_inventory(
+    path: &Path,
+    tools: &BTreeMap<String, String>,
+    json: bool,
+) -> Result<(), CliError> {
+    let inv = Inventory::load(path)?;
+    let control_dir = ssh_control_dir().map_err(failed)?;
+    let work_root = std::env::temp_dir().join("tunectl-work");
+    let mut transports: Vec<(String, Arc<dyn crate::exec::Transport>)> = Vec::new();
+    for h in &inv.hosts {
+        transports.push((
+            h.name.clone(),
+            transport_for(h, &inv, &work_root, &control_dir, false)?,
+        ));
+    }
+    let probes = futures::future::join_all(transports.iter().map(|(_, t)| t.probe(tools))).await;
+    let mut classes: BTreeMap<String, serde_json::Value> = BTreeMap::new();
+    let mut down = Vec::new();
+    for ((name, t), probe) in transports.iter().zip(probes) {
+        t.close().await;
+        match probe {
+            Ok(fp) => {
+                let entry = classes.entry(fp.host_class()).or_insert_with(|| {
+                    serde_json::json!({
+                        "host_class": fp.host_class(),
+                        "class_label": fp.class_label(),
+                        "hosts": [],
+                    })
+                });
+                if let Some(hosts) = entry["hosts"].as_array_mut() {
+                    hosts.push(serde_json::json!({
+                        "host": name,
+                        "fingerprint_hash": fp.hash(),
+                        "fingerprint": fp,
+                    }));
+                }
+            }
+            Err(e) => down.push(serde_json::json!({"host": name, "error": e})),
+        }
+    }
+    let doc = serde_json::json!({
+        "classes": classes.into_values().collect::<Vec<_>>(),
+        "unreachable": down,
+    });
+    if json {
+        println!("{}", serde_json::to_string_pretty(&doc).map_err(failed)?);
+    } else {
+        print!("{}", yaml_out::to_yaml(&doc));
+    }
+    if down.is_empty() {
+        Ok(())
+    } else {
+        Err(CliError::Failed(format!(
+            "{} host(s) did not answer",
+            down.len()
+        )))
+    }
+}
+
+/// The transport that reaches an inventory host.
+fn transport_for(
+    h: &crate::spec::Host,
+    inv: &Inventory,
+    work_root: &Path,
+    control_dir: &Path,
+    keep_workdirs: bool,
+) -> Result<Arc<dyn crate::exec::Transport>, CliError> {
+    Ok(match &h.transport {
+        Transport::Ssh(cfg) => Arc::new(SshTransport::new(
+            &h.name,
+            cfg.clone(),
+            control_dir.to_path_buf(),
+            keep_workdirs,
+        )),
+        Transport::Slurm(cfg) => {
+            let login = match cfg.login.as_str() {
+                "local" => crate::exec::slurm::Login::Local,
+                name => match inv.host(name).map(|l| &l.transport) {
+                    Some(Transport::Ssh(ssh)) => crate::exec::slurm::Login::Ssh(Arc::new(
+                        SshTransport::new(name, ssh.clone(), control_dir.to_path_buf(), false),
+                    )),
+                    _ => {
+                        return Err(CliError::Invalid(format!(
+                            "host `{}`: login `{name}` is not an ssh host of the inventory",
+                            h.name
+                        )));
+                    }
+                },
+            };
+            let template = match &cfg.batch_template {
+                Some(p) => {
+                    let base = inv
+                        .source
+                        .as_deref()
+                        .and_then(Path::parent)
+                        .unwrap_or(Path::new("."));
+                    let path = base.join(p);
+                    Some(std::fs::read_to_string(&path).map_err(|e| {
+                        CliError::Invalid(format!(
+                            "host `{}`: batch_template {}: {e}",
+                            h.name,
+                            path.display()
+                        ))
+                    })?)
+                }
+                None => None,
+            };
+            Arc::new(crate::exec::slurm::SlurmTransport::new(
+                &h.name,
+                cfg.clone(),
+                login,
+                template,
+                keep_workdirs,
+            ))
+        }
+        Transport::Local => Arc::new(LocalTransport {
+            work_root: work_root.to_path_buf(),
+            keep_workdirs,
+        }),
+    })
 }
 
 fn validate(a: ValidateArgs) -> Result<(), CliError> {

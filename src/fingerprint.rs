@@ -297,6 +297,45 @@ pub struct Fingerprint {
     pub tools: BTreeMap<String, Option<String>>,
 }
 
+/// What differs between two fingerprints, as `field: old → new` lines
+/// (hostname and memory left out: they do not make a class).
+pub fn differences(old: &Fingerprint, new: &Fingerprint) -> Vec<String> {
+    fn show(v: &Option<String>) -> &str {
+        v.as_deref().unwrap_or("none")
+    }
+    let mut out = Vec::new();
+    let mut field = |name: &str, a: &Option<String>, b: &Option<String>| {
+        if a != b {
+            out.push(format!("{name}: {} → {}", show(a), show(b)));
+        }
+    };
+    field("driver", &old.driver_version, &new.driver_version);
+    field("cuda", &old.cuda_version, &new.cuda_version);
+    field("os", &old.os, &new.os);
+    field("kernel", &old.kernel, &new.kernel);
+    field("arch", &old.arch, &new.arch);
+    field("cpu", &old.cpu_model, &new.cpu_model);
+    let gpus = |f: &Fingerprint| {
+        let names: Vec<&str> = f.gpus.iter().map(|g| g.name.as_str()).collect();
+        if names.is_empty() {
+            "none".to_string()
+        } else {
+            format!("{}× {}", names.len(), names.join(", "))
+        }
+    };
+    if gpus(old) != gpus(new) {
+        out.push(format!("gpus: {} → {}", gpus(old), gpus(new)));
+    }
+    for name in old.tools.keys().chain(new.tools.keys()) {
+        let a = old.tools.get(name).cloned().flatten();
+        let b = new.tools.get(name).cloned().flatten();
+        if a != b && !out.iter().any(|l| l.starts_with(&format!("tool {name}:"))) {
+            out.push(format!("tool {name}: {} → {}", show(&a), show(&b)));
+        }
+    }
+    out
+}
+
 /// One GPU as reported by `nvidia-smi`.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
 pub struct Gpu {

@@ -45,6 +45,8 @@ pub const OOM_PATTERNS: &[&str] = &[
     r"MemoryError",
     r"died due to signal 9",
     r"Killed signal terminated program",
+    // Slurm's step daemon when the job's cgroup ran out of memory.
+    r"Detected \d+ oom[-_]kill events?",
 ];
 
 /// The patterns of one failure class, the study's first.

@@ -13,6 +13,7 @@ pub mod gate;
 pub mod ledger;
 pub mod plan;
 pub mod report;
+pub mod search;
 pub mod space;
 pub mod spec;
 pub mod stats;

@@ -104,13 +104,7 @@ fn the_example_inventories_plan_with_the_quickstart_study() {
         let hosts = plan["hosts"].as_array().expect("hosts");
         assert!(!hosts.is_empty());
         for h in hosts {
-            // Only local hosts can run today; the others say so.
-            let local = h["transport"] == "local";
-            assert_eq!(h["runnable"], local, "{h}");
-            if !local {
-                let note = h["note"].as_str().unwrap_or("");
-                assert!(note.contains("transport is not available yet"), "{h}");
-            }
+            assert!(h["transport"].is_string(), "{h}");
         }
     }
     assert!(!tmp.path().join("ledger").exists());

@@ -1,7 +1,12 @@
 //! The real quickstart study (examples/quickstart, its actual workload
 //! program) runs with an `s3://` ledger on the test server exactly as with a
 //! local one: same trials, same rejections with the same classes, a
-//! decision for every bucket, and a relaunch that runs nothing.
+//! decision for every bucket, and a relaunch that runs nothing. It also runs
+//! over a fleet of real sshd hosts (tests/support/sshd.rs) of two host
+//! classes, with one report block per class.
+
+#[path = "support/sshd.rs"]
+mod sshd;
 
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
@@ -153,15 +158,30 @@ fn the_quickstart_runs_on_s3_as_on_a_local_ledger() {
     let (local_err, local_report) = run(tmp.path(), &study, &local);
     let (s3_err, s3_report) = run(tmp.path(), &study, &s3);
     assert_eq!(shape(&local_report), shape(&s3_report));
+    // Trials run, less the confirmation rounds: whether a bucket has a
+    // draft winner to confirm depends on how noisy this machine was.
     let ran = |stderr: &str| {
-        stderr
+        let line = stderr
             .lines()
-            .find_map(|l| {
-                l.strip_prefix("ran ")
-                    .and_then(|r| r.split(' ').next())
-                    .map(str::to_string)
+            .find(|l| l.starts_with("ran "))
+            .unwrap_or_default();
+        let number = |text: &str| -> u64 {
+            text.split(' ')
+                .next()
+                .and_then(|n| n.parse().ok())
+                .unwrap_or(0)
+        };
+        let all = number(line.strip_prefix("ran ").unwrap_or_default());
+        let confirm = line
+            .split("besides: ")
+            .nth(1)
+            .and_then(|rest| {
+                rest.split(", ")
+                    .find(|p| p.contains("confirmation trials"))
+                    .map(number)
             })
-            .unwrap_or_default()
+            .unwrap_or(0);
+        all - confirm
     };
     assert_eq!(ran(&local_err), ran(&s3_err), "{local_err}\n{s3_err}");
     // The traps are caught on both.
@@ -170,4 +190,71 @@ fn the_quickstart_runs_on_s3_as_on_a_local_ledger() {
     // A relaunch runs nothing, on S3 too.
     let (again, _) = run(tmp.path(), &study, &s3);
     assert!(again.contains("ran 0 trials"), "{again}");
+}
+
+#[test]
+fn the_quickstart_runs_over_an_ssh_fleet_with_one_block_per_host_class() {
+    let fleet = sshd::Fleet::start(&[
+        sshd::HostSpec {
+            name: "h100-a",
+            gpu_name: "NVIDIA H100 80GB HBM3",
+            gpu_count: 2,
+        },
+        sshd::HostSpec {
+            name: "a100-a",
+            gpu_name: "NVIDIA A100-SXM4-80GB",
+            gpu_count: 1,
+        },
+    ]);
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let study = quickstart_in(tmp.path());
+    let inventory = tmp.path().join("fleet.yaml");
+    std::fs::write(&inventory, fleet.inventory_yaml(2, "")).expect("inventory");
+    let ledger = tmp.path().join("ledger");
+    let out = tunectl(tmp.path())
+        .arg("launch")
+        .arg(&study)
+        .arg("--inventory")
+        .arg(&inventory)
+        .arg("--ledger")
+        .arg(&ledger)
+        .args(["--progress", "quiet", "--no-cooldown"])
+        .output()
+        .expect("launch");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(stderr.contains(" 0 lost"), "{stderr}");
+    let report = tunectl(tmp.path())
+        .arg("report")
+        .arg(&study)
+        .arg("--ledger")
+        .arg(&ledger)
+        .args(["--format", "json"])
+        .output()
+        .expect("report");
+    assert_eq!(report.status.code(), Some(0));
+    let report: Json = serde_json::from_slice(&report.stdout).expect("report JSON");
+    let classes = report["classes"].as_array().expect("classes");
+    assert_eq!(classes.len(), 2, "one block per host class: {report}");
+    for class in classes {
+        // Each class caught both traps and decided every bucket.
+        let text = class.to_string();
+        assert!(
+            text.contains("output_changed") && text.contains("\"crash\""),
+            "{}",
+            class["label"]
+        );
+        for b in class["buckets"].as_array().expect("buckets") {
+            assert!(!b["decision"].as_str().unwrap_or("").is_empty(), "{b}");
+        }
+    }
+    let table = tunectl(tmp.path())
+        .arg("report")
+        .arg(&study)
+        .arg("--ledger")
+        .arg(&ledger)
+        .output()
+        .expect("report table");
+    let text = String::from_utf8_lossy(&table.stdout);
+    assert!(text.contains("H100") && text.contains("A100"), "{text}");
 }

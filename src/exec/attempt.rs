@@ -264,6 +264,10 @@ pub fn judge(
         j.failure = None;
         return j;
     }
+    if outcome.host_lost.is_some() {
+        j.status = AttemptStatus::Lost;
+        return j;
+    }
     if outcome.setup_error.is_some() {
         // The host could not start the trial (full disk, no shell): not the
         // config's fault, so the trial runs again on a later launch.

@@ -29,7 +29,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::attempt::{RESULT_FILE, judge};
 use super::progress::Event;
-use super::{AttemptSpec, Transport};
+use super::{AttemptSpec, HostState, Transport};
 use crate::fingerprint::Fingerprint;
 use crate::gate::Classifier;
 use crate::ledger::lease::{Held, Lease, lease_ttl, renew_every};
@@ -47,8 +47,9 @@ pub struct LaunchHost {
     pub name: String,
     pub transport_name: String,
     pub slots: u32,
-    /// Device pinned by each slot (`None`: nothing pinned).
-    pub devices: Vec<Option<String>>,
+    /// Devices the inventory pins, one per slot; `None`: slot `i` pins GPU
+    /// `i` where the host's fingerprint shows one, nothing otherwise.
+    pub devices: Option<Vec<String>>,
     pub device_env: String,
     pub transport: Arc<dyn Transport>,
 }
@@ -71,6 +72,49 @@ pub struct LaunchSummary {
     pub dropped_cells: u64,
     /// Trials of final confirmation rounds.
     pub confirm_trials: u64,
+    /// Attempts lost with a host that dropped, queued again.
+    pub requeued: u64,
+    /// Hosts that did not answer at the start (`host: why`): skipped.
+    pub unreachable_hosts: Vec<String>,
+    /// Hosts whose fingerprint changed mid-launch: another host class now.
+    pub changed_hosts: Vec<String>,
+    /// Host classes given up after every host stayed down past
+    /// `--host-timeout` (`class label: trials left`).
+    pub abandoned_classes: Vec<String>,
+}
+
+impl LaunchSummary {
+    /// Fold another round of the same launch into this one.
+    pub fn add(&mut self, o: &LaunchSummary) {
+        self.ran += o.ran;
+        self.ok += o.ok;
+        self.failed += o.failed;
+        self.lost += o.lost;
+        self.skipped += o.skipped;
+        self.anchors += o.anchors;
+        self.voided += o.voided;
+        self.dropped_cells += o.dropped_cells;
+        self.confirm_trials += o.confirm_trials;
+        self.requeued += o.requeued;
+        // What the ledger held at the start, and its unreadable objects,
+        // are the first round's.
+        if self.already_done == 0 {
+            self.already_done = o.already_done;
+        }
+        self.corrupt_objects = self.corrupt_objects.max(o.corrupt_objects);
+        self.interrupted |= o.interrupted;
+        for (mine, theirs) in [
+            (&mut self.unreachable_hosts, &o.unreachable_hosts),
+            (&mut self.changed_hosts, &o.changed_hosts),
+            (&mut self.abandoned_classes, &o.abandoned_classes),
+        ] {
+            for x in theirs {
+                if !mine.contains(x) {
+                    mine.push(x.clone());
+                }
+            }
+        }
+    }
 }
 
 /// How a launch behaves.
@@ -80,7 +124,17 @@ pub struct LaunchOptions {
     pub no_cooldown: bool,
     /// Store every attempt's full stdout and stderr beside it.
     pub store_logs: bool,
+    /// How long a host class whose every host is down waits for one to
+    /// answer before its trials are left for a later launch.
+    pub host_timeout: Duration,
 }
+
+/// Default `--host-timeout`.
+pub const DEFAULT_HOST_TIMEOUT: Duration = Duration::from_secs(600);
+
+/// Times a trial is queued again after its host dropped, in one launch; a
+/// trial that was running every time a host went down is left for later.
+const MAX_HOST_LOSS_REQUEUES: u32 = 3;
 
 #[derive(Debug, thiserror::Error)]
 pub enum LaunchError {
@@ -207,6 +261,15 @@ struct State {
     cooling: HashSet<usize>,
     /// (host, cell) given up.
     dropped: HashSet<(usize, u32)>,
+    /// Hosts not answering now, since when.
+    down: HashMap<usize, std::time::Instant>,
+    /// Hosts out of this launch (fingerprint changed).
+    retired: HashSet<usize>,
+    /// Classes whose every host is down: announced, and given up.
+    all_down_announced: HashSet<usize>,
+    abandoned: HashSet<usize>,
+    /// Requeues after host loss, per trial key.
+    host_losses: HashMap<String, u32>,
     summary: LaunchSummary,
 }
 
@@ -223,6 +286,9 @@ struct Shared<'a> {
     host_class: Vec<usize>,
     class_ids: Vec<String>,
     fingerprints: Vec<String>,
+    /// Device pinned by each slot of each host.
+    devices: Vec<Vec<Option<String>>>,
+    host_names: Vec<String>,
     /// Bucket key of every cell, and the cells of every bucket.
     bucket_of_cell: Vec<String>,
     cells_of_bucket: HashMap<String, Vec<u32>>,
@@ -240,12 +306,15 @@ struct Shared<'a> {
 }
 
 /// What one run produced, for the scheduler.
+#[derive(Clone)]
 struct Ran {
     status: AttemptStatus,
     key: String,
     attempt_id: String,
     /// Median of the objective's samples.
     value: Option<f64>,
+    /// The host dropped while it ran.
+    host_lost: bool,
 }
 
 /// How an attempt to run a trial ended.
@@ -257,26 +326,63 @@ enum TrialResult {
     Unrecorded,
 }
 
+/// What a worker does about its host's state.
+enum HostGate {
+    Go,
+    Wait(Duration),
+    Leave,
+}
+
 enum Next {
     Run(Unit, bool),
     Wait,
     Done,
 }
 
-/// Probe hosts, register them in the ledger, and return plan hosts.
+/// A host that answered its probe.
+pub struct Probed {
+    /// Index in the launch's host list.
+    pub index: usize,
+    pub plan_host: PlanHost,
+    pub fingerprint: Fingerprint,
+}
+
+/// Probe hosts (all at once), register them in the ledger, and return
+/// those that answered, with why the others did not. The local machine
+/// failing its probe is an error; a remote host that does not answer is
+/// reported and left out.
 pub async fn probe_hosts(
     study: &Study,
     study_id: &str,
     ledger: &Ledger,
     hosts: &[LaunchHost],
     events: &mpsc::UnboundedSender<Event>,
-) -> Result<Vec<(PlanHost, Fingerprint)>, LaunchError> {
+) -> Result<(Vec<Probed>, Vec<String>), LaunchError> {
+    let probes = futures::future::join_all(hosts.iter().map(|h| async {
+        h.transport.prepare(study_id).await?;
+        h.transport.probe(&study.tools).await
+    }))
+    .await;
     let mut out = Vec::new();
-    for h in hosts {
-        let fp =
-            h.transport.probe(&study.tools).await.map_err(|e| {
-                LaunchError::Other(format!("probing host `{}` failed: {e}", h.name))
-            })?;
+    let mut unreachable = Vec::new();
+    for (index, (h, probe)) in hosts.iter().zip(probes).enumerate() {
+        let fp = match probe {
+            Ok(fp) => fp,
+            Err(e) if h.transport_name != "local" => {
+                let _ = events.send(Event::Warn(format!(
+                    "warning: host `{}` does not answer ({e}); the study goes on without it",
+                    h.name
+                )));
+                unreachable.push(format!("{}: {e}", h.name));
+                continue;
+            }
+            Err(e) => {
+                return Err(LaunchError::Other(format!(
+                    "probing host `{}` failed: {e}",
+                    h.name
+                )));
+            }
+        };
         let class = fp.host_class();
         let label = fp.class_label();
         ledger
@@ -299,17 +405,31 @@ pub async fn probe_hosts(
             class: class.clone(),
             label: label.clone(),
         });
-        out.push((
-            PlanHost {
+        out.push(Probed {
+            index,
+            plan_host: PlanHost {
                 name: h.name.clone(),
                 transport: h.transport_name.clone(),
                 slots: h.slots,
                 class: Some(ClassInfo { id: class, label }),
             },
-            fp,
-        ));
+            fingerprint: fp,
+        });
     }
-    Ok(out)
+    Ok((out, unreachable))
+}
+
+/// The device each slot pins: the inventory's list, or GPU `i` for slot
+/// `i` where the fingerprint shows that many GPUs.
+fn slot_devices(host: &LaunchHost, fp: &Fingerprint) -> Vec<Option<String>> {
+    match &host.devices {
+        Some(d) => d.iter().cloned().map(Some).collect(),
+        // Slurm pins a job's GPUs itself (gres).
+        None if host.transport_name == "slurm" => vec![None; host.slots as usize],
+        None => (0..host.slots)
+            .map(|s| ((s as usize) < fp.gpus.len()).then(|| s.to_string()))
+            .collect(),
+    }
 }
 
 /// Run a study on `hosts` until every planned trial has a terminal
@@ -324,8 +444,25 @@ pub async fn run_study(
     cancel: CancellationToken,
 ) -> Result<LaunchSummary, LaunchError> {
     let record = register_study(study, study_id, ledger).await?;
-    let probed = probe_hosts(study, study_id, ledger, &hosts, &events).await?;
-    let plan_hosts: Vec<PlanHost> = probed.iter().map(|(p, _)| p.clone()).collect();
+    let (probed, unreachable) = probe_hosts(study, study_id, ledger, &hosts, &events).await?;
+    if probed.is_empty() {
+        return Err(LaunchError::Other(format!(
+            "no host answered; nothing was run ({})",
+            unreachable.join("; ")
+        )));
+    }
+    // From here on, hosts are those that answered, in inventory order.
+    let mut all_hosts: Vec<Option<LaunchHost>> = hosts.into_iter().map(Some).collect();
+    let hosts: Vec<LaunchHost> = probed
+        .iter()
+        .filter_map(|p| all_hosts.get_mut(p.index).and_then(|h| h.take()))
+        .collect();
+    let devices: Vec<Vec<Option<String>>> = hosts
+        .iter()
+        .zip(&probed)
+        .map(|(h, p)| slot_devices(h, &p.fingerprint))
+        .collect();
+    let plan_hosts: Vec<PlanHost> = probed.iter().map(|p| p.plan_host.clone()).collect();
     let plan = Plan::build(study, &plan_hosts).map_err(LaunchError::Other)?;
     for n in &plan.notes {
         let _ = events.send(Event::Note(n.clone()));
@@ -371,7 +508,9 @@ pub async fn run_study(
         done,
         host_class,
         class_ids: plan.classes.iter().map(|c| c.id.clone()).collect(),
-        fingerprints: probed.iter().map(|(_, fp)| fp.hash()).collect(),
+        fingerprints: probed.iter().map(|p| p.fingerprint.hash()).collect(),
+        devices,
+        host_names: hosts.iter().map(|h| h.name.clone()).collect(),
         bucket_of_cell,
         cells_of_bucket,
         options,
@@ -379,7 +518,7 @@ pub async fn run_study(
             "{}-{}-{}",
             probed
                 .first()
-                .and_then(|(_, fp)| fp.hostname.clone())
+                .and_then(|p| p.fingerprint.hostname.clone())
                 .unwrap_or_else(|| "launcher".to_string()),
             std::process::id(),
             &new_attempt_id()[..22]
@@ -393,8 +532,14 @@ pub async fn run_study(
             drift: HashMap::new(),
             cooling: HashSet::new(),
             dropped: HashSet::new(),
+            down: HashMap::new(),
+            retired: HashSet::new(),
+            all_down_announced: HashSet::new(),
+            abandoned: HashSet::new(),
+            host_losses: HashMap::new(),
             summary: LaunchSummary {
                 corrupt_objects: scan.corrupt.len(),
+                unreachable_hosts: unreachable,
                 ..Default::default()
             },
         }),
@@ -418,6 +563,9 @@ pub async fn run_study(
         }
     }
     futures::future::join_all(workers).await;
+    for h in &hosts {
+        h.transport.close().await;
+    }
     let mut summary = shared
         .state
         .lock()
@@ -697,6 +845,19 @@ impl Shared<'_> {
             if self.cancel.is_cancelled() {
                 return;
             }
+            match self.host_ready(host_index, host, class).await {
+                HostGate::Go => {}
+                HostGate::Wait(pause) => {
+                    let notified = self.notify.notified();
+                    tokio::select! {
+                        _ = notified => {}
+                        _ = tokio::time::sleep(pause) => {}
+                        _ = self.cancel.cancelled() => return,
+                    }
+                    continue;
+                }
+                HostGate::Leave => return,
+            }
             // Register for wake-ups before looking at the queue, so that a
             // baseline finishing in between cannot be missed.
             let notified = self.notify.notified();
@@ -759,6 +920,149 @@ impl Shared<'_> {
         }
     }
 
+    /// Whether this host's slot may take a unit now. A host that is down
+    /// is retried with back-off while its class has work; a class whose
+    /// every host stays down past `--host-timeout` is given up.
+    async fn host_ready(&self, host_index: usize, host: &LaunchHost, class: usize) -> HostGate {
+        if let Ok(st) = self.state.lock()
+            && (st.retired.contains(&host_index) || st.abandoned.contains(&class))
+        {
+            return HostGate::Leave;
+        }
+        match host.transport.state().await {
+            HostState::Up { rejoined } => {
+                let was_down = self
+                    .state
+                    .lock()
+                    .ok()
+                    .and_then(|mut st| {
+                        st.all_down_announced.remove(&class);
+                        st.down.remove(&host_index)
+                    })
+                    .is_some();
+                if rejoined || was_down {
+                    self.warn(format!(
+                        "host `{}` answers again and rejoins the study",
+                        host.name
+                    ));
+                    self.notify.notify_waiters();
+                }
+                HostGate::Go
+            }
+            HostState::Changed { old, new } => {
+                let mut changes = crate::fingerprint::differences(&old, &new);
+                if changes.is_empty() {
+                    changes.push("its fingerprint hash".to_string());
+                }
+                self.warn(format!(
+                    "warning: host `{}` came back with another fingerprint ({}): it is a new host class ({}) and leaves this launch; its results so far stay with {}",
+                    host.name,
+                    changes.join("; "),
+                    new.class_label(),
+                    old.class_label(),
+                ));
+                if let Ok(mut st) = self.state.lock()
+                    && st.retired.insert(host_index)
+                {
+                    st.summary.changed_hosts.push(host.name.clone());
+                }
+                self.notify.notify_waiters();
+                HostGate::Leave
+            }
+            HostState::Down {
+                reason,
+                since,
+                retry_in,
+                first,
+            } => {
+                if first {
+                    self.warn(format!(
+                        "warning: host `{}` dropped ({reason}); its running trials are queued again on the other hosts of its class; retrying it with back-off",
+                        host.name
+                    ));
+                }
+                self.host_down(host_index, class, since, retry_in)
+            }
+        }
+    }
+
+    fn host_down(
+        &self,
+        host_index: usize,
+        class: usize,
+        since: std::time::Instant,
+        retry_in: Duration,
+    ) -> HostGate {
+        let Ok(mut st) = self.state.lock() else {
+            return HostGate::Leave;
+        };
+        st.down.entry(host_index).or_insert(since);
+        let class_hosts: Vec<usize> = (0..self.host_class.len())
+            .filter(|h| self.host_class[*h] == class)
+            .collect();
+        let cs = &st.classes[class];
+        let has_work =
+            !cs.ready.is_empty() || cs.pending > 0 || cs.in_flight > 0 || !cs.deferred.is_empty();
+        if !has_work {
+            return HostGate::Leave;
+        }
+        let all_down = class_hosts
+            .iter()
+            .all(|h| st.down.contains_key(h) || st.retired.contains(h));
+        if !all_down {
+            return HostGate::Wait(retry_in.min(Duration::from_secs(1)));
+        }
+        // The class has work and no host: wait for one, up to the limit.
+        let last_down = class_hosts
+            .iter()
+            .filter_map(|h| st.down.get(h))
+            .max()
+            .copied();
+        let every_retired = class_hosts.iter().all(|h| st.retired.contains(h));
+        let waited = last_down.map(|t| t.elapsed()).unwrap_or_default();
+        let label = self.plan.classes[class].label.clone();
+        let left = cs.ready.len() + cs.deferred.len() + cs.in_flight;
+        if every_retired {
+            // Its hosts belong to other classes now: the next round of the
+            // launch tunes those; what this class lacks stays as it is.
+            if st.abandoned.insert(class) {
+                drop(st);
+                self.warn(format!(
+                    "class {label} has no host left (its hosts changed class); its {left} queued trials are not run"
+                ));
+                self.notify.notify_waiters();
+            }
+            return HostGate::Leave;
+        }
+        if waited >= self.options.host_timeout {
+            if st.abandoned.insert(class) {
+                st.summary
+                    .abandoned_classes
+                    .push(format!("{label}: {left} queued trials not run"));
+                drop(st);
+                self.warn(format!(
+                    "error: every host of class {label} stayed down for {}; its {left} queued trials (and any cell still waiting for a baseline) are left for a later launch",
+                    humantime::format_duration(Duration::from_secs(waited.as_secs()))
+                ));
+                self.notify.notify_waiters();
+            }
+            return HostGate::Leave;
+        }
+        if st.all_down_announced.insert(class) {
+            let names: Vec<&str> = class_hosts
+                .iter()
+                .map(|h| self.host_names[*h].as_str())
+                .collect();
+            drop(st);
+            self.warn(format!(
+                "warning: every host of class {label} is down ({}); its trials wait up to {} (--host-timeout) for one to answer",
+                names.join(", "),
+                humantime::format_duration(self.options.host_timeout)
+            ));
+        }
+        HostGate::Wait(retry_in.min(Duration::from_secs(1)))
+    }
+
     /// Another launcher holds this unit's trial: look again later.
     fn defer(&self, class: usize, host: usize, unit: Unit, retry_in: Duration) {
         if let Ok(mut st) = self.state.lock() {
@@ -781,6 +1085,36 @@ impl Shared<'_> {
             return false;
         };
         let config = self.config_of(unit);
+        // Lost with its host: the trial goes back to the class's queue, for
+        // another host (or this one when it answers again).
+        if let Some(r) = ran.filter(|r| r.host_lost) {
+            let losses = st.host_losses.entry(r.key.clone()).or_insert(0);
+            *losses += 1;
+            if *losses <= MAX_HOST_LOSS_REQUEUES {
+                st.warmed.remove(&(host, unit.cell, config));
+                st.summary.requeued += 1;
+                let cs = &mut st.classes[class];
+                cs.in_flight = cs.in_flight.saturating_sub(1);
+                cs.ready.push(Reverse(unit));
+                drop(st);
+                let _ = self.events.send(Event::More { count: 1 });
+                return false;
+            }
+            drop(st);
+            self.warn(format!(
+                "warning: a trial ({}) was running each of the {MAX_HOST_LOSS_REQUEUES} times a host dropped; it is left for a later launch",
+                &r.key[..r.key.len().min(16)]
+            ));
+            return self.finish(
+                class,
+                host,
+                unit,
+                Some(&Ran {
+                    host_lost: false,
+                    ..r.clone()
+                }),
+            );
+        }
         let cs = &mut st.classes[class];
         cs.in_flight = cs.in_flight.saturating_sub(1);
         if unit.kind == Kind::Sweep
@@ -1328,6 +1662,7 @@ impl Shared<'_> {
                 key,
                 attempt_id: done.attempt_id,
                 value: None,
+                host_lost: false,
             });
         }
         let result = self
@@ -1429,7 +1764,7 @@ impl Shared<'_> {
                 v.to_string(),
             ));
         }
-        if let Some(Some(device)) = host.devices.get(slot as usize) {
+        if let Some(Some(device)) = self.devices[host_index].get(slot as usize) {
             env.push((host.device_env.clone(), device.clone()));
         }
         env.extend(extra_env);
@@ -1489,6 +1824,12 @@ impl Shared<'_> {
         );
         let run = outcome.run.as_ref();
         let scrub = |text: String| scrub_secrets(text, &self.secrets);
+        // A batch task started by an earlier launcher keeps its own id.
+        let attempt_id = outcome
+            .adopted_attempt
+            .clone()
+            .filter(|a| !a.is_empty())
+            .unwrap_or(attempt_id);
         let record = AttemptRecord {
             schema: records::SCHEMA,
             tunectl_version: records::VERSION.to_string(),
@@ -1531,6 +1872,17 @@ impl Shared<'_> {
             stdout_tail: scrub(run.map(|r| r.stdout_tail.clone()).unwrap_or_default()),
             stderr_tail: scrub(run.map(|r| r.stderr_tail.clone()).unwrap_or_default()),
             stderr_head: scrub(run.map(|r| r.stderr_head.clone()).unwrap_or_default()),
+            lost_reason: outcome
+                .host_lost
+                .clone()
+                .or_else(|| outcome.setup_error.clone())
+                .or_else(|| {
+                    outcome
+                        .cancelled
+                        .then(|| "stopped by the launcher".to_string())
+                })
+                .filter(|_| j.status == AttemptStatus::Lost)
+                .map(scrub),
         };
         let written = self.ledger.write_attempt(&record).await;
         for (name, bytes) in &outcome.logs {
@@ -1595,6 +1947,7 @@ impl Shared<'_> {
             key,
             attempt_id,
             value,
+            host_lost: outcome.host_lost.is_some(),
         })
     }
 }

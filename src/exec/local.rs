@@ -105,6 +105,14 @@ impl Capture {
     }
 }
 
+/// `(head, tail)` texts of a stream of `total` bytes from its first and
+/// last bytes, as a local capture would give them (the head never overlaps
+/// the tail).
+pub fn head_and_tail(head: Vec<u8>, tail: Vec<u8>, total: usize) -> (String, String) {
+    let c = Capture { head, tail, total };
+    (c.head_text(), c.tail_text())
+}
+
 fn spawn_capture<R: AsyncRead + Unpin + Send + 'static>(
     mut reader: R,
     buf: Arc<Mutex<Capture>>,

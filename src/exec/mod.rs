@@ -10,6 +10,8 @@ pub mod attempt;
 pub mod launch;
 pub mod local;
 pub mod progress;
+pub mod slurm;
+pub mod ssh;
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -69,6 +71,33 @@ pub struct AttemptOutcome {
     pub setup_error: Option<String>,
     /// Where the attempt ran (kept for failed attempts).
     pub trial_dir: Option<String>,
+    /// The host dropped while the attempt ran (or before it could start):
+    /// the attempt is lost and runs again on another host of its class.
+    pub host_lost: Option<String>,
+    /// The attempt was started by an earlier launcher (a batch task found
+    /// again): its id, which the record keeps.
+    pub adopted_attempt: Option<String>,
+}
+
+/// Whether a host can take trials now.
+#[derive(Debug, Clone)]
+pub enum HostState {
+    /// Connected. `rejoined`: it was down and answers again.
+    Up { rejoined: bool },
+    /// Not answering; the next try is in `retry_in`. `first`: this down
+    /// period has not been reported yet.
+    Down {
+        reason: String,
+        since: std::time::Instant,
+        retry_in: Duration,
+        first: bool,
+    },
+    /// It answers again but with another fingerprint (a driver upgrade...):
+    /// it belongs to another host class now.
+    Changed {
+        old: Box<Fingerprint>,
+        new: Box<Fingerprint>,
+    },
 }
 
 #[async_trait]
@@ -79,4 +108,15 @@ pub trait Transport: Send + Sync {
     async fn probe(&self, tools: &BTreeMap<String, String>) -> Result<Fingerprint, String>;
     /// Carry out one attempt.
     async fn run_attempt(&self, spec: &AttemptSpec, cancel: &CancellationToken) -> AttemptOutcome;
+    /// Get ready for a study before probing (find work of earlier
+    /// launchers...).
+    async fn prepare(&self, _study_id: &str) -> Result<(), String> {
+        Ok(())
+    }
+    /// Whether the host can take a trial now (reconnecting when due).
+    async fn state(&self) -> HostState {
+        HostState::Up { rejoined: false }
+    }
+    /// Close connections at the end of a launch.
+    async fn close(&self) {}
 }

@@ -126,6 +126,7 @@ pub fn slim(mut r: AttemptRecord) -> AttemptRecord {
     r.stdout_tail = String::new();
     r.stderr_tail = String::new();
     r.stderr_head = String::new();
+    r.lost_reason = None;
     r.started_at = String::new();
     r.finished_at = String::new();
     r
@@ -432,6 +433,7 @@ fn convert(
             stdout_tail: String::new(),
             stderr_tail: String::new(),
             stderr_head: String::new(),
+            lost_reason: None,
         });
     }
     Ok(records)

@@ -176,6 +176,9 @@ pub struct AttemptRecord {
     /// never overlaps `stderr_tail`.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub stderr_head: String,
+    /// Why a `lost` attempt was lost (its host dropped...).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lost_reason: Option<String>,
 }
 
 /// Numbers that JSON cannot write (NaN, infinities) as strings.

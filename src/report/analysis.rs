@@ -226,18 +226,24 @@ fn speedup_of(c: f64, b: f64, higher: bool) -> Option<f64> {
     Some(if higher { c / b } else { b / c })
 }
 
-/// Per host present on both sides: speedup and combined relative spread;
-/// merged across hosts by their median.
+/// Per host of the candidate: speedup and combined relative spread against
+/// that host's own baseline samples, or, on a host that has none (its
+/// slots never drew a baseline trial), against the class's baseline
+/// samples pooled: the hosts of a class are alike by definition, and
+/// pairing by host only removes their small offsets where it can. Merged
+/// across hosts by their median.
 fn compare(
     base: &BTreeMap<String, Vec<f64>>,
     cand: &BTreeMap<String, Vec<f64>>,
     higher: bool,
 ) -> Option<Comparison> {
+    let pooled: Vec<f64> = base.values().flatten().copied().collect();
+    let pooled = Summary::of(&pooled);
     let mut ratios = Vec::new();
     let mut spreads = Vec::new();
     for (host, cs) in cand {
-        let (Some(bs), Some(c)) = (base.get(host).and_then(|b| Summary::of(b)), Summary::of(cs))
-        else {
+        let own = base.get(host).and_then(|b| Summary::of(b));
+        let (Some(bs), Some(c)) = (own.or(pooled), Summary::of(cs)) else {
             continue;
         };
         if let Some(r) = speedup_of(c.median, bs.median, higher) {
@@ -1318,6 +1324,7 @@ mod tests {
             command: String::new(),
             stdout_tail: String::new(),
             stderr_head: String::new(),
+            lost_reason: None,
             stderr_tail: String::new(),
         }
     }
@@ -1511,6 +1518,28 @@ mod tests {
         let w = &c.eligible[0];
         assert_eq!(w.hosts, 3);
         assert!((w.speedup.unwrap_or(0.0) - 1.1).abs() < 1e-9);
+    }
+
+    #[test]
+    fn a_candidate_on_a_host_without_baseline_samples_compares_with_the_pooled_baseline() {
+        // The baseline's repeats all ran on h1, the candidate's on h2 (two
+        // slots of a class drew them so): it is still compared.
+        let mut attempts = Vec::new();
+        for r in 0..3 {
+            let mut b = attempt(0, "baseline", r, &[100.0], "d", false);
+            b.host = "h1".into();
+            let mut c = attempt(1, "a=2", r, &[140.0], "d", false);
+            c.host = "h2".into();
+            attempts.push(b);
+            attempts.push(c);
+        }
+        let c = cell(attempts);
+        let w = &c.eligible[0];
+        assert!(
+            (w.speedup.unwrap_or(0.0) - 1.4).abs() < 1e-9,
+            "{:?}",
+            w.speedup
+        );
     }
 
     #[test]

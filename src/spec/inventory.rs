@@ -92,6 +92,9 @@ pub struct SlurmHost {
     #[serde(serialize_with = "ser_secs")]
     pub poll_interval: Duration,
     pub shared_dir: Option<String>,
+    /// A batch-script template replacing templates/slurm-array.sh; a
+    /// relative path is taken from the inventory's directory.
+    pub batch_template: Option<String>,
 }
 
 fn ser_secs<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
@@ -106,6 +109,17 @@ fn ser_opt_secs<S: serde::Serializer>(d: &Option<Duration>, s: S) -> Result<S::O
 }
 
 pub const DEFAULT_DEVICE_ENV: &str = "CUDA_VISIBLE_DEVICES";
+
+impl Host {
+    /// Trials this host runs (or keeps queued) at once: `slots`, or a Slurm
+    /// entry's `max_jobs_in_flight`.
+    pub fn concurrency(&self) -> u32 {
+        match &self.transport {
+            Transport::Slurm(s) => s.max_jobs_in_flight,
+            _ => self.slots,
+        }
+    }
+}
 
 impl Inventory {
     /// The inventory used without `--inventory`: this machine, one slot.
@@ -235,6 +249,7 @@ const SSH_KEYS: &[&str] = &[
 ];
 const SLURM_KEYS: &[&str] = &[
     "login",
+    "batch_template",
     "partition",
     "account",
     "qos",
@@ -439,6 +454,7 @@ fn parse_slurm(w: &mut Walker, map: &MarkedMappingNode, field: &str) -> Option<S
     let constraint = opt_string(w, map, field, "constraint");
     let time_limit = opt_string(w, map, field, "time_limit");
     let shared_dir = opt_string(w, map, field, "shared_dir");
+    let batch_template = opt_string(w, map, field, "batch_template");
     let sbatch_args = match map.get_node("sbatch_args") {
         Some(n) => w.string_list(n, &join(field, "sbatch_args")),
         None => Some(Vec::new()),
@@ -470,5 +486,6 @@ fn parse_slurm(w: &mut Walker, map: &MarkedMappingNode, field: &str) -> Option<S
         array_throttle: array_throttle?,
         poll_interval: poll_interval?,
         shared_dir: shared_dir?,
+        batch_template: batch_template?,
     })
 }

@@ -1,0 +1,194 @@
+#!/usr/bin/env bash
+# The remote job strings are shell code run by the hosts' shells, on purpose:
+# shellcheck disable=SC2016
+# Dispatch over SSH: N no-op trials over H loopback sshd hosts x S slots,
+# tunectl vs GNU parallel (--sshloginfile) without and with ControlMaster,
+# all in the same run, on the same hosts.
+#
+#   benches/ssh_dispatch.sh                          # 400 trials, 4 hosts x 4 slots, 3 rounds
+#   TRIALS=400 HOSTS=4 SLOTS=4 ROUNDS=5 benches/ssh_dispatch.sh
+#   TUNECTL=/path/to/tunectl benches/ssh_dispatch.sh # skip the build
+#
+# The hosts: one /usr/sbin/sshd per loopback address (127.0.0.2, .3, ...),
+# each with its own ed25519 host key made here, one client key, a known_hosts
+# file, HOME set per host by the sshd config (so no shell start-up files run),
+# MaxSessions 100. Needs openssh-server (installed with apt when missing and
+# run as root) and GNU parallel (likewise).
+#
+# Every trial is the same no-op that honours the trial contract: it writes
+# {"metrics":{"t":1}} to "$TUNECTL_RESULT".
+#
+# - tunectl: `tunectl launch` of a study with one int knob of TRIALS values
+#   (grid, warmup 0, repeats 1, no anchors, no confirmation: exactly TRIALS
+#   trials), on an inventory of the H hosts with `slots: S`; fresh ledger each
+#   round (on $TMPDIR). Per attempt: a lease and an attempt record in the
+#   ledger, one ssh session running the wrapper (fresh directory, the command
+#   in its own process group, result and streams back, directory removed).
+# - parallel: `parallel -j S --sshloginfile F` with one line per host, each
+#   job running on the host: mkdir a fresh directory, cd, run the command with
+#   sh -c and TUNECTL_RESULT set, cat the result, remove the directory. Every
+#   job is a new ssh connection (key exchange, authentication).
+# - parallel-cm: the same, with the ssh command of each sshlogin using
+#   ControlMaster=auto, ControlPersist and a ControlPath: jobs reuse one
+#   master connection per host (the first job of each host opens it).
+#
+# Wall time includes connecting (tunectl's master connections and probes;
+# parallel's first connections). Rounds are interleaved (tunectl, parallel,
+# parallel-cm, tunectl, ...); the table shows the median and the minimum.
+set -euo pipefail
+
+TRIALS=${TRIALS:-400}
+HOSTS=${HOSTS:-4}
+SLOTS=${SLOTS:-4}
+ROUNDS=${ROUNDS:-3}
+here=$(cd "$(dirname "$0")/.." && pwd)
+
+if [[ -z "${TUNECTL:-}" ]]; then
+    (cd "$here" && cargo build --release --bin tunectl --quiet)
+    TUNECTL="${CARGO_TARGET_DIR:-$here/target}/release/tunectl"
+fi
+[[ -x "$TUNECTL" ]] || { echo "no tunectl binary at $TUNECTL" >&2; exit 1; }
+
+need() { # need COMMAND PACKAGE
+    command -v "$1" >/dev/null 2>&1 && return 0
+    if [[ $(id -u) == 0 ]] && command -v apt-get >/dev/null 2>&1; then
+        echo "installing $2 (apt-get)" >&2
+        apt-get install -y -qq "$2" >/dev/null 2>&1 ||
+            { apt-get update -qq >/dev/null 2>&1 && apt-get install -y -qq "$2" >/dev/null 2>&1; }
+    fi
+    command -v "$1" >/dev/null 2>&1 || { echo "$1 ($2) is required" >&2; exit 1; }
+}
+need parallel parallel
+[[ -x /usr/sbin/sshd ]] || need sshd openssh-server
+need ssh openssh-client
+
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/tsd.XXXXXX")
+pids=()
+cleanup() {
+    for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+    for s in "$tmp"/cm/*; do [[ -S $s ]] && ssh -o ControlPath="$s" -O exit x 2>/dev/null; done
+    rm -rf "$tmp"
+}
+trap cleanup EXIT
+mkdir -p /run/sshd "$tmp/cm"
+chmod 700 "$tmp/cm"
+
+ssh-keygen -q -t ed25519 -N '' -C tunectl-bench-client -f "$tmp/id"
+: >"$tmp/known_hosts"
+: >"$tmp/logins"
+: >"$tmp/logins-cm"
+: >"$tmp/ssh_config"
+user=$(id -un)
+inv="hosts:"
+for i in $(seq 1 "$HOSTS"); do
+    addr="127.0.0.$((i + 1))"
+    h="$tmp/h$i"
+    mkdir -p "$h/home"
+    ssh-keygen -q -t ed25519 -N '' -C "tunectl-bench-host$i" -f "$h/key"
+    port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("'"$addr"'", 0)); print(s.getsockname()[1])')
+    cat >"$h/sshd_config" <<EOF
+ListenAddress $addr
+HostKey $h/key
+PidFile none
+AuthorizedKeysFile $tmp/id.pub
+PermitRootLogin prohibit-password
+PasswordAuthentication no
+KbdInteractiveAuthentication no
+UsePAM no
+StrictModes no
+MaxSessions 100
+MaxStartups 100
+SetEnv PATH=/usr/local/bin:/usr/bin:/bin HOME=$h/home
+EOF
+    /usr/sbin/sshd -D -e -f "$h/sshd_config" -p "$port" 2>"$h/log" &
+    pids+=($!)
+    for _ in $(seq 100); do
+        (exec 3<>"/dev/tcp/$addr/$port") 2>/dev/null && break
+        sleep 0.05
+    done
+    echo "[$addr]:$port $(cut -d' ' -f1,2 "$h/key.pub")" >>"$tmp/known_hosts"
+    cat >>"$tmp/ssh_config" <<EOF
+Host h$i
+  HostName $addr
+  Port $port
+  User $user
+  IdentityFile $tmp/id
+  IdentitiesOnly yes
+  UserKnownHostsFile $tmp/known_hosts
+  StrictHostKeyChecking yes
+  BatchMode yes
+EOF
+    echo "$SLOTS/ssh -F $tmp/ssh_config h$i" >>"$tmp/logins"
+    echo "$SLOTS/ssh -F $tmp/ssh_config -o ControlMaster=auto -o ControlPersist=120 -o ControlPath=$tmp/cm/%C h$i" >>"$tmp/logins-cm"
+    inv="$inv
+  - name: h$i
+    transport: ssh
+    host: $addr
+    port: $port
+    user: $user
+    identity_file: $tmp/id
+    known_hosts_file: $tmp/known_hosts
+    slots: $SLOTS
+    max_sessions: $((SLOTS + 2))"
+done
+printf '%s\n' "$inv" >"$tmp/inventory.yaml"
+
+CMD='printf '"'"'{"metrics":{"t":1}}'"'"' > "$TUNECTL_RESULT"'
+cat >"$tmp/study.yaml" <<EOF
+name: ssh-dispatch-bench
+knobs:
+  i: {kind: int, min: 0, max: $((TRIALS - 1)), default: 0}
+trial:
+  command: '$(printf '%s' "$CMD" | sed "s/'/''/g")'
+objective: {metric: t, better: lower}
+measurement: {warmup: 0, repeats: 1, anchor_every: 0, confirm_repeats: 0}
+EOF
+
+# One parallel job, on the host: what tunectl's wrapper does, minus ledger.
+JOB='d=$HOME/pjobs/{#}; mkdir -p "$d" && cd "$d" && TUNECTL_RESULT="$d/r.json" sh -c '"'"'printf "{\"metrics\":{\"t\":1}}" > "$TUNECTL_RESULT"'"'"' && cat r.json && cd / && rm -rf "$d"'
+
+now() { date +%s%N; }
+declare -A times
+run_tunectl() {
+    local r=$1 t0 t1
+    t0=$(now)
+    "$TUNECTL" launch "$tmp/study.yaml" --inventory "$tmp/inventory.yaml" \
+        --ledger "$tmp/ledger-$r" --progress quiet >"$tmp/tunectl-$r.out" 2>&1 ||
+        { cat "$tmp/tunectl-$r.out" >&2; exit 1; }
+    t1=$(now)
+    grep -q "^ran $TRIALS trials ($TRIALS ok" "$tmp/tunectl-$r.out" ||
+        { echo "tunectl did not run $TRIALS ok trials:" >&2; cat "$tmp/tunectl-$r.out" >&2; exit 1; }
+    times[tunectl]+="$(( (t1 - t0) / 1000000 )) "
+}
+run_parallel() { # name loginfile
+    local name=$1 logins=$2 t0 t1 n
+    t0=$(now)
+    parallel --sshloginfile "$logins" --halt now,fail=1 "$JOB" ::: $(seq "$TRIALS") >"$tmp/$name.out"
+    t1=$(now)
+    n=$(grep -o metrics "$tmp/$name.out" | wc -l)
+    [[ $n == "$TRIALS" ]] || { echo "$name: $n results, expected $TRIALS" >&2; exit 1; }
+    times[$name]+="$(( (t1 - t0) / 1000000 )) "
+}
+
+echo "hosts up: $HOSTS x $SLOTS slots; $TRIALS trials; $ROUNDS rounds" >&2
+for r in $(seq "$ROUNDS"); do
+    echo "round $r" >&2
+    run_tunectl "$r"
+    run_parallel parallel "$tmp/logins"
+    # Masters opened by the previous round are closed: each round starts cold.
+    for s in "$tmp"/cm/*; do [[ -S $s ]] && ssh -o ControlPath="$s" -O exit x 2>/dev/null; done
+    run_parallel parallel-cm "$tmp/logins-cm"
+    for s in "$tmp"/cm/*; do [[ -S $s ]] && ssh -o ControlPath="$s" -O exit x 2>/dev/null; done
+done
+
+stats() { # "ms ms ms" -> "median min"
+    tr ' ' '\n' <<<"$1" | grep . | sort -n | awk '{a[NR]=$1} END {m=(NR%2)?a[(NR+1)/2]:(a[NR/2]+a[NR/2+1])/2; print m, a[1]}'
+}
+read -r cm_med _ < <(stats "${times[parallel-cm]}")
+printf '| runner | wall median (s) | wall min (s) | per trial (ms of slot time) | vs parallel-cm (median) | rounds (ms) |\n'
+printf '|---|---|---|---|---|---|\n'
+for name in tunectl parallel parallel-cm; do
+    read -r med min < <(stats "${times[$name]}")
+    awk -v n="$name" -v med="$med" -v min="$min" -v cm="$cm_med" -v t="$TRIALS" -v s=$((HOSTS * SLOTS)) -v all="${times[$name]}" \
+        'BEGIN { printf "| %s | %.2f | %.2f | %.1f | %.2fx | %s|\n", n, med/1000, min/1000, med*s/t, med/cm, all }'
+done

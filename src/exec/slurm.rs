@@ -1,0 +1,1195 @@
+//! Slurm partitions: trials run as tasks of job arrays.
+//!
+//! A `SlurmTransport` is one inventory entry (a partition, pinned to a host
+//! class by its `constraint`/`gres` where the partition is mixed). The
+//! scheduler's workers call [`Transport::run_attempt`] as for any host;
+//! here an attempt joins a queue, and a submitter turns what is queued into
+//! one job array (one `sbatch`) at a time: task *i* runs the same POSIX
+//! attempt wrapper as an ssh host (src/exec/ssh.rs), with the probe first
+//! and the timeout kept by the wrapper, and writes its report to
+//! `t<i>.frames` in the batch directory. A poller asks Slurm about every
+//! job of the study in one `squeue` call per interval, reads the reports of
+//! the tasks that ended, and answers the waiting attempts.
+//!
+//! The batch directory (`<shared_dir>/<study>/batches/<batch id>/`) holds
+//! the array's script, one script and one report per task and a manifest
+//! (task → trial key and attempt). Jobs are named `tunectl-<study>` and
+//! commented with the study and batch, so a launcher started after another
+//! one died finds them again ([`Transport::prepare`]) and adopts them:
+//! finished tasks are recorded from their reports, running ones awaited,
+//! none submitted again.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use tokio::sync::{Notify, oneshot};
+use tokio_util::sync::CancellationToken;
+
+use super::local::RunOutput;
+use super::ssh::{self, Collected, Frame, SshTransport, WrapperOptions};
+use super::{AttemptOutcome, AttemptSpec, Transport};
+use crate::fingerprint::{self, Fingerprint};
+use crate::ledger::records::ExitInfo;
+use crate::spec::inventory::SlurmHost;
+use crate::spec::template::shell_quote;
+
+/// The default batch script (templates/slurm-array.sh).
+pub const DEFAULT_TEMPLATE: &str = include_str!("../../templates/slurm-array.sh");
+
+/// Most tasks in one array.
+const MAX_ARRAY: usize = 1000;
+
+/// How long the submitter waits for more attempts before submitting what
+/// is queued (it submits at once when a full array is queued).
+const GATHER_QUIET: Duration = Duration::from_millis(300);
+const GATHER_MAX: Duration = Duration::from_secs(2);
+
+/// How long a probe job may wait in the queue and run.
+const PROBE_WAIT: Duration = Duration::from_secs(600);
+
+/// Limit of one client command (`sbatch`, `squeue`, `scancel`, file I/O).
+const COMMAND_LIMIT: Duration = Duration::from_secs(120);
+
+/// A task absent from `squeue` this long after submission has vanished.
+const VANISH_GRACE: Duration = Duration::from_secs(30);
+
+/// Where client commands run and files are read and written.
+pub enum Login {
+    Local,
+    Ssh(Arc<SshTransport>),
+}
+
+impl Login {
+    /// Run a POSIX `sh` script; stdout, or an error with stderr.
+    async fn sh(&self, body: &str) -> Result<Vec<u8>, String> {
+        match self {
+            Login::Ssh(t) => t.run_remote(body, COMMAND_LIMIT).await,
+            Login::Local => {
+                let mut cmd = tokio::process::Command::new("/bin/sh");
+                cmd.arg("-c")
+                    .arg(body)
+                    .stdin(std::process::Stdio::null())
+                    .kill_on_drop(true);
+                let out = tokio::time::timeout(COMMAND_LIMIT, cmd.output())
+                    .await
+                    .map_err(|_| format!("no answer within {} s", COMMAND_LIMIT.as_secs()))?
+                    .map_err(|e| format!("cannot run /bin/sh: {e}"))?;
+                if !out.status.success() {
+                    return Err(format!(
+                        "{} ({})",
+                        String::from_utf8_lossy(&out.stderr).trim(),
+                        out.status
+                    ));
+                }
+                Ok(out.stdout)
+            }
+        }
+    }
+
+    /// Create files (and their directories).
+    async fn write_files(&self, files: &[(String, String)]) -> Result<(), String> {
+        match self {
+            Login::Local => {
+                for (path, text) in files {
+                    if let Some(dir) = std::path::Path::new(path).parent() {
+                        tokio::fs::create_dir_all(dir)
+                            .await
+                            .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+                    }
+                    tokio::fs::write(path, text)
+                        .await
+                        .map_err(|e| format!("cannot write {path}: {e}"))?;
+                }
+                Ok(())
+            }
+            Login::Ssh(_) => {
+                let mut body = String::new();
+                for (path, text) in files {
+                    body.push_str(&format!(
+                        "mkdir -p \"$(dirname {p})\" && printf '%s' {t} >{p} || exit 1\n",
+                        p = shell_quote(path),
+                        t = shell_quote(text)
+                    ));
+                }
+                self.sh(&body).await.map(|_| ())
+            }
+        }
+    }
+
+    /// Read files; missing ones are left out.
+    async fn read_files(&self, paths: &[String]) -> Result<HashMap<String, Vec<u8>>, String> {
+        let mut out = HashMap::new();
+        match self {
+            Login::Local => {
+                for p in paths {
+                    if let Ok(b) = tokio::fs::read(p).await {
+                        out.insert(p.clone(), b);
+                    }
+                }
+            }
+            Login::Ssh(_) => {
+                if paths.is_empty() {
+                    return Ok(out);
+                }
+                let mut body = String::from(
+                    "tc_f() { if [ -f \"$2\" ]; then n=$(wc -c <\"$2\" | tr -d ' '); printf '@@tunectl file %s %s\\n' \"$1\" \"$n\"; head -c \"$n\" <\"$2\"; printf '\\n'; else printf '@@tunectl missing %s\\n' \"$1\"; fi; }\n",
+                );
+                for (i, p) in paths.iter().enumerate() {
+                    body.push_str(&format!("tc_f {i} {}\n", shell_quote(p)));
+                }
+                body.push_str("printf '@@tunectl end\\n'\n");
+                let bytes = self.sh(&body).await?;
+                for frame in parse_frames(&bytes).await? {
+                    if let Frame::File { tag, bytes } = frame
+                        && let Some(p) = tag.parse::<usize>().ok().and_then(|i| paths.get(i))
+                    {
+                        out.insert(p.clone(), bytes);
+                    }
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// `$HOME` where the files live.
+    async fn home(&self) -> Result<String, String> {
+        let out = self.sh("printf '%s\\n' \"$HOME\"").await?;
+        let home = String::from_utf8_lossy(&out).trim().to_string();
+        if !home.starts_with('/') {
+            return Err(format!("cannot find the home directory (got `{home}`)"));
+        }
+        Ok(home)
+    }
+}
+
+/// Frames of a complete report (bytes already read).
+async fn parse_frames(bytes: &[u8]) -> Result<Vec<Frame>, String> {
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    ssh::read_frames(bytes, tx).await;
+    let mut out = Vec::new();
+    while let Some(f) = rx.recv().await {
+        out.push(f?);
+    }
+    Ok(out)
+}
+
+/// An attempt waiting for submission.
+struct Pending {
+    spec: AttemptSpec,
+    tx: oneshot::Sender<AttemptOutcome>,
+}
+
+/// A submitted task.
+struct Task {
+    spec: AttemptSpec,
+    /// The attempt waiting for it; `None` for an adopted task not yet
+    /// claimed.
+    tx: Option<oneshot::Sender<AttemptOutcome>>,
+    frames: String,
+    submitted: Instant,
+    state: String,
+    node: String,
+    /// This launcher asked Slurm to cancel it.
+    cancelling: bool,
+}
+
+/// What the manifest says of one task.
+#[derive(serde::Serialize, serde::Deserialize, Clone)]
+struct ManifestTask {
+    task: usize,
+    trial_key: String,
+    attempt_id: String,
+    trial_dir: String,
+    outputs: Vec<String>,
+    tolerance_files: Vec<String>,
+}
+
+#[derive(serde::Serialize, serde::Deserialize)]
+struct Manifest {
+    study: String,
+    job_id: Option<String>,
+    tasks: Vec<ManifestTask>,
+}
+
+struct Inner {
+    name: String,
+    cfg: SlurmHost,
+    login: Login,
+    keep_workdirs: bool,
+    template: String,
+    root: RwLock<Option<String>>,
+    study: RwLock<Option<String>>,
+    tools: Mutex<BTreeMap<String, String>>,
+    expected: Mutex<Option<Fingerprint>>,
+    queue: Mutex<Vec<Pending>>,
+    /// `jobid_taskid` → task.
+    inflight: Mutex<HashMap<String, Task>>,
+    /// Trial key → `jobid_taskid` of an adopted task.
+    adopted: Mutex<HashMap<String, String>>,
+    /// Tasks to cancel at the next poll.
+    to_cancel: Mutex<HashSet<String>>,
+    wake_submitter: Notify,
+    wake_poller: Notify,
+    stop: CancellationToken,
+    started: std::sync::Once,
+    sbatch_calls: AtomicU64,
+    poll_calls: AtomicU64,
+    batches: AtomicU64,
+    /// Outcomes of adopted tasks that ended before a worker asked for them.
+    finished: Mutex<HashMap<String, AttemptOutcome>>,
+    /// Attempt ids of adopted tasks, by `jobid_taskid`.
+    adopted_ids: Mutex<HashMap<String, String>>,
+}
+
+/// A Slurm partition (an inventory entry) as a transport.
+pub struct SlurmTransport {
+    inner: Arc<Inner>,
+}
+
+impl SlurmTransport {
+    pub fn new(
+        name: &str,
+        cfg: SlurmHost,
+        login: Login,
+        template: Option<String>,
+        keep_workdirs: bool,
+    ) -> Self {
+        SlurmTransport {
+            inner: Arc::new(Inner {
+                name: name.to_string(),
+                cfg,
+                login,
+                keep_workdirs,
+                template: template.unwrap_or_else(|| DEFAULT_TEMPLATE.to_string()),
+                root: RwLock::new(None),
+                study: RwLock::new(None),
+                tools: Mutex::new(BTreeMap::new()),
+                expected: Mutex::new(None),
+                queue: Mutex::new(Vec::new()),
+                inflight: Mutex::new(HashMap::new()),
+                adopted: Mutex::new(HashMap::new()),
+                to_cancel: Mutex::new(HashSet::new()),
+                wake_submitter: Notify::new(),
+                wake_poller: Notify::new(),
+                stop: CancellationToken::new(),
+                started: std::sync::Once::new(),
+                sbatch_calls: AtomicU64::new(0),
+                poll_calls: AtomicU64::new(0),
+                batches: AtomicU64::new(0),
+                finished: Mutex::new(HashMap::new()),
+                adopted_ids: Mutex::new(HashMap::new()),
+            }),
+        }
+    }
+
+    /// `sbatch` and poll calls made so far (for the benchmark).
+    pub fn calls(&self) -> (u64, u64) {
+        (
+            self.inner.sbatch_calls.load(Ordering::Relaxed),
+            self.inner.poll_calls.load(Ordering::Relaxed),
+        )
+    }
+}
+
+impl Inner {
+    /// The study being launched (`probe` before one is set: a bare
+    /// `tunectl fingerprint`).
+    fn study_id(&self) -> String {
+        self.study
+            .read()
+            .ok()
+            .and_then(|s| s.clone())
+            .unwrap_or_else(|| "probe".to_string())
+    }
+
+    fn job_name(&self) -> String {
+        format!("tunectl-{}", self.study_id())
+    }
+
+    async fn root(&self) -> Result<String, String> {
+        if let Some(r) = self.root.read().ok().and_then(|r| r.clone()) {
+            return Ok(r);
+        }
+        let root = match &self.cfg.shared_dir {
+            Some(d) if d.starts_with('/') => d.trim_end_matches('/').to_string(),
+            Some(d) => format!(
+                "{}/{}",
+                self.login.home().await?,
+                d.trim_start_matches("~/")
+            ),
+            None => format!("{}/.cache/tunectl/slurm", self.login.home().await?),
+        };
+        if let Ok(mut r) = self.root.write() {
+            *r = Some(root.clone());
+        }
+        Ok(root)
+    }
+
+    /// The `--time` of a batch: the inventory's, or every run at its
+    /// timeout plus five minutes for the probe and the wrapper, in minutes.
+    fn time_limit(&self, specs: &[&AttemptSpec]) -> String {
+        if let Some(t) = &self.cfg.time_limit {
+            return t.clone();
+        }
+        let secs = specs
+            .iter()
+            .map(|s| s.timeout.as_secs() * (u64::from(s.warmup) + 1))
+            .max()
+            .unwrap_or(60)
+            + 300;
+        secs.div_ceil(60).to_string()
+    }
+
+    fn render_batch(
+        &self,
+        batch_dir: &str,
+        tasks: usize,
+        time_limit: &str,
+        batch_id: &str,
+    ) -> Result<String, String> {
+        let mut env = minijinja::Environment::new();
+        env.set_undefined_behavior(minijinja::UndefinedBehavior::Strict);
+        env.add_template("batch", &self.template)
+            .map_err(|e| format!("the batch template does not parse: {e}"))?;
+        let array = match self.cfg.array_throttle {
+            Some(n) => format!("0-{}%{n}", tasks - 1),
+            None => format!("0-{}", tasks - 1),
+        };
+        let study = self.study_id();
+        let ctx = minijinja::context! {
+            job_name => self.job_name(),
+            comment => format!("tunectl:study={study}:batch={batch_id}"),
+            array => array,
+            batch_dir => batch_dir,
+            batch_dir_sh => shell_quote(batch_dir),
+            time_limit => time_limit,
+            partition => self.cfg.partition.clone(),
+            account => self.cfg.account.clone(),
+            qos => self.cfg.qos.clone(),
+            gres => self.cfg.gres.clone(),
+            constraint => self.cfg.constraint.clone(),
+            sbatch_args => self.cfg.sbatch_args.clone(),
+        };
+        env.get_template("batch")
+            .and_then(|t| t.render(ctx))
+            .map_err(|e| format!("cannot render the batch template: {e}"))
+    }
+
+    /// Submit one array of `specs`; returns the job id.
+    async fn submit(
+        &self,
+        specs: &[&AttemptSpec],
+        probe_only: bool,
+    ) -> Result<(String, String), String> {
+        let root = self.root().await?;
+        let study = self.study_id();
+        let batch_id = format!(
+            "{}-{}",
+            chrono::Utc::now().format("%Y%m%dT%H%M%S%.6fZ"),
+            self.batches.fetch_add(1, Ordering::Relaxed)
+        );
+        let batch_dir = format!("{root}/{study}/batches/{batch_id}");
+        let tools = self.tools.lock().map(|t| t.clone()).unwrap_or_default();
+        let probe = fingerprint::probe_script(&tools).map_err(|e| e.to_string())?;
+        let mut files = Vec::new();
+        let count = if probe_only { 1 } else { specs.len() };
+        if probe_only {
+            let body = format!(
+                "d={d}/probe-work; mkdir -p \"$d\" && cd \"$d\" || exit 1\n( {probe}\n) >.tunectl-probe 2>/dev/null </dev/null\nn=$(wc -c <.tunectl-probe | tr -d ' ')\nprintf '@@tunectl file probe %s\\n' \"$n\"\ncat .tunectl-probe\nprintf '\\n@@tunectl end\\n'\ncd / && rm -rf \"$d\"",
+                d = shell_quote(&batch_dir)
+            );
+            files.push((format!("{batch_dir}/t0.sh"), ssh::wrap(&body)));
+        } else {
+            let opts = WrapperOptions {
+                keep_workdirs: self.keep_workdirs,
+                self_timeout: true,
+                probe: Some(probe),
+                remote_clock: true,
+            };
+            let mut manifest = Manifest {
+                study: study.clone(),
+                job_id: None,
+                tasks: Vec::new(),
+            };
+            for (i, spec) in specs.iter().enumerate() {
+                let script = ssh::attempt_script(spec, &opts)?;
+                files.push((format!("{batch_dir}/t{i}.sh"), ssh::wrap(&script)));
+                manifest.tasks.push(ManifestTask {
+                    task: i,
+                    trial_key: spec.trial_key.clone(),
+                    attempt_id: spec.attempt_id.clone(),
+                    trial_dir: spec.trial_dir.clone(),
+                    outputs: spec.outputs.clone(),
+                    tolerance_files: spec.tolerance_files.clone(),
+                });
+            }
+            files.push((
+                format!("{batch_dir}/manifest.json"),
+                serde_json::to_string_pretty(&manifest).map_err(|e| e.to_string())?,
+            ));
+        }
+        let time_limit = if probe_only {
+            "10".to_string()
+        } else {
+            self.time_limit(specs)
+        };
+        let script = self.render_batch(&batch_dir, count, &time_limit, &batch_id)?;
+        files.push((format!("{batch_dir}/batch.sh"), script));
+        self.login.write_files(&files).await?;
+        self.sbatch_calls.fetch_add(1, Ordering::Relaxed);
+        let out = self
+            .login
+            .sh(&format!(
+                "sbatch --parsable {}",
+                shell_quote(&format!("{batch_dir}/batch.sh"))
+            ))
+            .await
+            .map_err(|e| format!("sbatch failed: {e}"))?;
+        let text = String::from_utf8_lossy(&out);
+        let job = text
+            .trim()
+            .split(';')
+            .next()
+            .unwrap_or_default()
+            .to_string();
+        if job.is_empty() || !job.bytes().all(|b| b.is_ascii_digit()) {
+            return Err(format!("sbatch answered `{}`, not a job id", text.trim()));
+        }
+        Ok((job, batch_dir))
+    }
+
+    /// One `squeue` for every job of the study: `jobid_taskid` → (state,
+    /// node, comment).
+    async fn query(&self) -> Result<HashMap<String, (String, String, String)>, String> {
+        self.poll_calls.fetch_add(1, Ordering::Relaxed);
+        let out = self
+            .login
+            .sh(&format!(
+                "squeue -h -r -t all --name={} -o '%i|%T|%N|%k'",
+                shell_quote(&self.job_name())
+            ))
+            .await
+            .map_err(|e| format!("squeue failed: {e}"))?;
+        let mut map = HashMap::new();
+        for line in String::from_utf8_lossy(&out).lines() {
+            let mut parts = line.splitn(4, '|');
+            let (Some(id), Some(state)) = (parts.next(), parts.next()) else {
+                continue;
+            };
+            let node = parts.next().unwrap_or_default().to_string();
+            let comment = parts.next().unwrap_or_default().to_string();
+            map.insert(
+                id.trim().to_string(),
+                (state.trim().to_string(), node, comment),
+            );
+        }
+        Ok(map)
+    }
+
+    /// Cancel the tasks asked for (one `scancel`).
+    async fn cancel_requested(&self) {
+        let ids: Vec<String> = self
+            .to_cancel
+            .lock()
+            .map(|mut s| s.drain().collect())
+            .unwrap_or_default();
+        if ids.is_empty() {
+            return;
+        }
+        let args: Vec<String> = ids.iter().map(|i| shell_quote(i)).collect();
+        if let Err(e) = self.login.sh(&format!("scancel {}", args.join(" "))).await {
+            tracing::warn!("scancel failed: {e}");
+        }
+    }
+
+    /// Answer the waiting attempts of tasks that ended.
+    async fn poll_once(&self) -> Result<(), String> {
+        self.cancel_requested().await;
+        if self.inflight.lock().map(|m| m.is_empty()).unwrap_or(true) {
+            return Ok(());
+        }
+        let states = self.query().await?;
+        let mut ended: Vec<(String, String)> = Vec::new();
+        if let Ok(mut inflight) = self.inflight.lock() {
+            for (id, task) in inflight.iter_mut() {
+                match states.get(id) {
+                    Some((state, node, _)) => {
+                        task.state = state.clone();
+                        if !node.is_empty() {
+                            task.node = node.clone();
+                        }
+                        if is_final(state) {
+                            ended.push((id.clone(), task.frames.clone()));
+                        }
+                    }
+                    None if task.submitted.elapsed() > VANISH_GRACE => {
+                        task.state = "VANISHED".to_string();
+                        ended.push((id.clone(), task.frames.clone()));
+                    }
+                    None => {}
+                }
+            }
+        }
+        if ended.is_empty() {
+            return Ok(());
+        }
+        let paths: Vec<String> = ended.iter().map(|(_, f)| f.clone()).collect();
+        let reports = self.login.read_files(&paths).await?;
+        let expected = self.expected.lock().ok().and_then(|e| e.clone());
+        for (id, frames_path) in ended {
+            let Some(task) = self.inflight.lock().ok().and_then(|mut m| m.remove(&id)) else {
+                continue;
+            };
+            let bytes = reports.get(&frames_path).cloned().unwrap_or_default();
+            let outcome = judge_task(&task, &bytes, expected.as_ref()).await;
+            match task.tx {
+                Some(tx) => {
+                    let _ = tx.send(outcome);
+                }
+                None => {
+                    // Adopted and not claimed yet: keep the outcome for the
+                    // worker that will ask for this trial.
+                    if let Ok(mut m) = self.inflight.lock() {
+                        m.insert(
+                            id.clone(),
+                            Task {
+                                state: "DONE".to_string(),
+                                tx: None,
+                                ..task
+                            },
+                        );
+                    }
+                    if let Ok(mut d) = self.finished.lock() {
+                        d.insert(id, outcome);
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Slurm states after which a task runs no more.
+fn is_final(state: &str) -> bool {
+    matches!(
+        state,
+        "COMPLETED"
+            | "FAILED"
+            | "TIMEOUT"
+            | "OUT_OF_MEMORY"
+            | "CANCELLED"
+            | "NODE_FAIL"
+            | "PREEMPTED"
+            | "BOOT_FAIL"
+            | "DEADLINE"
+            | "REVOKED"
+            | "SPECIAL_EXIT"
+    )
+}
+
+/// How a task that did not report its end is taken.
+#[derive(Debug, PartialEq)]
+enum Unreported {
+    /// A failure of the trial, of this class of Slurm state.
+    Failed { timed_out: bool, detail: String },
+    /// Lost through no fault of the trial (node failure, preemption...).
+    Lost(String),
+}
+
+fn unreported(state: &str, node: &str, cancelling: bool) -> Unreported {
+    let on = if node.is_empty() {
+        String::new()
+    } else {
+        format!(" on node {node}")
+    };
+    match state {
+        "TIMEOUT" | "DEADLINE" => Unreported::Failed {
+            timed_out: true,
+            detail: format!("slurm: the job reached its time limit{on} (TIMEOUT)"),
+        },
+        "OUT_OF_MEMORY" => Unreported::Failed {
+            timed_out: false,
+            detail: format!(
+                "slurmstepd: error: Detected 1 oom_kill event{on}: the job ran out of memory (OUT_OF_MEMORY)"
+            ),
+        },
+        "FAILED" => Unreported::Failed {
+            timed_out: false,
+            detail: format!("slurm: the task failed{on} before its wrapper reported (FAILED)"),
+        },
+        "CANCELLED" if cancelling => Unreported::Lost("stopped by the launcher".to_string()),
+        "CANCELLED" => {
+            Unreported::Lost(format!("slurm: the task was cancelled outside tunectl{on}"))
+        }
+        "VANISHED" => {
+            Unreported::Lost("slurm: the task vanished from the queue without a report".to_string())
+        }
+        other => Unreported::Lost(format!("slurm: {other}{on}")),
+    }
+}
+
+/// The outcome of a task that ended, from its report and its Slurm state.
+async fn judge_task(task: &Task, report: &[u8], expected: Option<&Fingerprint>) -> AttemptOutcome {
+    let mut outcome = AttemptOutcome {
+        trial_dir: Some(task.spec.trial_dir.clone()),
+        ..Default::default()
+    };
+    let mut got = Collected::default();
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    ssh::read_frames(report, tx).await;
+    let mut garbled = None;
+    while let Some(f) = rx.recv().await {
+        match f {
+            Ok(f) => got.absorb(f),
+            Err(e) => garbled = Some(e),
+        }
+    }
+    let node = if task.node.is_empty() {
+        String::new()
+    } else {
+        format!(" (node {})", task.node)
+    };
+    // Classed by the node that ran it: a task on a node of another class
+    // than planned counts for nothing here.
+    if let (Some(expected), Some(probe)) = (expected, got.files.get("probe")) {
+        let fp = fingerprint::parse_probe_output(&String::from_utf8_lossy(probe));
+        if fp.host_class() != expected.host_class() {
+            outcome.host_lost = Some(format!(
+                "slurm: ran on a node of another host class{node}: {} (expected {}); pin the class with `constraint` or `gres`",
+                fp.class_label(),
+                expected.class_label()
+            ));
+            return outcome;
+        }
+    }
+    if task.cancelling && !got.ended {
+        outcome.cancelled = true;
+        return outcome;
+    }
+    if !got.ended {
+        let why = unreported(&task.state, &task.node, task.cancelling);
+        match why {
+            Unreported::Lost(reason) => {
+                outcome.host_lost = Some(match garbled {
+                    Some(g) => format!("{reason}; its report: {g}"),
+                    None => reason,
+                });
+            }
+            Unreported::Failed { timed_out, detail } => {
+                let warmups = got.runs.iter().filter(|r| r.1.is_some()).count() as u32;
+                let failed_in_warmup = got
+                    .runs
+                    .last()
+                    .is_some_and(|r| r.0 == crate::trial::Phase::Warmup.as_str());
+                outcome.warmups_run = warmups.saturating_sub(1);
+                outcome.failed_in_warmup = failed_in_warmup;
+                outcome.run = Some(RunOutput {
+                    exit: ExitInfo {
+                        code: None,
+                        signal: Some(9),
+                    },
+                    timed_out,
+                    cancelled: false,
+                    elapsed: Duration::ZERO,
+                    stdout_tail: String::new(),
+                    stderr_tail: detail,
+                    stderr_head: String::new(),
+                });
+            }
+        }
+        return outcome;
+    }
+    if let Some(m) = got.setup.take() {
+        outcome.setup_error = Some(m);
+        return outcome;
+    }
+    let timed_out = got.timed_out;
+    ssh::fill_outcome(&mut outcome, &task.spec, got, timed_out);
+    outcome
+}
+
+/// The submitter: gathers queued attempts into one array at a time.
+async fn submitter(inner: Arc<Inner>) {
+    loop {
+        let notified = inner.wake_submitter.notified();
+        tokio::pin!(notified);
+        notified.as_mut().enable();
+        let queued = inner.queue.lock().map(|q| q.len()).unwrap_or(0);
+        if queued == 0 {
+            tokio::select! {
+                _ = notified => {}
+                _ = inner.stop.cancelled() => return,
+            }
+            continue;
+        }
+        // Gather: until no attempt arrived for a moment, or a full array.
+        let start = Instant::now();
+        let mut last = queued;
+        while start.elapsed() < GATHER_MAX {
+            tokio::select! {
+                _ = tokio::time::sleep(GATHER_QUIET) => {}
+                _ = inner.stop.cancelled() => return,
+            }
+            let now = inner.queue.lock().map(|q| q.len()).unwrap_or(0);
+            if now == last || now >= MAX_ARRAY {
+                break;
+            }
+            last = now;
+        }
+        let batch: Vec<Pending> = inner
+            .queue
+            .lock()
+            .map(|mut q| {
+                let n = q.len().min(MAX_ARRAY);
+                q.drain(..n).collect()
+            })
+            .unwrap_or_default();
+        // Attempts cancelled while queued answer at once.
+        let batch: Vec<Pending> = batch.into_iter().filter(|p| !p.tx.is_closed()).collect();
+        if batch.is_empty() {
+            continue;
+        }
+        let specs: Vec<&AttemptSpec> = batch.iter().map(|p| &p.spec).collect();
+        match inner.submit(&specs, false).await {
+            Ok((job, batch_dir)) => {
+                if let Ok(mut m) = inner.inflight.lock() {
+                    for (i, p) in batch.into_iter().enumerate() {
+                        m.insert(
+                            format!("{job}_{i}"),
+                            Task {
+                                spec: p.spec,
+                                tx: Some(p.tx),
+                                frames: format!("{batch_dir}/t{i}.frames"),
+                                submitted: Instant::now(),
+                                state: "SUBMITTED".to_string(),
+                                node: String::new(),
+                                cancelling: false,
+                            },
+                        );
+                    }
+                }
+                inner.wake_poller.notify_one();
+            }
+            Err(e) => {
+                tracing::warn!("submitting a job array failed: {e}");
+                for p in batch {
+                    let _ = p.tx.send(AttemptOutcome {
+                        setup_error: Some(e.clone()),
+                        ..Default::default()
+                    });
+                }
+            }
+        }
+    }
+}
+
+/// The poller: one query per interval while tasks are in flight.
+async fn poller(inner: Arc<Inner>) {
+    loop {
+        let interval = inner.cfg.poll_interval;
+        tokio::select! {
+            _ = tokio::time::sleep(interval) => {}
+            _ = inner.stop.cancelled() => return,
+        }
+        if let Err(e) = inner.poll_once().await {
+            tracing::warn!("polling slurm failed: {e}");
+        }
+    }
+}
+
+#[async_trait]
+impl Transport for SlurmTransport {
+    fn trial_dir(&self, study: &str, trial_key: &str, attempt_id: &str) -> String {
+        let root = self
+            .inner
+            .root
+            .read()
+            .ok()
+            .and_then(|r| r.clone())
+            .unwrap_or_else(|| "/tmp/tunectl-slurm".to_string());
+        let short_key = &trial_key[..trial_key.len().min(16)];
+        format!("{root}/{study}/work/{short_key}-{attempt_id}")
+    }
+
+    async fn prepare(&self, study_id: &str) -> Result<(), String> {
+        if let Ok(mut s) = self.inner.study.write() {
+            *s = Some(study_id.to_string());
+        }
+        self.adopt().await
+    }
+
+    async fn probe(&self, tools: &BTreeMap<String, String>) -> Result<Fingerprint, String> {
+        let inner = &self.inner;
+        if let Ok(mut t) = inner.tools.lock() {
+            *t = tools.clone();
+        }
+        let (job, batch_dir) = inner.submit(&[], true).await?;
+        let frames = format!("{batch_dir}/t0.frames");
+        let id = format!("{job}_0");
+        let start = Instant::now();
+        // Polled like everything else: one query per interval.
+        let step = inner.cfg.poll_interval;
+        loop {
+            tokio::time::sleep(step).await;
+            let states = inner.query().await?;
+            let state = states.get(&id).map(|s| s.0.clone());
+            if state.as_deref().is_some_and(is_final) || state.is_none() {
+                let reports = inner
+                    .login
+                    .read_files(std::slice::from_ref(&frames))
+                    .await?;
+                let bytes = reports.get(&frames).cloned().unwrap_or_default();
+                let mut got = Collected::default();
+                for f in parse_frames(&bytes).await.unwrap_or_default() {
+                    got.absorb(f);
+                }
+                if let Some(p) = got.files.get("probe") {
+                    let mut fp = fingerprint::parse_probe_output(&String::from_utf8_lossy(p));
+                    for name in tools.keys() {
+                        fp.tools.entry(name.clone()).or_insert(None);
+                    }
+                    if let Ok(mut e) = inner.expected.lock() {
+                        *e = Some(fp.clone());
+                    }
+                    self.start();
+                    return Ok(fp);
+                }
+                if state.is_some() || start.elapsed() > VANISH_GRACE {
+                    return Err(format!(
+                        "the probe job {job} ended ({}) without a fingerprint",
+                        state.unwrap_or_else(|| "vanished".to_string())
+                    ));
+                }
+            }
+            if start.elapsed() > PROBE_WAIT {
+                let _ = inner.login.sh(&format!("scancel {job}")).await;
+                return Err(format!(
+                    "the probe job {job} did not run within {} s (state {})",
+                    PROBE_WAIT.as_secs(),
+                    state.unwrap_or_default()
+                ));
+            }
+        }
+    }
+
+    async fn run_attempt(&self, spec: &AttemptSpec, cancel: &CancellationToken) -> AttemptOutcome {
+        self.start();
+        let inner = &self.inner;
+        // A task of an earlier launcher already runs (or ran) this trial.
+        let adopted = inner
+            .adopted
+            .lock()
+            .ok()
+            .and_then(|mut a| a.remove(&spec.trial_key));
+        let (tx, rx) = oneshot::channel();
+        let waiting_id = match adopted {
+            Some(id) => {
+                let done = inner.finished.lock().ok().and_then(|mut d| d.remove(&id));
+                if let Some(mut outcome) = done {
+                    if let Ok(mut m) = inner.inflight.lock() {
+                        m.remove(&id);
+                    }
+                    outcome.adopted_attempt = Some(adopted_attempt_id(&id, inner));
+                    return outcome;
+                }
+                if let Ok(mut m) = inner.inflight.lock()
+                    && let Some(t) = m.get_mut(&id)
+                {
+                    t.tx = Some(tx);
+                }
+                Some(id)
+            }
+            None => {
+                if let Ok(mut q) = inner.queue.lock() {
+                    q.push(Pending {
+                        spec: spec.clone(),
+                        tx,
+                    });
+                }
+                inner.wake_submitter.notify_one();
+                None
+            }
+        };
+        let adopted_attempt = waiting_id.as_ref().map(|id| adopted_attempt_id(id, inner));
+        tokio::select! {
+            outcome = rx => {
+                let mut outcome = outcome.unwrap_or_else(|_| AttemptOutcome {
+                    host_lost: Some("slurm: the launcher stopped watching the task".to_string()),
+                    ..Default::default()
+                });
+                outcome.adopted_attempt = adopted_attempt;
+                outcome
+            }
+            _ = cancel.cancelled() => {
+                // Queued: dropped from the queue. Submitted: cancelled with
+                // the next `scancel`.
+                if let Ok(mut q) = inner.queue.lock() {
+                    q.retain(|p| p.spec.attempt_id != spec.attempt_id);
+                }
+                if let Ok(mut m) = inner.inflight.lock() {
+                    let ids: Vec<String> = m
+                        .iter()
+                        .filter(|(id, t)| {
+                            t.spec.attempt_id == spec.attempt_id
+                                || waiting_id.as_deref() == Some(id.as_str())
+                        })
+                        .map(|(id, _)| id.clone())
+                        .collect();
+                    for id in ids {
+                        if let Some(t) = m.get_mut(&id) {
+                            t.cancelling = true;
+                            t.tx = None;
+                        }
+                        if let Ok(mut c) = inner.to_cancel.lock() {
+                            c.insert(id);
+                        }
+                    }
+                }
+                inner.wake_poller.notify_one();
+                AttemptOutcome {
+                    cancelled: true,
+                    adopted_attempt,
+                    ..Default::default()
+                }
+            }
+        }
+    }
+
+    async fn close(&self) {
+        let inner = &self.inner;
+        // Whatever still runs for this launcher (adopted tasks nobody
+        // claimed, tasks of cancelled attempts) is cancelled, by id.
+        if let Ok(m) = inner.inflight.lock()
+            && let Ok(mut c) = inner.to_cancel.lock()
+        {
+            for (id, t) in m.iter() {
+                if !is_final(&t.state) && t.state != "DONE" {
+                    c.insert(id.clone());
+                }
+            }
+        }
+        inner.cancel_requested().await;
+        inner.stop.cancel();
+        let (sbatch, polls) = self.calls();
+        tracing::info!(host = %inner.name, sbatch, polls, "slurm calls");
+    }
+}
+
+/// The attempt id an adopted task ran under.
+fn adopted_attempt_id(id: &str, inner: &Inner) -> String {
+    inner
+        .adopted_ids
+        .lock()
+        .ok()
+        .and_then(|m| m.get(id).cloned())
+        .unwrap_or_default()
+}
+
+impl SlurmTransport {
+    fn start(&self) {
+        let inner = self.inner.clone();
+        self.inner.started.call_once(move || {
+            tokio::spawn(submitter(inner.clone()));
+            tokio::spawn(poller(inner));
+        });
+    }
+
+    /// Find this study's jobs of earlier launchers and adopt their tasks.
+    async fn adopt(&self) -> Result<(), String> {
+        let inner = &self.inner;
+        let states = match inner.query().await {
+            Ok(s) => s,
+            Err(e) => return Err(format!("cannot list the study's jobs: {e}")),
+        };
+        // Batch directories named in the jobs' comments.
+        let mut batches: BTreeMap<String, String> = BTreeMap::new();
+        for (id, (_, _, comment)) in &states {
+            let job = id.split('_').next().unwrap_or_default().to_string();
+            if let Some(b) = comment.split(':').find_map(|p| p.strip_prefix("batch=")) {
+                batches.insert(job, b.to_string());
+            }
+        }
+        if batches.is_empty() {
+            return Ok(());
+        }
+        let root = inner.root().await?;
+        let study = inner.study_id();
+        let manifest_paths: Vec<String> = batches
+            .values()
+            .map(|b| format!("{root}/{study}/batches/{b}/manifest.json"))
+            .collect();
+        let manifests = inner.login.read_files(&manifest_paths).await?;
+        let mut adopted = 0;
+        for (job, batch) in &batches {
+            let dir = format!("{root}/{study}/batches/{batch}");
+            let Some(bytes) = manifests.get(&format!("{dir}/manifest.json")) else {
+                continue;
+            };
+            let Ok(manifest) = serde_json::from_slice::<Manifest>(bytes) else {
+                continue;
+            };
+            for t in manifest.tasks {
+                let id = format!("{job}_{}", t.task);
+                let Some((state, node, _)) = states.get(&id) else {
+                    continue;
+                };
+                let spec = AttemptSpec {
+                    study_id: study.clone(),
+                    trial_key: t.trial_key.clone(),
+                    attempt_id: t.attempt_id.clone(),
+                    command: String::new(),
+                    env: Vec::new(),
+                    timeout: Duration::ZERO,
+                    warmup: 0,
+                    outputs: t.outputs.clone(),
+                    tolerance_files: t.tolerance_files.clone(),
+                    slot: 0,
+                    trial_dir: t.trial_dir.clone(),
+                    result_path: String::new(),
+                    keep_logs: false,
+                };
+                if let Ok(mut ids) = inner.adopted_ids.lock() {
+                    ids.insert(id.clone(), t.attempt_id.clone());
+                }
+                if let Ok(mut m) = inner.inflight.lock() {
+                    m.insert(
+                        id.clone(),
+                        Task {
+                            spec,
+                            tx: None,
+                            frames: format!("{dir}/t{}.frames", t.task),
+                            submitted: Instant::now(),
+                            state: state.clone(),
+                            node: node.clone(),
+                            cancelling: false,
+                        },
+                    );
+                }
+                if let Ok(mut a) = inner.adopted.lock() {
+                    a.insert(t.trial_key, id);
+                }
+                adopted += 1;
+            }
+        }
+        if adopted > 0 {
+            tracing::info!(host = %inner.name, adopted, "adopted tasks of an earlier launcher");
+            self.start();
+            inner.wake_poller.notify_one();
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unreported_states_map_to_failure_classes_or_loss() {
+        assert!(matches!(
+            unreported("TIMEOUT", "gpu-a", false),
+            Unreported::Failed {
+                timed_out: true,
+                ..
+            }
+        ));
+        match unreported("OUT_OF_MEMORY", "gpu-a", false) {
+            Unreported::Failed { timed_out, detail } => {
+                assert!(!timed_out);
+                let c = crate::gate::Classifier::default();
+                let (class, _) = c
+                    .classify(
+                        &ExitInfo {
+                            code: None,
+                            signal: Some(9),
+                        },
+                        false,
+                        &detail,
+                        60.0,
+                    )
+                    .expect("a failure");
+                assert_eq!(class.as_str(), "oom");
+            }
+            other => panic!("{other:?}"),
+        }
+        for lost in ["NODE_FAIL", "PREEMPTED", "BOOT_FAIL", "VANISHED"] {
+            assert!(
+                matches!(unreported(lost, "", false), Unreported::Lost(_)),
+                "{lost}"
+            );
+        }
+        assert_eq!(
+            unreported("CANCELLED", "", true),
+            Unreported::Lost("stopped by the launcher".to_string())
+        );
+        match unreported("CANCELLED", "gpu-b", false) {
+            Unreported::Lost(r) => assert!(r.contains("outside tunectl"), "{r}"),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn final_states() {
+        for s in ["COMPLETED", "FAILED", "TIMEOUT", "NODE_FAIL", "CANCELLED"] {
+            assert!(is_final(s));
+        }
+        for s in [
+            "PENDING",
+            "RUNNING",
+            "COMPLETING",
+            "CONFIGURING",
+            "REQUEUED",
+        ] {
+            assert!(!is_final(s));
+        }
+    }
+
+    #[test]
+    fn the_default_template_renders_every_option() {
+        let cfg = SlurmHost {
+            login: "local".into(),
+            partition: Some("gpu".into()),
+            account: Some("acct".into()),
+            qos: None,
+            gres: Some("gpu:h100:1".into()),
+            constraint: Some("h100".into()),
+            time_limit: None,
+            sbatch_args: vec!["--exclusive".into()],
+            max_jobs_in_flight: 100,
+            array_throttle: Some(8),
+            poll_interval: Duration::from_secs(30),
+            shared_dir: None,
+            batch_template: None,
+        };
+        let t = SlurmTransport::new("p", cfg, Login::Local, None, false);
+        if let Ok(mut s) = t.inner.study.write() {
+            *s = Some("st".into());
+        }
+        let text = t
+            .inner
+            .render_batch("/shared/st/batches/b 1", 12, "7", "b1")
+            .expect("render");
+        for line in [
+            "#SBATCH --job-name=tunectl-st",
+            "#SBATCH --comment=tunectl:study=st:batch=b1",
+            "#SBATCH --array=0-11%8",
+            "#SBATCH --time=7",
+            "#SBATCH --partition=gpu",
+            "#SBATCH --account=acct",
+            "#SBATCH --gres=gpu:h100:1",
+            "#SBATCH --constraint=h100",
+            "#SBATCH --exclusive",
+            "#SBATCH --no-requeue",
+        ] {
+            assert!(text.lines().any(|l| l == line), "{line} in\n{text}");
+        }
+        assert!(!text.contains("--qos"), "{text}");
+        assert!(
+            text.contains("exec /bin/sh '/shared/st/batches/b 1'/t\"$SLURM_ARRAY_TASK_ID\".sh"),
+            "{text}"
+        );
+    }
+}

@@ -1,0 +1,25 @@
+//! Adaptive search: which configs to try, at which budget, in which order.
+//!
+//! Pure algorithms over config indices (the mixed-radix `u64`s of
+//! [`crate::space::ConfigSpace`]): nothing here runs a trial, reads a
+//! ledger, knows a host or prints. The scheduler asks for the next config
+//! and reports outcomes; `plan` reads the static shapes.
+//!
+//! - [`hyperband`]: Hyperband brackets and rungs (Li et al., JMLR 2018) and
+//!   [`Asha`], asynchronous successive halving over them (Li et al., MLSys
+//!   2020), with promotion of the top survivors to the objective metric.
+//! - [`tpe`]: [`Tpe`], a Tree-structured Parzen Estimator (Bergstra et al.,
+//!   NeurIPS 2011) over the knobs' value lists, warm-startable from earlier
+//!   observations.
+//! - [`shard`]: [`Shard`], `--shard i/n`, a deterministic split of an
+//!   ordered candidate list into contiguous ranges.
+
+pub mod hyperband;
+pub mod shard;
+pub mod tpe;
+
+pub use hyperband::{
+    Asha, Bracket, Brackets, Job, Outcome, Rung, RungStatus, Scored, round_budget,
+};
+pub use shard::Shard;
+pub use tpe::{KnobDomain, Tpe, TpeOptions};

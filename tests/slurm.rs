@@ -1,0 +1,601 @@
+//! The slurm transport against a real single-node Slurm
+//! (tests/support/slurm.rs): two node names on this machine with FAKE GPUs
+//! and FAKE `nvidia-smi` model two host classes (gpu-a: H100, gpu-b:
+//! A100), each pinned by an inventory entry's `constraint`. Trials run the
+//! FAKE program tests/fixtures/fake-gpu-trial (on H100 `tile=128` wins; on
+//! A100 `tile=256` runs out of memory and nothing beats the baseline;
+//! `fast_math=true` changes the output everywhere).
+
+#[path = "support/ledger_files.rs"]
+mod ledger_files;
+#[path = "support/slurm.rs"]
+mod slurm;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use ledger_files::wait_for;
+use serde_json::Value as Json;
+use slurm::{Cluster, NodeSpec};
+
+const NODES: [NodeSpec; 2] = [
+    NodeSpec {
+        name: "gpu-a",
+        gpu_type: "h100",
+        gpus: 1,
+        gpu_name: "NVIDIA H100 80GB HBM3",
+        cpus: 2,
+    },
+    NodeSpec {
+        name: "gpu-b",
+        gpu_type: "a100",
+        gpus: 1,
+        gpu_name: "NVIDIA A100-SXM4-80GB",
+        cpus: 2,
+    },
+];
+
+fn fake_trial() -> String {
+    format!(
+        "{}/tests/fixtures/fake-gpu-trial",
+        env!("CARGO_MANIFEST_DIR")
+    )
+}
+
+struct Setup {
+    _tmp: tempfile::TempDir,
+    root: PathBuf,
+    study: PathBuf,
+    inventory: PathBuf,
+    ledger: PathBuf,
+    /// Directory of the counting `sbatch`/`squeue`/`scancel` wrappers.
+    shims: PathBuf,
+}
+
+/// A study over `tile` × `fast_math` at two cells, and an inventory of one
+/// slurm entry per node class.
+fn setup(
+    cluster: &Cluster,
+    name: &str,
+    trial_extra: &str,
+    knobs: &str,
+    entry_extra: &str,
+) -> Setup {
+    let tmp = tempfile::Builder::new()
+        .prefix("tsl")
+        .tempdir()
+        .expect("temp dir");
+    let root = tmp.path().to_path_buf();
+    let study = root.join("study.yaml");
+    std::fs::write(
+        &study,
+        format!(
+            r#"name: {name}
+knobs:
+{knobs}cells:
+  n: [1, 2]
+trial:
+  command: "{trial} --n {{{{ n }}}}"
+  timeout: 30s
+{trial_extra}objective: {{metric: tp, better: higher}}
+measurement: {{warmup: 0, repeats: 2, anchor_every: 0, confirm_repeats: 1}}
+gate:
+  outputs: [out.txt]
+"#,
+            trial = fake_trial()
+        ),
+    )
+    .expect("study");
+    let shared = root.join("shared");
+    let mut inv = String::from("hosts:\n");
+    for (entry, feature) in [("h100s", "h100"), ("a100s", "a100")] {
+        inv.push_str(&format!(
+            "  - name: {entry}\n    transport: slurm\n    constraint: {feature}\n    gres: \"gpu:1\"\n    poll_interval: 1s\n    shared_dir: {}\n    max_jobs_in_flight: 20\n{entry_extra}",
+            shared.display()
+        ));
+    }
+    let inventory = root.join("inventory.yaml");
+    std::fs::write(&inventory, inv).expect("inventory");
+    let shims = root.join("shims");
+    std::fs::create_dir_all(&shims).expect("shims");
+    for tool in ["sbatch", "squeue", "scancel"] {
+        let real = which(tool);
+        let path = shims.join(tool);
+        std::fs::write(
+            &path,
+            format!(
+                "#!/bin/sh\n# Counts calls for the test, then runs the real {tool}.\necho \"$*\" >>{log}\nexec {real} \"$@\"\n",
+                log = root.join(format!("{tool}.calls")).display()
+            ),
+        )
+        .expect("shim");
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    }
+    let _ = cluster;
+    Setup {
+        _tmp: tmp,
+        ledger: root.join("ledger"),
+        root,
+        study,
+        inventory,
+        shims,
+    }
+}
+
+fn which(tool: &str) -> String {
+    for dir in ["/usr/bin", "/usr/local/bin", "/usr/sbin"] {
+        let p = Path::new(dir).join(tool);
+        if p.exists() {
+            return p.display().to_string();
+        }
+    }
+    panic!("{tool} not found: install slurm-wlm (scripts/test.sh does)");
+}
+
+const KNOBS: &str = "  tile: {kind: int, values: [64, 128, 256], default: 64}\n  fast_math: {kind: bool, default: false}\n";
+
+fn launch_cmd(cluster: &Cluster, s: &Setup, extra: &[&str]) -> std::process::Command {
+    let mut c = std::process::Command::new(assert_cmd::cargo::cargo_bin("tunectl"));
+    c.args([
+        "launch",
+        "--progress",
+        "plain",
+        "--no-cooldown",
+        "--inventory",
+    ])
+    .arg(&s.inventory)
+    .arg("--ledger")
+    .arg(&s.ledger)
+    .args(extra)
+    .arg(&s.study)
+    .env_remove("TUNECTL_LEDGER")
+    .current_dir(&s.root);
+    for (k, v) in cluster.env() {
+        c.env(k, v);
+    }
+    let path = std::env::var("PATH").unwrap_or_default();
+    c.env("PATH", format!("{}:{path}", s.shims.display()));
+    c
+}
+
+fn launch(cluster: &Cluster, s: &Setup, extra: &[&str]) -> String {
+    let out = launch_cmd(cluster, s, extra)
+        .stdout(Stdio::null())
+        .output()
+        .expect("launch");
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "launch failed:\n{stderr}");
+    stderr
+}
+
+fn calls(s: &Setup, tool: &str) -> Vec<String> {
+    std::fs::read_to_string(s.root.join(format!("{tool}.calls")))
+        .unwrap_or_default()
+        .lines()
+        .map(str::to_string)
+        .collect()
+}
+
+fn report_json(s: &Setup) -> Json {
+    let out = std::process::Command::new(assert_cmd::cargo::cargo_bin("tunectl"))
+        .args(["report", "--format", "json", "--ledger"])
+        .arg(&s.ledger)
+        .arg(&s.study)
+        .output()
+        .expect("report");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("report JSON")
+}
+
+fn attempts(s: &Setup, study: &str) -> BTreeMap<String, Vec<Json>> {
+    ledger_files::attempts(&s.ledger, study)
+}
+
+/// Every trial has exactly one terminal attempt; returns (trials, lost).
+fn one_terminal_each(s: &Setup, study: &str) -> (usize, usize) {
+    let all = attempts(s, study);
+    let mut lost = 0;
+    for (key, list) in &all {
+        let terminal = list.iter().filter(|a| a["status"] != "lost").count();
+        lost += list.len() - terminal;
+        assert_eq!(terminal, 1, "trial {key}: {list:?}");
+    }
+    (all.len(), lost)
+}
+
+fn class_of<'a>(report: &'a Json, model: &str) -> &'a Json {
+    report["classes"]
+        .as_array()
+        .expect("classes")
+        .iter()
+        .find(|c| c["label"].as_str().is_some_and(|l| l.contains(model)))
+        .unwrap_or_else(|| panic!("no {model} class in {report}"))
+}
+
+/// Trial keys in every batch manifest of the study (a key twice means it
+/// was submitted twice).
+fn submitted_keys(s: &Setup, study: &str) -> Vec<String> {
+    let mut keys = Vec::new();
+    let dir = s.root.join("shared").join(study).join("batches");
+    for b in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        if let Ok(text) = std::fs::read_to_string(b.path().join("manifest.json")) {
+            let m: Json = serde_json::from_str(&text).expect("manifest");
+            for t in m["tasks"].as_array().into_iter().flatten() {
+                keys.push(t["trial_key"].as_str().unwrap_or_default().to_string());
+            }
+        }
+    }
+    keys
+}
+
+#[test]
+fn a_study_runs_through_job_arrays_with_one_block_per_class() {
+    let cluster = Cluster::start(&NODES);
+    let s = setup(&cluster, "arrays", "", KNOBS, "");
+    let stderr = launch(&cluster, &s, &[]);
+    assert!(stderr.contains(" 0 lost"), "{stderr}");
+    let report = report_json(&s);
+    assert_eq!(
+        report["classes"].as_array().map(Vec::len),
+        Some(2),
+        "{report}"
+    );
+    for b in class_of(&report, "H100")["buckets"]
+        .as_array()
+        .expect("buckets")
+    {
+        assert_eq!(b["winner"]["label"], "tile=128", "{b}");
+    }
+    let a100 = class_of(&report, "A100");
+    for b in a100["buckets"].as_array().expect("buckets") {
+        assert!(b["winner"].is_null(), "{b}");
+    }
+    assert!(a100.to_string().contains("\"oom\""), "{a100}");
+    let (trials, lost) = one_terminal_each(&s, "arrays");
+    assert_eq!(lost, 0);
+    // Gathered into arrays: far fewer sbatch calls than trials (one probe
+    // job per entry, then an array whenever units become ready: a cell's
+    // baseline, its sweep once the baseline is in, a confirmation round).
+    let sbatch = calls(&s, "sbatch");
+    assert!(
+        sbatch.len() * 3 <= trials,
+        "{} sbatch calls for {trials} trials",
+        sbatch.len()
+    );
+    // gres pinned a GPU for every task, and each ran on its class's node.
+    for a in attempts(&s, "arrays").values().flatten() {
+        let tail = a["stdout_tail"].as_str().unwrap_or_default();
+        assert!(
+            tail.contains("dev=0"),
+            "CUDA_VISIBLE_DEVICES not set by gres: {a}"
+        );
+    }
+    // Every job was named after the study.
+    let listed = cluster.run_ok("squeue", &["-h", "-t", "all", "-o", "%j"]);
+    for name in listed.lines() {
+        assert_eq!(name.trim(), "tunectl-arrays");
+    }
+}
+
+#[test]
+fn failing_and_timed_out_tasks_are_recorded_with_their_class() {
+    let cluster = Cluster::start(&NODES[..1]);
+    let knobs = "  mode: {kind: categorical, values: [ok, crash, hang], default: ok}\n";
+    let mut s = setup(&cluster, "failures", "", knobs, "");
+    // One entry is enough here; the trial's command reacts to the knob.
+    let inv = std::fs::read_to_string(&s.inventory).expect("inventory");
+    let first: String = inv
+        .split("  - name: a100s")
+        .next()
+        .unwrap_or_default()
+        .to_string();
+    std::fs::write(&s.inventory, first).expect("inventory");
+    std::fs::write(
+        &s.study,
+        r#"name: failures
+knobs:
+  mode: {kind: categorical, values: [ok, crash, hang], default: ok}
+trial:
+  command: "case {{ mode }} in crash) echo 'boom' >&2; exit 3;; hang) sleep 60;; esac; echo same > out.txt; printf '{\"metrics\":{\"tp\":1}}' > \"$TUNECTL_RESULT\""
+  timeout: 3s
+objective: {metric: tp, better: higher}
+measurement: {warmup: 0, repeats: 1, anchor_every: 0, confirm_repeats: 0}
+gate:
+  outputs: [out.txt]
+"#,
+    )
+    .expect("study");
+    s.study = s.root.join("study.yaml");
+    launch(&cluster, &s, &[]);
+    let all = attempts(&s, "failures");
+    let by_mode = |mode: &str| {
+        all.values()
+            .flatten()
+            .find(|a| a["config"]["mode"] == mode)
+            .unwrap_or_else(|| panic!("no {mode} attempt"))
+            .clone()
+    };
+    assert_eq!(by_mode("ok")["status"], "ok");
+    let crash = by_mode("crash");
+    assert_eq!(crash["failure"]["class"], "crash", "{crash}");
+    assert!(
+        crash["stderr_tail"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("boom")
+    );
+    let hang = by_mode("hang");
+    assert_eq!(hang["failure"]["class"], "timeout", "{hang}");
+}
+
+#[test]
+fn a_task_past_the_slurm_time_limit_is_a_timeout() {
+    // The one slow test: Slurm's smallest limit is one minute (killed at
+    // about 83 s).
+    let cluster = Cluster::start(&NODES[..1]);
+    let s = setup(&cluster, "limit", "", KNOBS, "    time_limit: \"1\"\n");
+    let inv = std::fs::read_to_string(&s.inventory).expect("inventory");
+    let first = inv
+        .split("  - name: a100s")
+        .next()
+        .unwrap_or_default()
+        .to_string();
+    std::fs::write(&s.inventory, first).expect("inventory");
+    std::fs::write(
+        &s.study,
+        r#"name: limit
+knobs:
+  mode: {kind: categorical, values: [slow], default: slow}
+trial:
+  command: "sleep 300"
+  timeout: 600s
+objective: {metric: tp, better: higher}
+measurement: {warmup: 0, repeats: 1, anchor_every: 0, confirm_repeats: 0}
+"#,
+    )
+    .expect("study");
+    launch(&cluster, &s, &[]);
+    let all = attempts(&s, "limit");
+    let a = all.values().flatten().next().expect("an attempt");
+    assert_eq!(a["status"], "failed", "{a}");
+    assert_eq!(a["failure"]["class"], "timeout", "{a}");
+    assert!(
+        a["stderr_tail"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("TIMEOUT"),
+        "{a}"
+    );
+}
+
+#[test]
+fn a_node_going_down_mid_study_loses_nothing() {
+    let cluster = Cluster::start(&NODES);
+    let env = "  env: {FAKE_TRIAL_SLEEP: \"2\"}\n";
+    let s = setup(&cluster, "nodedown", env, KNOBS, "");
+    let mut child = launch_cmd(&cluster, &s, &[])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("launch");
+    // Once gpu-a runs a task of the sweep, take it down, then bring it back.
+    assert!(
+        wait_for(Duration::from_secs(120), || {
+            cluster
+                .run_ok("squeue", &["-h", "-r", "-t", "running", "-o", "%N|%i"])
+                .lines()
+                .any(|l| l.starts_with("gpu-a|") && !l.ends_with("_0"))
+        }),
+        "nothing ran on gpu-a"
+    );
+    cluster.node_down("gpu-a");
+    std::thread::sleep(Duration::from_secs(3));
+    cluster.node_resume("gpu-a");
+    let out = child_output(&mut child, Duration::from_secs(300));
+    assert!(out.0, "{}", out.1);
+    let (_, lost) = one_terminal_each(&s, "nodedown");
+    assert!(
+        lost >= 1,
+        "the node's tasks were lost and re-run: {}",
+        out.1
+    );
+    let lost_reasons: Vec<String> = attempts(&s, "nodedown")
+        .values()
+        .flatten()
+        .filter(|a| a["status"] == "lost")
+        .map(|a| a["lost_reason"].as_str().unwrap_or_default().to_string())
+        .collect();
+    assert!(
+        lost_reasons.iter().all(|r| r.starts_with("slurm: ")),
+        "{lost_reasons:?}"
+    );
+    let report = report_json(&s);
+    for b in class_of(&report, "H100")["buckets"]
+        .as_array()
+        .expect("buckets")
+    {
+        assert_eq!(b["winner"]["label"], "tile=128", "{b}");
+    }
+}
+
+fn child_output(child: &mut std::process::Child, limit: Duration) -> (bool, String) {
+    let start = Instant::now();
+    loop {
+        if let Ok(Some(_)) = child.try_wait() {
+            break;
+        }
+        if start.elapsed() > limit {
+            let _ = child.kill();
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let status = child.wait().expect("wait");
+    let mut err = String::new();
+    if let Some(mut e) = child.stderr.take() {
+        use std::io::Read;
+        let _ = e.read_to_string(&mut err);
+    }
+    (status.success(), err)
+}
+
+#[test]
+fn a_killed_launcher_resumes_without_resubmitting() {
+    let cluster = Cluster::start(&NODES);
+    let env = "  env: {FAKE_TRIAL_SLEEP: \"1\"}\n";
+    let s = setup(&cluster, "resume", env, KNOBS, "");
+    let mut child = launch_cmd(&cluster, &s, &[])
+        .env("TUNECTL_LEASE_TTL", "4s")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("launch");
+    // Killed while arrays of the sweep are queued or running.
+    assert!(
+        wait_for(Duration::from_secs(120), || calls(&s, "sbatch").len() >= 4),
+        "the launcher never submitted arrays"
+    );
+    std::thread::sleep(Duration::from_millis(500));
+    child.kill().expect("SIGKILL the launcher");
+    let _ = child.wait();
+    let before = submitted_keys(&s, "resume");
+    assert!(!before.is_empty());
+    let out = launch_cmd(&cluster, &s, &[])
+        .env("TUNECTL_LEASE_TTL", "4s")
+        .stdout(Stdio::null())
+        .output()
+        .expect("relaunch");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    // No trial submitted twice: what the first launcher had in flight was
+    // adopted, not submitted again.
+    let keys = submitted_keys(&s, "resume");
+    let mut seen = std::collections::HashSet::new();
+    for k in &keys {
+        assert!(seen.insert(k.clone()), "trial {k} was submitted twice");
+    }
+    let (_, lost) = one_terminal_each(&s, "resume");
+    assert_eq!(lost, 0, "{stderr}");
+}
+
+#[test]
+fn ctrl_c_cancels_only_this_studys_jobs() {
+    let cluster = Cluster::start(&NODES[..1]);
+    let env = "  env: {FAKE_TRIAL_SLEEP: \"60\"}\n";
+    let s = setup(&cluster, "cancel", env, KNOBS, "");
+    let inv = std::fs::read_to_string(&s.inventory).expect("inventory");
+    let first = inv
+        .split("  - name: a100s")
+        .next()
+        .unwrap_or_default()
+        .to_string();
+    std::fs::write(&s.inventory, first).expect("inventory");
+    // Another user's job, waiting on the same partition.
+    let other = cluster.sbatch(&["-J", "someone-else", "--wrap", "sleep 120"]);
+    let child = launch_cmd(&cluster, &s, &[])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("launch");
+    assert!(
+        wait_for(Duration::from_secs(60), || {
+            cluster
+                .run_ok("squeue", &["-h", "-r", "-o", "%j|%T"])
+                .lines()
+                .any(|l| l.starts_with("tunectl-cancel|"))
+        }),
+        "no job of the study"
+    );
+    std::thread::sleep(Duration::from_secs(2));
+    // SAFETY: kill(2) on our own child.
+    unsafe {
+        libc::kill(child.id() as i32, libc::SIGINT);
+    }
+    let out = child.wait_with_output().expect("launch");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(130), "{stderr}");
+    assert!(
+        wait_for(Duration::from_secs(30), || {
+            !cluster
+                .run_ok("squeue", &["-h", "-r", "-o", "%j|%T"])
+                .lines()
+                .any(|l| l.starts_with("tunectl-cancel|") && !l.contains("CANCELLED"))
+        }),
+        "the study's jobs still run"
+    );
+    let rows = cluster.job(&other);
+    assert!(
+        rows.iter().all(|r| r.state != "CANCELLED"),
+        "another study's job was cancelled: {rows:?}"
+    );
+    // Every scancel named job ids, never a name or a user.
+    for c in calls(&s, "scancel") {
+        assert!(
+            c.split_whitespace()
+                .all(|w| w.chars().all(|ch| ch.is_ascii_digit() || ch == '_')),
+            "scancel {c}"
+        );
+    }
+}
+
+#[path = "support/sshd.rs"]
+mod sshd;
+
+#[test]
+fn a_login_host_over_ssh_submits_and_reads_the_reports() {
+    let cluster = Cluster::start(&NODES[..1]);
+    let mut fleet = sshd::Fleet::start(&[sshd::HostSpec {
+        name: "login",
+        gpu_name: "none",
+        gpu_count: 0,
+    }]);
+    // The login host's sessions know the cluster (as a real login node's
+    // environment would).
+    let config = fleet.hosts[0].root.join("sshd_config");
+    let text = std::fs::read_to_string(&config).expect("sshd config");
+    let with_conf = text.replacen(
+        "SetEnv PATH=",
+        &format!("SetEnv SLURM_CONF={} PATH=", cluster.conf.display()),
+        1,
+    );
+    assert_ne!(text, with_conf);
+    std::fs::write(&config, with_conf).expect("sshd config");
+    fleet.kill_host(0);
+    fleet.restart_host(0);
+
+    let s = setup(&cluster, "viassh", "", KNOBS, "    login: login\n");
+    let inv = std::fs::read_to_string(&s.inventory).expect("inventory");
+    let h100 = inv
+        .split("  - name: a100s")
+        .next()
+        .unwrap_or_default()
+        .to_string();
+    let login = fleet.inventory_yaml(1, "");
+    let login_entry = login.trim_start_matches("hosts:\n");
+    std::fs::write(&s.inventory, format!("{h100}{login_entry}")).expect("inventory");
+    // Only the slurm entry runs trials; the login host only carries them.
+    let out = launch_cmd(&cluster, &s, &["--host", "h100s"])
+        .env_remove("SLURM_CONF")
+        .env("PATH", "/usr/bin:/bin")
+        .stdout(Stdio::null())
+        .output()
+        .expect("launch");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let report = report_json(&s);
+    assert_eq!(report["classes"].as_array().map(Vec::len), Some(1));
+    for b in class_of(&report, "H100")["buckets"]
+        .as_array()
+        .expect("buckets")
+    {
+        assert_eq!(b["winner"]["label"], "tile=128", "{b}");
+    }
+    one_terminal_each(&s, "viassh");
+}

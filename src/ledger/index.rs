@@ -7,7 +7,7 @@
 //! that repeat between records (spec hash, labels, host, host class,
 //! configs, cells, outputs, failures) are stored once in tables and named
 //! by position, and what no scan reads (the rendered command, the output
-//! tails, start and finish times) is left out. The index is derived data:
+//! tails, the lost reason, start and finish times) is left out. The index is derived data:
 //! anything wrong with it (unreadable, another schema or study, a position
 //! outside its tables) makes a scan ignore it, say so, and read the ledger
 //! instead.
@@ -120,7 +120,8 @@ struct File {
 struct OutputValues(#[serde(with = "super::records::values_serde")] BTreeMap<String, Vec<f64>>);
 
 /// Drop what no scan reads: the rendered command, the output tails, the
-/// start and finish times (read the attempt object for those).
+/// lost reason, the start and finish times (read the attempt object for
+/// those).
 pub fn slim(mut r: AttemptRecord) -> AttemptRecord {
     r.command = String::new();
     r.stdout_tail = String::new();

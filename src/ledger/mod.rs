@@ -71,7 +71,7 @@ pub struct Ledger {
 pub struct Scan {
     /// Attempts that count (voided ones removed), ordered by (trial key,
     /// attempt id). From an index or a scan, records carry no rendered
-    /// command, output tails or start and finish times.
+    /// command, output tails, lost reason or start and finish times.
     pub attempts: Vec<AttemptRecord>,
     pub corrupt: Vec<CorruptObject>,
     /// Attempts whose measurements were discarded (a drifting host).

@@ -281,7 +281,8 @@ impl Ledger {
     /// and otherwise ignored.
     ///
     /// The records carry everything but the rendered command, the output
-    /// tails and the start and finish times (read the object for those).
+    /// tails, the lost reason and the start and finish times (read the
+    /// object for those).
     pub async fn scan(&self, study: &str) -> Result<Arc<Scan>, LedgerError> {
         let mut cache = self.known.lock().await;
         let known = match cache.remove(study) {

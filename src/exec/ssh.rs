@@ -143,20 +143,26 @@ impl SshTransport {
     /// needed) and return its stdout; a non-zero exit is an error with its
     /// stderr. For a Slurm login host.
     pub async fn run_remote(&self, body: &str, limit: Duration) -> Result<Vec<u8>, String> {
-        let session = match self.session() {
-            Some(s) if s.check().await.is_ok() => s,
-            _ => {
-                let s = self
-                    .connect()
-                    .await
-                    .map_err(|e| format!("cannot connect to {}: {e}", self.cfg.host))?;
-                if let Ok(mut c) = self.current.write() {
-                    *c = Some(s.clone());
-                }
-                s
-            }
-        };
+        let session = self.live_session().await?;
         run_script(&session, body, limit).await.map(|o| o.stdout)
+    }
+
+    /// The live master connection, connecting first when there is none or
+    /// it has ended.
+    async fn live_session(&self) -> Result<Arc<Session>, String> {
+        if let Some(s) = self.session()
+            && s.check().await.is_ok()
+        {
+            return Ok(s);
+        }
+        let s = self
+            .connect()
+            .await
+            .map_err(|e| format!("cannot connect to {}: {e}", self.cfg.host))?;
+        if let Ok(mut c) = self.current.write() {
+            *c = Some(s.clone());
+        }
+        Ok(s)
     }
 
     fn session(&self) -> Option<Arc<Session>> {
@@ -782,19 +788,7 @@ impl Transport for SshTransport {
         if let Ok(mut t) = self.tools.lock() {
             *t = tools.clone();
         }
-        let session = match self.session() {
-            Some(s) => s,
-            None => {
-                let s = self
-                    .connect()
-                    .await
-                    .map_err(|e| format!("cannot connect to {}: {e}", self.cfg.host))?;
-                if let Ok(mut c) = self.current.write() {
-                    *c = Some(s.clone());
-                }
-                s
-            }
-        };
+        let session = self.live_session().await?;
         let fp = probe_over(&session, tools).await?;
         if let Ok(mut f) = self.fingerprint.lock() {
             *f = Some(fp.clone());

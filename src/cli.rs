@@ -585,6 +585,17 @@ fn render_plan(v: &PlanView) -> String {
         crate::spec::Strategy::Random { seed, count } => {
             format!("random (seed {seed}, {count} configs)")
         }
+        crate::spec::Strategy::Hyperband {
+            seed, finalists, ..
+        } => format!("hyperband (seed {seed}, top {finalists} promoted to the objective)"),
+        crate::spec::Strategy::Tpe {
+            seed,
+            count,
+            finalists,
+            ..
+        } => format!(
+            "tpe (seed {seed}, {count} configs suggested, top {finalists} promoted to the objective)"
+        ),
     };
     let _ = writeln!(
         o,

@@ -200,6 +200,13 @@ pub fn candidates(
             .is_none())
     };
     match study.strategy {
+        // Chosen as results arrive (see `crate::search`): nothing is listed
+        // up front.
+        Strategy::Hyperband { .. } | Strategy::Tpe { .. } => Ok(Candidates {
+            indices: Vec::new(),
+            pruned: 0,
+            note: None,
+        }),
         Strategy::Grid => {
             if limit.is_none() && space.size() > MAX_GRID_ENUMERATION {
                 return Err(format!(

@@ -11,7 +11,8 @@ pub mod yaml;
 pub use diag::{Diagnostic, Diagnostics};
 pub use inventory::{Host, Inventory, Transport};
 pub use study::{
-    Better, BucketRule, Knob, KnobKind, Measurement, Metric, Selection, Strategy, Study, Tolerance,
+    Better, BucketRule, DEFAULT_FINALISTS, Fidelity, Knob, KnobKind, Measurement, Metric,
+    Selection, Strategy, Study, Tolerance,
 };
 pub use template::{CommandRenderer, TemplateCheck, TrialVars};
 pub use value::Value;

@@ -105,7 +105,7 @@ impl Better {
     }
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Metric {
     pub name: String,
     pub unit: String,
@@ -205,7 +205,79 @@ pub struct Gate {
 #[serde(tag = "kind", rename_all = "lowercase")]
 pub enum Strategy {
     Grid,
-    Random { seed: u64, count: u64 },
+    Random {
+        seed: u64,
+        count: u64,
+    },
+    /// Hyperband brackets run with asynchronous successive halving over the
+    /// study's `fidelity:` budgets; needs a `fidelity:` section.
+    Hyperband {
+        seed: u64,
+        /// Top-K configs at `max_budget` (ranked on the proxy metric)
+        /// promoted to the objective stage.
+        finalists: u32,
+        /// Results a decision may lag behind: job `j` is decided on exactly
+        /// the first `j + 1 - parallel` results, which makes the search
+        /// deterministic for a seed whatever order results arrive in.
+        /// `None`: the host class's slots at launch.
+        parallel: Option<u32>,
+    },
+    /// Tree-structured Parzen Estimator: `count` configs suggested one by
+    /// one (at `max_budget` when the study has a `fidelity:` section).
+    Tpe {
+        seed: u64,
+        count: u64,
+        finalists: u32,
+        parallel: Option<u32>,
+    },
+}
+
+impl Strategy {
+    /// Whether configs are chosen as results arrive (hyperband, tpe).
+    pub fn is_adaptive(&self) -> bool {
+        matches!(self, Strategy::Hyperband { .. } | Strategy::Tpe { .. })
+    }
+
+    pub fn name(&self) -> &'static str {
+        match self {
+            Strategy::Grid => "grid",
+            Strategy::Random { .. } => "random",
+            Strategy::Hyperband { .. } => "hyperband",
+            Strategy::Tpe { .. } => "tpe",
+        }
+    }
+}
+
+/// Default number of finalists an adaptive search promotes to the
+/// objective stage.
+pub const DEFAULT_FINALISTS: u32 = 3;
+
+/// The `fidelity:` section: a budget in the user's own units (samples,
+/// iterations, requests) that a trial receives as `budget` and
+/// `TUNECTL_BUDGET`, and the proxy metric rungs are read on.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Fidelity {
+    /// The budget's unit, shown in plans and reports ("samples").
+    pub unit: String,
+    pub min_budget: f64,
+    pub max_budget: f64,
+    pub eta: u32,
+    /// Budgets reach the trial as whole numbers (`round_budget`); the
+    /// default when `min_budget` and `max_budget` are both whole.
+    pub integer: bool,
+    /// The metric rungs are read on (default: the objective's metric).
+    pub proxy: Metric,
+}
+
+impl Fidelity {
+    /// The budget as the trial sees it (and as it enters the trial key).
+    pub fn trial_budget(&self, budget: f64) -> f64 {
+        if self.integer {
+            crate::search::round_budget(budget) as f64
+        } else {
+            budget
+        }
+    }
 }
 
 #[derive(Debug, Clone, Default, Serialize)]
@@ -228,6 +300,14 @@ pub struct Study {
     pub measurement: Measurement,
     pub gate: Gate,
     pub strategy: Strategy,
+    /// The `fidelity:` section, when the study has one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fidelity: Option<Fidelity>,
+    /// `objective.command`: the command the objective stage of an adaptive
+    /// search runs (finalists, their baseline, anchors and confirmation
+    /// trials); rungs run `trial.command`. `None`: `trial.command` for all.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub objective_command: Option<String>,
     pub budget: Budget,
     pub selection: Selection,
     /// Bucket rule per cell axis (every axis present).
@@ -438,6 +518,8 @@ fn parse_study(w: &mut Walker, root: &Node, path: &Path, dir: &Path) -> Option<S
         measurement: measurement?,
         gate: gate?,
         strategy: strategy?,
+        fidelity: None,
+        objective_command: None,
         budget: budget?,
         selection: selection?,
         buckets,

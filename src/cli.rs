@@ -759,6 +759,8 @@ async fn launch(a: LaunchArgs) -> Result<(), CliError> {
         no_cooldown: a.no_cooldown,
         store_logs: a.store_logs,
         host_timeout: a.host_timeout,
+        prior: None,
+        shard: None,
     };
     let mut summary = launch::LaunchSummary::default();
     // A host whose fingerprint changed mid-launch is a new host class: the

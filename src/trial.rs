@@ -31,6 +31,10 @@ pub enum Role {
     Anchor { host: String, tag: String },
     /// The final interleaved round of a bucket against the baseline.
     Confirm,
+    /// A screening run of an adaptive search (a hyperband rung, a TPE
+    /// suggestion), read on the proxy metric; the objective stage measures
+    /// the finalists again as sweep trials.
+    Rung,
 }
 
 impl Role {
@@ -39,6 +43,7 @@ impl Role {
             Role::Sweep => "sweep",
             Role::Anchor { .. } => "anchor",
             Role::Confirm => "confirm",
+            Role::Rung => "rung",
         }
     }
 }
@@ -46,7 +51,7 @@ impl Role {
 impl TrialIdentity<'_> {
     /// sha256 of the canonical JSON of `{"cell", "config", "fidelity",
     /// "host_class", "repeat", "study"}`, plus `"role"` for confirmation
-    /// trials and `"role"`, `"host"`, `"tag"` for anchors (see
+    /// and rung trials and `"role"`, `"host"`, `"tag"` for anchors (see
     /// docs/ledger.md). Written key by key in sorted order, without
     /// building the document.
     pub fn key(&self) -> String {
@@ -70,6 +75,7 @@ impl TrialIdentity<'_> {
             Role::Sweep => {}
             Role::Anchor { .. } => out.extend_from_slice(b",\"role\":\"anchor\""),
             Role::Confirm => out.extend_from_slice(b",\"role\":\"confirm\""),
+            Role::Rung => out.extend_from_slice(b",\"role\":\"rung\""),
         }
         out.extend_from_slice(b",\"study\":");
         write_str(self.study, &mut out);
@@ -157,6 +163,7 @@ mod tests {
                 doc["tag"] = json!(tag);
             }
             Role::Confirm => doc["role"] = json!("confirm"),
+            Role::Rung => doc["role"] = json!("rung"),
         }
         let mut text = String::new();
         canonical(&doc, &mut text);
@@ -216,9 +223,10 @@ mod tests {
                 1 => json!({"batch": next() % 64, "seq": scalar(next())}),
                 _ => json!({"n": scalar(next())}),
             };
-            let role = match next() % 3 {
+            let role = match next() % 4 {
                 0 => Role::Sweep,
                 1 => Role::Confirm,
+                3 => Role::Rung,
                 _ => Role::Anchor {
                     host: words[(next() % words.len() as u64) as usize].to_string(),
                     tag: format!("{}", next()),

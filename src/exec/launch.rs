@@ -20,7 +20,7 @@
 //! (baseline, winner, baseline, winner...) that decides the verdict.
 
 use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap, HashSet};
+use std::collections::{BTreeMap, BinaryHeap, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -28,6 +28,7 @@ use tokio::sync::{Notify, mpsc};
 use tokio_util::sync::CancellationToken;
 
 use super::attempt::{RESULT_FILE, judge};
+use super::prior::Prior;
 use super::progress::Event;
 use super::{AttemptSpec, HostState, Transport};
 use crate::fingerprint::Fingerprint;
@@ -38,6 +39,7 @@ use crate::ledger::records::{
 };
 use crate::ledger::{Ledger, Scan, new_attempt_id, spec_differences};
 use crate::plan::{ClassInfo, Plan, PlanHost};
+use crate::search::{Asha, Brackets, Engine, Outcome, Search, Shard, Source, Step, Tpe, TpeEngine};
 use crate::space;
 use crate::spec::{CommandRenderer, Study, TrialVars, Value};
 use crate::trial::{Role, TrialIdentity};
@@ -127,6 +129,12 @@ pub struct LaunchOptions {
     /// How long a host class whose every host is down waits for one to
     /// answer before its trials are left for a later launch.
     pub host_timeout: Duration,
+    /// `--seed-from`: an earlier study's failures and values, for an
+    /// adaptive search.
+    pub prior: Option<Arc<Prior>>,
+    /// `--shard i/n`: this launch runs the baseline and the `i`-th of `n`
+    /// slices of each cell's candidates, without confirmation rounds.
+    pub shard: Option<Shard>,
 }
 
 /// Default `--host-timeout`.
@@ -188,11 +196,13 @@ fn short(hash: &str) -> String {
 }
 
 /// What a unit measures. Confirmation units sort first: a bucket's final
-/// round runs as soon as it is ready, while the host is in the same state.
+/// round runs as soon as it is ready, while the host is in the same state;
+/// an adaptive search's screening runs last (its objective stages first).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 enum Kind {
     Confirm,
     Sweep,
+    Rung,
 }
 
 /// A unit of work: one trial of a cell, ordered so that a cell's baseline
@@ -202,9 +212,13 @@ struct Unit {
     kind: Kind,
     cell: u32,
     repeat: u32,
-    /// Sweep: 0 for the baseline, i + 1 for the cell's i-th candidate.
+    /// Sweep: 0 for the baseline, i + 1 for the cell's i-th candidate (in
+    /// an adaptive study: config index + 1 for a finalist).
     /// Confirm: 0 for the baseline, config index + 1 for the winner.
+    /// Rung: 0 for the baseline, config index + 1 for a search job.
     pos: u64,
+    /// Rung: index of its budget in `Shared::budgets`; 0 otherwise.
+    budget: u32,
 }
 
 impl Unit {
@@ -214,6 +228,17 @@ impl Unit {
             cell,
             repeat,
             pos,
+            budget: 0,
+        }
+    }
+
+    fn rung(cell: u32, budget: u32, pos: u64) -> Unit {
+        Unit {
+            kind: Kind::Rung,
+            cell,
+            repeat: 0,
+            pos,
+            budget,
         }
     }
 
@@ -239,6 +264,32 @@ struct ClassState {
     confirm_started: HashSet<String>,
     /// Units another launcher holds, with when to look again.
     deferred: Vec<(std::time::Instant, Unit)>,
+    /// Adaptive studies: the search of each cell, until it is over.
+    searches: BTreeMap<u32, CellSearch>,
+    /// Adaptive studies: the configs the objective stage measures at each
+    /// released cell (the union of the finalists of its bucket's cells).
+    finalists: HashMap<u32, Vec<u64>>,
+    /// Cells whose objective stage was just released, for a confirmation
+    /// check (they may have nothing left to run).
+    just_released: Vec<u32>,
+}
+
+/// The adaptive search of one cell on one class.
+struct CellSearch {
+    search: Search,
+    /// The baseline's rung attempt at each budget (the gate's reference).
+    base: Vec<Option<Arc<AttemptRecord>>>,
+    /// Baseline rung attempts not finished.
+    base_left: usize,
+    /// Why nothing can be searched here (a baseline rung failed).
+    base_failed: Option<String>,
+    /// Job number of each (config, budget index) handed out.
+    jobs: HashMap<(u64, u32), usize>,
+    /// Terminal rung attempts by trial key (from the ledger, and of this
+    /// launch): a job whose trial is here gets its result without running.
+    records: HashMap<String, Arc<AttemptRecord>>,
+    /// The search's own finalists, once it is over.
+    finalists: Option<Vec<u64>>,
 }
 
 /// Drift watch of one cell on one host.
@@ -254,8 +305,9 @@ struct Drift {
 
 struct State {
     classes: Vec<ClassState>,
-    /// (host, cell, config) that warmed up in this launch.
-    warmed: HashSet<(usize, u32, u64)>,
+    /// (host, cell, config, budget) that warmed up in this launch (budget:
+    /// a rung's budget index + 1; 0 for the objective stage).
+    warmed: HashSet<(usize, u32, u64, u32)>,
     drift: HashMap<(usize, u32), Drift>,
     /// Hosts cooling down: their other slots wait.
     cooling: HashSet<usize>,
@@ -281,6 +333,18 @@ struct Shared<'a> {
     plan: &'a Plan,
     ledger: &'a Ledger,
     renderer: CommandRenderer,
+    /// `objective.command`, for everything but rung trials.
+    objective_renderer: Option<CommandRenderer>,
+    /// Budgets rung trials run at, ascending, as trials receive them
+    /// (`[None]` without a `fidelity:` section).
+    budgets: Vec<Option<f64>>,
+    /// The budget of every other trial: `max_budget`, or `None`.
+    objective_budget: Option<f64>,
+    /// The gate's numeric tolerance (rungs are gated as they finish).
+    tolerance: Option<crate::gate::ToleranceSpec>,
+    /// Terminal attempts of the objective stage's first baseline repeat,
+    /// by trial key (an adaptive cell is released after the ledger scan).
+    first_baselines: HashMap<String, AttemptStatus>,
     classifier: Classifier,
     done: HashSet<String>,
     host_class: Vec<usize>,
@@ -315,6 +379,8 @@ struct Ran {
     value: Option<f64>,
     /// The host dropped while it ran.
     host_lost: bool,
+    /// What was recorded (rungs are gated against their baseline's).
+    record: Option<Arc<AttemptRecord>>,
 }
 
 /// How an attempt to run a trial ended.
@@ -419,6 +485,28 @@ pub async fn probe_hosts(
     Ok((out, unreachable))
 }
 
+/// Budgets of rung trials (ascending, as trials receive them) and the
+/// budget of every other trial.
+fn trial_budgets(study: &Study) -> Result<(Vec<Option<f64>>, Option<f64>), String> {
+    let Some(f) = &study.fidelity else {
+        return Ok((vec![None], None));
+    };
+    let top = f.trial_budget(f.max_budget);
+    let mut budgets: Vec<f64> = match study.strategy {
+        crate::spec::Strategy::Hyperband { .. } => {
+            Brackets::new(f.min_budget, f.max_budget, f.eta)?
+                .brackets()
+                .iter()
+                .flat_map(|b| b.rungs.iter().map(|r| f.trial_budget(r.budget)))
+                .collect()
+        }
+        _ => vec![top],
+    };
+    budgets.sort_by(f64::total_cmp);
+    budgets.dedup();
+    Ok((budgets.into_iter().map(Some).collect(), Some(top)))
+}
+
 /// The device each slot pins: the inventory's list, or GPU `i` for slot
 /// `i` where the fingerprint shows that many GPUs.
 fn slot_devices(host: &LaunchHost, fp: &Fingerprint) -> Vec<Option<String>> {
@@ -496,6 +584,18 @@ pub async fn run_study(
         bucket_of_cell.push(key);
     }
     let renderer = CommandRenderer::new(study).map_err(LaunchError::Other)?;
+    let objective_renderer = match &study.objective_command {
+        Some(c) => Some(CommandRenderer::with_command(study, c).map_err(LaunchError::Other)?),
+        None => None,
+    };
+    let (budgets, objective_budget) = trial_budgets(study).map_err(LaunchError::Other)?;
+    let tolerance = crate::gate::ToleranceSpec::from_spec(&record.spec);
+    let first_baselines: HashMap<String, AttemptStatus> = scan
+        .terminal()
+        .values()
+        .filter(|a| a.is_baseline && a.role == "sweep" && a.repeat == 0)
+        .map(|a| (a.trial_key.clone(), a.status))
+        .collect();
     let shared = Shared {
         study,
         study_id,
@@ -504,6 +604,11 @@ pub async fn run_study(
         plan: &plan,
         ledger,
         renderer,
+        objective_renderer,
+        budgets,
+        objective_budget,
+        tolerance,
+        first_baselines,
         classifier: Classifier::new(&study.gate.patterns).map_err(LaunchError::Other)?,
         done,
         host_class,
@@ -577,11 +682,17 @@ pub async fn run_study(
 }
 
 impl Shared<'_> {
+    fn adaptive(&self) -> bool {
+        self.study.strategy.is_adaptive()
+    }
+
     fn config_of(&self, unit: Unit) -> u64 {
         match (unit.kind, unit.pos) {
             (_, 0) => self.plan.space.baseline(),
-            (Kind::Sweep, p) => self.plan.per_cell[unit.cell as usize][(p - 1) as usize],
-            (Kind::Confirm, p) => p - 1,
+            (Kind::Sweep, p) if !self.adaptive() => {
+                self.plan.per_cell[unit.cell as usize][(p - 1) as usize]
+            }
+            (_, p) => p - 1,
         }
     }
 
@@ -589,17 +700,44 @@ impl Shared<'_> {
         match unit.kind {
             Kind::Sweep => Role::Sweep,
             Kind::Confirm => Role::Confirm,
+            Kind::Rung => Role::Rung,
         }
     }
 
-    fn key_for(&self, class: usize, cell: u32, config: u64, repeat: u32, role: Role) -> String {
+    /// The budget a unit's trial receives.
+    fn budget_of(&self, unit: Unit) -> Option<f64> {
+        match unit.kind {
+            Kind::Rung => self.budgets.get(unit.budget as usize).copied().flatten(),
+            _ => self.objective_budget,
+        }
+    }
+
+    /// What the warm-up of a unit is shared with: runs of the same config
+    /// at the same cell, budget and command on the same host.
+    fn warm_key(&self, host: usize, unit: Unit) -> (usize, u32, u64, u32) {
+        let budget = match unit.kind {
+            Kind::Rung => unit.budget + 1,
+            _ => 0,
+        };
+        (host, unit.cell, self.config_of(unit), budget)
+    }
+
+    fn key_for(
+        &self,
+        class: usize,
+        cell: u32,
+        config: u64,
+        repeat: u32,
+        role: Role,
+        fidelity: Option<f64>,
+    ) -> String {
         let config = self.plan.space.config_json(self.study, config);
         let cell = space::cell_json(self.study, &self.plan.cells[cell as usize]);
         TrialIdentity {
             study: self.study_id,
             config: &config,
             cell: &cell,
-            fidelity: None,
+            fidelity,
             repeat,
             host_class: &self.class_ids[class],
             role,
@@ -614,6 +752,7 @@ impl Shared<'_> {
             self.config_of(unit),
             unit.repeat,
             self.role_of(unit),
+            self.budget_of(unit),
         )
     }
 
@@ -651,6 +790,21 @@ impl Shared<'_> {
                     .failed_configs
                     .insert((a.cell_index, a.config_index));
             }
+        }
+        if self.adaptive() {
+            let (n, d, notes) = self.seed_searches(&mut st, scan);
+            to_run += n;
+            already += d;
+            st.summary.already_done = already;
+            drop(st);
+            let _ = self.events.send(Event::Planned {
+                to_run,
+                already_done: already,
+            });
+            for n in notes {
+                self.note(n);
+            }
+            return;
         }
         for class in 0..self.plan.classes.len() {
             for cell in 0..self.plan.cells.len() as u32 {
@@ -691,6 +845,409 @@ impl Shared<'_> {
         }
     }
 
+    /// Start the search of every (class, cell) of an adaptive study: queue
+    /// the baseline's rung at every budget (the gate's reference there).
+    /// Returns (queued, already done, notes).
+    fn seed_searches(&self, st: &mut State, scan: &Scan) -> (u64, u64, Vec<String>) {
+        let (mut queued, mut done) = (0u64, 0u64);
+        let mut notes = Vec::new();
+        let terminal = scan.terminal();
+        for class in 0..self.plan.classes.len() {
+            let class_id = &self.class_ids[class];
+            let lag = match self.study.strategy {
+                crate::spec::Strategy::Hyperband { parallel, .. }
+                | crate::spec::Strategy::Tpe { parallel, .. } => parallel,
+                _ => None,
+            }
+            .map(|p| p as usize)
+            .unwrap_or(self.plan.classes[class].slots.max(1) as usize);
+            for cell in 0..self.plan.cells.len() as u32 {
+                let search = match self.new_search(class, cell, lag, &mut notes) {
+                    Ok(s) => s,
+                    Err(e) => {
+                        self.warn(format!(
+                            "error: cannot start the search at cell {} on {class_id}: {e}",
+                            self.cell_label(cell)
+                        ));
+                        continue;
+                    }
+                };
+                let mut cs_search = CellSearch {
+                    search,
+                    base: vec![None; self.budgets.len()],
+                    base_left: 0,
+                    base_failed: None,
+                    jobs: HashMap::new(),
+                    records: terminal
+                        .values()
+                        .filter(|a| {
+                            a.role == "rung"
+                                && a.host_class == *class_id
+                                && a.cell_index == cell
+                                && a.spec_hash == self.spec_hash
+                        })
+                        .map(|a| (a.trial_key.clone(), Arc::new((*a).clone())))
+                        .collect(),
+                    finalists: None,
+                };
+                let cs = &mut st.classes[class];
+                for bi in 0..self.budgets.len() as u32 {
+                    let unit = Unit::rung(cell, bi, 0);
+                    let key = self.key_of(class, unit);
+                    match cs_search.records.get(&key).cloned() {
+                        Some(rec) => {
+                            done += 1;
+                            self.take_rung_baseline(&mut cs_search, bi, &rec);
+                        }
+                        None => {
+                            cs_search.base_left += 1;
+                            cs.ready.push(Reverse(unit));
+                            queued += 1;
+                        }
+                    }
+                }
+                // Until the search is over and its objective stage queued.
+                cs.pending += 1;
+                cs.searches.insert(cell, cs_search);
+            }
+        }
+        (queued, done, notes)
+    }
+
+    /// A new search engine for one (class, cell).
+    fn new_search(
+        &self,
+        class: usize,
+        cell: u32,
+        lag: usize,
+        notes: &mut Vec<String>,
+    ) -> Result<Search, String> {
+        let study = self.study;
+        let class_id = self.class_ids[class].clone();
+        let cell_json = space::cell_json(study, &self.plan.cells[cell as usize]);
+        let prior = self.options.prior.as_deref();
+        let known_failed: HashSet<u64> = prior
+            .map(|p| p.failed(&class_id, &cell_json))
+            .unwrap_or_default();
+        if !known_failed.is_empty() && cell == 0 {
+            notes.push(format!(
+                "{} configs known to fail on {class_id} (from {}) are not tried there",
+                known_failed.len(),
+                prior.map(|p| p.source.as_str()).unwrap_or_default()
+            ));
+        }
+        let check = crate::spec::TemplateCheck::new(study)?;
+        let space = self.plan.space.clone();
+        let cell_values = self.plan.cells[cell as usize].clone();
+        let owned = study.clone();
+        let baseline = space.baseline();
+        let accept = move |config: u64| -> bool {
+            if config == baseline || known_failed.contains(&config) {
+                return false;
+            }
+            check.is_empty()
+                || matches!(
+                    check.violated_where(&space.values(&owned, config), &cell_values, |_| true),
+                    Ok(None)
+                )
+        };
+        let metric = study
+            .fidelity
+            .as_ref()
+            .map(|f| &f.proxy)
+            .unwrap_or(&study.objective);
+        match study.strategy {
+            crate::spec::Strategy::Hyperband { seed, .. } => {
+                let f = study
+                    .fidelity
+                    .as_ref()
+                    .ok_or("hyperband needs a `fidelity:` section")?;
+                let brackets = Brackets::new(f.min_budget, f.max_budget, f.eta)?;
+                let source = Source::new(self.plan.space.size(), seed, Box::new(accept));
+                let asha = Asha::hyperband(&brackets, metric.better, source);
+                Ok(Search::new(
+                    Engine::Hyperband(Box::new(asha), brackets),
+                    lag,
+                ))
+            }
+            crate::spec::Strategy::Tpe { seed, count, .. } => {
+                let tpe = Tpe::for_study(study, metric.better, seed)?;
+                let warm = prior
+                    .map(|p| p.observations(&class_id, &cell_json))
+                    .unwrap_or_default();
+                let budget = study
+                    .fidelity
+                    .as_ref()
+                    .map(|f| f.max_budget)
+                    .unwrap_or(f64::NAN);
+                let engine =
+                    TpeEngine::new(tpe, metric.better, count, budget, &warm, Box::new(accept))?;
+                Ok(Search::new(Engine::Tpe(Box::new(engine)), lag))
+            }
+            _ => Err("not an adaptive strategy".to_string()),
+        }
+    }
+
+    /// The baseline's rung attempt at budget `bi` finished.
+    fn take_rung_baseline(&self, cs: &mut CellSearch, bi: u32, rec: &Arc<AttemptRecord>) {
+        if rec.status != AttemptStatus::Ok && cs.base_failed.is_none() {
+            let why = rec
+                .failure
+                .as_ref()
+                .map(|f| format!("{}: {}", f.class.as_str(), f.detail))
+                .unwrap_or_else(|| "its attempt was lost".to_string());
+            cs.base_failed = Some(format!(
+                "the baseline failed at budget {} ({why}); nothing can be gated there",
+                budget_label(self.budgets.get(bi as usize).copied().flatten())
+            ));
+        }
+        cs.base[bi as usize] = Some(rec.clone());
+    }
+
+    /// The budget index of a search job.
+    fn budget_index(&self, budget: f64) -> u32 {
+        let trial = self.study.fidelity.as_ref().map(|f| f.trial_budget(budget));
+        self.budgets
+            .iter()
+            .position(|b| b.map(f64::to_bits) == trial.map(f64::to_bits))
+            .unwrap_or(self.budgets.len().saturating_sub(1)) as u32
+    }
+
+    /// What a rung attempt tells the search: its proxy value, or a failure
+    /// (failed, no proxy value, or output different from the baseline's
+    /// at the same budget).
+    fn rung_outcome(&self, base: Option<&AttemptRecord>, rec: &AttemptRecord) -> Outcome {
+        if rec.status != AttemptStatus::Ok {
+            return Outcome::Failed;
+        }
+        if let Some(b) = base
+            && crate::gate::compare_outputs(b, rec, self.tolerance.as_ref()).is_err()
+        {
+            return Outcome::Failed;
+        }
+        let metric = self
+            .study
+            .fidelity
+            .as_ref()
+            .map(|f| f.proxy.name.as_str())
+            .unwrap_or(self.study.objective.name.as_str());
+        match rec
+            .metrics
+            .get(metric)
+            .and_then(|s| crate::stats::median(s))
+        {
+            Some(v) if v.is_finite() => Outcome::Value(v),
+            _ => Outcome::Failed,
+        }
+    }
+
+    /// Hand out search jobs of `class` until one must run: returns it, or
+    /// `None` when every search waits or is over. Jobs the ledger already
+    /// holds get their result at once (a resumed launch replays its search).
+    /// Searches that end release their cells' objective stage.
+    fn advance_searches(&self, st: &mut State, class: usize) -> Option<Unit> {
+        enum Then {
+            Run(Unit),
+            Again,
+            Next,
+            Over,
+        }
+        let cells: Vec<u32> = st.classes[class].searches.keys().copied().collect();
+        for cell in cells {
+            loop {
+                let then = {
+                    let State {
+                        classes, summary, ..
+                    } = &mut *st;
+                    let Some(search) = classes[class].searches.get_mut(&cell) else {
+                        break;
+                    };
+                    if search.finalists.is_some() || search.base_left > 0 {
+                        break;
+                    }
+                    let step = if search.base_failed.is_some() {
+                        Ok(Step::Done)
+                    } else {
+                        search.search.next()
+                    };
+                    match step {
+                        Ok(Step::Run(index, job)) => {
+                            let bi = self.budget_index(job.budget);
+                            let unit = Unit::rung(cell, bi, job.config + 1);
+                            let key = self.key_of(class, unit);
+                            search.jobs.insert((job.config, bi), index);
+                            match search.records.get(&key).cloned() {
+                                Some(rec) => {
+                                    let outcome = self
+                                        .rung_outcome(search.base[bi as usize].as_deref(), &rec);
+                                    let _ = search.search.report(index, outcome);
+                                    summary.already_done += 1;
+                                    Then::Again
+                                }
+                                None => Then::Run(unit),
+                            }
+                        }
+                        Ok(Step::Wait) => Then::Next,
+                        Ok(Step::Done) => Then::Over,
+                        Err(e) => {
+                            self.warn(format!(
+                                "error: the search at cell {} stopped: {e}",
+                                self.cell_label(cell)
+                            ));
+                            search.base_failed = Some(e);
+                            Then::Over
+                        }
+                    }
+                };
+                match then {
+                    Then::Run(unit) => {
+                        let _ = self.events.send(Event::More { count: 1 });
+                        return Some(unit);
+                    }
+                    Then::Again => continue,
+                    Then::Next => break,
+                    Then::Over => {
+                        self.search_over(st, class, cell);
+                        break;
+                    }
+                }
+            }
+        }
+        None
+    }
+
+    /// The search of (class, cell) is over: keep its finalists, and once
+    /// every cell of its bucket is over, queue the objective stage of the
+    /// bucket's cells with the union of their finalists.
+    fn search_over(&self, st: &mut State, class: usize, cell: u32) {
+        let k = match self.study.strategy {
+            crate::spec::Strategy::Hyperband { finalists, .. }
+            | crate::spec::Strategy::Tpe { finalists, .. } => finalists as usize,
+            _ => 0,
+        };
+        let label = self.cell_label(cell);
+        let class_id = self.class_ids[class].clone();
+        let cs = &mut st.classes[class];
+        let Some(search) = cs.searches.get_mut(&cell) else {
+            return;
+        };
+        let picked: Vec<u64> = if search.base_failed.is_some() {
+            Vec::new()
+        } else {
+            search
+                .search
+                .finalists(k)
+                .iter()
+                .map(|s| s.config)
+                .collect()
+        };
+        let message = match &search.base_failed {
+            Some(why) => format!("search at cell {label} on {class_id} skipped: {why}"),
+            None => format!(
+                "search at cell {label} on {class_id} is over after {} jobs: {} finalists go to the objective stage ({})",
+                search.search.issued(),
+                picked.len(),
+                picked
+                    .iter()
+                    .map(|c| self.plan.space.label(self.study, *c))
+                    .collect::<Vec<_>>()
+                    .join("; ")
+            ),
+        };
+        search.finalists = Some(picked);
+        self.note(message);
+        let bucket = &self.bucket_of_cell[cell as usize];
+        let members = self
+            .cells_of_bucket
+            .get(bucket)
+            .cloned()
+            .unwrap_or_default();
+        let all_over = members
+            .iter()
+            .all(|m| cs.searches.get(m).is_none_or(|s| s.finalists.is_some()));
+        if !all_over {
+            return;
+        }
+        let mut union: Vec<u64> = members
+            .iter()
+            .filter_map(|m| cs.searches.get(m).and_then(|s| s.finalists.clone()))
+            .flatten()
+            .collect();
+        union.sort_unstable();
+        union.dedup();
+        let mut more = 0u64;
+        for m in members {
+            if cs.searches.remove(&m).is_none() {
+                continue;
+            }
+            cs.pending = cs.pending.saturating_sub(1);
+            cs.finalists.insert(m, union.clone());
+            cs.just_released.push(m);
+            let first = Unit::sweep(m, 0, 0);
+            let key = self.key_of(class, first);
+            match self.first_baselines.get(&key) {
+                Some(AttemptStatus::Ok) => {
+                    let (n, d) = self.release_cell(cs, class, m);
+                    more += n;
+                    st.summary.already_done += d + 1;
+                }
+                Some(_) => {
+                    cs.released.insert(m);
+                    st.summary.already_done += 1;
+                }
+                None => {
+                    cs.ready.push(Reverse(first));
+                    cs.pending += 1;
+                    *cs.outstanding.entry(m).or_insert(0) += 1;
+                    more += 1;
+                }
+            }
+        }
+        if more > 0 {
+            let _ = self.events.send(Event::More { count: more });
+        }
+    }
+
+    /// Book-keeping of a rung unit that ended (not lost with its host).
+    fn finish_rung(&self, st: &mut State, class: usize, unit: Unit, ran: Option<&Ran>) {
+        let cs = &mut st.classes[class];
+        let Some(search) = cs.searches.get_mut(&unit.cell) else {
+            return;
+        };
+        let record = ran
+            .filter(|r| r.status != AttemptStatus::Lost)
+            .and_then(|r| r.record.clone());
+        if let Some(rec) = &record {
+            search.records.insert(rec.trial_key.clone(), rec.clone());
+        }
+        if unit.pos == 0 {
+            search.base_left = search.base_left.saturating_sub(1);
+            match &record {
+                Some(rec) => self.take_rung_baseline(search, unit.budget, rec),
+                None => {
+                    if search.base_failed.is_none() {
+                        search.base_failed = Some(format!(
+                            "the baseline's rung attempt at budget {} was lost; launch again to search this cell",
+                            budget_label(self.budgets.get(unit.budget as usize).copied().flatten())
+                        ));
+                    }
+                }
+            }
+            return;
+        }
+        let config = unit.pos - 1;
+        let Some(&index) = search.jobs.get(&(config, unit.budget)) else {
+            return;
+        };
+        let outcome = match &record {
+            Some(rec) => self.rung_outcome(search.base[unit.budget as usize].as_deref(), rec),
+            // Lost (not with its host) or not recorded: the search goes on
+            // without it.
+            None => Outcome::Failed,
+        };
+        let _ = search.search.report(index, outcome);
+    }
+
     fn baseline_failed_reason(&self, cell: u32) -> String {
         format!(
             "the baseline failed at cell {}; nothing can win there",
@@ -719,10 +1276,10 @@ impl Shared<'_> {
     /// Queue every sweep trial of a cell except the baseline's first repeat
     /// and those already done. Returns (queued, already done).
     fn release_cell(&self, cs: &mut ClassState, class: usize, cell: u32) -> (u64, u64) {
-        let configs = self.plan.configs_in_cell(cell as usize);
+        let positions = self.positions(cs, cell);
         let (mut queued, mut done) = (0, 0);
         for repeat in 0..self.plan.repeats {
-            for pos in 0..configs {
+            for &pos in &positions {
                 if repeat == 0 && pos == 0 {
                     continue;
                 }
@@ -738,6 +1295,22 @@ impl Shared<'_> {
         *cs.outstanding.entry(cell).or_insert(0) += queued;
         cs.released.insert(cell);
         (queued, done)
+    }
+
+    /// Sweep positions of a cell, baseline (0) first.
+    fn positions(&self, cs: &ClassState, cell: u32) -> Vec<u64> {
+        if self.adaptive() {
+            std::iter::once(0)
+                .chain(cs.finalists.get(&cell).into_iter().flatten().map(|c| c + 1))
+                .collect()
+        } else {
+            (0..self.plan.configs_in_cell(cell as usize)).collect()
+        }
+    }
+
+    /// Sweep trials of a cell on a class (config × repeat).
+    fn trials_in_cell(&self, cs: &ClassState, cell: u32) -> u64 {
+        self.positions(cs, cell).len() as u64 * u64::from(self.plan.repeats)
     }
 
     /// The next unit for a slot of `host` (in `class`), and the cells whose
@@ -767,6 +1340,12 @@ impl Shared<'_> {
             }
         }
         let result = loop {
+            if st.classes[class].ready.is_empty()
+                && let Some(unit) = self.advance_searches(&mut st, class)
+            {
+                st.classes[class].ready.push(Reverse(unit));
+            }
+            touched.append(&mut st.classes[class].just_released);
             let State {
                 classes,
                 warmed,
@@ -805,7 +1384,7 @@ impl Shared<'_> {
                         continue;
                     }
                     cs.in_flight += 1;
-                    let warm = warmed.insert((host, unit.cell, config));
+                    let warm = warmed.insert(self.warm_key(host, unit));
                     break Next::Run(unit, warm);
                 }
                 None if cs.pending > 0
@@ -897,6 +1476,7 @@ impl Shared<'_> {
                     config,
                     unit.repeat,
                     self.role_of(unit),
+                    self.budget_of(unit),
                     key,
                     warm,
                 )
@@ -1066,8 +1646,7 @@ impl Shared<'_> {
     /// Another launcher holds this unit's trial: look again later.
     fn defer(&self, class: usize, host: usize, unit: Unit, retry_in: Duration) {
         if let Ok(mut st) = self.state.lock() {
-            let config = self.config_of(unit);
-            st.warmed.remove(&(host, unit.cell, config));
+            st.warmed.remove(&self.warm_key(host, unit));
             let cs = &mut st.classes[class];
             cs.in_flight = cs.in_flight.saturating_sub(1);
             cs.deferred
@@ -1091,7 +1670,7 @@ impl Shared<'_> {
             let losses = st.host_losses.entry(r.key.clone()).or_insert(0);
             *losses += 1;
             if *losses <= MAX_HOST_LOSS_REQUEUES {
-                st.warmed.remove(&(host, unit.cell, config));
+                st.warmed.remove(&self.warm_key(host, unit));
                 st.summary.requeued += 1;
                 let cs = &mut st.classes[class];
                 cs.in_flight = cs.in_flight.saturating_sub(1);
@@ -1127,9 +1706,13 @@ impl Shared<'_> {
                 cs.failed_configs.insert((unit.cell, config));
             }
             Some(AttemptStatus::Lost) | None => {
-                st.warmed.remove(&(host, unit.cell, config));
+                st.warmed.remove(&self.warm_key(host, unit));
             }
             _ => {}
+        }
+        if unit.kind == Kind::Rung {
+            self.finish_rung(&mut st, class, unit, ran);
+            return false;
         }
         // The first baseline repeat releases its cell once; a re-run of it
         // (after drift) is an ordinary measurement.
@@ -1138,13 +1721,18 @@ impl Shared<'_> {
             cs.pending = cs.pending.saturating_sub(1);
             match status {
                 Some(AttemptStatus::Ok) => {
-                    let (_, done) = self.release_cell(cs, class, unit.cell);
+                    let (queued, done) = self.release_cell(cs, class, unit.cell);
                     st.summary.already_done += done;
+                    // An adaptive cell's objective stage was not counted
+                    // when the launch started.
+                    if self.adaptive() && queued > 0 {
+                        let _ = self.events.send(Event::More { count: queued });
+                    }
                 }
                 Some(AttemptStatus::Failed) => {
                     cs.released.insert(unit.cell);
                     release = Some((
-                        self.plan.trials_in_cell(unit.cell as usize) - 1,
+                        self.trials_in_cell(cs, unit.cell) - 1,
                         self.baseline_failed_reason(unit.cell),
                     ));
                 }
@@ -1154,7 +1742,7 @@ impl Shared<'_> {
                     cs.released.insert(unit.cell);
                     if !self.cancel.is_cancelled() {
                         release = Some((
-                            self.plan.trials_in_cell(unit.cell as usize) - 1,
+                            self.trials_in_cell(cs, unit.cell) - 1,
                             format!(
                                 "the baseline's attempt at cell {} was lost; launch again to run this cell",
                                 self.cell_label(unit.cell)
@@ -1222,14 +1810,24 @@ impl Shared<'_> {
             host: host.name.clone(),
             tag: new_attempt_id(),
         };
-        let key = self.key_for(class, cell, base, 0, role.clone());
+        let key = self.key_for(class, cell, base, 0, role.clone(), self.objective_budget);
         if let Ok(mut st) = self.state.lock() {
             st.summary.anchors += 1;
         }
         let _ = self.events.send(Event::More { count: 1 });
         let TrialResult::Done(ran) = self
             .run_trial(
-                host_index, host, slot, class, cell, base, 0, role, key, false,
+                host_index,
+                host,
+                slot,
+                class,
+                cell,
+                base,
+                0,
+                role,
+                self.objective_budget,
+                key,
+                false,
             )
             .await
         else {
@@ -1495,6 +2093,7 @@ impl Shared<'_> {
                                     cell: *cell,
                                     repeat,
                                     pos,
+                                    budget: 0,
                                 };
                                 if !self.done.contains(&self.key_of(class, unit)) {
                                     cs.ready.push(Reverse(unit));
@@ -1572,6 +2171,7 @@ impl Shared<'_> {
         cell: u32,
         config: u64,
         repeat: u32,
+        budget: Option<f64>,
         key: &str,
         dir: &str,
         result: &str,
@@ -1597,7 +2197,7 @@ impl Shared<'_> {
         vars.set("trial_dir", Value::Str(dir.to_string()));
         vars.set("result", Value::Str(result.to_string()));
         vars.set("repeat", Value::Int(i64::from(repeat)));
-        vars.set("budget", Value::Null);
+        vars.set("budget", budget_value(budget).unwrap_or(Value::Null));
         vars.set("host", Value::Str(host.name.clone()));
         vars.set("slot", Value::Int(i64::from(slot)));
         vars.set("phase", Value::Str("measure".to_string()));
@@ -1617,6 +2217,7 @@ impl Shared<'_> {
         config: u64,
         repeat: u32,
         role: Role,
+        budget: Option<f64>,
         key: String,
         warm: bool,
     ) -> TrialResult {
@@ -1660,9 +2261,10 @@ impl Shared<'_> {
             return TrialResult::Done(Ran {
                 status: done.status,
                 key,
-                attempt_id: done.attempt_id,
+                attempt_id: done.attempt_id.clone(),
                 value: None,
                 host_lost: false,
+                record: Some(Arc::new(done)),
             });
         }
         let result = self
@@ -1675,6 +2277,7 @@ impl Shared<'_> {
                 config,
                 repeat,
                 role,
+                budget,
                 key,
                 warm,
                 lease.clone(),
@@ -1698,6 +2301,7 @@ impl Shared<'_> {
         config: u64,
         repeat: u32,
         role: Role,
+        budget: Option<f64>,
         key: String,
         warm: bool,
         lease: Option<Lease>,
@@ -1717,14 +2321,18 @@ impl Shared<'_> {
             cell,
             config,
             repeat,
+            budget,
             &key,
             &trial_dir,
             &result_path,
         );
-        let rendered = self
-            .renderer
+        let renderer = match (&role, &self.objective_renderer) {
+            (Role::Rung, _) | (_, None) => &self.renderer,
+            (_, Some(objective)) => objective,
+        };
+        let rendered = renderer
             .command(&vars)
-            .and_then(|c| Ok((c, self.renderer.env(&vars)?)));
+            .and_then(|c| Ok((c, renderer.env(&vars)?)));
         let (command, extra_env) = match rendered {
             Ok(r) => r,
             Err(e) => {
@@ -1748,7 +2356,12 @@ impl Shared<'_> {
                 "TUNECTL_CELL".into(),
                 crate::canon::canonical_json(&cell_json),
             ),
-            ("TUNECTL_BUDGET".into(), String::new()),
+            (
+                "TUNECTL_BUDGET".into(),
+                budget_value(budget)
+                    .map(|v| v.to_string())
+                    .unwrap_or_default(),
+            ),
             ("TUNECTL_REPEAT".into(), repeat.to_string()),
             ("TUNECTL_ROLE".into(), role.name().to_string()),
             ("TUNECTL_HOST".into(), host.name.clone()),
@@ -1846,7 +2459,7 @@ impl Shared<'_> {
             cell_index: cell,
             repeat,
             role: role.name().to_string(),
-            fidelity: None,
+            fidelity: budget,
             host: host.name.clone(),
             host_class: self.class_ids[class].clone(),
             fingerprint: self.fingerprints[host_index].clone(),
@@ -1938,9 +2551,14 @@ impl Shared<'_> {
             lost: j.status == AttemptStatus::Lost,
             failure: failure_text,
         });
+        // Rungs are read on the proxy metric.
+        let metric = match (&role, &study.fidelity) {
+            (Role::Rung, Some(f)) => &f.proxy.name,
+            _ => &study.objective.name,
+        };
         let value = j
             .metrics
-            .get(&study.objective.name)
+            .get(metric)
             .and_then(|samples| crate::stats::median(samples));
         TrialResult::Done(Ran {
             status: j.status,
@@ -1948,8 +2566,26 @@ impl Shared<'_> {
             attempt_id,
             value,
             host_lost: outcome.host_lost.is_some(),
+            record: Some(Arc::new(record)),
         })
     }
+}
+
+/// A budget for messages: `81`, `0.5`, or `(none)`.
+fn budget_label(budget: Option<f64>) -> String {
+    budget_value(budget)
+        .map(|v| v.to_string())
+        .unwrap_or_else(|| "(none)".to_string())
+}
+
+/// A budget as a trial receives it: an integer when it is whole.
+fn budget_value(budget: Option<f64>) -> Option<Value> {
+    let b = budget?;
+    Some(if b.fract() == 0.0 && b.abs() < 9.0e15 {
+        Value::Int(b as i64)
+    } else {
+        Value::Float(b)
+    })
 }
 
 /// Values of environment variables that hold credentials (by name: secret,

@@ -9,6 +9,7 @@
 pub mod attempt;
 pub mod launch;
 pub mod local;
+pub mod prior;
 pub mod progress;
 pub mod slurm;
 pub mod ssh;

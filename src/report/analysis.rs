@@ -75,6 +75,31 @@ pub struct ClassReport {
     pub cells: Vec<CellReport>,
     /// Decisions per bucket: what ships.
     pub buckets: Vec<BucketReport>,
+    /// An adaptive search's screening runs (rungs), per cell and budget;
+    /// empty for grid and random studies.
+    pub search: Vec<SearchRow>,
+}
+
+/// The screening runs of an adaptive search at one cell and one budget,
+/// read on the proxy metric. One run per config (n = 1 each): a rung
+/// ranks, it does not decide; the objective stage does.
+#[derive(Debug, Clone, Serialize)]
+pub struct SearchRow {
+    pub cell_label: String,
+    /// The budget, in `budget_unit` (`None` without a `fidelity:` section).
+    pub budget: Option<f64>,
+    pub budget_unit: String,
+    /// The proxy metric.
+    pub metric: MetricInfo,
+    /// Configs run (the baseline included).
+    pub trials: u64,
+    pub failed: u64,
+    /// Ran, but their output differs from the baseline's at this budget.
+    pub output_changed: u64,
+    /// The baseline's value at this budget (n = 1).
+    pub baseline: Option<f64>,
+    /// The best config here and its value (n = 1).
+    pub best: Option<(String, f64)>,
 }
 
 /// One bucket of cells of one host class, and what wins it.
@@ -319,11 +344,17 @@ pub fn analyze_where(
     let terminal = scan.terminal_where(keep);
     let mut foreign = 0;
     let mut anchors = 0;
+    let mut rungs: BTreeMap<&str, Vec<&AttemptRecord>> = BTreeMap::new();
     // class → cell index → config index → attempts
     let mut tree: BTreeMap<&str, BTreeMap<u32, BTreeMap<u64, Group>>> = BTreeMap::new();
     for a in terminal.values() {
         if a.spec_hash != study.spec_hash {
             foreign += 1;
+            continue;
+        }
+        if a.role == "rung" {
+            tree.entry(a.host_class.as_str()).or_default();
+            rungs.entry(a.host_class.as_str()).or_default().push(a);
             continue;
         }
         let group = tree
@@ -404,6 +435,11 @@ pub fn analyze_where(
             fingerprint: latest.map(|h| h.fingerprint.clone()),
             cells: cell_reports,
             buckets,
+            search: search_rows(
+                spec,
+                rungs.get(class_id).map(Vec::as_slice).unwrap_or_default(),
+                rules.tolerance.as_ref(),
+            ),
         });
     }
     let all_verdicts = !classes.is_empty()
@@ -430,6 +466,112 @@ pub fn analyze_where(
         confirm_repeats: rules.confirm_repeats,
         min_hosts: rules.min_hosts,
     }
+}
+
+/// The rung table of one class: per (cell, budget), how many configs ran,
+/// failed or changed output (against the baseline's rung at that budget),
+/// and the best on the proxy metric.
+fn search_rows(
+    spec: &serde_json::Value,
+    rungs: &[&AttemptRecord],
+    tolerance: Option<&crate::gate::ToleranceSpec>,
+) -> Vec<SearchRow> {
+    let fidelity = &spec["fidelity"];
+    let proxy = &fidelity["proxy"];
+    let (metric, higher) = if proxy.is_object() {
+        (
+            MetricInfo {
+                name: proxy["name"].as_str().unwrap_or("proxy").to_string(),
+                unit: proxy["unit"].as_str().unwrap_or("").to_string(),
+                better: proxy["better"].as_str().unwrap_or("higher").to_string(),
+            },
+            proxy["better"].as_str() != Some("lower"),
+        )
+    } else {
+        (
+            MetricInfo {
+                name: spec["objective"]["name"]
+                    .as_str()
+                    .unwrap_or("objective")
+                    .to_string(),
+                unit: spec["objective"]["unit"].as_str().unwrap_or("").to_string(),
+                better: spec["objective"]["better"]
+                    .as_str()
+                    .unwrap_or("higher")
+                    .to_string(),
+            },
+            spec["objective"]["better"].as_str() != Some("lower"),
+        )
+    };
+    let budget_unit = fidelity["unit"].as_str().unwrap_or("").to_string();
+    // (cell index, budget bits) → attempts
+    let mut groups: BTreeMap<(u32, Option<u64>), Vec<&AttemptRecord>> = BTreeMap::new();
+    for a in rungs {
+        groups
+            .entry((a.cell_index, a.fidelity.map(f64::to_bits)))
+            .or_default()
+            .push(a);
+    }
+    let mut out = Vec::new();
+    for ((_, _), attempts) in groups {
+        let Some(first) = attempts.first() else {
+            continue;
+        };
+        let base = attempts
+            .iter()
+            .find(|a| a.is_baseline && a.status == AttemptStatus::Ok)
+            .copied();
+        let value = |a: &AttemptRecord| {
+            a.metrics
+                .get(&metric.name)
+                .and_then(|s| crate::stats::median(s))
+        };
+        let (mut failed, mut changed) = (0, 0);
+        let mut best: Option<(String, f64)> = None;
+        for a in &attempts {
+            if a.status != AttemptStatus::Ok {
+                failed += 1;
+                continue;
+            }
+            if !a.is_baseline
+                && let Some(b) = base
+                && crate::gate::compare_outputs(b, a, tolerance).is_err()
+            {
+                changed += 1;
+                continue;
+            }
+            if a.is_baseline {
+                continue;
+            }
+            if let Some(v) = value(a) {
+                let better = match &best {
+                    None => true,
+                    Some((_, b)) => {
+                        if higher {
+                            v > *b
+                        } else {
+                            v < *b
+                        }
+                    }
+                };
+                if better {
+                    best = Some((a.config_label.clone(), v));
+                }
+            }
+        }
+        out.push(SearchRow {
+            cell_label: first.cell_label.clone(),
+            budget: first.fidelity,
+            budget_unit: budget_unit.clone(),
+            metric: metric.clone(),
+            trials: attempts.len() as u64,
+            failed,
+            output_changed: changed,
+            baseline: base.and_then(value),
+            best,
+        });
+    }
+    out
 }
 
 fn pct(x: f64) -> String {

@@ -225,6 +225,58 @@ fn footer(a: &Analysis) -> Vec<String> {
     out
 }
 
+/// The screening runs of an adaptive search: title, header, rows.
+type SearchTable = (String, Vec<String>, Vec<Vec<String>>);
+
+fn search_table(class: &crate::report::analysis::ClassReport) -> Option<SearchTable> {
+    let first = class.search.first()?;
+    let m = &first.metric;
+    let title = format!(
+        "search on {} (screening runs, n = 1 per config, read on the proxy metric {} in {}, {}; the objective stage below decides):",
+        class.host_class,
+        m.name,
+        if m.unit.is_empty() {
+            "its unit"
+        } else {
+            m.unit.as_str()
+        },
+        m.better
+    );
+    let budget_head = if first.budget_unit.is_empty() {
+        "budget".to_string()
+    } else {
+        format!("budget ({})", first.budget_unit)
+    };
+    let header = vec![
+        "cell".to_string(),
+        budget_head,
+        "configs run".to_string(),
+        "failed".to_string(),
+        "output changed".to_string(),
+        format!("baseline {}", m.name),
+        format!("best {} (config)", m.name),
+    ];
+    let rows = class
+        .search
+        .iter()
+        .map(|r| {
+            vec![
+                r.cell_label.clone(),
+                r.budget.map(num).unwrap_or_else(|| "-".to_string()),
+                r.trials.to_string(),
+                r.failed.to_string(),
+                r.output_changed.to_string(),
+                r.baseline.map(num).unwrap_or_else(|| "-".to_string()),
+                r.best
+                    .as_ref()
+                    .map(|(label, v)| format!("{} ({label})", num(*v)))
+                    .unwrap_or_else(|| "-".to_string()),
+            ]
+        })
+        .collect();
+    Some((title, header, rows))
+}
+
 pub fn render(a: &Analysis, format: Format, all: bool) -> String {
     match format {
         Format::Table => render_table(a, all),
@@ -242,6 +294,18 @@ fn render_table(a: &Analysis, all: bool) -> String {
     let unit = &a.objective.unit;
     for class in &a.classes {
         let _ = writeln!(out, "\n{}", class_line(class));
+        if let Some((title, header, rows)) = search_table(class) {
+            let _ = writeln!(out, "\n{title}");
+            let mut t = Table::new();
+            t.load_style(presets::UTF8_FULL_CONDENSED)
+                .set_content_arrangement(ContentArrangement::Dynamic)
+                .set_width(160)
+                .set_header(header);
+            for row in rows {
+                t.add_row(row);
+            }
+            let _ = writeln!(out, "{t}");
+        }
         for cell in &class.cells {
             let _ = writeln!(out, "\ncell {} · {}", cell.cell_label, cell.decision);
             for n in &cell.notes {
@@ -310,6 +374,20 @@ fn render_markdown(a: &Analysis, all: bool) -> String {
     let unit = &a.objective.unit;
     for class in &a.classes {
         let _ = writeln!(out, "\n## {}\n", md_escape(&class_line(class)));
+        if let Some((title, header, rows)) = search_table(class) {
+            let _ = writeln!(out, "{}\n", md_escape(&title));
+            let _ = writeln!(
+                out,
+                "| {} |\n|{}",
+                header.join(" | "),
+                "---|".repeat(header.len())
+            );
+            for row in rows {
+                let cells: Vec<String> = row.iter().map(|c| md_escape(c)).collect();
+                let _ = writeln!(out, "| {} |", cells.join(" | "));
+            }
+            let _ = writeln!(out);
+        }
         for cell in &class.cells {
             let _ = writeln!(
                 out,

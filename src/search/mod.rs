@@ -11,13 +11,17 @@
 //! - [`tpe`]: [`Tpe`], a Tree-structured Parzen Estimator (Bergstra et al.,
 //!   NeurIPS 2011) over the knobs' value lists, warm-startable from earlier
 //!   observations.
+//! - [`driver`]: [`Search`], one search as the scheduler drives it, with
+//!   decisions that do not depend on the order results arrive in.
 //! - [`shard`]: [`Shard`], `--shard i/n`, a deterministic split of an
 //!   ordered candidate list into contiguous ranges.
 
+pub mod driver;
 pub mod hyperband;
 pub mod shard;
 pub mod tpe;
 
+pub use driver::{Engine, Search, Source, Step, TpeEngine};
 pub use hyperband::{
     Asha, Bracket, Brackets, Job, Outcome, Rung, RungStatus, Scored, round_budget,
 };

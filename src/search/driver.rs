@@ -1,0 +1,503 @@
+//! One adaptive search (of one host class at one cell) as the scheduler
+//! drives it: a hyperband ([`Asha`]) or TPE engine behind a rule that makes
+//! its decisions independent of the order results arrive in.
+//!
+//! **Determinism.** Jobs are numbered in the order they are handed out.
+//! Job `j` is decided on exactly the results of jobs `0 .. j + 1 - lag`
+//! (fed in job order), never on more: a result that arrives early waits in
+//! a buffer, and a free slot waits only when the result of the job handed
+//! out `lag` jobs earlier is still missing. When the engine can start
+//! nothing on what it has seen, the next result in job order is fed (or
+//! awaited). So the sequence of jobs, and the finalists, are a function of
+//! the seed, `lag` and the results alone: the same study run twice, with
+//! results arriving in any order, makes the same decisions. `lag` is the
+//! search's parallelism (`strategy.parallel`, by default the host class's
+//! slots when the launch starts); with `lag` slots busy, a slot waits only
+//! for a straggler.
+//!
+//! **Resume.** A relaunch replays the search from the start: each job whose
+//! trial the ledger already holds gets its recorded result at once, so the
+//! replay hands out the same jobs and runs only those not finished.
+
+use std::collections::{BTreeMap, HashSet};
+
+use rand::seq::SliceRandom;
+use rand::{RngExt, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+
+use super::hyperband::{Asha, Brackets, Job, Outcome, RungStatus, Scored};
+use super::tpe::Tpe;
+use crate::spec::Better;
+
+/// Spaces up to this size are drawn as a shuffled list (so that every
+/// config can be reached exactly once); larger ones by random draws.
+const SHUFFLE_LIMIT: u64 = 1 << 20;
+
+/// Consecutive configs a [`Source`] may reject (constraints, known
+/// failures) before it counts as exhausted.
+const MAX_REJECTIONS: u64 = 1_000_000;
+
+/// Configs to try, in a seeded random order, without the ones `accept`
+/// refuses (the baseline, configs a constraint removes, configs known to
+/// fail on the host class).
+pub struct Source {
+    order: Order,
+    accept: Box<dyn Fn(u64) -> bool + Send>,
+}
+
+enum Order {
+    Shuffled(std::vec::IntoIter<u64>),
+    Drawn { rng: ChaCha8Rng, size: u64 },
+}
+
+impl Source {
+    pub fn new(size: u64, seed: u64, accept: Box<dyn Fn(u64) -> bool + Send>) -> Source {
+        let mut rng = ChaCha8Rng::seed_from_u64(seed);
+        let order = if size <= SHUFFLE_LIMIT {
+            let mut all: Vec<u64> = (0..size).collect();
+            all.shuffle(&mut rng);
+            Order::Shuffled(all.into_iter())
+        } else {
+            Order::Drawn { rng, size }
+        };
+        Source { order, accept }
+    }
+}
+
+impl Iterator for Source {
+    type Item = u64;
+
+    fn next(&mut self) -> Option<u64> {
+        for _ in 0..MAX_REJECTIONS {
+            let candidate = match &mut self.order {
+                Order::Shuffled(it) => it.next()?,
+                Order::Drawn { rng, size } => rng.random_range(0..*size),
+            };
+            if (self.accept)(candidate) {
+                return Some(candidate);
+            }
+        }
+        None
+    }
+}
+
+impl std::fmt::Debug for Source {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Source")
+    }
+}
+
+/// TPE as a job engine: `count` suggestions, each one job at `budget`.
+#[derive(Debug)]
+pub struct TpeEngine {
+    tpe: Tpe,
+    better: Better,
+    count: u64,
+    issued: u64,
+    budget: f64,
+    pending: HashSet<u64>,
+    exhausted: bool,
+    accept: AcceptFn,
+    /// Results of this search and warm-start observations, per config.
+    results: BTreeMap<u64, Option<f64>>,
+}
+
+struct AcceptFn(Box<dyn Fn(u64) -> bool + Send>);
+
+impl std::fmt::Debug for AcceptFn {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("AcceptFn")
+    }
+}
+
+/// Most suggestions refused in a row (by constraints, known failures)
+/// before TPE counts as exhausted.
+const MAX_TPE_REFUSALS: u32 = 10_000;
+
+impl TpeEngine {
+    /// `warm`: earlier observations of these configs (`None`: failed), fed
+    /// before the first suggestion. They are finalist candidates too: the
+    /// objective stage measures every finalist again in this study.
+    pub fn new(
+        mut tpe: Tpe,
+        better: Better,
+        count: u64,
+        budget: f64,
+        warm: &[(u64, Option<f64>)],
+        accept: Box<dyn Fn(u64) -> bool + Send>,
+    ) -> Result<TpeEngine, String> {
+        let mut results = BTreeMap::new();
+        for (config, value) in warm {
+            tpe.observe(*config, *value)?;
+            results.insert(*config, value.filter(|v| v.is_finite()));
+        }
+        Ok(TpeEngine {
+            tpe,
+            better,
+            count,
+            issued: 0,
+            budget,
+            pending: HashSet::new(),
+            exhausted: false,
+            accept: AcceptFn(accept),
+            results,
+        })
+    }
+
+    fn next_job(&mut self) -> Option<Job> {
+        if self.issued >= self.count || self.exhausted {
+            return None;
+        }
+        for _ in 0..MAX_TPE_REFUSALS {
+            let Some(config) = self.tpe.suggest(&self.pending) else {
+                self.exhausted = true;
+                return None;
+            };
+            if (self.accept.0)(config) {
+                self.issued += 1;
+                self.pending.insert(config);
+                return Some(Job {
+                    config,
+                    bracket: 0,
+                    rung: 0,
+                    budget: self.budget,
+                });
+            }
+            // Never again, and nothing learnt.
+            if self.tpe.exclude(config).is_err() {
+                break;
+            }
+        }
+        self.exhausted = true;
+        None
+    }
+
+    fn report(&mut self, job: &Job, outcome: Outcome) -> Result<(), String> {
+        if !self.pending.remove(&job.config) {
+            return Err(format!("config {} is not running", job.config));
+        }
+        let value = match outcome {
+            Outcome::Value(v) if v.is_finite() => Some(v),
+            _ => None,
+        };
+        self.tpe.observe(job.config, value)?;
+        self.results.insert(job.config, value);
+        Ok(())
+    }
+
+    fn is_done(&self) -> bool {
+        self.pending.is_empty() && (self.issued >= self.count || self.exhausted)
+    }
+
+    fn finalists(&self, k: usize) -> Vec<Scored> {
+        let mut ok: Vec<(u64, f64)> = self
+            .results
+            .iter()
+            .filter_map(|(c, v)| v.map(|v| (*c, v)))
+            .collect();
+        let higher = self.better == Better::Higher;
+        ok.sort_by(|a, b| {
+            let ord = a.1.total_cmp(&b.1);
+            (if higher { ord.reverse() } else { ord }).then(a.0.cmp(&b.0))
+        });
+        ok.into_iter()
+            .take(k)
+            .map(|(config, value)| Scored {
+                config,
+                value,
+                bracket: 0,
+            })
+            .collect()
+    }
+}
+
+/// The search engine behind a [`Search`].
+#[derive(Debug)]
+pub enum Engine {
+    Hyperband(Box<Asha<Source>>, Brackets),
+    Tpe(Box<TpeEngine>),
+}
+
+impl Engine {
+    fn next_job(&mut self) -> Option<Job> {
+        match self {
+            Engine::Hyperband(a, _) => a.next_job(),
+            Engine::Tpe(t) => t.next_job(),
+        }
+    }
+
+    fn report(&mut self, job: &Job, outcome: Outcome) -> Result<(), String> {
+        match self {
+            Engine::Hyperband(a, _) => a.report(job, outcome),
+            Engine::Tpe(t) => t.report(job, outcome),
+        }
+    }
+
+    fn is_done(&self) -> bool {
+        match self {
+            Engine::Hyperband(a, _) => a.is_done(),
+            Engine::Tpe(t) => t.is_done(),
+        }
+    }
+}
+
+/// What the scheduler does next for a search.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Step {
+    /// Run job number `.0`.
+    Run(usize, Job),
+    /// Nothing can start until a running job's result comes in.
+    Wait,
+    /// The search is over: take its [`Search::finalists`].
+    Done,
+}
+
+/// A search with the deterministic feeding rule (see the module docs).
+#[derive(Debug)]
+pub struct Search {
+    engine: Engine,
+    lag: usize,
+    issued: Vec<Job>,
+    results: Vec<Option<Outcome>>,
+    fed: usize,
+}
+
+impl Search {
+    /// `lag >= 1`: how many jobs may run on results not yet seen.
+    pub fn new(engine: Engine, lag: usize) -> Search {
+        Search {
+            engine,
+            lag: lag.max(1),
+            issued: Vec::new(),
+            results: Vec::new(),
+            fed: 0,
+        }
+    }
+
+    /// Feed the next result in job order, if it has arrived.
+    fn feed_one(&mut self) -> Result<bool, String> {
+        match self.results.get(self.fed).copied().flatten() {
+            Some(outcome) => {
+                let job = self.issued[self.fed];
+                self.engine.report(&job, outcome)?;
+                self.fed += 1;
+                Ok(true)
+            }
+            None => Ok(false),
+        }
+    }
+
+    /// The next job to run, or why there is none.
+    pub fn next(&mut self) -> Result<Step, String> {
+        let j = self.issued.len();
+        // Job j is decided on exactly the results of jobs 0 .. j + 1 - lag.
+        let need = (j + 1).saturating_sub(self.lag);
+        while self.fed < need {
+            if !self.feed_one()? {
+                return Ok(Step::Wait);
+            }
+        }
+        loop {
+            if let Some(job) = self.engine.next_job() {
+                self.issued.push(job);
+                self.results.push(None);
+                return Ok(Step::Run(j, job));
+            }
+            if self.fed < self.issued.len() {
+                // Nothing can start on what was seen: see one more result.
+                if !self.feed_one()? {
+                    return Ok(Step::Wait);
+                }
+                continue;
+            }
+            return Ok(if self.engine.is_done() {
+                Step::Done
+            } else {
+                Step::Wait
+            });
+        }
+    }
+
+    /// The result of job `index` (in any order; a second result for the
+    /// same job is an error).
+    pub fn report(&mut self, index: usize, outcome: Outcome) -> Result<(), String> {
+        let slot = self
+            .results
+            .get_mut(index)
+            .ok_or_else(|| format!("job {index} was never handed out"))?;
+        if slot.is_some() {
+            return Err(format!("job {index} already has a result"));
+        }
+        *slot = Some(outcome);
+        Ok(())
+    }
+
+    /// The job handed out as number `index`.
+    pub fn job(&self, index: usize) -> Option<Job> {
+        self.issued.get(index).copied()
+    }
+
+    /// Jobs handed out so far.
+    pub fn issued(&self) -> usize {
+        self.issued.len()
+    }
+
+    /// The best `k` configs: hyperband's best at `max_budget` over all
+    /// brackets, TPE's best observations; best first, ties by config index.
+    pub fn finalists(&self, k: usize) -> Vec<Scored> {
+        match &self.engine {
+            Engine::Hyperband(a, _) => a.finalists(k),
+            Engine::Tpe(t) => t.finalists(k),
+        }
+    }
+
+    /// Progress of hyperband's rungs: `(s, rung, budget, status)`.
+    pub fn rungs(&self) -> Vec<(u32, u32, f64, RungStatus)> {
+        let Engine::Hyperband(a, brackets) = &self.engine else {
+            return Vec::new();
+        };
+        brackets
+            .brackets()
+            .iter()
+            .flat_map(|b| b.rungs.iter().map(move |r| (b.s, r.index, r.budget)))
+            .filter_map(|(s, i, budget)| a.rung_status(s, i).map(|st| (s, i, budget, st)))
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::search::{KnobDomain, Tpe};
+
+    /// A fake objective over 3 knobs of 5 values (125 configs), higher is
+    /// better, optimum at config 62 (the centre): value = 100 - distance²,
+    /// better at a larger budget by a budget-dependent offset common to all
+    /// configs (so rungs rank like the full budget).
+    fn value(config: u64, budget: f64) -> f64 {
+        let d = [config / 25, (config / 5) % 5, config % 5];
+        let dist: f64 = d.iter().map(|x| (*x as f64 - 2.0).powi(2)).sum();
+        100.0 - dist * 3.0 + budget.ln()
+    }
+
+    fn hyperband(seed: u64, lag: usize) -> Search {
+        let brackets = Brackets::new(1.0, 27.0, 3).unwrap();
+        let source = Source::new(125, seed, Box::new(|c| c != 0));
+        Search::new(
+            Engine::Hyperband(
+                Box::new(Asha::hyperband(&brackets, Better::Higher, source)),
+                brackets,
+            ),
+            lag,
+        )
+    }
+
+    fn tpe(seed: u64, lag: usize) -> Search {
+        let t = Tpe::new(
+            vec![KnobDomain::Ordinal { values: 5 }; 3],
+            Better::Higher,
+            seed,
+        )
+        .unwrap();
+        let engine =
+            TpeEngine::new(t, Better::Higher, 40, 27.0, &[], Box::new(|c| c != 0)).unwrap();
+        Search::new(Engine::Tpe(Box::new(engine)), lag)
+    }
+
+    /// Run a search with `slots` workers; results come back in an order
+    /// scrambled by `shuffle` (a seed), as from hosts of different speed.
+    /// Returns the jobs in hand-out order and the finalists.
+    fn drive(mut s: Search, slots: usize, shuffle: u64) -> (Vec<(u64, f64)>, Vec<u64>) {
+        let mut rng = ChaCha8Rng::seed_from_u64(shuffle);
+        let mut running: Vec<(usize, Job)> = Vec::new();
+        let mut jobs = Vec::new();
+        for _ in 0..100_000 {
+            while running.len() < slots {
+                match s.next().unwrap() {
+                    Step::Run(i, job) => {
+                        jobs.push((job.config, job.budget));
+                        running.push((i, job));
+                    }
+                    Step::Wait => break,
+                    Step::Done => {
+                        let f = s.finalists(3).iter().map(|x| x.config).collect();
+                        return (jobs, f);
+                    }
+                }
+            }
+            assert!(
+                !running.is_empty(),
+                "a waiting search must have a job running"
+            );
+            let pick = rng.random_range(0..running.len());
+            let (i, job) = running.swap_remove(pick);
+            let outcome = if job.config % 17 == 5 {
+                Outcome::Failed
+            } else {
+                Outcome::Value(value(job.config, job.budget))
+            };
+            s.report(i, outcome).unwrap();
+        }
+        panic!("the search did not end");
+    }
+
+    #[test]
+    fn decisions_do_not_depend_on_the_order_results_arrive_in() {
+        for make in [hyperband as fn(u64, usize) -> Search, tpe] {
+            let (jobs, finalists) = drive(make(7, 4), 4, 1);
+            for shuffle in 2..8 {
+                let (j, f) = drive(make(7, 4), 4, shuffle);
+                assert_eq!(j, jobs);
+                assert_eq!(f, finalists);
+            }
+            // Fewer workers than the lag: same decisions too.
+            let (j, f) = drive(make(7, 4), 2, 3);
+            assert_eq!((j, f), (jobs.clone(), finalists.clone()));
+            // Another seed, another search.
+            let (j, _) = drive(make(8, 4), 4, 1);
+            assert_ne!(j, jobs);
+        }
+    }
+
+    #[test]
+    fn hyperband_finds_the_optimum_of_the_fake_objective() {
+        let (jobs, finalists) = drive(hyperband(3, 4), 4, 9);
+        assert_eq!(finalists.first(), Some(&62));
+        // Budget spent: far less than every config at the full budget.
+        let spent: f64 = jobs.iter().map(|j| j.1).sum();
+        assert!(spent < 124.0 * 27.0 / 3.0, "{spent}");
+        // No (config, budget) runs twice.
+        let mut seen = HashSet::new();
+        for (c, b) in &jobs {
+            assert!(seen.insert((*c, b.to_bits())), "{c} at {b} twice");
+        }
+    }
+
+    #[test]
+    fn tpe_warm_start_counts_for_finalists_and_is_not_rerun() {
+        let t = Tpe::new(
+            vec![KnobDomain::Ordinal { values: 5 }; 3],
+            Better::Higher,
+            1,
+        )
+        .unwrap();
+        let warm = [(62, Some(value(62, 27.0))), (5, None)];
+        let engine =
+            TpeEngine::new(t, Better::Higher, 10, 27.0, &warm, Box::new(|c| c != 0)).unwrap();
+        let (jobs, finalists) = drive(Search::new(Engine::Tpe(Box::new(engine)), 2), 2, 4);
+        assert!(jobs.iter().all(|(c, _)| *c != 62 && *c != 5));
+        assert_eq!(finalists.first(), Some(&62));
+    }
+
+    #[test]
+    fn reporting_twice_or_an_unknown_job_is_an_error() {
+        let mut s = tpe(1, 1);
+        let Step::Run(i, _) = s.next().unwrap() else {
+            panic!("expected a job")
+        };
+        assert_eq!(s.next().unwrap(), Step::Wait);
+        s.report(i, Outcome::Value(1.0)).unwrap();
+        assert!(s.report(i, Outcome::Value(1.0)).is_err());
+        assert!(s.report(99, Outcome::Failed).is_err());
+    }
+}

@@ -199,11 +199,31 @@ pub fn render_shell(source: &str, vars: &TrialVars) -> Result<String, String> {
 }
 
 impl CommandRenderer {
+    /// Renders `trial.command` and `trial.env`.
     pub fn new(study: &Study) -> Result<Self, String> {
+        Self::build(study, &study.trial.command, "trial.command")
+    }
+
+    /// Renders `command` instead of `trial.command`, with the same
+    /// `trial.env` (the objective stage of an adaptive search runs
+    /// `objective.command` when the study has one).
+    pub fn with_command(study: &Study, command: &str) -> Result<Self, String> {
+        let field = if study.objective_command.as_deref() == Some(command) {
+            "objective.command"
+        } else if study.trial.command == command {
+            "trial.command"
+        } else {
+            "command"
+        };
+        Self::build(study, command, field)
+    }
+
+    /// `field` names the command in errors.
+    fn build(study: &Study, command: &str, field: &str) -> Result<Self, String> {
         let mut shell = shell_env();
         shell
-            .add_template_owned("command", study.trial.command.clone())
-            .map_err(|e| format!("trial.command: {}", describe(e)))?;
+            .add_template_owned("command", command.to_string())
+            .map_err(|e| format!("{field}: {}", describe(e)))?;
         let mut plain = base_env();
         plain.set_formatter(|out, _state, value| {
             out.write_str(&plain_text(value)).map_err(|e| {
@@ -304,6 +324,25 @@ mod tests {
             "run '; rm -rf /' 2"
         );
         assert!(render_shell("run {{ missing }}", &vars).is_err());
+    }
+
+    #[test]
+    fn a_renderer_for_another_command_keeps_the_env() {
+        let text = "name: t\nknobs:\n  x: {kind: int, values: [1, 2], default: 1}\nfidelity: {unit: samples, min_budget: 1, max_budget: 9}\ntrial:\n  command: 'rung {{ x }} {{ budget }}'\n  env: {X: '{{ x }}'}\nobjective: {metric: t, better: higher, command: 'full {{ x }} {{ budget }}'}\n";
+        let study = Study::from_text(std::path::Path::new("t.yaml"), text).expect("valid study");
+        let objective = study.objective_command.clone().expect("objective.command");
+        let mut vars = TrialVars::default();
+        vars.set("x", Value::Int(2));
+        vars.set("budget", Value::Int(9));
+        let trial = CommandRenderer::new(&study).expect("renderer");
+        let full = CommandRenderer::with_command(&study, &objective).expect("renderer");
+        assert_eq!(trial.command(&vars).expect("renders"), "rung 2 9");
+        assert_eq!(full.command(&vars).expect("renders"), "full 2 9");
+        let env = vec![("X".to_string(), "2".to_string())];
+        assert_eq!(trial.env(&vars).expect("env"), env);
+        assert_eq!(full.env(&vars).expect("env"), env);
+        let err = CommandRenderer::with_command(&study, "x {{ unclosed").err();
+        assert!(err.is_some_and(|e| e.starts_with("command: ")));
     }
 
     #[test]

@@ -464,6 +464,60 @@ objective: {metric: t, better: higher}
         ],
     },
     Case {
+        name: "hyperband without a fidelity section",
+        file: "study.yaml",
+        text: r#"name: s
+knobs:
+  x: {kind: int, values: [1, 2, 4], default: 1}
+trial: {command: "echo {{ x }}"}
+objective: {metric: t, better: higher}
+strategy: {kind: hyperband, seed: 1}
+"#,
+        run: Run::PlanStudy,
+        expect: &[
+            "study.yaml:6:18: strategy.kind: hyperband needs a `fidelity:` section (min_budget, max_budget, unit) to know what budget to give a trial; add one, or use grid, random or tpe",
+        ],
+    },
+    Case {
+        name: "fidelity with min_budget not below max_budget",
+        file: "study.yaml",
+        text: r#"name: s
+knobs:
+  x: {kind: int, values: [1, 2, 4], default: 1}
+trial: {command: "echo {{ x }} {{ budget }}"}
+objective: {metric: t, better: higher}
+fidelity:
+  unit: samples
+  min_budget: 5000
+  max_budget: 1000
+"#,
+        run: Run::PlanStudy,
+        expect: &[
+            "study.yaml:9:15: fidelity.max_budget: max_budget 1000 must be larger than min_budget 5000",
+        ],
+    },
+    Case {
+        name: "fidelity proxy metric not declared",
+        file: "study.yaml",
+        text: r#"name: s
+knobs:
+  x: {kind: int, values: [1, 2, 4], default: 1}
+trial: {command: "echo {{ x }} {{ budget }}"}
+objective: {metric: t, better: higher}
+metrics:
+  - {name: loss, better: lower}
+fidelity:
+  unit: samples
+  min_budget: 100
+  max_budget: 900
+  metric: accuracy
+"#,
+        run: Run::PlanStudy,
+        expect: &[
+            "study.yaml:12:11: fidelity.metric: `accuracy` is neither the objective's metric (`t`) nor declared under `metrics:` (declared: loss); the proxy metric must be one of them",
+        ],
+    },
+    Case {
         name: "inventory: unknown transport",
         file: "inventory.yaml",
         text: "hosts:\n  - name: a\n    transport: rsh\n",

@@ -344,6 +344,7 @@ const TOP_KEYS: &[&str] = &[
     "ledger",
     "selection",
     "buckets",
+    "fidelity",
 ];
 
 impl Study {
@@ -477,12 +478,31 @@ fn parse_study(w: &mut Walker, root: &Node, path: &Path, dir: &Path) -> Option<S
         None => Some(Selection::default()),
     };
     let buckets = parse_buckets(w, map.get_node("buckets"), &cells);
+    let fidelity_node = map.get_node("fidelity");
+    let fidelity = fidelity_node.map(|n| {
+        let declared_metrics = declared_metric_names(map);
+        parse_fidelity(
+            w,
+            n,
+            top_key_span(map, "fidelity"),
+            objective.as_ref(),
+            &metrics,
+            &declared_metrics,
+        )
+    });
     let strategy = match map.get_node("strategy") {
-        Some(n) => parse_strategy(w, n),
+        Some(n) => parse_strategy(w, n, fidelity_node.is_some()),
+        // A budget to give trials asks for a search that uses it.
+        None if fidelity_node.is_some() => Some(Strategy::Hyperband {
+            seed: 0,
+            finalists: DEFAULT_FINALISTS,
+            parallel: None,
+        }),
         None => Some(Strategy::Grid),
     };
+    let objective_command = parse_objective_command(w, map, strategy.as_ref());
     let budget = match map.get_node("budget") {
-        Some(n) => parse_budget(w, n),
+        Some(n) => parse_budget(w, n, strategy.as_ref()),
         None => Some(Budget::default()),
     };
     let tools = match map.get_node("fingerprint") {
@@ -518,8 +538,11 @@ fn parse_study(w: &mut Walker, root: &Node, path: &Path, dir: &Path) -> Option<S
         measurement: measurement?,
         gate: gate?,
         strategy: strategy?,
-        fidelity: None,
-        objective_command: None,
+        fidelity: match fidelity {
+            Some(f) => Some(f?),
+            None => None,
+        },
+        objective_command: objective_command?,
         budget: budget?,
         selection: selection?,
         buckets,
@@ -1035,7 +1058,10 @@ fn parse_trial(w: &mut Walker, node: &Node) -> Option<TrialSpec> {
     })
 }
 
-const METRIC_KEYS: &[&str] = &["metric", "name", "unit", "better"];
+/// Keys of `objective` and of `metrics:` entries (`metric` for the
+/// objective, `name` for the others; `command` is the objective's alone,
+/// see [`parse_objective_command`]).
+const METRIC_KEYS: &[&str] = &["metric", "name", "unit", "better", "command"];
 
 fn parse_metric(w: &mut Walker, node: &Node, field: &str, is_objective: bool) -> Option<Metric> {
     let map = w.mapping(node, field)?;
@@ -1046,6 +1072,13 @@ fn parse_metric(w: &mut Walker, node: &Node, field: &str, is_objective: bool) ->
         .filter(|k| *k != if is_objective { "name" } else { "metric" })
         .collect();
     w.check_keys(map, field, &allowed);
+    if !is_objective && let Some(n) = map.get_node("command") {
+        w.error_at(
+            n,
+            &join(field, "command"),
+            "only the objective has a `command` (`objective.command`); a further metric is read from the same result",
+        );
+    }
     let name = w
         .required(map, field, name_key)
         .and_then(|n| w.string(n, &join(field, name_key)));
@@ -1403,52 +1436,353 @@ fn parse_tolerance(w: &mut Walker, node: &Node, outputs: &[String]) -> Option<To
     })
 }
 
-fn parse_strategy(w: &mut Walker, node: &Node) -> Option<Strategy> {
+const STRATEGY_KEYS: &[&str] = &["kind", "seed", "count", "finalists", "parallel"];
+
+/// `has_fidelity`: whether the study has a `fidelity:` section (written,
+/// valid or not), which hyperband needs.
+fn parse_strategy(w: &mut Walker, node: &Node, has_fidelity: bool) -> Option<Strategy> {
     let map = w.mapping(node, "strategy")?;
-    w.check_keys(map, "strategy", &["kind", "seed", "count"]);
+    w.check_keys(map, "strategy", STRATEGY_KEYS);
     let kind_node = w.required(map, "strategy", "kind")?;
-    match w.string(kind_node, "strategy.kind")?.as_str() {
-        "grid" => {
-            for k in ["seed", "count"] {
-                if let Some(n) = map.get_node(k) {
-                    w.error_at(
-                        n,
-                        &join("strategy", k),
-                        format!("`{k}` applies only to `kind: random`"),
-                    );
-                }
-            }
-            Some(Strategy::Grid)
-        }
-        "random" => {
-            let seed = match map.get_node("seed") {
-                Some(n) => w.int_at_least(n, "strategy.seed", 0),
-                None => Some(0),
-            };
-            let count = w
-                .required(map, "strategy", "count")
-                .and_then(|n| w.int_at_least(n, "strategy.count", 1));
-            Some(Strategy::Random {
-                seed: seed? as u64,
-                count: count? as u64,
-            })
-        }
+    let kind = w.string(kind_node, "strategy.kind")?;
+    // The keys each kind takes besides `kind`.
+    let (takes, sizing): (&[&str], &str) = match kind.as_str() {
+        "grid" => (&[], "every config is a candidate"),
+        "random" => (&["seed", "count"], ""),
+        "hyperband" => (
+            &["seed", "finalists", "parallel"],
+            "hyperband sizes itself by the brackets of its `fidelity:` section",
+        ),
+        "tpe" => (&["seed", "count", "finalists", "parallel"], ""),
         other => {
             w.error_at(
                 kind_node,
                 "strategy.kind",
-                format!("unknown strategy `{other}` (expected grid or random)"),
+                format!("unknown strategy `{other}` (expected grid, random, hyperband or tpe)"),
             );
-            None
+            return None;
         }
+    };
+    let mut ok = true;
+    for k in &STRATEGY_KEYS[1..] {
+        if takes.contains(k) {
+            continue;
+        }
+        if let Some(n) = map.get_node(k) {
+            let users: Vec<&str> = ["random", "hyperband", "tpe"]
+                .into_iter()
+                .filter(|kind| match *k {
+                    "seed" => true,
+                    "count" => *kind != "hyperband",
+                    _ => *kind != "random",
+                })
+                .collect();
+            let why = if *k == "count" && !sizing.is_empty() {
+                format!(" ({sizing})")
+            } else {
+                String::new()
+            };
+            w.error_at(
+                n,
+                &join("strategy", k),
+                format!(
+                    "`{k}` does not apply to `kind: {kind}`{why}; it applies to {}",
+                    or_list(&users)
+                ),
+            );
+            ok = false;
+        }
+    }
+    if kind == "hyperband" && !has_fidelity {
+        w.error_at(
+            kind_node,
+            "strategy.kind",
+            "hyperband needs a `fidelity:` section (min_budget, max_budget, unit) to know what budget to give a trial; add one, or use grid, random or tpe",
+        );
+        ok = false;
+    }
+    let seed = match map.get_node("seed").filter(|_| takes.contains(&"seed")) {
+        Some(n) => w.int_at_least(n, "strategy.seed", 0).map(|s| s as u64),
+        None => Some(0),
+    };
+    let count = if takes.contains(&"count") {
+        w.required(map, "strategy", "count")
+            .and_then(|n| w.int_at_least(n, "strategy.count", 1))
+            .map(|c| c as u64)
+    } else {
+        Some(0)
+    };
+    let finalists = match map
+        .get_node("finalists")
+        .filter(|_| takes.contains(&"finalists"))
+    {
+        Some(n) => w.u32_in(n, "strategy.finalists", 1, MAX_FINALISTS),
+        None => Some(DEFAULT_FINALISTS),
+    };
+    let parallel = match map
+        .get_node("parallel")
+        .filter(|_| takes.contains(&"parallel"))
+    {
+        Some(n) => w.u32_in(n, "strategy.parallel", 1, MAX_PARALLEL).map(Some),
+        None => Some(None),
+    };
+    let (seed, count, finalists, parallel) = (seed?, count?, finalists?, parallel?);
+    if !ok {
+        return None;
+    }
+    Some(match kind.as_str() {
+        "grid" => Strategy::Grid,
+        "random" => Strategy::Random { seed, count },
+        "hyperband" => Strategy::Hyperband {
+            seed,
+            finalists,
+            parallel,
+        },
+        _ => Strategy::Tpe {
+            seed,
+            count,
+            finalists,
+            parallel,
+        },
+    })
+}
+
+/// Most finalists an adaptive search may promote to the objective stage.
+const MAX_FINALISTS: u32 = 10_000;
+/// Largest `strategy.parallel`.
+const MAX_PARALLEL: u32 = 1_000_000;
+
+/// `a`, `a or b`, `a, b or c`.
+fn or_list(items: &[&str]) -> String {
+    match items {
+        [] => String::new(),
+        [one] => one.to_string(),
+        [init @ .., last] => format!("{} or {last}", init.join(", ")),
     }
 }
 
-fn parse_budget(w: &mut Walker, node: &Node) -> Option<Budget> {
+const FIDELITY_KEYS: &[&str] = &[
+    "unit",
+    "min_budget",
+    "max_budget",
+    "eta",
+    "integer",
+    "metric",
+];
+
+/// Default `fidelity.eta`: each rung keeps the top third.
+pub const DEFAULT_ETA: u32 = 3;
+
+/// The `fidelity:` section. `key_span`: the top-level `fidelity` key, where
+/// problems of the section as a whole are reported. `declared_metrics`:
+/// names under `metrics:` as written, valid or not (a metric with a bad
+/// `better` is still declared and must not also be reported here).
+fn parse_fidelity(
+    w: &mut Walker,
+    node: &Node,
+    key_span: Option<&marked_yaml::Span>,
+    objective: Option<&Metric>,
+    metrics: &[Metric],
+    declared_metrics: &[String],
+) -> Option<Fidelity> {
+    let map = w.mapping(node, "fidelity")?;
+    w.check_keys(map, "fidelity", FIDELITY_KEYS);
+    let unit = w
+        .required(map, "fidelity", "unit")
+        .and_then(|n| w.string(n, "fidelity.unit"));
+    if let (Some(u), Some(n)) = (&unit, map.get_node("unit"))
+        && u.trim().is_empty()
+    {
+        w.error_at(
+            n,
+            "fidelity.unit",
+            "the unit is empty; name what the budget counts (samples, steps, requests)",
+        );
+    }
+    let budget = |w: &mut Walker, key: &str| -> Option<(f64, &Node)> {
+        let f = join("fidelity", key);
+        let n = w.required(map, "fidelity", key)?;
+        let v = w.float(n, &f)?;
+        if v <= 0.0 {
+            w.error_at(n, &f, format!("must be a positive number, found {v}"));
+            return None;
+        }
+        Some((v, n))
+    };
+    let min = budget(w, "min_budget");
+    let max = budget(w, "max_budget");
+    let eta = match map.get_node("eta") {
+        Some(n) => w
+            .int_at_least(n, "fidelity.eta", 2)
+            .and_then(|e| match u32::try_from(e) {
+                Ok(e) => Some(e),
+                Err(_) => {
+                    w.error_at(n, "fidelity.eta", format!("{e} is too large"));
+                    None
+                }
+            }),
+        None => Some(DEFAULT_ETA),
+    };
+    let integer = match map.get_node("integer") {
+        Some(n) => w.bool(n, "fidelity.integer").map(Some),
+        None => Some(None),
+    };
+    let proxy = match map.get_node("metric") {
+        Some(n) => {
+            let name = w.string(n, "fidelity.metric");
+            match (name, objective) {
+                (Some(name), Some(objective)) => {
+                    if objective.name == name {
+                        Some(objective.clone())
+                    } else if let Some(m) = metrics.iter().find(|m| m.name == name) {
+                        Some(m.clone())
+                    } else if declared_metrics.contains(&name) {
+                        // Declared but invalid: reported under `metrics`.
+                        None
+                    } else {
+                        let declared: Vec<&str> =
+                            declared_metrics.iter().map(String::as_str).collect();
+                        w.error_at(
+                            n,
+                            "fidelity.metric",
+                            format!(
+                                "`{name}` is neither the objective's metric (`{}`) nor declared under `metrics:` (declared: {}); the proxy metric must be one of them",
+                                objective.name,
+                                list_or_none(&declared)
+                            ),
+                        );
+                        None
+                    }
+                }
+                _ => None,
+            }
+        }
+        None => objective.cloned(),
+    };
+    let ((min, min_node), (max, max_node)) = (min?, max?);
+    if min >= max {
+        w.error_at(
+            max_node,
+            "fidelity.max_budget",
+            format!("max_budget {max} must be larger than min_budget {min}"),
+        );
+        return None;
+    }
+    let eta = eta?;
+    let whole = |x: f64| x.fract() == 0.0;
+    let integer = match integer? {
+        Some(true) => {
+            if let Some((key, value)) = [("min_budget", min), ("max_budget", max)]
+                .into_iter()
+                .find(|(_, v)| !whole(*v))
+            {
+                let n = map.get_node("integer").unwrap_or(min_node);
+                w.error_at(
+                    n,
+                    "fidelity.integer",
+                    format!(
+                        "`integer: true` gives trials whole budgets, but {key} is {value}; write whole budgets or `integer: false`"
+                    ),
+                );
+                return None;
+            }
+            true
+        }
+        Some(false) => false,
+        None => whole(min) && whole(max),
+    };
+    if let Err(e) = crate::search::Brackets::new(min, max, eta) {
+        match key_span {
+            Some(span) => w.error(span, "fidelity", e),
+            None => w.error_at(node, "fidelity", e),
+        }
+        return None;
+    }
+    Some(Fidelity {
+        unit: unit?,
+        min_budget: min,
+        max_budget: max,
+        eta,
+        integer,
+        proxy: proxy?,
+    })
+}
+
+/// The span of a top-level key (where a problem of its whole section is
+/// reported: a block mapping's own span starts at its first key's colon).
+fn top_key_span<'a>(
+    map: &'a marked_yaml::types::MarkedMappingNode,
+    key: &str,
+) -> Option<&'a marked_yaml::Span> {
+    map.keys().find(|k| k.as_str() == key).map(|k| k.span())
+}
+
+/// Metric names under `metrics:` as written, valid entries or not.
+fn declared_metric_names(map: &marked_yaml::types::MarkedMappingNode) -> Vec<String> {
+    map.get_sequence("metrics")
+        .map(|seq| {
+            seq.iter()
+                .filter_map(|item| item.as_mapping()?.get_scalar("name"))
+                .map(|n| n.as_str().to_string())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// `objective.command`: `Some(None)` when not written, `None` on an error.
+fn parse_objective_command(
+    w: &mut Walker,
+    map: &marked_yaml::types::MarkedMappingNode,
+    strategy: Option<&Strategy>,
+) -> Option<Option<String>> {
+    let Some(n) = map
+        .get_mapping("objective")
+        .and_then(|o| o.get_node("command"))
+    else {
+        return Some(None);
+    };
+    let command = w.string(n, "objective.command")?;
+    if command.trim().is_empty() {
+        w.error_at(n, "objective.command", "the command is empty");
+        return None;
+    }
+    match strategy {
+        Some(s) if !s.is_adaptive() => {
+            w.error_at(
+                n,
+                "objective.command",
+                format!(
+                    "applies only to the objective stage of an adaptive search (`strategy.kind: hyperband` or `tpe`); with `{}` every trial runs `trial.command`",
+                    s.name()
+                ),
+            );
+            None
+        }
+        Some(_) => Some(Some(command)),
+        // The strategy's own problem is reported.
+        None => None,
+    }
+}
+
+fn parse_budget(w: &mut Walker, node: &Node, strategy: Option<&Strategy>) -> Option<Budget> {
     let map = w.mapping(node, "budget")?;
     w.check_keys(map, "budget", &["max_trials"]);
     let max_trials = match map.get_node("max_trials") {
-        Some(n) => Some(w.int_at_least(n, "budget.max_trials", 1)? as u64),
+        Some(n) => {
+            let max = w.int_at_least(n, "budget.max_trials", 1)? as u64;
+            if let Some(s) = strategy.filter(|s| s.is_adaptive()) {
+                w.error_at(
+                    n,
+                    "budget.max_trials",
+                    format!(
+                        "does not apply to `{}`: an adaptive strategy sizes itself (hyperband by the brackets of its `fidelity:` section, tpe by `strategy.count`); remove `max_trials`",
+                        s.name()
+                    ),
+                );
+                return None;
+            }
+            Some(max)
+        }
         None => None,
     };
     Some(Budget { max_trials })
@@ -1552,9 +1886,7 @@ fn check_templates(
     let mut known: Vec<String> = RESERVED_VARIABLES.iter().map(|s| s.to_string()).collect();
     known.extend(knobs.iter().cloned());
     known.extend(cells.iter().cloned());
-    let Some(trial) = map.get_mapping("trial") else {
-        return;
-    };
+    let trial = map.get_mapping("trial");
     let check = |w: &mut Walker, node: &Node, field: &str, source: &str| {
         match template::template_variables(source) {
             Err(e) => w.error_at(node, field, format!("invalid template: {e}")),
@@ -1575,17 +1907,24 @@ fn check_templates(
         }
     };
     let text = |n: &Node| n.as_scalar().map(|s| s.as_str().to_string());
-    if let Some(n) = trial.get_node("command")
+    if let Some(n) = trial.and_then(|t| t.get_node("command"))
         && let Some(source) = text(n)
     {
         check(w, n, "trial.command", &source);
     }
-    if let Some(env) = trial.get_mapping("env") {
+    if let Some(env) = trial.and_then(|t| t.get_mapping("env")) {
         for (k, n) in env.iter() {
             if let Some(source) = text(n) {
                 check(w, n, &join("trial.env", k.as_str()), &source);
             }
         }
+    }
+    if let Some(n) = map
+        .get_mapping("objective")
+        .and_then(|o| o.get_node("command"))
+        && let Some(source) = text(n)
+    {
+        check(w, n, "objective.command", &source);
     }
 }
 
@@ -1634,18 +1973,319 @@ fn check_baseline(w: &mut Walker, map: &marked_yaml::types::MarkedMappingNode, s
 }
 
 fn check_strategy(w: &mut Walker, map: &marked_yaml::types::MarkedMappingNode, study: &Study) {
-    if let Strategy::Random { count, .. } = study.strategy {
-        let candidates = study.grid_size().saturating_sub(1);
-        if u128::from(count) > candidates
-            && let Some(n) = map
-                .get_mapping("strategy")
-                .and_then(|s| s.get_node("count"))
-        {
-            w.error_at(
-                n,
-                "strategy.count",
-                format!("asks for {count} random configs but the grid has only {candidates} besides the baseline"),
-            );
+    let (count, what) = match study.strategy {
+        Strategy::Random { count, .. } => (count, "random"),
+        Strategy::Tpe { count, .. } => (count, "tpe"),
+        _ => return,
+    };
+    let candidates = study.grid_size().saturating_sub(1);
+    if u128::from(count) > candidates
+        && let Some(n) = map
+            .get_mapping("strategy")
+            .and_then(|s| s.get_node("count"))
+    {
+        w.error_at(
+            n,
+            "strategy.count",
+            format!("asks for {count} {what} configs but the grid has only {candidates} besides the baseline"),
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// 7 lines; a test's own lines start at line 8.
+    const BASE: &str = r#"name: s
+knobs:
+  x: {kind: int, values: [1, 2, 4, 8], default: 1}
+  y: {kind: bool, default: false}
+trial: {command: "run {{ x }} {{ y }} --n {{ budget }}"}
+objective: {metric: t, unit: s, better: lower}
+metrics: [{name: loss, better: lower}]
+"#;
+
+    fn load(extra: &str) -> Result<Study, Diagnostics> {
+        Study::from_text(Path::new("s.yaml"), &format!("{BASE}{extra}"))
+    }
+
+    /// The one problem `extra` causes, as printed.
+    fn problem(extra: &str) -> String {
+        let diags = load(extra).expect_err("a problem");
+        let lines: Vec<String> = diags.iter().map(|d| d.to_string()).collect();
+        assert_eq!(lines.len(), 1, "expected one problem, got {lines:#?}");
+        lines.into_iter().next().unwrap_or_default()
+    }
+
+    #[test]
+    fn fidelity_defaults() {
+        let s = load("fidelity: {unit: samples, min_budget: 1000, max_budget: 27000}\n")
+            .expect("valid");
+        let f = s.fidelity.expect("fidelity");
+        assert_eq!(f.unit, "samples");
+        assert_eq!((f.min_budget, f.max_budget), (1000.0, 27000.0));
+        assert_eq!(f.eta, 3);
+        assert!(f.integer, "whole budgets make an integer fidelity");
+        assert_eq!(f.proxy, s.objective);
+        // A fidelity and no strategy: hyperband.
+        assert_eq!(
+            s.strategy,
+            Strategy::Hyperband {
+                seed: 0,
+                finalists: DEFAULT_FINALISTS,
+                parallel: None
+            }
+        );
+        assert_eq!(s.objective_command, None);
+
+        let s = load(
+            "fidelity: {unit: epochs, min_budget: 0.5, max_budget: 8, eta: 2, metric: loss}\n",
+        )
+        .expect("valid");
+        let f = s.fidelity.expect("fidelity");
+        assert_eq!(f.eta, 2);
+        assert!(!f.integer, "a fractional budget is not an integer fidelity");
+        assert_eq!(f.proxy.name, "loss");
+        assert_eq!(f.proxy.better, Better::Lower);
+
+        let s =
+            load("fidelity: {unit: s, min_budget: 1, max_budget: 9, integer: false, metric: t}\n")
+                .expect("valid");
+        let f = s.fidelity.expect("fidelity");
+        assert!(!f.integer);
+        assert_eq!(f.proxy, s.objective);
+    }
+
+    #[test]
+    fn a_study_without_the_new_sections_keeps_its_frozen_spec() {
+        let s = load("strategy: {kind: random, seed: 3, count: 4}\n").expect("valid");
+        let frozen = s.frozen();
+        let obj = frozen.as_object().expect("an object");
+        assert!(!obj.contains_key("fidelity"));
+        assert!(!obj.contains_key("objective_command"));
+        assert_eq!(
+            obj["strategy"],
+            serde_json::json!({"kind": "random", "seed": 3, "count": 4})
+        );
+        assert_eq!(
+            obj["objective"],
+            serde_json::json!({"name": "t", "unit": "s", "better": "lower"})
+        );
+        let s = load("").expect("valid");
+        assert_eq!(s.strategy, Strategy::Grid);
+        assert_eq!(s.frozen()["strategy"], serde_json::json!({"kind": "grid"}));
+    }
+
+    #[test]
+    fn adaptive_strategies_parse() {
+        let s = load(
+            "fidelity: {unit: samples, min_budget: 1, max_budget: 9}\nstrategy: {kind: hyperband, seed: 5, finalists: 2, parallel: 4}\n",
+        )
+        .expect("valid");
+        assert_eq!(
+            s.strategy,
+            Strategy::Hyperband {
+                seed: 5,
+                finalists: 2,
+                parallel: Some(4)
+            }
+        );
+        let s = load("strategy: {kind: tpe, count: 5}\n").expect("valid");
+        assert_eq!(
+            s.strategy,
+            Strategy::Tpe {
+                seed: 0,
+                count: 5,
+                finalists: DEFAULT_FINALISTS,
+                parallel: None
+            }
+        );
+        assert!(s.fidelity.is_none());
+        let s = load(
+            "fidelity: {unit: steps, min_budget: 10, max_budget: 100}\nstrategy: {kind: tpe, seed: 1, count: 7, finalists: 1, parallel: 2}\n",
+        )
+        .expect("valid");
+        assert_eq!(
+            s.strategy,
+            Strategy::Tpe {
+                seed: 1,
+                count: 7,
+                finalists: 1,
+                parallel: Some(2)
+            }
+        );
+        // A fidelity with grid or random: trials run at max_budget.
+        for strategy in ["{kind: grid}", "{kind: random, count: 3}"] {
+            let s = load(&format!(
+                "fidelity: {{unit: steps, min_budget: 10, max_budget: 100}}\nstrategy: {strategy}\n"
+            ))
+            .expect("valid");
+            assert!(s.fidelity.is_some() && !s.strategy.is_adaptive());
         }
+    }
+
+    #[test]
+    fn objective_command_is_for_adaptive_searches() {
+        let s = load("fidelity: {unit: samples, min_budget: 1, max_budget: 9}\n").expect("valid");
+        assert_eq!(s.objective_command, None);
+        let text = BASE.replace(
+            "better: lower}\nmetrics",
+            "better: lower, command: 'full {{ x }} {{ budget }}'}\nmetrics",
+        );
+        let s = Study::from_text(
+            Path::new("s.yaml"),
+            &format!("{text}fidelity: {{unit: samples, min_budget: 1, max_budget: 9}}\n"),
+        )
+        .expect("valid");
+        assert_eq!(
+            s.objective_command.as_deref(),
+            Some("full {{ x }} {{ budget }}")
+        );
+        let s = Study::from_text(
+            Path::new("s.yaml"),
+            &format!("{text}strategy: {{kind: tpe, count: 3}}\n"),
+        )
+        .expect("valid");
+        assert!(s.objective_command.is_some());
+        // The objective's command, with the objective's spec hash.
+        let plain = load("strategy: {kind: tpe, count: 3}\n").expect("valid");
+        assert_ne!(s.spec_hash(), plain.spec_hash());
+
+        let problem_in = |text: &str| -> String {
+            let diags = Study::from_text(Path::new("s.yaml"), text).expect_err("a problem");
+            let lines: Vec<String> = diags.iter().map(|d| d.to_string()).collect();
+            assert_eq!(lines.len(), 1, "expected one problem, got {lines:#?}");
+            lines.into_iter().next().unwrap_or_default()
+        };
+        assert_eq!(
+            problem_in(&text),
+            "s.yaml:6:57: objective.command: applies only to the objective stage of an adaptive search (`strategy.kind: hyperband` or `tpe`); with `grid` every trial runs `trial.command`"
+        );
+        let unknown = BASE.replace(
+            "better: lower}\nmetrics",
+            "better: lower, command: 'full {{ z }}'}\nmetrics",
+        );
+        assert!(
+            problem_in(&format!("{unknown}strategy: {{kind: tpe, count: 3}}\n")).starts_with(
+                "s.yaml:6:57: objective.command: unknown template variable `z` (known: study, "
+            )
+        );
+        let metric_command = BASE.replace(
+            "metrics: [{name: loss, better: lower}]",
+            "metrics: [{name: loss, better: lower, command: x}]",
+        );
+        assert_eq!(
+            problem_in(&format!(
+                "{metric_command}strategy: {{kind: tpe, count: 3}}\n"
+            )),
+            "s.yaml:7:48: metrics[0].command: only the objective has a `command` (`objective.command`); a further metric is read from the same result"
+        );
+    }
+
+    #[test]
+    fn fidelity_problems_name_file_line_and_field() {
+        assert_eq!(
+            problem("fidelity: {unit: samples, min_budget: 9, max_budget: 9}\n"),
+            "s.yaml:8:54: fidelity.max_budget: max_budget 9 must be larger than min_budget 9"
+        );
+        assert_eq!(
+            problem("fidelity: {unit: samples, min_budget: 0, max_budget: 9}\n"),
+            "s.yaml:8:39: fidelity.min_budget: must be a positive number, found 0"
+        );
+        assert_eq!(
+            problem("fidelity: {unit: samples, max_budget: 9}\n"),
+            "s.yaml:8:12: fidelity.min_budget: missing required key"
+        );
+        assert_eq!(
+            problem("fidelity: {unit: samples, min_budget: 1, max_budget: 9, eta: 1}\n"),
+            "s.yaml:8:62: fidelity.eta: must be at least 2, found 1"
+        );
+        assert_eq!(
+            problem("fidelity: {unit: samples, min_budget: 1.5, max_budget: 9, integer: true}\n"),
+            "s.yaml:8:68: fidelity.integer: `integer: true` gives trials whole budgets, but min_budget is 1.5; write whole budgets or `integer: false`"
+        );
+        assert_eq!(
+            problem("fidelity: {unit: samples, min_budget: 1, max_budget: 9, metric: acc}\n"),
+            "s.yaml:8:65: fidelity.metric: `acc` is neither the objective's metric (`t`) nor declared under `metrics:` (declared: loss); the proxy metric must be one of them"
+        );
+        assert_eq!(
+            problem("fidelity: {unit: samples, min_budget: 1, max_budget: 9, rate: 2}\n"),
+            "s.yaml:8:57: fidelity.rate: unknown key `rate` (expected one of: unit, min_budget, max_budget, eta, integer, metric)"
+        );
+        assert_eq!(
+            problem("fidelity: {unit: '', min_budget: 1, max_budget: 9}\n"),
+            "s.yaml:8:18: fidelity.unit: the unit is empty; name what the budget counts (samples, steps, requests)"
+        );
+        // The bracket shape, reported at the section.
+        assert_eq!(
+            problem("fidelity:\n  unit: samples\n  min_budget: 1\n  max_budget: 1.0e9\n  eta: 2\n"),
+            "s.yaml:8:1: fidelity: max_budget / min_budget = 1000000000 with eta 2 makes a bracket of more than 10000000 configs; raise min_budget or eta"
+        );
+    }
+
+    #[test]
+    fn strategy_problems_name_file_line_and_field() {
+        assert_eq!(
+            problem("strategy: {kind: hyperband}\n"),
+            "s.yaml:8:18: strategy.kind: hyperband needs a `fidelity:` section (min_budget, max_budget, unit) to know what budget to give a trial; add one, or use grid, random or tpe"
+        );
+        assert_eq!(
+            problem("strategy: {kind: annealing}\n"),
+            "s.yaml:8:18: strategy.kind: unknown strategy `annealing` (expected grid, random, hyperband or tpe)"
+        );
+        assert_eq!(
+            problem("strategy: {kind: tpe}\n"),
+            "s.yaml:8:12: strategy.count: missing required key"
+        );
+        assert_eq!(
+            problem("strategy: {kind: tpe, count: 8}\n"),
+            "s.yaml:8:30: strategy.count: asks for 8 tpe configs but the grid has only 7 besides the baseline"
+        );
+        assert_eq!(
+            problem("strategy: {kind: tpe, count: 2, finalists: 0}\n"),
+            "s.yaml:8:44: strategy.finalists: must be between 1 and 10000, found 0"
+        );
+        assert_eq!(
+            problem(
+                "fidelity: {unit: s, min_budget: 1, max_budget: 9}\nstrategy: {kind: hyperband, count: 4}\n"
+            ),
+            "s.yaml:9:36: strategy.count: `count` does not apply to `kind: hyperband` (hyperband sizes itself by the brackets of its `fidelity:` section); it applies to random or tpe"
+        );
+        assert_eq!(
+            problem("strategy: {kind: grid, seed: 1}\n"),
+            "s.yaml:8:30: strategy.seed: `seed` does not apply to `kind: grid`; it applies to random, hyperband or tpe"
+        );
+        assert_eq!(
+            problem("strategy: {kind: random, count: 2, parallel: 2}\n"),
+            "s.yaml:8:46: strategy.parallel: `parallel` does not apply to `kind: random`; it applies to hyperband or tpe"
+        );
+        assert_eq!(
+            problem(
+                "fidelity: {unit: s, min_budget: 1, max_budget: 9}\nstrategy: {kind: hyperband, parallel: 0}\n"
+            ),
+            "s.yaml:9:39: strategy.parallel: must be between 1 and 1000000, found 0"
+        );
+        assert_eq!(
+            problem("strategy: {kind: tpe, count: 2, seed: -1}\n"),
+            "s.yaml:8:39: strategy.seed: must be at least 0, found -1"
+        );
+    }
+
+    #[test]
+    fn max_trials_does_not_size_an_adaptive_search() {
+        assert_eq!(
+            problem(
+                "fidelity: {unit: s, min_budget: 1, max_budget: 9}\nbudget: {max_trials: 50}\n"
+            ),
+            "s.yaml:9:22: budget.max_trials: does not apply to `hyperband`: an adaptive strategy sizes itself (hyperband by the brackets of its `fidelity:` section, tpe by `strategy.count`); remove `max_trials`"
+        );
+        assert_eq!(
+            problem("strategy: {kind: tpe, count: 2}\nbudget: {max_trials: 50}\n"),
+            "s.yaml:9:22: budget.max_trials: does not apply to `tpe`: an adaptive strategy sizes itself (hyperband by the brackets of its `fidelity:` section, tpe by `strategy.count`); remove `max_trials`"
+        );
+        let s = load("fidelity: {unit: s, min_budget: 1, max_budget: 9}\nstrategy: {kind: grid}\nbudget: {max_trials: 50}\n")
+            .expect("valid: grid with a fidelity keeps its budget");
+        assert_eq!(s.budget.max_trials, Some(50));
     }
 }

@@ -5,7 +5,7 @@
 //! 1 the study could not run (ledger, host or internal error);
 //! 2 invalid input (study, inventory or arguments); 130 interrupted.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -23,7 +23,7 @@ use crate::fingerprint;
 use crate::ledger::{DEFAULT_LEDGER, Ledger};
 use crate::plan::{ClassInfo, Plan, PlanHost};
 use crate::report::{self, Format};
-use crate::space;
+use crate::space::{self, ConfigSpace};
 use crate::spec::{CommandRenderer, Diagnostics, Inventory, Study, Transport, TrialVars, Value};
 use crate::trial::TrialIdentity;
 use crate::{tuned, yaml_out};
@@ -81,6 +81,10 @@ struct PlanArgs {
     /// How many configs to show with their rendered commands.
     #[arg(long, default_value_t = 5)]
     show: usize,
+    /// Plan one shard of a grid: `i/n` (1-based), the baseline and the
+    /// i-th of n contiguous slices of the grid's candidates.
+    #[arg(long, value_parser = crate::search::Shard::parse)]
+    shard: Option<crate::search::Shard>,
 }
 
 #[derive(clap::Args, Debug)]
@@ -115,6 +119,17 @@ struct LaunchArgs {
     /// class is down, before they are left for a later launch (e.g. `10m`).
     #[arg(long, value_parser = humantime::parse_duration, default_value = "10m")]
     host_timeout: std::time::Duration,
+    /// Run one shard of a grid: `i/n` (1-based): the baseline and the i-th
+    /// of n contiguous slices of the grid's candidates, no confirmation
+    /// round. Shards may share a ledger or each have one.
+    #[arg(long, value_parser = crate::search::Shard::parse)]
+    shard: Option<crate::search::Shard>,
+    /// Warm-start an adaptive search from an earlier study of the same
+    /// knobs: `<ledger URL or path>#<study id>`, or a study id in this
+    /// launch's ledger. Configs that failed there on a host class are not
+    /// tried again on it; TPE starts from its values.
+    #[arg(long)]
+    seed_from: Option<String>,
 }
 
 #[derive(clap::Args, Debug)]
@@ -128,6 +143,11 @@ struct ReportArgs {
     /// Show every eligible config, not only the baseline, the best and the rejected.
     #[arg(long)]
     all: bool,
+    /// Only the configs of one shard of a grid (`i/n`, as given to launch);
+    /// needs the study file. With `--format measurements`, the rows of
+    /// shards 1/n .. n/n concatenated equal those of the full grid.
+    #[arg(long, value_parser = crate::search::Shard::parse)]
+    shard: Option<crate::search::Shard>,
 }
 
 #[derive(clap::Args, Debug)]
@@ -315,6 +335,9 @@ struct PlanView {
     typical_run_source: String,
     first_configs: Vec<ConfigView>,
     notes: Vec<String>,
+    /// An adaptive search's shape (hyperband brackets and rungs, TPE).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    search: Option<crate::plan::SearchPlan>,
 }
 
 #[derive(Serialize)]
@@ -400,7 +423,7 @@ async fn plan(a: PlanArgs) -> Result<(), CliError> {
     let url = ledger_url(a.ledger.as_deref(), Some(&study), Some(&inv));
     let ledger = Ledger::open_existing(&url).map_err(failed)?;
     let hosts = plan_hosts(&inv, &study, ledger.as_ref()).await;
-    let plan = Plan::build(&study, &hosts).map_err(CliError::Invalid)?;
+    let plan = Plan::build_shard(&study, &hosts, a.shard).map_err(CliError::Invalid)?;
     plan.check_acyclic().map_err(failed)?;
 
     // What the ledger already holds.
@@ -429,7 +452,18 @@ async fn plan(a: PlanArgs) -> Result<(), CliError> {
     let renderer = CommandRenderer::new(&study).map_err(CliError::Invalid)?;
     let mut first = Vec::new();
     let cell0 = &plan.cells[0];
-    let configs = std::iter::once(plan.space.baseline()).chain(plan.per_cell[0].iter().copied());
+    let listed: Vec<u64> = match &plan.search {
+        Some(_) => first_search_configs(&study, &plan, a.show).map_err(CliError::Invalid)?,
+        None => plan.per_cell[0].iter().copied().take(a.show).collect(),
+    };
+    // The budget the first listed configs run at.
+    let first_budget = plan.search.as_ref().and_then(|s| {
+        s.brackets
+            .first()
+            .and_then(|(_, r)| r.first().map(|x| x.0))
+            .or(s.max_budget)
+    });
+    let configs = std::iter::once(plan.space.baseline()).chain(listed);
     for (i, config) in configs.take(a.show).enumerate() {
         let mut vars = TrialVars::default();
         for (k, v) in study.knobs.iter().zip(plan.space.values(&study, config)) {
@@ -448,7 +482,18 @@ async fn plan(a: PlanArgs) -> Result<(), CliError> {
                 Value::Str("<trial-dir>/tunectl-result.json".into()),
             ),
             ("repeat", Value::Int(0)),
-            ("budget", Value::Null),
+            (
+                "budget",
+                first_budget
+                    .map(|b| {
+                        if b.fract() == 0.0 {
+                            Value::Int(b as i64)
+                        } else {
+                            Value::Float(b)
+                        }
+                    })
+                    .unwrap_or(Value::Null),
+            ),
             (
                 "host",
                 Value::Str(hosts.first().map(|h| h.name.clone()).unwrap_or_default()),
@@ -532,6 +577,7 @@ async fn plan(a: PlanArgs) -> Result<(), CliError> {
         },
         first_configs: first,
         notes: plan.notes.clone(),
+        search: plan.search.clone(),
     };
     if a.json {
         println!("{}", serde_json::to_string_pretty(&view).map_err(failed)?);
@@ -539,6 +585,59 @@ async fn plan(a: PlanArgs) -> Result<(), CliError> {
         print!("{}", render_plan(&view));
     }
     Ok(())
+}
+
+/// The first configs an adaptive search tries at the first cell, in order:
+/// hyperband's seeded draw order, TPE's first suggestions (before any
+/// result). A launch hands them out in this order (`--seed-from` aside).
+fn first_search_configs(study: &Study, plan: &Plan, n: usize) -> Result<Vec<u64>, String> {
+    let check = crate::spec::TemplateCheck::new(study)?;
+    let cell0 = plan.cells[0].clone();
+    let space = plan.space.clone();
+    let owned = study.clone();
+    let baseline = space.baseline();
+    let accept = move |c: u64| {
+        c != baseline
+            && (check.is_empty()
+                || matches!(
+                    check.violated_where(&space.values(&owned, c), &cell0, |_| true),
+                    Ok(None)
+                ))
+    };
+    match study.strategy {
+        crate::spec::Strategy::Hyperband { seed, .. } => {
+            Ok(
+                crate::search::Source::new(plan.space.size(), seed, Box::new(accept))
+                    .take(n)
+                    .collect(),
+            )
+        }
+        crate::spec::Strategy::Tpe { seed, .. } => {
+            let better = study
+                .fidelity
+                .as_ref()
+                .map(|f| f.proxy.better)
+                .unwrap_or(study.objective.better);
+            let mut tpe = crate::search::Tpe::for_study(study, better, seed)?;
+            let mut pending = std::collections::HashSet::new();
+            let mut out = Vec::new();
+            let mut refused = 0;
+            while out.len() < n && refused < 10_000 {
+                let Some(c) = tpe.suggest(&pending) else {
+                    break;
+                };
+                if accept(c) {
+                    pending.insert(c);
+                    out.push(c);
+                } else {
+                    refused += 1;
+                    tpe.exclude(c)?;
+                }
+            }
+            Ok(out)
+        }
+        _ => Ok(Vec::new()),
+    }
 }
 
 fn count_in_plan(study: &Study, plan: &Plan, held: &BTreeMap<String, usize>) -> u64 {
@@ -612,6 +711,9 @@ fn render_plan(v: &PlanView) -> String {
         None => "no trials of this study yet".to_string(),
     };
     let _ = writeln!(o, "ledger: {} · {held}", v.ledger);
+    if let Some(sp) = &v.search {
+        render_search_plan(&mut o, sp, v.repeats);
+    }
     let _ = writeln!(o, "\ncells (per host class):");
     let _ = writeln!(
         o,
@@ -679,6 +781,123 @@ fn render_plan(v: &PlanView) -> String {
     o
 }
 
+/// `--seed-from`: `<ledger URL or path>#<study id>`, or a study id in the
+/// launch's ledger.
+async fn load_prior(
+    from: &str,
+    study: &Study,
+    ledger: &Ledger,
+) -> Result<crate::exec::prior::Prior, CliError> {
+    if !study.strategy.is_adaptive() {
+        return Err(CliError::Invalid(format!(
+            "--seed-from warm-starts an adaptive search (strategy hyperband or tpe); this study's strategy is {}",
+            study.strategy.name()
+        )));
+    }
+    let other;
+    let (source, id) = match from.rsplit_once('#') {
+        Some((url, id)) if !url.is_empty() && !id.is_empty() => {
+            other = Ledger::open_existing(url).map_err(failed)?.ok_or_else(|| {
+                CliError::Invalid(format!("--seed-from {from}: no ledger at `{url}`"))
+            })?;
+            (&other, id.to_string())
+        }
+        _ if from.contains("://") || from.contains('/') => {
+            let listed = match Ledger::open_existing(from).map_err(failed)? {
+                Some(l) => l.studies().await.map_err(failed)?.join(", "),
+                None => "no ledger there".to_string(),
+            };
+            return Err(CliError::Invalid(format!(
+                "--seed-from {from}: name the study as `<ledger>#<study id>` (studies there: {listed})"
+            )));
+        }
+        _ => (ledger, from.to_string()),
+    };
+    let space = ConfigSpace::new(study).map_err(CliError::Invalid)?;
+    let metric = study
+        .fidelity
+        .as_ref()
+        .map(|f| f.proxy.name.clone())
+        .unwrap_or_else(|| study.objective.name.clone());
+    let budget = study
+        .fidelity
+        .as_ref()
+        .map(|f| f.trial_budget(f.max_budget));
+    let prior = crate::exec::prior::Prior::load(source, &id, study, &space, &metric, budget)
+        .await
+        .map_err(|e| CliError::Invalid(format!("--seed-from {from}: {e}")))?;
+    eprintln!(
+        "seeding from {}: what it knows about {} host class(es) of these knobs",
+        prior.source,
+        prior.classes()
+    );
+    Ok(prior)
+}
+
+fn render_search_plan(o: &mut String, sp: &crate::plan::SearchPlan, repeats: u32) {
+    use std::fmt::Write as _;
+    let unit = if sp.budget_unit.is_empty() {
+        String::new()
+    } else {
+        format!(" {}", sp.budget_unit)
+    };
+    let fmt_b = crate::report::render::budget;
+    let _ = writeln!(
+        o,
+        "\nadaptive search: {} (seed {}), per host class and cell; each decision sees all results but the last {} handed out, in order (the same decisions whatever order results arrive in)",
+        sp.strategy,
+        sp.seed,
+        sp.parallel
+            .map(|p| p.to_string())
+            .unwrap_or_else(|| "N (N = the class's slots at launch)".to_string())
+    );
+    if !sp.brackets.is_empty() {
+        let _ = writeln!(
+            o,
+            "  brackets (configs @ budget{unit} per rung; the best 1/eta of a rung go on; ASHA promotes as results arrive, at most the next rung's count early):"
+        );
+        for (s, rungs) in &sp.brackets {
+            let chain: Vec<String> = rungs
+                .iter()
+                .map(|(b, n, keep)| format!("{n} @ {} (keep {keep})", fmt_b(*b)))
+                .collect();
+            let _ = writeln!(o, "    s={s}: {}", chain.join(" → "));
+        }
+    }
+    let base: Vec<String> = sp.baseline_budgets.iter().map(|b| fmt_b(*b)).collect();
+    if !base.is_empty() {
+        let _ = writeln!(
+            o,
+            "  baseline at {}{unit} (the gate's reference output at each budget)",
+            base.join(", ")
+        );
+    }
+    let _ = writeln!(
+        o,
+        "  screening: {} runs spending {}{unit} (at most {} runs, {}{unit}, if early promotions misfire)",
+        sp.rung_trials,
+        fmt_b(sp.search_budget),
+        sp.rung_trials_bound,
+        fmt_b(sp.search_budget_bound)
+    );
+    let at = sp
+        .max_budget
+        .map(|m| format!(" at {}{unit}", fmt_b(m)))
+        .unwrap_or_default();
+    let _ = writeln!(
+        o,
+        "  objective stage: top {} finalists + baseline × {repeats} repeats = {} trials{at}, then anchors and confirmation as in a grid",
+        sp.finalists, sp.objective_trials
+    );
+    let _ = writeln!(
+        o,
+        "  expected trial-seconds: {:.1}% of a full grid's ({} candidates + baseline × {repeats} repeats = {} trials{at}; a run's time taken as proportional to its budget)",
+        sp.share_of_grid * 100.0,
+        sp.grid_candidates,
+        sp.grid_trials
+    );
+}
+
 async fn launch(a: LaunchArgs) -> Result<(), CliError> {
     let (study, inv) = load_inputs(&a.study, a.inventory.as_deref())?;
     for name in &a.hosts {
@@ -709,6 +928,14 @@ async fn launch(a: LaunchArgs) -> Result<(), CliError> {
             "forking: this spec differs from the ledger's `{}`; recording it as study `{study_id}`",
             study.id()
         );
+    }
+    let prior = match &a.seed_from {
+        Some(from) => Some(Arc::new(load_prior(from, &study, &ledger).await?)),
+        None => None,
+    };
+    if let Some(sh) = a.shard {
+        // Refused before anything runs (the plan says why).
+        Plan::build_shard(&study, &[], Some(sh)).map_err(CliError::Invalid)?;
     }
     let work_root = a
         .workdir
@@ -759,8 +986,8 @@ async fn launch(a: LaunchArgs) -> Result<(), CliError> {
         no_cooldown: a.no_cooldown,
         store_logs: a.store_logs,
         host_timeout: a.host_timeout,
-        prior: None,
-        shard: None,
+        prior,
+        shard: a.shard,
     };
     let mut summary = launch::LaunchSummary::default();
     // A host whose fingerprint changed mid-launch is a new host class: the
@@ -974,7 +1201,75 @@ fn drift_summary(s: &launch::LaunchSummary) -> String {
 
 async fn report_cmd(a: ReportArgs) -> Result<(), CliError> {
     let analysis = load_analysis(&a.study, a.ledger.as_deref()).await?;
-    print!("{}", report::render(&analysis, a.format, a.all));
+    let study = Path::new(&a.study)
+        .is_file()
+        .then(|| Study::load(Path::new(&a.study)))
+        .transpose()?;
+    // The study's candidate order (baseline first) orders measurement rows
+    // and tells a shard's configs.
+    let order: Option<(HashMap<u64, u64>, ConfigSpace, HashSet<u64>)> = match &study {
+        Some(s) if s.strategy == crate::spec::Strategy::Grid => {
+            let space = ConfigSpace::new(s).map_err(CliError::Invalid)?;
+            let all = Plan::grid_candidates(s, &space).map_err(CliError::Invalid)?;
+            let pos: HashMap<u64, u64> = std::iter::once(space.baseline())
+                .chain(all.iter().copied())
+                .enumerate()
+                .map(|(i, c)| (c, i as u64))
+                .collect();
+            let mine: HashSet<u64> = match a.shard {
+                Some(sh) => sh.select(&all).iter().copied().collect(),
+                None => all.iter().copied().collect(),
+            };
+            Some((pos, space, mine))
+        }
+        _ => None,
+    };
+    let Some(sh) = a.shard else {
+        let text = match (a.format, &order, &study) {
+            (report::Format::Measurements, Some((pos, space, _)), Some(s)) => {
+                report::render::render_measurements(
+                    &analysis,
+                    &|c| space.index_of(s, c).and_then(|i| pos.get(&i).copied()),
+                    &|_| true,
+                )
+            }
+            _ => report::render(&analysis, a.format, a.all),
+        };
+        print!("{text}");
+        return Ok(());
+    };
+    let (Some((pos, space, mine)), Some(s)) = (&order, &study) else {
+        return Err(CliError::Invalid(format!(
+            "--shard {sh}: needs the study file of a grid study (a study id does not say which configs each shard holds)"
+        )));
+    };
+    let in_shard = |c: &serde_json::Value| {
+        space.index_of(s, c).is_some_and(|i| {
+            // The baseline's rows belong to the first shard.
+            mine.contains(&i) || (i == space.baseline() && sh.index() == 1)
+        })
+    };
+    let text = match a.format {
+        report::Format::Measurements => report::render::render_measurements(
+            &analysis,
+            &|c| space.index_of(s, c).and_then(|i| pos.get(&i).copied()),
+            &in_shard,
+        ),
+        _ => {
+            let mut analysis = analysis;
+            for class in &mut analysis.classes {
+                for cell in &mut class.cells {
+                    cell.eligible.retain(|r| in_shard(&r.config));
+                    cell.rejected.retain(|r| in_shard(&r.config));
+                }
+            }
+            eprintln!(
+                "note: shard {sh}: only this shard's configs are listed; decisions (fastest, what ships) are those of the whole ledger"
+            );
+            report::render(&analysis, a.format, a.all)
+        }
+    };
+    print!("{text}");
     Ok(())
 }
 

@@ -46,10 +46,177 @@ pub struct PlannedClass {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PlanNode {
-    Probe { host: u32 },
-    Baseline { class: u32, cell: u32 },
-    Candidate { class: u32, cell: u32, config: u64 },
-    Verdict { class: u32, cell: u32 },
+    Probe {
+        host: u32,
+    },
+    Baseline {
+        class: u32,
+        cell: u32,
+    },
+    Candidate {
+        class: u32,
+        cell: u32,
+        config: u64,
+    },
+    /// An adaptive search's rung (hyperband bracket `s`, rung `i`; TPE's
+    /// suggestions are bracket 0, rung 0): grows as results arrive.
+    Rung {
+        class: u32,
+        cell: u32,
+        bracket: u32,
+        rung: u32,
+    },
+    /// The finalists an adaptive search promotes to the objective stage.
+    Finalists {
+        class: u32,
+        cell: u32,
+    },
+    Verdict {
+        class: u32,
+        cell: u32,
+    },
+}
+
+/// The static shape of an adaptive search, per (host class, cell).
+#[derive(Debug, Clone, Serialize)]
+pub struct SearchPlan {
+    pub strategy: &'static str,
+    /// Hyperband's brackets: `(s, rungs as (budget as the trial gets it,
+    /// configs, survivors))`, most exploratory first.
+    pub brackets: Vec<(u32, Vec<(f64, u64, u64)>)>,
+    /// The budget's unit (`fidelity.unit`), empty without `fidelity:`.
+    pub budget_unit: String,
+    pub max_budget: Option<f64>,
+    /// Budgets the baseline runs at once per cell (the gate's reference).
+    pub baseline_budgets: Vec<f64>,
+    /// Screening runs per cell when no early promotion is a mistake (the
+    /// brackets' table; TPE: `count`), and the most ASHA can run.
+    pub rung_trials: u64,
+    pub rung_trials_bound: u64,
+    /// Budget units those runs spend (baseline rungs included).
+    pub search_budget: f64,
+    pub search_budget_bound: f64,
+    /// Configs promoted to the objective stage per cell.
+    pub finalists: u32,
+    /// The objective stage per cell: (1 + finalists) × repeats.
+    pub objective_trials: u64,
+    /// Candidates of a full grid (constraints not applied: the grid is not
+    /// listed) and its trials per cell at `max_budget`: (1 + candidates) ×
+    /// repeats.
+    pub grid_candidates: u64,
+    pub grid_trials: u64,
+    /// Expected trial-seconds of the search and objective stage as a share
+    /// of a full grid's, with a run's time proportional to its budget.
+    pub share_of_grid: f64,
+    /// Results a decision may lag (`strategy.parallel`); `None`: the
+    /// class's slots at launch.
+    pub parallel: Option<u32>,
+    pub seed: u64,
+}
+
+impl SearchPlan {
+    fn new(study: &Study, space: &ConfigSpace) -> Result<Option<SearchPlan>, String> {
+        let (name, seed, finalists, parallel, count) = match study.strategy {
+            crate::spec::Strategy::Hyperband {
+                seed,
+                finalists,
+                parallel,
+            } => ("hyperband", seed, finalists, parallel, None),
+            crate::spec::Strategy::Tpe {
+                seed,
+                count,
+                finalists,
+                parallel,
+            } => ("tpe", seed, finalists, parallel, Some(count)),
+            _ => return Ok(None),
+        };
+        let f = study.fidelity.as_ref();
+        let max = f.map(|f| f.trial_budget(f.max_budget));
+        // Cost of a run in units of a run at max budget.
+        let rel = |b: f64| max.map(|m| b / m).unwrap_or(1.0);
+        let repeats = u64::from(study.measurement.repeats);
+        let candidates = space.size().saturating_sub(1);
+        let mut brackets = Vec::new();
+        let (rung_trials, bound, budget, budget_bound, baseline_budgets);
+        match (count, f) {
+            (None, Some(f)) => {
+                let b = crate::search::Brackets::new(f.min_budget, f.max_budget, f.eta)?;
+                let mut spent = 0.0;
+                let mut spent_bound = 0.0;
+                let mut budgets: Vec<f64> = Vec::new();
+                for br in b.brackets() {
+                    let rungs: Vec<(f64, u64, u64)> = br
+                        .rungs
+                        .iter()
+                        .map(|r| (f.trial_budget(r.budget), r.configs, r.survivors))
+                        .collect();
+                    for (i, (tb, n, _)) in rungs.iter().enumerate() {
+                        spent += *n as f64 * tb;
+                        // ASHA's bound: rung 0 once, the others twice.
+                        spent_bound += if i == 0 { 1.0 } else { 2.0 } * *n as f64 * tb;
+                        budgets.push(*tb);
+                    }
+                    brackets.push((br.s, rungs));
+                }
+                budgets.sort_by(f64::total_cmp);
+                budgets.dedup();
+                let base: f64 = budgets.iter().sum();
+                rung_trials = b.total_trials();
+                bound = brackets
+                    .iter()
+                    .flat_map(|(_, r)| {
+                        r.iter()
+                            .enumerate()
+                            .map(|(i, x)| if i == 0 { x.1 } else { 2 * x.1 })
+                    })
+                    .sum();
+                budget = spent + base;
+                budget_bound = spent_bound + base;
+                baseline_budgets = budgets;
+            }
+            (Some(n), _) => {
+                let m = max.unwrap_or(1.0);
+                rung_trials = n;
+                bound = n;
+                budget = (n + 1) as f64 * m;
+                budget_bound = budget;
+                baseline_budgets = max.into_iter().collect();
+            }
+            (None, None) => return Err("hyperband needs a `fidelity:` section".to_string()),
+        }
+        let objective_trials = (1 + u64::from(finalists)) * repeats;
+        let grid_trials = (1 + candidates) * repeats;
+        let m = max.unwrap_or(1.0);
+        let search_runs = if max.is_some() {
+            rel(budget)
+        } else {
+            budget / m
+        };
+        let share_of_grid = (search_runs + objective_trials as f64) / grid_trials.max(1) as f64;
+        Ok(Some(SearchPlan {
+            strategy: name,
+            brackets,
+            budget_unit: f.map(|f| f.unit.clone()).unwrap_or_default(),
+            max_budget: max,
+            baseline_budgets,
+            rung_trials,
+            rung_trials_bound: bound,
+            search_budget: budget,
+            search_budget_bound: budget_bound,
+            finalists,
+            objective_trials,
+            grid_candidates: candidates,
+            grid_trials,
+            share_of_grid,
+            parallel,
+            seed,
+        }))
+    }
+
+    /// Trials per cell: baseline rungs, screening runs, objective stage.
+    pub fn trials_per_cell(&self) -> u64 {
+        self.baseline_budgets.len() as u64 + self.rung_trials + self.objective_trials
+    }
 }
 
 pub struct Plan {
@@ -66,10 +233,43 @@ pub struct Plan {
     pub repeats: u32,
     pub warmup: u32,
     pub notes: Vec<String>,
+    /// The shape of an adaptive search (hyperband, tpe).
+    pub search: Option<SearchPlan>,
 }
 
 impl Plan {
     pub fn build(study: &Study, hosts: &[PlanHost]) -> Result<Plan, String> {
+        Plan::build_shard(study, hosts, None)
+    }
+
+    /// The grid candidates of study `study` (constraints that do not depend
+    /// on the cell applied), in grid order: what `--shard` splits.
+    pub fn grid_candidates(study: &Study, space: &ConfigSpace) -> Result<Vec<u64>, String> {
+        let check = TemplateCheck::new(study)?;
+        Ok(space::candidates(study, space, &check, None)?.indices)
+    }
+
+    /// [`Plan::build`] of one shard of a grid: the baseline and the
+    /// `shard`-th contiguous slice of the grid's candidates (before the
+    /// cell constraints, so every cell splits alike).
+    pub fn build_shard(
+        study: &Study,
+        hosts: &[PlanHost],
+        shard: Option<crate::search::Shard>,
+    ) -> Result<Plan, String> {
+        if let Some(sh) = shard {
+            if study.strategy != crate::spec::Strategy::Grid {
+                return Err(format!(
+                    "--shard {sh} splits a grid; this study's strategy is {} (shard a grid study, or run an adaptive search as one launch)",
+                    study.strategy.name()
+                ));
+            }
+            if study.budget.max_trials.is_some() {
+                return Err(format!(
+                    "--shard {sh}: this study sets budget.max_trials, which would cut each shard's share of the grid differently from a full run; remove it to shard"
+                ));
+            }
+        }
         let space = ConfigSpace::new(study)?;
         let check = TemplateCheck::new(study)?;
         let cells = space::cells(study);
@@ -83,9 +283,19 @@ impl Plan {
             }
             _ => None,
         };
-        let base = space::candidates(study, &space, &check, limit)?;
+        let mut base = space::candidates(study, &space, &check, limit)?;
         let stopped_early = limit.is_some_and(|l| base.indices.len() as u64 >= l);
-        let mut notes: Vec<String> = base.note.into_iter().collect();
+        let mut notes: Vec<String> = base.note.take().into_iter().collect();
+        if let Some(sh) = shard {
+            let all = base.indices.len();
+            let range = sh.range(all);
+            notes.push(format!(
+                "shard {sh}: candidates {}..{} of the grid's {all} (grid order) and the baseline; no confirmation round (launch without --shard after every shard to confirm winners: it reruns nothing)",
+                range.start + 1,
+                range.end
+            ));
+            base.indices = base.indices[range].to_vec();
+        }
         let shared = Arc::new(base.indices);
         let mut per_cell = Vec::with_capacity(cells.len());
         let mut pruned = Vec::with_capacity(cells.len());
@@ -113,7 +323,11 @@ impl Plan {
             apply_budget(&mut per_cell, repeats, max, stopped_early, &mut notes);
         }
         let classes = plan_classes(hosts);
-        let graph = build_graph(&classes, hosts, &per_cell, space.baseline());
+        let search = SearchPlan::new(study, &space)?;
+        let mut graph = build_graph(&classes, hosts, &per_cell, space.baseline());
+        if let Some(sp) = &search {
+            add_search_nodes(&mut graph, sp, classes.len(), cells.len());
+        }
         Ok(Plan {
             space,
             cells,
@@ -125,6 +339,7 @@ impl Plan {
             repeats,
             warmup: study.measurement.warmup,
             notes,
+            search,
         })
     }
 
@@ -133,9 +348,13 @@ impl Plan {
         1 + self.per_cell[cell].len() as u64
     }
 
-    /// Trials (config × repeat) in a cell, for one host class.
+    /// Trials (config × repeat) in a cell, for one host class; for an
+    /// adaptive search, as its table expects.
     pub fn trials_in_cell(&self, cell: usize) -> u64 {
-        self.configs_in_cell(cell) * u64::from(self.repeats)
+        match &self.search {
+            Some(s) => s.trials_per_cell(),
+            None => self.configs_in_cell(cell) * u64::from(self.repeats),
+        }
     }
 
     /// Trials for one host class.
@@ -163,7 +382,18 @@ impl Plan {
         let runs = self.trials_per_class() + self.warmups_per_class();
         let slots = f64::from(class.slots.max(1));
         let worst = timeout.as_secs_f64() * runs as f64;
-        let expected = typical.map(|t| t.as_secs_f64() * runs as f64);
+        // An adaptive search's runs cost in proportion to their budget
+        // (`typical` taken as a run at max budget).
+        let run_equivalents = match &self.search {
+            Some(s) => {
+                let cells = self.cells.len() as f64;
+                let rel = s.search_budget / s.max_budget.unwrap_or(1.0);
+                let warm = f64::from(self.warmup) * (1.0 + f64::from(s.finalists));
+                cells * (rel + s.objective_trials as f64 + warm)
+            }
+            None => runs as f64,
+        };
+        let expected = typical.map(|t| t.as_secs_f64() * run_equivalents);
         Cost {
             runs,
             worst_trial_seconds: worst,
@@ -188,6 +418,8 @@ impl Plan {
                 PlanNode::Probe { .. } => "probe",
                 PlanNode::Baseline { .. } => "baseline",
                 PlanNode::Candidate { .. } => "candidate",
+                PlanNode::Rung { .. } => "rung",
+                PlanNode::Finalists { .. } => "finalists",
                 PlanNode::Verdict { .. } => "verdict",
             };
             *out.entry(k).or_insert(0) += 1;
@@ -282,6 +514,44 @@ fn plan_classes(hosts: &[PlanHost]) -> Vec<PlannedClass> {
         }
     }
     classes
+}
+
+/// Per (class, cell): baseline → each bracket's rungs in a chain →
+/// finalists → verdict. The rungs are shapes, not trials: an adaptive
+/// search decides their configs as results arrive.
+fn add_search_nodes(g: &mut DiGraph<PlanNode, ()>, sp: &SearchPlan, classes: usize, cells: usize) {
+    let find = |g: &DiGraph<PlanNode, ()>, want: PlanNode| g.node_indices().find(|n| g[*n] == want);
+    for class in 0..classes as u32 {
+        for cell in 0..cells as u32 {
+            let (Some(base), Some(verdict)) = (
+                find(g, PlanNode::Baseline { class, cell }),
+                find(g, PlanNode::Verdict { class, cell }),
+            ) else {
+                continue;
+            };
+            let fin = g.add_node(PlanNode::Finalists { class, cell });
+            let shapes: Vec<(u32, usize)> = if sp.brackets.is_empty() {
+                vec![(0, 1)]
+            } else {
+                sp.brackets.iter().map(|(s, r)| (*s, r.len())).collect()
+            };
+            for (s, rungs) in shapes {
+                let mut prev = base;
+                for i in 0..rungs as u32 {
+                    let r = g.add_node(PlanNode::Rung {
+                        class,
+                        cell,
+                        bracket: s,
+                        rung: i,
+                    });
+                    g.add_edge(prev, r, ());
+                    prev = r;
+                }
+                g.add_edge(prev, fin, ());
+            }
+            g.add_edge(fin, verdict, ());
+        }
+    }
 }
 
 fn build_graph(

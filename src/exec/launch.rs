@@ -551,7 +551,7 @@ pub async fn run_study(
         .map(|(h, p)| slot_devices(h, &p.fingerprint))
         .collect();
     let plan_hosts: Vec<PlanHost> = probed.iter().map(|p| p.plan_host.clone()).collect();
-    let plan = Plan::build(study, &plan_hosts).map_err(LaunchError::Other)?;
+    let plan = Plan::build_shard(study, &plan_hosts, options.shard).map_err(LaunchError::Other)?;
     for n in &plan.notes {
         let _ = events.send(Event::Note(n.clone()));
     }
@@ -2050,7 +2050,9 @@ impl Shared<'_> {
     /// whose cells are all measured on `class`.
     async fn maybe_confirm(&self, class: usize, cells: &[u32]) {
         let rounds = self.study.measurement.confirm_repeats;
-        if rounds == 0 || self.cancel.is_cancelled() {
+        // A shard sees a slice of the candidates: its leader is not the
+        // bucket's; the launch without --shard confirms.
+        if rounds == 0 || self.cancel.is_cancelled() || self.options.shard.is_some() {
             return;
         }
         let mut ready = Vec::new();

@@ -14,6 +14,19 @@ pub enum Format {
     Markdown,
     Json,
     Csv,
+    /// CSV, one row per (config, host class, cell) with what was measured
+    /// and no decision: the rows of `--shard` reports concatenate to a full
+    /// run's.
+    Measurements,
+}
+
+/// A budget: whole numbers as integers (`81`), others as [`num`].
+pub fn budget(x: f64) -> String {
+    if x.fract() == 0.0 && x.abs() < 1e15 {
+        format!("{}", x as i64)
+    } else {
+        num(x)
+    }
 }
 
 /// Significant-digit formatting that keeps small and large values readable.
@@ -262,7 +275,7 @@ fn search_table(class: &crate::report::analysis::ClassReport) -> Option<SearchTa
         .map(|r| {
             vec![
                 r.cell_label.clone(),
-                r.budget.map(num).unwrap_or_else(|| "-".to_string()),
+                r.budget.map(budget).unwrap_or_else(|| "-".to_string()),
                 r.trials.to_string(),
                 r.failed.to_string(),
                 r.output_changed.to_string(),
@@ -283,6 +296,7 @@ pub fn render(a: &Analysis, format: Format, all: bool) -> String {
         Format::Markdown => render_markdown(a, all),
         Format::Json => serde_json::to_string_pretty(a).unwrap_or_default() + "\n",
         Format::Csv => render_csv(a),
+        Format::Measurements => render_measurements(a, &|_| None, &|_| true),
     }
 }
 
@@ -447,6 +461,128 @@ fn csv_field(s: &str) -> String {
     } else {
         s.to_string()
     }
+}
+
+/// Columns of [`render_measurements`].
+const MEASUREMENT_COLUMNS: &[&str] = &[
+    "study",
+    "spec_hash",
+    "tunectl_version",
+    "host_class",
+    "host_class_label",
+    "hosts",
+    "cell",
+    "config",
+    "config_json",
+    "metric",
+    "unit",
+    "better",
+    "statistic",
+    "n",
+    "trials",
+    "median",
+    "spread",
+    "relative_spread",
+    "speedup_vs_baseline",
+    "baseline_median",
+    "baseline_spread",
+    "baseline_n",
+    "status",
+    "failure_class",
+    "reason",
+    "context",
+];
+
+/// One CSV row per (config, host class, cell): the config's measurements
+/// against the baseline, without any decision (which config is fastest,
+/// what ships), so that rows do not depend on the other configs measured.
+/// Rows are ordered by `position` of the config (the study's candidate
+/// order; configs it does not place go last, by label), then host class,
+/// then cell; `keep` selects configs (a shard's).
+pub fn render_measurements(
+    a: &Analysis,
+    position: &dyn Fn(&serde_json::Value) -> Option<u64>,
+    keep: &dyn Fn(&serde_json::Value) -> bool,
+) -> String {
+    let mut out = String::new();
+    let _ = writeln!(out, "{}", MEASUREMENT_COLUMNS.join(","));
+    let context = a
+        .context
+        .iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect::<Vec<_>>()
+        .join(";");
+    let mut rows: Vec<((u64, String, String, String), Vec<String>)> = Vec::new();
+    for class in &a.classes {
+        for cell in &class.cells {
+            let base = cell.baseline.as_ref().and_then(|b| b.summary);
+            let configs = cell
+                .baseline
+                .iter()
+                .chain(&cell.eligible)
+                .chain(&cell.rejected);
+            for r in configs {
+                if !keep(&r.config) {
+                    continue;
+                }
+                let f = |x: Option<f64>| x.map(|v| v.to_string()).unwrap_or_default();
+                let json = crate::canon::canonical_json(&r.config);
+                let status = if r.rejection.is_some() {
+                    "rejected"
+                } else {
+                    "eligible"
+                };
+                let fields = vec![
+                    a.study_id.clone(),
+                    a.spec_hash.clone(),
+                    a.tunectl_version.clone(),
+                    class.host_class.clone(),
+                    class.label.clone(),
+                    class.hosts.join(" "),
+                    cell.cell_label.clone(),
+                    r.label.clone(),
+                    json.clone(),
+                    a.objective.name.clone(),
+                    a.objective.unit.clone(),
+                    a.objective.better.clone(),
+                    "median".to_string(),
+                    r.summary.map(|s| s.n.to_string()).unwrap_or_default(),
+                    r.trials.to_string(),
+                    f(r.summary.map(|s| s.median)),
+                    f(r.summary.map(|s| s.spread)),
+                    f(r.relative_spread),
+                    f(r.speedup),
+                    f(base.map(|s| s.median)),
+                    f(base.map(|s| s.spread)),
+                    base.map(|s| s.n.to_string()).unwrap_or_default(),
+                    status.to_string(),
+                    r.rejection
+                        .as_ref()
+                        .map(|x| x.class.as_str().to_string())
+                        .unwrap_or_default(),
+                    r.rejection
+                        .as_ref()
+                        .map(|x| x.detail.clone())
+                        .unwrap_or_default(),
+                    context.clone(),
+                ];
+                let key = (
+                    position(&r.config).unwrap_or(u64::MAX),
+                    json,
+                    class.host_class.clone(),
+                    cell.cell_label.clone(),
+                );
+                rows.push((key, fields.iter().map(|x| csv_field(x)).collect()));
+            }
+        }
+    }
+    // By position (the JSON orders configs without one), then host class,
+    // then cell.
+    rows.sort();
+    for (_, fields) in rows {
+        let _ = writeln!(out, "{}", fields.join(","));
+    }
+    out
 }
 
 fn render_csv(a: &Analysis) -> String {

@@ -1,0 +1,669 @@
+//! Adaptive search end to end (`strategy: hyperband` and `tpe`, `--seed-from`)
+//! and grid shards (`--shard i/n`), on the local host with a FAKE trial
+//! program written at test time whose knob → speed/crash/output profile is
+//! known, so the optimum is known.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+
+use assert_cmd::Command;
+use serde_json::Value as Json;
+
+#[path = "support/ledger_files.rs"]
+mod ledger_files;
+
+/// The fake program. Its profile is documented in its header.
+const FAKE: &str = r#"#!/bin/sh
+# FAKE trial program written by tunectl's search tests (tests/search.rs). It
+# measures nothing: its numbers are made up and deterministic.
+#
+#   usage: sh fake-search.sh MODE        MODE: rung | objective
+#
+# Knobs a, b, c in 0..4 (TUNECTL_KNOB_A...). Budget: TUNECTL_BUDGET (empty:
+# the full budget, 27).
+#   tp = 1000 - 10 * ((a-3)^2 + (b-1)^2 + (c-2)^2)     optimum a=3 b=1 c=2
+#   plus, at budget B < 27, a config-dependent bias ((7a + 3b + c) mod 5) *
+#   60 / B, so small budgets rank a little differently (an imperfect proxy).
+#   a=4 c=0 at budget >= 27: "CUDA out of memory", exit 1.
+#   b=3: writes a different out.txt (output changed).
+#   FAKE_TRAP=1: a=4 b=4 c=4 reports tp 2000 in MODE rung and 500 in MODE
+#   objective: the best on the proxy, worse than the baseline on the
+#   objective.
+#   FAKE_JITTER=1: sleeps 0 to 0.09 s first, so results arrive out of order.
+# Every run appends "ROLE MODE a=A b=B c=C budget=BUDGET" to runs.log.
+set -u
+here=$(dirname "$0")
+mode=$1
+a=$TUNECTL_KNOB_A
+b=$TUNECTL_KNOB_B
+c=$TUNECTL_KNOB_C
+budget=${TUNECTL_BUDGET:-}
+echo "$TUNECTL_ROLE $mode a=$a b=$b c=$c budget=$budget" >> "$here/runs.log"
+if [ "${FAKE_JITTER:-}" = 1 ]; then
+    d=$(od -An -N1 -tu1 /dev/urandom | tr -dc 0-9 | cut -c1)
+    sleep "0.0${d:-0}"
+fi
+B=${budget:-27}
+tp=$((1000 - 10 * ((a - 3) * (a - 3) + (b - 1) * (b - 1) + (c - 2) * (c - 2))))
+if [ "$B" -lt 27 ]; then
+    tp=$((tp + ((7 * a + 3 * b + c) % 5) * 60 / B))
+fi
+if [ "${FAKE_TRAP:-}" = 1 ] && [ "$a$b$c" = 444 ]; then
+    if [ "$mode" = rung ]; then tp=2000; else tp=500; fi
+fi
+if [ "$a" -eq 4 ] && [ "$c" -eq 0 ] && [ "$B" -ge 27 ]; then
+    echo "RuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB" >&2
+    exit 1
+fi
+if [ "$b" -eq 3 ]; then echo "out=1" > out.txt; else echo "out=0" > out.txt; fi
+printf '{"metrics": {"tp": %d}}\n' "$tp" > "$TUNECTL_RESULT"
+"#;
+
+/// The true (noise-free, full-budget, objective) value of a config.
+fn true_tp(a: i64, b: i64, c: i64) -> i64 {
+    1000 - 10 * ((a - 3).pow(2) + (b - 1).pow(2) + (c - 2).pow(2))
+}
+
+const KNOBS: &str = r#"knobs:
+  a: {kind: int, values: [0, 1, 2, 3, 4], default: 0}
+  b: {kind: int, values: [0, 1, 2, 3, 4], default: 0}
+  c: {kind: int, values: [0, 1, 2, 3, 4], default: 0}
+"#;
+
+/// A hyperband study of the fake: budgets 1..27 samples, eta 3.
+fn hyperband_study(name: &str, seed: u64) -> String {
+    format!(
+        r#"name: {name}
+{KNOBS}trial:
+  command: "sh {{{{ study_dir }}}}/fake-search.sh rung"
+  timeout: 20s
+objective:
+  metric: tp
+  unit: ops/s
+  better: higher
+  command: "sh {{{{ study_dir }}}}/fake-search.sh objective"
+fidelity: {{unit: samples, min_budget: 1, max_budget: 27, eta: 3}}
+measurement: {{warmup: 0, repeats: 3, anchor_every: 0, confirm_repeats: 2}}
+gate: {{outputs: [out.txt]}}
+strategy: {{kind: hyperband, seed: {seed}, finalists: 3}}
+"#
+    )
+}
+
+/// A TPE study of the fake without a `fidelity:` section.
+fn tpe_study(name: &str, seed: u64, count: u64) -> String {
+    format!(
+        r#"name: {name}
+{KNOBS}trial:
+  command: "sh {{{{ study_dir }}}}/fake-search.sh objective"
+  timeout: 20s
+objective: {{metric: tp, unit: ops/s, better: higher}}
+measurement: {{warmup: 0, repeats: 3, anchor_every: 0, confirm_repeats: 2}}
+gate: {{outputs: [out.txt]}}
+strategy: {{kind: tpe, seed: {seed}, count: {count}, finalists: 3}}
+"#
+    )
+}
+
+struct Env {
+    tmp: tempfile::TempDir,
+}
+
+impl Env {
+    fn new(study: &str, slots: u32) -> Env {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let env = Env { tmp };
+        std::fs::create_dir(env.dir()).expect("mkdir study");
+        std::fs::write(env.dir().join("fake-search.sh"), FAKE).expect("write fake");
+        std::fs::write(env.study(), study).expect("write study");
+        std::fs::write(
+            env.inventory(),
+            format!("hosts:\n  - name: local\n    transport: local\n    slots: {slots}\n"),
+        )
+        .expect("write inventory");
+        env
+    }
+
+    fn dir(&self) -> PathBuf {
+        self.tmp.path().join("study")
+    }
+
+    fn study(&self) -> PathBuf {
+        self.dir().join("study.yaml")
+    }
+
+    fn inventory(&self) -> PathBuf {
+        self.tmp.path().join("inventory.yaml")
+    }
+
+    fn ledger(&self) -> PathBuf {
+        self.tmp.path().join("ledger")
+    }
+
+    fn cmd(&self) -> Command {
+        let mut cmd = Command::cargo_bin("tunectl").expect("the tunectl binary");
+        cmd.current_dir(self.tmp.path())
+            .env_remove("TUNECTL_LEDGER")
+            .env_remove("TUNECTL_WORKDIR")
+            .env_remove("TUNECTL_LOG")
+            .env_remove("FAKE_TRAP")
+            .env_remove("FAKE_JITTER")
+            .timeout(Duration::from_secs(120));
+        cmd
+    }
+
+    fn launch_cmd(&self, ledger: &Path, extra: &[&str]) -> Command {
+        let mut cmd = self.cmd();
+        cmd.arg("launch")
+            .arg(self.study())
+            .arg("--inventory")
+            .arg(self.inventory())
+            .arg("--ledger")
+            .arg(ledger)
+            .arg("--workdir")
+            .arg(self.tmp.path().join("work"))
+            .args(["--progress", "quiet"])
+            .args(extra);
+        cmd
+    }
+
+    /// A launch that must succeed; its stderr.
+    fn launch(&self, ledger: &Path, envs: &[(&str, &str)], extra: &[&str]) -> String {
+        let mut cmd = self.launch_cmd(ledger, extra);
+        for (k, v) in envs {
+            cmd.env(k, v);
+        }
+        let out = cmd.output().expect("run launch");
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert_eq!(out.status.code(), Some(0), "launch failed:\n{stderr}");
+        stderr
+    }
+
+    fn stdout(&self, args: &[&str]) -> String {
+        let out = self.cmd().args(args).output().expect("run tunectl");
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "tunectl {args:?} failed:\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).expect("utf-8")
+    }
+
+    fn report_json(&self, ledger: &Path) -> Json {
+        let study = self.study().display().to_string();
+        let ledger = ledger.display().to_string();
+        let text = self.stdout(&["report", &study, "--format", "json", "--ledger", &ledger]);
+        serde_json::from_str(&text).expect("report JSON")
+    }
+
+    fn runs(&self) -> Vec<String> {
+        std::fs::read_to_string(self.dir().join("runs.log"))
+            .map(|s| s.lines().map(str::to_string).collect())
+            .unwrap_or_default()
+    }
+
+    fn study_id(&self, ledger: &Path) -> String {
+        std::fs::read_dir(ledger)
+            .expect("ledger dir")
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .find(|n| !n.starts_with('.') && ledger.join(n).join("study.json").is_file())
+            .expect("a study in the ledger")
+    }
+}
+
+/// The config shipped for the only bucket of the only class.
+fn shipped(report: &Json) -> Json {
+    let buckets = report["classes"][0]["buckets"].as_array().expect("buckets");
+    assert_eq!(buckets.len(), 1, "{buckets:?}");
+    buckets[0]["config"].clone()
+}
+
+fn abc(config: &Json) -> (i64, i64, i64) {
+    let k = |n: &str| {
+        config[n]
+            .as_i64()
+            .unwrap_or_else(|| panic!("knob {n} in {config}"))
+    };
+    (k("a"), k("b"), k("c"))
+}
+
+/// Every attempt: (role, config (a, b, c), fidelity, status), by trial key.
+fn attempts(
+    ledger: &Path,
+    study: &str,
+) -> BTreeMap<String, Vec<(String, (i64, i64, i64), Option<f64>, String)>> {
+    ledger_files::attempts(ledger, study)
+        .into_iter()
+        .map(|(k, v)| {
+            let rows = v
+                .iter()
+                .map(|a| {
+                    (
+                        a["role"].as_str().unwrap_or("sweep").to_string(),
+                        abc(&a["config"]),
+                        a["fidelity"].as_f64(),
+                        a["status"].as_str().unwrap_or("").to_string(),
+                    )
+                })
+                .collect();
+            (k, rows)
+        })
+        .collect()
+}
+
+/// The rung trials (config, budget) of a ledger.
+fn rung_jobs(ledger: &Path, study: &str) -> BTreeSet<((i64, i64, i64), Option<u64>)> {
+    attempts(ledger, study)
+        .values()
+        .flatten()
+        .filter(|a| a.0 == "rung")
+        .map(|a| (a.1, a.2.map(|f| f as u64)))
+        .collect()
+}
+
+/// No trial has more than one terminal (ok or failed) attempt.
+fn assert_no_trial_counted_twice(ledger: &Path, study: &str) {
+    for (key, rows) in attempts(ledger, study) {
+        let terminal = rows
+            .iter()
+            .filter(|r| r.3 == "ok" || r.3 == "failed")
+            .count();
+        assert!(
+            terminal <= 1,
+            "trial {key} has {terminal} terminal attempts: {rows:?}"
+        );
+    }
+}
+
+#[test]
+fn plan_dry_run_shows_the_brackets_and_the_cost_against_a_grid() {
+    let env = Env::new(&hyperband_study("hb-plan", 1), 1);
+    let study = env.study().display().to_string();
+    let ledger = env.ledger().display().to_string();
+    let text = env.stdout(&["plan", "--dry-run", &study, "--ledger", &ledger]);
+    for want in [
+        "adaptive search: hyperband (seed 1)",
+        "s=3: 27 @ 1 (keep 9) → 9 @ 3 (keep 3) → 3 @ 9 (keep 1) → 1 @ 27 (keep 1)",
+        "s=2: 12 @ 3 (keep 4) → 4 @ 9 (keep 1) → 1 @ 27 (keep 1)",
+        "s=1: 6 @ 9 (keep 2) → 2 @ 27 (keep 2)",
+        "s=0: 4 @ 27 (keep 4)",
+        "baseline at 1, 3, 9, 27 samples",
+        "screening: 69 runs spending 463 samples",
+        "objective stage: top 3 finalists + baseline × 3 repeats = 12 trials at 27 samples",
+        "7.8% of a full grid's (124 candidates",
+    ] {
+        assert!(text.contains(want), "missing {want:?} in:\n{text}");
+    }
+    // The first configs are listed with their knob values and the budget
+    // they start at; nothing ran and nothing was written.
+    assert!(text.contains("#1 "), "{text}");
+    assert!(env.runs().is_empty());
+    assert!(!env.ledger().exists());
+    let json: Json = serde_json::from_str(&env.stdout(&[
+        "plan",
+        "--dry-run",
+        &study,
+        "--ledger",
+        &ledger,
+        "--json",
+    ]))
+    .expect("plan JSON");
+    assert_eq!(json["search"]["rung_trials"], 69);
+    assert_eq!(json["search"]["brackets"].as_array().map(Vec::len), Some(4));
+}
+
+#[test]
+fn hyperband_finds_the_optimum_on_a_third_of_grid_budget() {
+    let env = Env::new(&hyperband_study("hb", 1), 1);
+    let ledger = env.ledger();
+    env.launch(&ledger, &[], &[]);
+    let report = env.report_json(&ledger);
+    assert_eq!(abc(&shipped(&report)), (3, 1, 2), "{report:#}");
+    assert_eq!(report["classes"][0]["buckets"][0]["level"], "verdict");
+    let id = env.study_id(&ledger);
+    // Budget spent, in samples (a run's time is proportional to its
+    // budget): every attempt, rungs, baselines and the objective stage.
+    let spent: f64 = attempts(&ledger, &id)
+        .values()
+        .flatten()
+        .map(|a| a.2.expect("every trial of a fidelity study has a budget"))
+        .sum();
+    // A grid: 124 candidates and the baseline, 3 repeats, at 27 samples.
+    let grid = 125.0 * 3.0 * 27.0;
+    assert!(spent <= grid / 3.0, "spent {spent} samples, grid {grid}");
+    // Trials saw their budget; rungs ran the trial command, the objective
+    // stage the objective command at the full budget.
+    let runs = env.runs();
+    for line in &runs {
+        let rung = line.starts_with("rung ");
+        assert!(
+            (rung && line.starts_with("rung rung "))
+                || (!rung && line.contains(" objective ") && line.ends_with("budget=27")),
+            "{line}"
+        );
+        assert!(
+            ["budget=1", "budget=3", "budget=9", "budget=27"]
+                .iter()
+                .any(|b| line.ends_with(b)),
+            "{line}"
+        );
+    }
+    // No (config, budget) screened twice; no trial counted twice.
+    let jobs: Vec<_> = attempts(&ledger, &id)
+        .values()
+        .flatten()
+        .filter(|a| a.0 == "rung")
+        .map(|a| (a.1, a.2.map(f64::to_bits)))
+        .collect();
+    let distinct: BTreeSet<_> = jobs.iter().collect();
+    assert_eq!(jobs.len(), distinct.len());
+    assert_no_trial_counted_twice(&ledger, &id);
+    // The search table of the report.
+    let study = env.study().display().to_string();
+    let l = ledger.display().to_string();
+    let text = env.stdout(&["report", &study, "--ledger", &l]);
+    assert!(text.contains("search on hc-"), "{text}");
+    assert!(text.contains("budget (samples)"), "{text}");
+}
+
+#[test]
+fn a_config_best_on_the_proxy_but_worse_on_the_objective_loses() {
+    // Seed 4 draws the trap config (14th in its draw order).
+    let env = Env::new(&hyperband_study("hb-trap", 4), 1);
+    let ledger = env.ledger();
+    env.launch(&ledger, &[("FAKE_TRAP", "1")], &[]);
+    let runs = env.runs();
+    // The trap was screened and, best on the proxy, promoted to the
+    // objective stage (if not, this seed does not exercise the trap).
+    assert!(
+        runs.iter()
+            .any(|l| l.starts_with("rung rung a=4 b=4 c=4 budget=27")),
+        "the trap config did not reach the top rung with this seed:\n{}",
+        runs.join("\n")
+    );
+    assert!(
+        runs.iter()
+            .any(|l| l.starts_with("sweep objective a=4 b=4 c=4")),
+        "the trap config was not promoted to the objective stage"
+    );
+    let report = env.report_json(&ledger);
+    let won = abc(&shipped(&report));
+    assert_ne!(won, (4, 4, 4), "{report:#}");
+    // The champion is decided on the objective alone: the best finalist
+    // there (within 2% of the optimum with this seed), not the trap.
+    assert!(true_tp(won.0, won.1, won.2) >= 980, "{won:?}");
+    let finalists: BTreeSet<(i64, i64, i64)> = runs
+        .iter()
+        .filter(|l| l.starts_with("sweep objective"))
+        .map(|l| {
+            let v: Vec<i64> = l
+                .split_whitespace()
+                .filter_map(|w| w.split_once('=').and_then(|(_, v)| v.parse().ok()))
+                .collect();
+            (v[0], v[1], v[2])
+        })
+        .filter(|c| *c != (0, 0, 0) && *c != (4, 4, 4))
+        .collect();
+    let best = finalists
+        .iter()
+        .map(|c| true_tp(c.0, c.1, c.2))
+        .max()
+        .expect("finalists besides the trap");
+    assert_eq!(true_tp(won.0, won.1, won.2), best, "{finalists:?}");
+}
+
+#[test]
+fn a_survivor_that_crashes_or_changes_output_at_a_higher_budget_is_rejected() {
+    let env = Env::new(&hyperband_study("hb-gate", 1), 1);
+    let ledger = env.ledger();
+    env.launch(&ledger, &[], &[]);
+    let id = env.study_id(&ledger);
+    let all = attempts(&ledger, &id);
+    // a=4 c=0 runs at small budgets and crashes at 27: never a finalist.
+    let crashed: Vec<_> = all
+        .values()
+        .flatten()
+        .filter(|a| a.0 == "rung" && a.3 == "failed")
+        .collect();
+    for a in &crashed {
+        assert_eq!((a.1.0, a.1.2), (4, 0), "{a:?}");
+    }
+    for a in all.values().flatten().filter(|a| a.0 == "sweep") {
+        assert_ne!(
+            (a.1.0, a.1.2),
+            (4, 0),
+            "a crashing config reached the objective stage"
+        );
+        assert_ne!(
+            a.1.1, 3,
+            "a config that changes output reached the objective stage"
+        );
+    }
+    // The search table counts what the gate rejected at each budget.
+    let report = env.report_json(&ledger);
+    let rows = report["classes"][0]["search"]
+        .as_array()
+        .expect("search rows");
+    assert_eq!(rows.len(), 4, "{rows:?}");
+    let changed: u64 = rows
+        .iter()
+        .map(|r| r["output_changed"].as_u64().unwrap_or(0))
+        .sum();
+    let screened_b3 = all
+        .values()
+        .flatten()
+        .filter(|a| a.0 == "rung" && a.1.1 == 3 && a.3 == "ok")
+        .count() as u64;
+    assert_eq!(changed, screened_b3);
+}
+
+#[test]
+fn the_same_study_makes_the_same_decisions_whatever_order_results_arrive_in() {
+    // Three slots, trials of random length: results arrive in a different
+    // order each run; the decisions must not change.
+    let env = Env::new(&hyperband_study("hb-det", 5), 3);
+    let (a, b) = (
+        env.tmp.path().join("ledger-a"),
+        env.tmp.path().join("ledger-b"),
+    );
+    env.launch(&a, &[("FAKE_JITTER", "1")], &[]);
+    env.launch(&b, &[("FAKE_JITTER", "1")], &[]);
+    let id = env.study_id(&a);
+    assert_eq!(rung_jobs(&a, &id), rung_jobs(&b, &id));
+    assert_eq!(shipped(&env.report_json(&a)), shipped(&env.report_json(&b)));
+    // Another seed searches differently.
+    let other = Env::new(&hyperband_study("hb-det", 6), 3);
+    let c = other.tmp.path().join("ledger-c");
+    other.launch(&c, &[], &[]);
+    assert_ne!(rung_jobs(&a, &id), rung_jobs(&c, &other.study_id(&c)));
+}
+
+#[test]
+fn a_killed_search_resumes_without_rerunning_or_double_counting() {
+    let env = Env::new(&hyperband_study("hb-resume", 2), 2);
+    let reference = env.tmp.path().join("ledger-ref");
+    env.launch(&reference, &[("FAKE_JITTER", "1")], &[]);
+    let id = env.study_id(&reference);
+    let ledger = env.ledger();
+    std::fs::remove_file(env.dir().join("runs.log")).expect("clear runs.log");
+    // Start, and interrupt (SIGINT, as Ctrl-C) once 30 runs happened.
+    let bin = assert_cmd::cargo::cargo_bin("tunectl");
+    let mut child = std::process::Command::new(bin)
+        .current_dir(env.tmp.path())
+        .env_remove("TUNECTL_LEDGER")
+        .env("FAKE_JITTER", "1")
+        .arg("launch")
+        .arg(env.study())
+        .arg("--inventory")
+        .arg(env.inventory())
+        .arg("--ledger")
+        .arg(&ledger)
+        .arg("--workdir")
+        .arg(env.tmp.path().join("work"))
+        .args(["--progress", "quiet"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn launch");
+    let started = ledger_files::wait_for(Duration::from_secs(60), || env.runs().len() >= 30);
+    assert!(started, "the launch did not get going");
+    let pid = child.id().to_string();
+    let _ = std::process::Command::new("kill")
+        .args(["-INT", &pid])
+        .status();
+    let _ = child.wait();
+    let before = env.runs().len();
+    assert!(before < 80, "the launch finished before it was interrupted");
+    env.launch(&ledger, &[("FAKE_JITTER", "1")], &[]);
+    // The resumed search made the decisions of the uninterrupted one ...
+    assert_eq!(rung_jobs(&ledger, &id), rung_jobs(&reference, &id));
+    assert_eq!(
+        shipped(&env.report_json(&ledger)),
+        shipped(&env.report_json(&reference))
+    );
+    // ... and nothing finished was run again or counted twice.
+    assert_no_trial_counted_twice(&ledger, &id);
+    let mut seen = BTreeMap::new();
+    for line in env.runs() {
+        if line.starts_with("rung ") {
+            *seen.entry(line.clone()).or_insert(0) += 1;
+        }
+    }
+    // A run interrupted by Ctrl-C is recorded lost and runs again: at most
+    // the two that were running (one per slot) appear twice.
+    let twice = seen.values().filter(|n| **n > 1).count();
+    assert!(twice <= 2, "{seen:?}");
+}
+
+#[test]
+fn tpe_finds_a_near_optimum_with_far_fewer_trials_than_grid() {
+    let env = Env::new(&tpe_study("tpe", 3, 40), 2);
+    let ledger = env.ledger();
+    env.launch(&ledger, &[], &[]);
+    let report = env.report_json(&ledger);
+    let (a, b, c) = abc(&shipped(&report));
+    // Within 2% of the optimum (1000).
+    assert!(
+        true_tp(a, b, c) >= 980,
+        "shipped a={a} b={b} c={c}: {report:#}"
+    );
+    let id = env.study_id(&ledger);
+    let trials = attempts(&ledger, &id).len();
+    // 40 suggestions, the baseline's screening run, 4 configs × 3 repeats
+    // and a confirmation round, against a grid's 125 × 3.
+    assert!(trials <= 40 + 1 + 12 + 4, "{trials} trials");
+    assert!(trials * 3 <= 125 * 3, "{trials}");
+    // Deterministic for a seed.
+    let again = env.tmp.path().join("ledger-again");
+    env.launch(&again, &[], &[]);
+    assert_eq!(rung_jobs(&ledger, &id), rung_jobs(&again, &id));
+}
+
+#[test]
+fn seed_from_skips_configs_known_to_fail_and_warm_starts_tpe() {
+    let first = Env::new(&tpe_study("tpe-first", 4, 30), 1);
+    let ledger = first.ledger();
+    first.launch(&ledger, &[], &[]);
+    let first_id = first.study_id(&ledger);
+    let failed: BTreeSet<(i64, i64, i64)> = attempts(&ledger, &first_id)
+        .values()
+        .flatten()
+        .filter(|a| a.0 == "rung" && (a.3 == "failed" || a.1.1 == 3))
+        .map(|a| a.1)
+        .collect();
+    assert!(!failed.is_empty(), "the first study met no failing config");
+    // A second study of the same knobs, seeded from the first.
+    let second = Env::new(&tpe_study("tpe-second", 9, 15), 1);
+    let from = format!("{}#{first_id}", ledger.display());
+    let stderr = second.launch(&second.ledger(), &[], &["--seed-from", &from]);
+    assert!(stderr.contains("seeding from"), "{stderr}");
+    let second_id = second.study_id(&second.ledger());
+    let tried: BTreeSet<(i64, i64, i64)> = rung_jobs(&second.ledger(), &second_id)
+        .into_iter()
+        .map(|(c, _)| c)
+        .collect();
+    assert!(
+        tried.is_disjoint(&failed),
+        "tried again: {:?}",
+        tried.intersection(&failed).collect::<Vec<_>>()
+    );
+    // Warm-started, 15 suggestions still land within 2% of the optimum.
+    let (a, b, c) = abc(&shipped(&second.report_json(&second.ledger())));
+    assert!(true_tp(a, b, c) >= 980, "a={a} b={b} c={c}");
+    // A bad source is refused before anything runs.
+    let out = second
+        .launch_cmd(&second.ledger(), &["--seed-from", "no-such-study"])
+        .output()
+        .expect("run");
+    assert_ne!(out.status.code(), Some(0));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no-such-study"));
+}
+
+/// A grid of the fake: a and b (25 configs), c fixed.
+const GRID: &str = r#"name: grid
+knobs:
+  a: {kind: int, values: [0, 1, 2, 3, 4], default: 0}
+  b: {kind: int, values: [0, 1, 2, 3, 4], default: 0}
+  c: {kind: int, values: [2], default: 2}
+cells:
+  n: [1, 2]
+trial:
+  command: "sh {{ study_dir }}/fake-search.sh objective"
+  timeout: 20s
+objective: {metric: tp, unit: ops/s, better: higher}
+measurement: {warmup: 0, repeats: 2, anchor_every: 0, confirm_repeats: 1}
+gate: {outputs: [out.txt]}
+"#;
+
+#[test]
+fn grid_shards_concatenate_to_the_full_run() {
+    let env = Env::new(GRID, 2);
+    let full = env.tmp.path().join("ledger-full");
+    env.launch(&full, &[], &[]);
+    let study = env.study().display().to_string();
+    let rows = |ledger: &Path, shard: Option<&str>| -> Vec<String> {
+        let l = ledger.display().to_string();
+        let mut args = vec!["report", &study, "--ledger", &l, "--format", "measurements"];
+        if let Some(s) = shard {
+            args.extend(["--shard", s]);
+        }
+        env.stdout(&args).lines().map(str::to_string).collect()
+    };
+    let whole = rows(&full, None);
+    // 25 configs × 2 cells, and a header.
+    assert_eq!(whole.len(), 1 + 25 * 2, "{whole:#?}");
+    // Three shards, each in its own ledger (each measures its baseline).
+    let mut joined = Vec::new();
+    for i in 1..=3 {
+        let shard = format!("{i}/3");
+        let ledger = env.tmp.path().join(format!("ledger-{i}"));
+        let stderr = env.launch(&ledger, &[], &["--shard", &shard]);
+        assert!(
+            !stderr.contains("confirming"),
+            "a shard confirmed: {stderr}"
+        );
+        let mut r = rows(&ledger, Some(&shard));
+        if i > 1 {
+            r.remove(0);
+        }
+        joined.extend(r);
+    }
+    assert_eq!(joined, whole);
+    // The plan of a shard says what it holds; a non-grid study refuses.
+    let text = env.stdout(&["plan", "--dry-run", &study, "--shard", "2/3"]);
+    assert!(
+        text.contains("shard 2/3: candidates 9..16 of the grid's 24"),
+        "{text}"
+    );
+    let hb = Env::new(&hyperband_study("hb-shard", 1), 1);
+    let out = hb
+        .launch_cmd(&hb.ledger(), &["--shard", "1/2"])
+        .output()
+        .expect("run");
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--shard 1/2 splits a grid"));
+}

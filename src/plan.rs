@@ -77,13 +77,16 @@ pub enum PlanNode {
     },
 }
 
+/// One rung as planned: (budget as the trial gets it, configs, survivors).
+pub type RungShape = (f64, u64, u64);
+
 /// The static shape of an adaptive search, per (host class, cell).
 #[derive(Debug, Clone, Serialize)]
 pub struct SearchPlan {
     pub strategy: &'static str,
     /// Hyperband's brackets: `(s, rungs as (budget as the trial gets it,
     /// configs, survivors))`, most exploratory first.
-    pub brackets: Vec<(u32, Vec<(f64, u64, u64)>)>,
+    pub brackets: Vec<(u32, Vec<RungShape>)>,
     /// The budget's unit (`fidelity.unit`), empty without `fidelity:`.
     pub budget_unit: String,
     pub max_budget: Option<f64>,
@@ -145,7 +148,7 @@ impl SearchPlan {
                 let mut spent_bound = 0.0;
                 let mut budgets: Vec<f64> = Vec::new();
                 for br in b.brackets() {
-                    let rungs: Vec<(f64, u64, u64)> = br
+                    let rungs: Vec<RungShape> = br
                         .rungs
                         .iter()
                         .map(|r| (f.trial_budget(r.budget), r.configs, r.survivors))
@@ -664,6 +667,9 @@ mod tests {
                     assert!(matches!(plan.graph[preds[0]], PlanNode::Baseline { .. }));
                 }
                 PlanNode::Verdict { .. } => assert_eq!(preds.len(), 6),
+                PlanNode::Rung { .. } | PlanNode::Finalists { .. } => {
+                    panic!("a grid plan has no search nodes")
+                }
             }
         }
     }

@@ -231,11 +231,11 @@ fn abc(config: &Json) -> (i64, i64, i64) {
     (k("a"), k("b"), k("c"))
 }
 
-/// Every attempt: (role, config (a, b, c), fidelity, status), by trial key.
-fn attempts(
-    ledger: &Path,
-    study: &str,
-) -> BTreeMap<String, Vec<(String, (i64, i64, i64), Option<f64>, String)>> {
+/// One attempt: (role, config (a, b, c), fidelity, status).
+type Attempt = (String, (i64, i64, i64), Option<f64>, String);
+
+/// Every attempt, by trial key.
+fn attempts(ledger: &Path, study: &str) -> BTreeMap<String, Vec<Attempt>> {
     ledger_files::attempts(ledger, study)
         .into_iter()
         .map(|(k, v)| {

@@ -1068,7 +1068,7 @@ impl Shared<'_> {
                     let step = if search.base_failed.is_some() {
                         Ok(Step::Done)
                     } else {
-                        search.search.next()
+                        search.search.step()
                     };
                     match step {
                         Ok(Step::Run(index, job)) => {

@@ -75,9 +75,9 @@ impl Prior {
                 reference.insert(k, a);
             }
         }
-        // (class, cell, config) → samples at the budget, or failed.
-        let mut seen: BTreeMap<(String, String, u64), (serde_json::Value, Vec<f64>, bool)> =
-            BTreeMap::new();
+        // (class, cell, config) → (cell, samples at the budget, failed).
+        type Seen = (serde_json::Value, Vec<f64>, bool);
+        let mut seen: BTreeMap<(String, String, u64), Seen> = BTreeMap::new();
         for a in usable {
             if a.is_baseline || a.config.as_object().map(|m| m.len()) != Some(study.knobs.len()) {
                 continue;

@@ -512,7 +512,9 @@ pub fn render_measurements(
         .map(|(k, v)| format!("{k}={v}"))
         .collect::<Vec<_>>()
         .join(";");
-    let mut rows: Vec<((u64, String, String, String), Vec<String>)> = Vec::new();
+    // (position, config JSON, host class, cell) → fields
+    type Row = ((u64, String, String, String), Vec<String>);
+    let mut rows: Vec<Row> = Vec::new();
     for class in &a.classes {
         for cell in &class.cells {
             let base = cell.baseline.as_ref().and_then(|b| b.summary);

@@ -47,7 +47,7 @@ pub struct Source {
 
 enum Order {
     Shuffled(std::vec::IntoIter<u64>),
-    Drawn { rng: ChaCha8Rng, size: u64 },
+    Drawn { rng: Box<ChaCha8Rng>, size: u64 },
 }
 
 impl Source {
@@ -58,7 +58,10 @@ impl Source {
             all.shuffle(&mut rng);
             Order::Shuffled(all.into_iter())
         } else {
-            Order::Drawn { rng, size }
+            Order::Drawn {
+                rng: Box::new(rng),
+                size,
+            }
         };
         Source { order, accept }
     }
@@ -288,7 +291,7 @@ impl Search {
     }
 
     /// The next job to run, or why there is none.
-    pub fn next(&mut self) -> Result<Step, String> {
+    pub fn step(&mut self) -> Result<Step, String> {
         let j = self.issued.len();
         // Job j is decided on exactly the results of jobs 0 .. j + 1 - lag.
         let need = (j + 1).saturating_sub(self.lag);
@@ -413,7 +416,7 @@ mod tests {
         let mut jobs = Vec::new();
         for _ in 0..100_000 {
             while running.len() < slots {
-                match s.next().unwrap() {
+                match s.step().unwrap() {
                     Step::Run(i, job) => {
                         jobs.push((job.config, job.budget));
                         running.push((i, job));
@@ -492,10 +495,10 @@ mod tests {
     #[test]
     fn reporting_twice_or_an_unknown_job_is_an_error() {
         let mut s = tpe(1, 1);
-        let Step::Run(i, _) = s.next().unwrap() else {
+        let Step::Run(i, _) = s.step().unwrap() else {
             panic!("expected a job")
         };
-        assert_eq!(s.next().unwrap(), Step::Wait);
+        assert_eq!(s.step().unwrap(), Step::Wait);
         s.report(i, Outcome::Value(1.0)).unwrap();
         assert!(s.report(i, Outcome::Value(1.0)).is_err());
         assert!(s.report(99, Outcome::Failed).is_err());

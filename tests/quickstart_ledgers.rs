@@ -3,7 +3,9 @@
 //! local one: same trials, same rejections with the same classes, a
 //! decision for every bucket, and a relaunch that runs nothing. It also runs
 //! over a fleet of real sshd hosts (tests/support/sshd.rs) of two host
-//! classes, with one report block per class.
+//! classes, with one report block per class. The Hyperband example
+//! (examples/hyperband, the same workload with a `fidelity:` section) runs
+//! end to end.
 
 #[path = "support/sshd.rs"]
 mod sshd;
@@ -257,4 +259,53 @@ fn the_quickstart_runs_over_an_ssh_fleet_with_one_block_per_host_class() {
         .expect("report table");
     let text = String::from_utf8_lossy(&table.stdout);
     assert!(text.contains("H100") && text.contains("A100"), "{text}");
+}
+
+#[test]
+fn the_hyperband_example_runs_end_to_end() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    // The example runs `{{ study_dir }}/../quickstart/bin/quickstart`.
+    quickstart_in(&tmp.path().join("quickstart"));
+    let dir = tmp.path().join("hyperband");
+    std::fs::create_dir_all(&dir).expect("mkdir");
+    let study = dir.join("study.yaml");
+    std::fs::copy(root.join("examples/hyperband/study.yaml"), &study).expect("copy study");
+    let plan = tunectl(tmp.path())
+        .arg("plan")
+        .arg(&study)
+        .args(["--dry-run", "--ledger", "unused"])
+        .output()
+        .expect("plan");
+    let text = String::from_utf8_lossy(&plan.stdout);
+    assert!(
+        text.contains("s=3: 27 @ 1 (keep 9) → 9 @ 3 (keep 3)"),
+        "{text}"
+    );
+    let ledger = tmp.path().join("ledger").display().to_string();
+    let (_, report) = run(tmp.path(), &study, &ledger);
+    let class = &report["classes"][0];
+    // What ships is exact: never the accumulators that change the output
+    // (f32) or crash (i32), whatever the timings.
+    let bucket = &class["buckets"][0];
+    let accum = bucket["config"]["accum"].as_str().expect("accum");
+    assert!(accum == "f64" || accum == "i64", "{bucket:#}");
+    // The rungs ran at the budgets of the brackets and stayed within
+    // ASHA's bound (89 screening runs and the 4 baseline rungs).
+    let rows = class["search"].as_array().expect("search rows");
+    let budgets: Vec<f64> = rows.iter().filter_map(|r| r["budget"].as_f64()).collect();
+    assert_eq!(budgets, vec![1.0, 3.0, 9.0, 27.0]);
+    let screened: u64 = rows.iter().filter_map(|r| r["trials"].as_u64()).sum();
+    assert!(screened <= 89 + 4, "{screened}");
+    // A relaunch runs nothing.
+    let again = tunectl(tmp.path())
+        .arg("launch")
+        .arg(&study)
+        .args(["--ledger", &ledger, "--progress", "quiet", "--workdir"])
+        .arg(tmp.path().join("work"))
+        .output()
+        .expect("relaunch");
+    let stderr = String::from_utf8_lossy(&again.stderr);
+    assert_eq!(again.status.code(), Some(0), "{stderr}");
+    assert!(stderr.contains("ran 0 trials"), "{stderr}");
 }

@@ -1,13 +1,14 @@
 #!/bin/sh
 # Quickstart: build the example workload and tunectl, then plan, launch and
-# report the study in examples/quickstart/study.yaml.
-# Extra arguments are passed to `tunectl launch`.
+# report the study in examples/quickstart/study.yaml (or the study named by
+# EXAMPLE_STUDY, relative to the repository root: examples/hyperband/run.sh
+# uses it). Extra arguments are passed to `tunectl launch`.
 set -eu
 
 # Run from the repository root, wherever the script is called from.
 cd "$(dirname "$0")/../.."
 
-study=examples/quickstart/study.yaml
+study=${EXAMPLE_STUDY:-examples/quickstart/study.yaml}
 tmp=$(mktemp)
 trap 'rm -f "$tmp"' EXIT
 

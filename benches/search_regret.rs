@@ -1,0 +1,831 @@
+//! Adaptive search on a synthetic noisy cost model: regret of the config
+//! each strategy picks, against the trial-seconds it spent, for grid,
+//! random, Hyperband (`tunectl::search::Asha`) and TPE
+//! (`tunectl::search::Tpe`). Not a timed test: it simulates trials (no
+//! process runs) and prints a table for docs/benchmarks.md.
+//!
+//!   cargo bench --bench search_regret
+//!   SEEDS=20 WORKERS="1 8" VARIANTS="faithful misleading" cargo bench --bench search_regret
+//!   SEARCH_REGRET_JSON=out.json cargo bench --bench search_regret   # also every run, as JSON
+//!
+//! benches/search_regret.sh runs this, then Optuna on the same model
+//! (benches/search_regret.py, which implements the same formulas and checks
+//! that they agree with the JSON written here), and prints both in one
+//! table.
+//!
+//! The model (docs/benchmarks.md has the formulas): 5 knobs (4 ordinal
+//! ints, 1 categorical), 720 configs; a config's true time per budget unit
+//! f(x) is a bowl with interactions and a little per-config roughness, and
+//! some configs crash (shared memory: large tile with deep pipelining). A
+//! trial at budget b measures f(x)·(1 + c(x)/b) (warm-up) times lognormal
+//! noise of sigma 0.12/sqrt(b), and costs T0 + (b + c(x))·f(x) seconds.
+//! Two variants: `faithful` (c = 1 for every config: low budgets are biased
+//! alike) and `misleading` (c grows with stages and unroll, the knobs of the
+//! fast configs: at low budget they look slow).
+//!
+//! Target (issue): Hyperband or TPE within 2 % of the optimum on at most
+//! 1/3 of grid's trial-seconds, and regret no worse than Optuna's (TPE with
+//! its Hyperband pruner) at equal budget.
+
+use std::cell::RefCell;
+use std::collections::{BTreeMap, HashSet};
+use std::rc::Rc;
+
+use rand::{RngExt, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use serde_json::{Value as Json, json};
+use tunectl::search::{Asha, Brackets, Job, KnobDomain, Outcome, Tpe};
+use tunectl::spec::Better;
+
+// ------------------------------------------------------------------ model
+
+/// Knob names, domains and values, first knob most significant in the
+/// config index (as in tunectl's `ConfigSpace`).
+const KNOBS: [(&str, &[&str]); 5] = [
+    ("tile", &["16", "32", "64", "128", "256"]),
+    ("warps", &["1", "2", "4", "8"]),
+    ("stages", &["1", "2", "3", "4"]),
+    ("unroll", &["1", "2", "4"]),
+    ("layout", &["row", "col", "tiled"]),
+];
+const MIN_BUDGET: f64 = 1.0;
+const MAX_BUDGET: f64 = 81.0;
+const ETA: u32 = 3;
+/// Fixed seconds of every trial (start, compile, load).
+const T0: f64 = 1.0;
+/// Seconds a crashing trial takes.
+const CRASH_SECONDS: f64 = T0 + 0.5;
+/// Lognormal noise at budget b: sigma = NOISE / sqrt(b).
+const NOISE: f64 = 0.15;
+/// Finalists re-measured at max budget, and repeats each (median).
+const FINALISTS: usize = 3;
+const REPEATS: u64 = 5;
+/// `rep` of the finalist re-measurements (search measurements use 0, 1, …).
+const FINALIST_REP: u64 = 1_000_000;
+/// Within this relative regret a pick counts as a hit.
+const HIT: f64 = 0.02;
+
+fn domains() -> Vec<KnobDomain> {
+    KNOBS
+        .iter()
+        .map(|(name, values)| {
+            let values = values.len();
+            if *name == "layout" {
+                KnobDomain::Categorical { values }
+            } else {
+                KnobDomain::Ordinal { values }
+            }
+        })
+        .collect()
+}
+
+fn space_size() -> u64 {
+    KNOBS.iter().map(|k| k.1.len() as u64).product()
+}
+
+/// Value positions, first knob first.
+fn decode(mut x: u64) -> [u64; 5] {
+    let mut d = [0u64; 5];
+    for k in (0..5).rev() {
+        let radix = KNOBS[k].1.len() as u64;
+        d[k] = x % radix;
+        x /= radix;
+    }
+    d
+}
+
+/// SplitMix64's finalizer (Steele, Lea, Flood 2014), the model's only
+/// source of randomness: the same in benches/search_regret.py.
+fn mix(mut z: u64) -> u64 {
+    z = z.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+/// A uniform in (0, 1) from the top 53 bits.
+fn unit(h: u64) -> f64 {
+    ((h >> 11) as f64 + 0.5) / (1u64 << 53) as f64
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Variant {
+    Faithful,
+    Misleading,
+}
+
+impl Variant {
+    fn name(self) -> &'static str {
+        match self {
+            Variant::Faithful => "faithful",
+            Variant::Misleading => "misleading",
+        }
+    }
+}
+
+struct Model {
+    variant: Variant,
+    /// f(x) per config, `None` for a crash.
+    f: Vec<Option<f64>>,
+    /// c(x), warm-up in budget units.
+    c: Vec<f64>,
+    /// True value: f(x)·(1 + c(x)/MAX_BUDGET), the noise-free measurement
+    /// at max budget.
+    v: Vec<Option<f64>>,
+    optimum: f64,
+    argmin: u64,
+    /// Trial-seconds of grid: every config once at max budget.
+    grid_seconds: f64,
+}
+
+impl Model {
+    fn new(variant: Variant) -> Model {
+        let n = space_size();
+        let mut f = Vec::new();
+        let mut c = Vec::new();
+        for x in 0..n {
+            let [t, w, s, u, l] = decode(x).map(|p| p as f64);
+            let crash = t + s >= 6.0 || (t == 0.0 && u == 2.0);
+            let layout = [0.04, 0.10, 0.0][l as usize];
+            let tiled = if l == 2.0 { 1.0 } else { 0.0 };
+            let r = unit(mix(0xC0FF_EE00 ^ x));
+            let ln_f = 0.05f64.ln()
+                + 0.08 * (t - 2.6).powi(2)
+                + 0.08 * (w - 0.8 * t + 0.3).powi(2)
+                + 0.06 * (s - 2.3).powi(2)
+                + 0.04 * (u - 1.2).powi(2)
+                + layout
+                - 0.04 * u * tiled
+                + 0.06 * (r - 0.5);
+            f.push((!crash).then(|| ln_f.exp()));
+            c.push(match variant {
+                Variant::Faithful => 1.0,
+                Variant::Misleading => 0.25 + 0.75 * s + 0.5 * u,
+            });
+        }
+        let v: Vec<Option<f64>> = (0..n as usize)
+            .map(|x| f[x].map(|f| f * (1.0 + c[x] / MAX_BUDGET)))
+            .collect();
+        let (argmin, optimum) = v
+            .iter()
+            .enumerate()
+            .filter_map(|(x, v)| v.map(|v| (x as u64, v)))
+            .min_by(|a, b| a.1.total_cmp(&b.1).then(a.0.cmp(&b.0)))
+            .expect("a config that does not crash");
+        let mut model = Model {
+            variant,
+            f,
+            c,
+            v,
+            optimum,
+            argmin,
+            grid_seconds: 0.0,
+        };
+        model.grid_seconds = (0..n).map(|x| model.seconds(x, MAX_BUDGET)).sum();
+        model
+    }
+
+    /// Seconds of one trial of `x` at budget `b`.
+    fn seconds(&self, x: u64, b: f64) -> f64 {
+        match self.f[x as usize] {
+            Some(f) => T0 + (b + self.c[x as usize]) * f,
+            None => CRASH_SECONDS,
+        }
+    }
+
+    /// The `rep`-th measurement of `x` at budget `b` in run `seed`: `None`
+    /// when `x` crashes.
+    fn measure(&self, seed: u64, x: u64, b: f64, rep: u64) -> Option<f64> {
+        let f = self.f[x as usize]?;
+        let mut h = mix(seed);
+        h = mix(h ^ x);
+        h = mix(h ^ b.round() as u64);
+        h = mix(h ^ rep);
+        let (u1, u2) = (unit(h), unit(mix(h)));
+        let z = (-2.0 * u1.ln()).sqrt() * (2.0 * std::f64::consts::PI * u2).cos();
+        Some(f * (1.0 + self.c[x as usize] / b) * (NOISE / b.sqrt() * z).exp())
+    }
+
+    fn regret(&self, x: u64) -> f64 {
+        match self.v[x as usize] {
+            Some(v) => (v - self.optimum) / self.optimum,
+            None => f64::INFINITY,
+        }
+    }
+}
+
+// ------------------------------------------------------------ strategies
+
+/// One trial a strategy asks for; `job` is Asha's, to report back.
+#[derive(Debug, Clone, Copy)]
+struct Ask {
+    config: u64,
+    budget: f64,
+    job: Option<(usize, Job)>,
+}
+
+enum Next {
+    Run(Ask),
+    /// Nothing can start before a running trial reports.
+    Wait,
+}
+
+trait Strategy {
+    fn next(&mut self, pending: &HashSet<u64>) -> Next;
+    fn report(&mut self, ask: &Ask, value: Option<f64>);
+    /// Best results at max budget so far, best first (ties: lower index).
+    fn finalists(&self) -> Vec<(u64, f64)>;
+}
+
+/// Successful results at max budget, best first.
+#[derive(Default)]
+struct Board(BTreeMap<(OrdF64, u64), ()>);
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct OrdF64(f64);
+impl Eq for OrdF64 {}
+impl PartialOrd for OrdF64 {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl Ord for OrdF64 {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.0.total_cmp(&other.0)
+    }
+}
+
+impl Board {
+    fn add(&mut self, config: u64, value: Option<f64>) {
+        if let Some(v) = value {
+            self.0.insert((OrdF64(v), config), ());
+        }
+    }
+    fn top(&self, k: usize) -> Vec<(u64, f64)> {
+        self.0.keys().take(k).map(|(v, c)| (*c, v.0)).collect()
+    }
+}
+
+/// Configs in a fixed order (index order for grid, a permutation for
+/// random), each once at max budget.
+struct Ordered {
+    order: std::vec::IntoIter<u64>,
+    board: Board,
+}
+
+impl Strategy for Ordered {
+    fn next(&mut self, _: &HashSet<u64>) -> Next {
+        match self.order.next() {
+            Some(config) => Next::Run(Ask {
+                config,
+                budget: MAX_BUDGET,
+                job: None,
+            }),
+            None => Next::Wait,
+        }
+    }
+    fn report(&mut self, ask: &Ask, value: Option<f64>) {
+        self.board.add(ask.config, value);
+    }
+    fn finalists(&self) -> Vec<(u64, f64)> {
+        self.board.top(FINALISTS)
+    }
+}
+
+/// A permutation source shared by successive Hyperband iterations, so that
+/// no config enters two of them.
+#[derive(Clone)]
+struct Shared(Rc<RefCell<std::vec::IntoIter<u64>>>);
+impl Iterator for Shared {
+    type Item = u64;
+    fn next(&mut self) -> Option<u64> {
+        self.0.borrow_mut().next()
+    }
+}
+
+/// Hyperband: `Asha::hyperband` iterations over one permutation, the next
+/// one started when the running ones have nothing to hand out (with one
+/// worker: when the previous one is done), up to `max_iterations`.
+struct Hyperband {
+    brackets: Brackets,
+    source: Shared,
+    ashas: Vec<Asha<Shared>>,
+    max_iterations: usize,
+}
+
+impl Strategy for Hyperband {
+    fn next(&mut self, _: &HashSet<u64>) -> Next {
+        loop {
+            for (i, asha) in self.ashas.iter_mut().enumerate() {
+                if let Some(job) = asha.next_job() {
+                    return Next::Run(Ask {
+                        config: job.config,
+                        budget: job.budget,
+                        job: Some((i, job)),
+                    });
+                }
+            }
+            let source_left = self.source.0.borrow().len() > 0;
+            if self.ashas.len() >= self.max_iterations || !source_left {
+                return Next::Wait;
+            }
+            self.ashas.push(Asha::hyperband(
+                &self.brackets,
+                Better::Lower,
+                self.source.clone(),
+            ));
+        }
+    }
+    fn report(&mut self, ask: &Ask, value: Option<f64>) {
+        let (i, job) = ask.job.expect("an Asha job");
+        let outcome = value.map_or(Outcome::Failed, Outcome::Value);
+        self.ashas[i].report(&job, outcome).expect("a running job");
+    }
+    fn finalists(&self) -> Vec<(u64, f64)> {
+        let mut all: Vec<(u64, f64)> = self
+            .ashas
+            .iter()
+            .flat_map(|a| a.finalists(FINALISTS))
+            .map(|s| (s.config, s.value))
+            .collect();
+        all.sort_by(|a, b| a.1.total_cmp(&b.1).then(a.0.cmp(&b.0)));
+        all.truncate(FINALISTS);
+        all
+    }
+}
+
+/// TPE, one config at a time at max budget.
+struct TpeSearch {
+    tpe: Tpe,
+    board: Board,
+}
+
+impl Strategy for TpeSearch {
+    fn next(&mut self, pending: &HashSet<u64>) -> Next {
+        match self.tpe.suggest(pending) {
+            Some(config) => Next::Run(Ask {
+                config,
+                budget: MAX_BUDGET,
+                job: None,
+            }),
+            None => Next::Wait,
+        }
+    }
+    fn report(&mut self, ask: &Ask, value: Option<f64>) {
+        self.tpe
+            .observe(ask.config, value)
+            .expect("config in space");
+        self.board.add(ask.config, value);
+    }
+    fn finalists(&self) -> Vec<(u64, f64)> {
+        self.board.top(FINALISTS)
+    }
+}
+
+fn permutation(seed: u64) -> Vec<u64> {
+    let mut order: Vec<u64> = (0..space_size()).collect();
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    for i in (1..order.len()).rev() {
+        order.swap(i, rng.random_range(0..=i));
+    }
+    order
+}
+
+fn make(name: &str, seed: u64, max_iterations: usize) -> Box<dyn Strategy> {
+    match name {
+        "grid" => Box::new(Ordered {
+            order: (0..space_size()).collect::<Vec<_>>().into_iter(),
+            board: Board::default(),
+        }),
+        "random" => Box::new(Ordered {
+            order: permutation(seed).into_iter(),
+            board: Board::default(),
+        }),
+        "hyperband" => Box::new(Hyperband {
+            brackets: Brackets::new(MIN_BUDGET, MAX_BUDGET, ETA).expect("brackets"),
+            source: Shared(Rc::new(RefCell::new(permutation(seed).into_iter()))),
+            ashas: Vec::new(),
+            max_iterations,
+        }),
+        "tpe" => Box::new(TpeSearch {
+            tpe: Tpe::new(domains(), Better::Lower, seed).expect("tpe"),
+            board: Board::default(),
+        }),
+        _ => unreachable!("strategy {name}"),
+    }
+}
+
+// ------------------------------------------------------------ simulation
+
+/// The state after one trial completed.
+struct Event {
+    /// Trial-seconds consumed by then: completed trials, plus the part
+    /// already run of those still running.
+    consumed: f64,
+    finalists: Vec<(u64, f64)>,
+    /// Lowest true regret among configs measured at max budget so far.
+    best_evaluated: f64,
+}
+
+struct Running {
+    end: f64,
+    start: f64,
+    seq: u64,
+    seconds: f64,
+    ask: Ask,
+}
+
+/// Runs `strategy` on `workers` simulated workers until it has nothing left
+/// or has started `cap` trial-seconds. Results are fed back in order of
+/// simulated completion (ties: start order), so a run is deterministic.
+fn simulate(
+    model: &Model,
+    seed: u64,
+    strategy: &mut dyn Strategy,
+    workers: usize,
+    cap: f64,
+) -> Vec<Event> {
+    let mut events = Vec::new();
+    let mut running: Vec<Running> = Vec::new();
+    let mut pending: HashSet<u64> = HashSet::new();
+    let mut reps: BTreeMap<(u64, u64), u64> = BTreeMap::new();
+    let (mut now, mut started, mut completed, mut seq) = (0.0f64, 0.0f64, 0.0f64, 0u64);
+    let mut best_evaluated = f64::INFINITY;
+    loop {
+        while running.len() < workers && started < cap {
+            let Next::Run(ask) = strategy.next(&pending) else {
+                break;
+            };
+            let seconds = model.seconds(ask.config, ask.budget);
+            started += seconds;
+            seq += 1;
+            pending.insert(ask.config);
+            running.push(Running {
+                end: now + seconds,
+                start: now,
+                seq,
+                seconds,
+                ask,
+            });
+        }
+        let Some(i) = (0..running.len()).min_by(|&a, &b| {
+            let (a, b) = (&running[a], &running[b]);
+            a.end.total_cmp(&b.end).then(a.seq.cmp(&b.seq))
+        }) else {
+            break;
+        };
+        let done = running.swap_remove(i);
+        now = done.end;
+        completed += done.seconds;
+        pending.remove(&done.ask.config);
+        let rep = reps
+            .entry((done.ask.config, done.ask.budget.round() as u64))
+            .or_insert(0);
+        let value = model.measure(seed, done.ask.config, done.ask.budget, *rep);
+        *rep += 1;
+        if value.is_some() && done.ask.budget == MAX_BUDGET {
+            best_evaluated = best_evaluated.min(model.regret(done.ask.config));
+        }
+        strategy.report(&done.ask, value);
+        let partial: f64 = running.iter().map(|r| now - r.start).sum();
+        events.push(Event {
+            consumed: completed + partial,
+            finalists: strategy.finalists(),
+            best_evaluated,
+        });
+    }
+    events
+}
+
+/// Seconds the finalist step costs: every finalist `REPEATS` times at max
+/// budget.
+fn finalist_seconds(model: &Model, finalists: &[(u64, f64)]) -> f64 {
+    finalists
+        .iter()
+        .map(|(x, _)| REPEATS as f64 * model.seconds(*x, MAX_BUDGET))
+        .sum()
+}
+
+/// The finalist step: each re-measured `REPEATS` times at max budget, the
+/// lowest median wins (ties: lower index).
+fn champion(model: &Model, seed: u64, finalists: &[(u64, f64)]) -> Option<u64> {
+    finalists
+        .iter()
+        .map(|&(x, _)| {
+            let mut m: Vec<f64> = (0..REPEATS)
+                .map(|r| {
+                    model
+                        .measure(seed, x, MAX_BUDGET, FINALIST_REP + r)
+                        .expect("a finalist does not crash")
+                })
+                .collect();
+            m.sort_by(f64::total_cmp);
+            (x, m[m.len() / 2])
+        })
+        .min_by(|a, b| a.1.total_cmp(&b.1).then(a.0.cmp(&b.0)))
+        .map(|(x, _)| x)
+}
+
+#[derive(Debug, Clone)]
+struct Point {
+    /// Search plus finalist step.
+    spent: f64,
+    regret: f64,
+    /// Regret of the best single measurement (no finalist step).
+    incumbent: f64,
+    best_evaluated: f64,
+}
+
+/// Stopping at `budget` trial-seconds: the last completion at which the
+/// search so far plus its finalist step fit in the budget.
+fn at_budget(model: &Model, seed: u64, events: &[Event], budget: f64) -> Option<Point> {
+    let e = events.iter().rev().find(|e| {
+        !e.finalists.is_empty()
+            && e.consumed + finalist_seconds(model, &e.finalists) <= budget * (1.0 + 1e-12)
+    })?;
+    let champ = champion(model, seed, &e.finalists)?;
+    Some(Point {
+        spent: e.consumed + finalist_seconds(model, &e.finalists),
+        regret: model.regret(champ),
+        incumbent: model.regret(e.finalists[0].0),
+        best_evaluated: e.best_evaluated,
+    })
+}
+
+// ------------------------------------------------------------ main
+
+fn env_or(name: &str, default: &str) -> String {
+    std::env::var(name).unwrap_or_else(|_| default.to_string())
+}
+
+/// Budget labels and fractions of grid (`hb1` is per seed: one Hyperband
+/// iteration and its finalist step, one worker).
+const FRACTIONS: [(&str, f64); 4] = [
+    ("1/27", 1.0 / 27.0),
+    ("1/9", 1.0 / 9.0),
+    ("1/3", 1.0 / 3.0),
+    ("1", 1.0),
+];
+const STRATEGIES: [&str; 4] = ["grid", "random", "hyperband", "tpe"];
+
+struct SeedRuns {
+    seed: u64,
+    hb1: f64,
+    /// (strategy, workers, label, point)
+    points: Vec<(String, usize, String, Option<Point>)>,
+}
+
+fn run_seed(model: &Model, seed: u64, workers: &[usize]) -> SeedRuns {
+    // One Hyperband iteration with one worker: the `hb1` budget.
+    let mut hb = make("hyperband", seed, 1);
+    let events = simulate(model, seed, hb.as_mut(), 1, f64::INFINITY);
+    let last = events.last().expect("hyperband ran");
+    let hb1 = last.consumed + finalist_seconds(model, &last.finalists);
+    let mut budgets: Vec<(String, f64)> = vec![("hb1".to_string(), hb1)];
+    budgets.extend(
+        FRACTIONS
+            .iter()
+            .map(|(l, f)| (l.to_string(), f * model.grid_seconds)),
+    );
+    let mut points = Vec::new();
+    // With more workers, one iteration ends at its own budget.
+    for &p in workers.iter().filter(|&&p| p > 1) {
+        let mut hb = make("hyperband", seed, 1);
+        let events = simulate(model, seed, hb.as_mut(), p, f64::INFINITY);
+        points.push((
+            "hyperband (1 iteration)".to_string(),
+            p,
+            "hb1".to_string(),
+            at_budget(model, seed, &events, f64::INFINITY),
+        ));
+    }
+    for name in STRATEGIES {
+        for &p in workers {
+            if p > 1 && (name == "grid" || name == "random") {
+                continue; // their picks do not depend on the worker count
+            }
+            let mut s = make(name, seed, usize::MAX);
+            let events = simulate(model, seed, s.as_mut(), p, model.grid_seconds);
+            for (label, b) in &budgets {
+                points.push((
+                    name.to_string(),
+                    p,
+                    label.clone(),
+                    at_budget(model, seed, &events, *b),
+                ));
+            }
+        }
+    }
+    SeedRuns { seed, hb1, points }
+}
+
+fn mean(v: &[f64]) -> f64 {
+    v.iter().sum::<f64>() / v.len() as f64
+}
+
+fn median(v: &[f64]) -> f64 {
+    let mut v = v.to_vec();
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    }
+}
+
+fn main() {
+    // `cargo bench` passes `--bench`; `cargo test --all-targets` runs this
+    // binary without it: building it is the check there.
+    if !std::env::args().any(|a| a == "--bench") {
+        return;
+    }
+    let seeds: u64 = env_or("SEEDS", "20").parse().expect("SEEDS");
+    let workers: Vec<usize> = env_or("WORKERS", "1 8")
+        .split_whitespace()
+        .map(|w| w.parse().expect("WORKERS"))
+        .collect();
+    let variants: Vec<Variant> = env_or("VARIANTS", "faithful misleading")
+        .split_whitespace()
+        .map(|v| match v {
+            "faithful" => Variant::Faithful,
+            "misleading" => Variant::Misleading,
+            _ => panic!("VARIANTS: faithful, misleading"),
+        })
+        .collect();
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let t0 = std::time::Instant::now();
+    let mut json_variants = Vec::new();
+    for &variant in &variants {
+        let model = Model::new(variant);
+        let mut runs: Vec<SeedRuns> = Vec::new();
+        let next = std::sync::atomic::AtomicU64::new(1);
+        std::thread::scope(|scope| {
+            let handles: Vec<_> = (0..threads)
+                .map(|_| {
+                    scope.spawn(|| {
+                        let mut mine = Vec::new();
+                        loop {
+                            let seed = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                            if seed > seeds {
+                                break;
+                            }
+                            mine.push(run_seed(&model, seed, &workers));
+                        }
+                        mine
+                    })
+                })
+                .collect();
+            for h in handles {
+                runs.extend(h.join().expect("a seed's thread"));
+            }
+        });
+        runs.sort_by_key(|r| r.seed);
+        eprintln!(
+            "search_regret: {} model done ({} seeds, {:.1} s so far)",
+            variant.name(),
+            seeds,
+            t0.elapsed().as_secs_f64()
+        );
+        print_table(&model, &runs);
+        json_variants.push(to_json(&model, &runs));
+    }
+    if let Ok(path) = std::env::var("SEARCH_REGRET_JSON") {
+        let doc = json!({
+            "knobs": KNOBS.iter().map(|(n, v)| json!({"name": n, "values": v})).collect::<Vec<_>>(),
+            "settings": {
+                "min_budget": MIN_BUDGET, "max_budget": MAX_BUDGET, "eta": ETA,
+                "t0": T0, "crash_seconds": CRASH_SECONDS, "noise": NOISE,
+                "finalists": FINALISTS, "repeats": REPEATS, "finalist_rep": FINALIST_REP,
+                "hit": HIT, "seeds": seeds, "workers": workers,
+                "fractions": FRACTIONS.iter().map(|(l, f)| json!([l, f])).collect::<Vec<_>>(),
+            },
+            "variants": json_variants,
+        });
+        std::fs::write(&path, serde_json::to_string(&doc).expect("json")).expect("write JSON");
+        eprintln!("search_regret: wrote {path}");
+    }
+}
+
+fn print_table(model: &Model, runs: &[SeedRuns]) {
+    println!(
+        "\nvariant {}: {} configs, optimum {:.5} s/unit (config {}), grid {:.0} trial-seconds; hb1 = one Hyperband iteration + finalists, 1 worker ({:.4} of grid, mean)",
+        model.variant.name(),
+        space_size(),
+        model.optimum,
+        model.argmin,
+        model.grid_seconds,
+        mean(
+            &runs
+                .iter()
+                .map(|r| r.hb1 / model.grid_seconds)
+                .collect::<Vec<_>>()
+        ),
+    );
+    println!(
+        "| budget | strategy | workers | trial-seconds / grid | regret mean | regret median | within 2 % | incumbent within 2 % | evaluated one within 2 % |"
+    );
+    println!("|---|---|---:|---:|---:|---:|---:|---:|---:|");
+    let hb1 = mean(&runs.iter().map(|r| r.hb1).collect::<Vec<_>>()) / model.grid_seconds;
+    let mut labels: Vec<(String, f64)> = FRACTIONS.iter().map(|f| (f.0.to_string(), f.1)).collect();
+    labels.push(("hb1".to_string(), hb1));
+    labels.sort_by(|a, b| a.1.total_cmp(&b.1));
+    let first = &runs[0].points;
+    for (label, _) in &labels {
+        for (name, p, l, _) in first {
+            if l != label {
+                continue;
+            }
+            let pts: Vec<Point> = runs
+                .iter()
+                .filter_map(|r| {
+                    r.points
+                        .iter()
+                        .find(|x| &x.0 == name && x.1 == *p && &x.2 == label)
+                        .and_then(|x| x.3.clone())
+                })
+                .collect();
+            if pts.len() < runs.len() {
+                println!(
+                    "| {label} | {name} | {p} | | no pick in {} of {} seeds | | | | |",
+                    runs.len() - pts.len(),
+                    runs.len()
+                );
+                continue;
+            }
+            let regrets: Vec<f64> = pts.iter().map(|x| x.regret).collect();
+            let share = |f: &dyn Fn(&Point) -> f64| {
+                pts.iter().filter(|x| f(x) <= HIT).count() as f64 / pts.len() as f64
+            };
+            println!(
+                "| {label} | {name} | {p} | {:.4} | {:.2} % | {:.2} % | {:.0} % | {:.0} % | {:.0} % |",
+                mean(
+                    &pts.iter()
+                        .map(|x| x.spent / model.grid_seconds)
+                        .collect::<Vec<_>>()
+                ),
+                100.0 * mean(&regrets),
+                100.0 * median(&regrets),
+                100.0 * share(&|x| x.regret),
+                100.0 * share(&|x| x.incumbent),
+                100.0 * share(&|x| x.best_evaluated),
+            );
+        }
+    }
+}
+
+fn to_json(model: &Model, runs: &[SeedRuns]) -> Json {
+    // A sample of measurements for the Python side to check its model
+    // against: every config at every rung budget, seed 1, rep 0, and the
+    // finalist reps of the optimum.
+    let brackets = Brackets::new(MIN_BUDGET, MAX_BUDGET, ETA).expect("brackets");
+    let rung_budgets: Vec<f64> = brackets.brackets()[0]
+        .rungs
+        .iter()
+        .map(|r| r.budget)
+        .collect();
+    let mut check = Vec::new();
+    for x in 0..space_size() {
+        for &b in &rung_budgets {
+            check.push(json!([1, x, b, 0, model.measure(1, x, b, 0)]));
+        }
+    }
+    for r in 0..REPEATS {
+        let rep = FINALIST_REP + r;
+        check.push(json!([
+            7,
+            model.argmin,
+            MAX_BUDGET,
+            rep,
+            model.measure(7, model.argmin, MAX_BUDGET, rep)
+        ]));
+    }
+    let within: usize = model
+        .v
+        .iter()
+        .filter(|v| v.is_some_and(|v| (v - model.optimum) / model.optimum <= HIT))
+        .count();
+    json!({
+        "variant": model.variant.name(),
+        "optimum": model.optimum,
+        "argmin": model.argmin,
+        "grid_seconds": model.grid_seconds,
+        "configs_within_hit": within,
+        "crashing_configs": model.f.iter().filter(|f| f.is_none()).count(),
+        "values": model.v,
+        "seconds_at_max": (0..space_size()).map(|x| model.seconds(x, MAX_BUDGET)).collect::<Vec<_>>(),
+        "rung_budgets": rung_budgets,
+        "check": check,
+        "runs": runs.iter().map(|r| json!({
+            "seed": r.seed,
+            "hb1": r.hb1,
+            "points": r.points.iter().map(|(name, p, label, pt)| json!({
+                "strategy": name, "workers": p, "budget": label,
+                "spent": pt.as_ref().map(|x| x.spent),
+                "regret": pt.as_ref().map(|x| x.regret),
+                "incumbent": pt.as_ref().map(|x| x.incumbent),
+                "best_evaluated": pt.as_ref().map(|x| x.best_evaluated),
+            })).collect::<Vec<_>>(),
+        })).collect::<Vec<_>>(),
+    })
+}

@@ -654,7 +654,7 @@ fn count_in_plan(study: &Study, plan: &Plan, held: &BTreeMap<String, usize>) -> 
                         study: study.id(),
                         config: &config_json,
                         cell: &cell_json,
-                        fidelity: None,
+                        fidelity: study.objective_budget(),
                         repeat,
                         host_class: &class.id,
                         role: crate::trial::Role::Sweep,
@@ -1418,6 +1418,8 @@ struct ClassStatus {
     /// of the planned sweep).
     anchors: u64,
     confirm_trials: u64,
+    /// An adaptive search's screening runs (rung trials) finished.
+    screening: u64,
     /// Planned sweep trials without a terminal attempt and not running;
     /// `None` without the study file.
     pending: Option<u64>,
@@ -1480,6 +1482,10 @@ async fn status_cmd(a: StatusArgs) -> Result<(), CliError> {
                 c.confirm_trials += u64::from(terminal.contains_key(key));
                 continue;
             }
+            "rung" => {
+                c.screening += u64::from(terminal.contains_key(key));
+                continue;
+            }
             _ => {}
         }
         match terminal.get(key).map(|t| t.status) {
@@ -1508,7 +1514,9 @@ async fn status_cmd(a: StatusArgs) -> Result<(), CliError> {
             }
         }
     }
-    if let Some(study) = &study {
+    // An adaptive search's sweep trials (its objective stage) are known
+    // only as its results arrive: no pending count.
+    if let Some(study) = study.as_ref().filter(|s| !s.strategy.is_adaptive()) {
         let plan_hosts: Vec<PlanHost> = classes
             .values()
             .map(|c| PlanHost {
@@ -1548,7 +1556,7 @@ async fn status_cmd(a: StatusArgs) -> Result<(), CliError> {
                                 study: study.id(),
                                 config: &config_json,
                                 cell: &cell_json,
-                                fidelity: None,
+                                fidelity: study.objective_budget(),
                                 repeat,
                                 host_class: &c.host_class,
                                 role: crate::trial::Role::Sweep,
@@ -1602,10 +1610,14 @@ async fn status_cmd(a: StatusArgs) -> Result<(), CliError> {
             opt(c.pending),
             opt(c.skipped),
             opt(c.planned),
-            if c.pending.is_none() {
-                " · give the study file for pending counts"
-            } else {
-                ""
+            match (&study, c.pending) {
+                (_, Some(_)) => String::new(),
+                (Some(s), None) if s.strategy.is_adaptive() => format!(
+                    " · {} screening runs of the {} search done; its sweep trials are planned as it goes",
+                    c.screening,
+                    s.strategy.name()
+                ),
+                _ => " · give the study file for pending counts".to_string(),
             },
             c.anchors,
             c.confirm_trials

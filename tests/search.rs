@@ -19,7 +19,7 @@ const FAKE: &str = r#"#!/bin/sh
 # FAKE trial program written by tunectl's search tests (tests/search.rs). It
 # measures nothing: its numbers are made up and deterministic.
 #
-#   usage: sh fake-search.sh MODE        MODE: rung | objective
+#   usage: sh fake-search.sh MODE [N]    MODE: rung | objective
 #
 # Knobs a, b, c in 0..4 (TUNECTL_KNOB_A...). Budget: TUNECTL_BUDGET (empty:
 # the full budget, 27).
@@ -31,6 +31,7 @@ const FAKE: &str = r#"#!/bin/sh
 #   FAKE_TRAP=1: a=4 b=4 c=4 reports tp 2000 in MODE rung and 500 in MODE
 #   objective: the best on the proxy, worse than the baseline on the
 #   objective.
+#   N = 2 (a cell): c=3 configs get 25 more, so cells rank differently.
 #   FAKE_JITTER=1: sleeps 0 to 0.09 s first, so results arrive out of order.
 # Every run appends "ROLE MODE a=A b=B c=C budget=BUDGET" to runs.log.
 set -u
@@ -50,6 +51,7 @@ tp=$((1000 - 10 * ((a - 3) * (a - 3) + (b - 1) * (b - 1) + (c - 2) * (c - 2))))
 if [ "$B" -lt 27 ]; then
     tp=$((tp + ((7 * a + 3 * b + c) % 5) * 60 / B))
 fi
+if [ "${2:-}" = 2 ] && [ "$c" -eq 3 ]; then tp=$((tp + 25)); fi
 if [ "${FAKE_TRAP:-}" = 1 ] && [ "$a$b$c" = 444 ]; then
     if [ "$mode" = rung ]; then tp=2000; else tp=500; fi
 fi
@@ -666,4 +668,80 @@ fn grid_shards_concatenate_to_the_full_run() {
         .expect("run");
     assert_eq!(out.status.code(), Some(2), "{out:?}");
     assert!(String::from_utf8_lossy(&out.stderr).contains("--shard 1/2 splits a grid"));
+}
+
+#[test]
+fn a_bucket_of_several_cells_measures_the_union_of_their_finalists() {
+    // Two cells in one bucket (`n: all`), each with its own search; the
+    // objective stage of both measures the same configs: every finalist of
+    // either cell, so the bucket can be decided on all of them.
+    let study = hyperband_study("hb-bucket", 2)
+        .replace(
+            "trial:\n",
+            "cells:\n  n: [1, 2]\nbuckets: {n: all}\ntrial:\n",
+        )
+        .replace("fake-search.sh rung", "fake-search.sh rung {{ n }}")
+        .replace(
+            "fake-search.sh objective",
+            "fake-search.sh objective {{ n }}",
+        );
+    let env = Env::new(&study, 2);
+    let ledger = env.ledger();
+    env.launch(&ledger, &[], &[]);
+    let id = env.study_id(&ledger);
+    let mut by_cell: BTreeMap<i64, BTreeSet<(i64, i64, i64)>> = BTreeMap::new();
+    for (_, rows) in ledger_files::attempts(&ledger, &id) {
+        for a in rows.iter().filter(|a| a["role"] == "sweep") {
+            let n = a["cell"]["n"].as_i64().expect("cell n");
+            by_cell.entry(n).or_default().insert(abc(&a["config"]));
+        }
+    }
+    assert_eq!(by_cell.len(), 2, "{by_cell:?}");
+    assert_eq!(by_cell[&1], by_cell[&2]);
+    // Each cell's own finalists: its best 3 at the full budget (the gate
+    // passed); the cells differ, and the objective stage took both.
+    let mut top: BTreeMap<i64, Vec<(i64, (i64, i64, i64))>> = BTreeMap::new();
+    for a in ledger_files::attempts(&ledger, &id).values().flatten() {
+        let config = abc(&a["config"]);
+        if a["role"] == "rung"
+            && a["fidelity"].as_f64() == Some(27.0)
+            && a["status"] == "ok"
+            && a["is_baseline"] == false
+            && config.1 != 3
+        {
+            let tp = a["metrics"]["tp"][0].as_f64().expect("tp") as i64;
+            top.entry(a["cell"]["n"].as_i64().unwrap_or(0))
+                .or_default()
+                .push((-tp, config));
+        }
+    }
+    let finalists: Vec<BTreeSet<(i64, i64, i64)>> = top
+        .values_mut()
+        .map(|v| {
+            v.sort();
+            v.iter().take(3).map(|x| x.1).collect()
+        })
+        .collect();
+    assert_eq!(finalists.len(), 2);
+    assert_ne!(
+        finalists[0], finalists[1],
+        "the cells should rank differently"
+    );
+    let mut union: BTreeSet<(i64, i64, i64)> = finalists[0].union(&finalists[1]).copied().collect();
+    union.insert((0, 0, 0));
+    assert_eq!(by_cell[&1], union);
+    // Each cell searched on its own: two searches' rungs.
+    let rungs_per_cell: BTreeMap<i64, usize> = ledger_files::attempts(&ledger, &id)
+        .values()
+        .flatten()
+        .filter(|a| a["role"] == "rung")
+        .fold(BTreeMap::new(), |mut m, a| {
+            *m.entry(a["cell"]["n"].as_i64().unwrap_or(0)).or_default() += 1;
+            m
+        });
+    assert_eq!(rungs_per_cell.len(), 2);
+    // One bucket, decided over both cells.
+    let report = env.report_json(&ledger);
+    let (a, b, c) = abc(&shipped(&report));
+    assert!(true_tp(a, b, c) >= 980, "{report:#}");
 }

@@ -491,7 +491,7 @@ fn trial_budgets(study: &Study) -> Result<(Vec<Option<f64>>, Option<f64>), Strin
     let Some(f) = &study.fidelity else {
         return Ok((vec![None], None));
     };
-    let top = f.trial_budget(f.max_budget);
+    let top = study.objective_budget().unwrap_or(f.max_budget);
     let mut budgets: Vec<f64> = match study.strategy {
         crate::spec::Strategy::Hyperband { .. } => {
             Brackets::new(f.min_budget, f.max_budget, f.eta)?

@@ -269,6 +269,14 @@ pub struct Fidelity {
     pub proxy: Metric,
 }
 
+impl Study {
+    /// The budget of every trial but an adaptive search's rung trials:
+    /// `max_budget` as trials receive it, or `None` without `fidelity:`.
+    pub fn objective_budget(&self) -> Option<f64> {
+        self.fidelity.as_ref().map(|f| f.trial_budget(f.max_budget))
+    }
+}
+
 impl Fidelity {
     /// The budget as the trial sees it (and as it enters the trial key).
     pub fn trial_budget(&self, budget: f64) -> f64 {

@@ -700,7 +700,9 @@ fn a_bucket_of_several_cells_measures_the_union_of_their_finalists() {
     assert_eq!(by_cell[&1], by_cell[&2]);
     // Each cell's own finalists: its best 3 at the full budget (the gate
     // passed); the cells differ, and the objective stage took both.
-    let mut top: BTreeMap<i64, Vec<(i64, (i64, i64, i64))>> = BTreeMap::new();
+    // cell n → (-tp, config) of its full-budget screening runs
+    type Ranked = Vec<(i64, (i64, i64, i64))>;
+    let mut top: BTreeMap<i64, Ranked> = BTreeMap::new();
     for a in ledger_files::attempts(&ledger, &id).values().flatten() {
         let config = abc(&a["config"]);
         if a["role"] == "rung"

@@ -65,6 +65,18 @@ pub struct Analysis {
     pub min_hosts: u32,
 }
 
+impl MetricInfo {
+    /// A metric as the frozen spec records it (`objective`, or a
+    /// `fidelity.proxy`).
+    fn of(m: &serde_json::Value) -> MetricInfo {
+        MetricInfo {
+            name: m["name"].as_str().unwrap_or("objective").to_string(),
+            unit: m["unit"].as_str().unwrap_or("").to_string(),
+            better: m["better"].as_str().unwrap_or("higher").to_string(),
+        }
+    }
+}
+
 #[derive(Debug, Clone, Serialize)]
 pub struct ClassReport {
     pub host_class: String,
@@ -304,17 +316,7 @@ pub fn analyze_where(
     keep: impl Fn(&AttemptRecord) -> bool,
 ) -> Analysis {
     let spec = &study.spec;
-    let objective = MetricInfo {
-        name: spec["objective"]["name"]
-            .as_str()
-            .unwrap_or("objective")
-            .to_string(),
-        unit: spec["objective"]["unit"].as_str().unwrap_or("").to_string(),
-        better: spec["objective"]["better"]
-            .as_str()
-            .unwrap_or("higher")
-            .to_string(),
-    };
+    let objective = MetricInfo::of(&spec["objective"]);
     let rules = Rules {
         higher: objective.better != "lower",
         tolerance: crate::gate::ToleranceSpec::from_spec(spec),
@@ -477,32 +479,12 @@ fn search_rows(
     tolerance: Option<&crate::gate::ToleranceSpec>,
 ) -> Vec<SearchRow> {
     let fidelity = &spec["fidelity"];
-    let proxy = &fidelity["proxy"];
-    let (metric, higher) = if proxy.is_object() {
-        (
-            MetricInfo {
-                name: proxy["name"].as_str().unwrap_or("proxy").to_string(),
-                unit: proxy["unit"].as_str().unwrap_or("").to_string(),
-                better: proxy["better"].as_str().unwrap_or("higher").to_string(),
-            },
-            proxy["better"].as_str() != Some("lower"),
-        )
+    let metric = if fidelity["proxy"].is_object() {
+        MetricInfo::of(&fidelity["proxy"])
     } else {
-        (
-            MetricInfo {
-                name: spec["objective"]["name"]
-                    .as_str()
-                    .unwrap_or("objective")
-                    .to_string(),
-                unit: spec["objective"]["unit"].as_str().unwrap_or("").to_string(),
-                better: spec["objective"]["better"]
-                    .as_str()
-                    .unwrap_or("higher")
-                    .to_string(),
-            },
-            spec["objective"]["better"].as_str() != Some("lower"),
-        )
+        MetricInfo::of(&spec["objective"])
     };
+    let higher = metric.better != "lower";
     let budget_unit = fidelity["unit"].as_str().unwrap_or("").to_string();
     // (cell index, budget bits) → attempts
     let mut groups: BTreeMap<(u32, Option<u64>), Vec<&AttemptRecord>> = BTreeMap::new();

@@ -7,6 +7,7 @@ use std::fmt::Write as _;
 use comfy_table::{ContentArrangement, Table, presets};
 
 use super::analysis::{Analysis, BucketReport, CellReport, ClassReport, ConfigReport};
+use crate::stats::Summary;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Format {
@@ -463,17 +464,9 @@ fn csv_field(s: &str) -> String {
     }
 }
 
-/// Columns of [`render_measurements`].
-const MEASUREMENT_COLUMNS: &[&str] = &[
-    "study",
-    "spec_hash",
-    "tunectl_version",
-    "host_class",
-    "host_class_label",
-    "hosts",
-    "cell",
-    "config",
-    "config_json",
+/// The columns both CSV formats give a config's measurements at a cell,
+/// in this order; [`measured_fields`] fills them.
+const MEASURED: &[&str] = &[
     "metric",
     "unit",
     "better",
@@ -487,11 +480,53 @@ const MEASUREMENT_COLUMNS: &[&str] = &[
     "baseline_median",
     "baseline_spread",
     "baseline_n",
-    "status",
     "failure_class",
-    "reason",
-    "context",
 ];
+
+/// [`MEASURED`] of config `r` at a cell whose baseline is `base`.
+fn measured_fields(a: &Analysis, r: &ConfigReport, base: Option<Summary>) -> Vec<String> {
+    let f = |x: Option<f64>| x.map(|v| v.to_string()).unwrap_or_default();
+    vec![
+        a.objective.name.clone(),
+        a.objective.unit.clone(),
+        a.objective.better.clone(),
+        "median".to_string(),
+        r.summary
+            .map(|s| s.n.to_string())
+            .unwrap_or_else(|| "0".to_string()),
+        r.trials.to_string(),
+        f(r.summary.map(|s| s.median)),
+        f(r.summary.map(|s| s.spread)),
+        f(r.relative_spread),
+        f(r.speedup),
+        f(base.map(|s| s.median)),
+        f(base.map(|s| s.spread)),
+        base.map(|s| s.n.to_string()).unwrap_or_default(),
+        r.rejection
+            .as_ref()
+            .map(|x| x.class.as_str().to_string())
+            .unwrap_or_default(),
+    ]
+}
+
+/// Columns of [`render_measurements`].
+fn measurement_columns() -> Vec<&'static str> {
+    let mut cols = vec![
+        "study",
+        "spec_hash",
+        "tunectl_version",
+        "host_class",
+        "host_class_label",
+        "hosts",
+        "cell",
+        "config",
+        "config_json",
+        "status",
+    ];
+    cols.extend_from_slice(MEASURED);
+    cols.extend_from_slice(&["reason", "context"]);
+    cols
+}
 
 /// One CSV row per (config, host class, cell): the config's measurements
 /// against the baseline, without any decision (which config is fastest,
@@ -505,7 +540,7 @@ pub fn render_measurements(
     keep: &dyn Fn(&serde_json::Value) -> bool,
 ) -> String {
     let mut out = String::new();
-    let _ = writeln!(out, "{}", MEASUREMENT_COLUMNS.join(","));
+    let _ = writeln!(out, "{}", measurement_columns().join(","));
     let context = a
         .context
         .iter()
@@ -527,14 +562,13 @@ pub fn render_measurements(
                 if !keep(&r.config) {
                     continue;
                 }
-                let f = |x: Option<f64>| x.map(|v| v.to_string()).unwrap_or_default();
                 let json = crate::canon::canonical_json(&r.config);
                 let status = if r.rejection.is_some() {
                     "rejected"
                 } else {
                     "eligible"
                 };
-                let fields = vec![
+                let mut fields = vec![
                     a.study_id.clone(),
                     a.spec_hash.clone(),
                     a.tunectl_version.clone(),
@@ -544,30 +578,16 @@ pub fn render_measurements(
                     cell.cell_label.clone(),
                     r.label.clone(),
                     json.clone(),
-                    a.objective.name.clone(),
-                    a.objective.unit.clone(),
-                    a.objective.better.clone(),
-                    "median".to_string(),
-                    r.summary.map(|s| s.n.to_string()).unwrap_or_default(),
-                    r.trials.to_string(),
-                    f(r.summary.map(|s| s.median)),
-                    f(r.summary.map(|s| s.spread)),
-                    f(r.relative_spread),
-                    f(r.speedup),
-                    f(base.map(|s| s.median)),
-                    f(base.map(|s| s.spread)),
-                    base.map(|s| s.n.to_string()).unwrap_or_default(),
                     status.to_string(),
-                    r.rejection
-                        .as_ref()
-                        .map(|x| x.class.as_str().to_string())
-                        .unwrap_or_default(),
+                ];
+                fields.extend(measured_fields(a, r, base));
+                fields.push(
                     r.rejection
                         .as_ref()
                         .map(|x| x.detail.clone())
                         .unwrap_or_default(),
-                    context.clone(),
-                ];
+                );
+                fields.push(context.clone());
                 let key = (
                     position(&r.config).unwrap_or(u64::MAX),
                     json,
@@ -589,7 +609,7 @@ pub fn render_measurements(
 
 fn render_csv(a: &Analysis) -> String {
     let mut out = String::new();
-    let cols = [
+    let mut cols = [
         "study",
         "spec_hash",
         "tunectl_version",
@@ -600,20 +620,10 @@ fn render_csv(a: &Analysis) -> String {
         "cell",
         "role",
         "config",
-        "metric",
-        "unit",
-        "better",
-        "statistic",
-        "n",
-        "trials",
-        "median",
-        "spread",
-        "relative_spread",
-        "speedup_vs_baseline",
-        "baseline_median",
-        "baseline_spread",
-        "baseline_n",
-        "failure_class",
+    ]
+    .to_vec();
+    cols.extend_from_slice(MEASURED);
+    cols.extend_from_slice(&[
         "reason",
         "decision",
         "context",
@@ -621,7 +631,7 @@ fn render_csv(a: &Analysis) -> String {
         "bucket_ships",
         "bucket_level",
         "bucket_decision",
-    ];
+    ]);
     let _ = writeln!(out, "{}", cols.join(","));
     let context = a
         .context
@@ -634,8 +644,7 @@ fn render_csv(a: &Analysis) -> String {
             let base = cell.baseline.as_ref().and_then(|b| b.summary);
             let bucket = class.buckets.iter().find(|b| b.key == cell.bucket);
             for (role, r, note) in rows(cell, true) {
-                let f = |x: Option<f64>| x.map(|v| v.to_string()).unwrap_or_default();
-                let fields = [
+                let mut fields = vec![
                     a.study_id.clone(),
                     a.spec_hash.clone(),
                     a.tunectl_version.clone(),
@@ -646,25 +655,9 @@ fn render_csv(a: &Analysis) -> String {
                     cell.cell_label.clone(),
                     role.to_string(),
                     r.label.clone(),
-                    a.objective.name.clone(),
-                    a.objective.unit.clone(),
-                    a.objective.better.clone(),
-                    "median".to_string(),
-                    r.summary
-                        .map(|s| s.n.to_string())
-                        .unwrap_or_else(|| "0".to_string()),
-                    r.trials.to_string(),
-                    f(r.summary.map(|s| s.median)),
-                    f(r.summary.map(|s| s.spread)),
-                    f(r.relative_spread),
-                    f(r.speedup),
-                    f(base.map(|s| s.median)),
-                    f(base.map(|s| s.spread)),
-                    base.map(|s| s.n.to_string()).unwrap_or_default(),
-                    r.rejection
-                        .as_ref()
-                        .map(|x| x.class.as_str().to_string())
-                        .unwrap_or_default(),
+                ];
+                fields.extend(measured_fields(a, r, base));
+                fields.extend([
                     note,
                     cell.decision.clone(),
                     context.clone(),
@@ -681,7 +674,7 @@ fn render_csv(a: &Analysis) -> String {
                         .unwrap_or_default(),
                     bucket.map(|b| b.level.clone()).unwrap_or_default(),
                     bucket.map(|b| b.decision.clone()).unwrap_or_default(),
-                ];
+                ]);
                 let line: Vec<String> = fields.iter().map(|s| csv_field(s)).collect();
                 let _ = writeln!(out, "{}", line.join(","));
             }

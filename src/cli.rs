@@ -441,8 +441,15 @@ async fn plan(a: PlanArgs) -> Result<(), CliError> {
             s.attempts
                 .iter()
                 .filter_map(|a| {
-                    a.run_s
-                        .map(|r| r.max(a.duration_s / f64::from(a.warmup_runs + 1)))
+                    let run = a
+                        .run_s
+                        .map(|r| r.max(a.duration_s / f64::from(a.warmup_runs + 1)))?;
+                    // A run at a smaller budget, scaled to one at the full
+                    // budget (run time taken as proportional to budget).
+                    Some(match (a.fidelity, study.objective_budget()) {
+                        (Some(b), Some(max)) if b > 0.0 => run * max / b,
+                        _ => run,
+                    })
                 })
                 .collect()
         })

@@ -368,6 +368,20 @@ impl Plan {
     /// Uncounted warm-up runs for one host class, if each config warms up
     /// once per cell.
     pub fn warmups_per_class(&self) -> u64 {
+        if let Some(s) = &self.search {
+            // One per config screened (the baseline included) and per
+            // config of the objective stage.
+            let screened: u64 = if s.brackets.is_empty() {
+                s.rung_trials
+            } else {
+                s.brackets
+                    .iter()
+                    .filter_map(|(_, r)| r.first().map(|x| x.1))
+                    .sum()
+            };
+            let per_cell = screened + 1 + 1 + u64::from(s.finalists);
+            return self.cells.len() as u64 * per_cell * u64::from(self.warmup);
+        }
         (0..self.cells.len())
             .map(|c| self.configs_in_cell(c) * u64::from(self.warmup))
             .sum()
@@ -390,8 +404,21 @@ impl Plan {
         let run_equivalents = match &self.search {
             Some(s) => {
                 let cells = self.cells.len() as f64;
-                let rel = s.search_budget / s.max_budget.unwrap_or(1.0);
-                let warm = f64::from(self.warmup) * (1.0 + f64::from(s.finalists));
+                let max = s.max_budget.unwrap_or(1.0);
+                let rel = s.search_budget / max;
+                // One warm-up per config screened (at the budget it starts
+                // at) and per config of the objective stage.
+                let first_runs: f64 = if s.brackets.is_empty() {
+                    s.rung_trials as f64 + 1.0
+                } else {
+                    s.brackets
+                        .iter()
+                        .filter_map(|(_, r)| r.first())
+                        .map(|(b, n, _)| *n as f64 * b / max)
+                        .sum::<f64>()
+                        + s.baseline_budgets.first().map_or(0.0, |b| b / max)
+                };
+                let warm = f64::from(self.warmup) * (first_runs + 1.0 + f64::from(s.finalists));
                 cells * (rel + s.objective_trials as f64 + warm)
             }
             None => runs as f64,

@@ -305,9 +305,9 @@ struct Drift {
 
 struct State {
     classes: Vec<ClassState>,
-    /// (host, cell, config, budget) that warmed up in this launch (budget:
-    /// a rung's budget index + 1; 0 for the objective stage).
-    warmed: HashSet<(usize, u32, u64, u32)>,
+    /// (host, cell, config, screening) that warmed up in this launch
+    /// (`Shared::warm_key`).
+    warmed: HashSet<(usize, u32, u64, bool)>,
     drift: HashMap<(usize, u32), Drift>,
     /// Hosts cooling down: their other slots wait.
     cooling: HashSet<usize>,
@@ -713,13 +713,16 @@ impl Shared<'_> {
     }
 
     /// What the warm-up of a unit is shared with: runs of the same config
-    /// at the same cell, budget and command on the same host.
-    fn warm_key(&self, host: usize, unit: Unit) -> (usize, u32, u64, u32) {
-        let budget = match unit.kind {
-            Kind::Rung => unit.budget + 1,
-            _ => 0,
-        };
-        (host, unit.cell, self.config_of(unit), budget)
+    /// at the same cell with the same command on the same host (a search's
+    /// rungs at every budget share one; the objective stage, which may run
+    /// another command, has its own).
+    fn warm_key(&self, host: usize, unit: Unit) -> (usize, u32, u64, bool) {
+        (
+            host,
+            unit.cell,
+            self.config_of(unit),
+            unit.kind == Kind::Rung,
+        )
     }
 
     fn key_for(

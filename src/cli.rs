@@ -851,12 +851,12 @@ fn render_search_plan(o: &mut String, sp: &crate::plan::SearchPlan, repeats: u32
     let fmt_b = crate::report::render::budget;
     let _ = writeln!(
         o,
-        "\nadaptive search: {} (seed {}), per host class and cell; each decision sees all results but the last {} handed out, in order (the same decisions whatever order results arrive in)",
+        "\nadaptive search: {} (seed {}), per host class and cell; decided on a virtual clock of {} where a run takes its budget (the same decisions whatever order results arrive in)",
         sp.strategy,
         sp.seed,
         sp.parallel
-            .map(|p| p.to_string())
-            .unwrap_or_else(|| "N (N = the class's slots at launch)".to_string())
+            .map(|p| format!("{p} workers"))
+            .unwrap_or_else(|| "as many workers as the class has slots at launch".to_string())
     );
     if !sp.brackets.is_empty() {
         let _ = writeln!(

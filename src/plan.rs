@@ -111,7 +111,7 @@ pub struct SearchPlan {
     /// Expected trial-seconds of the search and objective stage as a share
     /// of a full grid's, with a run's time proportional to its budget.
     pub share_of_grid: f64,
-    /// Results a decision may lag (`strategy.parallel`); `None`: the
+    /// Workers of the virtual schedule (`strategy.parallel`); `None`: the
     /// class's slots at launch.
     pub parallel: Option<u32>,
     pub seed: u64,

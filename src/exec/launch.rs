@@ -857,7 +857,7 @@ impl Shared<'_> {
         let terminal = scan.terminal();
         for class in 0..self.plan.classes.len() {
             let class_id = &self.class_ids[class];
-            let lag = match self.study.strategy {
+            let workers = match self.study.strategy {
                 crate::spec::Strategy::Hyperband { parallel, .. }
                 | crate::spec::Strategy::Tpe { parallel, .. } => parallel,
                 _ => None,
@@ -865,7 +865,7 @@ impl Shared<'_> {
             .map(|p| p as usize)
             .unwrap_or(self.plan.classes[class].slots.max(1) as usize);
             for cell in 0..self.plan.cells.len() as u32 {
-                let search = match self.new_search(class, cell, lag, &mut notes) {
+                let search = match self.new_search(class, cell, workers, &mut notes) {
                     Ok(s) => s,
                     Err(e) => {
                         self.warn(format!(
@@ -922,7 +922,7 @@ impl Shared<'_> {
         &self,
         class: usize,
         cell: u32,
-        lag: usize,
+        workers: usize,
         notes: &mut Vec<String>,
     ) -> Result<Search, String> {
         let study = self.study;
@@ -970,7 +970,7 @@ impl Shared<'_> {
                 let asha = Asha::hyperband(&brackets, metric.better, source);
                 Ok(Search::new(
                     Engine::Hyperband(Box::new(asha), brackets),
-                    lag,
+                    workers,
                 ))
             }
             crate::spec::Strategy::Tpe { seed, count, .. } => {
@@ -985,7 +985,7 @@ impl Shared<'_> {
                     .unwrap_or(f64::NAN);
                 let engine =
                     TpeEngine::new(tpe, metric.better, count, budget, &warm, Box::new(accept))?;
-                Ok(Search::new(Engine::Tpe(Box::new(engine)), lag))
+                Ok(Search::new(Engine::Tpe(Box::new(engine)), workers))
             }
             _ => Err("not an adaptive strategy".to_string()),
         }

@@ -2,18 +2,19 @@
 //! drives it: a hyperband ([`Asha`]) or TPE engine behind a rule that makes
 //! its decisions independent of the order results arrive in.
 //!
-//! **Determinism.** Jobs are numbered in the order they are handed out.
-//! Job `j` is decided on exactly the results of jobs `0 .. j + 1 - lag`
-//! (fed in job order), never on more: a result that arrives early waits in
-//! a buffer, and a free slot waits only when the result of the job handed
-//! out `lag` jobs earlier is still missing. When the engine can start
-//! nothing on what it has seen, the next result in job order is fed (or
-//! awaited). So the sequence of jobs, and the finalists, are a function of
-//! the seed, `lag` and the results alone: the same study run twice, with
-//! results arriving in any order, makes the same decisions. `lag` is the
-//! search's parallelism (`strategy.parallel`, by default the host class's
-//! slots when the launch starts); with `lag` slots busy, a slot waits only
-//! for a straggler.
+//! **Determinism.** Decisions are made on a virtual clock, not the real
+//! one: the search is scheduled on `workers` virtual workers (the search's
+//! parallelism, `strategy.parallel`, by default the host class's slots when
+//! the launch starts), a job takes its budget in virtual time (a run's time
+//! is taken as proportional to its budget), and the engine sees each result
+//! when the job ends on that clock, ties by job number. A result that
+//! arrives earlier in reality waits in a buffer; a slot waits only when a
+//! job that ended on the virtual clock is still running in reality. So the
+//! sequence of jobs, and the finalists, are a function of the seed,
+//! `workers` and the results alone: the same study run twice, with results
+//! arriving in any order, makes the same decisions. And, as in ASHA, a
+//! long job at a large budget holds up no decision until its virtual end:
+//! short jobs go on being handed out beside it.
 //!
 //! **Resume.** A relaunch replays the search from the start: each job whose
 //! trial the ledger already holds gets its recorded result at once, so the
@@ -255,69 +256,77 @@ pub enum Step {
     Done,
 }
 
-/// A search with the deterministic feeding rule (see the module docs).
+/// A search with decisions on a virtual clock (see the module docs).
 #[derive(Debug)]
 pub struct Search {
     engine: Engine,
-    lag: usize,
+    /// Workers of the virtual schedule (`strategy.parallel`).
+    workers: usize,
     issued: Vec<Job>,
     results: Vec<Option<Outcome>>,
-    fed: usize,
+    /// Jobs running on the virtual clock: (virtual end, job number).
+    running: Vec<(f64, usize)>,
+    /// The virtual time decisions are made at.
+    now: f64,
+}
+
+/// A job's length on the virtual clock: its budget (a run's time is taken
+/// as proportional to it), or 1 for a job without one.
+fn duration(job: &Job) -> f64 {
+    if job.budget.is_finite() && job.budget > 0.0 {
+        job.budget
+    } else {
+        1.0
+    }
 }
 
 impl Search {
-    /// `lag >= 1`: how many jobs may run on results not yet seen.
-    pub fn new(engine: Engine, lag: usize) -> Search {
+    /// `workers >= 1`: the virtual schedule's workers.
+    pub fn new(engine: Engine, workers: usize) -> Search {
         Search {
             engine,
-            lag: lag.max(1),
+            workers: workers.max(1),
             issued: Vec::new(),
             results: Vec::new(),
-            fed: 0,
-        }
-    }
-
-    /// Feed the next result in job order, if it has arrived.
-    fn feed_one(&mut self) -> Result<bool, String> {
-        match self.results.get(self.fed).copied().flatten() {
-            Some(outcome) => {
-                let job = self.issued[self.fed];
-                self.engine.report(&job, outcome)?;
-                self.fed += 1;
-                Ok(true)
-            }
-            None => Ok(false),
+            running: Vec::new(),
+            now: 0.0,
         }
     }
 
     /// The next job to run, or why there is none.
     pub fn step(&mut self) -> Result<Step, String> {
-        let j = self.issued.len();
-        // Job j is decided on exactly the results of jobs 0 .. j + 1 - lag.
-        let need = (j + 1).saturating_sub(self.lag);
-        while self.fed < need {
-            if !self.feed_one()? {
-                return Ok(Step::Wait);
-            }
-        }
         loop {
-            if let Some(job) = self.engine.next_job() {
+            if self.running.len() < self.workers
+                && let Some(job) = self.engine.next_job()
+            {
+                let index = self.issued.len();
                 self.issued.push(job);
                 self.results.push(None);
-                return Ok(Step::Run(j, job));
+                self.running.push((self.now + duration(&job), index));
+                return Ok(Step::Run(index, job));
             }
-            if self.fed < self.issued.len() {
-                // Nothing can start on what was seen: see one more result.
-                if !self.feed_one()? {
-                    return Ok(Step::Wait);
-                }
-                continue;
-            }
-            return Ok(if self.engine.is_done() {
-                Step::Done
-            } else {
-                Step::Wait
-            });
+            // Every virtual worker is busy, or the engine can start nothing
+            // on what it has seen: move the clock to the next virtual end.
+            let Some(at) = (0..self.running.len()).min_by(|&a, &b| {
+                let (x, y) = (self.running[a], self.running[b]);
+                x.0.total_cmp(&y.0).then(x.1.cmp(&y.1))
+            }) else {
+                // Nothing running and nothing to start: over (the engine
+                // is exact about that when it has just refused a job).
+                return Ok(if self.engine.is_done() {
+                    Step::Done
+                } else {
+                    Step::Wait
+                });
+            };
+            let (end, index) = self.running[at];
+            let Some(outcome) = self.results[index] else {
+                // That job has not really finished yet.
+                return Ok(Step::Wait);
+            };
+            self.engine.report(&self.issued[index], outcome)?;
+            self.running.swap_remove(at);
+            self.now = end;
         }
     }
 
@@ -383,7 +392,7 @@ mod tests {
         100.0 - dist * 3.0 + budget.ln()
     }
 
-    fn hyperband(seed: u64, lag: usize) -> Search {
+    fn hyperband(seed: u64, workers: usize) -> Search {
         let brackets = Brackets::new(1.0, 27.0, 3).unwrap();
         let source = Source::new(125, seed, Box::new(|c| c != 0));
         Search::new(
@@ -391,11 +400,11 @@ mod tests {
                 Box::new(Asha::hyperband(&brackets, Better::Higher, source)),
                 brackets,
             ),
-            lag,
+            workers,
         )
     }
 
-    fn tpe(seed: u64, lag: usize) -> Search {
+    fn tpe(seed: u64, workers: usize) -> Search {
         let t = Tpe::new(
             vec![KnobDomain::Ordinal { values: 5 }; 3],
             Better::Higher,
@@ -404,7 +413,7 @@ mod tests {
         .unwrap();
         let engine =
             TpeEngine::new(t, Better::Higher, 40, 27.0, &[], Box::new(|c| c != 0)).unwrap();
-        Search::new(Engine::Tpe(Box::new(engine)), lag)
+        Search::new(Engine::Tpe(Box::new(engine)), workers)
     }
 
     /// Run a search with `slots` workers; results come back in an order
@@ -453,7 +462,7 @@ mod tests {
                 assert_eq!(j, jobs);
                 assert_eq!(f, finalists);
             }
-            // Fewer workers than the lag: same decisions too.
+            // Fewer real slots than virtual workers: same decisions too.
             let (j, f) = drive(make(7, 4), 2, 3);
             assert_eq!((j, f), (jobs.clone(), finalists.clone()));
             // Another seed, another search.
@@ -490,6 +499,54 @@ mod tests {
         let (jobs, finalists) = drive(Search::new(Engine::Tpe(Box::new(engine)), 2), 2, 4);
         assert!(jobs.iter().all(|(c, _)| *c != 62 && *c != 5));
         assert_eq!(finalists.first(), Some(&62));
+    }
+
+    #[test]
+    fn a_long_job_holds_up_no_decision_before_its_virtual_end() {
+        // Two workers. Hyperband hands out budgets 1, 3, 9, 27 (one per
+        // bracket, round-robin). Once a budget-27 job runs, the other
+        // worker's shorter jobs keep coming without its result until the
+        // virtual clock reaches its end: a waiting slot means the long job
+        // is due, not that a rung must fill.
+        let mut s = hyperband(1, 2);
+        let mut running: Vec<(usize, Job)> = Vec::new();
+        let mut long: Option<(usize, f64)> = None;
+        let mut budget_after_long = 0.0;
+        for _ in 0..1000 {
+            match s.step().unwrap() {
+                Step::Run(i, job) => {
+                    match long {
+                        Some(_) => budget_after_long += job.budget,
+                        None if job.budget == 27.0 => long = Some((i, s.now)),
+                        None => {}
+                    }
+                    running.push((i, job));
+                    continue;
+                }
+                Step::Done => panic!("over before the long job ended"),
+                Step::Wait => {}
+            }
+            // Finish the shortest running job but the long one.
+            let Some(pos) = (0..running.len())
+                .filter(|&p| Some(running[p].0) != long.map(|l| l.0))
+                .min_by(|&a, &b| running[a].1.budget.total_cmp(&running[b].1.budget))
+            else {
+                break;
+            };
+            let (i, job) = running.swap_remove(pos);
+            s.report(i, Outcome::Value(value(job.config, job.budget)))
+                .unwrap();
+        }
+        let (_, started) = long.expect("a budget-27 job was handed out");
+        // The clock ran on to the long job's end before anything waited
+        // for it, the other worker busy all along (it may have been 9 into
+        // a job when the long one started).
+        assert!(
+            s.now >= started + 27.0 - 9.0,
+            "now {} started {started}",
+            s.now
+        );
+        assert!(budget_after_long >= 27.0 - 9.0, "{budget_after_long}");
     }
 
     #[test]

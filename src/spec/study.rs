@@ -216,10 +216,11 @@ pub enum Strategy {
         /// Top-K configs at `max_budget` (ranked on the proxy metric)
         /// promoted to the objective stage.
         finalists: u32,
-        /// Results a decision may lag behind: job `j` is decided on exactly
-        /// the first `j + 1 - parallel` results, which makes the search
-        /// deterministic for a seed whatever order results arrive in.
-        /// `None`: the host class's slots at launch.
+        /// Workers of the virtual schedule decisions are made on (a job
+        /// takes its budget in virtual time; results are seen at their
+        /// virtual end), which makes the search deterministic for a seed
+        /// whatever order results arrive in. `None`: the host class's
+        /// slots at launch.
         parallel: Option<u32>,
     },
     /// Tree-structured Parzen Estimator: `count` configs suggested one by

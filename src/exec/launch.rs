@@ -854,7 +854,16 @@ impl Shared<'_> {
     fn seed_searches(&self, st: &mut State, scan: &Scan) -> (u64, u64, Vec<String>) {
         let (mut queued, mut done) = (0u64, 0u64);
         let mut notes = Vec::new();
-        let terminal = scan.terminal();
+        // Terminal rung attempts of this spec by (class, cell).
+        let mut rungs: HashMap<(&str, u32), HashMap<String, Arc<AttemptRecord>>> = HashMap::new();
+        for a in scan.terminal().values() {
+            if a.role == "rung" && a.spec_hash == self.spec_hash {
+                rungs
+                    .entry((a.host_class.as_str(), a.cell_index))
+                    .or_default()
+                    .insert(a.trial_key.clone(), Arc::new((*a).clone()));
+            }
+        }
         for class in 0..self.plan.classes.len() {
             let class_id = &self.class_ids[class];
             let workers = match self.study.strategy {
@@ -881,16 +890,7 @@ impl Shared<'_> {
                     base_left: 0,
                     base_failed: None,
                     jobs: HashMap::new(),
-                    records: terminal
-                        .values()
-                        .filter(|a| {
-                            a.role == "rung"
-                                && a.host_class == *class_id
-                                && a.cell_index == cell
-                                && a.spec_hash == self.spec_hash
-                        })
-                        .map(|a| (a.trial_key.clone(), Arc::new((*a).clone())))
-                        .collect(),
+                    records: rungs.remove(&(class_id.as_str(), cell)).unwrap_or_default(),
                     finalists: None,
                 };
                 let cs = &mut st.classes[class];

@@ -827,3 +827,59 @@ measurement: {{warmup: 0, repeats: 1, anchor_every: 0, confirm_repeats: 0}}
         assert_eq!(a["status"], "lost", "{a}");
     }
 }
+
+#[test]
+fn a_hyperband_study_over_the_fleet_searches_each_host_class_on_its_own() {
+    let fleet = Fleet::start(&FOUR);
+    let d = dirs();
+    let study = d.root.join("study.yaml");
+    // The same fake, searched with Hyperband: budgets 1, 3, 9 (the fake
+    // ignores them; the search still runs every rung over ssh).
+    write(
+        &study,
+        &study_yaml("fleet-hb", "").replace(
+            "measurement:",
+            "fidelity: {unit: samples, min_budget: 1, max_budget: 9, eta: 3}\nstrategy: {kind: hyperband, seed: 3, finalists: 2}\nmeasurement:",
+        ),
+    );
+    let inv = d.root.join("inventory.yaml");
+    write(&inv, &fleet.inventory_yaml(2, ""));
+    let ledger = d.root.join("ledger");
+    let stderr = launch(&study, &inv, &ledger, &[]);
+    assert!(stderr.contains("0 lost"), "{stderr}");
+    let report = report_json(&study, &ledger);
+    let h100 = class_of(&report, H100);
+    let a100 = class_of(&report, A100);
+    for b in h100["buckets"].as_array().expect("buckets") {
+        assert_eq!(b["winner"]["label"], "tile=128", "{h100:#}");
+    }
+    for b in a100["buckets"].as_array().expect("buckets") {
+        assert!(
+            b["winner"].is_null(),
+            "nothing beats the A100 baseline: {b}"
+        );
+    }
+    // Each class screened on its own: the A100's out-of-memory config
+    // fails its rungs there only; fast_math changes the output on both.
+    let failed = |c: &Json| -> u64 {
+        c["search"]
+            .as_array()
+            .expect("search rows")
+            .iter()
+            .filter_map(|r| r["failed"].as_u64())
+            .sum()
+    };
+    let changed = |c: &Json| -> u64 {
+        c["search"]
+            .as_array()
+            .expect("search rows")
+            .iter()
+            .filter_map(|r| r["output_changed"].as_u64())
+            .sum()
+    };
+    assert!(failed(a100) > 0, "{a100:#}");
+    assert_eq!(failed(h100), 0, "{h100:#}");
+    assert!(changed(a100) > 0 && changed(h100) > 0);
+    let id = "fleet-hb";
+    assert_one_terminal_per_trial(&ledger, id);
+}

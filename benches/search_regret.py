@@ -186,7 +186,7 @@ def optuna_run(args):
     complete = {}  # config -> best measured value at max budget (for the finalists)
     best = None  # (value, trial number, config): Optuna's best_trial
     best_evaluated = math.inf
-    events = []  # (consumed, best_trial config, top-k finalists, best_evaluated)
+    events = []  # (consumed, best_trial config, top-k finalists, best_evaluated, trials)
     trials = pruned = failed = 0
     t_start = time.perf_counter()
     while consumed < cap:
@@ -217,21 +217,32 @@ def optuna_run(args):
             consumed += m.seconds(x, b)
         top = sorted((v, c) for c, v in complete.items())[:k]
         events.append((consumed, None if best is None else best[2], [(c, v) for v, c in top],
-                       best_evaluated))
+                       best_evaluated, trials))
     wall = time.perf_counter() - t_start
 
     points = {}
     for label, budget in budgets.items():
         lim = budget * (1 + 1e-12)
-        plain = next((e for e in reversed(events) if e[1] is not None and e[0] <= lim), None)
-        fin = next((e for e in reversed(events)
-                    if e[2] and e[0] + finalist_seconds(m, repeats, e[2]) <= lim), None)
+        # As in the Rust side: stop at the first completion past the
+        # budget (with the finalist step, for `fin`), pick from the one
+        # before.
+        plain = fin = None
+        for e in events:
+            if e[0] > lim:
+                break
+            if e[1] is not None:
+                plain = e
+        for e in events:
+            if e[0] + finalist_seconds(m, repeats, e[2]) > lim:
+                break
+            if e[2]:
+                fin = e
         points[label] = {
             "optuna": None if plain is None else {
-                "spent": plain[0], "regret": m.regret(plain[1]), "incumbent": m.regret(plain[1]),
-                "best_evaluated": plain[3]},
+                "spent": plain[0], "trials": plain[4], "regret": m.regret(plain[1]),
+                "incumbent": m.regret(plain[1]), "best_evaluated": plain[3]},
             "optuna+finalists": None if fin is None else {
-                "spent": fin[0] + finalist_seconds(m, repeats, fin[2]),
+                "spent": fin[0] + finalist_seconds(m, repeats, fin[2]), "trials": fin[4],
                 "regret": m.regret(champion(m, seed, fin[2], repeats, frep)),
                 "incumbent": m.regret(fin[2][0][0]), "best_evaluated": fin[3]},
         }
@@ -281,6 +292,7 @@ def stats(points, n, hit):
         "incumbent": sum(p["incumbent"] <= hit for p in picked) / n,
         "evaluated": sum(p["best_evaluated"] <= hit for p in picked) / n,
         "missing": n - len(picked),
+        "trials": sorted(p["trials"] for p in picked)[mid],
     }
 
 
@@ -316,9 +328,9 @@ def table_main(rust_path, optuna_path):
         print(f"\n### {name}: {var['configs_within_hit']} of {len(var['values'])} configs within "
               f"{hit:.0%} of the optimum, {var['crashing_configs']} crash; grid {grid:,.0f} "
               f"trial-seconds; hb1 = {hb1:.3f} of grid (mean)\n")
-        print("| budget | strategy | workers | trial-seconds / grid | regret mean | regret median "
+        print("| budget | strategy | workers | trial-seconds / grid | trials (median) | regret mean | regret median "
               f"| within {hit:.0%} | incumbent within {hit:.0%} | evaluated one within {hit:.0%} |")
-        print("|---|---|---:|---:|---:|---:|---:|---:|---:|")
+        print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
         summary = {}
         for label in labels:
             keys = sorted((k for k in rows if k[0] == label),
@@ -327,10 +339,11 @@ def table_main(rust_path, optuna_path):
                 st = stats(rows[k], len(rows[k]), hit)
                 summary[k] = st
                 if st is None:
-                    print(f"| {label} | {k[1]} | {k[2]} | | no pick | | | | |")
+                    print(f"| {label} | {k[1]} | {k[2]} | | | no pick | | | | |")
                     continue
                 note = f" ({st['missing']} seeds without a pick)" if st["missing"] else ""
-                print(f"| {label} | {k[1]} | {k[2]} | {st['spent'] / grid:.3f} | {100 * st['mean']:.2f} %{note} "
+                print(f"| {label} | {k[1]} | {k[2]} | {st['spent'] / grid:.3f} | {st['trials']} "
+                      f"| {100 * st['mean']:.2f} %{note} "
                       f"| {100 * st['median']:.2f} % | {100 * st['hit']:.0f} % | {100 * st['incumbent']:.0f} % "
                       f"| {100 * st['evaluated']:.0f} % |")
         # Verdicts, one worker.
@@ -372,7 +385,7 @@ def table_main(rust_path, optuna_path):
     if opt["runs"]:
         trials = [r["trials"] for r in opt["runs"]]
         failed = [r["failed"] for r in opt["runs"]]
-        print(f"\nOptuna {opt['optuna']} (Python {opt['python']}), crashes told as {opt['crash'].upper()}: "
+        print(f"\nOptuna {opt['optuna']} (Python {opt['python']}), crashes told as {dict(fail='FAIL', prune='PRUNED')[opt['crash']]}: "
               f"{min(trials)}-{max(trials)} trials per run ({min(failed)}-{max(failed)} of them crashes) "
               f"to 1/3 of grid, {sum(r['wall_s'] for r in opt['runs']):.0f} s of CPU in its runs "
               f"({opt['wall_s']:.0f} s wall with {opt['jobs']} processes)")

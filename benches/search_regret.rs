@@ -310,6 +310,9 @@ struct Hyperband {
     brackets: Brackets,
     source: Shared,
     ashas: Vec<Asha<Shared>>,
+    /// Budget handed out per iteration, checked against
+    /// `Brackets::budget_bound`.
+    spent: Vec<f64>,
     max_iterations: usize,
 }
 
@@ -318,6 +321,8 @@ impl Strategy for Hyperband {
         loop {
             for (i, asha) in self.ashas.iter_mut().enumerate() {
                 if let Some(job) = asha.next_job() {
+                    self.spent[i] += job.budget;
+                    assert!(self.spent[i] <= self.brackets.budget_bound());
                     return Next::Run(Ask {
                         config: job.config,
                         budget: job.budget,
@@ -329,6 +334,7 @@ impl Strategy for Hyperband {
             if self.ashas.len() >= self.max_iterations || !source_left {
                 return Next::Wait;
             }
+            self.spent.push(0.0);
             self.ashas.push(Asha::hyperband(
                 &self.brackets,
                 Better::Lower,
@@ -405,6 +411,7 @@ fn make(name: &str, seed: u64, max_iterations: usize) -> Box<dyn Strategy> {
             brackets: Brackets::new(MIN_BUDGET, MAX_BUDGET, ETA).expect("brackets"),
             source: Shared(Rc::new(RefCell::new(permutation(seed).into_iter()))),
             ashas: Vec::new(),
+            spent: Vec::new(),
             max_iterations,
         }),
         "tpe" => Box::new(TpeSearch {
@@ -422,6 +429,8 @@ struct Event {
     /// Trial-seconds consumed by then: completed trials, plus the part
     /// already run of those still running.
     consumed: f64,
+    /// Trials completed by then.
+    trials: usize,
     finalists: Vec<(u64, f64)>,
     /// Lowest true regret among configs measured at max budget so far.
     best_evaluated: f64,
@@ -481,6 +490,13 @@ fn simulate(
         let rep = reps
             .entry((done.ask.config, done.ask.budget.round() as u64))
             .or_insert(0);
+        // Every strategy here promises never to run a (config, budget)
+        // twice (Asha and Tpe by their contracts).
+        assert_eq!(
+            *rep, 0,
+            "config {} run twice at {}",
+            done.ask.config, done.ask.budget
+        );
         let value = model.measure(seed, done.ask.config, done.ask.budget, *rep);
         *rep += 1;
         if value.is_some() && done.ask.budget == MAX_BUDGET {
@@ -490,6 +506,7 @@ fn simulate(
         let partial: f64 = running.iter().map(|r| now - r.start).sum();
         events.push(Event {
             consumed: completed + partial,
+            trials: events.len() + 1,
             finalists: strategy.finalists(),
             best_evaluated,
         });
@@ -530,22 +547,33 @@ fn champion(model: &Model, seed: u64, finalists: &[(u64, f64)]) -> Option<u64> {
 struct Point {
     /// Search plus finalist step.
     spent: f64,
+    /// Trials completed by the pick (finalist step not counted).
+    trials: usize,
     regret: f64,
     /// Regret of the best single measurement (no finalist step).
     incumbent: f64,
     best_evaluated: f64,
 }
 
-/// Stopping at `budget` trial-seconds: the last completion at which the
-/// search so far plus its finalist step fit in the budget.
+/// Stopping at `budget` trial-seconds: the search runs until the first
+/// completion at which what it consumed plus its finalist step would no
+/// longer fit in the budget, and picks from the completion before (no
+/// hindsight: a later, cheaper set of finalists does not count).
 fn at_budget(model: &Model, seed: u64, events: &[Event], budget: f64) -> Option<Point> {
-    let e = events.iter().rev().find(|e| {
-        !e.finalists.is_empty()
-            && e.consumed + finalist_seconds(model, &e.finalists) <= budget * (1.0 + 1e-12)
-    })?;
+    let mut pick = None;
+    for e in events {
+        if e.consumed + finalist_seconds(model, &e.finalists) > budget * (1.0 + 1e-12) {
+            break;
+        }
+        if !e.finalists.is_empty() {
+            pick = Some(e);
+        }
+    }
+    let e = pick?;
     let champ = champion(model, seed, &e.finalists)?;
     Some(Point {
         spent: e.consumed + finalist_seconds(model, &e.finalists),
+        trials: e.trials,
         regret: model.regret(champ),
         incumbent: model.regret(e.finalists[0].0),
         best_evaluated: e.best_evaluated,
@@ -723,9 +751,9 @@ fn print_table(model: &Model, runs: &[SeedRuns]) {
         ),
     );
     println!(
-        "| budget | strategy | workers | trial-seconds / grid | regret mean | regret median | within 2 % | incumbent within 2 % | evaluated one within 2 % |"
+        "| budget | strategy | workers | trial-seconds / grid | trials (median) | regret mean | regret median | within 2 % | incumbent within 2 % | evaluated one within 2 % |"
     );
-    println!("|---|---|---:|---:|---:|---:|---:|---:|---:|");
+    println!("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|");
     let hb1 = mean(&runs.iter().map(|r| r.hb1).collect::<Vec<_>>()) / model.grid_seconds;
     let mut labels: Vec<(String, f64)> = FRACTIONS.iter().map(|f| (f.0.to_string(), f.1)).collect();
     labels.push(("hb1".to_string(), hb1));
@@ -747,7 +775,7 @@ fn print_table(model: &Model, runs: &[SeedRuns]) {
                 .collect();
             if pts.len() < runs.len() {
                 println!(
-                    "| {label} | {name} | {p} | | no pick in {} of {} seeds | | | | |",
+                    "| {label} | {name} | {p} | | | no pick in {} of {} seeds | | | | |",
                     runs.len() - pts.len(),
                     runs.len()
                 );
@@ -758,12 +786,13 @@ fn print_table(model: &Model, runs: &[SeedRuns]) {
                 pts.iter().filter(|x| f(x) <= HIT).count() as f64 / pts.len() as f64
             };
             println!(
-                "| {label} | {name} | {p} | {:.4} | {:.2} % | {:.2} % | {:.0} % | {:.0} % | {:.0} % |",
+                "| {label} | {name} | {p} | {:.4} | {} | {:.2} % | {:.2} % | {:.0} % | {:.0} % | {:.0} % |",
                 mean(
                     &pts.iter()
                         .map(|x| x.spent / model.grid_seconds)
                         .collect::<Vec<_>>()
                 ),
+                median(&pts.iter().map(|x| x.trials as f64).collect::<Vec<_>>()),
                 100.0 * mean(&regrets),
                 100.0 * median(&regrets),
                 100.0 * share(&|x| x.regret),
@@ -822,6 +851,7 @@ fn to_json(model: &Model, runs: &[SeedRuns]) -> Json {
             "points": r.points.iter().map(|(name, p, label, pt)| json!({
                 "strategy": name, "workers": p, "budget": label,
                 "spent": pt.as_ref().map(|x| x.spent),
+                "trials": pt.as_ref().map(|x| x.trials),
                 "regret": pt.as_ref().map(|x| x.regret),
                 "incumbent": pt.as_ref().map(|x| x.incumbent),
                 "best_evaluated": pt.as_ref().map(|x| x.best_evaluated),

@@ -18,7 +18,7 @@
 //! f(x) is a bowl with interactions and a little per-config roughness, and
 //! some configs crash (shared memory: large tile with deep pipelining). A
 //! trial at budget b measures f(x)·(1 + c(x)/b) (warm-up) times lognormal
-//! noise of sigma 0.12/sqrt(b), and costs T0 + (b + c(x))·f(x) seconds.
+//! noise of sigma 0.15/sqrt(b), and costs T0 + (b + c(x))·f(x) seconds.
 //! Two variants: `faithful` (c = 1 for every config: low budgets are biased
 //! alike) and `misleading` (c grows with stages and unroll, the knobs of the
 //! fast configs: at low budget they look slow).

@@ -861,7 +861,15 @@ fn render_search_plan(o: &mut String, sp: &crate::plan::SearchPlan, repeats: u32
     if !sp.brackets.is_empty() {
         let _ = writeln!(
             o,
-            "  brackets (configs @ budget{unit} per rung; the best 1/eta of a rung go on; ASHA promotes as results arrive, at most the next rung's count early):"
+            "  brackets (configs @ budget{unit} per rung; the best 1/eta of a rung go on; ASHA promotes as results arrive, at most the next rung's count early){}:",
+            if sp.iterations > 1 {
+                format!(
+                    ", run {} times over different configs (iterations)",
+                    sp.iterations
+                )
+            } else {
+                String::new()
+            }
         );
         for (s, rungs) in &sp.brackets {
             let chain: Vec<String> = rungs

@@ -115,22 +115,26 @@ pub struct SearchPlan {
     /// class's slots at launch.
     pub parallel: Option<u32>,
     pub seed: u64,
+    /// Hyperband iterations (the brackets run this many times, over
+    /// different configs); 1 for TPE.
+    pub iterations: u32,
 }
 
 impl SearchPlan {
     fn new(study: &Study, space: &ConfigSpace) -> Result<Option<SearchPlan>, String> {
-        let (name, seed, finalists, parallel, count) = match study.strategy {
+        let (name, seed, finalists, parallel, count, iterations) = match study.strategy {
             crate::spec::Strategy::Hyperband {
                 seed,
                 finalists,
                 parallel,
-            } => ("hyperband", seed, finalists, parallel, None),
+                iterations,
+            } => ("hyperband", seed, finalists, parallel, None, iterations),
             crate::spec::Strategy::Tpe {
                 seed,
                 count,
                 finalists,
                 parallel,
-            } => ("tpe", seed, finalists, parallel, Some(count)),
+            } => ("tpe", seed, finalists, parallel, Some(count), 1),
             _ => return Ok(None),
         };
         let f = study.fidelity.as_ref();
@@ -164,17 +168,20 @@ impl SearchPlan {
                 budgets.sort_by(f64::total_cmp);
                 budgets.dedup();
                 let base: f64 = budgets.iter().sum();
-                rung_trials = b.total_trials();
-                bound = brackets
-                    .iter()
-                    .flat_map(|(_, r)| {
-                        r.iter()
-                            .enumerate()
-                            .map(|(i, x)| if i == 0 { x.1 } else { 2 * x.1 })
-                    })
-                    .sum();
-                budget = spent + base;
-                budget_bound = spent_bound + base;
+                // Every iteration runs every bracket (while configs last).
+                let it = u64::from(iterations);
+                rung_trials = b.total_trials() * it;
+                bound = it
+                    * brackets
+                        .iter()
+                        .flat_map(|(_, r)| {
+                            r.iter()
+                                .enumerate()
+                                .map(|(i, x)| if i == 0 { x.1 } else { 2 * x.1 })
+                        })
+                        .sum::<u64>();
+                budget = spent * it as f64 + base;
+                budget_bound = spent_bound * it as f64 + base;
                 baseline_budgets = budgets;
             }
             (Some(n), _) => {
@@ -213,6 +220,7 @@ impl SearchPlan {
             share_of_grid,
             parallel,
             seed,
+            iterations,
         }))
     }
 
@@ -377,7 +385,8 @@ impl Plan {
                 s.brackets
                     .iter()
                     .filter_map(|(_, r)| r.first().map(|x| x.1))
-                    .sum()
+                    .sum::<u64>()
+                    * u64::from(s.iterations)
             };
             let per_cell = screened + 1 + 1 + u64::from(s.finalists);
             return self.cells.len() as u64 * per_cell * u64::from(self.warmup);
@@ -416,6 +425,7 @@ impl Plan {
                         .filter_map(|(_, r)| r.first())
                         .map(|(b, n, _)| *n as f64 * b / max)
                         .sum::<f64>()
+                        * f64::from(s.iterations)
                         + s.baseline_budgets.first().map_or(0.0, |b| b / max)
                 };
                 let warm = f64::from(self.warmup) * (first_runs + 1.0 + f64::from(s.finalists));

@@ -39,7 +39,9 @@ use crate::ledger::records::{
 };
 use crate::ledger::{Ledger, Scan, new_attempt_id, spec_differences};
 use crate::plan::{ClassInfo, Plan, PlanHost};
-use crate::search::{Asha, Brackets, Engine, Outcome, Search, Shard, Source, Step, Tpe, TpeEngine};
+use crate::search::{
+    Brackets, Engine, HyperbandEngine, Outcome, Search, Shard, Source, Step, Tpe, TpeEngine,
+};
 use crate::space;
 use crate::spec::{CommandRenderer, Study, TrialVars, Value};
 use crate::trial::{Role, TrialIdentity};
@@ -960,18 +962,17 @@ impl Shared<'_> {
             .map(|f| &f.proxy)
             .unwrap_or(&study.objective);
         match study.strategy {
-            crate::spec::Strategy::Hyperband { seed, .. } => {
+            crate::spec::Strategy::Hyperband {
+                seed, iterations, ..
+            } => {
                 let f = study
                     .fidelity
                     .as_ref()
                     .ok_or("hyperband needs a `fidelity:` section")?;
                 let brackets = Brackets::new(f.min_budget, f.max_budget, f.eta)?;
                 let source = Source::new(self.plan.space.size(), seed, Box::new(accept));
-                let asha = Asha::hyperband(&brackets, metric.better, source);
-                Ok(Search::new(
-                    Engine::Hyperband(Box::new(asha), brackets),
-                    workers,
-                ))
+                let engine = HyperbandEngine::new(brackets, metric.better, iterations, source);
+                Ok(Search::new(Engine::Hyperband(Box::new(engine)), workers))
             }
             crate::spec::Strategy::Tpe { seed, count, .. } => {
                 let tpe = Tpe::for_study(study, metric.better, seed)?;

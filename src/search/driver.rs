@@ -26,7 +26,7 @@ use rand::seq::SliceRandom;
 use rand::{RngExt, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
-use super::hyperband::{Asha, Brackets, Job, Outcome, RungStatus, Scored};
+use super::hyperband::{Asha, Brackets, Job, Outcome, Scored};
 use super::tpe::Tpe;
 use crate::spec::Better;
 
@@ -215,31 +215,153 @@ impl TpeEngine {
     }
 }
 
+/// A [`Source`] shared by the iterations of a Hyperband search, so that no
+/// config enters two of them.
+#[derive(Debug, Clone)]
+pub struct SharedSource(std::sync::Arc<std::sync::Mutex<SourceState>>);
+
+#[derive(Debug)]
+struct SourceState {
+    source: Source,
+    seen: HashSet<u64>,
+    done: bool,
+}
+
+impl SharedSource {
+    fn new(source: Source) -> SharedSource {
+        SharedSource(std::sync::Arc::new(std::sync::Mutex::new(SourceState {
+            source,
+            seen: HashSet::new(),
+            done: false,
+        })))
+    }
+
+    fn is_done(&self) -> bool {
+        self.0.lock().map(|s| s.done).unwrap_or(true)
+    }
+}
+
+impl Iterator for SharedSource {
+    type Item = u64;
+
+    fn next(&mut self) -> Option<u64> {
+        let mut st = self.0.lock().ok()?;
+        // A config drawn again (random draws over a huge space) is skipped
+        // here, so that no (config, budget) runs twice across iterations.
+        for _ in 0..MAX_REJECTIONS {
+            let Some(config) = st.source.next() else {
+                break;
+            };
+            if st.seen.insert(config) {
+                return Some(config);
+            }
+        }
+        st.done = true;
+        None
+    }
+}
+
+/// Hyperband as a job engine: up to `iterations` Hyperband iterations (all
+/// brackets each) over one shared source; the next iteration starts when
+/// those running have nothing to hand out.
+#[derive(Debug)]
+pub struct HyperbandEngine {
+    brackets: Brackets,
+    better: Better,
+    source: SharedSource,
+    iterations: u32,
+    ashas: Vec<Asha<SharedSource>>,
+    /// The iteration each running job belongs to, by (config, bracket,
+    /// rung): configs are unique across iterations.
+    owner: std::collections::HashMap<(u64, u32, u32), usize>,
+}
+
+impl HyperbandEngine {
+    pub fn new(brackets: Brackets, better: Better, iterations: u32, source: Source) -> Self {
+        HyperbandEngine {
+            brackets,
+            better,
+            source: SharedSource::new(source),
+            iterations: iterations.max(1),
+            ashas: Vec::new(),
+            owner: std::collections::HashMap::new(),
+        }
+    }
+
+    fn next_job(&mut self) -> Option<Job> {
+        loop {
+            for (i, asha) in self.ashas.iter_mut().enumerate() {
+                if let Some(job) = asha.next_job() {
+                    self.owner.insert((job.config, job.bracket, job.rung), i);
+                    return Some(job);
+                }
+            }
+            if self.ashas.len() as u32 >= self.iterations || self.source.is_done() {
+                return None;
+            }
+            self.ashas.push(Asha::hyperband(
+                &self.brackets,
+                self.better,
+                self.source.clone(),
+            ));
+        }
+    }
+
+    fn report(&mut self, job: &Job, outcome: Outcome) -> Result<(), String> {
+        let i = self
+            .owner
+            .remove(&(job.config, job.bracket, job.rung))
+            .ok_or_else(|| format!("config {} is not running", job.config))?;
+        self.ashas[i].report(job, outcome)
+    }
+
+    fn is_done(&self) -> bool {
+        self.ashas.iter().all(|a| a.is_done())
+            && (self.ashas.len() as u32 >= self.iterations || self.source.is_done())
+    }
+
+    fn finalists(&self, k: usize) -> Vec<Scored> {
+        let mut all: Vec<Scored> = self.ashas.iter().flat_map(|a| a.finalists(k)).collect();
+        let higher = self.better == Better::Higher;
+        all.sort_by(|a, b| {
+            let ord = a.value.total_cmp(&b.value);
+            (if higher { ord.reverse() } else { ord }).then(a.config.cmp(&b.config))
+        });
+        all.truncate(k);
+        all
+    }
+
+    /// Iterations started so far.
+    pub fn iterations_started(&self) -> usize {
+        self.ashas.len()
+    }
+}
+
 /// The search engine behind a [`Search`].
 #[derive(Debug)]
 pub enum Engine {
-    Hyperband(Box<Asha<Source>>, Brackets),
+    Hyperband(Box<HyperbandEngine>),
     Tpe(Box<TpeEngine>),
 }
 
 impl Engine {
     fn next_job(&mut self) -> Option<Job> {
         match self {
-            Engine::Hyperband(a, _) => a.next_job(),
+            Engine::Hyperband(h) => h.next_job(),
             Engine::Tpe(t) => t.next_job(),
         }
     }
 
     fn report(&mut self, job: &Job, outcome: Outcome) -> Result<(), String> {
         match self {
-            Engine::Hyperband(a, _) => a.report(job, outcome),
+            Engine::Hyperband(h) => h.report(job, outcome),
             Engine::Tpe(t) => t.report(job, outcome),
         }
     }
 
     fn is_done(&self) -> bool {
         match self {
-            Engine::Hyperband(a, _) => a.is_done(),
+            Engine::Hyperband(h) => h.is_done(),
             Engine::Tpe(t) => t.is_done(),
         }
     }
@@ -358,22 +480,9 @@ impl Search {
     /// brackets, TPE's best observations; best first, ties by config index.
     pub fn finalists(&self, k: usize) -> Vec<Scored> {
         match &self.engine {
-            Engine::Hyperband(a, _) => a.finalists(k),
+            Engine::Hyperband(h) => h.finalists(k),
             Engine::Tpe(t) => t.finalists(k),
         }
-    }
-
-    /// Progress of hyperband's rungs: `(s, rung, budget, status)`.
-    pub fn rungs(&self) -> Vec<(u32, u32, f64, RungStatus)> {
-        let Engine::Hyperband(a, brackets) = &self.engine else {
-            return Vec::new();
-        };
-        brackets
-            .brackets()
-            .iter()
-            .flat_map(|b| b.rungs.iter().map(move |r| (b.s, r.index, r.budget)))
-            .filter_map(|(s, i, budget)| a.rung_status(s, i).map(|st| (s, i, budget, st)))
-            .collect()
     }
 }
 
@@ -396,10 +505,12 @@ mod tests {
         let brackets = Brackets::new(1.0, 27.0, 3).unwrap();
         let source = Source::new(125, seed, Box::new(|c| c != 0));
         Search::new(
-            Engine::Hyperband(
-                Box::new(Asha::hyperband(&brackets, Better::Higher, source)),
+            Engine::Hyperband(Box::new(HyperbandEngine::new(
                 brackets,
-            ),
+                Better::Higher,
+                1,
+                source,
+            ))),
             workers,
         )
     }
@@ -547,6 +658,35 @@ mod tests {
             s.now
         );
         assert!(budget_after_long >= 27.0 - 9.0, "{budget_after_long}");
+    }
+
+    #[test]
+    fn iterations_run_the_brackets_again_over_other_configs() {
+        let run = |iterations: u32| {
+            let brackets = Brackets::new(1.0, 9.0, 3).unwrap();
+            let source = Source::new(125, 4, Box::new(|c| c != 0));
+            let engine = HyperbandEngine::new(brackets, Better::Higher, iterations, source);
+            drive(Search::new(Engine::Hyperband(Box::new(engine)), 3), 3, 5).0
+        };
+        let one = run(1);
+        let three = run(3);
+        // One iteration at budgets 1..9: brackets of 9, 5 and 3 configs.
+        let started = |jobs: &[(u64, f64)]| {
+            let mut configs: Vec<u64> = jobs.iter().map(|j| j.0).collect();
+            configs.sort_unstable();
+            configs.dedup();
+            configs.len()
+        };
+        assert_eq!(started(&one), 9 + 5 + 3);
+        assert_eq!(started(&three), 3 * (9 + 5 + 3));
+        // The next iteration starts whenever those running have nothing
+        // to hand out (it fills slots while they wait); no (config,
+        // budget) runs twice.
+        assert_eq!(three[0], one[0]);
+        let mut seen = HashSet::new();
+        for (c, b) in &three {
+            assert!(seen.insert((*c, b.to_bits())), "{c} at {b} twice");
+        }
     }
 
     #[test]

@@ -222,6 +222,10 @@ pub enum Strategy {
         /// whatever order results arrive in. `None`: the host class's
         /// slots at launch.
         parallel: Option<u32>,
+        /// Hyperband iterations (every bracket each) over one stream of
+        /// configs, none tried twice; the next starts when those running
+        /// have nothing to hand out.
+        iterations: u32,
     },
     /// Tree-structured Parzen Estimator: `count` configs suggested one by
     /// one (at `max_budget` when the study has a `fidelity:` section).
@@ -506,6 +510,7 @@ fn parse_study(w: &mut Walker, root: &Node, path: &Path, dir: &Path) -> Option<S
             seed: 0,
             finalists: DEFAULT_FINALISTS,
             parallel: None,
+            iterations: 1,
         }),
         None => Some(Strategy::Grid),
     };
@@ -1445,7 +1450,14 @@ fn parse_tolerance(w: &mut Walker, node: &Node, outputs: &[String]) -> Option<To
     })
 }
 
-const STRATEGY_KEYS: &[&str] = &["kind", "seed", "count", "finalists", "parallel"];
+const STRATEGY_KEYS: &[&str] = &[
+    "kind",
+    "seed",
+    "count",
+    "finalists",
+    "parallel",
+    "iterations",
+];
 
 /// `has_fidelity`: whether the study has a `fidelity:` section (written,
 /// valid or not), which hyperband needs.
@@ -1459,7 +1471,7 @@ fn parse_strategy(w: &mut Walker, node: &Node, has_fidelity: bool) -> Option<Str
         "grid" => (&[], "every config is a candidate"),
         "random" => (&["seed", "count"], ""),
         "hyperband" => (
-            &["seed", "finalists", "parallel"],
+            &["seed", "finalists", "parallel", "iterations"],
             "hyperband sizes itself by the brackets of its `fidelity:` section",
         ),
         "tpe" => (&["seed", "count", "finalists", "parallel"], ""),
@@ -1483,6 +1495,7 @@ fn parse_strategy(w: &mut Walker, node: &Node, has_fidelity: bool) -> Option<Str
                 .filter(|kind| match *k {
                     "seed" => true,
                     "count" => *kind != "hyperband",
+                    "iterations" => *kind == "hyperband",
                     _ => *kind != "random",
                 })
                 .collect();
@@ -1535,7 +1548,15 @@ fn parse_strategy(w: &mut Walker, node: &Node, has_fidelity: bool) -> Option<Str
         Some(n) => w.u32_in(n, "strategy.parallel", 1, MAX_PARALLEL).map(Some),
         None => Some(None),
     };
-    let (seed, count, finalists, parallel) = (seed?, count?, finalists?, parallel?);
+    let iterations = match map
+        .get_node("iterations")
+        .filter(|_| takes.contains(&"iterations"))
+    {
+        Some(n) => w.u32_in(n, "strategy.iterations", 1, MAX_ITERATIONS),
+        None => Some(1),
+    };
+    let (seed, count, finalists, parallel, iterations) =
+        (seed?, count?, finalists?, parallel?, iterations?);
     if !ok {
         return None;
     }
@@ -1546,6 +1567,7 @@ fn parse_strategy(w: &mut Walker, node: &Node, has_fidelity: bool) -> Option<Str
             seed,
             finalists,
             parallel,
+            iterations,
         },
         _ => Strategy::Tpe {
             seed,
@@ -1558,6 +1580,8 @@ fn parse_strategy(w: &mut Walker, node: &Node, has_fidelity: bool) -> Option<Str
 
 /// Most finalists an adaptive search may promote to the objective stage.
 const MAX_FINALISTS: u32 = 10_000;
+/// Most Hyperband iterations one search may run.
+const MAX_ITERATIONS: u32 = 1_000;
 /// Largest `strategy.parallel`.
 const MAX_PARALLEL: u32 = 1_000_000;
 
@@ -2043,7 +2067,8 @@ metrics: [{name: loss, better: lower}]
             Strategy::Hyperband {
                 seed: 0,
                 finalists: DEFAULT_FINALISTS,
-                parallel: None
+                parallel: None,
+                iterations: 1,
             }
         );
         assert_eq!(s.objective_command, None);
@@ -2089,7 +2114,7 @@ metrics: [{name: loss, better: lower}]
     #[test]
     fn adaptive_strategies_parse() {
         let s = load(
-            "fidelity: {unit: samples, min_budget: 1, max_budget: 9}\nstrategy: {kind: hyperband, seed: 5, finalists: 2, parallel: 4}\n",
+            "fidelity: {unit: samples, min_budget: 1, max_budget: 9}\nstrategy: {kind: hyperband, seed: 5, finalists: 2, parallel: 4, iterations: 3}\n",
         )
         .expect("valid");
         assert_eq!(
@@ -2097,8 +2122,15 @@ metrics: [{name: loss, better: lower}]
             Strategy::Hyperband {
                 seed: 5,
                 finalists: 2,
-                parallel: Some(4)
+                parallel: Some(4),
+                iterations: 3,
             }
+        );
+        // `iterations` is hyperband's alone.
+        let e = problem("strategy: {kind: tpe, count: 5, iterations: 2}\n");
+        assert!(
+            e.contains("strategy.iterations") && e.contains("it applies to hyperband"),
+            "{e}"
         );
         let s = load("strategy: {kind: tpe, count: 5}\n").expect("valid");
         assert_eq!(
@@ -2107,7 +2139,7 @@ metrics: [{name: loss, better: lower}]
                 seed: 0,
                 count: 5,
                 finalists: DEFAULT_FINALISTS,
-                parallel: None
+                parallel: None,
             }
         );
         assert!(s.fidelity.is_none());

@@ -1,7 +1,7 @@
 //! Adaptive search on a synthetic noisy cost model: regret of the config
 //! each strategy picks, against the trial-seconds it spent, for grid,
-//! random, Hyperband (`tunectl::search::Asha`) and TPE
-//! (`tunectl::search::Tpe`). Not a timed test: it simulates trials (no
+//! random, Hyperband and TPE, the last two through
+//! `tunectl::search::Search` as `tunectl launch` runs them. Not a timed test: it simulates trials (no
 //! process runs) and prints a table for docs/benchmarks.md.
 //!
 //!   cargo bench --bench search_regret
@@ -27,14 +27,15 @@
 //! 1/3 of grid's trial-seconds, and regret no worse than Optuna's (TPE with
 //! its Hyperband pruner) at equal budget.
 
-use std::cell::RefCell;
 use std::collections::{BTreeMap, HashSet};
-use std::rc::Rc;
 
 use rand::{RngExt, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde_json::{Value as Json, json};
-use tunectl::search::{Asha, Brackets, Job, KnobDomain, Outcome, Tpe};
+use tunectl::search::{
+    Brackets, Engine, HyperbandEngine, Job, KnobDomain, Outcome, Search, Source, Step, Tpe,
+    TpeEngine,
+};
 use tunectl::spec::Better;
 
 // ------------------------------------------------------------------ model
@@ -53,6 +54,9 @@ const MAX_BUDGET: f64 = 81.0;
 const ETA: u32 = 3;
 /// Fixed seconds of every trial (start, compile, load).
 const T0: f64 = 1.0;
+/// `fidelity.fixed_cost` the study would declare: T0 in budget units of the
+/// optimum's time per unit (1 s / 0.05 s), what one timed run tells a user.
+const FIXED_COST: f64 = 20.0;
 /// Seconds a crashing trial takes.
 const CRASH_SECONDS: f64 = T0 + 0.5;
 /// Lognormal noise at budget b: sigma = NOISE / sqrt(b).
@@ -292,99 +296,36 @@ impl Strategy for Ordered {
     }
 }
 
-/// A permutation source shared by successive Hyperband iterations, so that
-/// no config enters two of them.
-#[derive(Clone)]
-struct Shared(Rc<RefCell<std::vec::IntoIter<u64>>>);
-impl Iterator for Shared {
-    type Item = u64;
-    fn next(&mut self) -> Option<u64> {
-        self.0.borrow_mut().next()
-    }
+/// Hyperband or TPE as `tunectl launch` runs them: through
+/// `tunectl::search::Search`, the launcher's driver, which decides on a
+/// virtual clock of `workers` workers (a job takes its budget in virtual
+/// time), so its choices do not depend on the order results come back in.
+struct Driven {
+    search: Search,
 }
 
-/// Hyperband: `Asha::hyperband` iterations over one permutation, the next
-/// one started when the running ones have nothing to hand out (with one
-/// worker: when the previous one is done), up to `max_iterations`.
-struct Hyperband {
-    brackets: Brackets,
-    source: Shared,
-    ashas: Vec<Asha<Shared>>,
-    /// Budget handed out per iteration, checked against
-    /// `Brackets::budget_bound`.
-    spent: Vec<f64>,
-    max_iterations: usize,
-}
-
-impl Strategy for Hyperband {
+impl Strategy for Driven {
     fn next(&mut self, _: &HashSet<u64>) -> Next {
-        loop {
-            for (i, asha) in self.ashas.iter_mut().enumerate() {
-                if let Some(job) = asha.next_job() {
-                    self.spent[i] += job.budget;
-                    assert!(self.spent[i] <= self.brackets.budget_bound());
-                    return Next::Run(Ask {
-                        config: job.config,
-                        budget: job.budget,
-                        job: Some((i, job)),
-                    });
-                }
-            }
-            let source_left = self.source.0.borrow().len() > 0;
-            if self.ashas.len() >= self.max_iterations || !source_left {
-                return Next::Wait;
-            }
-            self.spent.push(0.0);
-            self.ashas.push(Asha::hyperband(
-                &self.brackets,
-                Better::Lower,
-                self.source.clone(),
-            ));
-        }
-    }
-    fn report(&mut self, ask: &Ask, value: Option<f64>) {
-        let (i, job) = ask.job.expect("an Asha job");
-        let outcome = value.map_or(Outcome::Failed, Outcome::Value);
-        self.ashas[i].report(&job, outcome).expect("a running job");
-    }
-    fn finalists(&self) -> Vec<(u64, f64)> {
-        let mut all: Vec<(u64, f64)> = self
-            .ashas
-            .iter()
-            .flat_map(|a| a.finalists(FINALISTS))
-            .map(|s| (s.config, s.value))
-            .collect();
-        all.sort_by(|a, b| a.1.total_cmp(&b.1).then(a.0.cmp(&b.0)));
-        all.truncate(FINALISTS);
-        all
-    }
-}
-
-/// TPE, one config at a time at max budget.
-struct TpeSearch {
-    tpe: Tpe,
-    board: Board,
-}
-
-impl Strategy for TpeSearch {
-    fn next(&mut self, pending: &HashSet<u64>) -> Next {
-        match self.tpe.suggest(pending) {
-            Some(config) => Next::Run(Ask {
-                config,
-                budget: MAX_BUDGET,
-                job: None,
+        match self.search.step().expect("a search step") {
+            Step::Run(i, job) => Next::Run(Ask {
+                config: job.config,
+                budget: job.budget,
+                job: Some((i, job)),
             }),
-            None => Next::Wait,
+            Step::Wait | Step::Done => Next::Wait,
         }
     }
     fn report(&mut self, ask: &Ask, value: Option<f64>) {
-        self.tpe
-            .observe(ask.config, value)
-            .expect("config in space");
-        self.board.add(ask.config, value);
+        let (i, _) = ask.job.expect("a search job");
+        let outcome = value.map_or(Outcome::Failed, Outcome::Value);
+        self.search.report(i, outcome).expect("a job handed out");
     }
     fn finalists(&self) -> Vec<(u64, f64)> {
-        self.board.top(FINALISTS)
+        self.search
+            .finalists(FINALISTS)
+            .iter()
+            .map(|s| (s.config, s.value))
+            .collect()
     }
 }
 
@@ -397,7 +338,9 @@ fn permutation(seed: u64) -> Vec<u64> {
     order
 }
 
-fn make(name: &str, seed: u64, max_iterations: usize) -> Box<dyn Strategy> {
+/// `iterations`: Hyperband iterations (`strategy.iterations`); `workers`:
+/// the driver's virtual workers (`strategy.parallel`).
+fn make(name: &str, seed: u64, iterations: u32, workers: usize) -> Box<dyn Strategy> {
     match name {
         "grid" => Box::new(Ordered {
             order: (0..space_size()).collect::<Vec<_>>().into_iter(),
@@ -407,17 +350,31 @@ fn make(name: &str, seed: u64, max_iterations: usize) -> Box<dyn Strategy> {
             order: permutation(seed).into_iter(),
             board: Board::default(),
         }),
-        "hyperband" => Box::new(Hyperband {
-            brackets: Brackets::new(MIN_BUDGET, MAX_BUDGET, ETA).expect("brackets"),
-            source: Shared(Rc::new(RefCell::new(permutation(seed).into_iter()))),
-            ashas: Vec::new(),
-            spent: Vec::new(),
-            max_iterations,
-        }),
-        "tpe" => Box::new(TpeSearch {
-            tpe: Tpe::new(domains(), Better::Lower, seed).expect("tpe"),
-            board: Board::default(),
-        }),
+        "hyperband" => {
+            let brackets = Brackets::new(MIN_BUDGET, MAX_BUDGET, ETA).expect("brackets");
+            let source = Source::new(space_size(), seed, Box::new(|_| true));
+            let engine = HyperbandEngine::new(brackets, Better::Lower, iterations, source);
+            Box::new(Driven {
+                search: Search::new(Engine::Hyperband(Box::new(engine)), workers)
+                    .with_fixed_cost(FIXED_COST),
+            })
+        }
+        "tpe" => {
+            let tpe = Tpe::new(domains(), Better::Lower, seed).expect("tpe");
+            let engine = TpeEngine::new(
+                tpe,
+                Better::Lower,
+                space_size(),
+                MAX_BUDGET,
+                &[],
+                Box::new(|_| true),
+            )
+            .expect("tpe engine");
+            Box::new(Driven {
+                search: Search::new(Engine::Tpe(Box::new(engine)), workers)
+                    .with_fixed_cost(FIXED_COST),
+            })
+        }
         _ => unreachable!("strategy {name}"),
     }
 }
@@ -605,7 +562,7 @@ struct SeedRuns {
 
 fn run_seed(model: &Model, seed: u64, workers: &[usize]) -> SeedRuns {
     // One Hyperband iteration with one worker: the `hb1` budget.
-    let mut hb = make("hyperband", seed, 1);
+    let mut hb = make("hyperband", seed, 1, 1);
     let events = simulate(model, seed, hb.as_mut(), 1, f64::INFINITY);
     let last = events.last().expect("hyperband ran");
     let hb1 = last.consumed + finalist_seconds(model, &last.finalists);
@@ -618,7 +575,7 @@ fn run_seed(model: &Model, seed: u64, workers: &[usize]) -> SeedRuns {
     let mut points = Vec::new();
     // With more workers, one iteration ends at its own budget.
     for &p in workers.iter().filter(|&&p| p > 1) {
-        let mut hb = make("hyperband", seed, 1);
+        let mut hb = make("hyperband", seed, 1, p);
         let events = simulate(model, seed, hb.as_mut(), p, f64::INFINITY);
         points.push((
             "hyperband (1 iteration)".to_string(),
@@ -632,7 +589,8 @@ fn run_seed(model: &Model, seed: u64, workers: &[usize]) -> SeedRuns {
             if p > 1 && (name == "grid" || name == "random") {
                 continue; // their picks do not depend on the worker count
             }
-            let mut s = make(name, seed, usize::MAX);
+            // As many iterations as the budget allows.
+            let mut s = make(name, seed, 1_000, p);
             let events = simulate(model, seed, s.as_mut(), p, model.grid_seconds);
             for (label, b) in &budgets {
                 points.push((

@@ -446,8 +446,11 @@ async fn plan(a: PlanArgs) -> Result<(), CliError> {
                         .map(|r| r.max(a.duration_s / f64::from(a.warmup_runs + 1)))?;
                     // A run at a smaller budget, scaled to one at the full
                     // budget (run time taken as proportional to budget).
+                    let fixed = study.fidelity.as_ref().map_or(0.0, |f| f.fixed_cost);
                     Some(match (a.fidelity, study.objective_budget()) {
-                        (Some(b), Some(max)) if b > 0.0 => run * max / b,
+                        (Some(b), Some(max)) if b + fixed > 0.0 => {
+                            run * (max + fixed) / (b + fixed)
+                        }
                         _ => run,
                     })
                 })
@@ -906,10 +909,15 @@ fn render_search_plan(o: &mut String, sp: &crate::plan::SearchPlan, repeats: u32
     );
     let _ = writeln!(
         o,
-        "  expected trial-seconds: {:.1}% of a full grid's ({} candidates + baseline × {repeats} repeats = {} trials{at}; a run's time taken as proportional to its budget)",
+        "  expected trial-seconds: {:.1}% of a full grid's ({} candidates + baseline × {repeats} repeats = {} trials{at}; a run's time taken as its budget{})",
         sp.share_of_grid * 100.0,
         sp.grid_candidates,
-        sp.grid_trials
+        sp.grid_trials,
+        if sp.fixed_cost > 0.0 {
+            format!(" plus fidelity.fixed_cost {}{unit}", fmt_b(sp.fixed_cost))
+        } else {
+            " (fidelity.fixed_cost 0)".to_string()
+        }
     );
 }
 

@@ -118,6 +118,21 @@ pub struct SearchPlan {
     /// Hyperband iterations (the brackets run this many times, over
     /// different configs); 1 for TPE.
     pub iterations: u32,
+    /// `fidelity.fixed_cost`: budget units a trial costs besides its budget.
+    pub fixed_cost: f64,
+    /// The screening, in runs at max budget (each run costing its budget
+    /// plus the fixed cost).
+    pub search_runs: f64,
+}
+
+impl SearchPlan {
+    /// What a run at budget `b` costs, as a share of a run at max budget.
+    pub fn run_share(&self, b: f64) -> f64 {
+        match self.max_budget {
+            Some(m) => (b + self.fixed_cost) / (m + self.fixed_cost),
+            None => 1.0,
+        }
+    }
 }
 
 impl SearchPlan {
@@ -140,7 +155,6 @@ impl SearchPlan {
         let f = study.fidelity.as_ref();
         let max = f.map(|f| f.trial_budget(f.max_budget));
         // Cost of a run in units of a run at max budget.
-        let rel = |b: f64| max.map(|m| b / m).unwrap_or(1.0);
         let repeats = u64::from(study.measurement.repeats);
         let candidates = space.size().saturating_sub(1);
         let mut brackets = Vec::new();
@@ -196,11 +210,13 @@ impl SearchPlan {
         }
         let objective_trials = (1 + u64::from(finalists)) * repeats;
         let grid_trials = (1 + candidates) * repeats;
-        let m = max.unwrap_or(1.0);
-        let search_runs = if max.is_some() {
-            rel(budget)
-        } else {
-            budget / m
+        let fixed_cost = f.map_or(0.0, |f| f.fixed_cost);
+        // The screening in runs at max budget, a run costing its budget
+        // plus the fixed cost.
+        let runs = (rung_trials + baseline_budgets.len() as u64) as f64;
+        let search_runs = match max {
+            Some(m) => (budget + fixed_cost * runs) / (m + fixed_cost),
+            None => runs,
         };
         let share_of_grid = (search_runs + objective_trials as f64) / grid_trials.max(1) as f64;
         Ok(Some(SearchPlan {
@@ -221,6 +237,8 @@ impl SearchPlan {
             parallel,
             seed,
             iterations,
+            fixed_cost,
+            search_runs,
         }))
     }
 
@@ -413,8 +431,7 @@ impl Plan {
         let run_equivalents = match &self.search {
             Some(s) => {
                 let cells = self.cells.len() as f64;
-                let max = s.max_budget.unwrap_or(1.0);
-                let rel = s.search_budget / max;
+                let rel = s.search_runs;
                 // One warm-up per config screened (at the budget it starts
                 // at) and per config of the objective stage.
                 let first_runs: f64 = if s.brackets.is_empty() {
@@ -423,10 +440,10 @@ impl Plan {
                     s.brackets
                         .iter()
                         .filter_map(|(_, r)| r.first())
-                        .map(|(b, n, _)| *n as f64 * b / max)
+                        .map(|(b, n, _)| *n as f64 * s.run_share(*b))
                         .sum::<f64>()
                         * f64::from(s.iterations)
-                        + s.baseline_budgets.first().map_or(0.0, |b| b / max)
+                        + s.baseline_budgets.first().map_or(0.0, |b| s.run_share(*b))
                 };
                 let warm = f64::from(self.warmup) * (first_runs + 1.0 + f64::from(s.finalists));
                 cells * (rel + s.objective_trials as f64 + warm)

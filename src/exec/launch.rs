@@ -972,7 +972,8 @@ impl Shared<'_> {
                 let brackets = Brackets::new(f.min_budget, f.max_budget, f.eta)?;
                 let source = Source::new(self.plan.space.size(), seed, Box::new(accept));
                 let engine = HyperbandEngine::new(brackets, metric.better, iterations, source);
-                Ok(Search::new(Engine::Hyperband(Box::new(engine)), workers))
+                Ok(Search::new(Engine::Hyperband(Box::new(engine)), workers)
+                    .with_fixed_cost(f.fixed_cost))
             }
             crate::spec::Strategy::Tpe { seed, count, .. } => {
                 let tpe = Tpe::for_study(study, metric.better, seed)?;
@@ -986,7 +987,8 @@ impl Shared<'_> {
                     .unwrap_or(f64::NAN);
                 let engine =
                     TpeEngine::new(tpe, metric.better, count, budget, &warm, Box::new(accept))?;
-                Ok(Search::new(Engine::Tpe(Box::new(engine)), workers))
+                Ok(Search::new(Engine::Tpe(Box::new(engine)), workers)
+                    .with_fixed_cost(study.fidelity.as_ref().map_or(0.0, |f| f.fixed_cost)))
             }
             _ => Err("not an adaptive strategy".to_string()),
         }

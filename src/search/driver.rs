@@ -5,8 +5,9 @@
 //! **Determinism.** Decisions are made on a virtual clock, not the real
 //! one: the search is scheduled on `workers` virtual workers (the search's
 //! parallelism, `strategy.parallel`, by default the host class's slots when
-//! the launch starts), a job takes its budget in virtual time (a run's time
-//! is taken as proportional to its budget), and the engine sees each result
+//! the launch starts), a job takes its budget plus a fixed cost
+//! (`fidelity.fixed_cost`, start-up and loading in budget units) in virtual
+//! time, and the engine sees each result
 //! when the job ends on that clock, ties by job number. A result that
 //! arrives earlier in reality waits in a buffer; a slot waits only when a
 //! job that ended on the virtual clock is still running in reality. So the
@@ -390,13 +391,16 @@ pub struct Search {
     running: Vec<(f64, usize)>,
     /// The virtual time decisions are made at.
     now: f64,
+    /// A trial's cost besides its budget, in budget units.
+    fixed_cost: f64,
 }
 
-/// A job's length on the virtual clock: its budget (a run's time is taken
-/// as proportional to it), or 1 for a job without one.
-fn duration(job: &Job) -> f64 {
+/// A job's length on the virtual clock: its budget plus the fixed cost of
+/// a trial (a run's time is taken as `fixed + budget` in budget units), or
+/// 1 for a job without a budget.
+fn duration(job: &Job, fixed: f64) -> f64 {
     if job.budget.is_finite() && job.budget > 0.0 {
-        job.budget
+        job.budget + fixed
     } else {
         1.0
     }
@@ -412,7 +416,19 @@ impl Search {
             results: Vec::new(),
             running: Vec::new(),
             now: 0.0,
+            fixed_cost: 0.0,
         }
+    }
+
+    /// Count `fixed` budget units for every job besides its budget on the
+    /// virtual clock (`fidelity.fixed_cost`).
+    pub fn with_fixed_cost(mut self, fixed: f64) -> Search {
+        self.fixed_cost = if fixed.is_finite() {
+            fixed.max(0.0)
+        } else {
+            0.0
+        };
+        self
     }
 
     /// The next job to run, or why there is none.
@@ -424,7 +440,8 @@ impl Search {
                 let index = self.issued.len();
                 self.issued.push(job);
                 self.results.push(None);
-                self.running.push((self.now + duration(&job), index));
+                self.running
+                    .push((self.now + duration(&job, self.fixed_cost), index));
                 return Ok(Step::Run(index, job));
             }
             // Every virtual worker is busy, or the engine can start nothing

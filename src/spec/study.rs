@@ -272,6 +272,11 @@ pub struct Fidelity {
     pub integer: bool,
     /// The metric rungs are read on (default: the objective's metric).
     pub proxy: Metric,
+    /// What a trial costs besides its budget (start-up, loading,
+    /// compiling), in budget units: a trial at budget `b` is taken to cost
+    /// `b + fixed_cost`, in the search's virtual schedule and the plan's
+    /// cost. Default 0.
+    pub fixed_cost: f64,
 }
 
 impl Study {
@@ -1601,6 +1606,7 @@ const FIDELITY_KEYS: &[&str] = &[
     "eta",
     "integer",
     "metric",
+    "fixed_cost",
 ];
 
 /// Default `fidelity.eta`: each rung keeps the top third.
@@ -1659,6 +1665,21 @@ fn parse_fidelity(
     let integer = match map.get_node("integer") {
         Some(n) => w.bool(n, "fidelity.integer").map(Some),
         None => Some(None),
+    };
+    let fixed_cost = match map.get_node("fixed_cost") {
+        Some(n) => w.float(n, "fidelity.fixed_cost").and_then(|v| {
+            if v >= 0.0 && v.is_finite() {
+                Some(v)
+            } else {
+                w.error_at(
+                    n,
+                    "fidelity.fixed_cost",
+                    format!("must be a number >= 0 (budget units), found {v}"),
+                );
+                None
+            }
+        }),
+        None => Some(0.0),
     };
     let proxy = match map.get_node("metric") {
         Some(n) => {
@@ -1738,6 +1759,7 @@ fn parse_fidelity(
         eta,
         integer,
         proxy: proxy?,
+        fixed_cost: fixed_cost?,
     })
 }
 
@@ -2058,6 +2080,7 @@ metrics: [{name: loss, better: lower}]
         let f = s.fidelity.expect("fidelity");
         assert_eq!(f.unit, "samples");
         assert_eq!((f.min_budget, f.max_budget), (1000.0, 27000.0));
+        assert_eq!(f.fixed_cost, 0.0);
         assert_eq!(f.eta, 3);
         assert!(f.integer, "whole budgets make an integer fidelity");
         assert_eq!(f.proxy, s.objective);
@@ -2252,7 +2275,7 @@ metrics: [{name: loss, better: lower}]
         );
         assert_eq!(
             problem("fidelity: {unit: samples, min_budget: 1, max_budget: 9, rate: 2}\n"),
-            "s.yaml:8:57: fidelity.rate: unknown key `rate` (expected one of: unit, min_budget, max_budget, eta, integer, metric)"
+            "s.yaml:8:57: fidelity.rate: unknown key `rate` (expected one of: unit, min_budget, max_budget, eta, integer, metric, fixed_cost)"
         );
         assert_eq!(
             problem("fidelity: {unit: '', min_budget: 1, max_budget: 9}\n"),

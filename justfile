@@ -22,3 +22,4 @@ bench:
     cargo bench --bench slurm_calls
     ./benches/plan_scale.sh
     ./benches/fs_inodes.py
+    ./benches/search_regret.sh

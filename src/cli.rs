@@ -854,7 +854,7 @@ fn render_search_plan(o: &mut String, sp: &crate::plan::SearchPlan, repeats: u32
     let fmt_b = crate::report::render::budget;
     let _ = writeln!(
         o,
-        "\nadaptive search: {} (seed {}), per host class and cell; decided on a virtual clock of {} where a run takes its budget (the same decisions whatever order results arrive in)",
+        "\nadaptive search: {} (seed {}), per host class and cell; decided on a virtual clock of {} where a run takes its budget plus fidelity.fixed_cost (the same decisions whatever order results arrive in)",
         sp.strategy,
         sp.seed,
         sp.parallel

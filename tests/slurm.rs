@@ -599,3 +599,55 @@ fn a_login_host_over_ssh_submits_and_reads_the_reports() {
     }
     one_terminal_each(&s, "viassh");
 }
+
+#[test]
+fn a_hyperband_study_runs_its_rungs_as_job_arrays() {
+    let cluster = Cluster::start(&NODES);
+    let s = setup(&cluster, "hb", "", KNOBS, "");
+    // The same fake, searched with Hyperband at budgets 1 and 3 (the fake
+    // ignores them; every rung still goes through sbatch and the reports).
+    let text = std::fs::read_to_string(&s.study).expect("study");
+    std::fs::write(
+        &s.study,
+        text.replace(
+            "gate:",
+            "fidelity: {unit: samples, min_budget: 1, max_budget: 3, eta: 3}\nstrategy: {kind: hyperband, seed: 1, finalists: 2}\ngate:",
+        ),
+    )
+    .expect("study");
+    let stderr = launch(&cluster, &s, &[]);
+    assert!(stderr.contains(" 0 lost"), "{stderr}");
+    let report = report_json(&s);
+    for b in class_of(&report, "H100")["buckets"]
+        .as_array()
+        .expect("buckets")
+    {
+        assert_eq!(b["winner"]["label"], "tile=128", "{b}");
+    }
+    let a100 = class_of(&report, "A100");
+    for b in a100["buckets"].as_array().expect("buckets") {
+        assert!(b["winner"].is_null(), "{b}");
+    }
+    // Each class screened on its own: the OOM fails rungs on the A100 only.
+    let failed = |c: &Json| -> u64 {
+        c["search"]
+            .as_array()
+            .expect("search rows")
+            .iter()
+            .filter_map(|r| r["failed"].as_u64())
+            .sum()
+    };
+    assert!(failed(a100) > 0, "{a100}");
+    assert_eq!(failed(class_of(&report, "H100")), 0);
+    let (trials, lost) = one_terminal_each(&s, "hb");
+    assert_eq!(lost, 0);
+    let rungs = attempts(&s, "hb")
+        .values()
+        .flatten()
+        .filter(|a| a["role"] == "rung")
+        .count();
+    assert!(
+        rungs > 0 && rungs < trials,
+        "{rungs} rung trials of {trials}"
+    );
+}

@@ -747,3 +747,58 @@ fn a_bucket_of_several_cells_measures_the_union_of_their_finalists() {
     let (a, b, c) = abc(&shipped(&report));
     assert!(true_tp(a, b, c) >= 980, "{report:#}");
 }
+
+#[test]
+fn two_launchers_on_one_search_make_its_decisions_once() {
+    // Both replay the same deterministic search: they hand out the same
+    // jobs, leases keep each trial to one launcher, and a trial finished by
+    // the other is read back, not run again.
+    let env = Env::new(&hyperband_study("hb-two", 3), 2);
+    let reference = env.tmp.path().join("ledger-ref");
+    env.launch(&reference, &[], &[]);
+    let id = env.study_id(&reference);
+    std::fs::remove_file(env.dir().join("runs.log")).expect("clear runs.log");
+    let ledger = env.ledger();
+    let spawn = |work: &str| {
+        std::process::Command::new(assert_cmd::cargo::cargo_bin("tunectl"))
+            .current_dir(env.tmp.path())
+            .env_remove("TUNECTL_LEDGER")
+            .env("FAKE_JITTER", "1")
+            .arg("launch")
+            .arg(env.study())
+            .arg("--inventory")
+            .arg(env.inventory())
+            .arg("--ledger")
+            .arg(&ledger)
+            .arg("--workdir")
+            .arg(env.tmp.path().join(work))
+            .args(["--progress", "quiet"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn launch")
+    };
+    let (a, b) = (spawn("work-a"), spawn("work-b"));
+    for child in [a, b] {
+        let out = child.wait_with_output().expect("wait");
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    assert_no_trial_counted_twice(&ledger, &id);
+    assert_eq!(rung_jobs(&ledger, &id), rung_jobs(&reference, &id));
+    assert_eq!(
+        shipped(&env.report_json(&ledger)),
+        shipped(&env.report_json(&reference))
+    );
+    // Every screening run ran once between the two.
+    let mut seen = BTreeMap::new();
+    for line in env.runs().into_iter().filter(|l| l.starts_with("rung ")) {
+        *seen.entry(line).or_insert(0) += 1;
+    }
+    assert!(seen.values().all(|n| *n == 1), "{seen:?}");
+    assert_eq!(seen.len(), rung_jobs(&reference, &id).len());
+}

@@ -146,6 +146,9 @@ pub const DEFAULT_HOST_TIMEOUT: Duration = Duration::from_secs(600);
 /// trial that was running every time a host went down is left for later.
 const MAX_HOST_LOSS_REQUEUES: u32 = 3;
 
+/// How soon a rung trial another launcher holds is looked at again.
+const HELD_RUNG_RETRY: Duration = Duration::from_millis(500);
+
 #[derive(Debug, thiserror::Error)]
 pub enum LaunchError {
     #[error(
@@ -1491,6 +1494,13 @@ impl Shared<'_> {
                 TrialResult::Done(r) => Some(r),
                 TrialResult::Unrecorded => None,
                 TrialResult::Held(retry_in) => {
+                    // Another launcher replaying the same search runs this
+                    // rung, and the search waits for its result: look
+                    // again soon rather than at the lease's renewal.
+                    let retry_in = match unit.kind {
+                        Kind::Rung => retry_in.min(HELD_RUNG_RETRY),
+                        _ => retry_in,
+                    };
                     self.defer(class, host_index, unit, retry_in);
                     continue;
                 }

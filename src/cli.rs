@@ -601,26 +601,12 @@ async fn plan(a: PlanArgs) -> Result<(), CliError> {
 /// hyperband's seeded draw order, TPE's first suggestions (before any
 /// result). A launch hands them out in this order (`--seed-from` aside).
 fn first_search_configs(study: &Study, plan: &Plan, n: usize) -> Result<Vec<u64>, String> {
-    let check = crate::spec::TemplateCheck::new(study)?;
-    let cell0 = plan.cells[0].clone();
-    let space = plan.space.clone();
-    let owned = study.clone();
-    let baseline = space.baseline();
-    let accept = move |c: u64| {
-        c != baseline
-            && (check.is_empty()
-                || matches!(
-                    check.violated_where(&space.values(&owned, c), &cell0, |_| true),
-                    Ok(None)
-                ))
-    };
+    let accept = space::search_filter(study, &plan.space, &plan.cells[0], HashSet::new())?;
     match study.strategy {
         crate::spec::Strategy::Hyperband { seed, .. } => {
-            Ok(
-                crate::search::Source::new(plan.space.size(), seed, Box::new(accept))
-                    .take(n)
-                    .collect(),
-            )
+            Ok(crate::search::Source::new(plan.space.size(), seed, accept)
+                .take(n)
+                .collect())
         }
         crate::spec::Strategy::Tpe { seed, .. } => {
             let better = study

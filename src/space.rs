@@ -169,6 +169,29 @@ impl ConfigSpace {
     }
 }
 
+/// Which configs an adaptive search may try at `cell`: not the baseline,
+/// not one in `excluded` (known to fail), and not one a constraint removes
+/// there. Owns what it needs, so a search can keep it.
+pub fn search_filter(
+    study: &Study,
+    space: &ConfigSpace,
+    cell: &[Value],
+    excluded: std::collections::HashSet<u64>,
+) -> Result<Box<dyn Fn(u64) -> bool + Send>, String> {
+    let check = TemplateCheck::new(study)?;
+    let (space, cell, study) = (space.clone(), cell.to_vec(), study.clone());
+    let baseline = space.baseline();
+    Ok(Box::new(move |config: u64| {
+        config != baseline
+            && !excluded.contains(&config)
+            && (check.is_empty()
+                || matches!(
+                    check.violated_where(&space.values(&study, config), &cell, |_| true),
+                    Ok(None)
+                ))
+    }))
+}
+
 /// Candidates (configs other than the baseline) in strategy order, after
 /// the constraints that do not depend on the cell.
 pub struct Candidates {

@@ -171,6 +171,28 @@ impl Env {
         cmd
     }
 
+    /// A launch started in the background (FAKE_JITTER on), with its
+    /// attempts' directories under `work`.
+    fn spawn_launch(&self, ledger: &Path, work: &str, stderr: Stdio) -> std::process::Child {
+        std::process::Command::new(assert_cmd::cargo::cargo_bin("tunectl"))
+            .current_dir(self.tmp.path())
+            .env_remove("TUNECTL_LEDGER")
+            .env("FAKE_JITTER", "1")
+            .arg("launch")
+            .arg(self.study())
+            .arg("--inventory")
+            .arg(self.inventory())
+            .arg("--ledger")
+            .arg(ledger)
+            .arg("--workdir")
+            .arg(self.tmp.path().join(work))
+            .args(["--progress", "quiet"])
+            .stdout(Stdio::null())
+            .stderr(stderr)
+            .spawn()
+            .expect("spawn launch")
+    }
+
     /// A launch that must succeed; its stderr.
     fn launch(&self, ledger: &Path, envs: &[(&str, &str)], extra: &[&str]) -> String {
         let mut cmd = self.launch_cmd(ledger, extra);
@@ -493,24 +515,7 @@ fn a_killed_search_resumes_without_rerunning_or_double_counting() {
     let ledger = env.ledger();
     std::fs::remove_file(env.dir().join("runs.log")).expect("clear runs.log");
     // Start, and interrupt (SIGINT, as Ctrl-C) once 30 runs happened.
-    let bin = assert_cmd::cargo::cargo_bin("tunectl");
-    let mut child = std::process::Command::new(bin)
-        .current_dir(env.tmp.path())
-        .env_remove("TUNECTL_LEDGER")
-        .env("FAKE_JITTER", "1")
-        .arg("launch")
-        .arg(env.study())
-        .arg("--inventory")
-        .arg(env.inventory())
-        .arg("--ledger")
-        .arg(&ledger)
-        .arg("--workdir")
-        .arg(env.tmp.path().join("work"))
-        .args(["--progress", "quiet"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("spawn launch");
+    let mut child = env.spawn_launch(&ledger, "work", Stdio::null());
     let started = ledger_files::wait_for(Duration::from_secs(60), || env.runs().len() >= 30);
     assert!(started, "the launch did not get going");
     let pid = child.id().to_string();
@@ -759,26 +764,10 @@ fn two_launchers_on_one_search_make_its_decisions_once() {
     let id = env.study_id(&reference);
     std::fs::remove_file(env.dir().join("runs.log")).expect("clear runs.log");
     let ledger = env.ledger();
-    let spawn = |work: &str| {
-        std::process::Command::new(assert_cmd::cargo::cargo_bin("tunectl"))
-            .current_dir(env.tmp.path())
-            .env_remove("TUNECTL_LEDGER")
-            .env("FAKE_JITTER", "1")
-            .arg("launch")
-            .arg(env.study())
-            .arg("--inventory")
-            .arg(env.inventory())
-            .arg("--ledger")
-            .arg(&ledger)
-            .arg("--workdir")
-            .arg(env.tmp.path().join(work))
-            .args(["--progress", "quiet"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("spawn launch")
-    };
-    let (a, b) = (spawn("work-a"), spawn("work-b"));
+    let (a, b) = (
+        env.spawn_launch(&ledger, "work-a", Stdio::piped()),
+        env.spawn_launch(&ledger, "work-b", Stdio::piped()),
+    );
     for child in [a, b] {
         let out = child.wait_with_output().expect("wait");
         assert_eq!(

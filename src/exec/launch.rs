@@ -944,21 +944,12 @@ impl Shared<'_> {
                 prior.map(|p| p.source.as_str()).unwrap_or_default()
             ));
         }
-        let check = crate::spec::TemplateCheck::new(study)?;
-        let space = self.plan.space.clone();
-        let cell_values = self.plan.cells[cell as usize].clone();
-        let owned = study.clone();
-        let baseline = space.baseline();
-        let accept = move |config: u64| -> bool {
-            if config == baseline || known_failed.contains(&config) {
-                return false;
-            }
-            check.is_empty()
-                || matches!(
-                    check.violated_where(&space.values(&owned, config), &cell_values, |_| true),
-                    Ok(None)
-                )
-        };
+        let accept = space::search_filter(
+            study,
+            &self.plan.space,
+            &self.plan.cells[cell as usize],
+            known_failed,
+        )?;
         let metric = study
             .fidelity
             .as_ref()
@@ -973,7 +964,7 @@ impl Shared<'_> {
                     .as_ref()
                     .ok_or("hyperband needs a `fidelity:` section")?;
                 let brackets = Brackets::new(f.min_budget, f.max_budget, f.eta)?;
-                let source = Source::new(self.plan.space.size(), seed, Box::new(accept));
+                let source = Source::new(self.plan.space.size(), seed, accept);
                 let engine = HyperbandEngine::new(brackets, metric.better, iterations, source);
                 Ok(Search::new(Engine::Hyperband(Box::new(engine)), workers)
                     .with_fixed_cost(f.fixed_cost))
@@ -988,8 +979,7 @@ impl Shared<'_> {
                     .as_ref()
                     .map(|f| f.max_budget)
                     .unwrap_or(f64::NAN);
-                let engine =
-                    TpeEngine::new(tpe, metric.better, count, budget, &warm, Box::new(accept))?;
+                let engine = TpeEngine::new(tpe, metric.better, count, budget, &warm, accept)?;
                 Ok(Search::new(Engine::Tpe(Box::new(engine)), workers)
                     .with_fixed_cost(study.fidelity.as_ref().map_or(0.0, |f| f.fixed_cost)))
             }

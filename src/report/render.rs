@@ -509,6 +509,15 @@ fn measured_fields(a: &Analysis, r: &ConfigReport, base: Option<Summary>) -> Vec
     ]
 }
 
+/// The study's workload context as one CSV field: `k=v;k=v`.
+fn context_field(a: &Analysis) -> String {
+    a.context
+        .iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect::<Vec<_>>()
+        .join(";")
+}
+
 /// Columns of [`render_measurements`].
 fn measurement_columns() -> Vec<&'static str> {
     let mut cols = vec![
@@ -541,12 +550,7 @@ pub fn render_measurements(
 ) -> String {
     let mut out = String::new();
     let _ = writeln!(out, "{}", measurement_columns().join(","));
-    let context = a
-        .context
-        .iter()
-        .map(|(k, v)| format!("{k}={v}"))
-        .collect::<Vec<_>>()
-        .join(";");
+    let context = context_field(a);
     // (position, config JSON, host class, cell) → fields
     type Row = ((u64, String, String, String), Vec<String>);
     let mut rows: Vec<Row> = Vec::new();
@@ -633,12 +637,7 @@ fn render_csv(a: &Analysis) -> String {
         "bucket_decision",
     ]);
     let _ = writeln!(out, "{}", cols.join(","));
-    let context = a
-        .context
-        .iter()
-        .map(|(k, v)| format!("{k}={v}"))
-        .collect::<Vec<_>>()
-        .join(";");
+    let context = context_field(a);
     for class in &a.classes {
         for cell in &class.cells {
             let base = cell.baseline.as_ref().and_then(|b| b.summary);

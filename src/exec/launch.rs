@@ -28,6 +28,7 @@ use tokio::sync::{Notify, mpsc};
 use tokio_util::sync::CancellationToken;
 
 use super::attempt::{RESULT_FILE, judge};
+use super::drift::{Judgement, K_DRIFT, K_SETTLE, Thresholds, Watch};
 use super::prior::Prior;
 use super::progress::Event;
 use super::{AttemptSpec, HostState, Transport};
@@ -300,8 +301,8 @@ struct CellSearch {
 /// Drift watch of one cell on one host.
 #[derive(Default)]
 struct Drift {
-    /// The best anchor so far (direction-aware).
-    best: Option<f64>,
+    /// The readings an anchor is judged against (`drift.rs`).
+    watch: super::drift::Watch,
     /// Sweep attempts since the last clean anchor: (trial key, attempt, unit).
     since_clean: Vec<(String, String, Unit)>,
     /// Candidate trials since the last anchor.
@@ -380,8 +381,8 @@ struct Ran {
     status: AttemptStatus,
     key: String,
     attempt_id: String,
-    /// Median of the objective's samples.
-    value: Option<f64>,
+    /// Median of the objective's samples, and its standard error.
+    value: Option<super::drift::Reading>,
     /// The host dropped while it ran.
     host_lost: bool,
     /// What was recorded (rungs are gated against their baseline's).
@@ -1763,8 +1764,10 @@ impl Shared<'_> {
         {
             let every = self.study.measurement.anchor_every;
             let d = st.drift.entry((host, unit.cell)).or_default();
-            if unit.pos == 0 && d.best.is_none() {
-                d.best = r.value;
+            if unit.pos == 0
+                && let Some(v) = r.value
+            {
+                d.watch.baseline(v);
             }
             d.since_clean
                 .push((r.key.clone(), r.attempt_id.clone(), unit));
@@ -1783,23 +1786,8 @@ impl Shared<'_> {
         anchor_due
     }
 
-    /// How much worse `value` is than `best` (0 when better).
-    fn shortfall(&self, best: f64, value: f64) -> f64 {
-        if best == 0.0 {
-            return 0.0;
-        }
-        let worse = match self.study.objective.better {
-            crate::spec::Better::Higher => (best - value) / best,
-            crate::spec::Better::Lower => (value - best) / best,
-        };
-        worse.max(0.0)
-    }
-
-    fn better_of(&self, a: f64, b: f64) -> f64 {
-        match self.study.objective.better {
-            crate::spec::Better::Higher => a.max(b),
-            crate::spec::Better::Lower => a.min(b),
-        }
+    fn higher_is_better(&self) -> bool {
+        self.study.objective.better == crate::spec::Better::Higher
     }
 
     /// Measure the baseline once on this host as an anchor.
@@ -1810,7 +1798,7 @@ impl Shared<'_> {
         slot: u32,
         class: usize,
         cell: u32,
-    ) -> Option<f64> {
+    ) -> Option<super::drift::Reading> {
         let base = self.plan.space.baseline();
         let role = Role::Anchor {
             host: host.name.clone(),
@@ -1849,7 +1837,8 @@ impl Shared<'_> {
         ran.value
     }
 
-    /// Re-measure the baseline; on drift, void, cool down and re-queue.
+    /// Re-measure the baseline and judge it (`drift.rs`); on drift, void,
+    /// cool down and re-queue.
     async fn anchor(
         &self,
         host_index: usize,
@@ -1859,57 +1848,117 @@ impl Shared<'_> {
         cell: u32,
     ) {
         let m = &self.study.measurement;
-        let Some(value) = self
+        let higher = self.higher_is_better();
+        let Some(first) = self
             .measure_anchor(host_index, host, slot, class, cell)
             .await
         else {
             return;
         };
         let label = self.cell_label(cell);
+        let judged = {
+            let Ok(mut st) = self.state.lock() else {
+                return;
+            };
+            let d = st.drift.entry((host_index, cell)).or_default();
+            match d.watch.thresholds(&[first], m.cool_drift, m.cool_eps) {
+                Some(t) => Some((t, Watch::judge(&t, &[first], higher))),
+                None => {
+                    // Nothing to compare with yet: the anchor starts the
+                    // reference.
+                    d.watch.clean(&[first]);
+                    d.since_clean.clear();
+                    None
+                }
+            }
+        };
+        let Some((t, judgement)) = judged else {
+            return;
+        };
+        if self.options.no_cooldown || judgement == Judgement::Clean {
+            if let Ok(mut st) = self.state.lock() {
+                let d = st.drift.entry((host_index, cell)).or_default();
+                d.watch.clean(&[first]);
+                d.since_clean.clear();
+            }
+            if let Judgement::Worse(x) | Judgement::Better(x) = judgement {
+                self.warn(format!(
+                    "warning: host {} drifted {:.1}% at cell {label} (anchor vs the reference; threshold {}); --no-cooldown: measurements kept",
+                    host.name,
+                    x * 100.0,
+                    threshold_text(&t, m.cool_drift, "cool_drift", K_DRIFT)
+                ));
+            }
+            return;
+        }
+        // A suspect: two more anchors right away. The host has drifted only
+        // if the three together are past the threshold the same way.
+        let mut burst = vec![first];
+        for _ in 0..2 {
+            match self
+                .measure_anchor(host_index, host, slot, class, cell)
+                .await
+            {
+                Some(r) => burst.push(r),
+                // A failed anchor checks nothing (measure_anchor warned).
+                None => return,
+            }
+        }
         enum Verdict {
             Clean,
-            /// Worse than the best by this much: cool down.
-            Hot(f64, Vec<(String, String, Unit)>),
-            /// Better than the best by this much: what came before was
-            /// measured in a worse state; re-measure, no cool-down.
-            WasSlow(f64, Vec<(String, String, Unit)>),
+            /// Worse than the reference: cool down. The thresholds for one
+            /// anchor (what settling is judged with), whether clean
+            /// readings back the reference, and what is voided.
+            Hot(
+                f64,
+                Thresholds,
+                Thresholds,
+                bool,
+                Vec<(String, String, Unit)>,
+            ),
+            /// Better than the reference: what came before was measured in
+            /// a worse state; re-measure, no cool-down.
+            WasSlow(f64, Thresholds, Vec<(String, String, Unit)>),
         }
         let verdict = {
             let Ok(mut st) = self.state.lock() else {
                 return;
             };
             let d = st.drift.entry((host_index, cell)).or_default();
-            let best = d.best.unwrap_or(value);
-            let drift = self.shortfall(best, value);
-            let gain = self.shortfall(value, best);
-            if self.options.no_cooldown || (drift <= m.cool_drift && gain <= m.cool_drift) {
-                d.best = Some(self.better_of(best, value));
-                d.since_clean.clear();
-                if self.options.no_cooldown && drift.max(gain) > m.cool_drift {
-                    drop(st);
-                    self.warn(format!(
-                        "warning: host {} drifted {:.1}% at cell {label} (anchor vs best); --no-cooldown: measurements kept",
-                        host.name,
-                        drift.max(gain) * 100.0
-                    ));
+            let Some(t) = d.watch.thresholds(&burst, m.cool_drift, m.cool_eps) else {
+                return;
+            };
+            let one = d
+                .watch
+                .thresholds(&burst[..1], m.cool_drift, m.cool_eps)
+                .unwrap_or(t);
+            match (judgement, Watch::judge(&t, &burst, higher)) {
+                (Judgement::Worse(_), Judgement::Worse(x)) => {
+                    let backed = d.watch.has_clean();
+                    d.watch.discard_provisional();
+                    let voids = std::mem::take(&mut d.since_clean);
+                    st.cooling.insert(host_index);
+                    Verdict::Hot(x, t, one, backed, voids)
                 }
-                Verdict::Clean
-            } else if gain > m.cool_drift {
-                d.best = Some(value);
-                Verdict::WasSlow(gain, std::mem::take(&mut d.since_clean))
-            } else {
-                let voids = std::mem::take(&mut d.since_clean);
-                st.cooling.insert(host_index);
-                Verdict::Hot(drift, voids)
+                (Judgement::Better(_), Judgement::Better(x)) => {
+                    d.watch.restart(&burst);
+                    Verdict::WasSlow(x, t, std::mem::take(&mut d.since_clean))
+                }
+                _ => {
+                    d.watch.clean(&burst);
+                    d.since_clean.clear();
+                    Verdict::Clean
+                }
             }
         };
-        let (drift, voids) = match verdict {
+        let (drift, t, one, backed, voids) = match verdict {
             Verdict::Clean => return,
-            Verdict::WasSlow(gain, voids) => {
+            Verdict::WasSlow(gain, t, voids) => {
                 self.warn(format!(
-                    "host {} was slower before: its anchor at cell {label} improved {:.1}% on the best so far; re-measuring {} trials taken in the slower state",
+                    "host {} was slower before: 3 anchors at cell {label} are {:.1}% better than the reference (threshold {}); re-measuring {} trials taken in the slower state",
                     host.name,
                     gain * 100.0,
+                    threshold_text(&t, m.cool_drift, "cool_drift", K_DRIFT),
                     voids.len()
                 ));
                 let reason = format!(
@@ -1922,13 +1971,13 @@ impl Shared<'_> {
                 self.notify.notify_waiters();
                 return;
             }
-            Verdict::Hot(drift, voids) => (drift, voids),
+            Verdict::Hot(drift, t, one, backed, voids) => (drift, t, one, backed, voids),
         };
         self.warn(format!(
-            "host {} drifted {:.1}% at cell {label} (more than cool_drift {:.0}%): discarding {} measurements since its last clean anchor and cooling down",
+            "host {} drifted {:.1}% at cell {label} (3 anchors against the reference; threshold {}): discarding {} measurements since its last clean anchor and cooling down",
             host.name,
             drift * 100.0,
-            m.cool_drift * 100.0,
+            threshold_text(&t, m.cool_drift, "cool_drift", K_DRIFT),
             voids.len()
         ));
         let reason = format!(
@@ -1937,10 +1986,15 @@ impl Shared<'_> {
             drift * 100.0
         );
         self.void(&voids, &reason).await;
-        // Cool down: back-off, then an anchor, until it settles.
+        // Cool down: back-off, then an anchor, until it settles: within the
+        // settle threshold of the reference, or, when only the discarded
+        // readings backed the reference, of the anchor before it (the host
+        // is stable again).
         let started = std::time::Instant::now();
         let mut wait = m.cool_wait;
         let mut settled = false;
+        let mut previous = crate::stats::median(&burst.iter().map(|r| r.value).collect::<Vec<_>>())
+            .unwrap_or(one.reference);
         let mut last = drift;
         let mut tries = 0;
         while tries < m.cool_max_retry {
@@ -1960,33 +2014,44 @@ impl Shared<'_> {
             else {
                 break;
             };
-            let best = {
-                let Ok(st) = self.state.lock() else { break };
-                st.drift
-                    .get(&(host_index, cell))
-                    .and_then(|d| d.best)
-                    .unwrap_or(v)
+            last = if backed {
+                super::drift::shortfall(one.reference, v.value, higher)
+            } else {
+                super::drift::shortfall(previous, v.value, higher)
+                    .max(super::drift::shortfall(v.value, previous, higher))
             };
-            last = self.shortfall(best, v);
-            if last <= m.cool_eps {
+            previous = v.value;
+            if last <= one.settle {
                 settled = true;
+                if let Ok(mut st) = self.state.lock() {
+                    st.drift
+                        .entry((host_index, cell))
+                        .or_default()
+                        .watch
+                        .settled(v);
+                }
                 break;
             }
         }
         let requeued = voids.len() as u64;
         let dropped = !settled && !self.cancel.is_cancelled();
         self.requeue(class, cell, &voids, Some((host_index, dropped)));
+        let against = if backed {
+            "the reference"
+        } else {
+            "the anchor before"
+        };
         if settled {
             self.warn(format!(
-                "host {} cooled down: its anchor is within {:.1}% (cool_eps {:.0}%) after {tries} tries; re-measuring {requeued} trials",
+                "host {} cooled down: its anchor is within {:.1}% of {against} (threshold {}) after {tries} tries; re-measuring {requeued} trials",
                 host.name,
                 last * 100.0,
-                m.cool_eps * 100.0
+                threshold_text(&one, m.cool_eps, "cool_eps", K_SETTLE)
             ));
         } else if dropped {
             let reason = format!(
-                "the baseline did not settle within cool_eps {:.0}% after {tries} anchors and {:.1}s (last {:.1}% off the best)",
-                m.cool_eps * 100.0,
+                "the baseline did not settle within {} after {tries} anchors and {:.1}s (last {:.1}% off {against})",
+                threshold_text(&one, m.cool_eps, "cool_eps", K_SETTLE),
                 started.elapsed().as_secs_f64(),
                 last * 100.0
             );
@@ -2567,7 +2632,7 @@ impl Shared<'_> {
         let value = j
             .metrics
             .get(metric)
-            .and_then(|samples| crate::stats::median(samples));
+            .and_then(|samples| super::drift::Reading::of(samples));
         TrialResult::Done(Ran {
             status: j.status,
             key,
@@ -2576,6 +2641,27 @@ impl Shared<'_> {
             host_lost: outcome.host_lost.is_some(),
             record: Some(Arc::new(record)),
         })
+    }
+}
+
+/// `12.3% (the larger of cool_drift 10% and 3 × the anchors' noise 4.1%)`.
+fn threshold_text(t: &Thresholds, floor: f64, name: &str, k: f64) -> String {
+    let value = if name == "cool_eps" {
+        t.settle
+    } else {
+        t.drift
+    };
+    match t.noise {
+        Some(s) => format!(
+            "{:.1}%: the larger of {name} {:.0}% and {k} × the anchors' noise {:.1}%",
+            value * 100.0,
+            floor * 100.0,
+            s * 100.0
+        ),
+        None => format!(
+            "{:.1}%: {name}; the anchors' noise is not known yet",
+            value * 100.0
+        ),
     }
 }
 

@@ -7,6 +7,7 @@
 //! [`launch`] decides what runs where and when.
 
 pub mod attempt;
+pub mod drift;
 pub mod launch;
 pub mod local;
 pub mod prior;

@@ -1050,8 +1050,9 @@ async fn launch(a: LaunchArgs) -> Result<(), CliError> {
     let record = ledger.read_study(&study_id).await.map_err(failed)?;
     if let Some(record) = record {
         let scan = ledger.scan(&study_id).await.map_err(failed)?;
+        let plans = ledger.plans(&study_id).await.map_err(failed)?;
         let (host_records, _) = ledger.hosts(&study_id).await.map_err(failed)?;
-        let analysis = report::analyze(&record, &scan, &host_records);
+        let analysis = report::analyze_planned(&record, &scan, &host_records, &plans);
         for class in &analysis.classes {
             for bucket in &class.buckets {
                 let value = serde_json::json!({
@@ -1174,8 +1175,9 @@ async fn load_analysis(
         );
     }
     let scan = ledger.scan(&study_id).await.map_err(failed)?;
+    let plans = ledger.plans(&study_id).await.map_err(failed)?;
     let (hosts, _) = ledger.hosts(&study_id).await.map_err(failed)?;
-    Ok(report::analyze(&record, &scan, &hosts))
+    Ok(report::analyze_planned(&record, &scan, &hosts, &plans))
 }
 
 /// ` · 12 anchors, 4 re-measured after drift, ...` when any happened.

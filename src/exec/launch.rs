@@ -24,6 +24,7 @@ use std::collections::{BTreeMap, BinaryHeap, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use futures::StreamExt;
 use tokio::sync::{Notify, mpsc};
 use tokio_util::sync::CancellationToken;
 
@@ -328,6 +329,8 @@ struct State {
     abandoned: HashSet<usize>,
     /// Requeues after host loss, per trial key.
     host_losses: HashMap<String, u32>,
+    /// Plan records to write (an adaptive search chose its finalists).
+    plan_writes: Vec<records::PlanRecord>,
     summary: LaunchSummary,
 }
 
@@ -648,6 +651,7 @@ pub async fn run_study(
             all_down_announced: HashSet::new(),
             abandoned: HashSet::new(),
             host_losses: HashMap::new(),
+            plan_writes: Vec::new(),
             summary: LaunchSummary {
                 corrupt_objects: scan.corrupt.len(),
                 unreachable_hosts: unreachable,
@@ -661,6 +665,7 @@ pub async fn run_study(
     shared.seed(&scan);
     // Later scans of this launch only add what was written since.
     drop(scan);
+    shared.record_plan().await?;
     // Buckets already measured in an earlier launch confirm now.
     for class in 0..plan.classes.len() {
         let cells: Vec<u32> = (0..plan.cells.len() as u32).collect();
@@ -688,6 +693,78 @@ pub async fn run_study(
 }
 
 impl Shared<'_> {
+    /// The plan record of `cell` on `class` with `configs` planned there.
+    fn plan_record(&self, class: usize, cell: u32, configs: Option<u64>) -> records::PlanRecord {
+        records::PlanRecord {
+            schema: records::SCHEMA,
+            spec_hash: self.spec_hash.clone(),
+            host_class: self.class_ids[class].clone(),
+            cell_index: cell,
+            cell: space::cell_json(self.study, &self.plan.cells[cell as usize]),
+            cell_label: self.cell_label(cell),
+            configs,
+            repeats: self.plan.repeats,
+            at: chrono::Utc::now().to_rfc3339(),
+        }
+    }
+
+    /// Record what this launch plans per class and cell, so that a report
+    /// can tell a finished bucket from one with trials still to run. A
+    /// shard plans a slice: the launch without `--shard` records the plan.
+    /// An adaptive cell's configs are known when its search is over; an
+    /// earlier launch's record of them is kept.
+    async fn record_plan(&self) -> Result<(), LaunchError> {
+        if self.options.shard.is_some() {
+            return Ok(());
+        }
+        let have = self.ledger.plans(self.study_id).await?;
+        let mut writes = Vec::new();
+        for class in 0..self.class_ids.len() {
+            for cell in 0..self.plan.cells.len() {
+                let configs = (!self.adaptive()).then(|| 1 + self.plan.per_cell[cell].len() as u64);
+                let known = have.iter().find(|r| {
+                    r.spec_hash == self.spec_hash
+                        && r.host_class == self.class_ids[class]
+                        && r.cell_index == cell as u32
+                        && r.repeats == self.plan.repeats
+                });
+                match known {
+                    Some(r) if r.configs == configs || (self.adaptive() && r.configs.is_some()) => {
+                    }
+                    _ => writes.push(self.plan_record(class, cell as u32, configs)),
+                }
+            }
+        }
+        let results: Vec<Result<(), crate::ledger::LedgerError>> = futures::stream::iter(
+            writes
+                .iter()
+                .map(|r| self.ledger.write_plan(self.study_id, r)),
+        )
+        .buffer_unordered(16)
+        .collect()
+        .await;
+        for r in results {
+            r?;
+        }
+        Ok(())
+    }
+
+    /// Write the plan records an adaptive search's end queued.
+    async fn flush_plan_writes(&self) {
+        let writes = match self.state.lock() {
+            Ok(mut st) if !st.plan_writes.is_empty() => std::mem::take(&mut st.plan_writes),
+            _ => return,
+        };
+        for r in writes {
+            if let Err(e) = self.ledger.write_plan(self.study_id, &r).await {
+                self.warn(format!(
+                    "error: {e} (the report keeps cell {} a draft until a launch records its plan)",
+                    r.cell_label
+                ));
+            }
+        }
+    }
+
     fn adaptive(&self) -> bool {
         self.study.strategy.is_adaptive()
     }
@@ -1176,6 +1253,13 @@ impl Shared<'_> {
         union.sort_unstable();
         union.dedup();
         let mut more = 0u64;
+        for m in &members {
+            if cs.searches.contains_key(m) {
+                st.plan_writes
+                    .push(self.plan_record(class, *m, Some(1 + union.len() as u64)));
+            }
+        }
+        let cs = &mut st.classes[class];
         for m in members {
             if cs.searches.remove(&m).is_none() {
                 continue;
@@ -1443,6 +1527,7 @@ impl Shared<'_> {
             tokio::pin!(notified);
             notified.as_mut().enable();
             let (next, touched) = self.next(class, host_index);
+            self.flush_plan_writes().await;
             if !touched.is_empty() {
                 self.maybe_confirm(class, &touched).await;
                 self.notify.notify_waiters();
@@ -2222,7 +2307,7 @@ impl Shared<'_> {
             .unwrap_or_default();
         let class_id = &self.class_ids[class];
         let cells = self.cells_of_bucket.get(bucket)?;
-        let analysis = crate::report::analyze_where(&self.record, &scan, &hosts, |a| {
+        let analysis = crate::report::analyze_where(&self.record, &scan, &hosts, &[], |a| {
             a.host_class == *class_id && cells.contains(&a.cell_index)
         });
         let report = analysis

@@ -29,7 +29,9 @@ use object_store::local::LocalFileSystem;
 use object_store::path::Path as ObjPath;
 use object_store::{ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload};
 
-pub use records::{AttemptRecord, AttemptStatus, DropRecord, HostRecord, StudyRecord, VoidRecord};
+pub use records::{
+    AttemptRecord, AttemptStatus, DropRecord, HostRecord, PlanRecord, StudyRecord, VoidRecord,
+};
 
 /// Default ledger root, relative to the working directory.
 pub const DEFAULT_LEDGER: &str = "ledgers";
@@ -518,6 +520,46 @@ impl Ledger {
         let bytes =
             serde_json::to_vec_pretty(record).map_err(|e| self.io_err("encode", &key, e))?;
         self.create(&key, bytes).await.map(|_| ())
+    }
+
+    /// Record what a launch plans at one cell on one host class
+    /// (replacing what an earlier launch knew).
+    pub async fn write_plan(&self, study: &str, record: &PlanRecord) -> Result<(), LedgerError> {
+        let key = ObjPath::from(format!(
+            "{study}/plan/{}/{}.json",
+            record.host_class, record.cell_index
+        ));
+        let bytes =
+            serde_json::to_vec_pretty(record).map_err(|e| self.io_err("encode", &key, e))?;
+        self.store
+            .put(&key, PutPayload::from(bytes))
+            .await
+            .map(|_| ())
+            .map_err(|e| self.io_err("write", &key, e))
+    }
+
+    /// The plan records of a study (unreadable ones skipped: a bucket
+    /// without its plan is no verdict).
+    pub async fn plans(&self, study: &str) -> Result<Vec<PlanRecord>, LedgerError> {
+        let prefix = ObjPath::from(format!("{study}/plan"));
+        let keys = self.list(&prefix).await?;
+        let got: Vec<Result<Option<Vec<u8>>, LedgerError>> =
+            futures::stream::iter(keys.iter().map(|k| self.get(k)))
+                .buffered(16)
+                .collect()
+                .await;
+        let mut out = Vec::new();
+        for bytes in got {
+            if let Some(bytes) = bytes?
+                && let Ok(r) = serde_json::from_slice::<PlanRecord>(&bytes)
+            {
+                out.push(r);
+            }
+        }
+        out.sort_by(|a, b| {
+            (a.host_class.as_str(), a.cell_index).cmp(&(b.host_class.as_str(), b.cell_index))
+        });
+        Ok(out)
     }
 
     /// Cells dropped on hosts (corrupt objects skipped).

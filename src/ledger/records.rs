@@ -117,6 +117,26 @@ pub struct DropRecord {
     pub at: String,
 }
 
+/// `<study>/plan/<host-class>/<cell-index>.json`: what a launch planned to
+/// run at one cell on one host class (derived from the spec; rewritten by
+/// a launch that knows more, such as an adaptive search's finalists). A
+/// bucket is a verdict only when every planned trial of its cells ended.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PlanRecord {
+    pub schema: u32,
+    pub spec_hash: String,
+    pub host_class: String,
+    pub cell_index: u32,
+    pub cell: serde_json::Value,
+    pub cell_label: String,
+    /// Configs with sweep trials planned here, the baseline included;
+    /// `None` while an adaptive search has not chosen its finalists.
+    pub configs: Option<u64>,
+    /// Sweep trials planned per config.
+    pub repeats: u32,
+    pub at: String,
+}
+
 /// `<study>/trials/<trial-key>/<attempt>.json`: one execution of a trial.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct AttemptRecord {

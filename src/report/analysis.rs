@@ -24,7 +24,9 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 
 use serde::Serialize;
 
-use crate::ledger::records::{AttemptRecord, AttemptStatus, FailureClass, HostRecord, StudyRecord};
+use crate::ledger::records::{
+    AttemptRecord, AttemptStatus, FailureClass, HostRecord, PlanRecord, StudyRecord,
+};
 use crate::ledger::{CorruptObject, Scan};
 use crate::stats::Summary;
 
@@ -302,8 +304,21 @@ struct Group<'a> {
 }
 
 /// Analyse a study's ledger contents.
+/// Without the plan records, no bucket is a verdict (nothing says its
+/// evidence is complete): what `report` shows reads them, see
+/// [`analyze_planned`].
 pub fn analyze(study: &StudyRecord, scan: &Scan, hosts: &[HostRecord]) -> Analysis {
-    analyze_where(study, scan, hosts, |_| true)
+    analyze_where(study, scan, hosts, &[], |_| true)
+}
+
+/// [`analyze`] with what launches planned per host class and cell.
+pub fn analyze_planned(
+    study: &StudyRecord,
+    scan: &Scan,
+    hosts: &[HostRecord],
+    plans: &[PlanRecord],
+) -> Analysis {
+    analyze_where(study, scan, hosts, plans, |_| true)
 }
 
 /// [`analyze`] of the attempts `keep` accepts. A bucket's decision on a
@@ -313,6 +328,7 @@ pub fn analyze_where(
     study: &StudyRecord,
     scan: &Scan,
     hosts: &[HostRecord],
+    plans: &[PlanRecord],
     keep: impl Fn(&AttemptRecord) -> bool,
 ) -> Analysis {
     let spec = &study.spec;
@@ -373,8 +389,23 @@ pub fn analyze_where(
         }
     }
 
+    let plans: Vec<&PlanRecord> = plans
+        .iter()
+        .filter(|p| p.spec_hash == study.spec_hash)
+        .collect();
+    // A class with a plan and nothing run yet is reported too: its buckets
+    // are pending.
+    for p in &plans {
+        tree.entry(p.host_class.as_str()).or_default();
+    }
+
     let mut classes = Vec::new();
     for (class_id, cells) in &tree {
+        let class_plans: Vec<&PlanRecord> = plans
+            .iter()
+            .filter(|p| p.host_class == *class_id)
+            .copied()
+            .collect();
         let mut class_hosts: Vec<String> = hosts
             .iter()
             .filter(|h| h.host_class == *class_id)
@@ -429,7 +460,40 @@ pub fn analyze_where(
                 cell_index: None,
             });
         }
-        let buckets = decide_buckets(spec, cells, &cell_reports, &objective.name, &rules);
+        // A planned cell nothing has run at yet belongs in the report: its
+        // bucket has no decision to ship.
+        for p in &class_plans {
+            if cell_reports
+                .iter()
+                .any(|r| r.cell_index == Some(p.cell_index) || r.cell_label == p.cell_label)
+            {
+                continue;
+            }
+            let why = "pending: nothing has run at this cell yet".to_string();
+            cell_reports.push(CellReport {
+                cell: p.cell.clone(),
+                cell_label: p.cell_label.clone(),
+                bucket: crate::report::buckets::bucket_of(spec, &p.cell).key,
+                baseline_state: "pending".to_string(),
+                baseline: None,
+                winner: None,
+                decision: why,
+                threshold: None,
+                eligible: Vec::new(),
+                rejected: Vec::new(),
+                notes: Vec::new(),
+                cell_index: Some(p.cell_index),
+            });
+        }
+        cell_reports.sort_by_key(|r| r.cell_index.unwrap_or(u32::MAX));
+        let buckets = decide_buckets(
+            spec,
+            cells,
+            &cell_reports,
+            &objective.name,
+            &rules,
+            &class_plans,
+        );
         classes.push(ClassReport {
             host_class: class_id.to_string(),
             label,
@@ -836,6 +900,7 @@ fn decide_buckets(
     reports: &[CellReport],
     objective: &str,
     rules: &Rules,
+    plans: &[&PlanRecord],
 ) -> Vec<BucketReport> {
     let mut order: Vec<String> = Vec::new();
     let mut members: BTreeMap<String, Vec<usize>> = BTreeMap::new();
@@ -860,9 +925,105 @@ fn decide_buckets(
                         .unwrap_or(&empty)
                 })
                 .collect();
-            decide_bucket(spec, &bucket_reports, &bucket_cells, objective, rules)
+            let mut out = decide_bucket(spec, &bucket_reports, &bucket_cells, objective, rules);
+            // No verdict on incomplete evidence: every planned trial of the
+            // bucket's cells must have ended.
+            if let Some(why) = unfinished(&bucket_reports, &bucket_cells, plans) {
+                if out.level == "verdict" {
+                    out.level = "draft".to_string();
+                    out.level_reason = why;
+                } else {
+                    out.level_reason = format!("{}; {why}", out.level_reason);
+                }
+            }
+            out
         })
         .collect()
+}
+
+/// What keeps a bucket's evidence incomplete, if anything: cells whose
+/// plan is not recorded or not chosen yet, and planned sweep trials that
+/// have not ended. A trial has ended when it has a terminal attempt (done
+/// or failed), or when a stated rule skips it: a config that failed at a
+/// cell runs no more repeats there; a baseline whose first repeat failed
+/// stops its cell.
+fn unfinished(
+    reports: &[&CellReport],
+    cells: &[&BTreeMap<u64, Group>],
+    plans: &[&PlanRecord],
+) -> Option<String> {
+    if plans.is_empty() {
+        return Some(
+            "the ledger holds no plan for this host class (launched by an older tunectl, or only with --shard): launch again to record it".to_string(),
+        );
+    }
+    let mut missing_plan = Vec::new();
+    let mut searching = Vec::new();
+    let mut pending: Vec<(String, u64)> = Vec::new();
+    let (mut left, mut planned) = (0u64, 0u64);
+    for (r, groups) in reports.iter().zip(cells) {
+        let plan = plans.iter().find(|p| match r.cell_index {
+            Some(i) => p.cell_index == i,
+            None => p.cell_label == r.cell_label,
+        });
+        let Some(plan) = plan else {
+            missing_plan.push(r.cell_label.clone());
+            continue;
+        };
+        let Some(configs) = plan.configs else {
+            searching.push(r.cell_label.clone());
+            continue;
+        };
+        let repeats = u64::from(plan.repeats);
+        planned += configs * repeats;
+        let baseline_stopped = groups.values().any(|g| {
+            g.sweep
+                .iter()
+                .any(|a| a.is_baseline && a.repeat == 0 && a.status == AttemptStatus::Failed)
+        });
+        if baseline_stopped {
+            continue;
+        }
+        let mut seen = 0u64;
+        let mut here = 0u64;
+        for g in groups.values().filter(|g| !g.sweep.is_empty()) {
+            seen += 1;
+            if g.sweep.iter().any(|a| a.status == AttemptStatus::Failed) {
+                continue;
+            }
+            let ended: HashSet<u32> = g.sweep.iter().map(|a| a.repeat).collect();
+            here += repeats.saturating_sub(ended.len() as u64);
+        }
+        here += configs.saturating_sub(seen) * repeats;
+        if here > 0 {
+            pending.push((r.cell_label.clone(), here));
+            left += here;
+        }
+    }
+    let mut parts = Vec::new();
+    if left > 0 {
+        parts.push(format!(
+            "{left} of {planned} planned trials have not ended ({})",
+            pending
+                .iter()
+                .map(|(c, n)| format!("{c}: {n}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ));
+    }
+    if !searching.is_empty() {
+        parts.push(format!(
+            "the search has not chosen its finalists at {}",
+            searching.join(", ")
+        ));
+    }
+    if !missing_plan.is_empty() {
+        parts.push(format!(
+            "no plan is recorded for {}: launch again to record it",
+            missing_plan.join(", ")
+        ));
+    }
+    (!parts.is_empty()).then(|| parts.join("; "))
 }
 
 fn decide_bucket(

@@ -7,5 +7,5 @@ pub mod analysis;
 pub mod buckets;
 pub mod render;
 
-pub use analysis::{Analysis, analyze, analyze_where};
+pub use analysis::{Analysis, analyze, analyze_planned, analyze_where};
 pub use render::{Format, render};

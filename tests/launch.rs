@@ -1030,3 +1030,74 @@ measurement: {warmup: 0, repeats: 1, confirm_repeats: 0}
         "{tails:?}"
     );
 }
+
+/// A small study for the ledger-damage tests: one cell, one repeat, no
+/// confirmation round; `base` runs first, then `fast`, `slow`, `wrong`.
+const SMALL: &str = r#"name: small
+knobs:
+  mode: {kind: categorical, values: [base, fast, slow, wrong], default: base}
+trial:
+  command: "sh {{ study_dir }}/fake-trial.sh {{ mode }} 1"
+  timeout: 20s
+objective: {metric: throughput, better: higher}
+measurement: {warmup: 0, repeats: 1, anchor_every: 0, confirm_repeats: 0}
+gate: {outputs: [out.txt]}
+"#;
+
+/// The trial key of `mode`'s (only) trial, and the path of its attempt
+/// object, in a launched [`SMALL`] study.
+fn small_trial(env: &Env, mode: &str) -> (String, PathBuf) {
+    let all = attempts(&env.ledger(), "small");
+    let key = all
+        .iter()
+        .find(|(_, l)| l.iter().any(|a| a["config"]["mode"] == mode))
+        .map(|(k, _)| k.clone())
+        .unwrap_or_else(|| panic!("no attempt of mode {mode}: {all:?}"));
+    let dir = env.ledger().join("small/trials").join(&key);
+    let file = std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| p.extension().is_some_and(|e| e == "json"))
+        .unwrap_or_else(|| panic!("no attempt object in {}", dir.display()));
+    (key, file)
+}
+
+/// An attempt record copied under another trial's key (its `trial_key`
+/// says the other trial) is not that trial's result: the trial runs, and
+/// the object is named as misplaced.
+#[test]
+fn an_attempt_copied_under_another_trials_key_does_not_stand_for_that_trial() {
+    let env = Env::new(SMALL);
+    env.launch_ok();
+    let (_, fast_file) = small_trial(&env, "fast");
+    let (slow, slow_file) = small_trial(&env, "slow");
+    // slow's own record is gone; fast's is copied in its place.
+    std::fs::remove_file(&slow_file).expect("remove slow's record");
+    let name = fast_file.file_name().expect("name").to_owned();
+    let misplaced = slow_file.with_file_name(&name);
+    std::fs::copy(&fast_file, &misplaced).expect("copy");
+    let object = format!("small/trials/{slow}/{}", name.to_string_lossy());
+
+    let runs_before = env.runs().len();
+    let stderr = env.launch_ok();
+    assert_eq!(ran(&stderr), 1, "slow runs again:\n{stderr}");
+    assert!(
+        env.runs()[runs_before..].iter().any(|l| l.starts_with("slow ")),
+        "{:?}",
+        env.runs()
+    );
+    assert!(stderr.contains(&object), "the object is named:\n{stderr}");
+    let after = attempts(&env.ledger(), "small");
+    assert!(
+        after[&slow]
+            .iter()
+            .any(|a| a["trial_key"] == slow.as_str() && a["status"] == "ok"),
+        "{:?}",
+        after[&slow]
+    );
+    // Done now: nothing runs again, and the copy stays where it is.
+    let stderr = env.launch_ok();
+    assert_eq!(ran(&stderr), 0, "{stderr}");
+    assert!(misplaced.exists());
+}

@@ -327,6 +327,8 @@ struct State {
     abandoned: HashSet<usize>,
     /// Requeues after host loss, per trial key.
     host_losses: HashMap<String, u32>,
+    /// Ledger objects already named in a warning (unreadable, misplaced).
+    named_objects: HashSet<String>,
     summary: LaunchSummary,
 }
 
@@ -647,6 +649,7 @@ pub async fn run_study(
             all_down_announced: HashSet::new(),
             abandoned: HashSet::new(),
             host_losses: HashMap::new(),
+            named_objects: scan.corrupt.iter().map(|c| c.key.clone()).collect(),
             summary: LaunchSummary {
                 corrupt_objects: scan.corrupt.len(),
                 unreachable_hosts: unreachable,
@@ -2259,10 +2262,20 @@ impl Shared<'_> {
                 }
             }
         };
-        // Finished elsewhere since this launch read the ledger?
-        if lease.is_some()
-            && let Ok(Some(done)) = self.ledger.terminal_attempt(self.study_id, &key).await
-        {
+        // Finished elsewhere since this launch read the ledger? Objects
+        // under the trial's key that are not its records (a copy of
+        // another trial's attempt) do not count, and are named once.
+        let finished = match &lease {
+            Some(_) => match self.ledger.terminal_attempt(self.study_id, &key).await {
+                Ok((done, skipped)) => {
+                    self.name_objects(&skipped);
+                    done
+                }
+                Err(_) => None,
+            },
+            None => None,
+        };
+        if let Some(done) = finished {
             if let Some(l) = &lease {
                 self.ledger.release_lease(l).await;
             }
@@ -2295,6 +2308,24 @@ impl Shared<'_> {
             self.ledger.release_lease(l).await;
         }
         result
+    }
+
+    /// Warn once about each ledger object that is not what its key says
+    /// (its trial runs as if it were not there).
+    fn name_objects(&self, objects: &[crate::ledger::CorruptObject]) {
+        let fresh: Vec<&crate::ledger::CorruptObject> = match self.state.lock() {
+            Ok(mut st) => objects
+                .iter()
+                .filter(|c| st.named_objects.insert(c.key.clone()))
+                .collect(),
+            Err(_) => objects.iter().collect(),
+        };
+        for c in fresh {
+            self.warn(format!(
+                "warning: ignoring unreadable ledger object {}: {} (its trial runs again)",
+                c.key, c.reason
+            ));
+        }
     }
 
     /// Run a trial whose lease this launcher holds, renewing it meanwhile.

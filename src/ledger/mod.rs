@@ -548,12 +548,17 @@ impl Ledger {
         self.create(&key, bytes).await.map(|_| ())
     }
 
-    /// The first terminal, non-voided attempt of a trial, if any.
+    /// The first terminal, non-voided attempt of a trial, if any, and the
+    /// objects under the trial's prefix that were skipped because they are
+    /// not a record of this trial: unreadable, another schema, or a record
+    /// whose own `study_id`, `trial_key` or `attempt_id` does not match
+    /// where it is stored (a copy of another trial's attempt). Those never
+    /// count as the trial's result.
     pub async fn terminal_attempt(
         &self,
         study: &str,
         trial: &str,
-    ) -> Result<Option<AttemptRecord>, LedgerError> {
+    ) -> Result<(Option<AttemptRecord>, Vec<CorruptObject>), LedgerError> {
         let prefix = ObjPath::from(format!("{study}/trials/{trial}"));
         let keys = self.list(&prefix).await?;
         let voided: std::collections::HashSet<String> = keys
@@ -565,17 +570,25 @@ impl Ledger {
             })
             .collect();
         let mut found: Vec<AttemptRecord> = Vec::new();
+        let mut skipped = Vec::new();
         for k in keys.iter().filter(|k| k.extension() == Some("json")) {
-            if let Some(bytes) = self.get(k).await?
-                && let Ok(r) = serde_json::from_slice::<AttemptRecord>(&bytes)
-                && r.status.is_terminal()
-                && !voided.contains(&r.attempt_id)
-            {
-                found.push(r);
+            let Some(bytes) = self.get(k).await? else {
+                continue;
+            };
+            match scan::check_record(k, &bytes) {
+                Ok(r) => {
+                    if r.status.is_terminal() && !voided.contains(&r.attempt_id) {
+                        found.push(r);
+                    }
+                }
+                Err(reason) => skipped.push(CorruptObject {
+                    key: k.to_string(),
+                    reason,
+                }),
             }
         }
         found.sort_by(|a, b| a.attempt_id.cmp(&b.attempt_id));
-        Ok(found.into_iter().next())
+        Ok((found.into_iter().next(), skipped))
     }
 
     /// Study ids in the ledger (top-level prefixes with a study record).

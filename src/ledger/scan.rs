@@ -273,6 +273,39 @@ fn matches_location(key: &ObjPath, rec: &AttemptRecord) -> bool {
         && parts[3] == format!("{}.json", rec.attempt_id)
 }
 
+/// The attempt record stored at `key`, or why it is not one: not a valid
+/// record, another schema, or a record whose own fields say it belongs
+/// elsewhere (copied under another trial's key). Every reader of attempt
+/// objects (scans and the launcher's look at one trial) goes through this,
+/// so a misplaced record never stands for the trial it is stored under.
+pub(crate) fn check_record(key: &ObjPath, bytes: &[u8]) -> Result<AttemptRecord, String> {
+    match serde_json::from_slice::<AttemptRecord>(bytes) {
+        Ok(rec) if rec.schema != records::SCHEMA => {
+            Err(format!("unsupported schema version {}", rec.schema))
+        }
+        Ok(rec) if !matches_location(key, &rec) => Err(misplaced_reason(key, &rec)),
+        Ok(rec) => Ok(rec),
+        Err(e) => Err(format!("not a valid attempt record: {e}")),
+    }
+}
+
+/// What is wrong with a record stored under another name than its own.
+fn misplaced_reason(key: &ObjPath, rec: &AttemptRecord) -> String {
+    let own = format!(
+        "{}/trials/{}/{}.json",
+        rec.study_id, rec.trial_key, rec.attempt_id
+    );
+    let parts: Vec<&str> = key.as_ref().split('/').collect();
+    if parts.get(2).is_some_and(|t| *t != rec.trial_key) {
+        format!(
+            "misplaced: the record's trial key {} does not match its location (it belongs at {own})",
+            rec.trial_key
+        )
+    } else {
+        format!("misplaced: the record's study or attempt id does not match its location (it belongs at {own})")
+    }
+}
+
 impl Ledger {
     /// The attempts of a study: from the compacted index plus what was
     /// written since, or from a full scan when there is no usable index.
@@ -370,20 +403,9 @@ impl Ledger {
                 };
             }
             match self.get_bytes(&key).await {
-                Ok(Some(bytes)) => match serde_json::from_slice::<AttemptRecord>(&bytes) {
-                    Ok(rec) if rec.schema != records::SCHEMA => Got::Corrupt(CorruptObject {
-                        key: k,
-                        reason: format!("unsupported schema version {}", rec.schema),
-                    }),
-                    Ok(rec) if !matches_location(&key, &rec) => Got::Corrupt(CorruptObject {
-                        key: k,
-                        reason: "the record's trial key does not match its location".to_string(),
-                    }),
+                Ok(Some(bytes)) => match check_record(&key, &bytes) {
                     Ok(rec) => Got::Record(Box::new(index::slim(rec))),
-                    Err(e) => Got::Corrupt(CorruptObject {
-                        key: k,
-                        reason: format!("not a valid attempt record: {e}"),
-                    }),
+                    Err(reason) => Got::Corrupt(CorruptObject { key: k, reason }),
                 },
                 Ok(None) => Got::Missing(k),
                 Err(e) => Got::Failed(CorruptObject {

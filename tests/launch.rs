@@ -1063,6 +1063,23 @@ fn small_trial(env: &Env, mode: &str) -> (String, PathBuf) {
     (key, file)
 }
 
+/// `tunectl ledger check ARGS --ledger <ledger>`: (exit code, stdout, stderr).
+fn ledger_check(env: &Env, args: &[&str]) -> (Option<i32>, String, String) {
+    let out = env
+        .cmd()
+        .args(["ledger", "check"])
+        .args(args)
+        .arg("--ledger")
+        .arg(env.ledger())
+        .output()
+        .expect("ledger check");
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
 /// An attempt record copied under another trial's key (its `trial_key`
 /// says the other trial) is not that trial's result: the trial runs, and
 /// the object is named as misplaced.
@@ -1083,7 +1100,9 @@ fn an_attempt_copied_under_another_trials_key_does_not_stand_for_that_trial() {
     let stderr = env.launch_ok();
     assert_eq!(ran(&stderr), 1, "slow runs again:\n{stderr}");
     assert!(
-        env.runs()[runs_before..].iter().any(|l| l.starts_with("slow ")),
+        env.runs()[runs_before..]
+            .iter()
+            .any(|l| l.starts_with("slow ")),
         "{:?}",
         env.runs()
     );
@@ -1100,4 +1119,78 @@ fn an_attempt_copied_under_another_trials_key_does_not_stand_for_that_trial() {
     let stderr = env.launch_ok();
     assert_eq!(ran(&stderr), 0, "{stderr}");
     assert!(misplaced.exists());
+}
+
+/// `ledger check` finds each kind of damage, names the object and what is
+/// wrong, and exits 1; once repaired it exits 0.
+#[test]
+fn ledger_check_reports_missing_and_misplaced_objects_and_a_damaged_study_record() {
+    let env = Env::new(SMALL);
+    env.launch_ok();
+    let (code, stdout, stderr) = ledger_check(&env, &["small"]);
+    assert_eq!(code, Some(0), "a clean ledger:\n{stdout}{stderr}");
+
+    // An attempt object deleted (its log entry names it).
+    let (slow, slow_file) = small_trial(&env, "slow");
+    let bytes = std::fs::read(&slow_file).expect("read");
+    std::fs::remove_file(&slow_file).expect("remove");
+    let object = format!(
+        "small/trials/{slow}/{}",
+        slow_file.file_name().expect("name").to_string_lossy()
+    );
+    let (code, stdout, stderr) = ledger_check(&env, &["small"]);
+    assert_eq!(code, Some(1), "a deleted attempt:\n{stdout}{stderr}");
+    let line = stdout
+        .lines()
+        .find(|l| l.contains(&object))
+        .unwrap_or_else(|| panic!("{object} is not named:\n{stdout}"));
+    assert!(line.contains("missing"), "{line}");
+    std::fs::write(&slow_file, &bytes).expect("restore");
+    let (code, stdout, _) = ledger_check(&env, &["small"]);
+    assert_eq!(code, Some(0), "restored:\n{stdout}");
+
+    // A record copied under another trial's key.
+    let (_, fast_file) = small_trial(&env, "fast");
+    let misplaced = slow_file.with_file_name(fast_file.file_name().expect("name"));
+    std::fs::copy(&fast_file, &misplaced).expect("copy");
+    let object = format!(
+        "small/trials/{slow}/{}",
+        misplaced.file_name().expect("name").to_string_lossy()
+    );
+    let (code, stdout, stderr) = ledger_check(&env, &["small"]);
+    assert_eq!(code, Some(1), "a misplaced record:\n{stdout}{stderr}");
+    let line = stdout
+        .lines()
+        .find(|l| l.contains(&object))
+        .unwrap_or_else(|| panic!("{object} is not named:\n{stdout}"));
+    assert!(line.contains("trial key"), "{line}");
+    std::fs::remove_file(&misplaced).expect("remove the copy");
+
+    // study.json truncated, then deleted: with the study named, and
+    // without (every study in the ledger).
+    let study_json = env.ledger().join("small/study.json");
+    let whole = std::fs::read(&study_json).expect("study.json");
+    std::fs::write(&study_json, &whole[..whole.len() / 2]).expect("truncate");
+    for args in [&["small"][..], &[][..]] {
+        let (code, stdout, stderr) = ledger_check(&env, args);
+        assert_eq!(code, Some(1), "truncated, {args:?}:\n{stdout}{stderr}");
+        let line = stdout
+            .lines()
+            .find(|l| l.contains("small/study.json"))
+            .unwrap_or_else(|| panic!("study.json is not named:\n{stdout}"));
+        assert!(line.contains("not a valid study record"), "{line}");
+    }
+    std::fs::remove_file(&study_json).expect("delete");
+    for args in [&["small"][..], &[][..]] {
+        let (code, stdout, stderr) = ledger_check(&env, args);
+        assert_eq!(code, Some(1), "deleted, {args:?}:\n{stdout}{stderr}");
+        let line = stdout
+            .lines()
+            .find(|l| l.contains("small/study.json"))
+            .unwrap_or_else(|| panic!("study.json is not named:\n{stdout}"));
+        assert!(line.contains("missing"), "{line}");
+    }
+    std::fs::write(&study_json, &whole).expect("restore");
+    let (code, stdout, stderr) = ledger_check(&env, &[]);
+    assert_eq!(code, Some(0), "repaired:\n{stdout}{stderr}");
 }

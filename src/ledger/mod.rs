@@ -14,6 +14,7 @@
 //!
 //! docs/ledger.md has the whole layout and how scans read it.
 
+pub mod check;
 pub mod index;
 pub mod lease;
 pub mod log;

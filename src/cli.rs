@@ -1023,7 +1023,8 @@ async fn launch(a: LaunchArgs) -> Result<(), CliError> {
                 });
             }
         };
-        let again = !this.changed_hosts.is_empty() && !this.interrupted;
+        let again =
+            !this.changed_hosts.is_empty() && !this.interrupted && this.unrecorded.is_empty();
         summary.add(&this);
         if !again {
             break;
@@ -1046,8 +1047,24 @@ async fn launch(a: LaunchArgs) -> Result<(), CliError> {
         );
     }
     let incomplete = !summary.abandoned_classes.is_empty();
+    // Attempts that ran and are not in the ledger: verdicts derived now
+    // would rest on an incomplete record, so the ones there stay.
+    let unrecorded = !summary.unrecorded.is_empty();
+    if unrecorded {
+        eprintln!(
+            "error: {} attempts were NOT recorded in the ledger (their trials run again on a later launch):",
+            summary.unrecorded.len()
+        );
+        for line in &summary.unrecorded {
+            eprintln!("  {line}");
+        }
+    }
     // Verdicts: derived from the ledger, rewritten after every launch.
-    let record = ledger.read_study(&study_id).await.map_err(failed)?;
+    let record = if unrecorded {
+        None
+    } else {
+        ledger.read_study(&study_id).await.map_err(failed)?
+    };
     if let Some(record) = record {
         let scan = ledger.scan(&study_id).await.map_err(failed)?;
         let (host_records, _) = ledger.hosts(&study_id).await.map_err(failed)?;
@@ -1098,6 +1115,12 @@ async fn launch(a: LaunchArgs) -> Result<(), CliError> {
         drift_summary(&summary),
         a.study.display()
     );
+    if unrecorded {
+        return Err(CliError::Failed(format!(
+            "the ledger {} could not record every attempt: the launch stopped starting trials, and no verdicts were written (fix the ledger and launch again)",
+            ledger.url()
+        )));
+    }
     if summary.interrupted {
         return Err(CliError::Interrupted);
     }

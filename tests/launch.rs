@@ -1194,3 +1194,69 @@ fn ledger_check_reports_missing_and_misplaced_objects_and_a_damaged_study_record
     let (code, stdout, stderr) = ledger_check(&env, &[]);
     assert_eq!(code, Some(0), "repaired:\n{stdout}{stderr}");
 }
+
+/// The study's `trials` directory of a local ledger is replaced by a file
+/// while `slow` runs: from then on no attempt record can be written. The
+/// launch tries slow's record a few times, then stops dispatching, writes
+/// no verdicts, names what was not recorded and exits 1; everything
+/// recorded before is still there, and a relaunch runs what is missing.
+///
+/// Why a file and not `chmod`: the tests may run as root, whom permission
+/// bits do not stop; `chattr +i` needs a filesystem and a capability the
+/// test cannot count on. A directory replaced by a plain file refuses every
+/// create under it, for root too.
+#[test]
+fn a_ledger_that_stops_taking_records_stops_the_launch_and_names_what_was_lost() {
+    let env = Env::new(
+        r#"name: brk
+knobs:
+  mode: {kind: categorical, values: [base, fast, slow, wrong], default: base}
+trial:
+  command: "if [ {{ mode }} = slow ] && [ ! -e {{ study_dir }}/broke ]; then echo $TUNECTL_TRIAL_ID > {{ study_dir }}/broke; mv {{ study_dir }}/../ledger/brk/trials {{ study_dir }}/../ledger/brk/trials.saved; : > {{ study_dir }}/../ledger/brk/trials; fi; sh {{ study_dir }}/fake-trial.sh {{ mode }} 1"
+  timeout: 20s
+objective: {metric: throughput, better: higher}
+measurement: {warmup: 0, repeats: 1, anchor_every: 0, confirm_repeats: 0}
+gate: {outputs: [out.txt]}
+"#,
+    );
+    let (code, stderr) = env.launch(&[]);
+    assert_eq!(code, Some(1), "{stderr}");
+    let slow_key = std::fs::read_to_string(env.study_dir().join("broke"))
+        .expect("the slow trial ran")
+        .trim()
+        .to_string();
+    assert!(is_hex(&slow_key, 64), "{slow_key:?}");
+    // Named: trial key, config and cell.
+    let line = stderr
+        .lines()
+        .find(|l| l.contains(&slow_key) && l.contains("mode=slow"))
+        .unwrap_or_else(|| panic!("slow's trial is not named:\n{stderr}"));
+    assert!(line.contains("(single cell)"), "{line}");
+    assert!(stderr.contains("not recorded"), "{stderr}");
+    // Dispatching stopped: `wrong` never ran; no verdict was derived.
+    assert!(
+        !env.runs().iter().any(|l| l.starts_with("wrong ")),
+        "{:?}",
+        env.runs()
+    );
+    let root = env.ledger().join("brk");
+    assert!(!root.join("verdicts").exists(), "verdicts were written");
+
+    // Put the directory back: what was recorded before is all there.
+    std::fs::remove_file(root.join("trials")).expect("remove the file");
+    std::fs::rename(root.join("trials.saved"), root.join("trials")).expect("restore");
+    let all = attempts(&env.ledger(), "brk");
+    let modes: std::collections::BTreeSet<String> = all
+        .values()
+        .flatten()
+        .map(|a| a["config"]["mode"].as_str().unwrap_or("").to_string())
+        .collect();
+    assert_eq!(
+        modes,
+        ["base", "fast"].iter().map(|s| s.to_string()).collect(),
+        "{all:?}"
+    );
+    let stderr = env.launch_ok();
+    assert_eq!(ran(&stderr), 2, "slow and wrong run now:\n{stderr}");
+    assert!(root.join("verdicts").exists());
+}

@@ -35,6 +35,10 @@ pub use records::{AttemptRecord, AttemptStatus, DropRecord, HostRecord, StudyRec
 /// Default ledger root, relative to the working directory.
 pub const DEFAULT_LEDGER: &str = "ledgers";
 
+/// Tries of each write of an attempt record (its log entry, its object),
+/// whatever the error: 0.1 s, 0.3 s, 0.9 s and 2.7 s apart, 4 s in all.
+pub const ATTEMPT_WRITE_TRIES: u32 = 5;
+
 #[derive(Debug, thiserror::Error)]
 pub enum LedgerError {
     #[error("ledger `{url}`: {message}")]
@@ -341,6 +345,20 @@ impl Ledger {
     /// Write a new object; never overwrites. Transient errors are retried
     /// with back-off. Returns `Ok(false)` when the key already exists.
     async fn create(&self, key: &ObjPath, bytes: Vec<u8>) -> Result<bool, LedgerError> {
+        self.create_tries(key, bytes, 4, false).await
+    }
+
+    /// [`Ledger::create`] with at most `max_tries` tries, 0.1 s, 0.3 s,
+    /// 0.9 s, 2.7 s ... apart; with `any_error`, permission and
+    /// authentication errors are retried too (an attempt record is worth
+    /// waiting a few seconds for: a ledger being remounted or repaired).
+    async fn create_tries(
+        &self,
+        key: &ObjPath,
+        bytes: Vec<u8>,
+        max_tries: u32,
+        any_error: bool,
+    ) -> Result<bool, LedgerError> {
         let mut delay = Duration::from_millis(100);
         let mut tries = 0;
         loop {
@@ -357,10 +375,12 @@ impl Ledger {
                 Ok(_) => return Ok(true),
                 Err(object_store::Error::AlreadyExists { .. }) => return Ok(false),
                 Err(e @ object_store::Error::PermissionDenied { .. })
-                | Err(e @ object_store::Error::Unauthenticated { .. }) => {
+                | Err(e @ object_store::Error::Unauthenticated { .. })
+                    if !any_error =>
+                {
                     return Err(self.io_err("write", key, e));
                 }
-                Err(e) if tries >= 4 => return Err(self.io_err("write", key, e)),
+                Err(e) if tries >= max_tries => return Err(self.io_err("write", key, e)),
                 Err(e) => {
                     tracing::warn!(key = %key, error = %e, "ledger write failed; retrying");
                     tokio::time::sleep(delay).await;
@@ -452,7 +472,19 @@ impl Ledger {
         Ok((out, corrupt))
     }
 
+    /// Write an attempt record (its log entry first), each write tried
+    /// [`ATTEMPT_WRITE_TRIES`] times whatever the error.
     pub async fn write_attempt(&self, record: &AttemptRecord) -> Result<(), LedgerError> {
+        self.write_attempt_tries(record, ATTEMPT_WRITE_TRIES).await
+    }
+
+    /// [`Ledger::write_attempt`] with at most `max_tries` tries of each
+    /// write (1: once, for a launcher that already knows the ledger fails).
+    pub async fn write_attempt_tries(
+        &self,
+        record: &AttemptRecord,
+        max_tries: u32,
+    ) -> Result<(), LedgerError> {
         let key = ObjPath::from(format!(
             "{}/trials/{}/{}.json",
             record.study_id, record.trial_key, record.attempt_id
@@ -461,13 +493,15 @@ impl Ledger {
             serde_json::to_vec_pretty(record).map_err(|e| self.io_err("encode", &key, e))?;
         // The log entry first: a scan that trusts the index finds the
         // attempt through it (log.rs).
-        self.log_object(
+        self.log_object_tries(
             &record.study_id,
             &record.trial_key,
             &format!("{}.json", record.attempt_id),
+            max_tries,
+            true,
         )
         .await?;
-        if !self.create(&key, bytes).await? {
+        if !self.create_tries(&key, bytes, max_tries, true).await? {
             return Err(self.io_err("write", &key, "an attempt with this id already exists"));
         }
         Ok(())

@@ -1260,3 +1260,53 @@ gate: {outputs: [out.txt]}
     assert_eq!(ran(&stderr), 2, "slow and wrong run now:\n{stderr}");
     assert!(root.join("verdicts").exists());
 }
+
+/// A launcher killed with SIGKILL takes its running trial with it: the
+/// trial's process group is killed at once, long before the trial's
+/// timeout (and its `sleep 300`) would end it.
+#[test]
+fn a_trial_dies_with_its_launcher() {
+    let env = Env::new(
+        r#"name: orphan
+knobs:
+  mode: {kind: categorical, values: [base], default: base}
+trial:
+  command: "sleep 300 & echo $! > {{ study_dir }}/sleep.pid; wait"
+  timeout: 60s
+objective: {metric: throughput, better: higher}
+measurement: {warmup: 0, repeats: 1, anchor_every: 0, confirm_repeats: 0}
+"#,
+    );
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_tunectl"))
+        .args(env.launch_args())
+        .current_dir(env.tmp.path())
+        .env_remove("TUNECTL_LEDGER")
+        .env_remove("TUNECTL_WORKDIR")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn launch");
+    let pid_file = env.study_dir().join("sleep.pid");
+    let read_pid = || {
+        std::fs::read_to_string(&pid_file)
+            .ok()
+            .map(|t| t.trim().to_string())
+            .filter(|t| t.parse::<u32>().is_ok())
+    };
+    let started = wait_for(Duration::from_secs(20), || read_pid().is_some());
+    let _ = child.kill(); // SIGKILL
+    let _ = child.wait();
+    assert!(started, "the trial never started");
+    let pid = read_pid().expect("pid");
+    let gone = wait_for(Duration::from_secs(5), || process_gone(&pid));
+    if !gone {
+        // Do not leave it behind.
+        if let Ok(p) = pid.parse::<libc::pid_t>() {
+            // SAFETY: kill(2) on the sleep this test's trial started.
+            unsafe {
+                libc::kill(p, libc::SIGKILL);
+            }
+        }
+    }
+    assert!(gone, "the trial's sleep {pid} outlived its launcher");
+}

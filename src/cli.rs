@@ -1023,7 +1023,8 @@ async fn launch(a: LaunchArgs) -> Result<(), CliError> {
                 });
             }
         };
-        let again = !this.changed_hosts.is_empty() && !this.interrupted;
+        let again =
+            !this.changed_hosts.is_empty() && !this.interrupted && this.unrecorded.is_empty();
         summary.add(&this);
         if !again {
             break;
@@ -1046,8 +1047,24 @@ async fn launch(a: LaunchArgs) -> Result<(), CliError> {
         );
     }
     let incomplete = !summary.abandoned_classes.is_empty();
+    // Attempts that ran and are not in the ledger: verdicts derived now
+    // would rest on an incomplete record, so the ones there stay.
+    let unrecorded = !summary.unrecorded.is_empty();
+    if unrecorded {
+        eprintln!(
+            "error: {} attempts were NOT recorded in the ledger (their trials run again on a later launch):",
+            summary.unrecorded.len()
+        );
+        for line in &summary.unrecorded {
+            eprintln!("  {line}");
+        }
+    }
     // Verdicts: derived from the ledger, rewritten after every launch.
-    let record = ledger.read_study(&study_id).await.map_err(failed)?;
+    let record = if unrecorded {
+        None
+    } else {
+        ledger.read_study(&study_id).await.map_err(failed)?
+    };
     if let Some(record) = record {
         let scan = ledger.scan(&study_id).await.map_err(failed)?;
         let plans = ledger.plans(&study_id).await.map_err(failed)?;
@@ -1099,6 +1116,12 @@ async fn launch(a: LaunchArgs) -> Result<(), CliError> {
         drift_summary(&summary),
         a.study.display()
     );
+    if unrecorded {
+        return Err(CliError::Failed(format!(
+            "the ledger {} could not record every attempt: the launch stopped starting trials, and no verdicts were written (fix the ledger and launch again)",
+            ledger.url()
+        )));
+    }
     if summary.interrupted {
         return Err(CliError::Interrupted);
     }
@@ -1658,26 +1681,50 @@ async fn ledger_check(a: LedgerCheckArgs) -> Result<(), CliError> {
     ledger.check_reachable().await.map_err(failed)?;
     let ids = match ids {
         Some(ids) => ids,
-        None => ledger.studies().await.map_err(failed)?,
+        // Every prefix that holds a study's objects, with or without a
+        // readable study record.
+        None => ledger.study_prefixes().await.map_err(failed)?,
     };
-    let mut bad = 0;
+    let (mut unreadable, mut missing, mut records) = (0, 0, 0);
     for id in &ids {
+        let record = ledger.study_record_problem(id).await.map_err(failed)?;
         // Every object listed and read, whatever the index says.
-        let scan = ledger.scan_full(id).await.map_err(failed)?;
+        let checked = ledger.check_study(id).await.map_err(failed)?;
+        let scan = &checked.scan;
         println!(
-            "{id}: {} attempts readable, {} voided, {} unreadable",
+            "{id}: {} attempts readable, {} voided, {} unreadable, {} missing",
             scan.attempts.len(),
             scan.voided,
-            scan.corrupt.len()
+            scan.corrupt.len(),
+            checked.missing.len()
         );
-        for c in &scan.corrupt {
+        if let Some(problem) = &record {
+            println!("  {id}/study.json: {problem}");
+            records += 1;
+        }
+        let mut damaged: Vec<&crate::ledger::CorruptObject> =
+            scan.corrupt.iter().chain(&checked.missing).collect();
+        damaged.sort_by(|x, y| x.key.cmp(&y.key));
+        for c in damaged {
             println!("  {}: {}", c.key, c.reason);
         }
-        bad += scan.corrupt.len();
+        unreadable += scan.corrupt.len();
+        missing += checked.missing.len();
     }
-    if bad > 0 {
+    let mut found = Vec::new();
+    if records > 0 {
+        found.push(format!("{records} damaged or missing study records"));
+    }
+    if unreadable > 0 {
+        found.push(format!("{unreadable} unreadable objects"));
+    }
+    if missing > 0 {
+        found.push(format!("{missing} missing objects"));
+    }
+    if !found.is_empty() {
         return Err(CliError::Failed(format!(
-            "{bad} unreadable objects in ledger {} (ignored by launch and report; their trials run again)",
+            "{} in ledger {} (listed above)",
+            found.join(", "),
             ledger.url()
         )));
     }

@@ -1030,3 +1030,283 @@ measurement: {warmup: 0, repeats: 1, confirm_repeats: 0}
         "{tails:?}"
     );
 }
+
+/// A small study for the ledger-damage tests: one cell, one repeat, no
+/// confirmation round; `base` runs first, then `fast`, `slow`, `wrong`.
+const SMALL: &str = r#"name: small
+knobs:
+  mode: {kind: categorical, values: [base, fast, slow, wrong], default: base}
+trial:
+  command: "sh {{ study_dir }}/fake-trial.sh {{ mode }} 1"
+  timeout: 20s
+objective: {metric: throughput, better: higher}
+measurement: {warmup: 0, repeats: 1, anchor_every: 0, confirm_repeats: 0}
+gate: {outputs: [out.txt]}
+"#;
+
+/// The trial key of `mode`'s (only) trial, and the path of its attempt
+/// object, in a launched [`SMALL`] study.
+fn small_trial(env: &Env, mode: &str) -> (String, PathBuf) {
+    let all = attempts(&env.ledger(), "small");
+    let key = all
+        .iter()
+        .find(|(_, l)| l.iter().any(|a| a["config"]["mode"] == mode))
+        .map(|(k, _)| k.clone())
+        .unwrap_or_else(|| panic!("no attempt of mode {mode}: {all:?}"));
+    let dir = env.ledger().join("small/trials").join(&key);
+    let file = std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| p.extension().is_some_and(|e| e == "json"))
+        .unwrap_or_else(|| panic!("no attempt object in {}", dir.display()));
+    (key, file)
+}
+
+/// `tunectl ledger check ARGS --ledger <ledger>`: (exit code, stdout, stderr).
+fn ledger_check(env: &Env, args: &[&str]) -> (Option<i32>, String, String) {
+    let out = env
+        .cmd()
+        .args(["ledger", "check"])
+        .args(args)
+        .arg("--ledger")
+        .arg(env.ledger())
+        .output()
+        .expect("ledger check");
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// An attempt record copied under another trial's key (its `trial_key`
+/// says the other trial) is not that trial's result: the trial runs, and
+/// the object is named as misplaced.
+#[test]
+fn an_attempt_copied_under_another_trials_key_does_not_stand_for_that_trial() {
+    let env = Env::new(SMALL);
+    env.launch_ok();
+    let (_, fast_file) = small_trial(&env, "fast");
+    let (slow, slow_file) = small_trial(&env, "slow");
+    // slow's own record is gone; fast's is copied in its place.
+    std::fs::remove_file(&slow_file).expect("remove slow's record");
+    let name = fast_file.file_name().expect("name").to_owned();
+    let misplaced = slow_file.with_file_name(&name);
+    std::fs::copy(&fast_file, &misplaced).expect("copy");
+    let object = format!("small/trials/{slow}/{}", name.to_string_lossy());
+
+    let runs_before = env.runs().len();
+    let stderr = env.launch_ok();
+    assert_eq!(ran(&stderr), 1, "slow runs again:\n{stderr}");
+    assert!(
+        env.runs()[runs_before..]
+            .iter()
+            .any(|l| l.starts_with("slow ")),
+        "{:?}",
+        env.runs()
+    );
+    assert!(stderr.contains(&object), "the object is named:\n{stderr}");
+    let after = attempts(&env.ledger(), "small");
+    assert!(
+        after[&slow]
+            .iter()
+            .any(|a| a["trial_key"] == slow.as_str() && a["status"] == "ok"),
+        "{:?}",
+        after[&slow]
+    );
+    // Done now: nothing runs again, and the copy stays where it is.
+    let stderr = env.launch_ok();
+    assert_eq!(ran(&stderr), 0, "{stderr}");
+    assert!(misplaced.exists());
+}
+
+/// `ledger check` finds each kind of damage, names the object and what is
+/// wrong, and exits 1; once repaired it exits 0.
+#[test]
+fn ledger_check_reports_missing_and_misplaced_objects_and_a_damaged_study_record() {
+    let env = Env::new(SMALL);
+    env.launch_ok();
+    let (code, stdout, stderr) = ledger_check(&env, &["small"]);
+    assert_eq!(code, Some(0), "a clean ledger:\n{stdout}{stderr}");
+
+    // An attempt object deleted (its log entry names it).
+    let (slow, slow_file) = small_trial(&env, "slow");
+    let bytes = std::fs::read(&slow_file).expect("read");
+    std::fs::remove_file(&slow_file).expect("remove");
+    let object = format!(
+        "small/trials/{slow}/{}",
+        slow_file.file_name().expect("name").to_string_lossy()
+    );
+    let (code, stdout, stderr) = ledger_check(&env, &["small"]);
+    assert_eq!(code, Some(1), "a deleted attempt:\n{stdout}{stderr}");
+    let line = stdout
+        .lines()
+        .find(|l| l.contains(&object))
+        .unwrap_or_else(|| panic!("{object} is not named:\n{stdout}"));
+    assert!(line.contains("missing"), "{line}");
+    std::fs::write(&slow_file, &bytes).expect("restore");
+    let (code, stdout, _) = ledger_check(&env, &["small"]);
+    assert_eq!(code, Some(0), "restored:\n{stdout}");
+
+    // A record copied under another trial's key.
+    let (_, fast_file) = small_trial(&env, "fast");
+    let misplaced = slow_file.with_file_name(fast_file.file_name().expect("name"));
+    std::fs::copy(&fast_file, &misplaced).expect("copy");
+    let object = format!(
+        "small/trials/{slow}/{}",
+        misplaced.file_name().expect("name").to_string_lossy()
+    );
+    let (code, stdout, stderr) = ledger_check(&env, &["small"]);
+    assert_eq!(code, Some(1), "a misplaced record:\n{stdout}{stderr}");
+    let line = stdout
+        .lines()
+        .find(|l| l.contains(&object))
+        .unwrap_or_else(|| panic!("{object} is not named:\n{stdout}"));
+    assert!(line.contains("trial key"), "{line}");
+    std::fs::remove_file(&misplaced).expect("remove the copy");
+
+    // study.json truncated, then deleted: with the study named, and
+    // without (every study in the ledger).
+    let study_json = env.ledger().join("small/study.json");
+    let whole = std::fs::read(&study_json).expect("study.json");
+    std::fs::write(&study_json, &whole[..whole.len() / 2]).expect("truncate");
+    for args in [&["small"][..], &[][..]] {
+        let (code, stdout, stderr) = ledger_check(&env, args);
+        assert_eq!(code, Some(1), "truncated, {args:?}:\n{stdout}{stderr}");
+        let line = stdout
+            .lines()
+            .find(|l| l.contains("small/study.json"))
+            .unwrap_or_else(|| panic!("study.json is not named:\n{stdout}"));
+        assert!(line.contains("not a valid study record"), "{line}");
+    }
+    std::fs::remove_file(&study_json).expect("delete");
+    for args in [&["small"][..], &[][..]] {
+        let (code, stdout, stderr) = ledger_check(&env, args);
+        assert_eq!(code, Some(1), "deleted, {args:?}:\n{stdout}{stderr}");
+        let line = stdout
+            .lines()
+            .find(|l| l.contains("small/study.json"))
+            .unwrap_or_else(|| panic!("study.json is not named:\n{stdout}"));
+        assert!(line.contains("missing"), "{line}");
+    }
+    std::fs::write(&study_json, &whole).expect("restore");
+    let (code, stdout, stderr) = ledger_check(&env, &[]);
+    assert_eq!(code, Some(0), "repaired:\n{stdout}{stderr}");
+}
+
+/// The study's `trials` directory of a local ledger is replaced by a file
+/// while `slow` runs: from then on no attempt record can be written. The
+/// launch tries slow's record a few times, then stops dispatching, writes
+/// no verdicts, names what was not recorded and exits 1; everything
+/// recorded before is still there, and a relaunch runs what is missing.
+///
+/// Why a file and not `chmod`: the tests may run as root, whom permission
+/// bits do not stop; `chattr +i` needs a filesystem and a capability the
+/// test cannot count on. A directory replaced by a plain file refuses every
+/// create under it, for root too.
+#[test]
+fn a_ledger_that_stops_taking_records_stops_the_launch_and_names_what_was_lost() {
+    let env = Env::new(
+        r#"name: brk
+knobs:
+  mode: {kind: categorical, values: [base, fast, slow, wrong], default: base}
+trial:
+  command: "if [ {{ mode }} = slow ] && [ ! -e {{ study_dir }}/broke ]; then echo $TUNECTL_TRIAL_ID > {{ study_dir }}/broke; mv {{ study_dir }}/../ledger/brk/trials {{ study_dir }}/../ledger/brk/trials.saved; : > {{ study_dir }}/../ledger/brk/trials; fi; sh {{ study_dir }}/fake-trial.sh {{ mode }} 1"
+  timeout: 20s
+objective: {metric: throughput, better: higher}
+measurement: {warmup: 0, repeats: 1, anchor_every: 0, confirm_repeats: 0}
+gate: {outputs: [out.txt]}
+"#,
+    );
+    let (code, stderr) = env.launch(&[]);
+    assert_eq!(code, Some(1), "{stderr}");
+    let slow_key = std::fs::read_to_string(env.study_dir().join("broke"))
+        .expect("the slow trial ran")
+        .trim()
+        .to_string();
+    assert!(is_hex(&slow_key, 64), "{slow_key:?}");
+    // Named: trial key, config and cell.
+    let line = stderr
+        .lines()
+        .find(|l| l.contains(&slow_key) && l.contains("mode=slow"))
+        .unwrap_or_else(|| panic!("slow's trial is not named:\n{stderr}"));
+    assert!(line.contains("(single cell)"), "{line}");
+    assert!(stderr.contains("not recorded"), "{stderr}");
+    // Dispatching stopped: `wrong` never ran; no verdict was derived.
+    assert!(
+        !env.runs().iter().any(|l| l.starts_with("wrong ")),
+        "{:?}",
+        env.runs()
+    );
+    let root = env.ledger().join("brk");
+    assert!(!root.join("verdicts").exists(), "verdicts were written");
+
+    // Put the directory back: what was recorded before is all there.
+    std::fs::remove_file(root.join("trials")).expect("remove the file");
+    std::fs::rename(root.join("trials.saved"), root.join("trials")).expect("restore");
+    let all = attempts(&env.ledger(), "brk");
+    let modes: std::collections::BTreeSet<String> = all
+        .values()
+        .flatten()
+        .map(|a| a["config"]["mode"].as_str().unwrap_or("").to_string())
+        .collect();
+    assert_eq!(
+        modes,
+        ["base", "fast"].iter().map(|s| s.to_string()).collect(),
+        "{all:?}"
+    );
+    let stderr = env.launch_ok();
+    assert_eq!(ran(&stderr), 2, "slow and wrong run now:\n{stderr}");
+    assert!(root.join("verdicts").exists());
+}
+
+/// A launcher killed with SIGKILL takes its running trial with it: the
+/// trial's process group is killed at once, long before the trial's
+/// timeout (and its `sleep 300`) would end it.
+#[test]
+fn a_trial_dies_with_its_launcher() {
+    let env = Env::new(
+        r#"name: orphan
+knobs:
+  mode: {kind: categorical, values: [base], default: base}
+trial:
+  command: "sleep 300 & echo $! > {{ study_dir }}/sleep.pid; wait"
+  timeout: 60s
+objective: {metric: throughput, better: higher}
+measurement: {warmup: 0, repeats: 1, anchor_every: 0, confirm_repeats: 0}
+"#,
+    );
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_tunectl"))
+        .args(env.launch_args())
+        .current_dir(env.tmp.path())
+        .env_remove("TUNECTL_LEDGER")
+        .env_remove("TUNECTL_WORKDIR")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn launch");
+    let pid_file = env.study_dir().join("sleep.pid");
+    let read_pid = || {
+        std::fs::read_to_string(&pid_file)
+            .ok()
+            .map(|t| t.trim().to_string())
+            .filter(|t| t.parse::<u32>().is_ok())
+    };
+    let started = wait_for(Duration::from_secs(20), || read_pid().is_some());
+    let _ = child.kill(); // SIGKILL
+    let _ = child.wait();
+    assert!(started, "the trial never started");
+    let pid = read_pid().expect("pid");
+    let gone = wait_for(Duration::from_secs(5), || process_gone(&pid));
+    if !gone {
+        // Do not leave it behind.
+        if let Ok(p) = pid.parse::<libc::pid_t>() {
+            // SAFETY: kill(2) on the sleep this test's trial started.
+            unsafe {
+                libc::kill(p, libc::SIGKILL);
+            }
+        }
+    }
+    assert!(gone, "the trial's sleep {pid} outlived its launcher");
+}

@@ -828,6 +828,61 @@ measurement: {{warmup: 0, repeats: 1, anchor_every: 0, confirm_repeats: 0}}
     }
 }
 
+/// A launcher killed with SIGKILL leaves no trial running on the host: the
+/// remote wrapper sees its session's input end and kills the run's group,
+/// long before the trial's timeout (and its `sleep 300`) would.
+#[test]
+fn a_remote_trial_dies_with_its_launcher() {
+    let fleet = Fleet::start(&FOUR[..1]);
+    let d = dirs();
+    let pids = d.root.join("pids");
+    let study = d.root.join("study.yaml");
+    write(
+        &study,
+        &format!(
+            r#"name: orphan
+knobs:
+  mode: {{kind: categorical, values: [wait], default: wait}}
+trial:
+  command: "sleep 300 & echo $! >> {pids}; echo $$ >> {pids}; wait"
+  timeout: 60s
+objective: {{metric: t, better: lower}}
+measurement: {{warmup: 0, repeats: 1, anchor_every: 0, confirm_repeats: 0}}
+"#,
+            pids = pids.display()
+        ),
+    );
+    let inv = d.root.join("inventory.yaml");
+    write(&inv, &fleet.inventory_yaml(1, ""));
+    let ledger = d.root.join("ledger");
+    let mut child = spawn_launch(&study, &inv, &ledger, &[]);
+    let listed = || -> Vec<u32> {
+        std::fs::read_to_string(&pids)
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| l.trim().parse().ok())
+            .collect()
+    };
+    let started = wait_for(Duration::from_secs(30), || listed().len() == 2);
+    let _ = child.kill(); // SIGKILL
+    let _ = child.wait();
+    assert!(started, "the trial never started");
+    let mut survivors = Vec::new();
+    for pid in listed() {
+        if !sshd::wait_process_gone(pid, Duration::from_secs(10)) {
+            survivors.push(pid);
+            // SAFETY: kill(2) on a process this test's trial started.
+            unsafe {
+                libc::kill(pid as i32, libc::SIGKILL);
+            }
+        }
+    }
+    assert!(
+        survivors.is_empty(),
+        "trial processes {survivors:?} outlived their launcher on the host"
+    );
+}
+
 #[test]
 fn a_hyperband_study_over_the_fleet_searches_each_host_class_on_its_own() {
     let fleet = Fleet::start(&FOUR);

@@ -87,6 +87,10 @@ pub struct LaunchSummary {
     /// Host classes given up after every host stayed down past
     /// `--host-timeout` (`class label: trials left`).
     pub abandoned_classes: Vec<String>,
+    /// Attempts that ran and could not be written to the ledger, one line
+    /// each (trial key, config, cell, attempt, host, status). Once one
+    /// could not be written the launch started no new trial.
+    pub unrecorded: Vec<String>,
 }
 
 impl LaunchSummary {
@@ -113,6 +117,7 @@ impl LaunchSummary {
             (&mut self.unreachable_hosts, &o.unreachable_hosts),
             (&mut self.changed_hosts, &o.changed_hosts),
             (&mut self.abandoned_classes, &o.abandoned_classes),
+            (&mut self.unrecorded, &o.unrecorded),
         ] {
             for x in theirs {
                 if !mine.contains(x) {
@@ -331,6 +336,11 @@ struct State {
     host_losses: HashMap<String, u32>,
     /// Plan records to write (an adaptive search chose its finalists).
     plan_writes: Vec<records::PlanRecord>,
+    /// Ledger objects already named in a warning (unreadable, misplaced).
+    named_objects: HashSet<String>,
+    /// An attempt record could not be written (after its retries): no new
+    /// trial starts, and running ones get one try each to record.
+    ledger_failing: bool,
     summary: LaunchSummary,
 }
 
@@ -399,6 +409,8 @@ enum TrialResult {
     Held(Duration),
     /// Unrecorded (render error, ledger write failed).
     Unrecorded,
+    /// Not started: the ledger cannot record attempts.
+    NotStarted,
 }
 
 /// What a worker does about its host's state.
@@ -652,6 +664,8 @@ pub async fn run_study(
             abandoned: HashSet::new(),
             host_losses: HashMap::new(),
             plan_writes: Vec::new(),
+            named_objects: scan.corrupt.iter().map(|c| c.key.clone()).collect(),
+            ledger_failing: false,
             summary: LaunchSummary {
                 corrupt_objects: scan.corrupt.len(),
                 unreachable_hosts: unreachable,
@@ -1505,7 +1519,7 @@ impl Shared<'_> {
     async fn worker(&self, host_index: usize, host: &LaunchHost, slot: u32) {
         let class = self.host_class[host_index];
         loop {
-            if self.cancel.is_cancelled() {
+            if self.cancel.is_cancelled() || self.ledger_failing() {
                 return;
             }
             match self.host_ready(host_index, host, class).await {
@@ -1569,6 +1583,8 @@ impl Shared<'_> {
             let ran = match ran {
                 TrialResult::Done(r) => Some(r),
                 TrialResult::Unrecorded => None,
+                // The ledger fails: this launch starts nothing more.
+                TrialResult::NotStarted => return,
                 TrialResult::Held(retry_in) => {
                     // Another launcher replaying the same search runs this
                     // rung, and the search waits for its result: look
@@ -1582,7 +1598,7 @@ impl Shared<'_> {
                 }
             };
             let anchor_due = self.finish(class, host_index, unit, ran.as_ref());
-            if anchor_due {
+            if anchor_due && !self.ledger_failing() {
                 self.anchor(host_index, host, slot, class, unit.cell).await;
             }
             if unit.kind == Kind::Sweep {
@@ -2379,6 +2395,10 @@ impl Shared<'_> {
         key: String,
         warm: bool,
     ) -> TrialResult {
+        // Nothing new starts once the ledger could not record an attempt.
+        if self.ledger_failing() {
+            return TrialResult::NotStarted;
+        }
         // Take the trial's lease first: no two launchers run it at once.
         // Anchors are unique to this host and need none.
         let lease = if matches!(role, Role::Anchor { .. }) {
@@ -2409,10 +2429,20 @@ impl Shared<'_> {
                 }
             }
         };
-        // Finished elsewhere since this launch read the ledger?
-        if lease.is_some()
-            && let Ok(Some(done)) = self.ledger.terminal_attempt(self.study_id, &key).await
-        {
+        // Finished elsewhere since this launch read the ledger? Objects
+        // under the trial's key that are not its records (a copy of
+        // another trial's attempt) do not count, and are named once.
+        let finished = match &lease {
+            Some(_) => match self.ledger.terminal_attempt(self.study_id, &key).await {
+                Ok((done, skipped)) => {
+                    self.name_objects(&skipped);
+                    done
+                }
+                Err(_) => None,
+            },
+            None => None,
+        };
+        if let Some(done) = finished {
             if let Some(l) = &lease {
                 self.ledger.release_lease(l).await;
             }
@@ -2445,6 +2475,29 @@ impl Shared<'_> {
             self.ledger.release_lease(l).await;
         }
         result
+    }
+
+    /// Whether an attempt record could not be written in this launch.
+    fn ledger_failing(&self) -> bool {
+        self.state.lock().map(|s| s.ledger_failing).unwrap_or(true)
+    }
+
+    /// Warn once about each ledger object that is not what its key says
+    /// (its trial runs as if it were not there).
+    fn name_objects(&self, objects: &[crate::ledger::CorruptObject]) {
+        let fresh: Vec<&crate::ledger::CorruptObject> = match self.state.lock() {
+            Ok(mut st) => objects
+                .iter()
+                .filter(|c| st.named_objects.insert(c.key.clone()))
+                .collect(),
+            Err(_) => objects.iter().collect(),
+        };
+        for c in fresh {
+            self.warn(format!(
+                "warning: ignoring unreadable ledger object {}: {} (its trial runs again)",
+                c.key, c.reason
+            ));
+        }
     }
 
     /// Run a trial whose lease this launcher holds, renewing it meanwhile.
@@ -2655,7 +2708,14 @@ impl Shared<'_> {
                 .filter(|_| j.status == AttemptStatus::Lost)
                 .map(scrub),
         };
-        let written = self.ledger.write_attempt(&record).await;
+        // Once the ledger has failed, an attempt that was already running
+        // gets one try: it is worth no more waiting.
+        let tries = if self.ledger_failing() {
+            1
+        } else {
+            crate::ledger::ATTEMPT_WRITE_TRIES
+        };
+        let written = self.ledger.write_attempt_tries(&record, tries).await;
         for (name, bytes) in &outcome.logs {
             let text = scrub(String::from_utf8_lossy(bytes).into_owned());
             if let Err(e) = self
@@ -2680,15 +2740,40 @@ impl Shared<'_> {
             )
         });
         if let Err(e) = written {
-            let _ = self.events.send(Event::Warn(format!("error: {e}")));
+            let line = format!(
+                "trial {key} · {config_label} @ {cell_label} · attempt {attempt_id} on host {} ({})",
+                host.name,
+                match (record.status, &record.failure) {
+                    (AttemptStatus::Ok, _) => "ok".to_string(),
+                    (AttemptStatus::Failed, Some(f)) => format!("failed: {}", f.class.as_str()),
+                    (AttemptStatus::Failed, None) => "failed".to_string(),
+                    (AttemptStatus::Lost, _) => "lost".to_string(),
+                }
+            );
+            let first = match self.state.lock() {
+                Ok(mut st) => {
+                    st.summary.lost += 1;
+                    st.summary.unrecorded.push(line.clone());
+                    !std::mem::replace(&mut st.ledger_failing, true)
+                }
+                Err(_) => false,
+            };
+            let _ = self.events.send(Event::Warn(format!(
+                "error: {e}\nerror: not recorded in the ledger: {line}"
+            )));
+            if first {
+                let _ = self.events.send(Event::Warn(
+                    "error: the ledger cannot record attempts: no new trial is started; running trials finish and get one try to record"
+                        .to_string(),
+                ));
+            }
             let _ = self.events.send(Event::Finished {
                 ok: false,
                 lost: true,
                 failure: None,
             });
-            if let Ok(mut st) = self.state.lock() {
-                st.summary.lost += 1;
-            }
+            // Workers waiting for work look again, and leave.
+            self.notify.notify_waiters();
             return TrialResult::Unrecorded;
         }
         if let Ok(mut st) = self.state.lock() {

@@ -1,5 +1,12 @@
 //! Running a command on this machine: `sh -c` in its own process group, so
 //! that a timeout or Ctrl-C kills the trial and everything it started.
+//!
+//! The group dies with the launcher too: its leader is a small guard
+//! shell that blocks reading a pipe whose only writer is the launcher. When
+//! the launcher exits, however it dies (SIGKILL included), the kernel closes
+//! the pipe, the guard reads end-of-file and kills the whole group (SIGTERM,
+//! SIGKILL 2 s later). The guard being the leader also keeps the group's id
+//! from being reused while any of it runs.
 
 use std::io;
 use std::os::unix::process::ExitStatusExt;
@@ -23,6 +30,14 @@ pub const HEAD_BYTES: usize = 4 * 1024;
 
 /// Grace between SIGTERM and SIGKILL when a trial is stopped.
 const KILL_GRACE: Duration = Duration::from_secs(2);
+
+/// The leader of a run's process group: waits for end-of-file on its
+/// standard input (the launcher holds the only write end, and writes
+/// nothing), then kills its group. It ignores SIGTERM so that a timeout's
+/// SIGTERM to the group reaches the trial without ending the guard; the
+/// launcher's SIGKILL to the group at the end of every run ends it.
+const GUARD: &str =
+    "trap '' TERM INT HUP\nread -r tc_line\nkill -s TERM 0\nsleep 2\nkill -s KILL 0\n";
 
 #[derive(Debug, Clone)]
 pub struct RunSpec {
@@ -177,6 +192,21 @@ fn kill_group(pgid: i32, signal: i32) {
 /// Run `/bin/sh -c command` and wait for it, its timeout or cancellation.
 pub async fn run(spec: &RunSpec, cancel: &CancellationToken) -> io::Result<RunOutput> {
     let started = Instant::now();
+    // The guard first, as the group's leader: if this launcher dies from
+    // here on, the group dies with it (see the module documentation).
+    let mut guard = Command::new("/bin/sh")
+        .arg("-c")
+        .arg(GUARD)
+        .current_dir("/")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .process_group(0)
+        .kill_on_drop(true)
+        .spawn()?;
+    let pgid = guard.id().map(|p| p as i32).unwrap_or(0);
+    // Held, never written to, until the run is over.
+    let guard_pipe = guard.stdin.take();
     // POSIX puts `sh` at /bin/sh; naming it saves a PATH search per trial.
     let mut cmd = Command::new("/bin/sh");
     cmd.arg("-c")
@@ -186,10 +216,16 @@ pub async fn run(spec: &RunSpec, cancel: &CancellationToken) -> io::Result<RunOu
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
-        .process_group(0)
+        .process_group(pgid)
         .kill_on_drop(true);
-    let mut child = cmd.spawn()?;
-    let pgid = child.id().map(|p| p as i32).unwrap_or(0);
+    let mut child = match cmd.spawn() {
+        Ok(c) => c,
+        Err(e) => {
+            kill_group(pgid, libc::SIGKILL);
+            let _ = tokio::time::timeout(KILL_GRACE, guard.wait()).await;
+            return Err(e);
+        }
+    };
     let out_buf = Arc::new(Mutex::new(Capture::default()));
     let err_buf = Arc::new(Mutex::new(Capture::default()));
     let (out_log, err_log) = match &spec.log_files {
@@ -219,8 +255,11 @@ pub async fn run(spec: &RunSpec, cancel: &CancellationToken) -> io::Result<RunOu
             stop(&mut child, pgid).await?
         }
     };
-    // Whatever the trial left behind in its group goes too.
+    // Whatever the trial left behind in its group goes too, the guard
+    // with it.
     kill_group(pgid, libc::SIGKILL);
+    let _ = tokio::time::timeout(KILL_GRACE, guard.wait()).await;
+    drop(guard_pipe);
     for r in readers.into_iter().flatten() {
         let _ = tokio::time::timeout(Duration::from_secs(2), r).await;
     }

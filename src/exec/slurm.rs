@@ -408,6 +408,7 @@ impl Inner {
                 self_timeout: true,
                 probe: Some(probe),
                 remote_clock: true,
+                ..Default::default()
             };
             let mut manifest = Manifest {
                 study: study.clone(),

@@ -25,6 +25,12 @@
 //! @@tunectl end
 //! ```
 //!
+//! The wrapper also bounds every run on its own: a watchdog kills it a
+//! little after its timeout, and a guard reading the session's input (the
+//! launcher keeps it open, silent, while the attempt runs) kills it when
+//! that input ends: a launcher killed outright, or a session that died,
+//! leaves nothing running on the host.
+//!
 //! A stream that ends without `end` while the master connection is gone is
 //! a lost host: the attempt is lost (it runs again elsewhere), the host is
 //! marked down and retried with back-off, and the process groups it was
@@ -335,6 +341,13 @@ pub(crate) fn wrap(body: &str) -> String {
     format!("tc_main() {{\n{body}\n}}\ntc_main </dev/null\n")
 }
 
+/// [`wrap`], with the session's standard input (past the script: nothing
+/// more comes until the launcher closes it) kept as file descriptor 3 for
+/// the wrapper's guard ([`WrapperOptions::guard_input`]).
+pub(crate) fn wrap_guarded(body: &str) -> String {
+    format!("tc_main() {{\n{body}\n}}\ntc_main 3<&0 </dev/null\n")
+}
+
 struct ScriptOutput {
     stdout: Vec<u8>,
 }
@@ -398,6 +411,15 @@ pub(crate) struct WrapperOptions {
     /// launcher connected to kill it), and reports it with a `timeout`
     /// frame.
     pub self_timeout: bool,
+    /// Seconds the wrapper's own timeout allows beyond the trial's (an ssh
+    /// launcher kills at the timeout itself; the wrapper's is the backstop
+    /// for when the launcher is gone).
+    pub timeout_margin_s: u64,
+    /// Run a guard that reads file descriptor 3 (the session's standard
+    /// input, see [`wrap_guarded`]) and, at its end (the launcher or its
+    /// connection is gone), stops the wrapper and kills the running run's
+    /// group.
+    pub guard_input: bool,
     /// Run this probe script first (in a subshell, in the trial directory)
     /// and send its output as the file frame `probe`.
     pub probe: Option<String>,
@@ -414,7 +436,8 @@ pub(crate) fn attempt_script(spec: &AttemptSpec, opts: &WrapperOptions) -> Resul
     let _ = writeln!(s, "tc_dir={}", q(&spec.trial_dir));
     let _ = writeln!(s, "tc_result={}", q(&spec.result_path));
     if opts.self_timeout {
-        let _ = writeln!(s, "tc_timeout={}", spec.timeout.as_secs().max(1));
+        let secs = spec.timeout.as_secs() + u64::from(spec.timeout.subsec_nanos() > 0);
+        let _ = writeln!(s, "tc_timeout={}", secs.max(1) + opts.timeout_margin_s);
     } else {
         s.push_str("tc_timeout=\n");
     }
@@ -422,6 +445,11 @@ pub(crate) fn attempt_script(spec: &AttemptSpec, opts: &WrapperOptions) -> Resul
         "mkdir -p \"$tc_dir\" 2>/dev/null || { printf '@@tunectl setup cannot create the trial directory %s\\n' \"$tc_dir\"; printf '@@tunectl end\\n'; return 0; }\n\
          cd \"$tc_dir\" || { printf '@@tunectl setup cannot enter the trial directory %s\\n' \"$tc_dir\"; printf '@@tunectl end\\n'; return 0; }\n",
     );
+    if opts.guard_input {
+        s.push_str("tc_guard\n");
+    } else {
+        s.push_str("tc_guard_pid=\n");
+    }
     if let Some(probe) = &opts.probe {
         let _ = writeln!(
             s,
@@ -466,6 +494,7 @@ pub(crate) fn attempt_script(spec: &AttemptSpec, opts: &WrapperOptions) -> Resul
     );
     s.push_str(
         "  tc_pid=$!\n\
+         \x20 [ -z \"$tc_guard_pid\" ] || echo \"$tc_pid\" >.tunectl-run-pid\n\
          \x20 printf '@@tunectl run %s %s\\n' \"$tc_phase\" \"$tc_pid\"\n\
          \x20 tc_dog=\n\
          \x20 [ -z \"$tc_timeout\" ] || tc_watch\n\
@@ -512,6 +541,9 @@ pub(crate) fn attempt_script(spec: &AttemptSpec, opts: &WrapperOptions) -> Resul
     if !keep_workdirs {
         s.push_str("if [ $tc_ok = 1 ]; then cd / && rm -rf \"$tc_dir\"; fi\n");
     }
+    // The guard's work is done: stop it before the end frame, so that the
+    // launcher closing the session afterwards kills nothing.
+    s.push_str("[ -z \"$tc_guard_pid\" ] || { kill -s TERM \"$tc_guard_pid\" 2>/dev/null; rm -f \"$tc_dir/.tunectl-run-pid\"; }\n");
     s.push_str("printf '@@tunectl end\\n'\n");
     Ok(s)
 }
@@ -531,6 +563,26 @@ tc_watch() {
     kill -s KILL -- "-$tc_pid" 2>/dev/null || kill -s KILL "$tc_pid" 2>/dev/null
   ) </dev/null >/dev/null 2>&1 &
   tc_dog=$!
+}
+tc_guard() {
+  # The launcher holds the session's input open while the attempt runs and
+  # sends nothing on it: its end means the launcher or its connection is
+  # gone. Then stop the wrapper (no next run starts) and kill the running
+  # run's group. Stopped itself (the attempt is over), it stops its cat.
+  tc_main_pid=$$
+  (
+    trap 'kill -s TERM "$tc_c" 2>/dev/null; exit 0' TERM
+    cat <&3 >/dev/null 2>&1 & tc_c=$!
+    wait "$tc_c"
+    kill -s TERM "$tc_main_pid" 2>/dev/null
+    tc_p=$(cat .tunectl-run-pid 2>/dev/null)
+    [ -n "$tc_p" ] || exit 0
+    kill -s TERM -- "-$tc_p" 2>/dev/null || kill -s TERM "$tc_p" 2>/dev/null
+    sleep 2
+    kill -s KILL -- "-$tc_p" 2>/dev/null || kill -s KILL "$tc_p" 2>/dev/null
+  ) </dev/null >/dev/null 2>&1 &
+  tc_guard_pid=$!
+  exec 3<&-
 }
 tc_stream() {
   # Size, tail and (when $3 > 0) head of a stream; nothing for an empty one.
@@ -900,8 +952,14 @@ impl Transport for SshTransport {
             ));
             return outcome;
         };
+        // The wrapper bounds every run itself (the trial's timeout plus a
+        // margin: this launcher kills at the timeout) and kills it when
+        // this launcher or its connection goes away.
         let opts = WrapperOptions {
             keep_workdirs: self.keep_workdirs,
+            self_timeout: true,
+            timeout_margin_s: u64::from(KILL_GRACE_S) + 3,
+            guard_input: true,
             ..Default::default()
         };
         let script = match attempt_script(spec, &opts) {
@@ -938,9 +996,11 @@ impl Transport for SshTransport {
                 return outcome;
             }
         };
-        if let Some(mut stdin) = child.stdin().take() {
-            let sent = stdin.write_all(wrap(&script).as_bytes()).await;
-            let _ = stdin.shutdown().await;
+        // The session's input stays open (and silent) until the attempt is
+        // over: the wrapper's guard kills the run when it ends early.
+        let mut input = child.stdin().take();
+        if let Some(stdin) = input.as_mut() {
+            let sent = stdin.write_all(wrap_guarded(&script).as_bytes()).await;
             if let Err(e) = sent {
                 outcome.host_lost = Some(format!(
                     "the connection to the host was lost (sending the attempt script: {e})"
@@ -1049,6 +1109,7 @@ impl Transport for SshTransport {
             },
             None => String::new(),
         };
+        drop(input);
         let _ = tokio::time::timeout(Duration::from_secs(2), child.wait()).await;
 
         if !got.ended {

@@ -180,6 +180,19 @@ impl Ledger {
         trial: &str,
         file: &str,
     ) -> Result<(), LedgerError> {
+        self.log_object_tries(study, trial, file, 4, false).await
+    }
+
+    /// [`Ledger::log_object`] with at most `max_tries` tries; with
+    /// `any_error`, permission errors are retried too (attempt records).
+    pub(crate) async fn log_object_tries(
+        &self,
+        study: &str,
+        trial: &str,
+        file: &str,
+        max_tries: u32,
+        any_error: bool,
+    ) -> Result<(), LedgerError> {
         let (stream, n) = self.next_entry(study);
         let key = entry_key(study, &stream, n, &format!("{trial}-{file}"));
         let body = EntryBody {
@@ -189,7 +202,9 @@ impl Ledger {
         let bytes = serde_json::to_vec(&body).map_err(|e| self.io_err("encode", &key, e))?;
         // `false` (it exists): an earlier try of this very create went
         // through.
-        self.create(&key, bytes).await.map(|_| ())
+        self.create_tries(&key, bytes, max_tries, any_error)
+            .await
+            .map(|_| ())
     }
 
     /// End this process's stream for a study: readers stop listing it. A

@@ -14,6 +14,7 @@
 //!
 //! docs/ledger.md has the whole layout and how scans read it.
 
+pub mod check;
 pub mod index;
 pub mod lease;
 pub mod log;
@@ -35,6 +36,10 @@ pub use records::{
 
 /// Default ledger root, relative to the working directory.
 pub const DEFAULT_LEDGER: &str = "ledgers";
+
+/// Tries of each write of an attempt record (its log entry, its object),
+/// whatever the error: 0.1 s, 0.3 s, 0.9 s and 2.7 s apart, 4 s in all.
+pub const ATTEMPT_WRITE_TRIES: u32 = 5;
 
 #[derive(Debug, thiserror::Error)]
 pub enum LedgerError {
@@ -342,6 +347,20 @@ impl Ledger {
     /// Write a new object; never overwrites. Transient errors are retried
     /// with back-off. Returns `Ok(false)` when the key already exists.
     async fn create(&self, key: &ObjPath, bytes: Vec<u8>) -> Result<bool, LedgerError> {
+        self.create_tries(key, bytes, 4, false).await
+    }
+
+    /// [`Ledger::create`] with at most `max_tries` tries, 0.1 s, 0.3 s,
+    /// 0.9 s, 2.7 s ... apart; with `any_error`, permission and
+    /// authentication errors are retried too (an attempt record is worth
+    /// waiting a few seconds for: a ledger being remounted or repaired).
+    async fn create_tries(
+        &self,
+        key: &ObjPath,
+        bytes: Vec<u8>,
+        max_tries: u32,
+        any_error: bool,
+    ) -> Result<bool, LedgerError> {
         let mut delay = Duration::from_millis(100);
         let mut tries = 0;
         loop {
@@ -358,10 +377,12 @@ impl Ledger {
                 Ok(_) => return Ok(true),
                 Err(object_store::Error::AlreadyExists { .. }) => return Ok(false),
                 Err(e @ object_store::Error::PermissionDenied { .. })
-                | Err(e @ object_store::Error::Unauthenticated { .. }) => {
+                | Err(e @ object_store::Error::Unauthenticated { .. })
+                    if !any_error =>
+                {
                     return Err(self.io_err("write", key, e));
                 }
-                Err(e) if tries >= 4 => return Err(self.io_err("write", key, e)),
+                Err(e) if tries >= max_tries => return Err(self.io_err("write", key, e)),
                 Err(e) => {
                     tracing::warn!(key = %key, error = %e, "ledger write failed; retrying");
                     tokio::time::sleep(delay).await;
@@ -453,7 +474,19 @@ impl Ledger {
         Ok((out, corrupt))
     }
 
+    /// Write an attempt record (its log entry first), each write tried
+    /// [`ATTEMPT_WRITE_TRIES`] times whatever the error.
     pub async fn write_attempt(&self, record: &AttemptRecord) -> Result<(), LedgerError> {
+        self.write_attempt_tries(record, ATTEMPT_WRITE_TRIES).await
+    }
+
+    /// [`Ledger::write_attempt`] with at most `max_tries` tries of each
+    /// write (1: once, for a launcher that already knows the ledger fails).
+    pub async fn write_attempt_tries(
+        &self,
+        record: &AttemptRecord,
+        max_tries: u32,
+    ) -> Result<(), LedgerError> {
         let key = ObjPath::from(format!(
             "{}/trials/{}/{}.json",
             record.study_id, record.trial_key, record.attempt_id
@@ -462,13 +495,15 @@ impl Ledger {
             serde_json::to_vec_pretty(record).map_err(|e| self.io_err("encode", &key, e))?;
         // The log entry first: a scan that trusts the index finds the
         // attempt through it (log.rs).
-        self.log_object(
+        self.log_object_tries(
             &record.study_id,
             &record.trial_key,
             &format!("{}.json", record.attempt_id),
+            max_tries,
+            true,
         )
         .await?;
-        if !self.create(&key, bytes).await? {
+        if !self.create_tries(&key, bytes, max_tries, true).await? {
             return Err(self.io_err("write", &key, "an attempt with this id already exists"));
         }
         Ok(())
@@ -590,12 +625,17 @@ impl Ledger {
         self.create(&key, bytes).await.map(|_| ())
     }
 
-    /// The first terminal, non-voided attempt of a trial, if any.
+    /// The first terminal, non-voided attempt of a trial, if any, and the
+    /// objects under the trial's prefix that were skipped because they are
+    /// not a record of this trial: unreadable, another schema, or a record
+    /// whose own `study_id`, `trial_key` or `attempt_id` does not match
+    /// where it is stored (a copy of another trial's attempt). Those never
+    /// count as the trial's result.
     pub async fn terminal_attempt(
         &self,
         study: &str,
         trial: &str,
-    ) -> Result<Option<AttemptRecord>, LedgerError> {
+    ) -> Result<(Option<AttemptRecord>, Vec<CorruptObject>), LedgerError> {
         let prefix = ObjPath::from(format!("{study}/trials/{trial}"));
         let keys = self.list(&prefix).await?;
         let voided: std::collections::HashSet<String> = keys
@@ -607,17 +647,25 @@ impl Ledger {
             })
             .collect();
         let mut found: Vec<AttemptRecord> = Vec::new();
+        let mut skipped = Vec::new();
         for k in keys.iter().filter(|k| k.extension() == Some("json")) {
-            if let Some(bytes) = self.get(k).await?
-                && let Ok(r) = serde_json::from_slice::<AttemptRecord>(&bytes)
-                && r.status.is_terminal()
-                && !voided.contains(&r.attempt_id)
-            {
-                found.push(r);
+            let Some(bytes) = self.get(k).await? else {
+                continue;
+            };
+            match scan::check_record(k, &bytes) {
+                Ok(r) => {
+                    if r.status.is_terminal() && !voided.contains(&r.attempt_id) {
+                        found.push(r);
+                    }
+                }
+                Err(reason) => skipped.push(CorruptObject {
+                    key: k.to_string(),
+                    reason,
+                }),
             }
         }
         found.sort_by(|a, b| a.attempt_id.cmp(&b.attempt_id));
-        Ok(found.into_iter().next())
+        Ok((found.into_iter().next(), skipped))
     }
 
     /// Study ids in the ledger (top-level prefixes with a study record).

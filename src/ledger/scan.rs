@@ -51,7 +51,7 @@ pub(crate) struct Known {
     streams: BTreeMap<String, Mark>,
     /// Objects to look for again: named by a log entry and not found, or
     /// found and not readable for a reason that may pass (a store error).
-    unresolved: BTreeSet<String>,
+    pub(crate) unresolved: BTreeSet<String>,
     /// Attempt objects read that the stored index does not hold.
     unindexed: usize,
     /// No usable index is stored.
@@ -144,7 +144,7 @@ impl Known {
     }
 
     /// Is the object at `key` (`<study>/trials/<trial>/<file>`) known?
-    fn holds(&self, key: &str) -> bool {
+    pub(crate) fn holds(&self, key: &str) -> bool {
         let Some((trial, file)) = split_object(key) else {
             return false;
         };
@@ -273,6 +273,41 @@ fn matches_location(key: &ObjPath, rec: &AttemptRecord) -> bool {
         && parts[3] == format!("{}.json", rec.attempt_id)
 }
 
+/// The attempt record stored at `key`, or why it is not one: not a valid
+/// record, another schema, or a record whose own fields say it belongs
+/// elsewhere (copied under another trial's key). Every reader of attempt
+/// objects (scans and the launcher's look at one trial) goes through this,
+/// so a misplaced record never stands for the trial it is stored under.
+pub(crate) fn check_record(key: &ObjPath, bytes: &[u8]) -> Result<AttemptRecord, String> {
+    match serde_json::from_slice::<AttemptRecord>(bytes) {
+        Ok(rec) if rec.schema != records::SCHEMA => {
+            Err(format!("unsupported schema version {}", rec.schema))
+        }
+        Ok(rec) if !matches_location(key, &rec) => Err(misplaced_reason(key, &rec)),
+        Ok(rec) => Ok(rec),
+        Err(e) => Err(format!("not a valid attempt record: {e}")),
+    }
+}
+
+/// What is wrong with a record stored under another name than its own.
+fn misplaced_reason(key: &ObjPath, rec: &AttemptRecord) -> String {
+    let own = format!(
+        "{}/trials/{}/{}.json",
+        rec.study_id, rec.trial_key, rec.attempt_id
+    );
+    let parts: Vec<&str> = key.as_ref().split('/').collect();
+    if parts.get(2).is_some_and(|t| *t != rec.trial_key) {
+        format!(
+            "misplaced: the record's trial key {} does not match its location (it belongs at {own})",
+            rec.trial_key
+        )
+    } else {
+        format!(
+            "misplaced: the record's study or attempt id does not match its location (it belongs at {own})"
+        )
+    }
+}
+
 impl Ledger {
     /// The attempts of a study: from the compacted index plus what was
     /// written since, or from a full scan when there is no usable index.
@@ -370,20 +405,9 @@ impl Ledger {
                 };
             }
             match self.get_bytes(&key).await {
-                Ok(Some(bytes)) => match serde_json::from_slice::<AttemptRecord>(&bytes) {
-                    Ok(rec) if rec.schema != records::SCHEMA => Got::Corrupt(CorruptObject {
-                        key: k,
-                        reason: format!("unsupported schema version {}", rec.schema),
-                    }),
-                    Ok(rec) if !matches_location(&key, &rec) => Got::Corrupt(CorruptObject {
-                        key: k,
-                        reason: "the record's trial key does not match its location".to_string(),
-                    }),
+                Ok(Some(bytes)) => match check_record(&key, &bytes) {
                     Ok(rec) => Got::Record(Box::new(index::slim(rec))),
-                    Err(e) => Got::Corrupt(CorruptObject {
-                        key: k,
-                        reason: format!("not a valid attempt record: {e}"),
-                    }),
+                    Err(reason) => Got::Corrupt(CorruptObject { key: k, reason }),
                 },
                 Ok(None) => Got::Missing(k),
                 Err(e) => Got::Failed(CorruptObject {
@@ -808,6 +832,61 @@ mod tests {
         // A full scan (ledger check) does.
         let full = Ledger::open(&url).expect("open");
         assert_eq!(full.scan_full(S).await.expect("full").attempts.len(), 3);
+    }
+
+    #[tokio::test]
+    async fn check_names_objects_the_log_or_the_index_hold_that_are_gone() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let url = dir.path().display().to_string();
+        let a = Ledger::open(&url).expect("open");
+        for n in 1..=3 {
+            a.write_attempt(&rec(&trial(n), "20260101T000000.000000Z-01", "ok"))
+                .await
+                .expect("write");
+        }
+        compact(&Ledger::open(&url).expect("open")).await;
+        let object = |n: u8| format!("{S}/trials/{}/20260101T000000.000000Z-01.json", trial(n));
+        let clean = Ledger::open(&url).expect("open");
+        assert!(
+            clean
+                .check_study(S)
+                .await
+                .expect("check")
+                .missing
+                .is_empty()
+        );
+        // One object deleted (its log entry stays); another deleted with
+        // the whole log, so only the index still knows it.
+        let full = Ledger::open(&url).expect("open");
+        compact(&full).await;
+        std::fs::remove_file(dir.path().join(object(1))).expect("rm");
+        let checked = full.check_study(S).await.expect("check");
+        let named: Vec<(&str, bool)> = checked
+            .missing
+            .iter()
+            .map(|c| (c.key.as_str(), c.reason.contains("arrival log")))
+            .collect();
+        assert_eq!(named, vec![(object(1).as_str(), true)]);
+        // (An indexed scan does not see deletions: the index keeps object 1.)
+        compact(&Ledger::open(&url).expect("open")).await;
+        std::fs::remove_dir_all(dir.path().join(S).join("log")).expect("rm log");
+        std::fs::remove_file(dir.path().join(object(2))).expect("rm");
+        let checked = Ledger::open(&url)
+            .expect("open")
+            .check_study(S)
+            .await
+            .expect("check");
+        let named: Vec<(&str, bool)> = checked
+            .missing
+            .iter()
+            .map(|c| (c.key.as_str(), c.reason.contains("index")))
+            .collect();
+        assert_eq!(
+            named,
+            vec![(object(1).as_str(), true), (object(2).as_str(), true)],
+            "{checked:?}"
+        );
+        assert_eq!(checked.scan.attempts.len(), 1);
     }
 
     #[test]

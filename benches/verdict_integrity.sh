@@ -8,7 +8,7 @@
 # and crash/OOM/output-changing traps never shipped. Targets are printed
 # next to each figure; a benchmark, not a test: nothing fails on a figure.
 #
-#   benches/verdict_integrity.sh --quick             # 30 studies, ~5 minutes on 2 cores
+#   benches/verdict_integrity.sh --quick             # 36 studies, ~6 minutes on 2 cores
 #   benches/verdict_integrity.sh                     # 510 studies, ~1.5-2 hours
 #   benches/verdict_integrity.sh --tunectl PATH      # skip the build
 #   benches/verdict_integrity.sh --out FIGS.json     # figures + every study as JSON

@@ -23,3 +23,9 @@ bench:
     ./benches/plan_scale.sh
     ./benches/fs_inodes.py
     ./benches/search_regret.sh
+    ./benches/verdict_integrity.sh --quick
+
+# The verdict-integrity benchmark in full (510 studies, 1.5-2 hours); ARGS as
+# benches/verdict_integrity.sh takes them (--tunectl PATH, --out FILE, --jobs N).
+bench-verdict-integrity *ARGS:
+    ./benches/verdict_integrity.sh {{ARGS}}

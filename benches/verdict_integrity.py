@@ -1,0 +1,532 @@
+#!/usr/bin/env python3
+"""Verdict-integrity benchmark: many small studies through the real
+`tunectl launch` (local transport, one slot) on a FAKE trial program with a
+known truth (benches/verdict_integrity/fake_bench.py), scored against that
+truth. Run it through benches/verdict_integrity.sh; docs/benchmarks.md has
+the model, the targets and results.
+
+    verdict_integrity.py --tunectl PATH [--quick] [--jobs 2] [--out FIGURES.json]
+                         [--noise 0.01,0.05,0.10] [--keep DIR] [--seed N]
+
+Per noise level (per-sample lognormal sigma) it runs, each study in its own
+temporary ledger and work directory:
+
+- null studies: no knob matters (every working config has the baseline's
+  true time); anything but the baseline shipping is a false win;
+- win studies: one named config is truly 3 %, 5 % or 10 % faster;
+- drift studies: null truth, or a true 10 % win, and the "host" runs
+  20 % slower during a wall-clock window of the study;
+
+every study also holds three traps: a config that is 15 % faster but
+crashes from its third sweep repeat on, one that is 15 % faster at n=2 and
+out of memory at n=3, one that is 20 % faster with a different output.
+Studies come in groups of repeats (same truth, a different noise seed),
+which give the "identical winners" figure.
+"""
+
+import argparse
+import concurrent.futures as cf
+import glob
+import json
+import os
+import random
+import re
+import shlex
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from datetime import datetime
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+FAKE = os.path.join(HERE, "verdict_integrity", "fake_bench.py")
+
+# The study every run shares (but for its name, truth file and ledger).
+KNOBS = {
+    "tile": [32, 64, 128],
+    "stages": [1, 2],
+    "layout": ["row", "col"],
+}
+DEFAULTS = {"tile": 64, "stages": 1, "layout": "row"}
+CELLS = [2, 3]  # axis n; pow2 buckets: both in n ∈ [2, 4), one bucket
+TRAPS = [
+    # 15 % faster, but crashes from its third sweep repeat on
+    {"knobs": {"tile": 32, "stages": 2, "layout": "col"}, "effect": "crash",
+     "from_repeat": 2, "factor": 1.15},
+    # out of memory at n=3; 15 % faster at n=2
+    {"knobs": {"tile": 128, "stages": 2, "layout": "row"}, "cell": {"n": 3}, "effect": "oom"},
+    {"knobs": {"tile": 128, "stages": 2, "layout": "row"}, "effect": "speed", "factor": 1.15},
+    # 20 % faster, different output
+    {"knobs": {"tile": 32, "stages": 1, "layout": "col"}, "effect": "wrong", "factor": 1.2},
+]
+TRAP_CONFIGS = [{"tile": 32, "stages": 2, "layout": "col"},
+                {"tile": 128, "stages": 2, "layout": "row"},
+                {"tile": 32, "stages": 1, "layout": "col"}]
+
+MEASUREMENT = {
+    "warmup": 0,            # the fake has nothing to warm up
+    "repeats": 5,
+    "anchor_every": 5,
+    "cool_drift": 0.10,     # the defaults
+    "cool_eps": 0.03,
+    "cool_wait": "200ms",   # scaled to ~0.1 s trials (default 5s)
+    "cool_max_wait": "8s",  # default 10m; back-off sum 0.2+0.4+0.8+1.6+3.2 = 6.2 s
+    "cool_max_retry": 5,
+    "confirm_repeats": 3,
+}
+SLOWDOWN_FACTOR = 1.2
+SLOWDOWN_LEN_S = 3.0
+
+NOISE = {"sigma": None, "trial_sigma_ratio": 0.5, "outlier_p": 0.01, "outlier_x": 1.3,
+         "samples": 5, "sleep_s": 0.05, "base_ms": 10.0}
+
+TARGETS = {
+    "false_wins": "0 in 100 null studies at each noise level",
+    "found_5": ">= 95% of true >=5% wins found at 5% noise",
+    "all_verdict": ">= 95% of studies without injected drift all-VERDICT, no cell dropped",
+    "drift_caught": ">= 95% of injected 20% slowdowns caught",
+    "identical": "identical winners in >= 9 of 10 repeats",
+    "cooling": "cooling <= 10% of trial-seconds when nothing drifts",
+    "traps": "crash/OOM/output-changing configs never ship",
+}
+
+
+def label(cfg):
+    """The report's config label: the knobs that differ from the baseline,
+    in knob order."""
+    parts = ["%s=%s" % (k, cfg[k]) for k in KNOBS if cfg[k] != DEFAULTS[k]]
+    return " ".join(parts) if parts else "baseline"
+
+
+def all_configs():
+    out = []
+    for t in KNOBS["tile"]:
+        for s in KNOBS["stages"]:
+            for l in KNOBS["layout"]:
+                out.append({"tile": t, "stages": s, "layout": l})
+    return out
+
+
+def plan(args):
+    """The studies to run, per noise level: (kind, true effect, group, repeat)."""
+    # kind: (groups, repeats per group, true effect of the named winner or 0)
+    if args.quick:
+        per = [("null", 1, 3, 0.0), ("win", 1, 3, 0.05), ("win", 1, 2, 0.10),
+               ("drift", 1, 2, 0.0), ("drift", 1, 2, 0.10)]
+    else:
+        per = [("null", 10, 10, 0.0), ("win", 1, 10, 0.03), ("win", 2, 10, 0.05),
+               ("win", 2, 10, 0.10), ("drift", 1, 10, 0.0), ("drift", 1, 10, 0.10)]
+    rng = random.Random(args.seed)
+    candidates = [c for c in all_configs() if c != DEFAULTS and c not in TRAP_CONFIGS]
+    studies = []
+    for sigma in args.noise:
+        for kind, groups, reps, effect in per:
+            for g in range(groups):
+                winner = rng.choice(candidates) if effect else None
+                tag = kind if kind == "null" else "%s%d" % (kind, round(effect * 100))
+                for r in range(reps):
+                    studies.append({
+                        "kind": kind,
+                        "effect": effect,
+                        "sigma": sigma,
+                        "group": "%s-s%02d-g%02d" % (tag, round(sigma * 100), g),
+                        "repeat": r,
+                        "winner": winner,
+                        "seed": rng.randrange(1 << 30),
+                    })
+    return studies
+
+
+def study_yaml(name, py, truth_path):
+    m = MEASUREMENT
+    cmd = "%s -S %s %s" % (shlex.quote(py), shlex.quote(FAKE), shlex.quote(truth_path))
+    return f"""# FAKE study written by benches/verdict_integrity.py
+name: {name}
+description: verdict-integrity benchmark, FAKE trial program (benches/verdict_integrity/fake_bench.py)
+knobs:
+  tile: {{kind: int, values: [32, 64, 128], default: 64}}
+  stages: {{kind: int, values: [1, 2], default: 1}}
+  layout: {{kind: categorical, values: [row, col], default: row}}
+cells:
+  n: [{", ".join(str(c) for c in CELLS)}]
+trial:
+  command: {json.dumps(cmd)}
+  timeout: 30s
+objective: {{metric: time_ms, unit: ms, better: lower}}
+measurement:
+  warmup: {m["warmup"]}
+  repeats: {m["repeats"]}
+  anchor_every: {m["anchor_every"]}
+  cool_drift: {m["cool_drift"]}
+  cool_eps: {m["cool_eps"]}
+  cool_wait: {m["cool_wait"]}
+  cool_max_wait: {m["cool_max_wait"]}
+  cool_max_retry: {m["cool_max_retry"]}
+  confirm_repeats: {m["confirm_repeats"]}
+"""
+
+
+def parse_ts(s):
+    return datetime.fromisoformat(s.replace("Z", "+00:00")).timestamp()
+
+
+DRIFT_RE = re.compile(r"host (\S+) drifted ([\d.]+)% at cell (.+?) \(more than cool_drift")
+SLOWER_RE = re.compile(r"host (\S+) was slower before: its anchor at cell (.+?) improved ([\d.]+)%")
+COOLED_RE = re.compile(r"host (\S+) cooled down:")
+DROP_RE = re.compile(r"host (\S+) drops cell (.+?): ")
+
+
+def run_study(st, args, root):
+    name = "vi-%s-r%02d" % (st["group"], st["repeat"])
+    d = os.path.join(root, name)
+    os.makedirs(d)
+    truth_path = os.path.join(d, "truth.json")
+    rules = []
+    if st["winner"]:
+        rules.append({"knobs": st["winner"], "effect": "speed", "factor": 1.0 + st["effect"]})
+    rules += TRAPS
+    slowdown = None
+    if st["kind"] == "drift":
+        slowdown = {"start_s": st["window_start"], "end_s": st["window_start"] + SLOWDOWN_LEN_S,
+                    "factor": SLOWDOWN_FACTOR}
+    truth = {
+        "seed": st["seed"], "base_ms": NOISE["base_ms"], "cell_axis": "n",
+        "sigma": st["sigma"], "trial_sigma": st["sigma"] * NOISE["trial_sigma_ratio"],
+        "outlier_p": NOISE["outlier_p"], "outlier_x": NOISE["outlier_x"],
+        "samples": NOISE["samples"], "sleep_s": NOISE["sleep_s"],
+        "state_dir": os.path.join(d, "state"), "slowdown": slowdown, "rules": rules,
+    }
+    with open(truth_path, "w") as f:
+        json.dump(truth, f, indent=1)
+    study = os.path.join(d, "study.yaml")
+    with open(study, "w") as f:
+        f.write(study_yaml(name, args.python, truth_path))
+    ledger = os.path.join(d, "ledger")
+    cmd = [args.tunectl, "launch", study, "--ledger", ledger,
+           "--workdir", os.path.join(d, "work"), "--progress", "plain"]
+    lines = []
+    t_start = time.time()
+    with open(os.path.join(d, "launch.out"), "w") as out:
+        p = subprocess.Popen(cmd, stdout=out, stderr=subprocess.PIPE, text=True)
+        for line in p.stderr:
+            lines.append((time.time(), line.rstrip("\n")))
+        rc = p.wait()
+    t_end = time.time()
+    with open(os.path.join(d, "launch.err"), "w") as f:
+        for t, line in lines:
+            f.write("%.3f %s\n" % (t - t_start, line))
+    res = {k: st[k] for k in ("kind", "effect", "sigma", "group", "repeat", "seed")}
+    res.update(name=name, launch_rc=rc, wall_s=t_end - t_start,
+               winner_truth=label(st["winner"]) if st["winner"] else "baseline")
+    if slowdown:
+        res["window"] = [slowdown["start_s"], slowdown["end_s"]]
+    rep = subprocess.run([args.tunectl, "report", study, "--ledger", ledger, "--format", "json"],
+                         capture_output=True, text=True)
+    if rc != 0 or rep.returncode != 0:
+        res["error"] = (rep.stderr or "")[-2000:] + "\n".join(l for _, l in lines[-20:])
+        return res
+    report = json.loads(rep.stdout)
+    buckets = [b for c in report["classes"] for b in c["buckets"]]
+    res["buckets"] = [{"label": b["label"], "ships": b["config"] if isinstance(b["config"], str)
+                       else config_label(b), "level": b["level"],
+                       "level_reason": b.get("level_reason"), "decision": b["decision"]}
+                      for b in buckets]
+    res["level"] = report.get("level")
+
+    # The ledger: attempts by role, voided, drops.
+    sdir = os.path.join(ledger, name)
+    attempts = []
+    for path in glob.glob(os.path.join(sdir, "trials", "*", "*.json")):
+        with open(path) as f:
+            a = json.load(f)
+        attempts.append({
+            "role": a.get("role", "sweep"), "status": a.get("status"),
+            "start": parse_ts(a["started_at"]) if a.get("started_at") else None,
+            "dur": float(a.get("duration_s") or 0.0),
+            "void": os.path.exists(path[:-5] + ".void"),
+        })
+    drops = glob.glob(os.path.join(sdir, "drops", "**", "*.json"), recursive=True)
+    t0 = None
+    try:
+        with open(os.path.join(d, "state", "t0")) as f:
+            t0 = float(f.read())
+    except (OSError, ValueError):
+        pass
+
+    # Cool-downs from the stamped stderr: "drifted ... cooling down" to
+    # "cooled down" / "drops cell" (one slot: one at a time).
+    cooldowns, alarms, open_at = [], [], None
+    for t, line in lines:
+        m = DRIFT_RE.search(line)
+        if m:
+            alarms.append({"t": t, "kind": "drifted", "pct": float(m.group(2)),
+                           "cell": m.group(3)})
+            open_at = t
+            continue
+        m = SLOWER_RE.search(line)
+        if m:
+            alarms.append({"t": t, "kind": "slower_before", "pct": float(m.group(3)),
+                           "cell": m.group(2)})
+            continue
+        if (COOLED_RE.search(line) or DROP_RE.search(line)) and open_at is not None:
+            cooldowns.append((open_at, t))
+            open_at = None
+    if open_at is not None:
+        cooldowns.append((open_at, t_end))
+
+    def in_cooldown(a):
+        return a["start"] is not None and any(s <= a["start"] <= e for s, e in cooldowns)
+
+    cool_wall = sum(e - s for s, e in cooldowns)
+    cool_anchor = sum(a["dur"] for a in attempts if a["role"] == "anchor" and in_cooldown(a))
+    trial_s = sum(a["dur"] for a in attempts)
+    total = trial_s + max(0.0, cool_wall - cool_anchor)
+    voided_s = sum(a["dur"] for a in attempts if a["void"])
+    routine_anchor_s = sum(a["dur"] for a in attempts
+                           if a["role"] == "anchor" and not in_cooldown(a))
+    res.update(
+        attempts=len(attempts),
+        by_role={r: sum(1 for a in attempts if a["role"] == r)
+                 for r in ("sweep", "anchor", "confirm")},
+        voided=sum(1 for a in attempts if a["void"]),
+        drops=len(drops),
+        trial_s=trial_s, cooldown_wall_s=cool_wall, voided_s=voided_s,
+        cooling_share=(cool_wall + voided_s) / total if total else 0.0,
+        anchor_share=routine_anchor_s / total if total else 0.0,
+        alarms=[dict(a, t=a["t"] - t0 if t0 else None) for a in alarms],
+        t0_offset=(t0 - t_start) if t0 else None,
+        duration_s=(t_end - t0) if t0 else None,
+    )
+    if not args.keep:
+        shutil.rmtree(d, ignore_errors=True)
+    return res
+
+
+def config_label(bucket):
+    """`config` may be an object of knobs (the JSON report) or a label."""
+    cfg = bucket.get("config")
+    if isinstance(cfg, dict):
+        full = dict(DEFAULTS)
+        full.update(cfg.get("knobs", cfg))
+        return label(full)
+    return str(cfg)
+
+
+# ---------------------------------------------------------------- scoring
+
+def trap_labels():
+    return {label(c) for c in TRAP_CONFIGS}
+
+
+def score(results, args):
+    traps = trap_labels()
+    figs = {}
+    for sigma in args.noise:
+        rs = [r for r in results if r["sigma"] == sigma]
+        ok = [r for r in rs if "error" not in r]
+        f = {"studies": len(rs), "errors": len(rs) - len(ok)}
+
+        def ships(r):
+            return [b["ships"] for b in r["buckets"]]
+
+        nulls = [r for r in ok if r["kind"] == "null"]
+        f["null_studies"] = len(nulls)
+        f["false_wins"] = sum(1 for r in nulls if any(s != "baseline" for s in ships(r)))
+        for e in (0.03, 0.05, 0.10):
+            ws = [r for r in ok if r["kind"] == "win" and abs(r["effect"] - e) < 1e-9]
+            if ws:
+                f["win%d_studies" % round(e * 100)] = len(ws)
+                f["win%d_found" % round(e * 100)] = sum(
+                    1 for r in ws if all(s == r["winner_truth"] for s in ships(r)))
+                f["win%d_wrong" % round(e * 100)] = sum(
+                    1 for r in ws if any(s not in ("baseline", r["winner_truth"]) for s in ships(r)))
+        nodrift = [r for r in ok if r["kind"] != "drift"]
+        f["nodrift_studies"] = len(nodrift)
+        f["all_verdict"] = sum(1 for r in nodrift
+                               if all(b["level"] == "verdict" for b in r["buckets"])
+                               and r["drops"] == 0)
+        f["with_drops"] = sum(1 for r in nodrift if r["drops"] > 0)
+        f["any_draft"] = sum(1 for r in nodrift
+                             if any(b["level"] != "verdict" for b in r["buckets"]))
+        f["false_alarm_studies"] = sum(1 for r in nodrift if r["alarms"])
+        f["false_alarms"] = sum(len(r["alarms"]) for r in nodrift)
+        cs = [r["cooling_share"] for r in nodrift]
+        f["cooling_share_mean"] = statistics.mean(cs) if cs else None
+        f["cooling_share_median"] = statistics.median(cs) if cs else None
+        f["cooling_share_max"] = max(cs) if cs else None
+        an = [r["anchor_share"] for r in nodrift]
+        f["anchor_share_mean"] = statistics.mean(an) if an else None
+        dr = [r for r in ok if r["kind"] == "drift"]
+        slack = 8.0 + 2.0  # cool_max_wait + 2 s
+        for tag, sel in (("", dr), ("_null", [r for r in dr if not r["effect"]]),
+                         ("_win10", [r for r in dr if r["effect"]])):
+            n = {"studies": 0, "seen": 0, "caught": 0, "right_answer": 0, "all_verdict": 0}
+            for r in sel:
+                a, b = r["window"]
+                seen = any(x["t"] is not None and a <= x["t"] <= b + slack for x in r["alarms"])
+                right = all(s == r["winner_truth"] for s in ships(r))
+                n["studies"] += 1
+                n["seen"] += seen
+                n["right_answer"] += right
+                n["caught"] += seen and right
+                n["all_verdict"] += (all(b_["level"] == "verdict" for b_ in r["buckets"])
+                                     and r["drops"] == 0)
+            for k, v in n.items():
+                f["drift%s_%s" % (tag, k)] = v
+        f["trap_ships"] = sum(1 for r in ok for s in ships(r) if s in traps)
+        f["trap_studies"] = len(ok)
+        # identical winners per group of repeats
+        groups = {}
+        for r in ok:
+            groups.setdefault(r["group"], []).append(tuple(ships(r)))
+        ident = []
+        for g, w in sorted(groups.items()):
+            top = max(w.count(x) for x in set(w))
+            ident.append({"group": g, "repeats": len(w), "same": top})
+        f["identical"] = ident
+        f["wall_s_median"] = statistics.median([r["wall_s"] for r in rs]) if rs else None
+        figs["%g" % sigma] = f
+    return figs
+
+
+def pct(a, b):
+    return "%d/%d (%.0f%%)" % (a, b, 100.0 * a / b) if b else "n/a"
+
+
+def verdict(ok):
+    return "met" if ok else "NOT met"
+
+
+def table(figs, args):
+    rows = []
+    for key, f in figs.items():
+        s = "σ=%s%%" % round(float(key) * 100)
+        rows.append((s, "false wins in null studies", "%d of %d" % (f["false_wins"], f["null_studies"]),
+                     TARGETS["false_wins"], verdict(f["false_wins"] == 0)))
+        for e in (3, 5, 10):
+            if "win%d_studies" % e in f:
+                n, k = f["win%d_studies" % e], f["win%d_found" % e]
+                tgt = TARGETS["found_5"] if e >= 5 else "(no target)"
+                v = verdict(k >= 0.95 * n) if (e >= 5 and key == "0.05") else ""
+                rows.append((s, "true +%d%% win found (wrong winner: %d)" % (e, f["win%d_wrong" % e]),
+                             pct(k, n), tgt, v))
+        rows.append((s, "all-VERDICT, no cell dropped (no drift)",
+                     pct(f["all_verdict"], f["nodrift_studies"]), TARGETS["all_verdict"],
+                     verdict(f["all_verdict"] >= 0.95 * f["nodrift_studies"])))
+        rows.append((s, "  with a DRAFT bucket / with a dropped cell",
+                     "%d / %d" % (f["any_draft"], f["with_drops"]), "", ""))
+        rows.append((s, "  false drift alarms (studies with any / alarms)",
+                     "%d / %d" % (f["false_alarm_studies"], f["false_alarms"]), "", ""))
+        rows.append((s, "20% slowdown caught (reported, right answer)",
+                     pct(f["drift_caught"], f["drift_studies"]), TARGETS["drift_caught"],
+                     verdict(f["drift_caught"] >= 0.95 * f["drift_studies"])))
+        for tag, what in (("_null", "null truth"), ("_win10", "true +10% win")):
+            if f["drift%s_studies" % tag]:
+                rows.append((s, "  %s: caught / reported in window / right / all-VERDICT" % what,
+                             "%d / %d / %d / %d of %d" % (
+                                 f["drift%s_caught" % tag], f["drift%s_seen" % tag],
+                                 f["drift%s_right_answer" % tag], f["drift%s_all_verdict" % tag],
+                                 f["drift%s_studies" % tag]), "", ""))
+        good = [g for g in f["identical"] if g["same"] >= 0.9 * g["repeats"]]
+        low = min(f["identical"], key=lambda g: g["same"] / g["repeats"], default=None)
+        rows.append((s, "groups of repeats with identical winners (>= 90%)",
+                     "%d of %d (lowest %d/%d)" % (len(good), len(f["identical"]), low["same"],
+                                                  low["repeats"]) if low else "n/a",
+                     TARGETS["identical"], verdict(len(good) == len(f["identical"]))))
+        rows.append((s, "cooling share of trial-seconds (no drift; mean/max)",
+                     "%.1f%% / %.1f%%" % (100 * f["cooling_share_mean"], 100 * f["cooling_share_max"])
+                     if f["cooling_share_mean"] is not None else "n/a",
+                     TARGETS["cooling"], verdict((f["cooling_share_mean"] or 0) <= 0.10)))
+        rows.append((s, "  routine anchors' share of trial-seconds (mean)",
+                     "%.1f%%" % (100 * f["anchor_share_mean"]) if f["anchor_share_mean"] is not None
+                     else "n/a", "", ""))
+        rows.append((s, "trap configs shipped", "%d in %d studies" % (f["trap_ships"], f["trap_studies"]),
+                     TARGETS["traps"], verdict(f["trap_ships"] == 0)))
+        if f["errors"]:
+            rows.append((s, "studies that failed to run", str(f["errors"]), "", ""))
+    w = [max(len(r[i]) for r in rows) for i in range(5)]
+    hdr = ("noise", "figure", "value", "target", "")
+    out = ["  ".join(h.ljust(w[i]) for i, h in enumerate(hdr)).rstrip()]
+    for r in rows:
+        out.append("  ".join(c.ljust(w[i]) for i, c in enumerate(r)).rstrip())
+    return "\n".join(out)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--tunectl", required=True)
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--jobs", type=int, default=2)
+    ap.add_argument("--out", default=None, help="JSON file of the figures and every study")
+    ap.add_argument("--noise", default="0.01,0.05,0.10")
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--keep", default=None, help="keep every study's directory under DIR")
+    ap.add_argument("--python", default=sys.executable)
+    args = ap.parse_args()
+    args.noise = [float(x) for x in args.noise.split(",")]
+    if args.jobs > 2:
+        print("warning: --jobs %d: more than 2 parallel launches on a shared machine" % args.jobs,
+              file=sys.stderr)
+
+    root = args.keep or tempfile.mkdtemp(prefix="tunectl-verdict-integrity.")
+    os.makedirs(root, exist_ok=True)
+    studies = plan(args)
+    first = [s for s in studies if s["kind"] != "drift"]
+    drift = [s for s in studies if s["kind"] == "drift"]
+    results = []
+    lock = threading.Lock()
+    t_begin = time.time()
+
+    def go(batch):
+        with cf.ThreadPoolExecutor(max_workers=max(1, args.jobs)) as ex:
+            futs = {ex.submit(run_study, s, args, root): s for s in batch}
+            for fut in cf.as_completed(futs):
+                r = fut.result()
+                with lock:
+                    results.append(r)
+                    n = len(results)
+                bk = ",".join("%s[%s]" % (b["ships"], b["level"]) for b in r.get("buckets", []))
+                print("  [%d/%d] %s %.1fs ships %s; anchors %d, voided %d, drops %d, alarms %d%s"
+                      % (n, len(studies), r["name"], r["wall_s"], bk or "?",
+                         r.get("by_role", {}).get("anchor", 0), r.get("voided", 0),
+                         r.get("drops", 0), len(r.get("alarms", [])),
+                         "; ERROR" if "error" in r else ""), file=sys.stderr, flush=True)
+                if "error" in r:
+                    print(r["error"], file=sys.stderr)
+
+    print("verdict_integrity: %d studies (%d with an injected slowdown), %d at a time, in %s"
+          % (len(studies), len(drift), args.jobs, root), file=sys.stderr)
+    go(first)
+    # Place each noise level's slowdown window from its undrifted studies'
+    # durations (first trial to the launch's end): starting at 35 % of the
+    # median, lasting SLOWDOWN_LEN_S.
+    for sigma in args.noise:
+        ds = [r["duration_s"] for r in results
+              if r["sigma"] == sigma and r.get("duration_s") and r["kind"] == "null"]
+        d = statistics.median(ds) if ds else 15.0
+        for s in drift:
+            if s["sigma"] == sigma:
+                s["window_start"] = round(0.35 * d, 2)
+    go(drift)
+    elapsed = time.time() - t_begin
+
+    figs = score(results, args)
+    print("verdict-integrity benchmark: %s, %d studies, %.0f s wall, %d at a time"
+          % ("quick" if args.quick else "full", len(results), elapsed, args.jobs))
+    print(table(figs, args))
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump({"mode": "quick" if args.quick else "full", "elapsed_s": elapsed,
+                       "measurement": MEASUREMENT, "noise": NOISE, "targets": TARGETS,
+                       "figures": figs, "studies": sorted(results, key=lambda r: r["name"])},
+                      f, indent=1)
+        print("figures: %s" % args.out)
+    if not args.keep:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -230,6 +230,8 @@ pub enum CliError {
     Invalid(String),
     Failed(String),
     Interrupted,
+    /// The launch finished with buckets that are not verdicts (exit 3).
+    Drafts(String),
 }
 
 impl From<Diagnostics> for CliError {
@@ -265,6 +267,10 @@ pub fn main() -> ExitCode {
             ExitCode::from(1)
         }
         Err(CliError::Interrupted) => ExitCode::from(130),
+        Err(CliError::Drafts(m)) => {
+            eprintln!("note: {m}");
+            ExitCode::from(3)
+        }
     }
 }
 
@@ -1065,6 +1071,8 @@ async fn launch(a: LaunchArgs) -> Result<(), CliError> {
     } else {
         ledger.read_study(&study_id).await.map_err(failed)?
     };
+    // Buckets that ended as drafts: (class, bucket label, why).
+    let mut drafts: Vec<String> = Vec::new();
     if let Some(record) = record {
         let scan = ledger.scan(&study_id).await.map_err(failed)?;
         let plans = ledger.plans(&study_id).await.map_err(failed)?;
@@ -1090,6 +1098,12 @@ async fn launch(a: LaunchArgs) -> Result<(), CliError> {
                     .write_verdict(&study_id, &class.host_class, &bucket.key, &value)
                     .await
                     .map_err(failed)?;
+                if bucket.level != "verdict" {
+                    drafts.push(format!(
+                        "{} · {}: {}",
+                        class.host_class, bucket.label, bucket.level_reason
+                    ));
+                }
                 eprintln!(
                     "{} · {}: ships {} [{}] · {}",
                     class.host_class,
@@ -1129,6 +1143,19 @@ async fn launch(a: LaunchArgs) -> Result<(), CliError> {
         return Err(CliError::Failed(
             "the study is incomplete: a host class lost every host (see above)".to_string(),
         ));
+    }
+    if !drafts.is_empty() || summary.dropped_cells > 0 {
+        return Err(CliError::Drafts(format!(
+            "the launch finished, but not every bucket is a VERDICT ({} {}{}); what export writes for them is not final:\n  {}",
+            drafts.len(),
+            if drafts.len() == 1 { "draft" } else { "drafts" },
+            if summary.dropped_cells > 0 {
+                format!(", {} cells dropped after drift", summary.dropped_cells)
+            } else {
+                String::new()
+            },
+            drafts.join("\n  ")
+        )));
     }
     Ok(())
 }

@@ -134,7 +134,10 @@ fn measured(r: &ConfigReport, unit: &str) -> Yaml {
     Yaml::map()
         .with("config", &r.label)
         .with("median", s.map(|s| s.median))
-        .with("spread", s.map(|s| s.spread))
+        .with(
+            "spread",
+            s.filter(|_| r.relative_spread.is_some()).map(|s| s.spread),
+        )
         .with("relative_spread", r.relative_spread)
         .with("n", s.map(|s| s.n))
         .with("unit", unit)

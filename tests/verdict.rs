@@ -53,6 +53,14 @@ const FAKE: &str = r#"#!/bin/sh
 # exists every run is 30% slower (SPEED * 0.7) and counts it down, removing
 # it at 0 (FAKE_HEAT_RUNS=0: the heat never goes away).
 #
+# FAKE_TRIAL_NOISE: besides, every run's samples share one random offset,
+# 1 + FAKE_TRIAL_NOISE * v with v uniform in [-1, 1], drawn anew per run
+# (seeded from the clock and the process id), as a real benchmark's runs
+# differ from each other by more than their samples show.
+# FAKE_SAMPLES: samples per run (default 5).
+# FAKE_SLEEP, FAKE_SLEEP_N: a measured run at cell N = FAKE_SLEEP_N sleeps
+# FAKE_SLEEP seconds first.
+#
 # FAKE_CONFIRM_SLEEP: a run with $TUNECTL_ROLE confirm creates
 # ./confirm-started, then sleeps that many seconds.
 #
@@ -80,6 +88,9 @@ if [ "$phase" = measure ]; then
     fi
 fi
 echo "$mode $n ${TUNECTL_REPEAT:-0} $role $phase $hot" >> "$here/runs.log"
+if [ "$phase" = measure ] && [ -n "${FAKE_SLEEP:-}" ] && [ "$n" = "${FAKE_SLEEP_N:-}" ]; then
+    sleep "$FAKE_SLEEP"
+fi
 if [ "$role" = confirm ] && [ -n "${FAKE_CONFIRM_SLEEP:-}" ]; then
     : > "$here/confirm-started"
     sleep "$FAKE_CONFIRM_SLEEP"
@@ -120,11 +131,14 @@ case $mode in
 esac
 h=$(printf '%s|%s|%s|%s|%s|%s' "${FAKE_SEED:-0}" "${TUNECTL_KNOBS:-}" "${TUNECTL_CELL:-}" \
     "${TUNECTL_REPEAT:-0}" "$role" "$phase" | cksum | cut -d' ' -f1)
-samples=$(awk -v h="$h" -v s="$speed" -v hot="$hot" -v noise="${FAKE_NOISE:-0}" 'BEGIN {
+r=$(od -An -N4 -tu4 /dev/urandom | tr -d ' ')
+samples=$(awk -v h="$h" -v s="$speed" -v hot="$hot" -v noise="${FAKE_NOISE:-0}" \
+    -v tn="${FAKE_TRIAL_NOISE:-0}" -v r="$r" -v k="${FAKE_SAMPLES:-5}" 'BEGIN {
     if (hot) s = s * 0.7
+    srand(r); s = s * (1 + tn * (2 * rand() - 1))
     x = h % 2147483647; if (x == 0) x = 1
     out = ""
-    for (i = 0; i < 5; i++) {
+    for (i = 0; i < k; i++) {
         x = (x * 16807) % 2147483647
         u = 2 * x / 2147483647 - 1
         out = out (i ? ", " : "") sprintf("%.4f", 100 * s * (1 + noise * u))
@@ -205,10 +219,19 @@ impl Env {
         )
     }
 
-    /// A launch that must succeed; its stderr.
+    /// A launch that must succeed with every bucket a verdict; its stderr.
     fn launch_ok(&self, extra: &[&str]) -> String {
         let (code, stderr) = self.launch(extra);
         assert_eq!(code, Some(0), "launch failed:\n{stderr}");
+        stderr
+    }
+
+    /// A launch that finishes with a bucket that is no verdict (exit 3);
+    /// its stderr.
+    fn launch_draft(&self, extra: &[&str]) -> String {
+        let (code, stderr) = self.launch(extra);
+        assert_eq!(code, Some(3), "expected exit 3 (drafts):\n{stderr}");
+        assert!(stderr.contains("not every bucket is a VERDICT"), "{stderr}");
         stderr
     }
 
@@ -450,7 +473,7 @@ measurement: {warmup: 1, repeats: 2, anchor_every: 0, confirm_repeats: 0}
 gate: {outputs: [out.txt]}
 "#,
     );
-    env.launch_ok(&[]);
+    env.launch_draft(&[]);
     let report = env.report_json();
     let c = cell(&report, "n=1");
     assert_eq!(
@@ -508,7 +531,7 @@ objective: {metric: throughput, unit: ops/s, better: higher}
 measurement: {warmup: 0, repeats: 1, anchor_every: 0, confirm_repeats: 0}
 "#,
     );
-    env.launch_ok(&[]);
+    env.launch_draft(&[]);
     let report = env.report_json();
     let c = cell(&report, "n=1");
     assert_eq!(rejection_class(c, "mode=oom"), "oom", "{c:#}");
@@ -561,7 +584,7 @@ gate:
         "tolerant",
         "  tolerance: {files: [values.json], rtol: 0.001}\n",
     ));
-    env.launch_ok(&[]);
+    env.launch_draft(&[]);
     let report = env.report_json();
     let c = cell(&report, "n=1");
     assert_eq!(rejection_class(c, "mode=wrong"), "output_changed", "{c:#}");
@@ -785,7 +808,7 @@ fn a_drift_mid_sweep_is_voided_cooled_down_and_remeasured() {
 #[test]
 fn a_host_that_never_cools_down_drops_the_cell() {
     let env = Env::new(&drift_study("hot", 0, 2));
-    let stderr = env.launch_ok(&[]);
+    let stderr = env.launch_draft(&[]);
     let drops = env.ledger_files("hot", "drops");
     assert_eq!(drops.len(), 1, "{drops:?}");
     let drop: Json = serde_json::from_str(
@@ -1013,4 +1036,222 @@ measurement: {warmup: 0, repeats: 2, anchor_every: 0, confirm_repeats: 2}
     assert_eq!(b["winner"]["label"], "mode=fast", "{b:#}");
     assert_eq!(b["level"], "verdict", "{b:#}");
     assert_eq!(b["winner"]["confirmation"]["confirmed"], true, "{b:#}");
+}
+
+/// Run `tunectl` with `args` in the env's directory: (exit code, stdout,
+/// stderr).
+fn run(env: &Env, args: &[&std::ffi::OsStr]) -> (Option<i32>, String, String) {
+    let out = env.cmd().args(args).output().expect("run tunectl");
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// 12a. Noise alone is not drift: every config is equally fast, each run's
+///      samples share a random offset of up to ±10% (a busy machine), and
+///      an anchor follows every candidate with the default cool_drift 10% /
+///      cool_eps 3%. Compared with the best anchor so far, such noise read
+///      as drift and dropped the cell; against the median of the clean
+///      anchors with thresholds from their own spread it must not: the
+///      study ends with every bucket a verdict, no cell dropped, and the
+///      baseline shipping.
+#[test]
+fn noise_alone_is_not_taken_for_drift() {
+    let env = Env::new(
+        r#"name: noisy
+knobs:
+  k: {kind: int, values: [0, 1, 2, 3, 4, 5, 6, 7, 8, 9], default: 0}
+cells:
+  n: [1]
+trial:
+  command: "sh {{ study_dir }}/fake.sh base {{ n }} {{ k }}"
+  timeout: 20s
+  env: {FAKE_NOISE: "0.05", FAKE_TRIAL_NOISE: "0.10", FAKE_SEED: "12"}
+objective: {metric: throughput, unit: ops/s, better: higher}
+measurement:
+  warmup: 0
+  repeats: 3
+  anchor_every: 1
+  cool_wait: 100ms
+  cool_max_wait: 5s
+  confirm_repeats: 3
+"#,
+    );
+    let stderr = env.launch_ok(&[]);
+    assert!(
+        env.ledger_files("noisy", "drops").is_empty(),
+        "a cell was dropped on noise alone:\n{stderr}"
+    );
+    let report = env.report_json();
+    assert_eq!(report["level"], "verdict", "{report:#}");
+    let b = bucket_of(&report, "n=1");
+    assert!(b["winner"].is_null(), "a false win: {b:#}");
+    // A false drift now and then costs a re-measurement; noise must not
+    // make it routine.
+    let anchors = report["anchors"].as_u64().unwrap_or(0);
+    let voided = report["voided_attempts"].as_u64().unwrap_or(0);
+    assert!(anchors >= 10, "{report:#}");
+    assert!(
+        voided <= 3,
+        "{voided} measurements voided on noise:\n{stderr}"
+    );
+}
+
+/// 12b. An interrupted launch is no verdict: the report and the export say
+///      what is missing, and a bucket nothing ran at is exported as
+///      pending.
+#[test]
+fn an_interrupted_launch_is_a_draft_that_says_what_is_missing() {
+    let env = Env::new(
+        r#"name: partial
+knobs:
+  mode: {kind: categorical, values: [base, fast, slow], default: base}
+cells:
+  n: [1, 100]
+trial:
+  command: "sh {{ study_dir }}/fake.sh {{ mode }} {{ n }}"
+  timeout: 60s
+  env: {FAKE_NOISE: "0.01", FAKE_SEED: "3", FAKE_SLEEP: "30", FAKE_SLEEP_N: "100"}
+objective: {metric: throughput, unit: ops/s, better: higher}
+measurement: {warmup: 0, repeats: 3, anchor_every: 0, confirm_repeats: 2}
+"#,
+    );
+    let mut launch = std::process::Command::new(env!("CARGO_BIN_EXE_tunectl"));
+    launch.args(env.launch_args()).current_dir(env.tmp.path());
+    for var in OUTER_VARS {
+        launch.env_remove(var);
+    }
+    let mut child = launch
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn launch");
+    // Cell n=100's baseline sleeps: interrupt while it runs.
+    let started = || env.runs().iter().any(|l| l.starts_with("base 100 "));
+    if !wait_for(Duration::from_secs(20), started) {
+        let _ = child.kill();
+        panic!("cell n=100 never started: {:?}", env.runs());
+    }
+    // SAFETY: kill(2) on the child we spawned; no memory is involved.
+    let rc = unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGINT) };
+    assert_eq!(rc, 0, "kill failed");
+    let out = child.wait_with_output().expect("wait launch");
+    assert_eq!(
+        out.status.code(),
+        Some(130),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    let report = env.report_json();
+    assert_eq!(report["level"], "draft", "{report:#}");
+    // One slot runs cell n=1 to the end (its confirmation first) before
+    // n=100 starts: that bucket's evidence is complete.
+    let done = bucket_of(&report, "n=1");
+    assert_eq!(done["level"], "verdict", "{done:#}");
+    let idle = bucket_of(&report, "n=100");
+    assert_eq!(idle["level"], "draft", "{idle:#}");
+    assert!(
+        idle["level_reason"]
+            .as_str()
+            .unwrap_or("")
+            .contains("9 of 9 planned trials have not ended"),
+        "{idle:#}"
+    );
+    assert!(idle["winner"].is_null(), "{idle:#}");
+
+    // The text report says so too.
+    let (code, text, _) = run(
+        &env,
+        &[
+            "report".as_ref(),
+            env.study().as_os_str(),
+            "--ledger".as_ref(),
+            env.ledger().as_os_str(),
+        ],
+    );
+    assert_eq!(code, Some(0));
+    assert!(text.contains("level: draft"), "{text}");
+    assert!(text.contains("9 of 9 planned trials"), "{text}");
+
+    // The export writes both buckets: the idle one as pending.
+    let tuned = env.tmp.path().join("tuned");
+    let (code, _, stderr) = run(
+        &env,
+        &[
+            "export".as_ref(),
+            env.study().as_os_str(),
+            "--ledger".as_ref(),
+            env.ledger().as_os_str(),
+            "--out".as_ref(),
+            tuned.as_os_str(),
+        ],
+    );
+    assert_eq!(code, Some(0), "{stderr}");
+    let files: Vec<_> = std::fs::read_dir(&tuned)
+        .expect("tuned dir")
+        .flatten()
+        .collect();
+    assert_eq!(files.len(), 1, "{files:?}");
+    let text = std::fs::read_to_string(files[0].path()).expect("tuned file");
+    assert_eq!(text.matches("level: verdict").count(), 1, "{text}");
+    assert_eq!(text.matches("- key: ").count(), 2, "{text}");
+    assert!(text.contains("level: pending"), "{text}");
+}
+
+/// 12c. One sample per config: the spread is unknown, shown as such, and
+///      nothing wins on it; with `selection.min_samples` samples the same
+///      2× config wins and is confirmed.
+#[test]
+fn one_sample_cannot_win_and_says_its_spread_is_unknown() {
+    let study = |repeats: u32| {
+        format!(
+            r#"name: single
+knobs:
+  mode: {{kind: categorical, values: [base, fastest], default: base}}
+cells:
+  n: [1]
+trial:
+  command: "sh {{{{ study_dir }}}}/fake.sh {{{{ mode }}}} {{{{ n }}}}"
+  timeout: 20s
+  env: {{FAKE_NOISE: "0.01", FAKE_SEED: "5", FAKE_SAMPLES: "1"}}
+objective: {{metric: throughput, unit: ops/s, better: higher}}
+measurement: {{warmup: 0, repeats: {repeats}, anchor_every: 0, confirm_repeats: 3}}
+"#
+        )
+    };
+    let env = Env::new(&study(1));
+    env.launch_draft(&[]);
+    let report = env.report_json();
+    let c = cell(&report, "n=1");
+    assert!(c["winner"].is_null(), "{c:#}");
+    assert!(
+        c["decision"].as_str().unwrap_or("").contains("min_samples"),
+        "{c:#}"
+    );
+    assert!(c["baseline"]["relative_spread"].is_null(), "{c:#}");
+    let b = bucket_of(&report, "n=1");
+    assert!(b["winner"].is_null(), "{b:#}");
+    assert_eq!(b["level"], "draft", "{b:#}");
+    let (_, text, _) = run(
+        &env,
+        &[
+            "report".as_ref(),
+            env.study().as_os_str(),
+            "--ledger".as_ref(),
+            env.ledger().as_os_str(),
+        ],
+    );
+    assert!(text.contains("± ?"), "{text}");
+    assert!(!text.contains("± 0 "), "{text}");
+
+    // Three samples: the spread is known, the 2× config wins, confirmed.
+    let env = Env::new(&study(3));
+    env.launch_ok(&[]);
+    let report = env.report_json();
+    let b = bucket_of(&report, "n=1");
+    assert_eq!(b["winner"]["label"], "mode=fastest", "{b:#}");
+    assert_eq!(b["level"], "verdict", "{b:#}");
 }

@@ -33,6 +33,9 @@ use crate::stats::Summary;
 /// Default minimum relative improvement for a win.
 pub const MIN_IMPROVEMENT: f64 = 0.02;
 
+/// Default `selection.min_samples`: below it a spread is unknown.
+pub const MIN_SAMPLES: u64 = 3;
+
 #[derive(Debug, Clone, Serialize)]
 pub struct MetricInfo {
     pub name: String,
@@ -169,6 +172,9 @@ pub struct Confirmation {
     /// Why the round failed outright (a crash or a changed output),
     /// whatever the timings said.
     pub failure: Option<String>,
+    /// The round has fewer than `selection.min_samples` samples on a side:
+    /// it can neither confirm nor refuse (the bucket stays a draft).
+    pub spread_unknown: bool,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -249,13 +255,17 @@ struct Rules {
     repeats: u32,
     confirm_repeats: u32,
     min_hosts: u32,
+    /// Samples a config needs at a cell for its spread to be known.
+    min_samples: usize,
 }
 
 /// A candidate compared with the baseline, host by host.
 #[derive(Debug, Clone, Copy)]
 struct Comparison {
     speedup: f64,
-    spread: f64,
+    /// `None` when either side has fewer than `selection.min_samples`
+    /// samples: its spread is unknown and nothing wins on it.
+    spread: Option<f64>,
 }
 
 fn speedup_of(c: f64, b: f64, higher: bool) -> Option<f64> {
@@ -275,9 +285,16 @@ fn compare(
     base: &BTreeMap<String, Vec<f64>>,
     cand: &BTreeMap<String, Vec<f64>>,
     higher: bool,
+    min_samples: usize,
 ) -> Option<Comparison> {
-    let pooled: Vec<f64> = base.values().flatten().copied().collect();
-    let pooled = Summary::of(&pooled);
+    let pooled_base: Vec<f64> = base.values().flatten().copied().collect();
+    let pooled_cand: Vec<f64> = cand.values().flatten().copied().collect();
+    let pooled = Summary::of(&pooled_base);
+    // A relative spread from fewer than `min_samples` samples is unknown:
+    // a host with too few uses its class's pooled samples' spread.
+    let known = |s: &Summary| (s.n >= min_samples).then(|| s.relative_spread());
+    let pooled_base_spread = pooled.as_ref().and_then(known);
+    let pooled_cand_spread = Summary::of(&pooled_cand).as_ref().and_then(known);
     let mut ratios = Vec::new();
     let mut spreads = Vec::new();
     for (host, cs) in cand {
@@ -287,12 +304,18 @@ fn compare(
         };
         if let Some(r) = speedup_of(c.median, bs.median, higher) {
             ratios.push(r);
-            spreads.push(c.relative_spread() + bs.relative_spread());
+            let cand_spread = known(&c).or(pooled_cand_spread);
+            let base_spread = known(&bs).or(pooled_base_spread);
+            if let (Some(a), Some(b)) = (cand_spread, base_spread) {
+                spreads.push(a + b);
+            }
         }
     }
     Some(Comparison {
         speedup: crate::stats::median(&ratios)?,
-        spread: crate::stats::median(&spreads)?,
+        spread: (spreads.len() == ratios.len())
+            .then(|| crate::stats::median(&spreads))
+            .flatten(),
     })
 }
 
@@ -342,6 +365,9 @@ pub fn analyze_where(
         repeats: spec["measurement"]["repeats"].as_u64().unwrap_or(1) as u32,
         confirm_repeats: spec["measurement"]["confirm_repeats"].as_u64().unwrap_or(0) as u32,
         min_hosts: spec["selection"]["min_hosts"].as_u64().unwrap_or(1) as u32,
+        min_samples: spec["selection"]["min_samples"]
+            .as_u64()
+            .unwrap_or(MIN_SAMPLES) as usize,
     };
     let context: BTreeMap<String, String> = spec["context"]
         .as_object()
@@ -640,8 +666,16 @@ fn analyze_cell(
         .find(|g| g.sweep.iter().any(|a| a.is_baseline));
     let mut notes = Vec::new();
 
-    let mut base_report =
-        base_group.map(|g| config_report(&g.sweep, objective, None, None, rules.higher));
+    let mut base_report = base_group.map(|g| {
+        config_report(
+            &g.sweep,
+            objective,
+            None,
+            None,
+            rules.higher,
+            rules.min_samples,
+        )
+    });
     // The baseline's first successful repeat is the reference output.
     let mut reference: Option<&AttemptRecord> = None;
     if let Some(g) = base_group {
@@ -684,6 +718,7 @@ fn analyze_cell(
             reference.map(|a| (a, tolerance)),
             Some(&base_hosts),
             rules.higher,
+            rules.min_samples,
         );
         if r.rejection.is_some() {
             rejected.push(r);
@@ -713,7 +748,19 @@ fn analyze_cell(
         Some(b) if b.summary.is_none() => {
             "pending: the baseline has no measurements yet".to_string()
         }
-        Some(_) => match eligible.iter().find(|c| c.speedup.is_some()) {
+        Some(b) if b.relative_spread.is_none() => format!(
+            "no decision: the baseline has {} samples here, fewer than selection.min_samples = {}: its spread is unknown and nothing wins on it",
+            b.summary.map(|s| s.n).unwrap_or(0),
+            rules.min_samples
+        ),
+        Some(_) => match eligible
+            .iter()
+            .find(|c| c.speedup.is_some() && c.combined_spread.is_some())
+        {
+            None if eligible.iter().any(|c| c.speedup.is_some()) => format!(
+                "no decision: the candidates have fewer than selection.min_samples = {} samples here: their spread is unknown and nothing wins on it",
+                rules.min_samples
+            ),
             None => "baseline kept: no eligible candidate".to_string(),
             Some(leader) => {
                 let needed = rules
@@ -812,6 +859,7 @@ fn config_report(
     reference: Option<(&AttemptRecord, Option<&crate::gate::ToleranceSpec>)>,
     base_by_host: Option<&BTreeMap<String, Vec<f64>>>,
     higher: bool,
+    min_samples: usize,
 ) -> ConfigReport {
     let first = attempts[0];
     let mut attempts = attempts.to_vec();
@@ -849,7 +897,7 @@ fn config_report(
                     })
             });
     }
-    let comparison = base_by_host.and_then(|b| compare(b, &by_host, higher));
+    let comparison = base_by_host.and_then(|b| compare(b, &by_host, higher, min_samples));
     let knobs_changed = knobs_changed(first);
     ConfigReport {
         label: first.config_label.clone(),
@@ -857,10 +905,12 @@ fn config_report(
         knobs_changed,
         trials: attempts.len(),
         hosts: by_host.len(),
-        relative_spread: summary.map(|s| s.relative_spread()),
+        relative_spread: summary
+            .filter(|s| s.n >= min_samples)
+            .map(|s| s.relative_spread()),
         summary,
         speedup: comparison.map(|c| c.speedup),
-        combined_spread: comparison.map(|c| c.spread),
+        combined_spread: comparison.and_then(|c| c.spread),
         rejection,
         order: (knobs_changed as u64, first.config_label.clone()),
         by_host,
@@ -1155,14 +1205,19 @@ fn decide_bucket(
     }
     let mut standings: Vec<Standing> = Vec::new();
     let mut incomplete = 0;
+    // Candidates measured everywhere, but with too few samples somewhere
+    // for their spread to be known.
+    let mut too_few = 0;
     if let Some(first) = reports.first() {
         for cand in &first.eligible {
             let mut per = Vec::new();
             let mut complete = true;
+            let mut unknown_spread = false;
             for (r, by_label) in reports.iter().zip(&eligible_by_label) {
                 match by_label.get(cand.label.as_str()) {
                     Some(c) => match (c.speedup, c.combined_spread) {
                         (Some(s), Some(sp)) => per.push((r.cell_label.clone(), s, sp)),
+                        (Some(_), None) => unknown_spread = true,
                         _ => complete = false,
                     },
                     None => complete = false,
@@ -1170,6 +1225,10 @@ fn decide_bucket(
             }
             // Rejected anywhere in the bucket: never a bucket candidate.
             if rejected_labels.contains(cand.label.as_str()) {
+                continue;
+            }
+            if complete && unknown_spread {
+                too_few += 1;
                 continue;
             }
             if !complete {
@@ -1242,6 +1301,15 @@ fn decide_bucket(
                 (best.geo - 1.0) * 100.0,
                 pct(best.threshold)
             ),
+            None if too_few > 0 => format!(
+                "baseline kept for now: {too_few} {} fewer than selection.min_samples = {} samples at some cell (spread unknown)",
+                if too_few == 1 {
+                    "candidate has"
+                } else {
+                    "candidates have"
+                },
+                rules.min_samples
+            ),
             None if incomplete > 0 => format!(
                 "baseline kept for now: {incomplete} {} not measured at every cell yet",
                 if incomplete == 1 {
@@ -1257,6 +1325,14 @@ fn decide_bucket(
         };
         let (level, why) = if untried {
             ("draft", "no candidate has been measured yet".to_string())
+        } else if too_few > 0 {
+            (
+                "draft",
+                format!(
+                    "{too_few} candidates have fewer than selection.min_samples = {} samples at some cell: their spread is unknown",
+                    rules.min_samples
+                ),
+            )
         } else if incomplete > 0 {
             (
                 "draft",
@@ -1335,6 +1411,17 @@ fn decide_bucket(
         .hosts
         .min(reports[0].baseline.as_ref().map(|b| b.hosts).unwrap_or(0));
     match confirmation {
+        Some(c) if c.spread_unknown => {
+            out.decision = format!("{} wins: {sweep_line}", pick.report.label);
+            out.level = "draft".to_string();
+            out.level_reason = format!(
+                "the final interleaved round has fewer than selection.min_samples = {} samples on a side: it neither confirms nor refuses",
+                rules.min_samples
+            );
+            winner.confirmation = Some(c);
+            out.config = winner.config.clone();
+            out.winner = Some(winner);
+        }
         Some(c) if !c.confirmed && c.failure.is_some() => {
             out.decision = format!(
                 "baseline kept: {} failed its final round against the baseline: {}",
@@ -1486,6 +1573,7 @@ fn confirm(
                     winner: None,
                     threshold: rules.min_improvement,
                     confirmed: false,
+                    spread_unknown: false,
                     failure: Some(format!(
                         "{f} (confirmation repeat {}, host {})",
                         a.repeat, a.host
@@ -1495,10 +1583,22 @@ fn confirm(
         }
         let b = samples_by_host(&base.confirm, objective);
         let w = samples_by_host(&win.confirm, objective);
-        let c = compare(&b, &w, rules.higher)?;
-        harmed |= c.speedup < 1.0 - c.spread;
+        let c = compare(&b, &w, rules.higher, rules.min_samples)?;
+        let Some(spread) = c.spread else {
+            // Too few samples in the round to know its spread.
+            return Some(Confirmation {
+                speedup: c.speedup,
+                baseline: Summary::of(&b.into_values().flatten().collect::<Vec<_>>()),
+                winner: Summary::of(&w.into_values().flatten().collect::<Vec<_>>()),
+                threshold: rules.min_improvement,
+                confirmed: false,
+                failure: None,
+                spread_unknown: true,
+            });
+        };
+        harmed |= c.speedup < 1.0 - spread;
         speedups.push(c.speedup);
-        spreads.push(c.spread);
+        spreads.push(spread);
         all_base.extend(b.into_values().flatten());
         all_win.extend(w.into_values().flatten());
     }
@@ -1516,6 +1616,7 @@ fn confirm(
         threshold,
         confirmed: !harmed && speedup - 1.0 > threshold,
         failure: None,
+        spread_unknown: false,
     })
 }
 

@@ -42,6 +42,10 @@ pub fn num(x: f64) -> String {
 
 fn value_cell(r: &ConfigReport, unit: &str) -> String {
     match r.summary {
+        // Too few samples for a spread (selection.min_samples).
+        Some(s) if r.relative_spread.is_none() => {
+            format!("{} {unit} ± ? (spread unknown at n={})", num(s.median), s.n)
+        }
         Some(s) => format!(
             "{} ± {} {unit} ({:.1}%)",
             num(s.median),

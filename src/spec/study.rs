@@ -161,6 +161,17 @@ pub struct Selection {
     pub min_improvement: f64,
     /// A decision resting on fewer hosts of the class is a draft.
     pub min_hosts: u32,
+    /// Samples a config needs at a cell (on a host class) for its spread
+    /// to be known; with fewer, nothing wins on it. Left out of the frozen
+    /// spec at its default, so older studies keep their hashes.
+    #[serde(skip_serializing_if = "is_default_min_samples")]
+    pub min_samples: u32,
+}
+
+pub const DEFAULT_MIN_SAMPLES: u32 = 3;
+
+fn is_default_min_samples(n: &u32) -> bool {
+    *n == DEFAULT_MIN_SAMPLES
 }
 
 impl Default for Selection {
@@ -168,6 +179,7 @@ impl Default for Selection {
         Selection {
             min_improvement: 0.02,
             min_hosts: 1,
+            min_samples: DEFAULT_MIN_SAMPLES,
         }
     }
 }
@@ -1251,7 +1263,11 @@ fn parse_measurement(w: &mut Walker, node: &Node) -> Option<Measurement> {
 
 fn parse_selection(w: &mut Walker, node: &Node) -> Option<Selection> {
     let map = w.mapping(node, "selection")?;
-    w.check_keys(map, "selection", &["min_improvement", "min_hosts"]);
+    w.check_keys(
+        map,
+        "selection",
+        &["min_improvement", "min_hosts", "min_samples"],
+    );
     let d = Selection::default();
     let min_improvement = match map.get_node("min_improvement") {
         Some(n) => {
@@ -1272,9 +1288,14 @@ fn parse_selection(w: &mut Walker, node: &Node) -> Option<Selection> {
         Some(n) => w.u32_in(n, "selection.min_hosts", 1, 10_000)?,
         None => d.min_hosts,
     };
+    let min_samples = match map.get_node("min_samples") {
+        Some(n) => w.u32_in(n, "selection.min_samples", 2, 1_000_000)?,
+        None => d.min_samples,
+    };
     Some(Selection {
         min_improvement,
         min_hosts,
+        min_samples,
     })
 }
 

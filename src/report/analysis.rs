@@ -1635,6 +1635,37 @@ fn spec_baseline(spec: &serde_json::Value) -> serde_json::Value {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The analysis with a plan that is exactly what the scan holds: every
+    /// (class, cell) planned its configs seen there, `repeats` each.
+    fn analyze(study: &StudyRecord, scan: &Scan, hosts: &[HostRecord]) -> Analysis {
+        let repeats = study.spec["measurement"]["repeats"].as_u64().unwrap_or(1) as u32;
+        let mut seen: BTreeMap<(String, u32), (serde_json::Value, String, HashSet<u64>)> =
+            BTreeMap::new();
+        for a in scan.attempts.iter().filter(|a| a.role == "sweep") {
+            seen.entry((a.host_class.clone(), a.cell_index))
+                .or_insert_with(|| (a.cell.clone(), a.cell_label.clone(), HashSet::new()))
+                .2
+                .insert(a.config_index);
+        }
+        let plans: Vec<PlanRecord> = seen
+            .into_iter()
+            .map(
+                |((class, cell_index), (cell, cell_label, configs))| PlanRecord {
+                    schema: 1,
+                    spec_hash: study.spec_hash.clone(),
+                    host_class: class,
+                    cell_index,
+                    cell,
+                    cell_label,
+                    configs: Some(configs.len() as u64),
+                    repeats,
+                    at: String::new(),
+                },
+            )
+            .collect();
+        super::analyze_planned(study, scan, hosts, &plans)
+    }
     use crate::ledger::records::{Failure, SCHEMA};
 
     fn study() -> StudyRecord {

@@ -9,11 +9,13 @@
 //! moment it ends; Ctrl-C kills running trials and records them as lost.
 //!
 //! Drift: every `anchor_every` candidate trials of a cell, a host
-//! re-measures the baseline (an anchor). An anchor more than `cool_drift`
-//! worse than the best anchor of that cell on that host voids the host's
-//! measurements since its last clean anchor (they run again), and the host
-//! cools down with exponential back-off until an anchor is back within
-//! `cool_eps`; a host that does not settle drops the cell, with its reason.
+//! re-measures the baseline (an anchor), judged against the median of that
+//! host's clean baseline readings of the cell with thresholds from their
+//! own noise (`drift.rs`); a suspect anchor is confirmed by a burst of
+//! three. A drift voids the host's measurements since its last clean anchor
+//! (they run again), and the host cools down with exponential back-off
+//! until an anchor settles; a host that does not settle drops the cell,
+//! with its reason.
 //!
 //! Confirmation: once every cell of a bucket is measured on a class, the
 //! bucket's draft winner and the baseline run a final interleaved round

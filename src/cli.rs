@@ -117,7 +117,7 @@ struct LaunchArgs {
     store_logs: bool,
     /// How long the trials of a host class wait when every host of the
     /// class is down, before they are left for a later launch (e.g. `10m`).
-    #[arg(long, value_parser = humantime::parse_duration, default_value = "10m")]
+    #[arg(long, value_parser = crate::spec::yaml::parse_duration, default_value = "10m")]
     host_timeout: std::time::Duration,
     /// Run one shard of a grid: `i/n` (1-based): the baseline and the i-th
     /// of n contiguous slices of the grid's candidates, no confirmation

@@ -13,6 +13,7 @@ pub mod gate;
 pub mod ledger;
 pub mod plan;
 pub mod report;
+pub mod scrub;
 pub mod search;
 pub mod space;
 pub mod spec;

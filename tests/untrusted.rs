@@ -241,3 +241,91 @@ measurement: {warmup: 0, repeats: 1, anchor_every: 0, confirm_repeats: 0}
         assert!(x.is_finite() && x > 0.0, "speedup {s}× in:\n{text}");
     }
 }
+
+/// Every file under `dir`, as text.
+fn all_text(dir: &Path) -> Vec<(PathBuf, String)> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(p) = stack.pop() {
+        for e in std::fs::read_dir(&p).into_iter().flatten().flatten() {
+            let path = e.path();
+            if path.is_dir() {
+                stack.push(path);
+            } else {
+                let text =
+                    String::from_utf8_lossy(&std::fs::read(&path).unwrap_or_default()).into_owned();
+                out.push((path, text));
+            }
+        }
+    }
+    out
+}
+
+/// The output of `fingerprint.tools` commands used to be kept as printed:
+/// a credential a tool printed reached the ledger and the screen. It is
+/// scrubbed like trial output.
+#[test]
+fn credentials_printed_by_fingerprint_tools_are_scrubbed() {
+    let study = r#"name: tools
+knobs:
+  v: {kind: categorical, values: [a], default: a}
+trial:
+  command: "echo '{\"metrics\": {\"t\": 1}}' > \"$TUNECTL_RESULT\""
+objective: {metric: t, better: higher}
+measurement: {warmup: 0, repeats: 1, anchor_every: 0, confirm_repeats: 0}
+fingerprint:
+  # The credentials are assembled by the commands: the study itself (kept
+  # in the ledger) does not hold them.
+  tools:
+    gh: "printf 'token=ghp_%s' abcdefghijklmnopqrstuvwxyz0123456789"
+    aws: "printf 'AWS_SECRET_ACCESS_KEY=%s%s' wJalrXUtnFEMIK7MDENG bPxRfiCYEXAMPLEKEY"
+    env: "echo using $MY_API_TOKEN"
+    sh: "echo 5.2.21"
+"#;
+    let env = Env::new(study, "");
+    let leaks = [
+        "ghp_abcdefghijklmnopqrstuvwxyz0123456789",
+        "wJalrXUtnFEMIK7MDENGbPxRfiCYEXAMPLEKEY",
+        "s3cr3t-value-1234",
+    ];
+    let out = env
+        .cmd()
+        .args(["fingerprint", "--study"])
+        .arg(env.study())
+        .env("MY_API_TOKEN", "s3cr3t-value-1234")
+        .output()
+        .expect("fingerprint");
+    let printed = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{printed}");
+    for leak in leaks {
+        assert!(!printed.contains(leak), "{leak} printed:\n{printed}");
+    }
+    assert!(printed.contains("[redacted]"), "{printed}");
+    assert!(printed.contains("5.2.21"), "{printed}");
+    let out = env
+        .cmd()
+        .arg("launch")
+        .arg(env.study())
+        .arg("--ledger")
+        .arg(env.ledger())
+        .arg("--workdir")
+        .arg(env.tmp.path().join("work"))
+        .args(["--progress", "plain"])
+        .env("MY_API_TOKEN", "s3cr3t-value-1234")
+        .output()
+        .expect("launch");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    let files = all_text(&env.ledger());
+    assert!(
+        files
+            .iter()
+            .any(|(p, _)| p.to_string_lossy().contains("/hosts/")),
+        "no fingerprint in the ledger"
+    );
+    for (path, text) in files {
+        for leak in leaks {
+            assert!(!text.contains(leak), "{} holds {leak}", path.display());
+        }
+    }
+}

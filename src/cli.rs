@@ -28,6 +28,22 @@ use crate::spec::{CommandRenderer, Diagnostics, Inventory, Study, Transport, Tri
 use crate::trial::TrialIdentity;
 use crate::{tuned, yaml_out};
 
+/// A line for people on stdout: control characters in it (from a study, a
+/// host, a trial) are shown escaped ([`crate::term`]). JSON goes out with
+/// `println!` and its own escaping.
+macro_rules! say {
+    ($($arg:tt)*) => {
+        println!("{}", crate::term::escape_block(&format!($($arg)*)))
+    };
+}
+
+/// [`say!`] on stderr.
+macro_rules! say_err {
+    ($($arg:tt)*) => {
+        eprintln!("{}", crate::term::escape_block(&format!($($arg)*)))
+    };
+}
+
 #[derive(Parser, Debug)]
 #[command(
     name = "tunectl",
@@ -250,18 +266,18 @@ pub fn main() -> ExitCode {
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(r) => r,
         Err(e) => {
-            eprintln!("error: cannot start the async runtime: {e}");
+            say_err!("error: cannot start the async runtime: {e}");
             return ExitCode::from(1);
         }
     };
     match runtime.block_on(run(cli)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(CliError::Invalid(m)) => {
-            eprintln!("error: {m}");
+            say_err!("error: {m}");
             ExitCode::from(2)
         }
         Err(CliError::Failed(m)) => {
-            eprintln!("error: {m}");
+            say_err!("error: {m}");
             ExitCode::from(1)
         }
         Err(CliError::Interrupted) => ExitCode::from(130),
@@ -592,7 +608,7 @@ async fn plan(a: PlanArgs) -> Result<(), CliError> {
     if a.json {
         println!("{}", serde_json::to_string_pretty(&view).map_err(failed)?);
     } else {
-        print!("{}", render_plan(&view));
+        print!("{}", crate::term::escape_block(&render_plan(&view)));
     }
     Ok(())
 }
@@ -822,7 +838,7 @@ async fn load_prior(
     let prior = crate::exec::prior::Prior::load(source, &id, study, &space, &metric, budget)
         .await
         .map_err(|e| CliError::Invalid(format!("--seed-from {from}: {e}")))?;
-    eprintln!(
+    say_err!(
         "seeding from {}: what it knows about {} host class(es) of these knobs",
         prior.source,
         prior.classes()
@@ -933,7 +949,7 @@ async fn launch(a: LaunchArgs) -> Result<(), CliError> {
         && existing.spec_hash != study.spec_hash()
     {
         study_id = format!("{}-{}", study.id(), &study.spec_hash()[..12]);
-        eprintln!(
+        say_err!(
             "forking: this spec differs from the ledger's `{}`; recording it as study `{study_id}`",
             study.id()
         );
@@ -962,7 +978,7 @@ async fn launch(a: LaunchArgs) -> Result<(), CliError> {
                 if let Transport::Ssh(cfg) = &h.transport
                     && h.slots > cfg.max_sessions
                 {
-                    eprintln!(
+                    say_err!(
                         "warning: host `{}` has {} slots but max_sessions {}: at most {} of its trials run at once",
                         h.name, h.slots, cfg.max_sessions, cfg.max_sessions
                     );
@@ -984,13 +1000,13 @@ async fn launch(a: LaunchArgs) -> Result<(), CliError> {
     let on_signal = cancel.clone();
     tokio::spawn(async move {
         if tokio::signal::ctrl_c().await.is_ok() {
-            eprintln!("interrupted: stopping; running trials are killed and recorded as lost");
+            say_err!("interrupted: stopping; running trials are killed and recorded as lost");
             on_signal.cancel();
         }
     });
     let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
     let reporter = tokio::spawn(progress::report(a.progress, rx));
-    eprintln!("launching study {study_id} · ledger {}", ledger.url());
+    say_err!("launching study {study_id} · ledger {}", ledger.url());
     let options = launch::LaunchOptions {
         no_cooldown: a.no_cooldown,
         store_logs: a.store_logs,
@@ -1029,7 +1045,7 @@ async fn launch(a: LaunchArgs) -> Result<(), CliError> {
             break;
         }
         if round + 1 < MAX_LAUNCH_ROUNDS {
-            eprintln!(
+            say_err!(
                 "hosts {} changed class mid-launch: probing again to tune their new class",
                 this.changed_hosts.join(", ")
             );
@@ -1038,10 +1054,10 @@ async fn launch(a: LaunchArgs) -> Result<(), CliError> {
     drop(tx);
     let _ = reporter.await;
     for h in &summary.unreachable_hosts {
-        eprintln!("warning: host {h} (skipped in this launch)");
+        say_err!("warning: host {h} (skipped in this launch)");
     }
     for c in &summary.abandoned_classes {
-        eprintln!(
+        say_err!(
             "warning: class {c}: every host stayed down past --host-timeout; launch again when they answer"
         );
     }
@@ -1072,7 +1088,7 @@ async fn launch(a: LaunchArgs) -> Result<(), CliError> {
                     .write_verdict(&study_id, &class.host_class, &bucket.key, &value)
                     .await
                     .map_err(failed)?;
-                eprintln!(
+                say_err!(
                     "{} · {}: ships {} [{}] · {}",
                     class.host_class,
                     bucket.label,
@@ -1087,7 +1103,7 @@ async fn launch(a: LaunchArgs) -> Result<(), CliError> {
             }
         }
     }
-    eprintln!(
+    say_err!(
         "ran {} trials ({} ok, {} failed), {} lost, {} already in the ledger, {} skipped{} · `tunectl report {}` shows the evidence",
         summary.ran,
         summary.ok,
@@ -1168,7 +1184,7 @@ async fn load_analysis(
     if let Some(s) = &study
         && s.spec_hash() != record.spec_hash
     {
-        eprintln!(
+        say_err!(
             "warning: {study_arg} has changed since it was launched; reporting the spec recorded in the ledger ({})",
             &record.spec_hash[..12]
         );
@@ -1272,7 +1288,7 @@ async fn report_cmd(a: ReportArgs) -> Result<(), CliError> {
                     cell.rejected.retain(|r| in_shard(&r.config));
                 }
             }
-            eprintln!(
+            say_err!(
                 "note: shard {sh}: only this shard's configs are listed; decisions (fastest, what ships) are those of the whole ledger"
             );
             report::render(&analysis, a.format, a.all)
@@ -1300,7 +1316,7 @@ async fn export_cmd(a: ExportArgs) -> Result<(), CliError> {
         std::fs::write(&tmp, text)
             .and_then(|()| std::fs::rename(&tmp, &path))
             .map_err(|e| failed(format!("{}: cannot write: {e}", path.display())))?;
-        println!("{}", path.display());
+        say!("{}", path.display());
         let pending = class
             .buckets
             .iter()
@@ -1311,7 +1327,7 @@ async fn export_cmd(a: ExportArgs) -> Result<(), CliError> {
             .iter()
             .filter(|b| !tuned::is_pending(b) && b.winner.is_some())
             .count();
-        eprintln!(
+        say_err!(
             "{} · {}: {} buckets ({won} with a winner, {} keeping the baseline, {pending} pending)",
             class.host_class,
             class.label,
@@ -1359,7 +1375,7 @@ async fn apply_cmd(a: ApplyArgs) -> Result<(), CliError> {
         )
     };
     if let Some(w) = &choice.warning {
-        eprintln!("warning: {w}");
+        say_err!("warning: {w}");
     }
     if !choice.from_environment.is_empty() {
         let set: Vec<String> = choice
@@ -1367,7 +1383,7 @@ async fn apply_cmd(a: ApplyArgs) -> Result<(), CliError> {
             .iter()
             .map(|(k, v)| format!("{}={v}", tuned::knob_var(k)))
             .collect();
-        eprintln!(
+        say_err!(
             "note: set in the environment, these win over the {}: {}",
             choice.source.as_str(),
             set.join(" ")
@@ -1376,12 +1392,18 @@ async fn apply_cmd(a: ApplyArgs) -> Result<(), CliError> {
     if a.print {
         print!(
             "{}",
-            tuned::print_yaml(&choice, &host, &cell, &env, command.as_deref())
+            crate::term::escape_block(&tuned::print_yaml(
+                &choice,
+                &host,
+                &cell,
+                &env,
+                command.as_deref()
+            ))
         );
         return Ok(());
     }
     if choice.warning.is_none() {
-        eprintln!("tunectl apply: {}", choice.reason);
+        say_err!("tunectl apply: {}", choice.reason);
     }
     let Some(command) = command else {
         return Ok(());
@@ -1601,13 +1623,13 @@ async fn status_cmd(a: StatusArgs) -> Result<(), CliError> {
         println!("{}", serde_json::to_string_pretty(&rows).map_err(failed)?);
         return Ok(());
     }
-    println!("study {study_id} · ledger {}", ledger.url());
+    say!("study {study_id} · ledger {}", ledger.url());
     if rows.is_empty() {
-        println!("no host has been probed for this study yet");
+        say!("no host has been probed for this study yet");
     }
     for c in rows {
         let opt = |v: Option<u64>| v.map(|n| n.to_string()).unwrap_or_else(|| "?".to_string());
-        println!(
+        say!(
             "{} · {} · hosts: {}\n  done {} · failed {} · lost {} · running {} · pending {} · skipped {} (of {} planned sweep trials){}; besides: {} baseline anchors, {} confirmation trials",
             c.host_class,
             c.label,
@@ -1633,7 +1655,7 @@ async fn status_cmd(a: StatusArgs) -> Result<(), CliError> {
         );
     }
     if !scan.corrupt.is_empty() {
-        println!(
+        say!(
             "{} unreadable ledger objects (`tunectl ledger check` lists them)",
             scan.corrupt.len()
         );
@@ -1662,14 +1684,14 @@ async fn ledger_check(a: LedgerCheckArgs) -> Result<(), CliError> {
     for id in &ids {
         // Every object listed and read, whatever the index says.
         let scan = ledger.scan_full(id).await.map_err(failed)?;
-        println!(
+        say!(
             "{id}: {} attempts readable, {} voided, {} unreadable",
             scan.attempts.len(),
             scan.voided,
             scan.corrupt.len()
         );
         for c in &scan.corrupt {
-            println!("  {}: {}", c.key, c.reason);
+            say!("  {}: {}", c.key, c.reason);
         }
         bad += scan.corrupt.len();
     }
@@ -1700,7 +1722,7 @@ async fn fingerprint_cmd(a: FingerprintArgs) -> Result<(), CliError> {
     if a.json {
         println!("{}", serde_json::to_string_pretty(&doc).map_err(failed)?);
     } else {
-        print!("{}", yaml_out::to_yaml(&doc));
+        print!("{}", crate::term::escape_block(&yaml_out::to_yaml(&doc)));
     }
     Ok(())
 }
@@ -1754,7 +1776,7 @@ async fn fingerprint_inventory(
     if json {
         println!("{}", serde_json::to_string_pretty(&doc).map_err(failed)?);
     } else {
-        print!("{}", yaml_out::to_yaml(&doc));
+        print!("{}", crate::term::escape_block(&yaml_out::to_yaml(&doc)));
     }
     if down.is_empty() {
         Ok(())
@@ -1840,7 +1862,7 @@ fn validate(a: ValidateArgs) -> Result<(), CliError> {
             Study::load(f).map(|_| "study")
         };
         match r {
-            Ok(kind) => eprintln!("{}: valid {kind}", f.display()),
+            Ok(kind) => say_err!("{}: valid {kind}", f.display()),
             Err(d) => all.extend(d),
         }
     }

@@ -18,6 +18,7 @@ pub mod search;
 pub mod space;
 pub mod spec;
 pub mod stats;
+pub mod term;
 pub mod trial;
 pub mod tuned;
 pub mod yaml_out;

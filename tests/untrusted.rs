@@ -329,3 +329,87 @@ fingerprint:
         }
     }
 }
+
+/// Escape sequences in knob values, cell values, failure details and trial
+/// output used to reach the terminal raw from `plan`, `launch` and
+/// `report`: they are shown escaped (`\x1b`); JSON keeps its own escaping.
+#[test]
+fn escape_sequences_are_shown_escaped() {
+    let trial = r#"#!/bin/sh
+case $1 in
+  plain) echo '{"metrics": {"t": 2}}' > "$TUNECTL_RESULT" ;;
+  *) printf 'fatal: \033[2J\033]0;pwned\007 \302\233 gone\n' >&2; exit 3 ;;
+esac
+"#;
+    let study = r#"name: escapes
+context: {model: "m\e[5mblink"}
+knobs:
+  v: {kind: categorical, values: [plain, "x\e[31mred\u009b"], default: plain}
+cells:
+  c: [one, "t\e]0;title\a"]
+trial:
+  command: "sh {{ study_dir }}/trial.sh {{ v }}"
+  timeout: 20s
+objective: {metric: t, better: higher}
+measurement: {warmup: 0, repeats: 1, anchor_every: 0, confirm_repeats: 0}
+"#;
+    let env = Env::new(study, trial);
+    let raw = |text: &str| {
+        text.chars()
+            .any(|c| c == '\x1b' || c == '\x07' || c == '\u{9b}')
+    };
+    let out = env
+        .cmd()
+        .arg("plan")
+        .arg(env.study())
+        .arg("--dry-run")
+        .arg("--ledger")
+        .arg(env.ledger())
+        .output()
+        .expect("plan");
+    let plan = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{plan}");
+    assert!(!raw(&plan), "plan prints raw escapes:\n{plan:?}");
+    assert!(plan.contains("\\x1b[31mred\\x9b"), "{plan}");
+
+    let (code, stdout, stderr) = env.launch();
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(
+        !raw(&stderr) && !raw(&stdout),
+        "launch prints raw escapes:\n{stderr:?}"
+    );
+    assert!(stderr.contains("\\x1b[2J\\x1b]0;pwned\\x07"), "{stderr}");
+
+    for format in ["table", "markdown"] {
+        let out = env
+            .cmd()
+            .args(["report", "--all", "--format", format, "--ledger"])
+            .arg(env.ledger())
+            .arg(env.study())
+            .output()
+            .expect("report");
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(out.status.code(), Some(0), "{text}");
+        assert!(!raw(&text), "{format} report prints raw escapes:\n{text:?}");
+        for shown in [
+            "\\x1b[31mred",
+            "t\\x1b]0;title\\x07",
+            "m\\x1b[5mblink",
+            "\\x1b[2J",
+        ] {
+            assert!(text.contains(shown), "{format}: {shown} missing in\n{text}");
+        }
+    }
+    let out = env
+        .cmd()
+        .args(["report", "--format", "json", "--ledger"])
+        .arg(env.ledger())
+        .arg(env.study())
+        .output()
+        .expect("report");
+    let json: Json = serde_json::from_slice(&out.stdout).expect("report JSON");
+    assert!(
+        json.to_string().contains("x\\u001b[31mred\u{9b}"),
+        "JSON keeps the value, in JSON's escaping"
+    );
+}

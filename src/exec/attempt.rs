@@ -37,9 +37,9 @@ const CHUNK: usize = 1024 * 1024;
 /// `n` bytes for people: `8 MiB`, `16 GiB`, else bytes.
 pub fn size_label(n: u64) -> String {
     const GIB: u64 = 1024 * 1024 * 1024;
-    if n >= GIB && n % GIB == 0 {
+    if n >= GIB && n.is_multiple_of(GIB) {
         format!("{} GiB", n / GIB)
-    } else if n >= 1024 * 1024 && n % (1024 * 1024) == 0 {
+    } else if n >= 1024 * 1024 && n.is_multiple_of(1024 * 1024) {
         format!("{} MiB", n / (1024 * 1024))
     } else {
         format!("{n} bytes")

@@ -28,6 +28,22 @@ use crate::spec::{CommandRenderer, Diagnostics, Inventory, Study, Transport, Tri
 use crate::trial::TrialIdentity;
 use crate::{tuned, yaml_out};
 
+/// A line for people on stdout: control characters in it (from a study, a
+/// host, a trial) are shown escaped ([`crate::term`]). JSON goes out with
+/// `println!` and its own escaping.
+macro_rules! say {
+    ($($arg:tt)*) => {
+        println!("{}", crate::term::escape_block(&format!($($arg)*)))
+    };
+}
+
+/// [`say!`] on stderr.
+macro_rules! say_err {
+    ($($arg:tt)*) => {
+        eprintln!("{}", crate::term::escape_block(&format!($($arg)*)))
+    };
+}
+
 #[derive(Parser, Debug)]
 #[command(
     name = "tunectl",
@@ -117,7 +133,7 @@ struct LaunchArgs {
     store_logs: bool,
     /// How long the trials of a host class wait when every host of the
     /// class is down, before they are left for a later launch (e.g. `10m`).
-    #[arg(long, value_parser = humantime::parse_duration, default_value = "10m")]
+    #[arg(long, value_parser = crate::spec::yaml::parse_duration, default_value = "10m")]
     host_timeout: std::time::Duration,
     /// Run one shard of a grid: `i/n` (1-based): the baseline and the i-th
     /// of n contiguous slices of the grid's candidates, no confirmation
@@ -252,23 +268,23 @@ pub fn main() -> ExitCode {
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(r) => r,
         Err(e) => {
-            eprintln!("error: cannot start the async runtime: {e}");
+            say_err!("error: cannot start the async runtime: {e}");
             return ExitCode::from(1);
         }
     };
     match runtime.block_on(run(cli)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(CliError::Invalid(m)) => {
-            eprintln!("error: {m}");
+            say_err!("error: {m}");
             ExitCode::from(2)
         }
         Err(CliError::Failed(m)) => {
-            eprintln!("error: {m}");
+            say_err!("error: {m}");
             ExitCode::from(1)
         }
         Err(CliError::Interrupted) => ExitCode::from(130),
         Err(CliError::Drafts(m)) => {
-            eprintln!("note: {m}");
+            say_err!("note: {m}");
             ExitCode::from(3)
         }
     }
@@ -598,7 +614,7 @@ async fn plan(a: PlanArgs) -> Result<(), CliError> {
     if a.json {
         println!("{}", serde_json::to_string_pretty(&view).map_err(failed)?);
     } else {
-        print!("{}", render_plan(&view));
+        print!("{}", crate::term::escape_block(&render_plan(&view)));
     }
     Ok(())
 }
@@ -828,7 +844,7 @@ async fn load_prior(
     let prior = crate::exec::prior::Prior::load(source, &id, study, &space, &metric, budget)
         .await
         .map_err(|e| CliError::Invalid(format!("--seed-from {from}: {e}")))?;
-    eprintln!(
+    say_err!(
         "seeding from {}: what it knows about {} host class(es) of these knobs",
         prior.source,
         prior.classes()
@@ -939,7 +955,7 @@ async fn launch(a: LaunchArgs) -> Result<(), CliError> {
         && existing.spec_hash != study.spec_hash()
     {
         study_id = format!("{}-{}", study.id(), &study.spec_hash()[..12]);
-        eprintln!(
+        say_err!(
             "forking: this spec differs from the ledger's `{}`; recording it as study `{study_id}`",
             study.id()
         );
@@ -968,7 +984,7 @@ async fn launch(a: LaunchArgs) -> Result<(), CliError> {
                 if let Transport::Ssh(cfg) = &h.transport
                     && h.slots > cfg.max_sessions
                 {
-                    eprintln!(
+                    say_err!(
                         "warning: host `{}` has {} slots but max_sessions {}: at most {} of its trials run at once",
                         h.name, h.slots, cfg.max_sessions, cfg.max_sessions
                     );
@@ -990,13 +1006,13 @@ async fn launch(a: LaunchArgs) -> Result<(), CliError> {
     let on_signal = cancel.clone();
     tokio::spawn(async move {
         if tokio::signal::ctrl_c().await.is_ok() {
-            eprintln!("interrupted: stopping; running trials are killed and recorded as lost");
+            say_err!("interrupted: stopping; running trials are killed and recorded as lost");
             on_signal.cancel();
         }
     });
     let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
     let reporter = tokio::spawn(progress::report(a.progress, rx));
-    eprintln!("launching study {study_id} · ledger {}", ledger.url());
+    say_err!("launching study {study_id} · ledger {}", ledger.url());
     let options = launch::LaunchOptions {
         no_cooldown: a.no_cooldown,
         store_logs: a.store_logs,
@@ -1036,7 +1052,7 @@ async fn launch(a: LaunchArgs) -> Result<(), CliError> {
             break;
         }
         if round + 1 < MAX_LAUNCH_ROUNDS {
-            eprintln!(
+            say_err!(
                 "hosts {} changed class mid-launch: probing again to tune their new class",
                 this.changed_hosts.join(", ")
             );
@@ -1045,10 +1061,10 @@ async fn launch(a: LaunchArgs) -> Result<(), CliError> {
     drop(tx);
     let _ = reporter.await;
     for h in &summary.unreachable_hosts {
-        eprintln!("warning: host {h} (skipped in this launch)");
+        say_err!("warning: host {h} (skipped in this launch)");
     }
     for c in &summary.abandoned_classes {
-        eprintln!(
+        say_err!(
             "warning: class {c}: every host stayed down past --host-timeout; launch again when they answer"
         );
     }
@@ -1104,7 +1120,7 @@ async fn launch(a: LaunchArgs) -> Result<(), CliError> {
                         class.host_class, bucket.label, bucket.level_reason
                     ));
                 }
-                eprintln!(
+                say_err!(
                     "{} · {}: ships {} [{}] · {}",
                     class.host_class,
                     bucket.label,
@@ -1119,7 +1135,7 @@ async fn launch(a: LaunchArgs) -> Result<(), CliError> {
             }
         }
     }
-    eprintln!(
+    say_err!(
         "ran {} trials ({} ok, {} failed), {} lost, {} already in the ledger, {} skipped{} · `tunectl report {}` shows the evidence",
         summary.ran,
         summary.ok,
@@ -1219,7 +1235,7 @@ async fn load_analysis(
     if let Some(s) = &study
         && s.spec_hash() != record.spec_hash
     {
-        eprintln!(
+        say_err!(
             "warning: {study_arg} has changed since it was launched; reporting the spec recorded in the ledger ({})",
             &record.spec_hash[..12]
         );
@@ -1324,7 +1340,7 @@ async fn report_cmd(a: ReportArgs) -> Result<(), CliError> {
                     cell.rejected.retain(|r| in_shard(&r.config));
                 }
             }
-            eprintln!(
+            say_err!(
                 "note: shard {sh}: only this shard's configs are listed; decisions (fastest, what ships) are those of the whole ledger"
             );
             report::render(&analysis, a.format, a.all)
@@ -1352,7 +1368,7 @@ async fn export_cmd(a: ExportArgs) -> Result<(), CliError> {
         std::fs::write(&tmp, text)
             .and_then(|()| std::fs::rename(&tmp, &path))
             .map_err(|e| failed(format!("{}: cannot write: {e}", path.display())))?;
-        println!("{}", path.display());
+        say!("{}", path.display());
         let pending = class
             .buckets
             .iter()
@@ -1363,7 +1379,7 @@ async fn export_cmd(a: ExportArgs) -> Result<(), CliError> {
             .iter()
             .filter(|b| !tuned::is_pending(b) && b.winner.is_some())
             .count();
-        eprintln!(
+        say_err!(
             "{} · {}: {} buckets ({won} with a winner, {} keeping the baseline, {pending} pending)",
             class.host_class,
             class.label,
@@ -1411,7 +1427,7 @@ async fn apply_cmd(a: ApplyArgs) -> Result<(), CliError> {
         )
     };
     if let Some(w) = &choice.warning {
-        eprintln!("warning: {w}");
+        say_err!("warning: {w}");
     }
     if !choice.from_environment.is_empty() {
         let set: Vec<String> = choice
@@ -1419,7 +1435,7 @@ async fn apply_cmd(a: ApplyArgs) -> Result<(), CliError> {
             .iter()
             .map(|(k, v)| format!("{}={v}", tuned::knob_var(k)))
             .collect();
-        eprintln!(
+        say_err!(
             "note: set in the environment, these win over the {}: {}",
             choice.source.as_str(),
             set.join(" ")
@@ -1428,12 +1444,18 @@ async fn apply_cmd(a: ApplyArgs) -> Result<(), CliError> {
     if a.print {
         print!(
             "{}",
-            tuned::print_yaml(&choice, &host, &cell, &env, command.as_deref())
+            crate::term::escape_block(&tuned::print_yaml(
+                &choice,
+                &host,
+                &cell,
+                &env,
+                command.as_deref()
+            ))
         );
         return Ok(());
     }
     if choice.warning.is_none() {
-        eprintln!("tunectl apply: {}", choice.reason);
+        say_err!("tunectl apply: {}", choice.reason);
     }
     let Some(command) = command else {
         return Ok(());
@@ -1653,13 +1675,13 @@ async fn status_cmd(a: StatusArgs) -> Result<(), CliError> {
         println!("{}", serde_json::to_string_pretty(&rows).map_err(failed)?);
         return Ok(());
     }
-    println!("study {study_id} · ledger {}", ledger.url());
+    say!("study {study_id} · ledger {}", ledger.url());
     if rows.is_empty() {
-        println!("no host has been probed for this study yet");
+        say!("no host has been probed for this study yet");
     }
     for c in rows {
         let opt = |v: Option<u64>| v.map(|n| n.to_string()).unwrap_or_else(|| "?".to_string());
-        println!(
+        say!(
             "{} · {} · hosts: {}\n  done {} · failed {} · lost {} · running {} · pending {} · skipped {} (of {} planned sweep trials){}; besides: {} baseline anchors, {} confirmation trials",
             c.host_class,
             c.label,
@@ -1685,7 +1707,7 @@ async fn status_cmd(a: StatusArgs) -> Result<(), CliError> {
         );
     }
     if !scan.corrupt.is_empty() {
-        println!(
+        say!(
             "{} unreadable ledger objects (`tunectl ledger check` lists them)",
             scan.corrupt.len()
         );
@@ -1718,7 +1740,7 @@ async fn ledger_check(a: LedgerCheckArgs) -> Result<(), CliError> {
         // Every object listed and read, whatever the index says.
         let checked = ledger.check_study(id).await.map_err(failed)?;
         let scan = &checked.scan;
-        println!(
+        say!(
             "{id}: {} attempts readable, {} voided, {} unreadable, {} missing",
             scan.attempts.len(),
             scan.voided,
@@ -1726,14 +1748,14 @@ async fn ledger_check(a: LedgerCheckArgs) -> Result<(), CliError> {
             checked.missing.len()
         );
         if let Some(problem) = &record {
-            println!("  {id}/study.json: {problem}");
+            say!("  {id}/study.json: {problem}");
             records += 1;
         }
         let mut damaged: Vec<&crate::ledger::CorruptObject> =
             scan.corrupt.iter().chain(&checked.missing).collect();
         damaged.sort_by(|x, y| x.key.cmp(&y.key));
         for c in damaged {
-            println!("  {}: {}", c.key, c.reason);
+            say!("  {}: {}", c.key, c.reason);
         }
         unreadable += scan.corrupt.len();
         missing += checked.missing.len();
@@ -1776,7 +1798,7 @@ async fn fingerprint_cmd(a: FingerprintArgs) -> Result<(), CliError> {
     if a.json {
         println!("{}", serde_json::to_string_pretty(&doc).map_err(failed)?);
     } else {
-        print!("{}", yaml_out::to_yaml(&doc));
+        print!("{}", crate::term::escape_block(&yaml_out::to_yaml(&doc)));
     }
     Ok(())
 }
@@ -1830,7 +1852,7 @@ async fn fingerprint_inventory(
     if json {
         println!("{}", serde_json::to_string_pretty(&doc).map_err(failed)?);
     } else {
-        print!("{}", yaml_out::to_yaml(&doc));
+        print!("{}", crate::term::escape_block(&yaml_out::to_yaml(&doc)));
     }
     if down.is_empty() {
         Ok(())
@@ -1916,7 +1938,7 @@ fn validate(a: ValidateArgs) -> Result<(), CliError> {
             Study::load(f).map(|_| "study")
         };
         match r {
-            Ok(kind) => eprintln!("{}: valid {kind}", f.display()),
+            Ok(kind) => say_err!("{}: valid {kind}", f.display()),
             Err(d) => all.extend(d),
         }
     }

@@ -555,6 +555,7 @@ pub fn parse_probe_output(text: &str) -> Fingerprint {
         .map_or(0, |i| i + 1);
 
     let mut fp = Fingerprint::default();
+    let secrets = crate::scrub::secret_values();
     let mut gpu_driver: Option<String> = None;
     let mut header_driver: Option<String> = None;
 
@@ -598,9 +599,11 @@ pub fn parse_probe_output(text: &str) -> Fingerprint {
                 if let Some(name) = key.strip_prefix("tool.")
                     && is_valid_tool_name(name)
                 {
-                    fp.tools
-                        .entry(name.to_owned())
-                        .or_insert_with(|| value.map(str::to_owned));
+                    // A tool's output is the host's text: credentials it
+                    // printed never reach the ledger or the screen.
+                    fp.tools.entry(name.to_owned()).or_insert_with(|| {
+                        value.map(|v| crate::scrub::scrub_host_text(v, &secrets))
+                    });
                 }
             }
         }

@@ -629,6 +629,165 @@ fidelity:
         run: Run::Validate,
         expect: &["inventory.yaml:1:8: hosts: the inventory lists no hosts"],
     },
+    Case {
+        name: "a timeout beyond any duration",
+        file: "study.yaml",
+        text: r#"name: s
+knobs:
+  x: {kind: int, values: [1, 2, 4], default: 1}
+trial: {command: "echo", timeout: 1e308}
+objective: {metric: t, better: higher}
+"#,
+        run: Run::PlanStudy,
+        expect: &["study.yaml:4:35: trial.timeout: `1e308` is longer than the maximum of 30 days"],
+    },
+    Case {
+        name: "a cool_wait beyond any duration",
+        file: "study.yaml",
+        text: r#"name: s
+knobs:
+  x: {kind: int, values: [1, 2, 4], default: 1}
+trial: {command: "echo"}
+objective: {metric: t, better: higher}
+measurement: {cool_wait: 1e308}
+"#,
+        run: Run::PlanStudy,
+        expect: &[
+            "study.yaml:6:26: measurement.cool_wait: `1e308` is longer than the maximum of 30 days",
+        ],
+    },
+    Case {
+        name: "a cool_max_wait beyond the maximum",
+        file: "study.yaml",
+        text: r#"name: s
+knobs:
+  x: {kind: int, values: [1, 2, 4], default: 1}
+trial: {command: "echo"}
+objective: {metric: t, better: higher}
+measurement: {cool_max_wait: 10000h}
+"#,
+        run: Run::Validate,
+        expect: &[
+            "study.yaml:6:30: measurement.cool_max_wait: `10000h` is longer than the maximum of 30 days",
+        ],
+    },
+    Case {
+        name: "inventory: connect_timeout beyond any duration",
+        file: "inventory.yaml",
+        text: r#"hosts:
+  - name: a
+    transport: ssh
+    host: 127.0.0.1
+    connect_timeout: 1e308
+"#,
+        run: Run::Validate,
+        expect: &[
+            "inventory.yaml:5:22: hosts[0].connect_timeout: `1e308` is longer than the maximum of 30 days",
+        ],
+    },
+    Case {
+        name: "inventory: poll_interval beyond the maximum",
+        file: "inventory.yaml",
+        text: r#"hosts:
+  - name: part
+    transport: slurm
+    poll_interval: 31d
+"#,
+        run: Run::PlanInventory,
+        expect: &[
+            "inventory.yaml:4:20: hosts[0].poll_interval: `31d` is longer than the maximum of 30 days",
+        ],
+    },
+    Case {
+        name: "float log range reaching subnormal numbers",
+        file: "study.yaml",
+        text: r#"name: s
+knobs:
+  lr: {kind: float, min: 1e-308, max: 1e308, count: 5, scale: log, default: 1}
+trial: {command: "echo"}
+objective: {metric: t, better: higher}
+"#,
+        run: Run::Validate,
+        expect: &[
+            "study.yaml:3:26: knobs.lr.min: 1e-308 is too close to zero to compute with (below 2.2250738585072014e-308); use 0 or a larger number",
+        ],
+    },
+    Case {
+        name: "float range too wide to compute",
+        file: "study.yaml",
+        text: r#"name: s
+knobs:
+  w: {kind: float, min: -1e308, max: 1e308, count: 3, default: 0}
+trial: {command: "echo"}
+objective: {metric: t, better: higher}
+"#,
+        run: Run::PlanStudy,
+        expect: &[
+            "study.yaml:3:38: knobs.w.max: the linear range from -1e308 to 1e308 in 3 points gives the point NaN; narrow the range or lower count",
+        ],
+    },
+    Case {
+        name: "random strategy with a huge count",
+        file: "study.yaml",
+        text: r#"name: s
+knobs:
+  x: {kind: int, min: 0, max: 999999, default: 1}
+  y: {kind: int, min: 0, max: 999999, default: 1}
+trial: {command: "echo"}
+objective: {metric: t, better: higher}
+strategy: {kind: random, count: 100000000}
+"#,
+        run: Run::PlanStudy,
+        expect: &[
+            "study.yaml:7:33: strategy.count: asks for 100000000 configs, more than the limit of 1000000",
+        ],
+    },
+    Case {
+        name: "template with an unknown filter",
+        file: "study.yaml",
+        text: r#"name: s
+knobs:
+  x: {kind: int, values: [1, 2, 4], default: 1}
+trial: {command: "echo {{ x | nosuchfilter }}"}
+objective: {metric: t, better: higher}
+"#,
+        run: Run::Validate,
+        expect: &[
+            "study.yaml:4:18: trial.command: the template fails to render for the baseline: unknown filter: filter nosuchfilter is unknown",
+        ],
+    },
+    Case {
+        name: "template failing for one knob value only",
+        file: "study.yaml",
+        text: r#"name: s
+knobs:
+  x: {kind: int, values: [1, 2, 0], default: 1}
+cells: {n: [1, 2]}
+trial: {command: "echo {{ 10 // x }}"}
+objective: {metric: t, better: higher}
+"#,
+        run: Run::PlanStudy,
+        expect: &[
+            "study.yaml:5:18: trial.command: the template fails to render for config x=0 at cell n=1: invalid operation: unable to calculate 10 // 0",
+        ],
+    },
+    Case {
+        name: "trial.env entry failing at render time",
+        file: "study.yaml",
+        text: r#"name: s
+knobs:
+  x: {kind: int, values: [1, 2, 4], default: 1}
+cells: {n: [1, 2]}
+trial:
+  command: "echo {{ x }}"
+  env: {A: "{{ n.bar }}"}
+objective: {metric: t, better: higher}
+"#,
+        run: Run::PlanStudy,
+        expect: &[
+            "study.yaml:7:12: trial.env.A: the template fails to render for the baseline at cell n=1: undefined value: `n.bar` is undefined",
+        ],
+    },
 ];
 
 #[test]
@@ -887,6 +1046,94 @@ fn bad_arguments_exit_2() {
     assert_eq!(out.status.code(), Some(2), "{stderr}");
     assert!(
         stderr.contains("--host nope: no such host in the inventory (hosts: local)"),
+        "{stderr}"
+    );
+    assert!(!dir.path().join("ledger").exists());
+}
+
+/// A list nested 20,000 deep used to overflow the stack (an abort, not an
+/// error): it is refused with its position by every command that reads
+/// YAML, before any tree is built.
+#[test]
+fn deeply_nested_yaml_is_refused_with_its_position() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let deep = format!("{VALID_STUDY}description:\n  {}x\n", "- ".repeat(20_000));
+    std::fs::write(dir.path().join("study.yaml"), &deep).expect("write");
+    // Line 8: the 64th `- ` (depth 65, under the top-level mapping) opens
+    // at column 3 + 2·63.
+    let expected = "study.yaml:8:129: lists and mappings are nested more than 64 deep";
+    for run in [Run::Validate, Run::PlanStudy] {
+        let (code, _, stderr) = run_on(dir.path(), "study.yaml", run);
+        assert_eq!(code, Some(2), "{run:?}: {stderr}");
+        assert!(stderr.contains(expected), "{run:?}: {stderr}");
+    }
+    // Flow style, and a tuned file given to `apply`.
+    let flow = format!(
+        "{VALID_STUDY}description: {}{}\n",
+        "[".repeat(20_000),
+        "]".repeat(20_000)
+    );
+    std::fs::write(dir.path().join("flow.yaml"), &flow).expect("write");
+    let (code, _, stderr) = run_on(dir.path(), "flow.yaml", Run::Validate);
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(stderr.contains("error: flow.yaml:7:"), "{stderr}");
+    std::fs::write(
+        dir.path().join("tuned.yaml"),
+        format!("study: s\nx:\n  {}1\n", "- ".repeat(20_000)),
+    )
+    .expect("write");
+    let out = tunectl(dir.path())
+        .args(["apply", "--tuned", "tuned.yaml", "--print"])
+        .output()
+        .expect("run");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("tuned.yaml:3:129: lists and mappings are nested more than 64 deep"),
+        "{stderr}"
+    );
+}
+
+/// A NUL byte used to end the document silently: what followed it (here a
+/// syntax error) was never read.
+#[test]
+fn a_nul_byte_is_refused_with_its_position() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let text = format!("{VALID_STUDY}context: {{model: a\0b}}\nbroken: [\n");
+    std::fs::write(dir.path().join("study.yaml"), text).expect("write");
+    for run in [Run::Validate, Run::PlanStudy] {
+        let (code, _, stderr) = run_on(dir.path(), "study.yaml", run);
+        assert_eq!(code, Some(2), "{run:?}: {stderr}");
+        assert!(
+            stderr.contains("error: study.yaml:7:19: the file contains a NUL byte"),
+            "{run:?}: {stderr}"
+        );
+    }
+}
+
+/// A template error that only shows when it is rendered used to pass
+/// `validate`, and `launch` exited 0 with no trial run.
+#[test]
+fn a_render_time_template_error_stops_launch() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::write(
+        dir.path().join("study.yaml"),
+        VALID_STUDY.replace("echo {{ x }}", "echo {{ x.foo }}"),
+    )
+    .expect("write");
+    let out = tunectl(dir.path())
+        .args(["launch", "study.yaml", "--progress", "quiet", "--ledger"])
+        .arg(dir.path().join("ledger"))
+        .arg("--workdir")
+        .arg(dir.path().join("work"))
+        .output()
+        .expect("run");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains(
+            "study.yaml:5:12: trial.command: the template fails to render for the baseline: undefined value: `x.foo` is undefined"
+        ),
         "{stderr}"
     );
     assert!(!dir.path().join("ledger").exists());

@@ -938,3 +938,86 @@ fn a_hyperband_study_over_the_fleet_searches_each_host_class_on_its_own() {
     let id = "fleet-hb";
     assert_one_terminal_per_trial(&ledger, id);
 }
+
+/// On an ssh host the wrapper reads the result and hashes the outputs: a
+/// FIFO there used to hang the attempt, a symlink to /dev/zero to be
+/// hashed without end. The host refuses what is not a regular file or is
+/// over the size limit, and says why.
+#[test]
+fn remote_result_and_outputs_must_be_regular_and_bounded() {
+    let fleet = Fleet::start(&FOUR[..1]);
+    let d = dirs();
+    write(
+        &d.root.join("trial.sh"),
+        r#"#!/bin/sh
+echo hello > out.txt
+ok() { echo '{"metrics": {"t": 2}}' > "$TUNECTL_RESULT"; }
+case $1 in
+  ok) ok ;;
+  fifo-result) mkfifo "$TUNECTL_RESULT" ;;
+  zero-result) ln -s /dev/zero "$TUNECTL_RESULT" ;;
+  big-result) { head -c 9000000 /dev/zero | tr '\0' ' '; echo '{"metrics": {"t": 2}}'; } > "$TUNECTL_RESULT" ;;
+  fifo-output) rm out.txt; mkfifo out.txt; ok ;;
+  zero-output) rm out.txt; ln -s /dev/zero out.txt; ok ;;
+  link-output) mv out.txt real.txt; ln -s real.txt out.txt; ok ;;
+esac
+"#,
+    );
+    let study = d.root.join("study.yaml");
+    write(
+        &study,
+        r#"name: remote-files
+knobs:
+  v: {kind: categorical, values: [ok, fifo-result, zero-result, big-result, fifo-output, zero-output, link-output], default: ok}
+trial:
+  command: "sh {{ study_dir }}/trial.sh {{ v }}"
+  timeout: 20s
+objective: {metric: t, better: higher}
+measurement: {warmup: 0, repeats: 1, anchor_every: 0, confirm_repeats: 0}
+gate: {outputs: [out.txt]}
+"#,
+    );
+    let inv = d.root.join("inventory.yaml");
+    write(&inv, &fleet.inventory_yaml(2, ""));
+    let ledger = d.root.join("ledger");
+    launch(&study, &inv, &ledger, &[]);
+    let by_v: BTreeMap<String, Json> = ledger_files::attempts(&ledger, "remote-files")
+        .into_values()
+        .flatten()
+        .map(|a| (a["config"]["v"].as_str().unwrap_or_default().to_string(), a))
+        .collect();
+    for (v, detail) in [
+        (
+            "fifo-result",
+            "the result file `tunectl-result.json` is a FIFO, not a regular file",
+        ),
+        (
+            "zero-result",
+            "the result file `tunectl-result.json` is a symlink to a character device, not a regular file",
+        ),
+        (
+            "big-result",
+            "the result file `tunectl-result.json` is 9000022 bytes, over the limit of 8 MiB",
+        ),
+        (
+            "fifo-output",
+            "declared output `out.txt` is a FIFO, not a regular file",
+        ),
+        (
+            "zero-output",
+            "declared output `out.txt` is a symlink to a character device, not a regular file",
+        ),
+    ] {
+        let a = &by_v[v];
+        assert_eq!(a["status"], "failed", "{v}: {a}");
+        assert_eq!(a["failure"]["class"], "no_result", "{v}: {a}");
+        assert_eq!(a["failure"]["detail"], detail, "{v}: {a}");
+    }
+    for v in ["ok", "link-output"] {
+        assert_eq!(by_v[v]["status"], "ok", "{v}: {}", by_v[v]);
+    }
+    assert_eq!(
+        by_v["ok"]["outputs"]["out.txt"],
+        by_v["link-output"]["outputs"]["out.txt"]
+    );
+}

@@ -25,32 +25,190 @@ pub struct LocalTransport {
     pub keep_workdirs: bool,
 }
 
-async fn sha256_file(path: &Path) -> Option<String> {
-    let bytes = tokio::fs::read(path).await.ok()?;
-    Some(hex::encode(Sha256::digest(&bytes)))
+/// Largest result file read back: results are small JSON.
+pub const MAX_RESULT_BYTES: u64 = 8 * 1024 * 1024;
+
+/// Largest declared output hashed (read in chunks, never whole).
+pub const MAX_OUTPUT_BYTES: u64 = 16 * 1024 * 1024 * 1024;
+
+/// Bytes read at a time when hashing.
+const CHUNK: usize = 1024 * 1024;
+
+/// `n` bytes for people: `8 MiB`, `16 GiB`, else bytes.
+pub fn size_label(n: u64) -> String {
+    const GIB: u64 = 1024 * 1024 * 1024;
+    if n >= GIB && n.is_multiple_of(GIB) {
+        format!("{} GiB", n / GIB)
+    } else if n >= 1024 * 1024 && n.is_multiple_of(1024 * 1024) {
+        format!("{} MiB", n / (1024 * 1024))
+    } else {
+        format!("{n} bytes")
+    }
+}
+
+/// What a file type is, for a message.
+fn kind_of(t: std::fs::FileType) -> &'static str {
+    use std::os::unix::fs::FileTypeExt;
+    if t.is_dir() {
+        "a directory"
+    } else if t.is_fifo() {
+        "a FIFO"
+    } else if t.is_char_device() {
+        "a character device"
+    } else if t.is_block_device() {
+        "a block device"
+    } else if t.is_socket() {
+        "a socket"
+    } else if t.is_symlink() {
+        "a symlink"
+    } else {
+        "not a regular file"
+    }
+}
+
+/// Open `path` for reading if it is a regular file (a symlink is followed
+/// only to a regular file) of at most `cap` bytes. Nothing else is opened
+/// (a FIFO would block, a device never end), and the open itself cannot
+/// block: the type is checked before, and again on the open descriptor. The
+/// error says why, e.g. `is a FIFO, not a regular file`, `was not written`.
+fn open_regular(path: &Path, cap: u64) -> Result<std::fs::File, String> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let not_regular = |via_link: bool, t: std::fs::FileType| {
+        format!(
+            "is {}{}, not a regular file",
+            if via_link { "a symlink to " } else { "" },
+            kind_of(t)
+        )
+    };
+    let link = std::fs::symlink_metadata(path).map_err(|e| match e.kind() {
+        std::io::ErrorKind::NotFound => "was not written".to_string(),
+        _ => format!("cannot be read: {e}"),
+    })?;
+    let via_link = link.file_type().is_symlink();
+    let meta = if via_link {
+        std::fs::metadata(path).map_err(|e| format!("is a symlink that cannot be followed: {e}"))?
+    } else {
+        link
+    };
+    if !meta.is_file() {
+        return Err(not_regular(via_link, meta.file_type()));
+    }
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
+        .open(path)
+        .map_err(|e| format!("cannot be read: {e}"))?;
+    let meta = file
+        .metadata()
+        .map_err(|e| format!("cannot be read: {e}"))?;
+    if !meta.is_file() {
+        return Err(not_regular(via_link, meta.file_type()));
+    }
+    if meta.len() > cap {
+        return Err(format!(
+            "is {} bytes, over the limit of {}",
+            meta.len(),
+            size_label(cap)
+        ));
+    }
+    Ok(file)
+}
+
+/// Read `path` through `sink` in chunks: a regular file of at most `cap`
+/// bytes (also when it grows while read), finished before `deadline`.
+fn read_chunks(
+    path: &Path,
+    cap: u64,
+    deadline: std::time::Instant,
+    mut sink: impl FnMut(&[u8]),
+) -> Result<(), String> {
+    use std::io::Read;
+    let mut file = open_regular(path, cap)?;
+    let mut buf = vec![0u8; CHUNK];
+    let mut total: u64 = 0;
+    loop {
+        if std::time::Instant::now() > deadline {
+            return Err("was still being read at the trial's timeout".to_string());
+        }
+        let n = match file.read(&mut buf) {
+            Ok(0) => return Ok(()),
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(format!("cannot be read: {e}")),
+        };
+        total += n as u64;
+        if total > cap {
+            return Err(format!("grew over the limit of {}", size_label(cap)));
+        }
+        sink(&buf[..n]);
+    }
+}
+
+/// The contents of a regular file of at most `cap` bytes.
+pub fn read_regular(
+    path: &Path,
+    cap: u64,
+    deadline: std::time::Instant,
+) -> Result<Vec<u8>, String> {
+    let mut out = Vec::new();
+    read_chunks(path, cap, deadline, |b| out.extend_from_slice(b))?;
+    Ok(out)
+}
+
+/// The sha256 of a regular file of at most `cap` bytes, read in chunks.
+pub fn sha256_regular(
+    path: &Path,
+    cap: u64,
+    deadline: std::time::Instant,
+) -> Result<String, String> {
+    let mut hasher = Sha256::new();
+    read_chunks(path, cap, deadline, |b| hasher.update(b))?;
+    Ok(hex::encode(hasher.finalize()))
 }
 
 /// The numbers of a tolerance file (at most 8 MiB and
 /// [`gate::MAX_VALUES`] numbers), or why they cannot be used.
-pub async fn read_values(path: &Path) -> Result<Vec<f64>, String> {
-    use tokio::io::AsyncReadExt;
-    let file = tokio::fs::File::open(path)
-        .await
-        .map_err(|e| format!("cannot be read: {e}"))?;
-    let mut bytes = Vec::new();
-    file.take(MAX_VALUE_FILE_BYTES + 1)
-        .read_to_end(&mut bytes)
-        .await
-        .map_err(|e| format!("cannot be read: {e}"))?;
-    if bytes.len() as u64 > MAX_VALUE_FILE_BYTES {
-        return Err(format!(
-            "over the limit of {} MiB",
-            MAX_VALUE_FILE_BYTES / (1024 * 1024)
-        ));
+pub fn read_values(path: &Path, deadline: std::time::Instant) -> Result<Vec<f64>, String> {
+    let bytes = read_regular(path, MAX_VALUE_FILE_BYTES, deadline).map_err(|e| {
+        if e == "was not written" {
+            "cannot be read: it was not written".to_string()
+        } else {
+            e
+        }
+    })?;
+    gate::parse_values(&bytes)
+}
+
+/// What the counted run left: the result file, the digests of the declared
+/// outputs and the numbers of the tolerance files, read within `deadline`
+/// (blocking: call it off the async runtime).
+fn collect_files(
+    dir: &Path,
+    result_path: &Path,
+    spec: &AttemptSpec,
+    deadline: std::time::Instant,
+    outcome: &mut AttemptOutcome,
+) {
+    match read_regular(result_path, MAX_RESULT_BYTES, deadline) {
+        Ok(b) => outcome.result = Some(b),
+        Err(e) if e == "was not written" => {}
+        Err(e) => {
+            let name = result_path
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            outcome.result_error = Some(format!("the result file `{name}` {e}"));
+        }
     }
-    tokio::task::spawn_blocking(move || gate::parse_values(&bytes))
-        .await
-        .map_err(|e| format!("cannot be parsed: {e}"))?
+    for name in &spec.outputs {
+        let digest = sha256_regular(&dir.join(name), MAX_OUTPUT_BYTES, deadline);
+        outcome.outputs.insert(name.clone(), digest);
+    }
+    for name in &spec.tolerance_files {
+        outcome
+            .output_values
+            .insert(name.clone(), read_values(&dir.join(name), deadline));
+    }
 }
 
 #[async_trait]
@@ -140,17 +298,20 @@ impl Transport for LocalTransport {
             if phase == Phase::Warmup {
                 outcome.warmups_run += 1;
             } else {
-                outcome.result = tokio::fs::read(&result_path).await.ok();
-                for name in &spec.outputs {
-                    outcome
-                        .outputs
-                        .insert(name.clone(), sha256_file(&dir.join(name)).await);
-                }
-                for name in &spec.tolerance_files {
-                    outcome
-                        .output_values
-                        .insert(name.clone(), read_values(&dir.join(name)).await);
-                }
+                // Read within the trial's timeout, off the runtime.
+                let deadline = std::time::Instant::now() + spec.timeout;
+                let (d, r, sp) = (dir.clone(), result_path.clone(), spec.clone());
+                let got = tokio::task::spawn_blocking(move || {
+                    let mut got = AttemptOutcome::default();
+                    collect_files(&d, &r, &sp, deadline, &mut got);
+                    got
+                })
+                .await
+                .unwrap_or_default();
+                outcome.result = got.result;
+                outcome.result_error = got.result_error;
+                outcome.outputs = got.outputs;
+                outcome.output_values = got.output_values;
             }
         }
         outcome.elapsed = started.elapsed();
@@ -159,7 +320,14 @@ impl Transport for LocalTransport {
                 ("stdout", ".tunectl-stdout.log"),
                 ("stderr", ".tunectl-stderr.log"),
             ] {
-                if let Ok(bytes) = tokio::fs::read(dir.join(file)).await {
+                // Written by tunectl, but the trial could have replaced it.
+                let path = dir.join(file);
+                let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+                let read = tokio::task::spawn_blocking(move || {
+                    read_regular(&path, local::MAX_LOG_BYTES + 1024, deadline)
+                })
+                .await;
+                if let Ok(Ok(bytes)) = read {
                     outcome.logs.insert(name.to_string(), bytes);
                 }
             }
@@ -234,6 +402,31 @@ fn parse_result(bytes: &[u8]) -> Result<(Metrics, Option<String>), String> {
     Ok((out, digest))
 }
 
+/// The objective's samples must be positive normal numbers: speedups are
+/// ratios of them, and 0, a negative number or a subnormal one (which JSON
+/// can write, e.g. `5e-324`) would make a ratio infinite, negative or
+/// meaningless.
+pub fn check_ratio_samples(name: &str, samples: &[f64]) -> Result<(), String> {
+    match samples.iter().find(|x| !(x.is_normal() && **x > 0.0)) {
+        None => Ok(()),
+        Some(x) => {
+            let what = if x.is_finite() && *x > 0.0 {
+                "is subnormal (too close to zero), not a positive finite number"
+            } else {
+                "is not a positive finite number"
+            };
+            let shown = if *x != 0.0 && x.is_finite() && !(1e-6..1e16).contains(&x.abs()) {
+                format!("{x:e}")
+            } else {
+                x.to_string()
+            };
+            Err(format!(
+                "metric {name}: sample {shown} {what}; speedups are ratios"
+            ))
+        }
+    }
+}
+
 /// Turn raw facts into a status, a failure reason, metrics and digests.
 pub fn judge(
     outcome: &AttemptOutcome,
@@ -298,6 +491,11 @@ pub fn judge(
         return j;
     }
     let no_result = |detail: String| Some(fail(FailureClass::NoResult, detail));
+    if let Some(e) = &outcome.result_error {
+        j.status = AttemptStatus::Failed;
+        j.failure = no_result(e.clone());
+        return j;
+    }
     let Some(bytes) = &outcome.result else {
         j.status = AttemptStatus::Failed;
         j.failure = no_result("exit 0 but nothing written to $TUNECTL_RESULT".to_string());
@@ -323,12 +521,17 @@ pub fn judge(
                 ));
                 return j;
             }
+            if let Err(e) = check_ratio_samples(objective, &metrics[objective]) {
+                j.status = AttemptStatus::Failed;
+                j.failure = no_result(e);
+                return j;
+            }
             j.metrics = metrics;
             let mut hasher = Sha256::new();
             let mut any = false;
             for (name, sha) in &outcome.outputs {
                 match sha {
-                    Some(s) => {
+                    Ok(s) => {
                         j.outputs.insert(name.clone(), s.clone());
                         // Tolerance files are compared by their numbers.
                         if !outcome.output_values.contains_key(name) {
@@ -336,9 +539,9 @@ pub fn judge(
                             any = true;
                         }
                     }
-                    None => {
+                    Err(why) => {
                         j.status = AttemptStatus::Failed;
-                        j.failure = no_result(format!("declared output `{name}` was not written"));
+                        j.failure = no_result(format!("declared output `{name}` {why}"));
                         return j;
                     }
                 }
@@ -615,15 +818,16 @@ fi
         }
         text.push_str("0]");
         std::fs::write(&path, &text).expect("write");
-        assert_eq!(
-            read_values(&path).await.err().as_deref(),
-            Some("over the limit of 8 MiB")
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        assert!(
+            read_values(&path, deadline).is_err_and(
+                |e| e.starts_with("is ") && e.ends_with(" bytes, over the limit of 8 MiB")
+            ),
         );
         std::fs::write(&path, "[1, 2, [3]]").expect("write");
-        assert_eq!(read_values(&path).await, Ok(vec![1.0, 2.0, 3.0]));
+        assert_eq!(read_values(&path, deadline), Ok(vec![1.0, 2.0, 3.0]));
         assert!(
-            read_values(&dir.path().join("absent.json"))
-                .await
+            read_values(&dir.path().join("absent.json"), deadline)
                 .is_err_and(|e| e.starts_with("cannot be read"))
         );
     }

@@ -43,6 +43,7 @@ use crate::ledger::records::{
 };
 use crate::ledger::{Ledger, Scan, new_attempt_id, spec_differences};
 use crate::plan::{ClassInfo, Plan, PlanHost};
+use crate::scrub::{scrub_secrets, secret_values};
 use crate::search::{
     Brackets, Engine, HyperbandEngine, Outcome, Search, Shard, Source, Step, Tpe, TpeEngine,
 };
@@ -2852,49 +2853,4 @@ fn budget_value(budget: Option<f64>) -> Option<Value> {
     } else {
         Value::Float(b)
     })
-}
-
-/// Values of environment variables that hold credentials (by name: secret,
-/// token, password, key...), long enough to be worth hiding.
-fn secret_values() -> Vec<String> {
-    let mut out: Vec<String> = std::env::vars()
-        .filter(|(k, v)| {
-            let k = k.to_ascii_uppercase();
-            v.len() >= 8
-                && (k.contains("SECRET")
-                    || k.contains("TOKEN")
-                    || k.contains("PASSWORD")
-                    || k.ends_with("_KEY")
-                    || k.contains("SAS")
-                    || k.contains("CREDENTIAL"))
-        })
-        .map(|(_, v)| v)
-        .collect();
-    // Longest first, so that one secret containing another is hidden whole.
-    out.sort_by_key(|v| std::cmp::Reverse(v.len()));
-    out
-}
-
-/// `text` with every secret value replaced by `[redacted]`.
-fn scrub_secrets(mut text: String, secrets: &[String]) -> String {
-    for s in secrets {
-        if text.contains(s.as_str()) {
-            text = text.replace(s.as_str(), "[redacted]");
-        }
-    }
-    text
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn secrets_are_scrubbed() {
-        let secrets = vec!["abcdefgh12345".to_string(), "abcdefgh".to_string()];
-        assert_eq!(
-            scrub_secrets("key=abcdefgh12345 and abcdefgh".to_string(), &secrets),
-            "key=[redacted] and [redacted]"
-        );
-    }
 }

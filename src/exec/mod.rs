@@ -62,8 +62,12 @@ pub struct AttemptOutcome {
     pub failed_in_warmup: bool,
     /// Contents of `$TUNECTL_RESULT` after the counted run.
     pub result: Option<Vec<u8>>,
-    /// sha256 of each declared output; `None` where the file is missing.
-    pub outputs: BTreeMap<String, Option<String>>,
+    /// Why `$TUNECTL_RESULT` was there but not read (not a regular file,
+    /// over the size limit...).
+    pub result_error: Option<String>,
+    /// sha256 of each declared output, or why it has none (`was not
+    /// written`, `is a FIFO, not a regular file`...).
+    pub outputs: BTreeMap<String, Result<String, String>>,
     /// The numbers of each tolerance file, or why they could not be read.
     pub output_values: BTreeMap<String, Result<Vec<f64>, String>>,
     pub elapsed: Duration,

@@ -109,9 +109,11 @@ pub async fn report(mode: ProgressMode, mut rx: mpsc::UnboundedReceiver<Event>) 
         b.enable_steady_tick(Duration::from_millis(200));
         b
     });
+    // Host names, failure details and trial output are shown escaped
+    // (crate::term), never obeyed.
     let say = |text: &str| match &bar {
-        Some(b) => b.println(text),
-        None if mode != ProgressMode::Quiet => eprintln!("{text}"),
+        Some(b) => b.println(crate::term::escape_block(text)),
+        None if mode != ProgressMode::Quiet => eprintln!("{}", crate::term::escape_block(text)),
         None => {}
     };
     let mut c = Counts::default();
@@ -156,8 +158,8 @@ pub async fn report(mode: ProgressMode, mut rx: mpsc::UnboundedReceiver<Event>) 
                     }
                     Event::Note(n) => say(&n),
                     Event::Warn(w) => match &bar {
-                        Some(b) => b.println(&w),
-                        None => eprintln!("{w}"),
+                        Some(b) => b.println(crate::term::escape_block(&w)),
+                        None => eprintln!("{}", crate::term::escape_block(&w)),
                     },
                 }
                 if let Some(b) = &bar {

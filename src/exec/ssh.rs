@@ -19,8 +19,8 @@
 //! @@tunectl rc <status> <t0 ns|x> <t1 ns|x>
 //! @@tunectl size <stream> <bytes>
 //! @@tunectl file <tag> <n>\n<n bytes>\n
-//! @@tunectl missing <tag>
-//! @@tunectl digest <output index> <hex|-|none>
+//! @@tunectl missing <tag> [why]
+//! @@tunectl digest <output index> <hex|-|none> [why]
 //! @@tunectl setup <message>
 //! @@tunectl end
 //! ```
@@ -48,6 +48,7 @@ use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::sync::{Semaphore, mpsc};
 use tokio_util::sync::CancellationToken;
 
+use super::attempt::{MAX_OUTPUT_BYTES, MAX_RESULT_BYTES};
 use super::local::{HEAD_BYTES, MAX_LOG_BYTES, RunOutput, TAIL_BYTES, head_and_tail};
 use super::{AttemptOutcome, AttemptSpec, HostState, Transport};
 use crate::fingerprint::{self, Fingerprint, PROBE_TIMEOUT, TOOL_TIMEOUT};
@@ -81,8 +82,10 @@ const AFTER_KILL: Duration = Duration::from_secs(20);
 /// Limit for small remote commands (workdir, kill, reap).
 const SMALL_COMMAND: Duration = Duration::from_secs(30);
 
-/// The result file is small JSON; anything larger is refused.
-const MAX_RESULT_BYTES: u64 = 8 * 1024 * 1024;
+/// Longest file frame accepted from a host: the largest file the wrapper
+/// sends (a full log, a result, a tolerance file) with room to spare. A
+/// longer length is a garbled report, never an allocation.
+const MAX_FRAME_BYTES: usize = 2 * MAX_LOG_BYTES as usize;
 
 /// A host over SSH as a transport.
 pub struct SshTransport {
@@ -441,6 +444,8 @@ pub(crate) fn attempt_script(spec: &AttemptSpec, opts: &WrapperOptions) -> Resul
     } else {
         s.push_str("tc_timeout=\n");
     }
+    // Hashing the outputs gets the trial's timeout too.
+    let _ = writeln!(s, "tc_read_limit={}", spec.timeout.as_secs().max(1));
     s.push_str(
         "mkdir -p \"$tc_dir\" 2>/dev/null || { printf '@@tunectl setup cannot create the trial directory %s\\n' \"$tc_dir\"; printf '@@tunectl end\\n'; return 0; }\n\
          cd \"$tc_dir\" || { printf '@@tunectl setup cannot enter the trial directory %s\\n' \"$tc_dir\"; printf '@@tunectl end\\n'; return 0; }\n",
@@ -518,17 +523,12 @@ pub(crate) fn attempt_script(spec: &AttemptSpec, opts: &WrapperOptions) -> Resul
         "tc_stream stdout .tunectl-run-stdout 0\ntc_stream stderr .tunectl-run-stderr {HEAD_BYTES}"
     );
     s.push_str("if [ $tc_ok = 1 ]; then\n");
-    let _ = writeln!(s, "  tc_file result \"$tc_result\" {MAX_RESULT_BYTES}");
+    let _ = writeln!(s, "  tc_rfile result \"$tc_result\" {MAX_RESULT_BYTES}");
     for (i, o) in spec.outputs.iter().enumerate() {
-        let _ = writeln!(s, "  tc_digest {i} {}", q(o));
+        let _ = writeln!(s, "  tc_digest {i} {} {MAX_OUTPUT_BYTES}", q(o));
     }
     for (i, f) in spec.tolerance_files.iter().enumerate() {
-        let _ = writeln!(
-            s,
-            "  tc_file value:{i} {} {}",
-            q(f),
-            MAX_VALUE_FILE_BYTES + 1
-        );
+        let _ = writeln!(s, "  tc_rfile value:{i} {} {MAX_VALUE_FILE_BYTES}", q(f));
     }
     s.push_str("fi\n");
     if spec.keep_logs {
@@ -611,18 +611,61 @@ tc_file() {
     printf '@@tunectl missing %s\n' "$1"
   fi
 }
+tc_why() {
+  # Why $1 is not read: nothing for a regular file (a symlink is followed
+  # only to one) of at most $2 bytes. Nothing else is opened: a FIFO would
+  # block, a device never end.
+  if [ ! -e "$1" ] && [ ! -L "$1" ]; then echo "was not written"; return 0; fi
+  tc_l=; [ -L "$1" ] && tc_l="a symlink to "
+  if [ ! -f "$1" ]; then
+    if [ ! -e "$1" ]; then tc_k="nothing (a dangling symlink)"
+    elif [ -d "$1" ]; then tc_k="a directory"
+    elif [ -p "$1" ]; then tc_k="a FIFO"
+    elif [ -c "$1" ]; then tc_k="a character device"
+    elif [ -b "$1" ]; then tc_k="a block device"
+    elif [ -S "$1" ]; then tc_k="a socket"
+    else tc_k="something else"; fi
+    echo "is $tc_l$tc_k, not a regular file"; return 0
+  fi
+  tc_n=$(wc -c <"$1" | tr -d ' ')
+  if [ "$tc_n" -gt "$2" ]; then echo "is $tc_n bytes, over the limit of $3"; fi
+}
+tc_rfile() {
+  # A regular file of at most $3 bytes, else why not.
+  tc_w=$(tc_why "$2" "$3" "$(tc_size "$3")")
+  if [ -z "$tc_w" ]; then
+    tc_n=$(wc -c <"$2" | tr -d ' ')
+    printf '@@tunectl file %s %s\n' "$1" "$tc_n"
+    head -c "$tc_n" <"$2"
+    printf '\n'
+  else
+    printf '@@tunectl missing %s %s\n' "$1" "$tc_w"
+  fi
+}
+tc_size() {
+  if [ $(($1 % 1073741824)) -eq 0 ]; then echo "$(($1 / 1073741824)) GiB"
+  elif [ $(($1 % 1048576)) -eq 0 ]; then echo "$(($1 / 1048576)) MiB"
+  else echo "$1 bytes"; fi
+}
 tc_sha() {
-  if command -v sha256sum >/dev/null 2>&1; then sha256sum <"$1"
-  elif command -v shasum >/dev/null 2>&1; then shasum -a 256 <"$1"
-  elif command -v openssl >/dev/null 2>&1; then openssl dgst -sha256 -r <"$1"
+  tc_to=; command -v timeout >/dev/null 2>&1 && tc_to="timeout $tc_read_limit"
+  if command -v sha256sum >/dev/null 2>&1; then $tc_to sha256sum <"$1"
+  elif command -v shasum >/dev/null 2>&1; then $tc_to shasum -a 256 <"$1"
+  elif command -v openssl >/dev/null 2>&1; then $tc_to openssl dgst -sha256 -r <"$1"
   else echo none
   fi | cut -d' ' -f1
 }
 tc_digest() {
-  if [ -f "$2" ]; then
-    printf '@@tunectl digest %s %s\n' "$1" "$(tc_sha "$2")"
+  tc_w=$(tc_why "$2" "$3" "$(tc_size "$3")")
+  if [ -z "$tc_w" ]; then
+    tc_h=$(tc_sha "$2")
+    if [ -n "$tc_h" ]; then
+      printf '@@tunectl digest %s %s\n' "$1" "$tc_h"
+    else
+      printf "@@tunectl digest %s - was still being read at the trial's timeout\n" "$1"
+    fi
   else
-    printf '@@tunectl digest %s -\n' "$1"
+    printf '@@tunectl digest %s - %s\n' "$1" "$tc_w"
   fi
 }
 "#;
@@ -650,10 +693,14 @@ pub(crate) enum Frame {
     },
     Missing {
         tag: String,
+        /// Why it was not sent (absent from older wrappers).
+        why: Option<String>,
     },
     Digest {
         index: usize,
         hex: Option<String>,
+        /// Why there is no digest (absent from older wrappers).
+        why: Option<String>,
     },
     Setup(String),
     End,
@@ -681,6 +728,12 @@ pub(crate) async fn read_frames<R: tokio::io::AsyncRead + Unpin>(
         let text = text.trim_end_matches('\n');
         let frame = match parse_header(text) {
             Ok(Header::Frame(f)) => f,
+            Ok(Header::File { tag, len }) if len > MAX_FRAME_BYTES => {
+                let _ = tx.send(Err(format!(
+                    "the reply for `{tag}` announces {len} bytes, more than the {MAX_FRAME_BYTES} a report may hold"
+                )));
+                return;
+            }
             Ok(Header::File { tag, len }) => {
                 let mut bytes = vec![0u8; len];
                 if let Err(e) = reader.read_exact(&mut bytes).await {
@@ -747,15 +800,24 @@ fn parse_header(line: &str) -> Result<Header, String> {
             let len: usize = next()?.parse().map_err(|_| garbled())?;
             return Ok(Header::File { tag, len });
         }
-        "missing" => Frame::Missing {
-            tag: next()?.to_string(),
-        },
+        "missing" => {
+            let mut words = args.splitn(2, ' ');
+            Frame::Missing {
+                tag: words.next().unwrap_or_default().to_string(),
+                why: words.next().map(str::to_string).filter(|w| !w.is_empty()),
+            }
+        }
         "digest" => {
-            let index = next()?.parse().map_err(|_| garbled())?;
-            let hex = next()?;
+            let mut words = args.splitn(3, ' ');
+            let index = words
+                .next()
+                .and_then(|w| w.parse().ok())
+                .ok_or_else(garbled)?;
+            let hex = words.next().ok_or_else(garbled)?;
             Frame::Digest {
                 index,
                 hex: (hex != "-").then(|| hex.to_string()),
+                why: words.next().map(str::to_string).filter(|w| !w.is_empty()),
             }
         }
         "setup" => Frame::Setup(args.to_string()),
@@ -787,7 +849,9 @@ pub(crate) struct Collected {
     pub runs: Vec<(String, Option<ExitInfo>, Option<Duration>, Instant)>,
     pub files: BTreeMap<String, Vec<u8>>,
     pub sizes: BTreeMap<String, usize>,
-    pub digests: BTreeMap<usize, Option<String>>,
+    pub digests: BTreeMap<usize, Result<String, Option<String>>>,
+    /// Files not sent, with why (when the wrapper said).
+    pub missing: BTreeMap<String, Option<String>>,
     pub setup: Option<String>,
     pub timed_out: bool,
     pub ended: bool,
@@ -812,9 +876,11 @@ impl Collected {
             Frame::File { tag, bytes } => {
                 self.files.insert(tag, bytes);
             }
-            Frame::Missing { .. } => {}
-            Frame::Digest { index, hex } => {
-                self.digests.insert(index, hex);
+            Frame::Missing { tag, why } => {
+                self.missing.insert(tag, why);
+            }
+            Frame::Digest { index, hex, why } => {
+                self.digests.insert(index, hex.ok_or(why));
             }
             Frame::Setup(m) => self.setup = Some(m),
             Frame::TimedOut => self.timed_out = true,
@@ -1054,9 +1120,8 @@ impl Transport for SshTransport {
                     Some(Ok(Frame::File { tag, bytes })) => {
                         got.files.insert(tag, bytes);
                     }
-                    Some(Ok(Frame::Missing { .. })) => {}
-                    Some(Ok(Frame::Digest { index, hex })) => {
-                        got.digests.insert(index, hex);
+                    Some(Ok(f @ (Frame::Missing { .. } | Frame::Digest { .. }))) => {
+                        got.absorb(f);
                     }
                     Some(Ok(Frame::Setup(m))) => got.setup = Some(m),
                     Some(Ok(Frame::TimedOut)) => got.timed_out = true,
@@ -1194,28 +1259,48 @@ pub(crate) fn fill_outcome(
     outcome.failed_in_warmup = phase == Phase::Warmup.as_str();
     if ok && phase == Phase::Measure.as_str() {
         outcome.result = got.files.remove("result");
+        if outcome.result.is_none()
+            && let Some(Some(why)) = got.missing.get("result")
+            && why != "was not written"
+        {
+            let name = spec
+                .result_path
+                .rsplit('/')
+                .next()
+                .unwrap_or(&spec.result_path);
+            outcome.result_error = Some(format!("the result file `{name}` {why}"));
+        }
         for (i, name) in spec.outputs.iter().enumerate() {
-            let digest = got.digests.get(&i).cloned().flatten();
+            let digest = got
+                .digests
+                .get(&i)
+                .cloned()
+                .unwrap_or(Err(None))
+                .map_err(|why| why.unwrap_or_else(|| "was not written".to_string()));
             match digest {
-                Some(h) if h.len() == 64 && h.bytes().all(|b| b.is_ascii_hexdigit()) => {
+                Ok(h) if h.len() == 64 && h.bytes().all(|b| b.is_ascii_hexdigit()) => {
                     outcome
                         .outputs
-                        .insert(name.clone(), Some(h.to_ascii_lowercase()));
+                        .insert(name.clone(), Ok(h.to_ascii_lowercase()));
                 }
-                Some(other) => {
+                Ok(other) => {
                     outcome.setup_error = Some(format!(
                         "cannot digest output `{name}` on the host (got `{other}`; it needs sha256sum, shasum or openssl)"
                     ));
                     return;
                 }
-                None => {
-                    outcome.outputs.insert(name.clone(), None);
+                Err(why) => {
+                    outcome.outputs.insert(name.clone(), Err(why));
                 }
             }
         }
         for (i, name) in spec.tolerance_files.iter().enumerate() {
-            let value = match got.files.remove(&format!("value:{i}")) {
-                None => Err("cannot be read: no such file".to_string()),
+            let tag = format!("value:{i}");
+            let value = match got.files.remove(&tag) {
+                None => Err(match got.missing.get(&tag) {
+                    Some(Some(why)) if why != "was not written" => why.clone(),
+                    _ => "cannot be read: it was not written".to_string(),
+                }),
                 Some(b) if b.len() as u64 > MAX_VALUE_FILE_BYTES => Err(format!(
                     "over the limit of {} MiB",
                     MAX_VALUE_FILE_BYTES / (1024 * 1024)
@@ -1284,7 +1369,8 @@ mod tests {
             parse_header("@@tunectl digest 1 -"),
             Ok(Header::Frame(Frame::Digest {
                 index: 1,
-                hex: None
+                hex: None,
+                why: None
             }))
         ));
         assert!(parse_header("Welcome to the host!").is_err());

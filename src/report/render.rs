@@ -297,8 +297,10 @@ fn search_table(class: &crate::report::analysis::ClassReport) -> Option<SearchTa
 
 pub fn render(a: &Analysis, format: Format, all: bool) -> String {
     match format {
-        Format::Table => render_table(a, all),
-        Format::Markdown => render_markdown(a, all),
+        // Text for people: values from studies and hosts are shown escaped
+        // (crate::term); cells are escaped one by one, the rest as a block.
+        Format::Table => crate::term::escape_block(&render_table(a, all)).into_owned(),
+        Format::Markdown => crate::term::escape_block(&render_markdown(a, all)).into_owned(),
         Format::Json => serde_json::to_string_pretty(a).unwrap_or_default() + "\n",
         Format::Csv => render_csv(a),
         Format::Measurements => render_measurements(a, &|_| None, &|_| true),
@@ -321,7 +323,7 @@ fn render_table(a: &Analysis, all: bool) -> String {
                 .set_width(160)
                 .set_header(header);
             for row in rows {
-                t.add_row(row);
+                t.add_row(cells_for_people(row));
             }
             let _ = writeln!(out, "{t}");
         }
@@ -343,14 +345,14 @@ fn render_table(a: &Analysis, all: bool) -> String {
                     "verdict".to_string(),
                 ]);
             for (role, r, note) in rows(cell, all) {
-                t.add_row(vec![
+                t.add_row(cells_for_people(vec![
                     role.to_string(),
                     r.label.clone(),
                     value_cell(r, unit),
                     n_cell(r),
                     speedup_cell(r),
                     note,
-                ]);
+                ]));
             }
             let _ = writeln!(out, "{t}");
             let hidden = cell.eligible.len()
@@ -370,7 +372,7 @@ fn render_table(a: &Analysis, all: bool) -> String {
                 .set_width(160)
                 .set_header(BUCKET_HEADER.to_vec());
             for row in bucket_rows(class) {
-                t.add_row(row.to_vec());
+                t.add_row(cells_for_people(row.to_vec()));
             }
             let _ = writeln!(out, "{t}");
         }
@@ -381,8 +383,16 @@ fn render_table(a: &Analysis, all: bool) -> String {
     out
 }
 
+/// A table's cells with control characters escaped, newlines included
+/// (one cell, one line).
+fn cells_for_people<S: AsRef<str>>(row: Vec<S>) -> Vec<String> {
+    row.iter()
+        .map(|c| crate::term::escape(c.as_ref()).into_owned())
+        .collect()
+}
+
 fn md_escape(s: &str) -> String {
-    s.replace('|', "\\|")
+    crate::term::escape(s).replace('|', "\\|")
 }
 
 fn render_markdown(a: &Analysis, all: bool) -> String {

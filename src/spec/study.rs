@@ -591,6 +591,9 @@ fn parse_study(w: &mut Walker, root: &Node, path: &Path, dir: &Path) -> Option<S
         check_baseline(w, map, &study);
         check_strategy(w, map, &study);
     }
+    if w.diags.is_empty() {
+        check_rendering(w, map, &study);
+    }
     Some(study)
 }
 
@@ -981,27 +984,94 @@ fn float_range(
         }
         return None;
     }
-    let points = (0..count).map(|i| {
-        let t = i as f64 / (count - 1) as f64;
-        let x = if log {
-            (min.ln() + t * (max.ln() - min.ln())).exp()
-        } else {
-            min + t * (max - min)
+    // Numbers too close to zero for full precision, or ranges too wide to
+    // compute, would put NaN, infinities or duplicates in the domain.
+    let mut subnormal = false;
+    for (key, v) in [("min", min), ("max", max)] {
+        if v != 0.0 && !v.is_normal() {
+            if let Some(n) = map.get_node(key) {
+                w.error_at(
+                    n,
+                    &join(field, key),
+                    format!(
+                        "{} is too close to zero to compute with (below {:e}); use 0 or a larger number",
+                        short_number(v),
+                        f64::MIN_POSITIVE
+                    ),
+                );
+            }
+            subnormal = true;
+        }
+    }
+    if subnormal {
+        return None;
+    }
+    let points: Vec<f64> = (0..count)
+        .map(|i| {
+            let t = i as f64 / (count - 1) as f64;
+            let x = if log {
+                (min.ln() + t * (max.ln() - min.ln())).exp()
+            } else {
+                min + t * (max - min)
+            };
+            // Round to 12 significant digits so grid points print cleanly and
+            // a default written as `0.001` matches the generated point.
+            round_sig(x, 12)
+        })
+        .collect();
+    let bad = points
+        .iter()
+        .find(|x| !x.is_finite() || (**x != 0.0 && !x.is_normal()));
+    let distinct = points.windows(2).all(|p| p[0] < p[1]);
+    if bad.is_some() || !distinct {
+        let why = match bad {
+            Some(x) => format!("gives the point {}", short_number(*x)),
+            None => {
+                "gives points that are equal after rounding to 12 significant digits".to_string()
+            }
         };
-        // Round to 12 significant digits so grid points print cleanly and a
-        // default written as `0.001` matches the generated point.
-        Value::Float(round_sig(x, 12))
-    });
-    Some(points.collect())
+        if let Some(n) = map.get_node("max") {
+            w.error_at(
+                n,
+                &join(field, "max"),
+                format!(
+                    "the {} range from {} to {} in {count} points {why}; narrow the range or lower count",
+                    if log { "log" } else { "linear" },
+                    short_number(min),
+                    short_number(max),
+                ),
+            );
+        }
+        return None;
+    }
+    Some(points.into_iter().map(Value::Float).collect())
 }
 
+/// A number for a message: in exponent form when very large or small.
+fn short_number(x: f64) -> String {
+    if x != 0.0 && x.is_finite() && !(1e-6..1e16).contains(&x.abs()) {
+        format!("{x:e}")
+    } else {
+        x.to_string()
+    }
+}
+
+/// `x` rounded to `digits` significant digits.
 fn round_sig(x: f64, digits: i32) -> f64 {
-    if x == 0.0 {
-        return 0.0;
+    if x == 0.0 || !x.is_finite() {
+        return x;
     }
     let magnitude = x.abs().log10().floor() as i32;
     let factor = 10f64.powi(digits - 1 - magnitude);
-    (x * factor).round() / factor
+    let scaled = x * factor;
+    if factor.is_normal() && scaled.is_finite() {
+        return scaled.round() / factor;
+    }
+    // Near the ends of the f64 range the power of ten overflows: go through
+    // the decimal text instead.
+    format!("{:.*e}", (digits - 1).max(0) as usize, x)
+        .parse()
+        .unwrap_or(f64::NAN)
 }
 
 fn parse_cells(w: &mut Walker, node: &Node, knobs: &[Knob]) -> Vec<CellAxis> {
@@ -1554,9 +1624,18 @@ fn parse_strategy(w: &mut Walker, node: &Node, has_fidelity: bool) -> Option<Str
         None => Some(0),
     };
     let count = if takes.contains(&"count") {
-        w.required(map, "strategy", "count")
-            .and_then(|n| w.int_at_least(n, "strategy.count", 1))
-            .map(|c| c as u64)
+        w.required(map, "strategy", "count").and_then(|n| {
+            let c = w.int_at_least(n, "strategy.count", 1)?;
+            if c as u64 > MAX_STRATEGY_COUNT {
+                w.error_at(
+                    n,
+                    "strategy.count",
+                    format!("asks for {c} configs, more than the limit of {MAX_STRATEGY_COUNT}"),
+                );
+                return None;
+            }
+            Some(c as u64)
+        })
     } else {
         Some(0)
     };
@@ -1604,6 +1683,9 @@ fn parse_strategy(w: &mut Walker, node: &Node, has_fidelity: bool) -> Option<Str
     })
 }
 
+/// Most configs `strategy.count` may ask for (random and tpe): the plan
+/// holds every one of them.
+pub const MAX_STRATEGY_COUNT: u64 = 1_000_000;
 /// Most finalists an adaptive search may promote to the objective stage.
 const MAX_FINALISTS: u32 = 10_000;
 /// Most Hyperband iterations one search may run.
@@ -2043,6 +2125,149 @@ fn check_baseline(w: &mut Walker, map: &marked_yaml::types::MarkedMappingNode, s
             Err(e) => {
                 w.error_at(constraints_node, "constraints", e);
                 return;
+            }
+        }
+    }
+}
+
+/// Most renders [`check_rendering`] makes of each command.
+const MAX_CHECK_RENDERS: usize = 10_000;
+
+/// Render the trial command, its environment and `objective.command` once
+/// with the baseline at the first cell, then (when there are at most
+/// [`MAX_CHECK_RENDERS`] of them) with each knob's every value, the others
+/// at their defaults, and with the baseline at every cell; configs a
+/// constraint excludes are skipped. An error that only shows when a template
+/// is rendered (an unknown filter, an attribute of a number, a division by
+/// zero) is reported here, at the template, instead of failing every trial.
+fn check_rendering(w: &mut Walker, map: &marked_yaml::types::MarkedMappingNode, study: &Study) {
+    let baseline: Vec<Value> = study.knobs.iter().map(|k| k.default.clone()).collect();
+    let cells = crate::space::cells(study);
+    let Some(first_cell) = cells.first() else {
+        return;
+    };
+    let mut points: Vec<(Vec<Value>, &[Value])> = vec![(baseline.clone(), first_cell)];
+    let more = study.knobs.iter().map(|k| k.values.len()).sum::<usize>() + cells.len();
+    if more <= MAX_CHECK_RENDERS {
+        for (i, knob) in study.knobs.iter().enumerate() {
+            for v in knob.values.iter().filter(|v| **v != knob.default) {
+                let mut config = baseline.clone();
+                config[i] = v.clone();
+                points.push((config, first_cell));
+            }
+        }
+        points.extend(
+            cells
+                .iter()
+                .skip(1)
+                .map(|c| (baseline.clone(), c.as_slice())),
+        );
+    }
+    let checker = template::TemplateCheck::new(study).ok();
+    let budget = |b: f64| {
+        if b.fract() == 0.0 && b.abs() < 9.0e15 {
+            Value::Int(b as i64)
+        } else {
+            Value::Float(b)
+        }
+    };
+    // Rung trials run `trial.command` from min_budget up; the others (and
+    // `objective.command`) at max_budget.
+    let (trial_budgets, objective_budget) = match &study.fidelity {
+        Some(f) => (
+            vec![
+                budget(f.trial_budget(f.min_budget)),
+                budget(f.trial_budget(f.max_budget)),
+            ],
+            budget(f.trial_budget(f.max_budget)),
+        ),
+        None => (vec![Value::Null], Value::Null),
+    };
+    let mut renderers = vec![(
+        template::CommandRenderer::new(study),
+        "trial.command",
+        trial_budgets,
+    )];
+    if let Some(c) = &study.objective_command {
+        renderers.push((
+            template::CommandRenderer::with_command(study, c),
+            "objective.command",
+            vec![objective_budget],
+        ));
+    }
+    let node_of = |field: &str| -> Option<&Node> {
+        let mut parts = field.split('.');
+        let mut node = map.get_node(parts.next()?)?;
+        for p in parts {
+            node = node.as_mapping()?.get_node(p)?;
+        }
+        Some(node)
+    };
+    for (renderer, field, budgets) in renderers {
+        let renderer = match renderer {
+            Ok(r) => r,
+            Err(e) => {
+                if let Some(n) = node_of(field) {
+                    w.error_at(n, field, format!("invalid template: {e}"));
+                }
+                continue;
+            }
+        };
+        'points: for (config, cell) in &points {
+            if let Some(c) = &checker
+                && !matches!(c.violated(config, cell), Ok(None))
+            {
+                continue;
+            }
+            for b in &budgets {
+                let mut vars = template::TrialVars::default();
+                for (k, v) in study.knobs.iter().zip(config) {
+                    vars.set(&k.name, v.clone());
+                }
+                for (a, v) in study.cells.iter().zip(cell.iter()) {
+                    vars.set(&a.name, v.clone());
+                }
+                let text = |s: &str| Value::Str(s.to_string());
+                vars.set("study", text(&study.name));
+                vars.set("study_dir", text(&study.dir.display().to_string()));
+                vars.set("trial_id", text(&"0".repeat(64)));
+                vars.set("trial_dir", text("/tmp/tunectl-work/trial"));
+                vars.set(
+                    "result",
+                    text("/tmp/tunectl-work/trial/tunectl-result.json"),
+                );
+                vars.set("repeat", Value::Int(0));
+                vars.set("budget", b.clone());
+                vars.set("host", text("local"));
+                vars.set("slot", Value::Int(0));
+                vars.set("phase", text("measure"));
+                if let Err((failed, e)) = renderer.try_render(&vars) {
+                    let config_label = study
+                        .knobs
+                        .iter()
+                        .zip(config)
+                        .map(|(k, v)| format!("{}={v}", k.name))
+                        .collect::<Vec<_>>()
+                        .join(" ");
+                    let at = if config == &baseline {
+                        "the baseline".to_string()
+                    } else {
+                        format!("config {config_label}")
+                    };
+                    let cell_text = if study.cells.is_empty() {
+                        String::new()
+                    } else {
+                        format!(" at cell {}", crate::space::cell_label(study, cell))
+                    };
+                    if let Some(n) = node_of(&failed) {
+                        w.error_at(
+                            n,
+                            &failed,
+                            format!("the template fails to render for {at}{cell_text}: {e}"),
+                        );
+                    }
+                    break 'points;
+                }
             }
         }
     }

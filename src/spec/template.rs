@@ -167,6 +167,8 @@ pub struct CommandRenderer {
     shell: Environment<'static>,
     plain: Environment<'static>,
     env_names: Vec<String>,
+    /// The command's field in the study (`trial.command`...).
+    field: String,
 }
 
 /// Quote a value for a POSIX shell.
@@ -241,7 +243,26 @@ impl CommandRenderer {
             shell,
             plain,
             env_names,
+            field: field.to_string(),
         })
+    }
+
+    /// Render the command and every environment entry once; the first that
+    /// fails is named by its field (`trial.command`, `trial.env.X`), with
+    /// the error.
+    pub fn try_render(&self, vars: &TrialVars) -> Result<(), (String, String)> {
+        self.command(vars).map_err(|e| (self.field.clone(), e))?;
+        let ctx = vars.to_value();
+        for k in &self.env_names {
+            let rendered = self
+                .plain
+                .get_template(&format!("env.{k}"))
+                .and_then(|t| t.render(&ctx));
+            if let Err(e) = rendered {
+                return Err((format!("trial.env.{k}"), describe(e)));
+            }
+        }
+        Ok(())
     }
 
     /// Render the command with every value shell-quoted.

@@ -21,6 +21,13 @@ pub fn load_file(file: &Path) -> Result<Node, Diagnostics> {
     parse_text(file, &text)
 }
 
+/// Deepest nesting of lists and mappings accepted in an input file (a
+/// study nests about 5 deep; the walkers and the node tree recurse).
+pub const MAX_DEPTH: usize = 64;
+
+/// Longest duration accepted anywhere (30 days).
+pub const MAX_DURATION: Duration = Duration::from_secs(30 * 24 * 3600);
+
 /// Parse YAML text (named `file` in diagnostics).
 pub fn parse_text(file: &Path, text: &str) -> Result<Node, Diagnostics> {
     if text.trim().is_empty() {
@@ -29,10 +36,82 @@ pub fn parse_text(file: &Path, text: &str) -> Result<Node, Diagnostics> {
             "the file is empty; expected a YAML mapping",
         ));
     }
+    check_characters(file, text)?;
+    check_depth(file, text)?;
     let options = LoaderOptions::default()
         .error_on_duplicate_keys(true)
         .prevent_coercion(true);
     marked_yaml::parse_yaml_with_options(0, text, options).map_err(|e| load_error(file, e))
+}
+
+/// A diagnostic at one position of a file.
+fn at(file: &Path, line: usize, column: usize, message: String) -> Diagnostics {
+    Diagnostics(vec![Diagnostic {
+        file: file.to_path_buf(),
+        line,
+        column,
+        field: String::new(),
+        message,
+    }])
+}
+
+/// Refuse characters YAML does not allow in a stream (C0 controls but tab,
+/// newline and carriage return; DEL; C1 controls but NEL; U+FFFE/U+FFFF):
+/// a NUL byte, in particular, would silently end the document there.
+fn check_characters(file: &Path, text: &str) -> Result<(), Diagnostics> {
+    for (n, line) in text.split('\n').enumerate() {
+        for (col, c) in line.chars().enumerate() {
+            let allowed = matches!(c, '\t' | '\r' | '\u{85}')
+                || !(c.is_control() || c == '\u{fffe}' || c == '\u{ffff}');
+            if !allowed {
+                let what = if c == '\0' {
+                    "a NUL byte".to_string()
+                } else {
+                    format!("the control character U+{:04X}", u32::from(c))
+                };
+                return Err(at(
+                    file,
+                    n + 1,
+                    col + 1,
+                    format!(
+                        "the file contains {what}, which YAML does not allow (write a control character as an escape in a double-quoted string, e.g. \"\\e\")"
+                    ),
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Refuse lists and mappings nested deeper than [`MAX_DEPTH`], before the
+/// tree is built (a tree thousands deep overflows the stack of whatever
+/// walks or drops it). Reads the parser's events, which keep no tree; a
+/// syntax error is left for the loader to report.
+fn check_depth(file: &Path, text: &str) -> Result<(), Diagnostics> {
+    use yaml_rust2::Event;
+    let mut parser = yaml_rust2::parser::Parser::new_from_str(text);
+    let mut depth = 0usize;
+    loop {
+        let Ok((event, mark)) = parser.next_token() else {
+            return Ok(());
+        };
+        match event {
+            Event::StreamEnd => return Ok(()),
+            Event::SequenceStart(..) | Event::MappingStart(..) => {
+                depth += 1;
+                if depth > MAX_DEPTH {
+                    return Err(at(
+                        file,
+                        mark.line(),
+                        mark.col() + 1,
+                        format!("lists and mappings are nested more than {MAX_DEPTH} deep"),
+                    ));
+                }
+            }
+            Event::SequenceEnd | Event::MappingEnd => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
 }
 
 fn load_error(file: &Path, err: marked_yaml::LoadError) -> Diagnostics {
@@ -153,17 +232,30 @@ fn parse_int(text: &str) -> Option<i64> {
 }
 
 /// Parse a duration such as `30s`, `5m`, `1h30m`, `250ms` or a plain number
-/// of seconds.
+/// of seconds, at most [`MAX_DURATION`].
 pub fn parse_duration(text: &str) -> Result<Duration, String> {
     let t = text.trim();
+    let too_long = || {
+        format!(
+            "`{t}` is longer than the maximum of {} days",
+            MAX_DURATION.as_secs() / 86400
+        )
+    };
     if let Ok(secs) = t.parse::<f64>() {
-        if secs.is_finite() && secs >= 0.0 {
-            return Ok(Duration::from_secs_f64(secs));
+        if !(secs.is_finite() && secs >= 0.0) {
+            return Err(format!("`{t}` is not a valid duration"));
         }
-        return Err(format!("`{t}` is not a valid duration"));
+        if secs > MAX_DURATION.as_secs_f64() {
+            return Err(too_long());
+        }
+        return Duration::try_from_secs_f64(secs).map_err(|_| too_long());
     }
-    humantime::parse_duration(t)
-        .map_err(|e| format!("`{t}` is not a valid duration ({e}); use e.g. 30s, 5m, 1h30m"))
+    let d = humantime::parse_duration(t)
+        .map_err(|e| format!("`{t}` is not a valid duration ({e}); use e.g. 30s, 5m, 1h30m"))?;
+    if d > MAX_DURATION {
+        return Err(too_long());
+    }
+    Ok(d)
 }
 
 /// Walks nodes of one file and collects diagnostics.

@@ -1,0 +1,415 @@
+//! What a trial, a host or a user writes is untrusted: files that are not
+//! regular files, results that would make a ratio meaningless, escape
+//! sequences, credentials printed by probes. Each case runs the binary on a
+//! small study in a tempdir and looks at the ledger and the output.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use assert_cmd::Command;
+use serde_json::Value as Json;
+
+struct Env {
+    tmp: tempfile::TempDir,
+}
+
+impl Env {
+    /// A study directory holding `study.yaml` (`study`) and `trial.sh`
+    /// (`trial`).
+    fn new(study: &str, trial: &str) -> Env {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let env = Env { tmp };
+        std::fs::create_dir(env.dir()).expect("mkdir");
+        std::fs::write(env.dir().join("trial.sh"), trial).expect("write trial");
+        std::fs::write(env.study(), study).expect("write study");
+        env
+    }
+
+    fn dir(&self) -> PathBuf {
+        self.tmp.path().join("study")
+    }
+
+    fn study(&self) -> PathBuf {
+        self.dir().join("study.yaml")
+    }
+
+    fn ledger(&self) -> PathBuf {
+        self.tmp.path().join("ledger")
+    }
+
+    fn cmd(&self) -> Command {
+        let mut cmd = Command::cargo_bin("tunectl").expect("the tunectl binary");
+        cmd.current_dir(self.tmp.path())
+            .env_remove("TUNECTL_LEDGER")
+            .env_remove("TUNECTL_WORKDIR")
+            .env_remove("TUNECTL_LOG")
+            .timeout(Duration::from_secs(120));
+        cmd
+    }
+
+    /// `tunectl launch`: (exit code, stdout, stderr).
+    fn launch(&self) -> (Option<i32>, String, String) {
+        let out = self
+            .cmd()
+            .arg("launch")
+            .arg(self.study())
+            .arg("--ledger")
+            .arg(self.ledger())
+            .arg("--workdir")
+            .arg(self.tmp.path().join("work"))
+            .args(["--progress", "plain"])
+            .output()
+            .expect("run launch");
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    }
+
+    /// Attempt records by the value of knob `v`.
+    fn attempts_by_v(&self, study: &str) -> BTreeMap<String, Json> {
+        let mut out = BTreeMap::new();
+        for a in attempts(&self.ledger().join(study).join("trials")) {
+            let v = a["config"]["v"].as_str().unwrap_or_default().to_string();
+            out.insert(v, a);
+        }
+        out
+    }
+}
+
+/// Every attempt record under a `trials/` directory.
+fn attempts(trials: &Path) -> Vec<Json> {
+    let mut out = Vec::new();
+    for d in std::fs::read_dir(trials).into_iter().flatten().flatten() {
+        for f in std::fs::read_dir(d.path()).into_iter().flatten().flatten() {
+            let p = f.path();
+            if p.extension().is_some_and(|e| e == "json") {
+                let text = std::fs::read_to_string(&p).expect("read attempt");
+                out.push(serde_json::from_str(&text).expect("attempt JSON"));
+            }
+        }
+    }
+    out
+}
+
+fn failure(a: &Json) -> (String, String) {
+    (
+        a["failure"]["class"].as_str().unwrap_or("-").to_string(),
+        a["failure"]["detail"].as_str().unwrap_or("-").to_string(),
+    )
+}
+
+/// A trial whose result file or declared output is a FIFO, a symlink to
+/// /dev/zero or too large: reading it used to hang the launcher forever or
+/// read without end. Each attempt fails as `no_result`, naming the file
+/// and why, within the trial's timeout; a symlink to a regular file is
+/// still read.
+#[test]
+fn result_and_output_files_must_be_regular_and_bounded() {
+    let trial = r#"#!/bin/sh
+echo hello > out.txt
+ok() { echo '{"metrics": {"t": 2}}' > "$TUNECTL_RESULT"; }
+case $1 in
+  ok) ok ;;
+  fifo-result) mkfifo "$TUNECTL_RESULT" ;;
+  zero-result) ln -s /dev/zero "$TUNECTL_RESULT" ;;
+  big-result) { head -c 9000000 /dev/zero | tr '\0' ' '; echo '{"metrics": {"t": 2}}'; } > "$TUNECTL_RESULT" ;;
+  fifo-output) rm out.txt; mkfifo out.txt; ok ;;
+  zero-output) rm out.txt; ln -s /dev/zero out.txt; ok ;;
+  dir-output) rm out.txt; mkdir out.txt; ok ;;
+  link-output) mv out.txt real.txt; ln -s real.txt out.txt; ok ;;
+esac
+"#;
+    let study = r#"name: files
+knobs:
+  v: {kind: categorical, values: [ok, fifo-result, zero-result, big-result, fifo-output, zero-output, dir-output, link-output], default: ok}
+trial:
+  command: "sh {{ study_dir }}/trial.sh {{ v }}"
+  timeout: 20s
+objective: {metric: t, better: higher}
+measurement: {warmup: 0, repeats: 1, anchor_every: 0, confirm_repeats: 0}
+gate: {outputs: [out.txt]}
+"#;
+    let env = Env::new(study, trial);
+    let (code, _, stderr) = env.launch();
+    assert_eq!(code, Some(0), "{stderr}");
+    let by_v = env.attempts_by_v("files");
+    let expect = [
+        (
+            "fifo-result",
+            "the result file `tunectl-result.json` is a FIFO, not a regular file",
+        ),
+        (
+            "zero-result",
+            "the result file `tunectl-result.json` is a symlink to a character device, not a regular file",
+        ),
+        (
+            "big-result",
+            "the result file `tunectl-result.json` is 9000022 bytes, over the limit of 8 MiB",
+        ),
+        (
+            "fifo-output",
+            "declared output `out.txt` is a FIFO, not a regular file",
+        ),
+        (
+            "zero-output",
+            "declared output `out.txt` is a symlink to a character device, not a regular file",
+        ),
+        (
+            "dir-output",
+            "declared output `out.txt` is a directory, not a regular file",
+        ),
+    ];
+    for (v, detail) in expect {
+        let a = by_v.get(v).unwrap_or_else(|| panic!("no attempt for {v}"));
+        assert_eq!(
+            failure(a),
+            ("no_result".to_string(), detail.to_string()),
+            "{v}"
+        );
+    }
+    for v in ["ok", "link-output"] {
+        assert_eq!(by_v[v]["status"], "ok", "{v}: {}", by_v[v]);
+    }
+    assert_eq!(
+        by_v["ok"]["outputs"]["out.txt"], by_v["link-output"]["outputs"]["out.txt"],
+        "a symlink to a regular file is hashed as that file"
+    );
+}
+
+/// An objective sample of 0, a negative or a subnormal number used to give
+/// infinite or negative speedups: the attempt is `no_result` with why.
+#[test]
+fn objective_samples_must_be_positive_normal_numbers() {
+    let trial = r#"#!/bin/sh
+printf '{"metrics": {"throughput": [%s, 2]}}\n' "$1" > "$TUNECTL_RESULT"
+"#;
+    let study = r#"name: ratios
+knobs:
+  v: {kind: categorical, values: ["1", "0", "-2", "5e-324", "3"], default: "1"}
+trial:
+  command: "sh {{ study_dir }}/trial.sh {{ v }}"
+  timeout: 20s
+objective: {metric: throughput, better: higher}
+measurement: {warmup: 0, repeats: 1, anchor_every: 0, confirm_repeats: 0}
+"#;
+    let env = Env::new(study, trial);
+    let (code, _, stderr) = env.launch();
+    assert_eq!(code, Some(0), "{stderr}");
+    let by_v = env.attempts_by_v("ratios");
+    for (v, detail) in [
+        (
+            "0",
+            "metric throughput: sample 0 is not a positive finite number; speedups are ratios",
+        ),
+        (
+            "-2",
+            "metric throughput: sample -2 is not a positive finite number; speedups are ratios",
+        ),
+        (
+            "5e-324",
+            "metric throughput: sample 5e-324 is subnormal (too close to zero), not a positive finite number; speedups are ratios",
+        ),
+    ] {
+        assert_eq!(
+            failure(&by_v[v]),
+            ("no_result".to_string(), detail.to_string()),
+            "{v}"
+        );
+    }
+    for v in ["1", "3"] {
+        assert_eq!(by_v[v]["status"], "ok", "{v}: {}", by_v[v]);
+    }
+    // Every speedup in the report is a positive finite number.
+    let out = env
+        .cmd()
+        .args(["report", "--all", "--ledger"])
+        .arg(env.ledger())
+        .arg(env.study())
+        .output()
+        .expect("report");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let speedups: Vec<&str> = text
+        .split(|c: char| c.is_whitespace() || c == '(' || c == '|')
+        .filter_map(|w| w.strip_suffix('×'))
+        .collect();
+    assert!(!speedups.is_empty(), "{text}");
+    for s in speedups {
+        let x: f64 = s.parse().unwrap_or(f64::NAN);
+        assert!(x.is_finite() && x > 0.0, "speedup {s}× in:\n{text}");
+    }
+}
+
+/// Every file under `dir`, as text.
+fn all_text(dir: &Path) -> Vec<(PathBuf, String)> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(p) = stack.pop() {
+        for e in std::fs::read_dir(&p).into_iter().flatten().flatten() {
+            let path = e.path();
+            if path.is_dir() {
+                stack.push(path);
+            } else {
+                let text =
+                    String::from_utf8_lossy(&std::fs::read(&path).unwrap_or_default()).into_owned();
+                out.push((path, text));
+            }
+        }
+    }
+    out
+}
+
+/// The output of `fingerprint.tools` commands used to be kept as printed:
+/// a credential a tool printed reached the ledger and the screen. It is
+/// scrubbed like trial output.
+#[test]
+fn credentials_printed_by_fingerprint_tools_are_scrubbed() {
+    let study = r#"name: tools
+knobs:
+  v: {kind: categorical, values: [a], default: a}
+trial:
+  command: "echo '{\"metrics\": {\"t\": 1}}' > \"$TUNECTL_RESULT\""
+objective: {metric: t, better: higher}
+measurement: {warmup: 0, repeats: 1, anchor_every: 0, confirm_repeats: 0}
+fingerprint:
+  # The credentials are assembled by the commands: the study itself (kept
+  # in the ledger) does not hold them.
+  tools:
+    gh: "printf 'token=ghp_%s' abcdefghijklmnopqrstuvwxyz0123456789"
+    aws: "printf 'AWS_SECRET_ACCESS_KEY=%s%s' wJalrXUtnFEMIK7MDENG bPxRfiCYEXAMPLEKEY"
+    env: "echo using $MY_API_TOKEN"
+    sh: "echo 5.2.21"
+"#;
+    let env = Env::new(study, "");
+    let leaks = [
+        "ghp_abcdefghijklmnopqrstuvwxyz0123456789",
+        "wJalrXUtnFEMIK7MDENGbPxRfiCYEXAMPLEKEY",
+        "s3cr3t-value-1234",
+    ];
+    let out = env
+        .cmd()
+        .args(["fingerprint", "--study"])
+        .arg(env.study())
+        .env("MY_API_TOKEN", "s3cr3t-value-1234")
+        .output()
+        .expect("fingerprint");
+    let printed = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{printed}");
+    for leak in leaks {
+        assert!(!printed.contains(leak), "{leak} printed:\n{printed}");
+    }
+    assert!(printed.contains("[redacted]"), "{printed}");
+    assert!(printed.contains("5.2.21"), "{printed}");
+    let out = env
+        .cmd()
+        .arg("launch")
+        .arg(env.study())
+        .arg("--ledger")
+        .arg(env.ledger())
+        .arg("--workdir")
+        .arg(env.tmp.path().join("work"))
+        .args(["--progress", "plain"])
+        .env("MY_API_TOKEN", "s3cr3t-value-1234")
+        .output()
+        .expect("launch");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    let files = all_text(&env.ledger());
+    assert!(
+        files
+            .iter()
+            .any(|(p, _)| p.to_string_lossy().contains("/hosts/")),
+        "no fingerprint in the ledger"
+    );
+    for (path, text) in files {
+        for leak in leaks {
+            assert!(!text.contains(leak), "{} holds {leak}", path.display());
+        }
+    }
+}
+
+/// Escape sequences in knob values, cell values, failure details and trial
+/// output used to reach the terminal raw from `plan`, `launch` and
+/// `report`: they are shown escaped (`\x1b`); JSON keeps its own escaping.
+#[test]
+fn escape_sequences_are_shown_escaped() {
+    let trial = r#"#!/bin/sh
+case $1 in
+  plain) echo '{"metrics": {"t": 2}}' > "$TUNECTL_RESULT" ;;
+  *) printf 'fatal: \033[2J\033]0;pwned\007 \302\233 gone\n' >&2; exit 3 ;;
+esac
+"#;
+    let study = r#"name: escapes
+context: {model: "m\e[5mblink"}
+knobs:
+  v: {kind: categorical, values: [plain, "x\e[31mred\u009b"], default: plain}
+cells:
+  c: [one, "t\e]0;title\a"]
+trial:
+  command: "sh {{ study_dir }}/trial.sh {{ v }}"
+  timeout: 20s
+objective: {metric: t, better: higher}
+measurement: {warmup: 0, repeats: 1, anchor_every: 0, confirm_repeats: 0}
+"#;
+    let env = Env::new(study, trial);
+    let raw = |text: &str| {
+        text.chars()
+            .any(|c| c == '\x1b' || c == '\x07' || c == '\u{9b}')
+    };
+    let out = env
+        .cmd()
+        .arg("plan")
+        .arg(env.study())
+        .arg("--dry-run")
+        .arg("--ledger")
+        .arg(env.ledger())
+        .output()
+        .expect("plan");
+    let plan = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{plan}");
+    assert!(!raw(&plan), "plan prints raw escapes:\n{plan:?}");
+    assert!(plan.contains("\\x1b[31mred\\x9b"), "{plan}");
+
+    let (code, stdout, stderr) = env.launch();
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(
+        !raw(&stderr) && !raw(&stdout),
+        "launch prints raw escapes:\n{stderr:?}"
+    );
+    assert!(stderr.contains("\\x1b[2J\\x1b]0;pwned\\x07"), "{stderr}");
+
+    for format in ["table", "markdown"] {
+        let out = env
+            .cmd()
+            .args(["report", "--all", "--format", format, "--ledger"])
+            .arg(env.ledger())
+            .arg(env.study())
+            .output()
+            .expect("report");
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(out.status.code(), Some(0), "{text}");
+        assert!(!raw(&text), "{format} report prints raw escapes:\n{text:?}");
+        for shown in [
+            "\\x1b[31mred",
+            "t\\x1b]0;title\\x07",
+            "m\\x1b[5mblink",
+            "\\x1b[2J",
+        ] {
+            assert!(text.contains(shown), "{format}: {shown} missing in\n{text}");
+        }
+    }
+    let out = env
+        .cmd()
+        .args(["report", "--format", "json", "--ledger"])
+        .arg(env.ledger())
+        .arg(env.study())
+        .output()
+        .expect("report");
+    let json: Json = serde_json::from_slice(&out.stdout).expect("report JSON");
+    assert!(
+        json.to_string().contains("x\\u001b[31mred\u{9b}"),
+        "JSON keeps the value, in JSON's escaping"
+    );
+}

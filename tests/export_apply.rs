@@ -545,6 +545,55 @@ fn a_knob_set_in_the_environment_wins() {
 }
 
 #[test]
+fn apply_keeps_a_value_data_inside_double_quotes_and_refuses_backticks() {
+    let (env, _) = shared();
+    let mark = env.path().join("pwned-apply");
+    let value = format!("$(touch {m}) `touch {m}` \"'", m = mark.display());
+    let out = env
+        .cmd()
+        .env("TUNECTL_KNOB_MODE", &value)
+        .arg("apply")
+        .arg("--tuned")
+        .arg(env.tuned())
+        .args([
+            "--cell",
+            "n=1",
+            "--",
+            "printf",
+            "'[%s]'",
+            "\"--mode={{ mode }}\"",
+        ])
+        .output()
+        .expect("run apply");
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        format!("[--mode={value}]")
+    );
+    assert!(!mark.exists(), "a value ran as code");
+
+    let out = env
+        .cmd()
+        .arg("apply")
+        .arg("--tuned")
+        .arg(env.tuned())
+        .args(["--cell", "n=1", "--", "echo", "`echo {{ mode }}`"])
+        .output()
+        .expect("run apply");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("column 12 of the template: a value inside backticks"),
+        "{err}"
+    );
+}
+
+#[test]
 fn a_cell_outside_every_bucket_gets_the_defaults_with_a_warning() {
     let (env, _) = shared();
     let a = env.apply(env.cmd(), &["n=64"]);

@@ -600,7 +600,7 @@ fn find_close(source: &str, from: usize, close: &str, strings: bool) -> usize {
                 }
             }
             None => {
-                if source[i..].starts_with(close) {
+                if b[i..].starts_with(close.as_bytes()) {
                     return i;
                 }
                 if strings && (b[i] == b'\'' || b[i] == b'"') {
@@ -677,6 +677,17 @@ mod tests {
         }
         // After the here-document ends, values are fine again.
         assert!(check("cat <<EOF\nx\nEOF\necho {{ a }}").is_ok());
+    }
+
+    #[test]
+    fn a_multibyte_character_inside_a_tag_is_no_problem() {
+        // Found by the fuzzer: the end of a tag was searched byte by byte
+        // with string slicing, which panicked inside a character.
+        assert_eq!(
+            check("run {{ aé }} '{{ b }}'"),
+            Ok(vec![Quoting::Word, Quoting::Single])
+        );
+        assert!(check("{% raw %}é{% endraw %}{{ \u{fffd} }}").is_ok());
     }
 
     #[test]

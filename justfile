@@ -23,3 +23,8 @@ bench:
     ./benches/plan_scale.sh
     ./benches/fs_inodes.py
     ./benches/search_regret.sh
+
+# Fuzz every input parser for SECONDS per target (not a timed test);
+# findings go to target/fuzz-findings/ (see docs/fuzzing.md).
+fuzz TARGET="all" SECONDS="60":
+    ./benches/fuzz.sh {{TARGET}} {{SECONDS}}

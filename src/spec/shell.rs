@@ -292,7 +292,9 @@ pub fn scan(items: &[Item]) -> Result<Vec<Quoting>, Refusal> {
             Frame::AnsiC => {
                 match c {
                     '\\' => {
-                        i += 2;
+                        // Skip the escaped character; a value is never
+                        // skipped (it is refused in this context next).
+                        i += if ch(i + 1).is_some() { 2 } else { 1 };
                         continue;
                     }
                     '\'' => {
@@ -305,7 +307,9 @@ pub fn scan(items: &[Item]) -> Result<Vec<Quoting>, Refusal> {
             Frame::Backtick => {
                 match c {
                     '\\' => {
-                        i += 2;
+                        // Skip the escaped character; a value is never
+                        // skipped (it is refused in this context next).
+                        i += if ch(i + 1).is_some() { 2 } else { 1 };
                         continue;
                     }
                     '`' => {
@@ -319,7 +323,9 @@ pub fn scan(items: &[Item]) -> Result<Vec<Quoting>, Refusal> {
                 let in_double = stack.len() >= 2 && stack[stack.len() - 2] == Frame::Double;
                 match c {
                     '\\' => {
-                        i += 2;
+                        // Skip the escaped character; a value is never
+                        // skipped (it is refused in this context next).
+                        i += if ch(i + 1).is_some() { 2 } else { 1 };
                         continue;
                     }
                     '$' => {
@@ -688,6 +694,15 @@ mod tests {
             Ok(vec![Quoting::Word, Quoting::Single])
         );
         assert!(check("{% raw %}é{% endraw %}{{ \u{fffd} }}").is_ok());
+    }
+
+    #[test]
+    fn a_value_after_a_backslash_in_any_context_is_seen() {
+        // Found by the fuzzer: `\` inside `${...}` skipped the value after
+        // it, which then had no quoting.
+        for t in ["${\\{{ a }}", "$'\\{{ a }}'", "`\\{{ a }}`"] {
+            assert!(check(t).is_err(), "{t}");
+        }
     }
 
     #[test]

@@ -254,7 +254,12 @@ fn finish(rendered: &str) -> Result<String, String> {
     for item in items {
         match item {
             shell::Item::Char(c) => out.push(c),
-            shell::Item::Value(k) => out.push_str(&shell::quote(&values[k], quoting[k])),
+            shell::Item::Value(k) => {
+                let q = quoting
+                    .get(k)
+                    .ok_or_else(|| format!("value {}: cannot tell its shell context", k + 1))?;
+                out.push_str(&shell::quote(&values[k], *q));
+            }
         }
     }
     Ok(out)

@@ -29,3 +29,8 @@ bench:
 # benches/verdict_integrity.sh takes them (--tunectl PATH, --out FILE, --jobs N).
 bench-verdict-integrity *ARGS:
     ./benches/verdict_integrity.sh {{ARGS}}
+
+# Fuzz every input parser for SECONDS per target (not a timed test);
+# findings go to target/fuzz-findings/ (see docs/fuzzing.md).
+fuzz TARGET="all" SECONDS="60":
+    ./benches/fuzz.sh {{TARGET}} {{SECONDS}}

@@ -1397,6 +1397,10 @@ async fn apply_cmd(a: ApplyArgs) -> Result<(), CliError> {
         ));
     }
     let files = tuned::load(&a.tuned).map_err(CliError::Invalid)?;
+    // An edited tuned file must not run values the study never had.
+    for w in tuned::check_domains(&files).map_err(CliError::Invalid)? {
+        eprintln!("warning: {w}");
+    }
     let cell = tuned::parse_cell(&a.cells).map_err(CliError::Invalid)?;
     let axes = tuned::bucket_axes(files.iter().flat_map(|(_, f)| &f.buckets));
     if !axes.is_empty()

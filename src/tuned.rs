@@ -270,6 +270,16 @@ pub fn export(analysis: &Analysis, class: &ClassReport) -> (String, String) {
         )
         .with("baseline", &analysis.baseline)
         .with(
+            "domains",
+            Yaml::Map(
+                analysis
+                    .domains
+                    .iter()
+                    .map(|(k, d)| (k.clone(), Yaml::from(compact_domain(d))))
+                    .collect(),
+            ),
+        )
+        .with(
             "buckets",
             class
                 .buckets
@@ -293,6 +303,36 @@ pub fn export(analysis: &Analysis, class: &ClassReport) -> (String, String) {
         format!("{}.yaml", slug(&class.host_class, fp)),
         yaml_out::document(&header, &body),
     )
+}
+
+/// Integer domains longer than this that are evenly spaced are written as
+/// `min`, `max`, `step`.
+const LIST_INTS: usize = 16;
+/// Float domains longer than this are written as their range.
+const LIST_FLOATS: usize = 1000;
+
+/// A knob's domain as the tuned file writes it: `{kind, values}`, an even
+/// integer range as `{kind, min, max, step}`, a long float grid as
+/// `{kind, min, max}` (then `apply` checks the range only).
+fn compact_domain(d: &Json) -> Json {
+    let kind = d["kind"].clone();
+    let values = d["values"].as_array().cloned().unwrap_or_default();
+    if kind == "int" && values.len() > LIST_INTS {
+        let ints: Vec<i64> = values.iter().filter_map(Json::as_i64).collect();
+        if ints.len() == values.len() {
+            let step = ints[1] - ints[0];
+            if step >= 1 && ints.windows(2).all(|w| w[1] - w[0] == step) {
+                return serde_json::json!({"kind": kind, "min": ints[0], "max": ints[ints.len() - 1], "step": step});
+            }
+        }
+    }
+    if kind == "float" && values.len() > LIST_FLOATS {
+        let xs: Vec<f64> = values.iter().filter_map(Json::as_f64).collect();
+        let min = xs.iter().copied().fold(f64::INFINITY, f64::min);
+        let max = xs.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+        return serde_json::json!({"kind": kind, "min": min, "max": max});
+    }
+    serde_json::json!({"kind": kind, "values": values})
 }
 
 fn short(s: &str) -> &str {
@@ -324,6 +364,10 @@ pub struct TunedFile {
     pub host_class: String,
     pub class_label: String,
     pub baseline: Map<String, Json>,
+    /// Every knob's domain (see [`compact_domain`]); `None` in a file
+    /// written before tuned files carried them.
+    #[serde(default)]
+    pub domains: Option<Map<String, Json>>,
     #[serde(default)]
     pub buckets: Vec<TunedBucket>,
 }
@@ -413,6 +457,104 @@ pub fn load(path: &Path) -> Result<Vec<(PathBuf, TunedFile)>, String> {
         out.push((f, t));
     }
     Ok(out)
+}
+
+// ---------------------------------------------------------------- domains
+
+fn same_value(a: &Json, b: &Json) -> bool {
+    a == b || matches!((a, b), (Json::Number(x), Json::Number(y)) if x.as_f64() == y.as_f64())
+}
+
+/// Whether a domain (as [`compact_domain`] writes it) holds `value`.
+fn domain_contains(domain: &Json, value: &Json) -> Result<bool, String> {
+    if let Some(values) = domain.get("values").and_then(Json::as_array) {
+        return Ok(values.iter().any(|v| same_value(v, value)));
+    }
+    let (Some(min), Some(max)) = (
+        domain.get("min").and_then(Json::as_f64),
+        domain.get("max").and_then(Json::as_f64),
+    ) else {
+        return Err("its domain has neither `values` nor `min` and `max`".to_string());
+    };
+    if let Some(step) = domain.get("step") {
+        let (Some(step), Some(min), Some(v)) = (
+            step.as_i64().filter(|s| *s >= 1),
+            domain.get("min").and_then(Json::as_i64),
+            value.as_i64(),
+        ) else {
+            return Ok(false);
+        };
+        let max = domain.get("max").and_then(Json::as_i64).unwrap_or(min);
+        return Ok(min <= v
+            && v <= max
+            && (i128::from(v) - i128::from(min)) % i128::from(step) == 0);
+    }
+    Ok(value.as_f64().is_some_and(|x| min <= x && x <= max))
+}
+
+fn describe_domain(domain: &Json) -> String {
+    if let Some(values) = domain.get("values").and_then(Json::as_array) {
+        let shown: Vec<String> = values.iter().take(12).map(|v| v.to_string()).collect();
+        let more = if values.len() > 12 { ", ..." } else { "" };
+        return format!("[{}{more}]", shown.join(", "));
+    }
+    let step = domain
+        .get("step")
+        .map(|s| format!(" by {s}"))
+        .unwrap_or_default();
+    format!(
+        "{} to {}{step}",
+        domain.get("min").unwrap_or(&Json::Null),
+        domain.get("max").unwrap_or(&Json::Null)
+    )
+}
+
+/// Check every knob value of loaded tuned files (baseline and every
+/// bucket) against the knob domains the files carry. `Err`: the first
+/// value outside its knob's domain, naming the file, the bucket and the
+/// knob. `Ok`: warnings (files too old to carry domains).
+pub fn check_domains(files: &[(PathBuf, TunedFile)]) -> Result<Vec<String>, String> {
+    let mut warnings = Vec::new();
+    for (path, file) in files {
+        let Some(domains) = &file.domains else {
+            warnings.push(format!(
+                "{} carries no knob domains (it was written by an older tunectl), so its values cannot be checked against the study's knobs; re-export it with `tunectl export`",
+                path.display()
+            ));
+            continue;
+        };
+        let sets = std::iter::once(("the baseline".to_string(), &file.baseline)).chain(
+            file.buckets
+                .iter()
+                .map(|b| (format!("bucket `{}` (key {})", b.label, b.key), &b.knobs)),
+        );
+        for (where_, knobs) in sets {
+            for (name, value) in knobs {
+                let problem = match domains.get(name) {
+                    None => Some(format!(
+                        "`{name}` is not a knob of study `{}` (knobs: {})",
+                        file.study,
+                        domains.keys().cloned().collect::<Vec<_>>().join(", ")
+                    )),
+                    Some(d) => match domain_contains(d, value) {
+                        Ok(true) => None,
+                        Ok(false) => Some(format!(
+                            "knob `{name}`: {value} is not one of its values ({})",
+                            describe_domain(d)
+                        )),
+                        Err(e) => Some(format!("knob `{name}`: {e}")),
+                    },
+                };
+                if let Some(p) = problem {
+                    return Err(format!(
+                        "{}: {where_}: {p}; the file was edited or damaged: re-export it with `tunectl export`",
+                        path.display()
+                    ));
+                }
+            }
+        }
+    }
+    Ok(warnings)
 }
 
 // ---------------------------------------------------------------- apply
@@ -881,7 +1023,10 @@ mod tests {
             "schema": 1, "tunectl_version": "t", "study_id": "fake", "spec_hash": "feedface0123456789",
             "spec": {
                 "objective": {"name": "tp", "unit": "ops/s", "better": "higher"},
-                "knobs": [{"name": "mode", "default": "base"}, {"name": "threads", "default": 1}],
+                "knobs": [
+                    {"name": "mode", "kind": "categorical", "values": ["base", "fast", "crash"], "default": "base"},
+                    {"name": "threads", "kind": "int", "values": [1, 2], "default": 1},
+                ],
                 "context": {"model": "m"},
             },
             "created_at": "",
@@ -1189,6 +1334,7 @@ mod tests {
                 "statistic",
                 "context",
                 "baseline",
+                "domains",
                 "buckets"
             ]
         );
@@ -1390,5 +1536,41 @@ mod tests {
         let bad = dir.path().join("old.yml");
         std::fs::write(&bad, "schema: 9\n").expect("write");
         assert!(load(&bad).expect_err("schema").contains("schema"));
+    }
+
+    #[test]
+    fn domains_are_written_compactly_and_checked() {
+        let ints: Vec<i64> = (0..40).map(|i| 8 + 4 * i).collect();
+        let d = compact_domain(&json!({"kind": "int", "values": ints}));
+        assert_eq!(d, json!({"kind": "int", "min": 8, "max": 164, "step": 4}));
+        assert_eq!(domain_contains(&d, &json!(12)), Ok(true));
+        assert_eq!(domain_contains(&d, &json!(14)), Ok(false));
+        assert_eq!(domain_contains(&d, &json!(168)), Ok(false));
+        assert_eq!(domain_contains(&d, &json!("12")), Ok(false));
+        let floats: Vec<f64> = (0..2000).map(|i| f64::from(i) / 1000.0).collect();
+        let d = compact_domain(&json!({"kind": "float", "values": floats}));
+        assert_eq!(d, json!({"kind": "float", "min": 0.0, "max": 1.999}));
+        assert_eq!(domain_contains(&d, &json!(0.5)), Ok(true));
+        assert_eq!(domain_contains(&d, &json!(2.5)), Ok(false));
+        let d = compact_domain(&json!({"kind": "categorical", "values": [1, "1", 0.5]}));
+        assert_eq!(domain_contains(&d, &json!(1.0)), Ok(true));
+        assert_eq!(domain_contains(&d, &json!("0.5")), Ok(false));
+        assert!(domain_contains(&json!({"kind": "int"}), &json!(1)).is_err());
+
+        let (name, text, _, _) = exported();
+        let path = PathBuf::from(&name);
+        let ok = parse(&path, &text).expect("parses");
+        assert!(ok.domains.is_some());
+        assert_eq!(check_domains(&[(path.clone(), ok)]), Ok(vec![]));
+        let edited = parse(
+            &path,
+            &text.replacen("      mode: fast", "      mode: evil", 1),
+        )
+        .expect("parses");
+        let err = check_domains(&[(path.clone(), edited)]).expect_err("refused");
+        assert!(
+            err.contains("bucket `") && err.contains("knob `mode`: \"evil\""),
+            "{err}"
+        );
     }
 }

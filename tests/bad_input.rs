@@ -1138,3 +1138,45 @@ fn a_render_time_template_error_stops_launch() {
     );
     assert!(!dir.path().join("ledger").exists());
 }
+
+#[test]
+fn inventory_strings_that_would_become_script_lines_or_ssh_options_are_refused() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let text = r#"hosts:
+  - name: login
+    transport: ssh
+    host: "-oProxyCommand=touch_pwned"
+    user: "-lroot"
+    proxy_jump: "ok.example.org,-oProxyCommand=x"
+  - name: login2
+    transport: ssh
+    host: "ssh://-oProxyCommand=x@h"
+    workdir: "w\rx"
+  - name: cluster
+    transport: slurm
+    partition: "gpu\n#SBATCH --uid=0"
+    account: "a b"
+    sbatch_args: ["--exclusive", "--mem=4G\ntouch pwned"]
+    shared_dir: "/shared\u001b[2J"
+"#;
+    std::fs::write(dir.path().join("inventory.yaml"), text).expect("write");
+    let (code, _, stderr) = run_on(dir.path(), "inventory.yaml", Run::Validate);
+    assert_eq!(code, Some(2), "{stderr}");
+    for expected in [
+        "inventory.yaml:4:11: hosts[0].host: starts with `-`, which ssh would read as an option",
+        "inventory.yaml:5:11: hosts[0].user: starts with `-`, which ssh would read as an option",
+        "inventory.yaml:6:17: hosts[0].proxy_jump: `-oProxyCommand=x`: a user or host starting with `-` would be read by ssh as an option",
+        "inventory.yaml:9:11: hosts[1].host: `ssh://-oProxyCommand=x@h`: a user or host starting with `-`",
+        "inventory.yaml:10:14: hosts[1].workdir: contains the control character U+000D",
+        "inventory.yaml:13:16: hosts[2].partition: contains the control character U+000A",
+        "inventory.yaml:14:14: hosts[2].account: contains whitespace",
+        "inventory.yaml:15:34: hosts[2].sbatch_args[1]: contains the control character U+000A",
+        "inventory.yaml:16:17: hosts[2].shared_dir: contains the control character U+001B",
+    ] {
+        assert!(
+            stderr.contains(expected),
+            "missing {expected:?} in:\n{stderr}"
+        );
+    }
+    assert!(stderr.contains("9 problems found"), "{stderr}");
+}

@@ -545,6 +545,110 @@ fn a_knob_set_in_the_environment_wins() {
 }
 
 #[test]
+fn apply_keeps_a_value_data_inside_double_quotes_and_refuses_backticks() {
+    let (env, _) = shared();
+    let mark = env.path().join("pwned-apply");
+    let value = format!("$(touch {m}) `touch {m}` \"'", m = mark.display());
+    let out = env
+        .cmd()
+        .env("TUNECTL_KNOB_MODE", &value)
+        .arg("apply")
+        .arg("--tuned")
+        .arg(env.tuned())
+        .args([
+            "--cell",
+            "n=1",
+            "--",
+            "printf",
+            "'[%s]'",
+            "\"--mode={{ mode }}\"",
+        ])
+        .output()
+        .expect("run apply");
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        format!("[--mode={value}]")
+    );
+    assert!(!mark.exists(), "a value ran as code");
+
+    let out = env
+        .cmd()
+        .arg("apply")
+        .arg("--tuned")
+        .arg(env.tuned())
+        .args(["--cell", "n=1", "--", "echo", "`echo {{ mode }}`"])
+        .output()
+        .expect("run apply");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("column 12 of the template: a value inside backticks"),
+        "{err}"
+    );
+}
+
+#[test]
+fn apply_refuses_an_edited_tuned_file_whose_value_is_not_in_the_knob_domain() {
+    let (env, files) = shared();
+    let text = read(&files[0]);
+    assert!(text.contains("\ndomains:\n  mode:\n"), "{text}");
+    let edited_dir = env.path().join("edited");
+    std::fs::create_dir_all(&edited_dir).expect("mkdir");
+    let edited = edited_dir.join("tuned.yaml");
+    let mark = env.path().join("pwned-edited");
+    let bad = format!("    knobs:\n      mode: \"$(touch {})\"\n", mark.display());
+    std::fs::write(
+        &edited,
+        text.replacen("    knobs:\n      mode: fast\n", &bad, 1),
+    )
+    .expect("write");
+    let run = |dir: &Path| {
+        env.cmd()
+            .arg("apply")
+            .arg("--tuned")
+            .arg(dir)
+            .args(["--cell", "n=2", "--", "echo", "{{ mode }}"])
+            .output()
+            .expect("run apply")
+    };
+    // Refused even for a cell of another bucket: the file is damaged.
+    let out = run(&edited_dir);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains(&format!("{}: bucket `n ∈ [1, 2)` (key ", edited.display()))
+            && err.contains("knob `mode`: \"$(touch ")
+            && err
+                .contains("is not one of its values ([\"base\", \"fast\", \"wrong\", \"crash\"])"),
+        "{err}"
+    );
+    assert!(out.stdout.is_empty());
+    assert!(!mark.exists());
+
+    // A file from before the domains were written: a warning, and it runs.
+    let old_dir = env.path().join("old");
+    std::fs::create_dir_all(&old_dir).expect("mkdir");
+    let start = text.find("\ndomains:\n").expect("domains") + 1;
+    let end = start + text[start..].find("\nbuckets:").expect("buckets") + 1;
+    std::fs::write(
+        old_dir.join("tuned.yaml"),
+        format!("{}{}", &text[..start], &text[end..]),
+    )
+    .expect("write");
+    let out = run(&old_dir);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert!(err.contains("carries no knob domains"), "{err}");
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "base\n");
+}
+
+#[test]
 fn a_cell_outside_every_bucket_gets_the_defaults_with_a_warning() {
     let (env, _) = shared();
     let a = env.apply(env.cmd(), &["n=64"]);

@@ -167,7 +167,10 @@ impl Env {
     /// A launch that must run to its end; its stderr.
     fn launch_ok(&self) -> String {
         let (code, stderr) = self.launch(&[]);
-        assert!(ran_to_the_end(code, &stderr), "launch failed ({code:?}):\n{stderr}");
+        assert!(
+            ran_to_the_end(code, &stderr),
+            "launch failed ({code:?}):\n{stderr}"
+        );
         stderr
     }
 
@@ -577,7 +580,10 @@ measurement: {warmup: 0, repeats: 1, confirm_repeats: 0}
     assert_eq!(eligible, ["mode=fast"], "{cell}");
     assert!(cell["winner"].is_null(), "{cell}");
     assert!(
-        cell["decision"].as_str().unwrap_or("").contains("min_samples"),
+        cell["decision"]
+            .as_str()
+            .unwrap_or("")
+            .contains("min_samples"),
         "{cell}"
     );
 

@@ -964,8 +964,16 @@ fn two_concurrent_launchers(backend: Backend) {
     let (b, fb) = env.spawn(env.launch_cmd("work-b", &slow));
     let a = env.finish(a, fa, started);
     let b = env.finish(b, fb, started);
-    assert!(ran_to_the_end(a.code, &a.stderr), "launcher A:\n{}", a.text());
-    assert!(ran_to_the_end(b.code, &b.stderr), "launcher B:\n{}", b.text());
+    assert!(
+        ran_to_the_end(a.code, &a.stderr),
+        "launcher A:\n{}",
+        a.text()
+    );
+    assert!(
+        ran_to_the_end(b.code, &b.stderr),
+        "launcher B:\n{}",
+        b.text()
+    );
 
     // No trial key measured twice (warm-ups are not counted).
     let measured = env.measured_runs();
@@ -1255,7 +1263,11 @@ fn attempts_written_after_the_index(backend: Backend) {
     let partial = env.study_dir().join("partial.yaml");
     std::fs::write(&partial, format!("{STUDY}budget: {{max_trials: 4}}\n")).expect("write");
     let first = env.run(env.launch_study_cmd(&partial, "work-1", &[]));
-    assert!(ran_to_the_end(first.code, &first.stderr), "{}", first.text());
+    assert!(
+        ran_to_the_end(first.code, &first.stderr),
+        "{}",
+        first.text()
+    );
     let first_ran = ran(&first.stderr);
     assert!(
         first_ran > 0 && first_ran < SWEEP_TRIALS,

@@ -350,6 +350,35 @@ impl Inner {
         time_limit: &str,
         batch_id: &str,
     ) -> Result<String, String> {
+        // Every value here is pasted into the script as is: a control
+        // character (a newline above all) would add a line of its own. The
+        // inventory refuses them; this keeps any other caller honest.
+        let c = &self.cfg;
+        let pasted = [
+            ("partition", c.partition.as_deref()),
+            ("account", c.account.as_deref()),
+            ("qos", c.qos.as_deref()),
+            ("gres", c.gres.as_deref()),
+            ("constraint", c.constraint.as_deref()),
+            ("time_limit", Some(time_limit)),
+            ("batch directory", Some(batch_dir)),
+        ]
+        .into_iter()
+        .chain(
+            c.sbatch_args
+                .iter()
+                .map(|a| ("sbatch_args", Some(a.as_str()))),
+        );
+        for (what, value) in pasted {
+            if let Some(v) = value
+                && v.chars().any(char::is_control)
+            {
+                return Err(format!(
+                    "{what} `{}` contains a control character; it would add a line to the batch script",
+                    v.escape_debug()
+                ));
+            }
+        }
         let mut env = minijinja::Environment::new();
         env.set_undefined_behavior(minijinja::UndefinedBehavior::Strict);
         env.add_template("batch", &self.template)
@@ -1188,6 +1217,22 @@ mod tests {
             assert!(text.lines().any(|l| l == line), "{line} in\n{text}");
         }
         assert!(!text.contains("--qos"), "{text}");
+        // A newline anywhere would be a line of its own: refused.
+        let mut cfg = t.inner.cfg.clone();
+        cfg.partition = Some("gpu\n#SBATCH --uid=0".into());
+        let bad = SlurmTransport::new("p", cfg, Login::Local, None, false);
+        let err = bad
+            .inner
+            .render_batch("/s", 1, "7", "b1")
+            .expect_err("refused");
+        assert!(
+            err.contains("partition") && err.contains("control character"),
+            "{err}"
+        );
+        let mut cfg = t.inner.cfg.clone();
+        cfg.sbatch_args.push("--x\nrm -rf ~".into());
+        let bad = SlurmTransport::new("p", cfg, Login::Local, None, false);
+        assert!(bad.inner.render_batch("/s", 1, "7", "b1").is_err());
         assert!(
             text.contains("exec /bin/sh '/shared/st/batches/b 1'/t\"$SLURM_ARRAY_TASK_ID\".sh"),
             "{text}"

@@ -57,6 +57,10 @@ pub struct Analysis {
     pub context: BTreeMap<String, String>,
     /// The baseline config (every knob at its default).
     pub baseline: serde_json::Value,
+    /// Every knob's kind and values, by name (as the frozen spec has them),
+    /// for the tuned files: `apply` checks values against them.
+    #[serde(skip)]
+    pub domains: serde_json::Map<String, serde_json::Value>,
     pub classes: Vec<ClassReport>,
     pub corrupt_objects: Vec<CorruptObject>,
     /// Attempts ignored because they belong to another spec.
@@ -549,6 +553,7 @@ pub fn analyze_where(
         min_improvement: rules.min_improvement,
         context,
         baseline: spec_baseline(spec),
+        domains: spec_domains(spec),
         classes,
         corrupt_objects: scan.corrupt.clone(),
         foreign_attempts: foreign,
@@ -1618,6 +1623,22 @@ fn confirm(
         failure: None,
         spread_unknown: false,
     })
+}
+
+fn spec_domains(spec: &serde_json::Value) -> serde_json::Map<String, serde_json::Value> {
+    spec["knobs"]
+        .as_array()
+        .map(|ks| {
+            ks.iter()
+                .filter_map(|k| {
+                    Some((
+                        k["name"].as_str()?.to_string(),
+                        serde_json::json!({"kind": k["kind"], "values": k["values"]}),
+                    ))
+                })
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 fn spec_baseline(spec: &serde_json::Value) -> serde_json::Value {

@@ -308,7 +308,11 @@ fn parse_host(w: &mut Walker, node: &Node, field: &str) -> Option<Host> {
             let mut out = Vec::new();
             for (i, item) in seq.iter().enumerate() {
                 if let Some(v) = w.scalar(item, &index(&f, i)) {
-                    out.push(v.to_string());
+                    let v = v.to_string();
+                    if let Some(problem) = text_problem(&v, Text::Line) {
+                        w.error_at(item, &index(&f, i), problem);
+                    }
+                    out.push(v);
                 }
             }
             Some(out)
@@ -373,6 +377,72 @@ fn opt_string(
     }
 }
 
+/// How strictly an inventory string is checked (see [`checked`]).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Text {
+    /// No control characters (newline, tab, NUL, ESC...): the string goes
+    /// into a generated script or a command line.
+    Line,
+    /// Also no whitespace: one word of an `#SBATCH` line or an ssh option.
+    Word,
+    /// A word that also must not start with `-` (ssh would read it as an
+    /// option): a host name or a user.
+    Destination,
+}
+
+/// Why `text` is not acceptable as `kind`, if it is not.
+fn text_problem(text: &str, kind: Text) -> Option<String> {
+    if let Some(c) = text.chars().find(|c| c.is_control()) {
+        return Some(format!(
+            "contains the control character U+{:04X}; it would break (or add) a line of a generated script or command",
+            c as u32
+        ));
+    }
+    if kind != Text::Line && text.chars().any(char::is_whitespace) {
+        return Some(
+            "contains whitespace; it is passed as one word (of an #SBATCH line or an ssh option) and would split"
+                .to_string(),
+        );
+    }
+    if kind == Text::Destination && text.starts_with('-') {
+        return Some("starts with `-`, which ssh would read as an option".to_string());
+    }
+    None
+}
+
+/// Record a problem when `value` (read from `map[key]`) is not acceptable
+/// as `kind`.
+fn checked(
+    w: &mut Walker,
+    map: &MarkedMappingNode,
+    field: &str,
+    key: &str,
+    value: Option<&str>,
+    kind: Text,
+) {
+    if let (Some(v), Some(n)) = (value, map.get_node(key))
+        && let Some(problem) = text_problem(v, kind)
+    {
+        w.error_at(n, &join(field, key), problem);
+    }
+}
+
+/// An ssh destination as the openssh crate reads it (`[ssh://][user@]host[:port]`):
+/// why its user or host part would be read as an option, if it would.
+fn destination_problem(dest: &str) -> Option<String> {
+    let rest = dest.strip_prefix("ssh://").unwrap_or(dest);
+    let (user, host) = match rest.rfind('@') {
+        Some(at) => (Some(&rest[..at]), &rest[at + 1..]),
+        None => (None, rest),
+    };
+    if user.is_some_and(|u| u.starts_with('-')) || host.starts_with('-') {
+        return Some(format!(
+            "`{dest}`: a user or host starting with `-` would be read by ssh as an option"
+        ));
+    }
+    None
+}
+
 fn parse_ssh(w: &mut Walker, map: &MarkedMappingNode, field: &str) -> Option<SshHost> {
     let host = w
         .required(map, field, "host")
@@ -428,6 +498,58 @@ fn parse_ssh(w: &mut Walker, map: &MarkedMappingNode, field: &str) -> Option<Ssh
         Some(n) => w.u32_in(n, &join(field, "max_sessions"), 1, 1000),
         None => Some(8),
     };
+    checked(w, map, field, "host", host.as_deref(), Text::Destination);
+    if let (Some(h), Some(n)) = (host.as_deref(), map.get_node("host"))
+        && text_problem(h, Text::Destination).is_none()
+        && let Some(p) = destination_problem(h)
+    {
+        w.error_at(n, &join(field, "host"), p);
+    }
+    checked(
+        w,
+        map,
+        field,
+        "user",
+        user.as_ref().and_then(|u| u.as_deref()),
+        Text::Destination,
+    );
+    checked(
+        w,
+        map,
+        field,
+        "identity_file",
+        identity_file.as_ref().and_then(|u| u.as_deref()),
+        Text::Line,
+    );
+    checked(
+        w,
+        map,
+        field,
+        "known_hosts_file",
+        known_hosts_file.as_ref().and_then(|u| u.as_deref()),
+        Text::Word,
+    );
+    checked(
+        w,
+        map,
+        field,
+        "proxy_jump",
+        proxy_jump.as_ref().and_then(|u| u.as_deref()),
+        Text::Word,
+    );
+    if let (Some(Some(j)), Some(n)) = (proxy_jump.as_ref(), map.get_node("proxy_jump"))
+        && let Some(p) = j.split(',').map(str::trim).find_map(destination_problem)
+    {
+        w.error_at(n, &join(field, "proxy_jump"), p);
+    }
+    checked(
+        w,
+        map,
+        field,
+        "workdir",
+        workdir.as_ref().and_then(|u| u.as_deref()),
+        Text::Line,
+    );
     Some(SshHost {
         host: host?,
         port,
@@ -473,6 +595,40 @@ fn parse_slurm(w: &mut Walker, map: &MarkedMappingNode, field: &str) -> Option<S
         Some(n) => w.duration(n, &join(field, "poll_interval")),
         None => Some(Duration::from_secs(30)),
     };
+    for (key, value) in [
+        ("partition", &partition),
+        ("account", &account),
+        ("qos", &qos),
+        ("gres", &gres),
+        ("constraint", &constraint),
+        ("time_limit", &time_limit),
+        ("shared_dir", &shared_dir),
+    ] {
+        checked(
+            w,
+            map,
+            field,
+            key,
+            value.as_ref().and_then(|v| v.as_deref()),
+            Text::Word,
+        );
+    }
+    checked(
+        w,
+        map,
+        field,
+        "batch_template",
+        batch_template.as_ref().and_then(|v| v.as_deref()),
+        Text::Line,
+    );
+    if let (Some(args), Some(Node::Sequence(items))) = (&sbatch_args, map.get_node("sbatch_args")) {
+        let f = join(field, "sbatch_args");
+        for (i, (arg, item)) in args.iter().zip(items.iter()).enumerate() {
+            if let Some(problem) = text_problem(arg, Text::Line) {
+                w.error_at(item, &index(&f, i), problem);
+            }
+        }
+    }
     Some(SlurmHost {
         login: login?,
         partition: partition?,

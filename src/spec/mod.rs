@@ -3,6 +3,7 @@
 
 pub mod diag;
 pub mod inventory;
+pub mod shell;
 pub mod study;
 pub mod template;
 pub mod value;

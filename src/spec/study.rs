@@ -380,7 +380,9 @@ const TOP_KEYS: &[&str] = &[
 impl Study {
     /// Load and validate a study file.
     pub fn load(path: &Path) -> Result<Study, Diagnostics> {
-        let root = yaml::load_file(path)?;
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| Diagnostics::whole_file(path, format!("cannot read file: {e}")))?;
+        let root = yaml::parse_text(path, &text)?;
         let dir = path
             .parent()
             .map(|p| {
@@ -392,7 +394,7 @@ impl Study {
             })
             .unwrap_or(Path::new("."));
         let dir = std::fs::canonicalize(dir).unwrap_or_else(|_| dir.to_path_buf());
-        let mut w = Walker::new(path);
+        let mut w = Walker::with_text(path, &text);
         let study = parse_study(&mut w, &root, path, &dir);
         match study {
             Some(s) if w.diags.is_empty() => Ok(s),
@@ -405,7 +407,7 @@ impl Study {
     pub fn from_text(path: &Path, text: &str) -> Result<Study, Diagnostics> {
         let root = yaml::parse_text(path, text)?;
         let dir = path.parent().unwrap_or(Path::new(".")).to_path_buf();
-        let mut w = Walker::new(path);
+        let mut w = Walker::with_text(path, text);
         let study = parse_study(&mut w, &root, path, &dir);
         match study {
             Some(s) if w.diags.is_empty() => Ok(s),
@@ -2065,10 +2067,23 @@ fn check_templates(
         }
     };
     let text = |n: &Node| n.as_scalar().map(|s| s.as_str().to_string());
+    // Commands run through a shell: every value must land where it can be
+    // quoted (see spec::shell).
+    let shell_check = |w: &mut Walker, node: &Node, field: &str, source: &str| {
+        if let Err((at, why)) = template::check_shell_template(source) {
+            let nth = source[..at].matches("{{").count();
+            if source[at..].starts_with("{{") {
+                w.error_inside(node, "{{", nth, field, why);
+            } else {
+                w.error_at(node, field, why);
+            }
+        }
+    };
     if let Some(n) = trial.and_then(|t| t.get_node("command"))
         && let Some(source) = text(n)
     {
         check(w, n, "trial.command", &source);
+        shell_check(w, n, "trial.command", &source);
     }
     if let Some(env) = trial.and_then(|t| t.get_mapping("env")) {
         for (k, n) in env.iter() {
@@ -2083,6 +2098,7 @@ fn check_templates(
         && let Some(source) = text(n)
     {
         check(w, n, "objective.command", &source);
+        shell_check(w, n, "objective.command", &source);
     }
 }
 

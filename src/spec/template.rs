@@ -9,6 +9,7 @@ use std::collections::BTreeMap;
 
 use minijinja::{Environment, UndefinedBehavior};
 
+use super::shell;
 use super::study::Study;
 use super::value::Value;
 
@@ -176,7 +177,12 @@ pub fn shell_quote(s: &str) -> String {
     shell_escape::unix::escape(std::borrow::Cow::Borrowed(s)).into_owned()
 }
 
-/// An environment whose every interpolated value is shell-quoted.
+/// Marks a value in rendered text: `SENTINEL`, its text in hex, `SENTINEL`.
+/// A template's own text has no NUL (checked), so the marks are unambiguous.
+const SENTINEL: char = '\0';
+
+/// An environment whose every interpolated value is marked, to be quoted
+/// for its shell context once the whole text is rendered ([`finish`]).
 fn shell_env() -> Environment<'static> {
     let mut shell = base_env();
     shell.set_formatter(|out, _state, value| {
@@ -186,18 +192,109 @@ fn shell_env() -> Environment<'static> {
                 "undefined value",
             ));
         }
-        out.write_str(&shell_quote(&plain_text(value)))
+        let text = plain_text(value);
+        write!(out, "{SENTINEL}{}{SENTINEL}", hex::encode(text.as_bytes()))
             .map_err(|e| minijinja::Error::new(minijinja::ErrorKind::WriteFailure, e.to_string()))
     });
     shell
 }
 
+/// The values marked in `text`, written out plainly (a value can hold
+/// marked text when a macro or `{% set %}` block captured output).
+fn unmark(text: &str) -> Result<String, String> {
+    let mut out = String::new();
+    let mut parts = text.split(SENTINEL);
+    if let Some(first) = parts.next() {
+        out.push_str(first);
+    }
+    let mut inside = true;
+    for part in parts {
+        if inside {
+            let bytes = hex::decode(part)
+                .map_err(|_| "a value's text was changed by a filter; quote it with the filter applied to the value itself".to_string())?;
+            let value = String::from_utf8(bytes).map_err(|e| e.to_string())?;
+            out.push_str(&unmark(&value)?);
+        } else {
+            out.push_str(part);
+        }
+        inside = !inside;
+    }
+    Ok(out)
+}
+
+/// Quote the marked values of rendered shell text for their context.
+fn finish(rendered: &str) -> Result<String, String> {
+    let mut items = Vec::new();
+    let mut values = Vec::new();
+    let mut parts = rendered.split(SENTINEL);
+    if let Some(first) = parts.next() {
+        items.extend(first.chars().map(shell::Item::Char));
+    }
+    let mut inside = true;
+    for part in parts {
+        if inside {
+            let text = unmark(&format!("{SENTINEL}{part}{SENTINEL}"))?;
+            if text.contains('\0') {
+                return Err(format!(
+                    "value {} contains a NUL byte, which no command line can carry",
+                    values.len() + 1
+                ));
+            }
+            items.push(shell::Item::Value(values.len()));
+            values.push(text);
+        } else {
+            items.extend(part.chars().map(shell::Item::Char));
+        }
+        inside = !inside;
+    }
+    let quoting = shell::scan(&items).map_err(|r| {
+        let v = values.get(r.value).map(String::as_str).unwrap_or("");
+        let shown: String = v.chars().take(40).collect();
+        format!("value {} ({shown:?}): {}", r.value + 1, r.why)
+    })?;
+    let mut out = String::with_capacity(rendered.len());
+    for item in items {
+        match item {
+            shell::Item::Char(c) => out.push(c),
+            shell::Item::Value(k) => {
+                let q = quoting
+                    .get(k)
+                    .ok_or_else(|| format!("value {}: cannot tell its shell context", k + 1))?;
+                out.push_str(&shell::quote(&values[k], *q));
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Check a shell command template's text: no NUL, and every `{{ }}` in a
+/// shell context where its value can be quoted. On a problem: the byte
+/// offset in `source` it concerns (a `{{`, or 0) and what it is.
+pub fn check_shell_template(source: &str) -> Result<(), (usize, String)> {
+    if let Some(p) = source.find('\0') {
+        return Err((p, "the template contains a NUL byte".to_string()));
+    }
+    let (items, holes) = shell::source_items(source);
+    shell::scan(&items)
+        .map(|_| ())
+        .map_err(|r| (holes.get(r.value).copied().unwrap_or(0), r.why))
+}
+
+fn check_or_describe(source: &str) -> Result<(), String> {
+    check_shell_template(source).map_err(|(at, why)| {
+        let line = source[..at].matches('\n').count() + 1;
+        let column = source[..at].rfind('\n').map_or(at, |n| at - n - 1) + 1;
+        format!("at line {line}, column {column} of the template: {why}")
+    })
+}
+
 /// Render a one-off command template the way trial commands are rendered:
-/// every value shell-quoted, undefined variables an error.
+/// every value quoted for its shell context, undefined variables an error.
 pub fn render_shell(source: &str, vars: &TrialVars) -> Result<String, String> {
+    check_or_describe(source)?;
     let env = shell_env();
     let tmpl = env.template_from_str(source).map_err(describe)?;
-    tmpl.render(vars.to_value()).map_err(describe)
+    finish(&tmpl.render(vars.to_value()).map_err(describe)?)
 }
 
 impl CommandRenderer {
@@ -222,6 +319,7 @@ impl CommandRenderer {
 
     /// `field` names the command in errors.
     fn build(study: &Study, command: &str, field: &str) -> Result<Self, String> {
+        check_or_describe(command).map_err(|e| format!("{field}: {e}"))?;
         let mut shell = shell_env();
         shell
             .add_template_owned("command", command.to_string())
@@ -265,10 +363,10 @@ impl CommandRenderer {
         Ok(())
     }
 
-    /// Render the command with every value shell-quoted.
+    /// Render the command with every value quoted for its shell context.
     pub fn command(&self, vars: &TrialVars) -> Result<String, String> {
         let tmpl = self.shell.get_template("command").map_err(describe)?;
-        tmpl.render(vars.to_value()).map_err(describe)
+        finish(&tmpl.render(vars.to_value()).map_err(describe)?)
     }
 
     /// Render the extra environment variables (values are not quoted: they

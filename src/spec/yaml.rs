@@ -261,6 +261,8 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
 /// Walks nodes of one file and collects diagnostics.
 pub struct Walker {
     file: PathBuf,
+    /// The file's text, when known: places inside a scalar are found in it.
+    text: Option<String>,
     pub diags: Diagnostics,
 }
 
@@ -268,7 +270,52 @@ impl Walker {
     pub fn new(file: &Path) -> Self {
         Walker {
             file: file.to_path_buf(),
+            text: None,
             diags: Diagnostics::default(),
+        }
+    }
+
+    /// A walker that knows the file's text (see [`Walker::error_inside`]).
+    pub fn with_text(file: &Path, text: &str) -> Self {
+        Walker {
+            text: Some(text.to_string()),
+            ..Walker::new(file)
+        }
+    }
+
+    /// Record a problem at the `nth` (0-based) occurrence of `needle` in
+    /// the file's text from `node`'s start (a place inside a scalar, such
+    /// as a template's `{{`); at the node itself when it cannot be found.
+    pub fn error_inside(
+        &mut self,
+        node: &Node,
+        needle: &str,
+        nth: usize,
+        field: &str,
+        message: impl Into<String>,
+    ) {
+        let found = node.span().start().and_then(|m| {
+            let text = self.text.as_deref()?;
+            let start = text
+                .char_indices()
+                .nth(m.character())
+                .map(|(b, _)| b)
+                .unwrap_or(text.len());
+            let (at, _) = text[start..].match_indices(needle).nth(nth)?;
+            let at = start + at;
+            let line = text[..at].matches('\n').count() + 1;
+            let line_start = text[..at].rfind('\n').map_or(0, |n| n + 1);
+            Some((line, text[line_start..at].chars().count() + 1))
+        });
+        match found {
+            Some((line, column)) => self.diags.push(Diagnostic {
+                file: self.file.clone(),
+                line,
+                column,
+                field: field.to_string(),
+                message: message.into(),
+            }),
+            None => self.error_at(node, field, message),
         }
     }
 

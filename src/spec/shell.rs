@@ -1,0 +1,715 @@
+//! Where a template value lands in shell text, and how to quote it there.
+//!
+//! A command template is shell text with `{{ }}` holes. A value is data
+//! only if it is quoted for the shell context of its hole: a plain word, the
+//! inside of `"..."`, the inside of `'...'`. Some contexts cannot be made
+//! safe by quoting (backticks, `$((...))`, `${...}`, a here-document, a
+//! comment, right after a backslash or a `$`); a template with a value there
+//! is refused.
+//!
+//! [`scan`] reads the text around the holes the way a POSIX shell (and bash)
+//! tokenises quotes, and says, for every hole, how to quote the value or
+//! why it cannot be. It runs twice: when a study loads (on the template's
+//! source, tags removed, to report the hole's line and column) and on every
+//! render (on the text actually rendered, so that `{% if %}` branches cannot
+//! hide a quote from it).
+
+use std::fmt;
+
+/// One unit of shell text: a character of the template, or a value hole.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Item {
+    Char(char),
+    /// The n-th value (0-based).
+    Value(usize),
+}
+
+/// How a value is written at its hole.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Quoting {
+    /// A plain word (also after `=`, inside `$(...)`): single-quoted.
+    Word,
+    /// Inside `"..."`: `$`, `` ` ``, `"` and `\` backslash-escaped.
+    Double,
+    /// Inside `'...'`: every `'` written as `'\''`.
+    Single,
+}
+
+/// A hole where no quoting keeps a value data.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refusal {
+    /// Which value (0-based, in text order).
+    pub value: usize,
+    pub why: String,
+}
+
+impl fmt::Display for Refusal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.why)
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Frame {
+    /// Top-level shell text.
+    Top,
+    /// `$(...)`, `<(...)`, `>(...)`: commands, with nested parentheses.
+    Subst(u32),
+    Double,
+    Single,
+    /// bash's `$'...'`.
+    AnsiC,
+    Backtick,
+    /// `${...}`, with nested braces.
+    Param(u32),
+    /// `$((...))` or `((...))`, with nested parentheses.
+    Arith(u32),
+    Comment,
+    /// A here-document's body (its delimiter and line so far are kept
+    /// beside the stack).
+    Heredoc,
+}
+
+const CLOSE_QUOTES: &str = "close the quotes around it: tunectl quotes values itself";
+
+fn is_blank(c: char) -> bool {
+    c == ' ' || c == '\t'
+}
+
+fn is_operator(c: char) -> bool {
+    matches!(c, ';' | '&' | '|' | '(' | ')' | '<' | '>')
+}
+
+/// The quoting of every value of `items`, in order, or the first value
+/// that cannot be quoted where it stands.
+pub fn scan(items: &[Item]) -> Result<Vec<Quoting>, Refusal> {
+    let mut out: Vec<Quoting> = Vec::new();
+    let mut stack = vec![Frame::Top];
+    let mut word_start = true;
+    // Here-documents announced on the current line: (delimiter, strip tabs).
+    let mut pending: Vec<(String, bool)> = Vec::new();
+    // A `case` inside `$(...)`: its patterns' `)` make the end of the
+    // substitution unknowable without a full parser, so no value after it
+    // is placed.
+    let mut case_in_subst = false;
+    // The body being read: delimiter, strip tabs, the line so far.
+    let mut body: (String, bool, String) = Default::default();
+    let ch = |i: usize| match items.get(i) {
+        Some(Item::Char(c)) => Some(*c),
+        _ => None,
+    };
+    let refuse = |value: usize, why: &str| Refusal {
+        value,
+        why: why.to_string(),
+    };
+    let mut i = 0;
+    while i < items.len() {
+        let frame = stack.last().copied().unwrap_or(Frame::Top);
+        if let Item::Value(k) = items[i] {
+            let q = match frame {
+                _ if case_in_subst => {
+                    return Err(refuse(
+                        k,
+                        "a value after a `case` inside `$(...)`: tunectl cannot tell where the `$(` ends; move the `case` into a script",
+                    ));
+                }
+                Frame::Top | Frame::Subst(_) => Quoting::Word,
+                Frame::Double => Quoting::Double,
+                Frame::Single => Quoting::Single,
+                Frame::AnsiC => {
+                    return Err(refuse(
+                        k,
+                        &format!("a value inside $'...' (escapes are read there); {CLOSE_QUOTES}"),
+                    ));
+                }
+                Frame::Backtick => {
+                    return Err(refuse(
+                        k,
+                        "a value inside backticks (`...`): its text would be read as shell code again; use $(...) or pass it as an argument",
+                    ));
+                }
+                Frame::Param(_) => {
+                    return Err(refuse(
+                        k,
+                        "a value inside ${...}: the shell expands it again; write the default in the template (`{{ x or 'd' }}`)",
+                    ));
+                }
+                Frame::Arith(_) => {
+                    return Err(refuse(
+                        k,
+                        "a value inside $((...)) or ((...)): arithmetic evaluates text as code; compute in the template (`{{ n * 2 }}`)",
+                    ));
+                }
+                Frame::Comment => {
+                    return Err(refuse(
+                        k,
+                        "a value inside a shell comment: a newline in it would end the comment and run the rest",
+                    ));
+                }
+                Frame::Heredoc => {
+                    return Err(refuse(
+                        k,
+                        "a value inside a here-document: quotes do not apply there and a line of it could end the document; pass it as an argument or in the environment",
+                    ));
+                }
+            };
+            out.push(q);
+            word_start = false;
+            i += 1;
+            continue;
+        }
+        let c = ch(i).unwrap_or('\0');
+        let next = items.get(i + 1).copied();
+        let next_value = |what: &str| -> Option<Refusal> {
+            match next {
+                Some(Item::Value(k)) => Some(refuse(k, what)),
+                _ => None,
+            }
+        };
+        match frame {
+            Frame::Top | Frame::Subst(_) => {
+                let was_word_start = word_start;
+                word_start = false;
+                match c {
+                    '\\' => {
+                        if let Some(r) = next_value(
+                            "a value right after a backslash: the backslash would escape its quoting; remove the backslash",
+                        ) {
+                            return Err(r);
+                        }
+                        i += 2;
+                        continue;
+                    }
+                    '$' => {
+                        if let Some(r) = dollar(items, i, &mut stack, false) {
+                            return Err(r);
+                        }
+                        word_start = matches!(stack.last(), Some(Frame::Subst(_)));
+                        i += dollar_len(items, i, false);
+                        continue;
+                    }
+                    '\'' => stack.push(Frame::Single),
+                    '"' => stack.push(Frame::Double),
+                    '`' => stack.push(Frame::Backtick),
+                    '#' if was_word_start => stack.push(Frame::Comment),
+                    '(' if was_word_start && ch(i + 1) == Some('(') => {
+                        stack.push(Frame::Arith(0));
+                        i += 2;
+                        continue;
+                    }
+                    '<' | '>' if ch(i + 1) == Some('(') => {
+                        stack.push(Frame::Subst(0));
+                        word_start = true;
+                        i += 2;
+                        continue;
+                    }
+                    '<' if ch(i + 1) == Some('<') && ch(i + 2) == Some('<') => {
+                        // bash's here-string: a plain word follows.
+                        word_start = true;
+                        i += 3;
+                        continue;
+                    }
+                    '<' if ch(i + 1) == Some('<') => {
+                        let (delim, strip, end) = heredoc_delimiter(items, i + 2)?;
+                        pending.push((delim, strip));
+                        word_start = true;
+                        i = end;
+                        continue;
+                    }
+                    '(' => {
+                        if let Some(Frame::Subst(d)) = stack.last_mut() {
+                            *d += 1;
+                        }
+                        word_start = true;
+                    }
+                    ')' => {
+                        match stack.last_mut() {
+                            Some(Frame::Subst(0)) => {
+                                stack.pop();
+                            }
+                            Some(Frame::Subst(d)) => *d -= 1,
+                            _ => {}
+                        }
+                        word_start = true;
+                    }
+                    '\n' => {
+                        word_start = true;
+                        if !pending.is_empty() {
+                            let (d, s) = pending.remove(0);
+                            body = (d, s, String::new());
+                            stack.push(Frame::Heredoc);
+                        }
+                    }
+                    c if is_blank(c) || is_operator(c) => word_start = true,
+                    'c' if was_word_start
+                        && matches!(frame, Frame::Subst(_))
+                        && ch(i + 1) == Some('a')
+                        && ch(i + 2) == Some('s')
+                        && ch(i + 3) == Some('e')
+                        && ch(i + 4).is_some_and(|c| is_blank(c) || c == '\n') =>
+                    {
+                        case_in_subst = true;
+                    }
+                    _ => {}
+                }
+                i += 1;
+            }
+            Frame::Double => {
+                match c {
+                    '\\' => {
+                        if let Some(r) = next_value(
+                            "a value right after a backslash: the backslash would escape its quoting; remove the backslash",
+                        ) {
+                            return Err(r);
+                        }
+                        if matches!(ch(i + 1), Some('$' | '`' | '"' | '\\' | '\n')) {
+                            i += 2;
+                            continue;
+                        }
+                    }
+                    '$' => {
+                        if let Some(r) = dollar(items, i, &mut stack, true) {
+                            return Err(r);
+                        }
+                        word_start = true;
+                        i += dollar_len(items, i, true);
+                        continue;
+                    }
+                    '`' => stack.push(Frame::Backtick),
+                    '"' => {
+                        stack.pop();
+                    }
+                    _ => {}
+                }
+                i += 1;
+            }
+            Frame::Single => {
+                if c == '\'' {
+                    stack.pop();
+                }
+                i += 1;
+            }
+            Frame::AnsiC => {
+                match c {
+                    '\\' => {
+                        // Skip the escaped character; a value is never
+                        // skipped (it is refused in this context next).
+                        i += if ch(i + 1).is_some() { 2 } else { 1 };
+                        continue;
+                    }
+                    '\'' => {
+                        stack.pop();
+                    }
+                    _ => {}
+                }
+                i += 1;
+            }
+            Frame::Backtick => {
+                match c {
+                    '\\' => {
+                        // Skip the escaped character; a value is never
+                        // skipped (it is refused in this context next).
+                        i += if ch(i + 1).is_some() { 2 } else { 1 };
+                        continue;
+                    }
+                    '`' => {
+                        stack.pop();
+                    }
+                    _ => {}
+                }
+                i += 1;
+            }
+            Frame::Param(d) => {
+                let in_double = stack.len() >= 2 && stack[stack.len() - 2] == Frame::Double;
+                match c {
+                    '\\' => {
+                        // Skip the escaped character; a value is never
+                        // skipped (it is refused in this context next).
+                        i += if ch(i + 1).is_some() { 2 } else { 1 };
+                        continue;
+                    }
+                    '$' => {
+                        if let Some(r) = dollar(items, i, &mut stack, in_double) {
+                            return Err(r);
+                        }
+                        i += dollar_len(items, i, in_double);
+                        continue;
+                    }
+                    '{' => {
+                        if let Some(Frame::Param(d)) = stack.last_mut() {
+                            *d += 1;
+                        }
+                    }
+                    '}' => {
+                        if d == 0 {
+                            stack.pop();
+                        } else if let Some(Frame::Param(d)) = stack.last_mut() {
+                            *d -= 1;
+                        }
+                    }
+                    '\'' if !in_double => stack.push(Frame::Single),
+                    '"' => stack.push(Frame::Double),
+                    '`' => stack.push(Frame::Backtick),
+                    _ => {}
+                }
+                i += 1;
+            }
+            Frame::Arith(d) => {
+                match c {
+                    '$' => {
+                        if let Some(r) = dollar(items, i, &mut stack, false) {
+                            return Err(r);
+                        }
+                        i += dollar_len(items, i, false);
+                        continue;
+                    }
+                    '(' => {
+                        if let Some(Frame::Arith(d)) = stack.last_mut() {
+                            *d += 1;
+                        }
+                    }
+                    ')' => {
+                        if d == 0 {
+                            stack.pop();
+                            if ch(i + 1) == Some(')') {
+                                i += 1;
+                            }
+                        } else if let Some(Frame::Arith(d)) = stack.last_mut() {
+                            *d -= 1;
+                        }
+                    }
+                    _ => {}
+                }
+                i += 1;
+            }
+            Frame::Comment => {
+                if c == '\n' {
+                    // The newline ends the comment and is then read as text.
+                    stack.pop();
+                    continue;
+                }
+                i += 1;
+            }
+            Frame::Heredoc => {
+                if c == '\n' {
+                    let (delim, strip, line) = &mut body;
+                    let text = if *strip {
+                        line.trim_start_matches('\t')
+                    } else {
+                        line.as_str()
+                    };
+                    if text == delim.as_str() {
+                        stack.pop();
+                        if !pending.is_empty() {
+                            let (d, s) = pending.remove(0);
+                            body = (d, s, String::new());
+                            stack.push(Frame::Heredoc);
+                        } else {
+                            word_start = true;
+                        }
+                    } else {
+                        line.clear();
+                    }
+                } else if body.2.len() <= body.0.len() + 64 {
+                    // (Only a line as short as the delimiter can end it.)
+                    body.2.push(c);
+                }
+                i += 1;
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// What a `$` at `i` opens (pushed on `stack`), or a refusal when a value
+/// follows it directly.
+fn dollar(items: &[Item], i: usize, stack: &mut Vec<Frame>, in_double: bool) -> Option<Refusal> {
+    let ch = |j: usize| match items.get(j) {
+        Some(Item::Char(c)) => Some(*c),
+        _ => None,
+    };
+    if let Some(Item::Value(k)) = items.get(i + 1) {
+        return Some(Refusal {
+            value: *k,
+            why: "a value right after `$`: it would name a variable or open an expansion; put the `$` inside the value's text or drop it".to_string(),
+        });
+    }
+    match (ch(i + 1), ch(i + 2)) {
+        (Some('('), Some('(')) => stack.push(Frame::Arith(0)),
+        (Some('('), _) => stack.push(Frame::Subst(0)),
+        (Some('{'), _) => stack.push(Frame::Param(0)),
+        (Some('\''), _) if !in_double => stack.push(Frame::AnsiC),
+        (Some('"'), _) if !in_double => stack.push(Frame::Double),
+        _ => {}
+    }
+    None
+}
+
+/// How many items the `$` at `i` and what it opens take.
+fn dollar_len(items: &[Item], i: usize, in_double: bool) -> usize {
+    let ch = |j: usize| match items.get(j) {
+        Some(Item::Char(c)) => Some(*c),
+        _ => None,
+    };
+    match (ch(i + 1), ch(i + 2)) {
+        (Some('('), Some('(')) => 3,
+        (Some('(' | '{'), _) => 2,
+        (Some('\'' | '"'), _) if !in_double => 2,
+        _ => 1,
+    }
+}
+
+/// Read a here-document operator's delimiter word starting at `i` (just
+/// after `<<`): (delimiter with quotes removed, strip tabs, index after it).
+fn heredoc_delimiter(items: &[Item], mut i: usize) -> Result<(String, bool, usize), Refusal> {
+    let ch = |j: usize| match items.get(j) {
+        Some(Item::Char(c)) => Some(*c),
+        _ => None,
+    };
+    let strip = ch(i) == Some('-');
+    if strip {
+        i += 1;
+    }
+    while ch(i).is_some_and(is_blank) {
+        i += 1;
+    }
+    let mut delim = String::new();
+    let mut quote: Option<char> = None;
+    while let Some(item) = items.get(i) {
+        match *item {
+            Item::Value(k) => {
+                return Err(Refusal {
+                    value: k,
+                    why: "a value as a here-document's delimiter: write the delimiter in the template".to_string(),
+                });
+            }
+            Item::Char(c) => match quote {
+                Some(q) if c == q => quote = None,
+                Some(_) => delim.push(c),
+                None if c == '\'' || c == '"' => quote = Some(c),
+                None if c == '\\' => {
+                    if let Some(n) = ch(i + 1) {
+                        delim.push(n);
+                        i += 1;
+                    }
+                }
+                None if is_blank(c) || c == '\n' || is_operator(c) => break,
+                None => delim.push(c),
+            },
+        }
+        i += 1;
+    }
+    Ok((delim, strip, i))
+}
+
+/// A value written for its quoting context.
+pub fn quote(value: &str, quoting: Quoting) -> String {
+    match quoting {
+        Quoting::Word => super::template::shell_quote(value),
+        Quoting::Single => value.replace('\'', "'\\''"),
+        Quoting::Double => {
+            let mut out = String::with_capacity(value.len());
+            for c in value.chars() {
+                if matches!(c, '$' | '`' | '"' | '\\') {
+                    out.push('\\');
+                }
+                out.push(c);
+            }
+            out
+        }
+    }
+}
+
+/// The template source as shell text: `{{ }}` holes become values, the
+/// text of `{% raw %}` blocks stays, other tags and comments go. Also the
+/// byte offset of every `{{` in `source`. Whitespace control (`{{-`, `-%}`)
+/// is applied roughly; the render-time check sees the exact text.
+pub fn source_items(source: &str) -> (Vec<Item>, Vec<usize>) {
+    let mut items = Vec::new();
+    let mut holes = Vec::new();
+    let mut i = 0;
+    let mut strip_next = false;
+    while i < source.len() {
+        let rest = &source[i..];
+        let open = ["{{", "{%", "{#"].iter().find(|o| rest.starts_with(**o));
+        let Some(open) = open else {
+            let c = rest.chars().next().unwrap_or(' ');
+            if !(strip_next && c.is_whitespace()) {
+                strip_next = false;
+                items.push(Item::Char(c));
+            }
+            i += c.len_utf8();
+            continue;
+        };
+        let close = match *open {
+            "{{" => "}}",
+            "{%" => "%}",
+            _ => "#}",
+        };
+        let body_start = i + 2;
+        let end = find_close(source, body_start, close, *open != "{#");
+        let body = &source[body_start..end.min(source.len())];
+        if body.starts_with('-') {
+            while matches!(items.last(), Some(Item::Char(c)) if c.is_whitespace()) {
+                items.pop();
+            }
+        }
+        strip_next = body.ends_with('-');
+        let after = (end + 2).min(source.len());
+        match *open {
+            "{{" => {
+                items.push(Item::Value(holes.len()));
+                holes.push(i);
+                i = after;
+            }
+            "{%" if body.trim_matches(|c: char| c == '-' || c == '+' || c.is_whitespace())
+                == "raw" =>
+            {
+                // Literal text up to `{% endraw %}`.
+                let mut j = after;
+                let mut text_end = source.len();
+                let mut next = source.len();
+                while let Some(p) = source[j..].find("{%") {
+                    let s = j + p;
+                    let e = find_close(source, s + 2, "%}", true);
+                    let b = &source[s + 2..e.min(source.len())];
+                    if b.trim_matches(|c: char| c == '-' || c == '+' || c.is_whitespace())
+                        == "endraw"
+                    {
+                        text_end = s;
+                        next = (e + 2).min(source.len());
+                        break;
+                    }
+                    j = s + 2;
+                }
+                items.extend(source[after..text_end].chars().map(Item::Char));
+                i = next;
+            }
+            _ => i = after,
+        }
+    }
+    (items, holes)
+}
+
+/// Index of `close` after `from`, skipping string literals in expressions.
+fn find_close(source: &str, from: usize, close: &str, strings: bool) -> usize {
+    let b = source.as_bytes();
+    let mut i = from;
+    let mut quote: Option<u8> = None;
+    while i < b.len() {
+        match quote {
+            Some(q) => {
+                if b[i] == b'\\' {
+                    i += 1;
+                } else if b[i] == q {
+                    quote = None;
+                }
+            }
+            None => {
+                if b[i..].starts_with(close.as_bytes()) {
+                    return i;
+                }
+                if strings && (b[i] == b'\'' || b[i] == b'"') {
+                    quote = Some(b[i]);
+                }
+            }
+        }
+        i += 1;
+    }
+    b.len()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn items(t: &str) -> Vec<Item> {
+        source_items(t).0
+    }
+
+    fn check(t: &str) -> Result<Vec<Quoting>, String> {
+        scan(&items(t)).map_err(|r| r.why)
+    }
+
+    #[test]
+    fn quoting_follows_the_context() {
+        use Quoting::*;
+        assert_eq!(check("run {{ a }} --x={{ b }}"), Ok(vec![Word, Word]));
+        assert_eq!(check("run \"--v={{ v }}\""), Ok(vec![Double]));
+        assert_eq!(check("run '--v={{ v }}' {{ w }}"), Ok(vec![Single, Word]));
+        assert_eq!(check("x=$(dirname {{ d }})/bin"), Ok(vec![Word]));
+        assert_eq!(
+            check("echo \"$(printf '%s' \"{{ a }}\") {{ b }}\""),
+            Ok(vec![Double, Double])
+        );
+        assert_eq!(check("cat <<<{{ a }}"), Ok(vec![Word]));
+        assert_eq!(check("echo a#b {{ a }}"), Ok(vec![Word]));
+        assert_eq!(check("echo \"it's\" {{ a }}"), Ok(vec![Word]));
+        assert_eq!(check("echo '\\' {{ a }}"), Ok(vec![Word]));
+        assert_eq!(check("echo \\\" {{ a }}"), Ok(vec![Word]));
+        assert_eq!(
+            check("cat <<EOF\nbody $x\nEOF\necho {{ a }}"),
+            Ok(vec![Word])
+        );
+        assert_eq!(check("{% raw %}'{% endraw %}{{ a }}'"), Ok(vec![Single]));
+        assert_eq!(check("{# ' #}{{ a }}"), Ok(vec![Word]));
+        assert_eq!(check("echo ${X:-d} {{ a }}"), Ok(vec![Word]));
+        assert_eq!(check("echo $((1 + 2)) {{ a }}"), Ok(vec![Word]));
+        assert_eq!(check("echo {{ '}}' }} {{ a }}"), Ok(vec![Word, Word]));
+    }
+
+    #[test]
+    fn contexts_that_quoting_cannot_make_safe_are_refused() {
+        for (t, why) in [
+            ("echo `x {{ a }}`", "backticks"),
+            ("echo \"`{{ a }}`\"", "backticks"),
+            ("echo $(( {{ n }} * 2 ))", "arithmetic"),
+            ("(( i = {{ n }} ))", "arithmetic"),
+            ("echo ${X:-{{ a }}}", "${...}"),
+            ("echo \"${X:-{{ a }}}\"", "${...}"),
+            ("echo ${{ a }}", "after `$`"),
+            ("echo \"${{ a }}\"", "after `$`"),
+            ("echo \\{{ a }}", "backslash"),
+            ("echo \"\\{{ a }}\"", "backslash"),
+            ("echo x # {{ a }}", "comment"),
+            ("cat <<EOF\n{{ a }}\nEOF", "here-document"),
+            ("cat <<-'E O'\n\tx\n\t{{ a }}\n\tE O\n", "here-document"),
+            ("cat <<{{ a }}", "delimiter"),
+            ("echo $'{{ a }}'", "$'...'"),
+            ("x=$(case a in a) echo {{ a }};; esac)", "`case`"),
+        ] {
+            let err = check(t).expect_err(t);
+            assert!(err.contains(why), "{t}: {err}");
+        }
+        // After the here-document ends, values are fine again.
+        assert!(check("cat <<EOF\nx\nEOF\necho {{ a }}").is_ok());
+    }
+
+    #[test]
+    fn a_multibyte_character_inside_a_tag_is_no_problem() {
+        // Found by the fuzzer: the end of a tag was searched byte by byte
+        // with string slicing, which panicked inside a character.
+        assert_eq!(
+            check("run {{ aé }} '{{ b }}'"),
+            Ok(vec![Quoting::Word, Quoting::Single])
+        );
+        assert!(check("{% raw %}é{% endraw %}{{ \u{fffd} }}").is_ok());
+    }
+
+    #[test]
+    fn a_value_after_a_backslash_in_any_context_is_seen() {
+        // Found by the fuzzer: `\` inside `${...}` skipped the value after
+        // it, which then had no quoting.
+        for t in ["${\\{{ a }}", "$'\\{{ a }}'", "`\\{{ a }}`"] {
+            assert!(check(t).is_err(), "{t}");
+        }
+    }
+
+    #[test]
+    fn quoted_values_stay_one_piece_of_data() {
+        let v = "a'b\"c$(d)`e`\\f\ng";
+        assert_eq!(quote(v, Quoting::Single), "a'\\''b\"c$(d)`e`\\f\ng");
+        assert_eq!(quote(v, Quoting::Double), "a'b\\\"c\\$(d)\\`e\\`\\\\f\ng");
+        assert_eq!(quote("", Quoting::Word), "''");
+    }
+}

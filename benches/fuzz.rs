@@ -848,6 +848,13 @@ fn parent(target: &str, seconds: f64, findings: &Path, seed: u64, skip_known: bo
 }
 
 fn main() {
+    // `cargo bench` passes `--bench`, and the fuzzer's own children
+    // `--child`; `cargo test --all-targets` runs this with neither:
+    // building it is the check there, not an hour of fuzzing.
+    if !std::env::args().any(|a| a == "--bench" || a == "--child") {
+        println!("fuzz: not run under cargo test; `just fuzz` or benches/fuzz.sh runs it");
+        return;
+    }
     let args: Vec<String> = std::env::args()
         .skip(1)
         .filter(|a| a != "--bench")

@@ -81,6 +81,8 @@ trial:
   timeout: 30s
 {trial_extra}objective: {{metric: tp, better: higher}}
 measurement: {{warmup: 0, repeats: 2, anchor_every: 0, confirm_repeats: 1}}
+# One sample per run: decide on 2 (these tests are about the transport).
+selection: {{min_samples: 2}}
 gate:
   outputs: [out.txt]
 "#,

@@ -173,8 +173,8 @@ def parse_ts(s):
     return datetime.fromisoformat(s.replace("Z", "+00:00")).timestamp()
 
 
-DRIFT_RE = re.compile(r"host (\S+) drifted ([\d.]+)% at cell (.+?) \(more than cool_drift")
-SLOWER_RE = re.compile(r"host (\S+) was slower before: its anchor at cell (.+?) improved ([\d.]+)%")
+DRIFT_RE = re.compile(r"host (\S+) drifted ([\d.]+)% at cell (.+?) \(3 anchors against the reference")
+SLOWER_RE = re.compile(r"host (\S+) was slower before: 3 anchors at cell (.+?) are ([\d.]+)% better")
 COOLED_RE = re.compile(r"host (\S+) cooled down:")
 DROP_RE = re.compile(r"host (\S+) drops cell (.+?): ")
 

@@ -2029,6 +2029,10 @@ fn parse_constraints(
     out
 }
 
+/// The longest template (`trial.command`, `objective.command`, a
+/// `trial.env` value) a study may hold.
+pub const MAX_TEMPLATE_BYTES: usize = 16 * 1024;
+
 fn list_or_none(names: &[&str]) -> String {
     if names.is_empty() {
         "none".to_string()
@@ -2048,6 +2052,20 @@ fn check_templates(
     known.extend(cells.iter().cloned());
     let trial = map.get_mapping("trial");
     let check = |w: &mut Walker, node: &Node, field: &str, source: &str| {
+        // A template is a command line, not a program: past this size only
+        // a generated or damaged file gets, and parsing one (a 30 KB
+        // expression of unary minuses) takes seconds.
+        if source.len() > MAX_TEMPLATE_BYTES {
+            w.error_at(
+                node,
+                field,
+                format!(
+                    "the template is {} bytes long; at most {MAX_TEMPLATE_BYTES} are accepted",
+                    source.len()
+                ),
+            );
+            return;
+        }
         match template::template_variables(source) {
             Err(e) => w.error_at(node, field, format!("invalid template: {e}")),
             Ok(vars) => {

@@ -16,8 +16,9 @@ use serde::Serialize;
 use tokio_util::sync::CancellationToken;
 
 use crate::exec::attempt::LocalTransport;
-use crate::exec::launch::{self, LaunchHost};
+use crate::exec::events::LaunchSummary;
 use crate::exec::progress::{self, ProgressMode};
+use crate::exec::run_study::{self as launch, LaunchHost};
 use crate::exec::ssh::SshTransport;
 use crate::fingerprint;
 use crate::ledger::{DEFAULT_LEDGER, Ledger};
@@ -1020,7 +1021,7 @@ async fn launch(a: LaunchArgs) -> Result<(), CliError> {
         prior,
         shard: a.shard,
     };
-    let mut summary = launch::LaunchSummary::default();
+    let mut summary = LaunchSummary::default();
     // A host whose fingerprint changed mid-launch is a new host class: the
     // launch goes round again (probing anew) so that class is tuned too.
     for round in 0..MAX_LAUNCH_ROUNDS {
@@ -1060,12 +1061,12 @@ async fn launch(a: LaunchArgs) -> Result<(), CliError> {
     }
     drop(tx);
     let _ = reporter.await;
-    for h in &summary.unreachable_hosts {
-        say_err!("warning: host {h} (skipped in this launch)");
+    for (h, why) in &summary.unreachable_hosts {
+        say_err!("warning: host {h}: {why} (skipped in this launch)");
     }
-    for c in &summary.abandoned_classes {
+    for (c, left) in &summary.abandoned_classes {
         say_err!(
-            "warning: class {c}: every host stayed down past --host-timeout; launch again when they answer"
+            "warning: class {c}: {left} queued trials not run: every host stayed down past --host-timeout; launch again when they answer"
         );
     }
     let incomplete = !summary.abandoned_classes.is_empty();
@@ -1077,8 +1078,8 @@ async fn launch(a: LaunchArgs) -> Result<(), CliError> {
             "error: {} attempts were NOT recorded in the ledger (their trials run again on a later launch):",
             summary.unrecorded.len()
         );
-        for line in &summary.unrecorded {
-            eprintln!("  {line}");
+        for u in &summary.unrecorded {
+            eprintln!("  {}", progress::unrecorded_line(u));
         }
     }
     // Verdicts: derived from the ledger, rewritten after every launch.
@@ -1136,14 +1137,8 @@ async fn launch(a: LaunchArgs) -> Result<(), CliError> {
         }
     }
     say_err!(
-        "ran {} trials ({} ok, {} failed), {} lost, {} already in the ledger, {} skipped{} · `tunectl report {}` shows the evidence",
-        summary.ran,
-        summary.ok,
-        summary.failed,
-        summary.lost,
-        summary.already_done,
-        summary.skipped,
-        drift_summary(&summary),
+        "{} · `tunectl report {}` shows the evidence",
+        progress::summary_line(&summary),
         a.study.display()
     );
     if unrecorded {
@@ -1244,36 +1239,6 @@ async fn load_analysis(
     let plans = ledger.plans(&study_id).await.map_err(failed)?;
     let (hosts, _) = ledger.hosts(&study_id).await.map_err(failed)?;
     Ok(report::analyze_planned(&record, &scan, &hosts, &plans))
-}
-
-/// ` · 12 anchors, 4 re-measured after drift, ...` when any happened.
-fn drift_summary(s: &launch::LaunchSummary) -> String {
-    let mut parts = Vec::new();
-    if s.confirm_trials > 0 {
-        parts.push(format!("{} confirmation trials", s.confirm_trials));
-    }
-    if s.anchors > 0 {
-        parts.push(format!("{} baseline anchors", s.anchors));
-    }
-    if s.voided > 0 {
-        parts.push(format!("{} measurements discarded after drift", s.voided));
-    }
-    if s.dropped_cells > 0 {
-        parts.push(format!(
-            "{} {} dropped after drift",
-            s.dropped_cells,
-            if s.dropped_cells == 1 {
-                "cell"
-            } else {
-                "cells"
-            }
-        ));
-    }
-    if parts.is_empty() {
-        String::new()
-    } else {
-        format!("; besides: {}", parts.join(", "))
-    }
 }
 
 async fn report_cmd(a: ReportArgs) -> Result<(), CliError> {

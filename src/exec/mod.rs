@@ -3,15 +3,22 @@
 //! A [`Transport`] carries out one attempt on one host (fresh directory,
 //! warm-ups, the counted run, result file, output digests) and reports raw
 //! facts; it never judges them. [`attempt::judge`] turns those facts into a
-//! ledger record, the same way for every transport. The scheduler in
-//! [`launch`] decides what runs where and when.
+//! ledger record, the same way for every transport.
+//!
+//! A launch round is three layers: [`schedule`] decides what runs where and
+//! when (synchronous, no I/O); [`run_trial`] runs one trial (lease,
+//! transport, judging, the attempt record); [`run_study`] drives workers
+//! over the hosts' slots between the two. They report what happens as
+//! typed [`events`], which [`progress`] alone turns into text.
 
 pub mod attempt;
-pub mod drift;
-pub mod launch;
+pub mod events;
 pub mod local;
 pub mod prior;
 pub mod progress;
+pub mod run_study;
+pub mod run_trial;
+pub mod schedule;
 pub mod slurm;
 pub mod ssh;
 

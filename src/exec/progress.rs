@@ -1,11 +1,21 @@
 //! Progress for people, on stderr: an indicatif bar on a terminal, plain
-//! periodic lines otherwise (CI, pipes). The scheduler only emits events.
+//! periodic lines otherwise (CI, pipes). The only code that turns launch
+//! events into text: the scheduler, the trial runner and the launch driver
+//! emit typed [`LaunchEvent`]s, counted by [`LaunchSummary::apply`].
 
 use std::io::IsTerminal;
 use std::time::{Duration, Instant};
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use tokio::sync::mpsc;
+
+use super::events::{
+    Abandon, Against, DropReason, LaunchEvent, LaunchSummary, SearchStop, SkipCause, Threshold,
+    UnrecordedAttempt, Written,
+};
+use super::run_trial::budget_value;
+use super::schedule::VoidReason;
+use crate::ledger::records::AttemptStatus;
 
 /// How progress is shown.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -18,78 +28,388 @@ pub enum ProgressMode {
     Quiet,
 }
 
-/// What the scheduler tells the reporters.
-#[derive(Debug, Clone)]
-pub enum Event {
-    /// Trials this launch will try to run, and those found done.
-    Planned {
-        to_run: u64,
-        already_done: u64,
-    },
-    /// More trials joined the launch (anchors, re-measurements, a
-    /// confirmation round): counted, not announced.
-    More {
-        count: u64,
-    },
-    HostReady {
-        host: String,
-        class: String,
-        label: String,
-    },
-    Started,
-    Finished {
-        ok: bool,
-        lost: bool,
-        /// `config @ cell: class: detail` for failures.
-        failure: Option<String>,
-    },
-    /// Trials that will not run, with why; `announce` prints the reason.
-    Skipped {
-        count: u64,
-        reason: String,
-        announce: bool,
-    },
-    Note(String),
-    /// Shown in every mode, `quiet` included.
-    Warn(String),
+/// `3/10 trials · ok 2 · failed 1 · running 1 · lost 1 · skipped 0`.
+fn counts_line(c: &LaunchSummary) -> String {
+    format!(
+        "{}/{} trials · ok {} · failed {} · running {}{}{}",
+        c.ran + c.skipped,
+        c.total,
+        c.ok,
+        c.failed,
+        c.running,
+        if c.lost > 0 {
+            format!(" · lost {}", c.lost)
+        } else {
+            String::new()
+        },
+        if c.skipped > 0 {
+            format!(" · skipped {}", c.skipped)
+        } else {
+            String::new()
+        },
+    )
 }
 
-#[derive(Default)]
-struct Counts {
-    total: u64,
-    done: u64,
-    ok: u64,
-    failed: u64,
-    lost: u64,
-    running: u64,
-    skipped: u64,
+/// The launch's closing line: what ran, what was found done, and what the
+/// drift watch and confirmation added.
+pub fn summary_line(s: &LaunchSummary) -> String {
+    let mut besides = Vec::new();
+    if s.confirm_trials > 0 {
+        besides.push(format!("{} confirmation trials", s.confirm_trials));
+    }
+    if s.anchors > 0 {
+        besides.push(format!("{} baseline anchors", s.anchors));
+    }
+    if s.voided > 0 {
+        besides.push(format!("{} measurements discarded after drift", s.voided));
+    }
+    if s.dropped_cells > 0 {
+        besides.push(format!(
+            "{} {} dropped after drift",
+            s.dropped_cells,
+            if s.dropped_cells == 1 {
+                "cell"
+            } else {
+                "cells"
+            }
+        ));
+    }
+    format!(
+        "ran {} trials ({} ok, {} failed), {} lost, {} already in the ledger, {} skipped{}",
+        s.ran,
+        s.ok,
+        s.failed,
+        s.lost,
+        s.already_done,
+        s.skipped,
+        if besides.is_empty() {
+            String::new()
+        } else {
+            format!("; besides: {}", besides.join(", "))
+        }
+    )
 }
 
-impl Counts {
-    fn line(&self) -> String {
-        format!(
-            "{}/{} trials · ok {} · failed {} · running {}{}{}",
-            self.done + self.skipped,
-            self.total,
-            self.ok,
-            self.failed,
-            self.running,
-            if self.lost > 0 {
-                format!(" · lost {}", self.lost)
-            } else {
-                String::new()
-            },
-            if self.skipped > 0 {
-                format!(" · skipped {}", self.skipped)
-            } else {
-                String::new()
-            },
-        )
+/// An attempt the ledger did not take, on one line.
+pub fn unrecorded_line(u: &UnrecordedAttempt) -> String {
+    let status = match (u.status, u.failure) {
+        (AttemptStatus::Ok, _) => "ok".to_string(),
+        (AttemptStatus::Failed, Some(f)) => format!("failed: {}", f.as_str()),
+        (AttemptStatus::Failed, None) => "failed".to_string(),
+        (AttemptStatus::Lost, _) => "lost".to_string(),
+    };
+    format!(
+        "trial {} · {} @ {} · attempt {} on host {} ({status})",
+        u.key, u.config, u.cell, u.attempt_id, u.host
+    )
+}
+
+/// `12.3%: the larger of cool_drift 10% and 3 × the anchors' noise 4.1%`.
+fn threshold_text(t: &Threshold) -> String {
+    let name = t.setting.name();
+    match t.noise {
+        Some(s) => format!(
+            "{:.1}%: the larger of {name} {:.0}% and {} × the anchors' noise {:.1}%",
+            t.value * 100.0,
+            t.floor * 100.0,
+            t.k,
+            s * 100.0
+        ),
+        None => format!(
+            "{:.1}%: {name}; the anchors' noise is not known yet",
+            t.value * 100.0
+        ),
+    }
+}
+
+fn against_text(a: Against) -> &'static str {
+    match a {
+        Against::Reference => "the reference",
+        Against::AnchorBefore => "the anchor before",
+    }
+}
+
+/// Why a host dropped a cell, as its drop record keeps it.
+pub fn drop_reason(r: &DropReason) -> String {
+    format!(
+        "the baseline did not settle within {} after {} anchors and {:.1}s (last {:.1}% off {})",
+        threshold_text(&r.threshold),
+        r.tries,
+        r.waited.as_secs_f64(),
+        r.last * 100.0,
+        against_text(r.against)
+    )
+}
+
+/// Why measurements were discarded, as their void records keep it.
+pub fn void_reason(r: &VoidReason) -> String {
+    match r {
+        VoidReason::WasSlower { host, cell, gain } => format!(
+            "host {host} was {:.1}% slower than later at cell {cell}",
+            gain * 100.0
+        ),
+        VoidReason::Drifted { host, cell, drift } => {
+            format!("host {host} drifted {:.1}% at cell {cell}", drift * 100.0)
+        }
+    }
+}
+
+/// A budget for messages: `81`, `0.5`, or `(none)`.
+fn budget_label(budget: Option<f64>) -> String {
+    budget_value(budget)
+        .map(|v| v.to_string())
+        .unwrap_or_else(|| "(none)".to_string())
+}
+
+fn skip_text(cause: &SkipCause) -> String {
+    match cause {
+        SkipCause::BaselineFailed { cell } => {
+            format!("the baseline failed at cell {cell}; nothing can win there")
+        }
+        SkipCause::BaselineLost { cell } => {
+            format!("the baseline's attempt at cell {cell} was lost; launch again to run this cell")
+        }
+        SkipCause::ConfigFailed => "their config already failed in this cell".to_string(),
+        SkipCause::CellDroppedEverywhere => {
+            "their cell was dropped on every host of the class".to_string()
+        }
+    }
+}
+
+fn search_stop_text(why: &SearchStop) -> String {
+    match why {
+        SearchStop::BaselineFailed { budget, failure } => format!(
+            "the baseline failed at budget {} ({}); nothing can be gated there",
+            budget_label(*budget),
+            match failure {
+                Some((class, detail)) => format!("{}: {detail}", class.as_str()),
+                None => "its attempt was lost".to_string(),
+            }
+        ),
+        SearchStop::BaselineLost { budget } => format!(
+            "the baseline's rung attempt at budget {} was lost; launch again to search this cell",
+            budget_label(*budget)
+        ),
+        SearchStop::Error(e) => e.clone(),
+    }
+}
+
+fn duration_text(d: Duration) -> String {
+    humantime::format_duration(d).to_string()
+}
+
+/// What an event says to people, if anything.
+pub fn describe(ev: &LaunchEvent) -> Vec<String> {
+    let one = |s: String| vec![s];
+    match ev {
+        LaunchEvent::Planned {
+            to_run,
+            already_done,
+        } => {
+            let mut out = Vec::new();
+            if *already_done > 0 {
+                out.push(format!(
+                    "{already_done} trials already in the ledger; not running them again"
+                ));
+            }
+            out.push(format!("{to_run} trials to run"));
+            out
+        }
+        LaunchEvent::PlanNote { text } => one(text.clone()),
+        LaunchEvent::KnownFailures {
+            class,
+            count,
+            source,
+        } => one(format!(
+            "{count} configs known to fail on {class} (from {source}) are not tried there"
+        )),
+        LaunchEvent::HostReady { host, class, label } => {
+            one(format!("host {host}: class {class} ({label})"))
+        }
+        LaunchEvent::HostUnreachable { host, reason } => one(format!(
+            "warning: host `{host}` does not answer ({reason}); the study goes on without it"
+        )),
+        LaunchEvent::UnreadableObject { key, reason } => one(format!(
+            "warning: ignoring unreadable ledger object {key}: {reason} (its trial runs again)"
+        )),
+        LaunchEvent::More { .. }
+        | LaunchEvent::AlreadyDone { .. }
+        | LaunchEvent::TrialStarted
+        | LaunchEvent::TrialRequeued
+        | LaunchEvent::AnchorStarted
+        | LaunchEvent::Remeasure { .. } => vec![],
+        LaunchEvent::Skipped { count, cause } => match cause {
+            // Counted, not announced: the failure itself was reported.
+            SkipCause::ConfigFailed => vec![],
+            _ => one(format!("skipping {count} trials: {}", skip_text(cause))),
+        },
+        LaunchEvent::TrialFinished { rejection, .. } => match rejection {
+            Some(r) => one(format!(
+                "rejected {} @ {}: {}: {}",
+                r.config,
+                r.cell,
+                r.class.as_str(),
+                r.detail
+            )),
+            None => vec![],
+        },
+        LaunchEvent::AttemptUnrecorded {
+            error,
+            attempt,
+            first,
+        } => {
+            let mut out = vec![format!(
+                "error: {error}\nerror: not recorded in the ledger: {}",
+                unrecorded_line(attempt)
+            )];
+            if *first {
+                out.push("error: the ledger cannot record attempts: no new trial is started; running trials finish and get one try to record".to_string());
+            }
+            out
+        }
+        LaunchEvent::TrialLeftAfterHostLosses { key, losses } => one(format!(
+            "warning: a trial ({key}) was running each of the {losses} times a host dropped; it is left for a later launch"
+        )),
+        LaunchEvent::HostRejoined { host } => {
+            one(format!("host `{host}` answers again and rejoins the study"))
+        }
+        LaunchEvent::HostChanged {
+            host,
+            changes,
+            old_label,
+            new_label,
+        } => one(format!(
+            "warning: host `{host}` came back with another fingerprint ({}): it is a new host class ({new_label}) and leaves this launch; its results so far stay with {old_label}",
+            changes.join("; ")
+        )),
+        LaunchEvent::HostDropped { host, reason } => one(format!(
+            "warning: host `{host}` dropped ({reason}); its running trials are queued again on the other hosts of its class; retrying it with back-off"
+        )),
+        LaunchEvent::ClassAllDown {
+            label,
+            hosts,
+            timeout,
+        } => one(format!(
+            "warning: every host of class {label} is down ({}); its trials wait up to {} (--host-timeout) for one to answer",
+            hosts.join(", "),
+            duration_text(*timeout)
+        )),
+        LaunchEvent::ClassAbandoned { label, left, cause } => match cause {
+            Abandon::HostsChangedClass => one(format!(
+                "class {label} has no host left (its hosts changed class); its {left} queued trials are not run"
+            )),
+            Abandon::AllDown { waited } => one(format!(
+                "error: every host of class {label} stayed down for {}; its {left} queued trials (and any cell still waiting for a baseline) are left for a later launch",
+                duration_text(*waited)
+            )),
+        },
+        LaunchEvent::SearchCannotStart { cell, class, error } => one(format!(
+            "error: cannot start the search at cell {cell} on {class}: {error}"
+        )),
+        LaunchEvent::SearchStopped { cell, error } => {
+            one(format!("error: the search at cell {cell} stopped: {error}"))
+        }
+        LaunchEvent::SearchOver {
+            cell,
+            class,
+            jobs,
+            finalists,
+        } => one(format!(
+            "search at cell {cell} on {class} is over after {jobs} jobs: {} finalists go to the objective stage ({})",
+            finalists.len(),
+            finalists.join("; ")
+        )),
+        LaunchEvent::SearchSkipped { cell, class, why } => one(format!(
+            "search at cell {cell} on {class} skipped: {}",
+            search_stop_text(why)
+        )),
+        LaunchEvent::AnchorFailed { host, cell } => one(format!(
+            "warning: the baseline anchor failed on host {host} at cell {cell}; drift not checked"
+        )),
+        LaunchEvent::DriftKept {
+            host,
+            cell,
+            drift,
+            threshold,
+        } => one(format!(
+            "warning: host {host} drifted {:.1}% at cell {cell} (anchor vs the reference; threshold {}); --no-cooldown: measurements kept",
+            drift * 100.0,
+            threshold_text(threshold)
+        )),
+        LaunchEvent::WasSlower {
+            host,
+            cell,
+            gain,
+            threshold,
+            remeasured,
+        } => one(format!(
+            "host {host} was slower before: 3 anchors at cell {cell} are {:.1}% better than the reference (threshold {}); re-measuring {remeasured} trials taken in the slower state",
+            gain * 100.0,
+            threshold_text(threshold)
+        )),
+        LaunchEvent::Drifted {
+            host,
+            cell,
+            drift,
+            threshold,
+            discarded,
+        } => one(format!(
+            "host {host} drifted {:.1}% at cell {cell} (3 anchors against the reference; threshold {}): discarding {discarded} measurements since its last clean anchor and cooling down",
+            drift * 100.0,
+            threshold_text(threshold)
+        )),
+        LaunchEvent::CooledDown {
+            host,
+            cell: _,
+            off,
+            against,
+            threshold,
+            tries,
+            remeasured,
+        } => one(format!(
+            "host {host} cooled down: its anchor is within {:.1}% of {} (threshold {}) after {tries} tries; re-measuring {remeasured} trials",
+            off * 100.0,
+            against_text(*against),
+            threshold_text(threshold)
+        )),
+        LaunchEvent::CellDropped { host, cell, reason } => one(format!(
+            "host {host} drops cell {cell}: {}",
+            drop_reason(reason)
+        )),
+        LaunchEvent::ConfirmationQueued {
+            bucket,
+            class,
+            trials,
+        } => one(format!(
+            "confirming the draft winner of bucket {bucket} on {class}: {trials} interleaved trials against the baseline"
+        )),
+        LaunchEvent::ConfirmReadFailed { bucket, error } => one(format!(
+            "error: cannot read the ledger to confirm bucket {bucket}: {error}"
+        )),
+        LaunchEvent::LedgerWriteFailed { error, what } => match what {
+            Written::Plan { cell } => one(format!(
+                "error: {error} (the report keeps cell {cell} a draft until a launch records its plan)"
+            )),
+            Written::Log | Written::Void | Written::Drop => one(format!("error: {error}")),
+        },
+        LaunchEvent::LeaseError { error } => {
+            one(format!("error: cannot take the lease of a trial: {error}"))
+        }
+        LaunchEvent::LeaseLost { config, cell } => one(format!(
+            "warning: lost the lease of {config} @ {cell}; stopping it (it will run again)"
+        )),
+        LaunchEvent::RenderFailed {
+            config,
+            cell,
+            error,
+        } => one(format!(
+            "error: cannot render the command for {config} @ {cell}: {error}"
+        )),
     }
 }
 
 /// Consume events until the channel closes.
-pub async fn report(mode: ProgressMode, mut rx: mpsc::UnboundedReceiver<Event>) {
+pub async fn report(mode: ProgressMode, mut rx: mpsc::UnboundedReceiver<LaunchEvent>) {
     let mode = match mode {
         ProgressMode::Auto
             if std::io::stderr().is_terminal() && std::env::var_os("CI").is_none() =>
@@ -111,12 +431,14 @@ pub async fn report(mode: ProgressMode, mut rx: mpsc::UnboundedReceiver<Event>) 
     });
     // Host names, failure details and trial output are shown escaped
     // (crate::term), never obeyed.
-    let say = |text: &str| match &bar {
+    let say = |text: &str, warning: bool| match &bar {
         Some(b) => b.println(crate::term::escape_block(text)),
-        None if mode != ProgressMode::Quiet => eprintln!("{}", crate::term::escape_block(text)),
+        None if warning || mode != ProgressMode::Quiet => {
+            eprintln!("{}", crate::term::escape_block(text))
+        }
         None => {}
     };
-    let mut c = Counts::default();
+    let mut c = LaunchSummary::default();
     let started = Instant::now();
     let mut last_line = Instant::now();
     let period = Duration::from_secs(10);
@@ -126,51 +448,20 @@ pub async fn report(mode: ProgressMode, mut rx: mpsc::UnboundedReceiver<Event>) 
         tokio::select! {
             ev = rx.recv() => {
                 let Some(ev) = ev else { break };
-                match ev {
-                    Event::More { count } => c.total += count,
-                    Event::Planned { to_run, already_done } => {
-                        c.total += to_run;
-                        if already_done > 0 {
-                            say(&format!("{already_done} trials already in the ledger; not running them again"));
-                        }
-                        say(&format!("{to_run} trials to run"));
-                    }
-                    Event::HostReady { host, class, label } => say(&format!("host {host}: class {class} ({label})")),
-                    Event::Started => c.running += 1,
-                    Event::Finished { ok, lost, failure } => {
-                        c.running = c.running.saturating_sub(1);
-                        if lost {
-                            c.lost += 1;
-                            c.total += 0;
-                        } else {
-                            c.done += 1;
-                            if ok { c.ok += 1 } else { c.failed += 1 }
-                        }
-                        if let Some(f) = failure {
-                            say(&format!("rejected {f}"));
-                        }
-                    }
-                    Event::Skipped { count, reason, announce } => {
-                        c.skipped += count;
-                        if announce {
-                            say(&format!("skipping {count} trials: {reason}"));
-                        }
-                    }
-                    Event::Note(n) => say(&n),
-                    Event::Warn(w) => match &bar {
-                        Some(b) => b.println(crate::term::escape_block(&w)),
-                        None => eprintln!("{}", crate::term::escape_block(&w)),
-                    },
+                c.apply(&ev);
+                let warning = ev.is_warning();
+                for line in describe(&ev) {
+                    say(&line, warning);
                 }
                 if let Some(b) = &bar {
                     b.set_length(c.total);
-                    b.set_position(c.done + c.skipped);
-                    b.set_message(c.line());
+                    b.set_position(c.ran + c.skipped);
+                    b.set_message(counts_line(&c));
                 }
             }
             _ = tick.tick() => {
                 if mode == ProgressMode::Plain && last_line.elapsed() >= period {
-                    eprintln!("progress: {} ({}s)", c.line(), started.elapsed().as_secs());
+                    eprintln!("progress: {} ({}s)", counts_line(&c), started.elapsed().as_secs());
                     last_line = Instant::now();
                 }
             }
@@ -179,11 +470,51 @@ pub async fn report(mode: ProgressMode, mut rx: mpsc::UnboundedReceiver<Event>) 
     if let Some(b) = bar {
         b.finish_and_clear();
     }
-    if mode != ProgressMode::Quiet || c.failed + c.lost > 0 {
-        eprintln!(
-            "finished: {} in {:.1}s",
-            c.line(),
-            started.elapsed().as_secs_f64()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::exec::events::Setting;
+
+    #[test]
+    fn thresholds_say_where_they_come_from() {
+        let t = Threshold {
+            value: 0.123,
+            floor: 0.10,
+            setting: Setting::CoolDrift,
+            k: 3.0,
+            noise: Some(0.041),
+        };
+        assert_eq!(
+            threshold_text(&t),
+            "12.3%: the larger of cool_drift 10% and 3 × the anchors' noise 4.1%"
         );
+        let t = Threshold { noise: None, ..t };
+        assert_eq!(
+            threshold_text(&t),
+            "12.3%: cool_drift; the anchors' noise is not known yet"
+        );
+    }
+
+    #[test]
+    fn counted_events_say_nothing_and_warnings_say_why() {
+        assert!(describe(&LaunchEvent::More { count: 3 }).is_empty());
+        let lines = describe(&LaunchEvent::Skipped {
+            count: 4,
+            cause: SkipCause::BaselineFailed {
+                cell: "n=1".to_string(),
+            },
+        });
+        assert_eq!(
+            lines,
+            vec!["skipping 4 trials: the baseline failed at cell n=1; nothing can win there"]
+        );
+        let ev = LaunchEvent::HostDropped {
+            host: "h1".to_string(),
+            reason: "connection reset".to_string(),
+        };
+        assert!(ev.is_warning());
+        assert!(describe(&ev)[0].starts_with("warning: host `h1` dropped (connection reset)"));
     }
 }

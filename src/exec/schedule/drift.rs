@@ -25,10 +25,10 @@
 //! - settle threshold = max(`cool_eps`, [`K_SETTLE`] × that).
 //!
 //! An anchor past the drift threshold is only a **suspect**: the launcher
-//! measures a second anchor at once, and only when that one is past the
-//! threshold in the same direction has the host drifted. For one-sided
-//! normal noise at 3 standard deviations, one anchor trips by chance about
-//! once in 740; two in a row about once in 550,000.
+//! measures two more anchors at once, and only when the median of the three
+//! is past the threshold in the same direction has the host drifted (see
+//! `anchor.rs`). For one-sided normal noise at 3 standard deviations, one
+//! anchor trips by chance about once in 740.
 
 use crate::stats::{MAD_SCALE, median};
 

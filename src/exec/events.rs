@@ -1,0 +1,591 @@
+//! What happens during a launch, as typed events, and the one place that
+//! counts them.
+//!
+//! The scheduler (`schedule/`), the trial runner (`run_trial.rs`) and the
+//! launch driver (`run_study.rs`) describe what happened with a
+//! [`LaunchEvent`]; none of them writes a sentence. Two consumers read the
+//! same stream: [`LaunchSummary::apply`] counts it (the launch's result,
+//! and the progress bar's numbers), and the progress reporter
+//! (`progress.rs`) is the only code that turns events into text.
+
+use std::sync::Mutex;
+use std::time::Duration;
+
+use tokio::sync::mpsc;
+
+use crate::ledger::records::{AttemptStatus, FailureClass};
+
+/// Something that happened in a launch.
+#[derive(Debug, Clone, PartialEq)]
+pub enum LaunchEvent {
+    /// Trials this launch will try to run, and those found done.
+    Planned {
+        to_run: u64,
+        already_done: u64,
+    },
+    /// A note of the plan (how it was cut down, what a shard runs...).
+    PlanNote {
+        text: String,
+    },
+    /// `--seed-from`: configs an earlier study saw fail on a class are not
+    /// tried there.
+    KnownFailures {
+        class: String,
+        count: usize,
+        source: String,
+    },
+    HostReady {
+        host: String,
+        class: String,
+        label: String,
+    },
+    /// A remote host did not answer its probe: the study goes on without it.
+    HostUnreachable {
+        host: String,
+        reason: String,
+    },
+    /// A ledger object that is not what its key says: its trial runs again.
+    UnreadableObject {
+        key: String,
+        reason: String,
+    },
+    /// More trials joined the launch (search jobs, an adaptive cell's
+    /// objective stage): counted, not announced.
+    More {
+        count: u64,
+    },
+    /// Trials found in the ledger after the launch started (a released
+    /// cell's, a replayed search's): counted, not announced.
+    AlreadyDone {
+        count: u64,
+    },
+    /// Trials that will not run, and why.
+    Skipped {
+        count: u64,
+        cause: SkipCause,
+    },
+    TrialStarted,
+    /// An attempt ended and was recorded.
+    TrialFinished {
+        status: AttemptStatus,
+        /// Why a failed attempt was rejected.
+        rejection: Option<Rejection>,
+    },
+    /// An attempt ran and could not be written to the ledger. `first`: the
+    /// first such attempt of the launch (no new trial starts from now on).
+    AttemptUnrecorded {
+        error: String,
+        attempt: UnrecordedAttempt,
+        first: bool,
+    },
+    /// A trial lost with its host goes back to its class's queue.
+    TrialRequeued,
+    /// A trial was running every time a host dropped: left for later.
+    TrialLeftAfterHostLosses {
+        key: String,
+        losses: u32,
+    },
+    HostRejoined {
+        host: String,
+    },
+    /// A host answers with another fingerprint: it leaves this launch.
+    HostChanged {
+        host: String,
+        changes: Vec<String>,
+        old_label: String,
+        new_label: String,
+    },
+    HostDropped {
+        host: String,
+        reason: String,
+    },
+    /// Every host of a class is down; its trials wait up to `timeout`.
+    ClassAllDown {
+        label: String,
+        hosts: Vec<String>,
+        timeout: Duration,
+    },
+    /// A class's queued trials are given up.
+    ClassAbandoned {
+        label: String,
+        left: usize,
+        cause: Abandon,
+    },
+    SearchCannotStart {
+        cell: String,
+        class: String,
+        error: String,
+    },
+    SearchStopped {
+        cell: String,
+        error: String,
+    },
+    /// An adaptive search ended: its finalists go to the objective stage.
+    SearchOver {
+        cell: String,
+        class: String,
+        jobs: u64,
+        finalists: Vec<String>,
+    },
+    SearchSkipped {
+        cell: String,
+        class: String,
+        why: SearchStop,
+    },
+    /// A baseline re-measurement (an anchor) joined the launch.
+    AnchorStarted,
+    AnchorFailed {
+        host: String,
+        cell: String,
+    },
+    /// `--no-cooldown`: a drift seen, measurements kept.
+    DriftKept {
+        host: String,
+        cell: String,
+        drift: f64,
+        threshold: Threshold,
+    },
+    /// Three anchors are better than the reference: what came before was
+    /// measured in a slower state and runs again.
+    WasSlower {
+        host: String,
+        cell: String,
+        gain: f64,
+        threshold: Threshold,
+        remeasured: usize,
+    },
+    /// Three anchors are worse: measurements since the last clean anchor
+    /// are discarded and the host cools down.
+    Drifted {
+        host: String,
+        cell: String,
+        drift: f64,
+        threshold: Threshold,
+        discarded: usize,
+    },
+    /// Discarded measurements go back to the queue.
+    Remeasure {
+        count: u64,
+    },
+    CooledDown {
+        host: String,
+        cell: String,
+        off: f64,
+        against: Against,
+        threshold: Threshold,
+        tries: u32,
+        remeasured: u64,
+    },
+    CellDropped {
+        host: String,
+        cell: String,
+        reason: DropReason,
+    },
+    ConfirmationQueued {
+        bucket: String,
+        class: String,
+        trials: u64,
+    },
+    ConfirmReadFailed {
+        bucket: String,
+        error: String,
+    },
+    /// A ledger write other than an attempt's failed.
+    LedgerWriteFailed {
+        error: String,
+        what: Written,
+    },
+    LeaseError {
+        error: String,
+    },
+    LeaseLost {
+        config: String,
+        cell: String,
+    },
+    RenderFailed {
+        config: String,
+        cell: String,
+        error: String,
+    },
+}
+
+/// Why trials are skipped.
+#[derive(Debug, Clone, PartialEq)]
+pub enum SkipCause {
+    BaselineFailed {
+        cell: String,
+    },
+    BaselineLost {
+        cell: String,
+    },
+    /// Counted, not announced: the failure itself was reported.
+    ConfigFailed,
+    CellDroppedEverywhere,
+}
+
+/// A rejected attempt: `config @ cell: class: detail`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Rejection {
+    pub config: String,
+    pub cell: String,
+    pub class: FailureClass,
+    pub detail: String,
+}
+
+/// An attempt the ledger did not take, as the summary lists it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct UnrecordedAttempt {
+    pub key: String,
+    pub config: String,
+    pub cell: String,
+    pub attempt_id: String,
+    pub host: String,
+    pub status: AttemptStatus,
+    pub failure: Option<FailureClass>,
+}
+
+/// Why a class's trials were given up.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Abandon {
+    /// Its hosts belong to other classes now.
+    HostsChangedClass,
+    /// Every host stayed down past `--host-timeout`.
+    AllDown { waited: Duration },
+}
+
+/// Why an adaptive search did not run at a cell.
+#[derive(Debug, Clone, PartialEq)]
+pub enum SearchStop {
+    BaselineFailed {
+        budget: Option<f64>,
+        failure: Option<(FailureClass, String)>,
+    },
+    BaselineLost {
+        budget: Option<f64>,
+    },
+    Error(String),
+}
+
+/// A drift threshold and where it came from.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Threshold {
+    pub value: f64,
+    /// The study's floor (`cool_drift` or `cool_eps`).
+    pub floor: f64,
+    pub setting: Setting,
+    /// How many times the anchors' noise the threshold is.
+    pub k: f64,
+    /// The anchors' noise, once known.
+    pub noise: Option<f64>,
+}
+
+/// A `measurement:` setting a threshold is floored by.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Setting {
+    CoolDrift,
+    CoolEps,
+}
+
+impl Setting {
+    pub fn name(self) -> &'static str {
+        match self {
+            Setting::CoolDrift => "cool_drift",
+            Setting::CoolEps => "cool_eps",
+        }
+    }
+}
+
+/// What a cooling host's anchors were compared with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Against {
+    Reference,
+    AnchorBefore,
+}
+
+/// Why a host dropped a cell (also the drop record's reason).
+#[derive(Debug, Clone, PartialEq)]
+pub struct DropReason {
+    pub threshold: Threshold,
+    pub tries: u32,
+    pub waited: Duration,
+    pub last: f64,
+    pub against: Against,
+}
+
+/// Which ledger write failed, for what it means.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Written {
+    /// An adaptive cell's plan record: its report stays a draft.
+    Plan {
+        cell: String,
+    },
+    Log,
+    Void,
+    Drop,
+}
+
+impl LaunchEvent {
+    /// Whether it is shown with `--progress quiet` too.
+    pub fn is_warning(&self) -> bool {
+        !matches!(
+            self,
+            LaunchEvent::Planned { .. }
+                | LaunchEvent::PlanNote { .. }
+                | LaunchEvent::KnownFailures { .. }
+                | LaunchEvent::HostReady { .. }
+                | LaunchEvent::More { .. }
+                | LaunchEvent::AlreadyDone { .. }
+                | LaunchEvent::Skipped { .. }
+                | LaunchEvent::TrialStarted
+                | LaunchEvent::TrialFinished { .. }
+                | LaunchEvent::TrialRequeued
+                | LaunchEvent::SearchOver { .. }
+                | LaunchEvent::SearchSkipped { .. }
+                | LaunchEvent::AnchorStarted
+                | LaunchEvent::Remeasure { .. }
+                | LaunchEvent::ConfirmationQueued { .. }
+        )
+    }
+}
+
+/// What a launch did, counted from its events.
+#[derive(Debug, Default, Clone)]
+pub struct LaunchSummary {
+    /// Trials the launch set out to run, and those that joined it since.
+    pub total: u64,
+    /// Attempts running now.
+    pub running: u64,
+    pub ran: u64,
+    pub ok: u64,
+    pub failed: u64,
+    pub lost: u64,
+    pub already_done: u64,
+    pub skipped: u64,
+    pub interrupted: bool,
+    /// Ledger objects ignored as unreadable or misplaced.
+    pub corrupt_objects: usize,
+    /// Baseline re-measurements taken to watch for drift.
+    pub anchors: u64,
+    /// Measurements discarded after drift (and run again).
+    pub voided: u64,
+    /// Cells given up on a host whose baseline would not settle.
+    pub dropped_cells: u64,
+    /// Trials of final confirmation rounds.
+    pub confirm_trials: u64,
+    /// Attempts lost with a host that dropped, queued again.
+    pub requeued: u64,
+    /// Hosts that did not answer at the start, and why: skipped.
+    pub unreachable_hosts: Vec<(String, String)>,
+    /// Hosts whose fingerprint changed mid-launch: another host class now.
+    pub changed_hosts: Vec<String>,
+    /// Host classes given up after every host stayed down past
+    /// `--host-timeout`: (class label, trials left).
+    pub abandoned_classes: Vec<(String, usize)>,
+    /// Attempts that ran and could not be written to the ledger. Once one
+    /// could not be written the launch started no new trial.
+    pub unrecorded: Vec<UnrecordedAttempt>,
+}
+
+impl LaunchSummary {
+    /// Count one event: the only code that keeps the launch's numbers.
+    pub fn apply(&mut self, ev: &LaunchEvent) {
+        match ev {
+            LaunchEvent::Planned {
+                to_run,
+                already_done,
+            } => {
+                self.total += to_run;
+                self.already_done += already_done;
+            }
+            LaunchEvent::More { count } => self.total += count,
+            LaunchEvent::AlreadyDone { count } => self.already_done += count,
+            LaunchEvent::Skipped { count, .. } => self.skipped += count,
+            LaunchEvent::UnreadableObject { .. } => self.corrupt_objects += 1,
+            LaunchEvent::HostUnreachable { host, reason } => {
+                self.unreachable_hosts.push((host.clone(), reason.clone()))
+            }
+            LaunchEvent::TrialStarted => self.running += 1,
+            LaunchEvent::TrialFinished { status, .. } => {
+                self.running = self.running.saturating_sub(1);
+                match status {
+                    AttemptStatus::Ok => {
+                        self.ran += 1;
+                        self.ok += 1;
+                    }
+                    AttemptStatus::Failed => {
+                        self.ran += 1;
+                        self.failed += 1;
+                    }
+                    AttemptStatus::Lost => self.lost += 1,
+                }
+            }
+            LaunchEvent::AttemptUnrecorded { attempt, .. } => {
+                self.running = self.running.saturating_sub(1);
+                self.lost += 1;
+                self.unrecorded.push(attempt.clone());
+            }
+            LaunchEvent::TrialRequeued => {
+                self.requeued += 1;
+                self.total += 1;
+            }
+            LaunchEvent::HostChanged { host, .. } if !self.changed_hosts.contains(host) => {
+                self.changed_hosts.push(host.clone());
+            }
+            LaunchEvent::ClassAbandoned {
+                label,
+                left,
+                cause: Abandon::AllDown { .. },
+            } => self.abandoned_classes.push((label.clone(), *left)),
+            LaunchEvent::AnchorStarted => {
+                self.anchors += 1;
+                self.total += 1;
+            }
+            LaunchEvent::Remeasure { count } => {
+                self.voided += count;
+                self.total += count;
+            }
+            LaunchEvent::CellDropped { .. } => self.dropped_cells += 1,
+            LaunchEvent::ConfirmationQueued { trials, .. } => {
+                self.confirm_trials += trials;
+                self.total += trials;
+            }
+            _ => {}
+        }
+    }
+
+    /// Fold another round of the same launch into this one.
+    pub fn add(&mut self, o: &LaunchSummary) {
+        self.total += o.total;
+        self.ran += o.ran;
+        self.ok += o.ok;
+        self.failed += o.failed;
+        self.lost += o.lost;
+        self.skipped += o.skipped;
+        self.anchors += o.anchors;
+        self.voided += o.voided;
+        self.dropped_cells += o.dropped_cells;
+        self.confirm_trials += o.confirm_trials;
+        self.requeued += o.requeued;
+        // What the ledger held at the start, and its unreadable objects,
+        // are the first round's.
+        if self.already_done == 0 {
+            self.already_done = o.already_done;
+        }
+        self.corrupt_objects = self.corrupt_objects.max(o.corrupt_objects);
+        self.interrupted |= o.interrupted;
+        for h in &o.unreachable_hosts {
+            if !self.unreachable_hosts.contains(h) {
+                self.unreachable_hosts.push(h.clone());
+            }
+        }
+        for h in &o.changed_hosts {
+            if !self.changed_hosts.contains(h) {
+                self.changed_hosts.push(h.clone());
+            }
+        }
+        for c in &o.abandoned_classes {
+            if !self.abandoned_classes.contains(c) {
+                self.abandoned_classes.push(c.clone());
+            }
+        }
+        for u in &o.unrecorded {
+            if !self.unrecorded.contains(u) {
+                self.unrecorded.push(u.clone());
+            }
+        }
+    }
+}
+
+/// Where a launch sends its events: counted here, then passed to the
+/// reporter.
+pub struct Emitter {
+    tx: mpsc::UnboundedSender<LaunchEvent>,
+    tally: Mutex<LaunchSummary>,
+}
+
+impl Emitter {
+    pub fn new(tx: mpsc::UnboundedSender<LaunchEvent>) -> Emitter {
+        Emitter {
+            tx,
+            tally: Mutex::new(LaunchSummary::default()),
+        }
+    }
+
+    pub fn emit(&self, ev: LaunchEvent) {
+        if let Ok(mut t) = self.tally.lock() {
+            t.apply(&ev);
+        }
+        // A reporter that is gone (the launch is ending) misses nothing the
+        // summary needs: it was counted above.
+        let _ = self.tx.send(ev);
+    }
+
+    pub fn emit_all(&self, events: impl IntoIterator<Item = LaunchEvent>) {
+        for ev in events {
+            self.emit(ev);
+        }
+    }
+
+    /// The counts so far.
+    pub fn summary(&self) -> LaunchSummary {
+        self.tally.lock().map(|t| t.clone()).unwrap_or_default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_launch_is_counted_from_its_events() {
+        let mut s = LaunchSummary::default();
+        for ev in [
+            LaunchEvent::Planned {
+                to_run: 4,
+                already_done: 2,
+            },
+            LaunchEvent::TrialStarted,
+            LaunchEvent::TrialFinished {
+                status: AttemptStatus::Ok,
+                rejection: None,
+            },
+            LaunchEvent::TrialStarted,
+            LaunchEvent::TrialFinished {
+                status: AttemptStatus::Lost,
+                rejection: None,
+            },
+            LaunchEvent::TrialRequeued,
+            LaunchEvent::AnchorStarted,
+            LaunchEvent::Remeasure { count: 3 },
+            LaunchEvent::Skipped {
+                count: 2,
+                cause: SkipCause::ConfigFailed,
+            },
+        ] {
+            s.apply(&ev);
+        }
+        assert_eq!((s.total, s.ran, s.ok, s.lost, s.running), (9, 1, 1, 1, 0));
+        assert_eq!((s.requeued, s.anchors, s.voided, s.skipped), (1, 1, 3, 2));
+        assert_eq!(s.already_done, 2);
+    }
+
+    #[test]
+    fn rounds_add_up_without_repeating_hosts() {
+        let mut a = LaunchSummary {
+            ran: 2,
+            already_done: 5,
+            changed_hosts: vec!["h1".into()],
+            ..Default::default()
+        };
+        let b = LaunchSummary {
+            ran: 3,
+            already_done: 9,
+            changed_hosts: vec!["h1".into(), "h2".into()],
+            ..Default::default()
+        };
+        a.add(&b);
+        assert_eq!(a.ran, 5);
+        assert_eq!(a.already_done, 5);
+        assert_eq!(a.changed_hosts, vec!["h1".to_string(), "h2".to_string()]);
+    }
+}

@@ -1,0 +1,882 @@
+//! Running a study: probe the hosts, build the plan per host class, seed
+//! the scheduler from the ledger, and drive one worker per host slot until
+//! every planned trial has a terminal attempt or the launch is stopped.
+//!
+//! This is the async shell around the synchronous scheduler
+//! (`schedule/`): workers ask it for the next unit, run it
+//! (`run_trial.rs`), tell it how the unit ended, and carry out what it
+//! asks for in return: anchors and cool-downs (with their back-off),
+//! confirmation rounds (whose draft winner is read from the ledger), and
+//! the ledger records of voids, drops and plans. Every event goes through
+//! one [`Emitter`], which counts it and passes it to the reporter.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
+
+use super::events::{Emitter, LaunchEvent, LaunchSummary, Written};
+use super::prior::Prior;
+use super::run_trial::{Runner, RunnerSetup, TrialJob, TrialResult};
+use super::schedule::drift::Reading;
+use super::schedule::{
+    AnchorStep, Burst, HostGate, Kind, Next, Scheduler, Setup, Void, VoidReason,
+};
+use super::{HostState, Transport};
+use crate::fingerprint::Fingerprint;
+use crate::ledger::records::{
+    self, AttemptStatus, DropRecord, HostRecord, StudyRecord, VoidRecord,
+};
+use crate::ledger::{Ledger, new_attempt_id, spec_differences};
+use crate::plan::{ClassInfo, Plan, PlanHost};
+use crate::search::{Brackets, Shard};
+use crate::space;
+use crate::spec::Study;
+use crate::trial::Role;
+
+/// A host ready to take trials.
+pub struct LaunchHost {
+    pub name: String,
+    pub transport_name: String,
+    pub slots: u32,
+    /// Devices the inventory pins, one per slot; `None`: slot `i` pins GPU
+    /// `i` where the host's fingerprint shows one, nothing otherwise.
+    pub devices: Option<Vec<String>>,
+    pub device_env: String,
+    pub transport: Arc<dyn Transport>,
+}
+
+/// How a launch behaves.
+#[derive(Debug, Clone, Default)]
+pub struct LaunchOptions {
+    /// Drift is reported but nothing is discarded and no host cools down.
+    pub no_cooldown: bool,
+    /// Store every attempt's full stdout and stderr beside it.
+    pub store_logs: bool,
+    /// How long a host class whose every host is down waits for one to
+    /// answer before its trials are left for a later launch.
+    pub host_timeout: Duration,
+    /// `--seed-from`: an earlier study's failures and values, for an
+    /// adaptive search.
+    pub prior: Option<Arc<Prior>>,
+    /// `--shard i/n`: this launch runs the baseline and the `i`-th of `n`
+    /// slices of each cell's candidates, without confirmation rounds.
+    pub shard: Option<Shard>,
+}
+
+/// Default `--host-timeout`.
+pub const DEFAULT_HOST_TIMEOUT: Duration = Duration::from_secs(600);
+
+/// How soon a rung trial another launcher holds is looked at again.
+const HELD_RUNG_RETRY: Duration = Duration::from_millis(500);
+
+#[derive(Debug, thiserror::Error)]
+pub enum LaunchError {
+    #[error(
+        "study `{study}` in ledger {ledger} was launched with a different spec (hash {old} → {new}); changed: {}.\nUse `--fork` to start a new study from this spec.",
+        .changes.join("; ")
+    )]
+    SpecChanged {
+        study: String,
+        ledger: String,
+        old: String,
+        new: String,
+        changes: Vec<String>,
+    },
+    #[error(transparent)]
+    Ledger(#[from] crate::ledger::LedgerError),
+    #[error("{0}")]
+    Other(String),
+}
+
+/// Check the study against the ledger's record of it, creating the record
+/// on first launch.
+pub async fn register_study(
+    study: &Study,
+    study_id: &str,
+    ledger: &Ledger,
+) -> Result<StudyRecord, LaunchError> {
+    let record = StudyRecord {
+        schema: records::SCHEMA,
+        tunectl_version: records::VERSION.to_string(),
+        study_id: study_id.to_string(),
+        spec_hash: study.spec_hash(),
+        spec: study.frozen(),
+        created_at: chrono::Utc::now().to_rfc3339(),
+    };
+    let stored = ledger.ensure_study(&record).await?;
+    if stored.spec_hash != record.spec_hash {
+        let short = |h: &str| h.chars().take(12).collect::<String>();
+        return Err(LaunchError::SpecChanged {
+            study: study_id.to_string(),
+            ledger: ledger.url().to_string(),
+            old: short(&stored.spec_hash),
+            new: short(&record.spec_hash),
+            changes: spec_differences(&stored.spec, &record.spec),
+        });
+    }
+    Ok(stored)
+}
+
+/// A host that answered its probe.
+pub struct Probed {
+    /// Index in the launch's host list.
+    pub index: usize,
+    pub plan_host: PlanHost,
+    pub fingerprint: Fingerprint,
+}
+
+/// Probe hosts (all at once), register them in the ledger, and return
+/// those that answered. The local machine failing its probe is an error; a
+/// remote host that does not answer is reported and left out.
+pub async fn probe_hosts(
+    study: &Study,
+    study_id: &str,
+    ledger: &Ledger,
+    hosts: &[LaunchHost],
+    events: &Emitter,
+) -> Result<Vec<Probed>, LaunchError> {
+    let probes = futures::future::join_all(hosts.iter().map(|h| async {
+        h.transport.prepare(study_id).await?;
+        h.transport.probe(&study.tools).await
+    }))
+    .await;
+    let mut out = Vec::new();
+    for (index, (h, probe)) in hosts.iter().zip(probes).enumerate() {
+        let fp = match probe {
+            Ok(fp) => fp,
+            Err(e) if h.transport_name != "local" => {
+                events.emit(LaunchEvent::HostUnreachable {
+                    host: h.name.clone(),
+                    reason: e,
+                });
+                continue;
+            }
+            Err(e) => {
+                return Err(LaunchError::Other(format!(
+                    "probing host `{}` failed: {e}",
+                    h.name
+                )));
+            }
+        };
+        let class = fp.host_class();
+        let label = fp.class_label();
+        ledger
+            .write_host(
+                study_id,
+                &HostRecord {
+                    schema: records::SCHEMA,
+                    host: h.name.clone(),
+                    transport: h.transport_name.clone(),
+                    fingerprint_hash: fp.hash(),
+                    host_class: class.clone(),
+                    class_label: label.clone(),
+                    probed_at: chrono::Utc::now().to_rfc3339(),
+                    fingerprint: fp.clone(),
+                },
+            )
+            .await?;
+        events.emit(LaunchEvent::HostReady {
+            host: h.name.clone(),
+            class: class.clone(),
+            label: label.clone(),
+        });
+        out.push(Probed {
+            index,
+            plan_host: PlanHost {
+                name: h.name.clone(),
+                transport: h.transport_name.clone(),
+                slots: h.slots,
+                class: Some(ClassInfo { id: class, label }),
+            },
+            fingerprint: fp,
+        });
+    }
+    Ok(out)
+}
+
+/// Budgets of rung trials (ascending, as trials receive them) and the
+/// budget of every other trial.
+fn trial_budgets(study: &Study) -> Result<(Vec<Option<f64>>, Option<f64>), String> {
+    let Some(f) = &study.fidelity else {
+        return Ok((vec![None], None));
+    };
+    let top = study.objective_budget().unwrap_or(f.max_budget);
+    let mut budgets: Vec<f64> = match study.strategy {
+        crate::spec::Strategy::Hyperband { .. } => {
+            Brackets::new(f.min_budget, f.max_budget, f.eta)?
+                .brackets()
+                .iter()
+                .flat_map(|b| b.rungs.iter().map(|r| f.trial_budget(r.budget)))
+                .collect()
+        }
+        _ => vec![top],
+    };
+    budgets.sort_by(f64::total_cmp);
+    budgets.dedup();
+    Ok((budgets.into_iter().map(Some).collect(), Some(top)))
+}
+
+/// The device each slot pins: the inventory's list, or GPU `i` for slot
+/// `i` where the fingerprint shows that many GPUs.
+fn slot_devices(host: &LaunchHost, fp: &Fingerprint) -> Vec<Option<String>> {
+    match &host.devices {
+        Some(d) => d.iter().cloned().map(Some).collect(),
+        // Slurm pins a job's GPUs itself (gres).
+        None if host.transport_name == "slurm" => vec![None; host.slots as usize],
+        None => (0..host.slots)
+            .map(|s| ((s as usize) < fp.gpus.len()).then(|| s.to_string()))
+            .collect(),
+    }
+}
+
+/// Run a study on `hosts` until every planned trial has a terminal
+/// attempt, or `cancel` fires. Events go to `events`; the summary counts
+/// them.
+pub async fn run_study(
+    study: &Study,
+    study_id: &str,
+    ledger: &Ledger,
+    hosts: Vec<LaunchHost>,
+    options: LaunchOptions,
+    events: tokio::sync::mpsc::UnboundedSender<LaunchEvent>,
+    cancel: CancellationToken,
+) -> Result<LaunchSummary, LaunchError> {
+    let emitter = Emitter::new(events);
+    let record = register_study(study, study_id, ledger).await?;
+    let probed = probe_hosts(study, study_id, ledger, &hosts, &emitter).await?;
+    if probed.is_empty() {
+        let why: Vec<String> = emitter
+            .summary()
+            .unreachable_hosts
+            .iter()
+            .map(|(h, e)| format!("{h}: {e}"))
+            .collect();
+        return Err(LaunchError::Other(format!(
+            "no host answered; nothing was run ({})",
+            why.join("; ")
+        )));
+    }
+    // From here on, hosts are those that answered, in inventory order.
+    let mut all_hosts: Vec<Option<LaunchHost>> = hosts.into_iter().map(Some).collect();
+    let hosts: Vec<LaunchHost> = probed
+        .iter()
+        .filter_map(|p| all_hosts.get_mut(p.index).and_then(|h| h.take()))
+        .collect();
+    let plan_hosts: Vec<PlanHost> = probed.iter().map(|p| p.plan_host.clone()).collect();
+    let plan = Plan::build_shard(study, &plan_hosts, options.shard).map_err(LaunchError::Other)?;
+    for n in &plan.notes {
+        emitter.emit(LaunchEvent::PlanNote { text: n.clone() });
+    }
+    let scan = ledger.scan(study_id).await?;
+    for c in &scan.corrupt {
+        emitter.emit(LaunchEvent::UnreadableObject {
+            key: c.key.clone(),
+            reason: c.reason.clone(),
+        });
+    }
+    let class_ids: Vec<String> = plan.classes.iter().map(|c| c.id.clone()).collect();
+    let host_class: Vec<usize> = plan_hosts
+        .iter()
+        .map(|h| {
+            plan.classes
+                .iter()
+                .position(|c| h.class.as_ref().is_some_and(|i| i.id == c.id))
+                .unwrap_or(0)
+        })
+        .collect();
+    let mut bucket_of_cell = Vec::new();
+    let mut cells_of_bucket: HashMap<String, Vec<u32>> = HashMap::new();
+    let mut bucket_labels = HashMap::new();
+    for (i, cell) in plan.cells.iter().enumerate() {
+        let b = crate::report::buckets::bucket_of(&record.spec, &space::cell_json(study, cell));
+        cells_of_bucket
+            .entry(b.key.clone())
+            .or_default()
+            .push(i as u32);
+        bucket_labels.insert(b.key.clone(), b.label);
+        bucket_of_cell.push(b.key);
+    }
+    let (budgets, objective_budget) = trial_budgets(study).map_err(LaunchError::Other)?;
+    let terminal = scan.terminal();
+    let setup = Setup {
+        study,
+        study_id,
+        spec_hash: record.spec_hash.clone(),
+        plan: &plan,
+        class_ids: class_ids.clone(),
+        host_class: host_class.clone(),
+        host_names: hosts.iter().map(|h| h.name.clone()).collect(),
+        bucket_of_cell,
+        cells_of_bucket,
+        bucket_labels,
+        budgets,
+        objective_budget,
+        tolerance: crate::gate::ToleranceSpec::from_spec(&record.spec),
+        done: terminal.keys().map(|k| k.to_string()).collect(),
+        first_baselines: terminal
+            .values()
+            .filter(|a| a.is_baseline && a.role == "sweep" && a.repeat == 0)
+            .map(|a| (a.trial_key.clone(), a.status))
+            .collect(),
+        prior: options.prior.clone(),
+        no_cooldown: options.no_cooldown,
+        sharded: options.shard.is_some(),
+        host_timeout: options.host_timeout,
+    };
+    let runner = Runner::new(RunnerSetup {
+        study,
+        study_id,
+        spec_hash: record.spec_hash.clone(),
+        plan: &plan,
+        ledger,
+        class_ids,
+        fingerprints: probed.iter().map(|p| p.fingerprint.hash()).collect(),
+        devices: hosts
+            .iter()
+            .zip(&probed)
+            .map(|(h, p)| slot_devices(h, &p.fingerprint))
+            .collect(),
+        owner: format!(
+            "{}-{}-{}",
+            probed
+                .first()
+                .and_then(|p| p.fingerprint.hostname.clone())
+                .unwrap_or_else(|| "launcher".to_string()),
+            std::process::id(),
+            &new_attempt_id()[..22]
+        ),
+        store_logs: options.store_logs,
+        cancel: cancel.clone(),
+        events: &emitter,
+        named_objects: scan.corrupt.iter().map(|c| c.key.clone()).collect(),
+    })
+    .map_err(LaunchError::Other)?;
+    let launch = Launch {
+        study,
+        study_id,
+        record,
+        plan: &plan,
+        ledger,
+        sched: Mutex::new(Scheduler::new(setup)),
+        runner,
+        host_class,
+        sharded: options.shard.is_some(),
+        events: &emitter,
+        notify: Notify::new(),
+        cancel,
+    };
+    launch.with_sched(|s| s.seed(&scan));
+    // Later scans of this launch only add what was written since.
+    drop(scan);
+    launch.record_plan().await?;
+    // Buckets already measured in an earlier launch confirm now.
+    for class in 0..plan.classes.len() {
+        let cells: Vec<u32> = (0..plan.cells.len() as u32).collect();
+        launch.maybe_confirm(class, &cells).await;
+    }
+
+    let mut workers = Vec::new();
+    for (hi, host) in hosts.iter().enumerate() {
+        for slot in 0..host.slots {
+            workers.push(launch.worker(hi, host, slot));
+        }
+    }
+    futures::future::join_all(workers).await;
+    for h in &hosts {
+        h.transport.close().await;
+    }
+    let mut summary = emitter.summary();
+    summary.interrupted = launch.cancel.is_cancelled();
+    ledger.close_log(study_id).await;
+    Ok(summary)
+}
+
+/// One launch round: the scheduler behind a lock, the trial runner, and
+/// what workers share.
+struct Launch<'a> {
+    study: &'a Study,
+    study_id: &'a str,
+    record: StudyRecord,
+    plan: &'a Plan,
+    ledger: &'a Ledger,
+    sched: Mutex<Scheduler<'a>>,
+    runner: Runner<'a>,
+    host_class: Vec<usize>,
+    sharded: bool,
+    events: &'a Emitter,
+    notify: Notify,
+    cancel: CancellationToken,
+}
+
+impl<'a> Launch<'a> {
+    /// Call the scheduler, then emit what it reported. `None`: its lock
+    /// is poisoned (a worker panicked): the launch winds down.
+    fn with_sched<T>(&self, f: impl FnOnce(&mut Scheduler<'a>) -> T) -> Option<T> {
+        let (out, events) = {
+            let mut s: MutexGuard<'_, Scheduler<'a>> = self.sched.lock().ok()?;
+            if self.cancel.is_cancelled() {
+                s.stopping();
+            }
+            let out = f(&mut s);
+            (out, s.take_events())
+        };
+        self.events.emit_all(events);
+        Some(out)
+    }
+
+    fn plan_record(&self, class: usize, cell: u32, configs: Option<u64>) -> records::PlanRecord {
+        records::PlanRecord {
+            schema: records::SCHEMA,
+            spec_hash: self.record.spec_hash.clone(),
+            host_class: self.plan.classes[class].id.clone(),
+            cell_index: cell,
+            cell: space::cell_json(self.study, &self.plan.cells[cell as usize]),
+            cell_label: space::cell_label(self.study, &self.plan.cells[cell as usize]),
+            configs,
+            repeats: self.plan.repeats,
+            at: chrono::Utc::now().to_rfc3339(),
+        }
+    }
+
+    /// Record what this launch plans per class and cell, so that a report
+    /// can tell a finished bucket from one with trials still to run. A
+    /// shard plans a slice: the launch without `--shard` records the plan.
+    /// An adaptive cell's configs are known when its search is over; an
+    /// earlier launch's record of them is kept.
+    async fn record_plan(&self) -> Result<(), LaunchError> {
+        if self.sharded {
+            return Ok(());
+        }
+        let adaptive = self.study.strategy.is_adaptive();
+        let have = self.ledger.plans(self.study_id).await?;
+        let mut writes = Vec::new();
+        for (class, c) in self.plan.classes.iter().enumerate() {
+            for cell in 0..self.plan.cells.len() {
+                let configs = (!adaptive).then(|| 1 + self.plan.per_cell[cell].len() as u64);
+                let known = have.iter().find(|r| {
+                    r.spec_hash == self.record.spec_hash
+                        && r.host_class == c.id
+                        && r.cell_index == cell as u32
+                        && r.repeats == self.plan.repeats
+                });
+                match known {
+                    Some(r) if r.configs == configs || (adaptive && r.configs.is_some()) => {}
+                    _ => writes.push(self.plan_record(class, cell as u32, configs)),
+                }
+            }
+        }
+        let results: Vec<Result<(), crate::ledger::LedgerError>> = futures::stream::iter(
+            writes
+                .iter()
+                .map(|r| self.ledger.write_plan(self.study_id, r)),
+        )
+        .buffer_unordered(16)
+        .collect()
+        .await;
+        for r in results {
+            r?;
+        }
+        Ok(())
+    }
+
+    /// Write the plan records an adaptive search's end queued.
+    async fn flush_plan_writes(&self) {
+        let writes = self
+            .with_sched(|s| s.take_plan_writes())
+            .unwrap_or_default();
+        for (class, cell, configs) in writes {
+            let r = self.plan_record(class, cell, configs);
+            if let Err(e) = self.ledger.write_plan(self.study_id, &r).await {
+                self.events.emit(LaunchEvent::LedgerWriteFailed {
+                    error: e.to_string(),
+                    what: Written::Plan { cell: r.cell_label },
+                });
+            }
+        }
+    }
+
+    async fn worker(&self, host_index: usize, host: &LaunchHost, slot: u32) {
+        let class = self.host_class[host_index];
+        loop {
+            if self.cancel.is_cancelled() || self.runner.ledger_failing() {
+                return;
+            }
+            match self.host_ready(host_index, host, class).await {
+                HostGate::Go => {}
+                HostGate::Wait(pause) => {
+                    let notified = self.notify.notified();
+                    tokio::select! {
+                        _ = notified => {}
+                        _ = tokio::time::sleep(pause) => {}
+                        _ = self.cancel.cancelled() => return,
+                    }
+                    continue;
+                }
+                HostGate::Leave => return,
+            }
+            // Register for wake-ups before looking at the queue, so that a
+            // baseline finishing in between cannot be missed.
+            let notified = self.notify.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            let Some((next, touched)) =
+                self.with_sched(|s| s.next(class, host_index, Instant::now()))
+            else {
+                return;
+            };
+            self.flush_plan_writes().await;
+            if !touched.is_empty() {
+                self.maybe_confirm(class, &touched).await;
+                self.notify.notify_waiters();
+                // Skipping may have completed a bucket whose confirmation
+                // round was just queued: look again before giving up.
+                if matches!(next, Next::Done | Next::Wait) {
+                    continue;
+                }
+            }
+            let (unit, warm) = match next {
+                Next::Done => return,
+                Next::Wait => {
+                    tokio::select! {
+                        _ = notified => {}
+                        _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+                        _ = self.cancel.cancelled() => return,
+                    }
+                    continue;
+                }
+                Next::Run(u, warm) => (u, warm),
+            };
+            let Some(job) = self.with_sched(|s| {
+                let setup = s.setup();
+                TrialJob {
+                    host: host_index,
+                    slot,
+                    class,
+                    cell: unit.cell,
+                    config: setup.config_of(unit),
+                    repeat: unit.repeat,
+                    role: setup.role_of(unit),
+                    budget: setup.budget_of(unit),
+                    key: setup.key_of(class, unit),
+                    warm,
+                }
+            }) else {
+                return;
+            };
+            let ran = match self.runner.run(host, job).await {
+                TrialResult::Done(r) => Some(r),
+                TrialResult::Unrecorded => {
+                    // Workers waiting for work look again (and leave, when
+                    // the ledger fails).
+                    self.notify.notify_waiters();
+                    None
+                }
+                // The ledger fails: this launch starts nothing more.
+                TrialResult::NotStarted => return,
+                TrialResult::Held(retry_in) => {
+                    // Another launcher replaying the same search runs this
+                    // rung, and the search waits for its result: look
+                    // again soon rather than at the lease's renewal.
+                    let retry_in = match unit.kind {
+                        Kind::Rung => retry_in.min(HELD_RUNG_RETRY),
+                        _ => retry_in,
+                    };
+                    self.with_sched(|s| {
+                        s.defer(class, host_index, unit, Instant::now() + retry_in)
+                    });
+                    continue;
+                }
+            };
+            let anchor_due = self
+                .with_sched(|s| s.finish(class, host_index, unit, ran.as_ref()))
+                .unwrap_or(false);
+            if anchor_due && !self.runner.ledger_failing() {
+                self.anchor(host_index, host, slot, class, unit.cell).await;
+            }
+            if unit.kind == Kind::Sweep {
+                self.maybe_confirm(class, &[unit.cell]).await;
+            }
+            self.notify.notify_waiters();
+        }
+    }
+
+    /// Whether this host's slot may take a unit now.
+    async fn host_ready(&self, host_index: usize, host: &LaunchHost, class: usize) -> HostGate {
+        if self
+            .with_sched(|s| s.host_left(host_index, class))
+            .unwrap_or(true)
+        {
+            return HostGate::Leave;
+        }
+        match host.transport.state().await {
+            HostState::Up { rejoined } => {
+                if self
+                    .with_sched(|s| s.host_up(host_index, class, rejoined))
+                    .unwrap_or(false)
+                {
+                    self.notify.notify_waiters();
+                }
+                HostGate::Go
+            }
+            HostState::Changed { old, new } => {
+                let mut changes = crate::fingerprint::differences(&old, &new);
+                if changes.is_empty() {
+                    changes.push("its fingerprint hash".to_string());
+                }
+                self.with_sched(|s| {
+                    s.host_changed(host_index, changes, old.class_label(), new.class_label())
+                });
+                self.notify.notify_waiters();
+                HostGate::Leave
+            }
+            HostState::Down {
+                reason,
+                since,
+                retry_in,
+                first,
+            } => {
+                if first {
+                    self.events.emit(LaunchEvent::HostDropped {
+                        host: host.name.clone(),
+                        reason,
+                    });
+                }
+                let gate = self
+                    .with_sched(|s| s.host_down(host_index, class, since, retry_in, Instant::now()))
+                    .unwrap_or(HostGate::Leave);
+                if gate == HostGate::Leave {
+                    self.notify.notify_waiters();
+                }
+                gate
+            }
+        }
+    }
+
+    /// Measure the baseline once on this host as an anchor.
+    async fn measure_anchor(
+        &self,
+        host_index: usize,
+        host: &LaunchHost,
+        slot: u32,
+        class: usize,
+        cell: u32,
+    ) -> Option<Reading> {
+        let job = self.with_sched(|s| {
+            s.anchor_started();
+            let setup = s.setup();
+            let base = setup.plan.space.baseline();
+            let role = Role::Anchor {
+                host: host.name.clone(),
+                tag: new_attempt_id(),
+            };
+            TrialJob {
+                host: host_index,
+                slot,
+                class,
+                cell,
+                config: base,
+                repeat: 0,
+                key: setup.key_for(class, cell, base, 0, role.clone(), setup.objective_budget),
+                role,
+                budget: setup.objective_budget,
+                warm: false,
+            }
+        })?;
+        let TrialResult::Done(ran) = self.runner.run(host, job).await else {
+            return None;
+        };
+        if ran.status != AttemptStatus::Ok {
+            self.with_sched(|s| s.anchor_failed(host_index, cell));
+        }
+        ran.value
+    }
+
+    /// Re-measure the baseline and let the scheduler judge it; on drift,
+    /// void, cool down and re-queue.
+    async fn anchor(
+        &self,
+        host_index: usize,
+        host: &LaunchHost,
+        slot: u32,
+        class: usize,
+        cell: u32,
+    ) {
+        let Some(first) = self
+            .measure_anchor(host_index, host, slot, class, cell)
+            .await
+        else {
+            return;
+        };
+        if self.with_sched(|s| s.first_anchor(host_index, cell, first)) != Some(AnchorStep::Burst) {
+            return;
+        }
+        // A suspect: two more anchors right away.
+        let mut burst = vec![first];
+        for _ in 0..2 {
+            match self
+                .measure_anchor(host_index, host, slot, class, cell)
+                .await
+            {
+                Some(r) => burst.push(r),
+                // A failed anchor checks nothing (the scheduler said so).
+                None => return,
+            }
+        }
+        let Some(verdict) = self.with_sched(|s| s.burst(host_index, cell, &burst)) else {
+            return;
+        };
+        match verdict {
+            Burst::Clean => {}
+            Burst::WasSlow { voids, reason } => {
+                self.void(&voids, &reason).await;
+                self.with_sched(|s| s.requeue(class, cell, &voids, None));
+                self.notify.notify_waiters();
+            }
+            Burst::Hot {
+                voids,
+                reason,
+                mut cooldown,
+            } => {
+                self.void(&voids, &reason).await;
+                // Cool down: back-off, then an anchor, until it settles.
+                let m = &self.study.measurement;
+                let started = Instant::now();
+                let mut wait = m.cool_wait;
+                let mut settled_with = None;
+                while cooldown.tries < m.cool_max_retry {
+                    let left = m.cool_max_wait.saturating_sub(started.elapsed());
+                    if left.is_zero() {
+                        break;
+                    }
+                    cooldown.start_try();
+                    tokio::select! {
+                        _ = tokio::time::sleep(wait.min(left)) => {}
+                        _ = self.cancel.cancelled() => break,
+                    }
+                    wait = wait.saturating_mul(2);
+                    let Some(v) = self
+                        .measure_anchor(host_index, host, slot, class, cell)
+                        .await
+                    else {
+                        break;
+                    };
+                    if cooldown.take(v.value) {
+                        settled_with = Some(v);
+                        break;
+                    }
+                }
+                let stopped = self.cancel.is_cancelled();
+                let dropped = self
+                    .with_sched(|s| {
+                        s.cooled(
+                            class,
+                            host_index,
+                            cell,
+                            &voids,
+                            &cooldown,
+                            settled_with,
+                            stopped,
+                            started.elapsed(),
+                        )
+                    })
+                    .flatten();
+                if let Some(reason) = dropped {
+                    let record = DropRecord {
+                        schema: records::SCHEMA,
+                        host_class: self.plan.classes[class].id.clone(),
+                        host: host.name.clone(),
+                        cell: space::cell_json(self.study, &self.plan.cells[cell as usize]),
+                        cell_label: space::cell_label(self.study, &self.plan.cells[cell as usize]),
+                        reason: super::progress::drop_reason(&reason),
+                        at: chrono::Utc::now().to_rfc3339(),
+                    };
+                    if let Err(e) = self.ledger.write_drop(self.study_id, &record).await {
+                        self.events.emit(LaunchEvent::LedgerWriteFailed {
+                            error: e.to_string(),
+                            what: Written::Drop,
+                        });
+                    }
+                }
+                self.notify.notify_waiters();
+            }
+        }
+    }
+
+    /// Write void records for attempts whose measurements are discarded.
+    async fn void(&self, voids: &[Void], reason: &VoidReason) {
+        let now = chrono::Utc::now().to_rfc3339();
+        let reason = super::progress::void_reason(reason);
+        for v in voids {
+            let record = VoidRecord {
+                schema: records::SCHEMA,
+                trial_key: v.key.clone(),
+                attempt_id: v.attempt_id.clone(),
+                reason: reason.clone(),
+                at: now.clone(),
+            };
+            if let Err(e) = self.ledger.write_void(self.study_id, &record).await {
+                self.events.emit(LaunchEvent::LedgerWriteFailed {
+                    error: e.to_string(),
+                    what: Written::Void,
+                });
+            }
+        }
+    }
+
+    /// Start the confirmation round of every bucket (touched by `cells`)
+    /// whose cells are all measured on `class`.
+    async fn maybe_confirm(&self, class: usize, cells: &[u32]) {
+        if self.cancel.is_cancelled() {
+            return;
+        }
+        let ready = self
+            .with_sched(|s| s.buckets_ready(class, cells))
+            .unwrap_or_default();
+        for (bucket, members) in ready {
+            let winner = self.draft_winner(class, &bucket, &members).await;
+            self.with_sched(|s| s.queue_confirmation(class, &bucket, &members, winner));
+            self.notify.notify_waiters();
+        }
+    }
+
+    /// The draft winner of a bucket on a class, from the ledger as it is
+    /// (the scan adds only what was written since the launch's last one;
+    /// the analysis looks only at this class's attempts at the bucket's
+    /// cells, all a bucket's decision depends on).
+    async fn draft_winner(&self, class: usize, bucket: &str, cells: &[u32]) -> Option<u64> {
+        let scan = match self.ledger.scan(self.study_id).await {
+            Ok(s) => s,
+            Err(e) => {
+                self.events.emit(LaunchEvent::ConfirmReadFailed {
+                    bucket: bucket.to_string(),
+                    error: e.to_string(),
+                });
+                return None;
+            }
+        };
+        let hosts = self
+            .ledger
+            .hosts(self.study_id)
+            .await
+            .map(|(h, _)| h)
+            .unwrap_or_default();
+        let class_id = &self.plan.classes[class].id;
+        let cells: HashSet<u32> = cells.iter().copied().collect();
+        let analysis = crate::report::analyze_where(&self.record, &scan, &hosts, &[], |a| {
+            a.host_class == *class_id && cells.contains(&a.cell_index)
+        });
+        let report = analysis
+            .classes
+            .iter()
+            .find(|c| c.host_class == *class_id)?
+            .buckets
+            .iter()
+            .find(|b| b.key == bucket)?;
+        let winner = report.winner.as_ref()?;
+        self.plan.space.index_of(self.study, &winner.config)
+    }
+}

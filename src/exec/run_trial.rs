@@ -1,0 +1,562 @@
+//! Running one trial: take its lease, check the ledger does not already
+//! hold it, render its command and environment (the trial contract), hand
+//! it to the host's transport, judge the outcome, scrub secrets from what
+//! is kept, and write the attempt record (and logs) to the ledger.
+//!
+//! A lease lost while the trial runs (this launcher stalled past its expiry
+//! and another took over) stops the attempt: it is lost, and runs again.
+//! Once an attempt record cannot be written, nothing new starts: running
+//! trials finish and get one try each to record.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use tokio_util::sync::CancellationToken;
+
+use super::AttemptSpec;
+use super::attempt::{RESULT_FILE, judge};
+use super::events::{Emitter, LaunchEvent, Rejection, UnrecordedAttempt, Written};
+use super::run_study::LaunchHost;
+use super::schedule::Ran;
+use super::schedule::drift::Reading;
+use crate::gate::Classifier;
+use crate::ledger::lease::{Held, Lease, lease_ttl, renew_every};
+use crate::ledger::records::{self, AttemptRecord, AttemptStatus};
+use crate::ledger::{CorruptObject, Ledger, new_attempt_id};
+use crate::plan::Plan;
+use crate::scrub::{scrub_secrets, secret_values};
+use crate::space;
+use crate::spec::{CommandRenderer, Study, TrialVars, Value};
+use crate::trial::Role;
+
+/// How an attempt to run a trial ended.
+pub enum TrialResult {
+    Done(Ran),
+    /// Another launcher holds the trial's lease: try again in this long.
+    Held(Duration),
+    /// Unrecorded (render error, lease error, ledger write failed).
+    Unrecorded,
+    /// Not started: the ledger cannot record attempts.
+    NotStarted,
+}
+
+/// One trial to run.
+#[derive(Debug, Clone)]
+pub struct TrialJob {
+    /// Index of the host in the launch.
+    pub host: usize,
+    pub slot: u32,
+    pub class: usize,
+    pub cell: u32,
+    pub config: u64,
+    pub repeat: u32,
+    pub role: Role,
+    pub budget: Option<f64>,
+    pub key: String,
+    /// Run the study's warm-ups first.
+    pub warm: bool,
+}
+
+/// What every trial of a launch round shares.
+pub struct Runner<'a> {
+    pub study: &'a Study,
+    pub study_id: &'a str,
+    pub spec_hash: String,
+    pub plan: &'a Plan,
+    pub ledger: &'a Ledger,
+    renderer: CommandRenderer,
+    /// `objective.command`, for everything but rung trials.
+    objective_renderer: Option<CommandRenderer>,
+    classifier: Classifier,
+    class_ids: Vec<String>,
+    /// Fingerprint hash of each host.
+    fingerprints: Vec<String>,
+    /// Device pinned by each slot of each host.
+    devices: Vec<Vec<Option<String>>>,
+    /// This launcher, as lease owner.
+    owner: String,
+    /// Values of credential variables in the environment, scrubbed from
+    /// everything recorded (a trial inherits the environment and may print
+    /// it).
+    secrets: Vec<String>,
+    store_logs: bool,
+    cancel: CancellationToken,
+    events: &'a Emitter,
+    /// Ledger objects already named in a warning (unreadable, misplaced).
+    named_objects: Mutex<HashSet<String>>,
+    /// An attempt record could not be written (after its retries).
+    ledger_failing: AtomicBool,
+}
+
+/// What a [`Runner`] is made from.
+pub struct RunnerSetup<'a> {
+    pub study: &'a Study,
+    pub study_id: &'a str,
+    pub spec_hash: String,
+    pub plan: &'a Plan,
+    pub ledger: &'a Ledger,
+    pub class_ids: Vec<String>,
+    pub fingerprints: Vec<String>,
+    pub devices: Vec<Vec<Option<String>>>,
+    pub owner: String,
+    pub store_logs: bool,
+    pub cancel: CancellationToken,
+    pub events: &'a Emitter,
+    /// Ledger objects already reported as unreadable.
+    pub named_objects: HashSet<String>,
+}
+
+impl<'a> Runner<'a> {
+    pub fn new(s: RunnerSetup<'a>) -> Result<Runner<'a>, String> {
+        let objective_renderer = match &s.study.objective_command {
+            Some(c) => Some(CommandRenderer::with_command(s.study, c)?),
+            None => None,
+        };
+        Ok(Runner {
+            renderer: CommandRenderer::new(s.study)?,
+            objective_renderer,
+            classifier: Classifier::new(&s.study.gate.patterns)?,
+            study: s.study,
+            study_id: s.study_id,
+            spec_hash: s.spec_hash,
+            plan: s.plan,
+            ledger: s.ledger,
+            class_ids: s.class_ids,
+            fingerprints: s.fingerprints,
+            devices: s.devices,
+            owner: s.owner,
+            secrets: secret_values(),
+            store_logs: s.store_logs,
+            cancel: s.cancel,
+            events: s.events,
+            named_objects: Mutex::new(s.named_objects),
+            ledger_failing: AtomicBool::new(false),
+        })
+    }
+
+    /// Whether an attempt record could not be written in this launch.
+    pub fn ledger_failing(&self) -> bool {
+        self.ledger_failing.load(Ordering::SeqCst)
+    }
+
+    /// Run one trial and record it.
+    pub async fn run(&self, host: &LaunchHost, job: TrialJob) -> TrialResult {
+        // Nothing new starts once the ledger could not record an attempt.
+        if self.ledger_failing() {
+            return TrialResult::NotStarted;
+        }
+        // Take the trial's lease first: no two launchers run it at once.
+        // Anchors are unique to this host and need none.
+        let lease = if matches!(job.role, Role::Anchor { .. }) {
+            None
+        } else {
+            match self
+                .ledger
+                .acquire_lease(
+                    self.study_id,
+                    &job.key,
+                    &self.owner,
+                    &host.name,
+                    lease_ttl(),
+                )
+                .await
+            {
+                Ok(Ok(lease)) => Some(lease),
+                Ok(Err(Held::By { expires_at, .. })) => {
+                    let until = chrono::DateTime::parse_from_rfc3339(&expires_at)
+                        .ok()
+                        .and_then(|t| {
+                            (t.with_timezone(&chrono::Utc) - chrono::Utc::now())
+                                .to_std()
+                                .ok()
+                        })
+                        .unwrap_or(renew_every());
+                    return TrialResult::Held(
+                        until.min(renew_every()).max(Duration::from_millis(100)),
+                    );
+                }
+                Err(e) => {
+                    self.events.emit(LaunchEvent::LeaseError {
+                        error: e.to_string(),
+                    });
+                    return TrialResult::Unrecorded;
+                }
+            }
+        };
+        // Finished elsewhere since this launch read the ledger? Objects
+        // under the trial's key that are not its records (a copy of
+        // another trial's attempt) do not count, and are named once.
+        let finished = match &lease {
+            Some(_) => match self.ledger.terminal_attempt(self.study_id, &job.key).await {
+                Ok((done, skipped)) => {
+                    self.name_objects(&skipped);
+                    done
+                }
+                Err(_) => None,
+            },
+            None => None,
+        };
+        let result = match finished {
+            Some(done) => TrialResult::Done(Ran {
+                status: done.status,
+                key: job.key,
+                attempt_id: done.attempt_id.clone(),
+                value: None,
+                host_lost: false,
+                record: Some(Arc::new(done)),
+            }),
+            None => self.run_leased(host, job, lease.clone()).await,
+        };
+        if let Some(l) = &lease {
+            self.ledger.release_lease(l).await;
+        }
+        result
+    }
+
+    /// Warn once about each ledger object that is not what its key says
+    /// (its trial runs as if it were not there).
+    pub fn name_objects(&self, objects: &[CorruptObject]) {
+        let fresh: Vec<&CorruptObject> = match self.named_objects.lock() {
+            Ok(mut named) => objects
+                .iter()
+                .filter(|c| named.insert(c.key.clone()))
+                .collect(),
+            Err(_) => objects.iter().collect(),
+        };
+        for c in fresh {
+            self.events.emit(LaunchEvent::UnreadableObject {
+                key: c.key.clone(),
+                reason: c.reason.clone(),
+            });
+        }
+    }
+
+    /// The template variables of a trial.
+    fn vars(&self, host: &LaunchHost, job: &TrialJob, dir: &str, result: &str) -> TrialVars {
+        let mut vars = TrialVars::default();
+        for (k, v) in self
+            .study
+            .knobs
+            .iter()
+            .zip(self.plan.space.values(self.study, job.config))
+        {
+            vars.set(&k.name, v);
+        }
+        for (a, v) in self
+            .study
+            .cells
+            .iter()
+            .zip(&self.plan.cells[job.cell as usize])
+        {
+            vars.set(&a.name, v.clone());
+        }
+        vars.set("study", Value::Str(self.study_id.to_string()));
+        vars.set(
+            "study_dir",
+            Value::Str(self.study.dir.display().to_string()),
+        );
+        vars.set("trial_id", Value::Str(job.key.clone()));
+        vars.set("trial_dir", Value::Str(dir.to_string()));
+        vars.set("result", Value::Str(result.to_string()));
+        vars.set("repeat", Value::Int(i64::from(job.repeat)));
+        vars.set("budget", budget_value(job.budget).unwrap_or(Value::Null));
+        vars.set("host", Value::Str(host.name.clone()));
+        vars.set("slot", Value::Int(i64::from(job.slot)));
+        vars.set("phase", Value::Str("measure".to_string()));
+        vars
+    }
+
+    /// The trial contract's environment.
+    fn contract_env(
+        &self,
+        host: &LaunchHost,
+        job: &TrialJob,
+        attempt_id: &str,
+        trial_dir: &str,
+        result_path: &str,
+    ) -> Vec<(String, String)> {
+        let config_json = self.plan.space.config_json(self.study, job.config);
+        let cell_json = space::cell_json(self.study, &self.plan.cells[job.cell as usize]);
+        let mut env: Vec<(String, String)> = vec![
+            ("TUNECTL_STUDY".into(), self.study_id.to_string()),
+            ("TUNECTL_TRIAL_ID".into(), job.key.clone()),
+            ("TUNECTL_ATTEMPT_ID".into(), attempt_id.to_string()),
+            ("TUNECTL_TRIAL_DIR".into(), trial_dir.to_string()),
+            ("TUNECTL_RESULT".into(), result_path.to_string()),
+            (
+                "TUNECTL_KNOBS".into(),
+                crate::canon::canonical_json(&config_json),
+            ),
+            (
+                "TUNECTL_CELL".into(),
+                crate::canon::canonical_json(&cell_json),
+            ),
+            (
+                "TUNECTL_BUDGET".into(),
+                budget_value(job.budget)
+                    .map(|v| v.to_string())
+                    .unwrap_or_default(),
+            ),
+            ("TUNECTL_REPEAT".into(), job.repeat.to_string()),
+            ("TUNECTL_ROLE".into(), job.role.name().to_string()),
+            ("TUNECTL_HOST".into(), host.name.clone()),
+            ("TUNECTL_SLOT".into(), job.slot.to_string()),
+        ];
+        for (k, v) in self
+            .study
+            .knobs
+            .iter()
+            .zip(self.plan.space.values(self.study, job.config))
+        {
+            env.push((
+                format!("TUNECTL_KNOB_{}", k.name.to_uppercase()),
+                v.to_string(),
+            ));
+        }
+        if let Some(Some(device)) = self.devices[job.host].get(job.slot as usize) {
+            env.push((host.device_env.clone(), device.clone()));
+        }
+        env
+    }
+
+    /// Run a trial whose lease this launcher holds, renewing it meanwhile.
+    async fn run_leased(
+        &self,
+        host: &LaunchHost,
+        job: TrialJob,
+        lease: Option<Lease>,
+    ) -> TrialResult {
+        let study = self.study;
+        let attempt_id = new_attempt_id();
+        let cell_values = &self.plan.cells[job.cell as usize];
+        let config_label = self.plan.space.label(study, job.config);
+        let cell_label = space::cell_label(study, cell_values);
+        let trial_dir = host
+            .transport
+            .trial_dir(self.study_id, &job.key, &attempt_id);
+        let result_path = format!("{trial_dir}/{RESULT_FILE}");
+        let vars = self.vars(host, &job, &trial_dir, &result_path);
+        let renderer = match (&job.role, &self.objective_renderer) {
+            (Role::Rung, _) | (_, None) => &self.renderer,
+            (_, Some(objective)) => objective,
+        };
+        let rendered = renderer
+            .command(&vars)
+            .and_then(|c| Ok((c, renderer.env(&vars)?)));
+        let (command, extra_env) = match rendered {
+            Ok(r) => r,
+            Err(error) => {
+                self.events.emit(LaunchEvent::RenderFailed {
+                    config: config_label,
+                    cell: cell_label,
+                    error,
+                });
+                return TrialResult::Unrecorded;
+            }
+        };
+        let mut env = self.contract_env(host, &job, &attempt_id, &trial_dir, &result_path);
+        env.extend(extra_env);
+        let spec = AttemptSpec {
+            study_id: self.study_id.to_string(),
+            trial_key: job.key.clone(),
+            attempt_id: attempt_id.clone(),
+            command: command.clone(),
+            env,
+            timeout: study.trial.timeout,
+            warmup: if job.warm {
+                study.measurement.warmup
+            } else {
+                0
+            },
+            outputs: study.gate.outputs.clone(),
+            tolerance_files: study
+                .gate
+                .tolerance
+                .iter()
+                .flat_map(|t| t.files.clone())
+                .collect(),
+            slot: job.slot,
+            trial_dir,
+            result_path,
+            keep_logs: self.store_logs,
+        };
+        let started_at = chrono::Utc::now();
+        self.events.emit(LaunchEvent::TrialStarted);
+        let attempt_cancel = self.cancel.child_token();
+        let renew = async {
+            let Some(mut lease) = lease else {
+                return std::future::pending::<()>().await;
+            };
+            loop {
+                tokio::time::sleep(renew_every()).await;
+                match self.ledger.renew_lease(&mut lease, lease_ttl()).await {
+                    Ok(true) => {}
+                    Ok(false) | Err(_) => {
+                        self.events.emit(LaunchEvent::LeaseLost {
+                            config: config_label.clone(),
+                            cell: cell_label.clone(),
+                        });
+                        attempt_cancel.cancel();
+                        return std::future::pending::<()>().await;
+                    }
+                }
+            }
+        };
+        let outcome = tokio::select! {
+            o = host.transport.run_attempt(&spec, &attempt_cancel) => o,
+            _ = renew => unreachable!("the renewal loop never ends"),
+        };
+        let finished_at = chrono::Utc::now();
+        let j = judge(
+            &outcome,
+            &study.objective.name,
+            &self.classifier,
+            study.trial.timeout.as_secs_f64(),
+        );
+        let run = outcome.run.as_ref();
+        let scrub = |text: String| scrub_secrets(text, &self.secrets);
+        // A batch task started by an earlier launcher keeps its own id.
+        let attempt_id = outcome
+            .adopted_attempt
+            .clone()
+            .filter(|a| !a.is_empty())
+            .unwrap_or(attempt_id);
+        let record = AttemptRecord {
+            schema: records::SCHEMA,
+            tunectl_version: records::VERSION.to_string(),
+            study_id: self.study_id.to_string(),
+            spec_hash: self.spec_hash.clone(),
+            trial_key: job.key.clone(),
+            attempt_id: attempt_id.clone(),
+            config: self.plan.space.config_json(study, job.config),
+            config_label: config_label.clone(),
+            config_index: job.config,
+            is_baseline: job.config == self.plan.space.baseline(),
+            cell: space::cell_json(study, cell_values),
+            cell_label: cell_label.clone(),
+            cell_index: job.cell,
+            repeat: job.repeat,
+            role: job.role.name().to_string(),
+            fidelity: job.budget,
+            host: host.name.clone(),
+            host_class: self.class_ids[job.class].clone(),
+            fingerprint: self.fingerprints[job.host].clone(),
+            slot: job.slot,
+            started_at: started_at.to_rfc3339(),
+            finished_at: finished_at.to_rfc3339(),
+            duration_s: outcome.elapsed.as_secs_f64(),
+            run_s: run
+                .filter(|_| !outcome.failed_in_warmup)
+                .map(|r| r.elapsed.as_secs_f64()),
+            warmup_runs: outcome.warmups_run,
+            status: j.status,
+            failure: j.failure.clone().map(|mut f| {
+                f.detail = scrub(f.detail);
+                f
+            }),
+            exit: run.map(|r| r.exit.clone()),
+            metrics: j.metrics.clone(),
+            digest: j.digest,
+            outputs: j.outputs,
+            output_values: j.output_values,
+            command,
+            stdout_tail: scrub(run.map(|r| r.stdout_tail.clone()).unwrap_or_default()),
+            stderr_tail: scrub(run.map(|r| r.stderr_tail.clone()).unwrap_or_default()),
+            stderr_head: scrub(run.map(|r| r.stderr_head.clone()).unwrap_or_default()),
+            lost_reason: outcome
+                .host_lost
+                .clone()
+                .or_else(|| outcome.setup_error.clone())
+                .or_else(|| {
+                    outcome
+                        .cancelled
+                        .then(|| "stopped by the launcher".to_string())
+                })
+                .filter(|_| j.status == AttemptStatus::Lost)
+                .map(scrub),
+        };
+        // Once the ledger has failed, an attempt that was already running
+        // gets one try: it is worth no more waiting.
+        let tries = if self.ledger_failing() {
+            1
+        } else {
+            crate::ledger::ATTEMPT_WRITE_TRIES
+        };
+        let written = self.ledger.write_attempt_tries(&record, tries).await;
+        for (name, bytes) in &outcome.logs {
+            let text = scrub(String::from_utf8_lossy(bytes).into_owned());
+            if let Err(e) = self
+                .ledger
+                .write_log(
+                    self.study_id,
+                    &record.trial_key,
+                    &record.attempt_id,
+                    name,
+                    text.into_bytes(),
+                )
+                .await
+            {
+                self.events.emit(LaunchEvent::LedgerWriteFailed {
+                    error: e.to_string(),
+                    what: Written::Log,
+                });
+            }
+        }
+        if let Err(e) = written {
+            let first = !self.ledger_failing.swap(true, Ordering::SeqCst);
+            self.events.emit(LaunchEvent::AttemptUnrecorded {
+                error: e.to_string(),
+                attempt: UnrecordedAttempt {
+                    key: job.key,
+                    config: config_label,
+                    cell: cell_label,
+                    attempt_id,
+                    host: host.name.clone(),
+                    status: record.status,
+                    failure: record.failure.as_ref().map(|f| f.class),
+                },
+                first,
+            });
+            return TrialResult::Unrecorded;
+        }
+        self.events.emit(LaunchEvent::TrialFinished {
+            status: j.status,
+            rejection: record.failure.as_ref().map(|f| Rejection {
+                config: config_label.clone(),
+                cell: cell_label.clone(),
+                class: f.class,
+                detail: f.detail.clone(),
+            }),
+        });
+        // Rungs are read on the proxy metric.
+        let metric = match (&job.role, &study.fidelity) {
+            (Role::Rung, Some(f)) => &f.proxy.name,
+            _ => &study.objective.name,
+        };
+        let value = j
+            .metrics
+            .get(metric)
+            .and_then(|samples| Reading::of(samples));
+        TrialResult::Done(Ran {
+            status: j.status,
+            key: job.key,
+            attempt_id,
+            value,
+            host_lost: outcome.host_lost.is_some(),
+            record: Some(Arc::new(record)),
+        })
+    }
+}
+
+/// A budget as a trial receives it: an integer when it is whole.
+pub fn budget_value(budget: Option<f64>) -> Option<Value> {
+    let b = budget?;
+    Some(if b.fract() == 0.0 && b.abs() < 9.0e15 {
+        Value::Int(b as i64)
+    } else {
+        Value::Float(b)
+    })
+}

@@ -1,0 +1,635 @@
+//! The scheduler on its own: no transport, no ledger, no clock. Each test
+//! plays the launch driver's part by hand (ask for a unit, say how it
+//! ended) and checks what the scheduler hands out and reports.
+
+use std::collections::{HashMap, HashSet};
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use super::drift::Reading;
+use super::*;
+use crate::exec::events::{Abandon, LaunchEvent, SkipCause};
+use crate::ledger::Scan;
+use crate::ledger::records::{AttemptRecord, AttemptStatus};
+use crate::plan::{ClassInfo, Plan, PlanHost};
+use crate::spec::Study;
+
+/// Three configs (a = 1 is the baseline), two cells, two repeats; lower is
+/// better; an anchor every 2 candidates; confirmation rounds of 2.
+const STUDY: &str = "name: t
+knobs:
+  a: {kind: int, values: [1, 2, 3], default: 1}
+cells:
+  n: [10, 20]
+trial: {command: 'run {{ a }} {{ n }}', timeout: 5s}
+objective: {metric: t, unit: s, better: lower}
+measurement: {warmup: 0, repeats: 2, anchor_every: 2, confirm_repeats: 2, cool_drift: 0.05, cool_eps: 0.03}
+";
+
+/// Two hosts of one class (slot 1 each) and one of another.
+fn plan_hosts() -> Vec<PlanHost> {
+    let h = |name: &str, class: &str| PlanHost {
+        name: name.to_string(),
+        transport: "local".to_string(),
+        slots: 1,
+        class: Some(ClassInfo {
+            id: class.to_string(),
+            label: class.to_string(),
+        }),
+    };
+    vec![h("x", "hc-a"), h("y", "hc-a"), h("z", "hc-b")]
+}
+
+/// The study and plan live for the test's whole run.
+fn fixture(extra: &str) -> (&'static Study, &'static Plan) {
+    let text = [STUDY, extra].concat();
+    let study: &'static Study = Box::leak(Box::new(
+        Study::from_text(Path::new("t.yaml"), &text).expect("valid study"),
+    ));
+    let plan: &'static Plan = Box::leak(Box::new(Plan::build(study, &plan_hosts()).expect("plan")));
+    (study, plan)
+}
+
+/// A scheduler over `fixture`; `one_bucket`: both cells form one bucket
+/// (else a bucket per cell).
+fn scheduler(extra: &str, one_bucket: bool, sharded: bool) -> Scheduler<'static> {
+    let (study, plan) = fixture(extra);
+    let keys: Vec<String> = if one_bucket {
+        vec!["all".to_string(), "all".to_string()]
+    } else {
+        vec!["b0".to_string(), "b1".to_string()]
+    };
+    let mut cells_of_bucket: HashMap<String, Vec<u32>> = HashMap::new();
+    for (i, k) in keys.iter().enumerate() {
+        cells_of_bucket.entry(k.clone()).or_default().push(i as u32);
+    }
+    let bucket_labels = keys.iter().map(|k| (k.clone(), k.clone())).collect();
+    Scheduler::new(Setup {
+        study,
+        study_id: "t",
+        spec_hash: "spec".to_string(),
+        plan,
+        class_ids: plan.classes.iter().map(|c| c.id.clone()).collect(),
+        host_class: vec![0, 0, 1],
+        host_names: vec!["x".to_string(), "y".to_string(), "z".to_string()],
+        bucket_of_cell: keys,
+        cells_of_bucket,
+        bucket_labels,
+        budgets: vec![None],
+        objective_budget: None,
+        tolerance: None,
+        done: HashSet::new(),
+        first_baselines: HashMap::new(),
+        prior: None,
+        no_cooldown: false,
+        sharded,
+        host_timeout: Duration::from_secs(600),
+    })
+}
+
+fn empty_scan() -> Scan {
+    Scan {
+        attempts: Vec::new(),
+        corrupt: Vec::new(),
+        voided: 0,
+        drops: Vec::new(),
+    }
+}
+
+/// A recorded attempt of `unit` on class 0, as the ledger returns it.
+fn record(s: &Scheduler<'_>, unit: Unit, status: AttemptStatus) -> AttemptRecord {
+    let setup = s.setup();
+    let config = setup.config_of(unit);
+    serde_json::from_value(serde_json::json!({
+        "schema": 1, "tunectl_version": "test", "study_id": "t",
+        "spec_hash": "spec", "trial_key": setup.key_of(0, unit),
+        "attempt_id": "a1", "config": {}, "config_label": "c",
+        "config_index": config, "is_baseline": config == setup.plan.space.baseline(),
+        "cell": {}, "cell_label": "n", "cell_index": unit.cell,
+        "repeat": unit.repeat, "role": "sweep", "fidelity": null,
+        "host": "x", "host_class": "hc-a", "fingerprint": "f", "slot": 0,
+        "started_at": "", "finished_at": "", "duration_s": 1.0,
+        "run_s": 1.0, "warmup_runs": 0, "status": status,
+        "failure": null, "exit": null, "metrics": {}, "digest": null,
+        "outputs": {}, "command": "", "stdout_tail": "", "stderr_tail": ""
+    }))
+    .expect("a record")
+}
+
+/// How a unit ended: `status`, measuring `value` (relative noise 1%).
+fn ran(s: &Scheduler<'_>, class: usize, unit: Unit, status: AttemptStatus, value: f64) -> Ran {
+    Ran {
+        status,
+        key: s.setup().key_of(class, unit),
+        attempt_id: "attempt".to_string(),
+        value: Some(Reading {
+            value,
+            noise: Some(0.01),
+        }),
+        host_lost: false,
+        record: None,
+    }
+}
+
+/// The next unit for `host` of `class`, which must be one.
+fn take(s: &mut Scheduler<'_>, class: usize, host: usize) -> Unit {
+    match s.next(class, host, Instant::now()).0 {
+        Next::Run(u, _) => u,
+        other => panic!("expected a unit, got {other:?}"),
+    }
+}
+
+/// Run every ready unit of `class` on `host` with `status`, returning them.
+fn drain(s: &mut Scheduler<'_>, class: usize, host: usize, status: AttemptStatus) -> Vec<Unit> {
+    let mut out = Vec::new();
+    while let (Next::Run(u, _), _) = s.next(class, host, Instant::now()) {
+        let r = ran(s, class, u, status, 100.0);
+        s.finish(class, host, u, Some(&r));
+        out.push(u);
+    }
+    out
+}
+
+fn skipped(events: &[LaunchEvent]) -> Vec<(u64, SkipCause)> {
+    events
+        .iter()
+        .filter_map(|e| match e {
+            LaunchEvent::Skipped { count, cause } => Some((*count, cause.clone())),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn a_cell_starts_with_its_baseline_and_repeats_interleave_across_configs() {
+    let mut s = scheduler("", false, false);
+    s.seed(&empty_scan());
+    let planned = s.take_events();
+    // 2 cells × 3 configs × 2 repeats per class, 2 classes.
+    assert_eq!(
+        planned,
+        vec![LaunchEvent::Planned {
+            to_run: 24,
+            already_done: 0
+        }]
+    );
+    let first = take(&mut s, 0, 0);
+    assert_eq!(first, Unit::sweep(0, 0, 0));
+    // Nothing of cell 0 but its baseline before the baseline ended: the
+    // other slot gets cell 1's baseline, then waits.
+    assert_eq!(take(&mut s, 0, 1), Unit::sweep(1, 0, 0));
+    assert_eq!(s.next(0, 1, Instant::now()).0, Next::Wait);
+    let r = ran(&s, 0, first, AttemptStatus::Ok, 100.0);
+    s.finish(0, 0, first, Some(&r));
+    let order: Vec<(u32, u64)> = (0..5)
+        .map(|_| {
+            let u = take(&mut s, 0, 0);
+            (u.repeat, u.pos)
+        })
+        .collect();
+    assert_eq!(order, vec![(0, 1), (0, 2), (1, 0), (1, 1), (1, 2)]);
+}
+
+#[test]
+fn a_failed_baseline_skips_its_cell_and_says_why() {
+    let mut s = scheduler("", false, false);
+    s.seed(&empty_scan());
+    s.take_events();
+    let base = take(&mut s, 0, 0);
+    let r = ran(&s, 0, base, AttemptStatus::Failed, 100.0);
+    s.finish(0, 0, base, Some(&r));
+    assert_eq!(
+        skipped(&s.take_events()),
+        vec![(
+            5,
+            SkipCause::BaselineFailed {
+                cell: "n=10".to_string()
+            }
+        )]
+    );
+    // Only cell 1 remains for the class.
+    let rest = drain(&mut s, 0, 0, AttemptStatus::Ok);
+    assert!(rest.iter().all(|u| u.cell == 1), "{rest:?}");
+    assert_eq!(rest.len(), 6);
+}
+
+#[test]
+fn a_config_that_failed_is_not_repeated_in_its_cell() {
+    let mut s = scheduler("", false, false);
+    s.seed(&empty_scan());
+    let base = take(&mut s, 0, 0);
+    let r = ran(&s, 0, base, AttemptStatus::Ok, 100.0);
+    s.finish(0, 0, base, Some(&r));
+    let cand = take(&mut s, 0, 0);
+    assert_eq!((cand.cell, cand.repeat, cand.pos), (0, 0, 1));
+    let r = ran(&s, 0, cand, AttemptStatus::Failed, 100.0);
+    s.finish(0, 0, cand, Some(&r));
+    s.take_events();
+    let rest = drain(&mut s, 0, 0, AttemptStatus::Ok);
+    assert!(!rest.iter().any(|u| u.cell == 0 && u.pos == 1), "{rest:?}");
+    assert!(
+        skipped(&s.take_events()).contains(&(1, SkipCause::ConfigFailed)),
+        "the repeat is counted as skipped"
+    );
+}
+
+#[test]
+fn trials_the_ledger_holds_are_counted_and_never_handed_out() {
+    let mut s = scheduler("", false, false);
+    let base = Unit::sweep(0, 0, 0);
+    let cand = Unit::sweep(0, 1, 2);
+    let mut scan = empty_scan();
+    scan.attempts = vec![
+        record(&s, base, AttemptStatus::Ok),
+        record(&s, cand, AttemptStatus::Ok),
+    ];
+    scan.attempts.sort_by(|a, b| a.trial_key.cmp(&b.trial_key));
+    // What the driver derives from the same scan.
+    s.s.done = [s.setup().key_of(0, base), s.setup().key_of(0, cand)]
+        .into_iter()
+        .collect();
+    s.seed(&scan);
+    let planned = s.take_events();
+    assert_eq!(
+        planned[0],
+        LaunchEvent::Planned {
+            // Class 0: cell 0's 4 left + cell 1's 6; class 1: 12.
+            to_run: 22,
+            already_done: 2
+        }
+    );
+    let handed = drain(&mut s, 0, 0, AttemptStatus::Ok);
+    assert!(!handed.contains(&base) && !handed.contains(&cand));
+    assert_eq!(handed.len(), 10);
+}
+
+#[test]
+fn a_trial_lost_with_its_host_goes_back_a_bounded_number_of_times() {
+    let mut s = scheduler("", false, false);
+    s.seed(&empty_scan());
+    s.take_events();
+    let base = take(&mut s, 0, 0);
+    let mut lost = ran(&s, 0, base, AttemptStatus::Lost, 0.0);
+    lost.host_lost = true;
+    for _ in 0..MAX_HOST_LOSS_REQUEUES {
+        s.finish(0, 0, base, Some(&lost));
+        assert_eq!(s.take_events(), vec![LaunchEvent::TrialRequeued]);
+        // The other host of the class takes it.
+        assert_eq!(take(&mut s, 0, 1), base);
+    }
+    s.finish(0, 1, base, Some(&lost));
+    let events = s.take_events();
+    assert!(matches!(
+        events[0],
+        LaunchEvent::TrialLeftAfterHostLosses { losses: 3, .. }
+    ));
+    // Left for a later launch: its cell waits for the baseline, quietly
+    // counted as skipped with its reason.
+    assert_eq!(
+        skipped(&events),
+        vec![(
+            5,
+            SkipCause::BaselineLost {
+                cell: "n=10".to_string()
+            }
+        )]
+    );
+}
+
+#[test]
+fn a_bucket_confirms_once_all_its_cells_are_measured_and_its_round_runs_first() {
+    let mut s = scheduler("", true, false);
+    s.seed(&empty_scan());
+    // Cell 0 done, cell 1 not started: not ready.
+    let b0 = take(&mut s, 0, 0);
+    let r = ran(&s, 0, b0, AttemptStatus::Ok, 100.0);
+    s.finish(0, 0, b0, Some(&r));
+    assert!(s.buckets_ready(0, &[0]).is_empty());
+    drain(&mut s, 0, 0, AttemptStatus::Ok);
+    let ready = s.buckets_ready(0, &[0, 1]);
+    assert_eq!(ready, vec![("all".to_string(), vec![0, 1])]);
+    // Asked again: already started.
+    assert!(s.buckets_ready(0, &[1]).is_empty());
+    s.take_events();
+    let queued = s.queue_confirmation(0, "all", &[0, 1], Some(2));
+    // baseline and winner, 2 rounds, 2 cells.
+    assert_eq!(queued, 8);
+    assert_eq!(
+        s.take_events(),
+        vec![LaunchEvent::ConfirmationQueued {
+            bucket: "all".to_string(),
+            class: "hc-a".to_string(),
+            trials: 8
+        }]
+    );
+    let round: Vec<(u32, u32, u64)> = (0..4)
+        .map(|_| {
+            let u = take(&mut s, 0, 0);
+            assert_eq!(u.kind, Kind::Confirm);
+            let r = ran(&s, 0, u, AttemptStatus::Ok, 100.0);
+            s.finish(0, 0, u, Some(&r));
+            (u.cell, u.repeat, u.pos)
+        })
+        .collect();
+    // Interleaved: baseline, winner (config 2 → pos 3), baseline, winner.
+    assert_eq!(round, vec![(0, 0, 0), (0, 0, 3), (0, 1, 0), (0, 1, 3)]);
+}
+
+#[test]
+fn a_shard_never_confirms() {
+    let mut s = scheduler("", false, true);
+    s.seed(&empty_scan());
+    drain(&mut s, 0, 0, AttemptStatus::Ok);
+    assert!(s.buckets_ready(0, &[0, 1]).is_empty());
+}
+
+#[test]
+fn an_anchor_is_due_every_anchor_every_candidates_of_a_cell_on_a_host() {
+    let mut s = scheduler("", false, false);
+    s.seed(&empty_scan());
+    let mut due = Vec::new();
+    for _ in 0..6 {
+        let u = take(&mut s, 0, 0);
+        let r = ran(&s, 0, u, AttemptStatus::Ok, 100.0);
+        due.push((u.cell, u.pos, s.finish(0, 0, u, Some(&r))));
+    }
+    // Cell 0: baseline, then candidates 1 and 2 (the 2nd candidate is due),
+    // baseline repeat 1, candidate 1 of repeat 1...
+    assert_eq!(
+        due,
+        vec![
+            (0, 0, false),
+            (0, 1, false),
+            (0, 2, true),
+            (0, 0, false),
+            (0, 1, false),
+            (0, 2, true)
+        ]
+    );
+}
+
+/// A scheduler whose host 0 measured cell 0 with baseline readings
+/// `values` and candidates after each (so the anchor is due).
+fn measured(values: &[f64]) -> (Scheduler<'static>, Vec<Unit>) {
+    let mut s = scheduler("", false, false);
+    s.seed(&empty_scan());
+    let mut done = Vec::new();
+    let mut base = values.iter();
+    for _ in 0..3 {
+        let u = take(&mut s, 0, 0);
+        let v = if u.pos == 0 {
+            *base.next().unwrap_or(&100.0)
+        } else {
+            90.0
+        };
+        let r = ran(&s, 0, u, AttemptStatus::Ok, v);
+        s.finish(0, 0, u, Some(&r));
+        done.push(u);
+    }
+    s.take_events();
+    (s, done)
+}
+
+fn reading(value: f64) -> Reading {
+    Reading {
+        value,
+        noise: Some(0.01),
+    }
+}
+
+#[test]
+fn an_anchor_within_the_noise_is_clean_and_says_nothing() {
+    let (mut s, _) = measured(&[100.0]);
+    assert_eq!(s.first_anchor(0, 0, reading(102.0)), AnchorStep::Done);
+    assert!(s.take_events().is_empty());
+    assert!(!s.is_cooling(0));
+}
+
+#[test]
+fn a_slowdown_confirmed_by_a_burst_voids_cools_and_settles() {
+    let (mut s, measured_units) = measured(&[100.0]);
+    assert_eq!(s.first_anchor(0, 0, reading(130.0)), AnchorStep::Burst);
+    let burst = [reading(130.0), reading(128.0), reading(131.0)];
+    let Burst::Hot {
+        voids,
+        mut cooldown,
+        ..
+    } = s.burst(0, 0, &burst)
+    else {
+        panic!("a 30% slowdown is a drift");
+    };
+    // Everything host 0 measured since its last clean anchor runs again.
+    let voided: Vec<Unit> = voids.iter().map(|v| v.unit).collect();
+    assert_eq!(voided, measured_units);
+    assert!(s.is_cooling(0));
+    assert_eq!(s.next(0, 0, Instant::now()).0, Next::Wait);
+    assert!(matches!(s.take_events()[0], LaunchEvent::Drifted { .. }));
+    // Only the voided readings backed the reference: the host is stable
+    // again when two anchors in a row agree within cool_eps.
+    cooldown.start_try();
+    assert!(!cooldown.take(120.0));
+    cooldown.start_try();
+    assert!(cooldown.take(120.5));
+    let dropped = s.cooled(
+        0,
+        0,
+        0,
+        &voids,
+        &cooldown,
+        Some(reading(120.5)),
+        false,
+        Duration::ZERO,
+    );
+    assert_eq!(dropped, None);
+    assert!(!s.is_cooling(0));
+    let events = s.take_events();
+    assert!(events.contains(&LaunchEvent::Remeasure { count: 3 }));
+    assert!(matches!(
+        events.last(),
+        Some(LaunchEvent::CooledDown { tries: 2, .. })
+    ));
+    // The voided units are handed out again.
+    let again: Vec<Unit> = (0..3).map(|_| take(&mut s, 0, 0)).collect();
+    for u in &measured_units {
+        assert!(again.contains(u), "{u:?} runs again");
+    }
+}
+
+#[test]
+fn a_single_wild_anchor_is_cleared_by_its_burst() {
+    let (mut s, _) = measured(&[100.0]);
+    assert_eq!(s.first_anchor(0, 0, reading(130.0)), AnchorStep::Burst);
+    let burst = [reading(130.0), reading(100.5), reading(99.0)];
+    assert!(matches!(s.burst(0, 0, &burst), Burst::Clean));
+    assert!(!s.is_cooling(0));
+    assert!(s.take_events().is_empty());
+}
+
+#[test]
+fn a_host_that_does_not_settle_drops_the_cell_and_its_classmate_carries_on() {
+    let (mut s, _) = measured(&[100.0]);
+    s.first_anchor(0, 0, reading(130.0));
+    let Burst::Hot {
+        voids,
+        mut cooldown,
+        ..
+    } = s.burst(0, 0, &[reading(130.0), reading(131.0), reading(129.0)])
+    else {
+        panic!("a drift");
+    };
+    cooldown.start_try();
+    assert!(!cooldown.take(125.0));
+    let why = s.cooled(
+        0,
+        0,
+        0,
+        &voids,
+        &cooldown,
+        None,
+        false,
+        Duration::from_secs(9),
+    );
+    let why = why.expect("the cell is dropped");
+    assert_eq!(why.tries, 1);
+    assert!(
+        s.take_events()
+            .iter()
+            .any(|e| matches!(e, LaunchEvent::CellDropped { .. }))
+    );
+    // Host 0 hands cell 0's units on; host 1 (same class) runs them.
+    let from_y = take(&mut s, 0, 1);
+    assert_eq!(from_y.cell, 0);
+    // Once host 1 drops it too, what is left of the cell is skipped.
+    s.first_anchor(1, 0, reading(100.0));
+    let stopped = s.cooled(0, 1, 0, &[], &cooldown, None, false, Duration::ZERO);
+    assert!(stopped.is_some());
+    s.take_events();
+    let rest = drain(&mut s, 0, 0, AttemptStatus::Ok);
+    assert!(rest.iter().all(|u| u.cell == 1), "{rest:?}");
+    assert!(
+        skipped(&s.take_events())
+            .iter()
+            .any(|(_, c)| *c == SkipCause::CellDroppedEverywhere)
+    );
+}
+
+#[test]
+fn a_stopping_launch_neither_drops_cells_nor_announces_lost_baselines() {
+    let (mut s, _) = measured(&[100.0]);
+    s.first_anchor(0, 0, reading(130.0));
+    let Burst::Hot {
+        voids, cooldown, ..
+    } = s.burst(0, 0, &[reading(130.0), reading(131.0), reading(129.0)])
+    else {
+        panic!("a drift");
+    };
+    assert_eq!(
+        s.cooled(0, 0, 0, &voids, &cooldown, None, true, Duration::ZERO),
+        None
+    );
+    assert!(
+        !s.take_events()
+            .iter()
+            .any(|e| matches!(e, LaunchEvent::CellDropped { .. }))
+    );
+    let mut s = scheduler("", false, false);
+    s.seed(&empty_scan());
+    s.take_events();
+    let base = take(&mut s, 0, 0);
+    s.stopping();
+    s.finish(0, 0, base, None);
+    assert!(skipped(&s.take_events()).is_empty());
+}
+
+#[test]
+fn a_class_whose_hosts_stay_down_waits_then_is_given_up() {
+    let mut s = scheduler("", false, false);
+    s.seed(&empty_scan());
+    s.take_events();
+    let t0 = Instant::now();
+    let retry = Duration::from_secs(5);
+    // One of two hosts down: wait for it, the other works.
+    assert_eq!(
+        s.host_down(0, 0, t0, retry, t0),
+        HostGate::Wait(Duration::from_secs(1))
+    );
+    assert!(s.take_events().is_empty());
+    // Both down: announced once, then given up after --host-timeout.
+    assert!(matches!(
+        s.host_down(1, 0, t0, retry, t0),
+        HostGate::Wait(_)
+    ));
+    assert!(matches!(
+        s.take_events()[..],
+        [LaunchEvent::ClassAllDown { .. }]
+    ));
+    let later = t0 + Duration::from_secs(601);
+    assert_eq!(s.host_down(1, 0, t0, retry, later), HostGate::Leave);
+    assert!(matches!(
+        s.take_events()[..],
+        [LaunchEvent::ClassAbandoned {
+            left: 2,
+            cause: Abandon::AllDown { .. },
+            ..
+        }]
+    ));
+    assert!(s.host_left(0, 0));
+    // The other class is untouched.
+    assert!(!s.host_left(2, 1));
+}
+
+#[test]
+fn a_rejoining_host_is_announced_once() {
+    let mut s = scheduler("", false, false);
+    s.seed(&empty_scan());
+    s.take_events();
+    let t0 = Instant::now();
+    s.host_down(0, 0, t0, Duration::from_secs(1), t0);
+    assert!(s.host_up(0, 0, false));
+    assert!(!s.host_up(0, 0, false));
+    assert_eq!(
+        s.take_events(),
+        vec![LaunchEvent::HostRejoined {
+            host: "x".to_string()
+        }]
+    );
+}
+
+#[test]
+fn a_unit_another_launcher_holds_comes_back_when_due() {
+    let mut s = scheduler("", false, false);
+    s.seed(&empty_scan());
+    let t0 = Instant::now();
+    let u = take(&mut s, 1, 2);
+    s.defer(1, 2, u, t0 + Duration::from_secs(2));
+    // Cell 1's baseline first, then a wait until the deferred one is due.
+    assert_eq!(take(&mut s, 1, 2), Unit::sweep(1, 0, 0));
+    assert_eq!(s.next(1, 2, t0).0, Next::Wait);
+    match s.next(1, 2, t0 + Duration::from_secs(3)).0 {
+        Next::Run(again, _) => assert_eq!(again, u),
+        other => panic!("the deferred unit is due: {other:?}"),
+    }
+}
+
+#[test]
+fn the_same_results_give_the_same_schedule() {
+    let run = || {
+        let mut s = scheduler("", true, false);
+        s.seed(&empty_scan());
+        let mut order = Vec::new();
+        for host in [0usize, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1] {
+            if let (Next::Run(u, warm), _) = s.next(0, host, Instant::now()) {
+                let status = if u.pos == 2 {
+                    AttemptStatus::Failed
+                } else {
+                    AttemptStatus::Ok
+                };
+                let r = ran(&s, 0, u, status, 100.0);
+                s.finish(0, host, u, Some(&r));
+                order.push((host, u, warm));
+            }
+        }
+        (order, s.take_events())
+    };
+    assert_eq!(run(), run());
+}

@@ -1,15 +1,21 @@
-//! The ledger: append-only objects on an object store, in the layout of
-//! DESIGN.md. Every attempt is one immutable object written as soon as the
-//! attempt ends; nothing is ever rewritten. A corrupt object is reported by
-//! name and ignored, never fatal.
+//! The ledger: append-only objects on an object store (a local directory,
+//! S3, GCS or Azure), in the layout of docs/ledger.md (an overview is in
+//! docs/design.md). Every attempt is one immutable object written as soon
+//! as the attempt ends and never rewritten; only derived objects (plans,
+//! verdicts, the index) are overwritten, and only leases are deleted. A
+//! corrupt object is reported by name and ignored, never fatal.
 //!
 //! ```text
 //! <study>/study.json
 //! <study>/hosts/<host>/<fp-hash>.json
 //! <study>/trials/<trial-key>/<attempt>.json
-//! <study>/verdicts/<class>/<bucket>.json
-//! <study>/log/<stream>/<n>-<trial-key>-<attempt>.json   written before the attempt (log.rs)
-//! <study>/index/compact.json                            derived (index.rs, scan.rs)
+//! <study>/trials/<trial-key>/<attempt>.void                voids that attempt (drift)
+//! <study>/drops/<class>/<cell-hash>-<host>.json
+//! <study>/plan/<class>/<cell-index>.json                   derived
+//! <study>/verdicts/<class>/<bucket>.json                   derived
+//! <study>/leases/<trial-key>/<generation>.json             lease.rs
+//! <study>/log/<stream>/<n>-<trial-key>-<attempt>.json      written before the attempt (log.rs)
+//! <study>/index/compact.json                               derived (index.rs, scan.rs)
 //! ```
 //!
 //! docs/ledger.md has the whole layout and how scans read it.
@@ -202,8 +208,8 @@ pub fn redact_url(url: &str) -> String {
 
 impl Ledger {
     /// Open a ledger URL: a plain path or `file://` URL (created if
-    /// missing). Remote stores (`s3://`, `gs://`, `az://`) are refused with
-    /// a clear message until they are supported.
+    /// missing), or a remote store (`s3://`, `gs://`, `az://`) configured
+    /// from the standard environment; any other scheme is refused.
     pub fn open(url: &str) -> Result<Ledger, LedgerError> {
         let shown = redact_url(url);
         let open_err = |message: String| LedgerError::Open {

@@ -154,7 +154,7 @@ pub struct AttemptRecord {
     pub cell_label: String,
     pub cell_index: u32,
     pub repeat: u32,
-    /// `sweep`, `anchor` or `confirm` (see `trial::Role`).
+    /// `sweep`, `anchor`, `confirm` or `rung` (see `trial::Role`).
     #[serde(default = "default_role")]
     pub role: String,
     pub fidelity: Option<f64>,

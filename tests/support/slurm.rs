@@ -54,7 +54,7 @@
 //! (Debian; `scripts/test.sh` installs them through scripts/slurm.sh and
 //! starts munged; if munged is not answering, the first cluster runs
 //! `slurm_install` from that script to start it). Facts about Slurm that
-//! this relies on: /work/shared/TESTBED.md and the comments below.
+//! this relies on: docs/testing.md and the comments below.
 #![allow(dead_code)]
 
 use std::collections::{HashMap, HashSet};

@@ -18,7 +18,7 @@
 //!
 //! Needs `/usr/sbin/sshd`, `ssh` and `ssh-keygen` (Debian: openssh-server,
 //! openssh-client; `scripts/test.sh` installs them). Facts about sshd that
-//! this relies on: /work/shared/TESTBED.md and the comments below.
+//! this relies on: docs/testing.md and the comments below.
 #![allow(dead_code)]
 
 use std::collections::hash_map::DefaultHasher;

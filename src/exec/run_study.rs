@@ -880,3 +880,6 @@ impl<'a> Launch<'a> {
         self.plan.space.index_of(self.study, &winner.config)
     }
 }
+
+#[cfg(test)]
+mod tests;

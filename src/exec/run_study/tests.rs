@@ -1,0 +1,330 @@
+//! The launch driver over a FAKE transport: hosts that run no process and
+//! answer with a known truth (config → time, with 1% noise), a real ledger
+//! in a temporary folder, and the real scheduler, runner and analysis. The
+//! seam is the [`Transport`] trait, so host drops and thermal episodes can
+//! be played exactly, without sshd or Slurm.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Instant;
+
+use async_trait::async_trait;
+
+use super::*;
+use crate::exec::local::RunOutput;
+use crate::exec::{AttemptOutcome, AttemptSpec};
+use crate::ledger::records::ExitInfo;
+
+/// Knob `a`: 1 is the baseline (100 ms), 2 is 10% faster, 3 is 30% faster.
+/// Lower is better.
+const STUDY: &str = "name: fake-driver
+knobs:
+  a: {kind: int, values: [1, 2, 3], default: 1}
+cells:
+  n: [10]
+trial: {command: 'run {{ a }}', timeout: 5s}
+objective: {metric: t, unit: ms, better: lower}
+measurement:
+  warmup: 0
+  repeats: 3
+  anchor_every: 2
+  confirm_repeats: 2
+  cool_wait: 10ms
+  cool_max_wait: 5s
+";
+
+fn time_of(a: i64) -> f64 {
+    match a {
+        1 => 100.0,
+        2 => 90.0,
+        _ => 70.0,
+    }
+}
+
+/// A FAKE host: no process runs; each attempt returns 5 samples of its
+/// config's time × the host's current slowdown × 1% noise.
+struct FakeHost {
+    name: String,
+    runs: AtomicUsize,
+    /// From run `start` to run `end` (counted over every attempt, anchors
+    /// included), the host is `factor` times slower: a thermal episode.
+    episode: Option<(usize, usize, f64)>,
+    /// At this run the host drops: the attempt is lost with it, and the
+    /// host answers again after `down_checks` state checks.
+    drop_at: Option<usize>,
+    down_checks: AtomicUsize,
+    noise: Mutex<u64>,
+}
+
+impl FakeHost {
+    fn new(name: &str) -> FakeHost {
+        FakeHost {
+            name: name.to_string(),
+            runs: AtomicUsize::new(0),
+            episode: None,
+            drop_at: None,
+            down_checks: AtomicUsize::new(0),
+            noise: Mutex::new(name.len() as u64 + 1),
+        }
+    }
+
+    /// ±1% (uniform), from a small deterministic generator.
+    fn jitter(&self) -> f64 {
+        let mut s = self.noise.lock().expect("noise lock");
+        *s = s
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        let u = (*s >> 11) as f64 / (1u64 << 53) as f64;
+        1.0 + 0.02 * (u - 0.5)
+    }
+}
+
+#[async_trait]
+impl Transport for FakeHost {
+    fn trial_dir(&self, study: &str, trial_key: &str, attempt_id: &str) -> String {
+        ["/fake", study, trial_key, attempt_id].join("/")
+    }
+
+    async fn probe(&self, _tools: &BTreeMap<String, String>) -> Result<Fingerprint, String> {
+        Ok(Fingerprint {
+            schema: crate::fingerprint::SCHEMA_VERSION,
+            hostname: Some(self.name.clone()),
+            arch: Some("x86_64".to_string()),
+            os: Some("FakeOS".to_string()),
+            kernel: Some("1.0".to_string()),
+            cpu_model: Some("Fake CPU".to_string()),
+            cpu_count: Some(8),
+            memory_mib: Some(16384),
+            gpus: Vec::new(),
+            driver_version: None,
+            cuda_version: None,
+            tools: BTreeMap::new(),
+        })
+    }
+
+    async fn run_attempt(&self, spec: &AttemptSpec, _cancel: &CancellationToken) -> AttemptOutcome {
+        tokio::task::yield_now().await;
+        let n = self.runs.fetch_add(1, Ordering::SeqCst);
+        if self.drop_at == Some(n) {
+            self.down_checks.store(3, Ordering::SeqCst);
+            return AttemptOutcome {
+                host_lost: Some("connection reset (fake)".to_string()),
+                ..Default::default()
+            };
+        }
+        let a: i64 = spec
+            .env
+            .iter()
+            .find(|(k, _)| k == "TUNECTL_KNOB_A")
+            .and_then(|(_, v)| v.parse().ok())
+            .unwrap_or(1);
+        let factor = match self.episode {
+            Some((start, end, f)) if (start..end).contains(&n) => f,
+            _ => 1.0,
+        };
+        let samples: Vec<f64> = (0..5)
+            .map(|_| time_of(a) * factor * self.jitter())
+            .collect();
+        let result = serde_json::json!({"metrics": {"t": samples}, "digest": "same output"});
+        AttemptOutcome {
+            run: Some(RunOutput {
+                exit: ExitInfo {
+                    code: Some(0),
+                    signal: None,
+                },
+                timed_out: false,
+                cancelled: false,
+                elapsed: Duration::from_millis(1),
+                stdout_tail: String::new(),
+                stderr_tail: String::new(),
+                stderr_head: String::new(),
+            }),
+            result: Some(result.to_string().into_bytes()),
+            elapsed: Duration::from_millis(1),
+            ..Default::default()
+        }
+    }
+
+    async fn state(&self) -> HostState {
+        let left = self.down_checks.load(Ordering::SeqCst);
+        if left == 0 {
+            return HostState::Up { rejoined: false };
+        }
+        self.down_checks.store(left - 1, Ordering::SeqCst);
+        if left == 1 {
+            return HostState::Up { rejoined: true };
+        }
+        HostState::Down {
+            reason: "connection reset (fake)".to_string(),
+            since: Instant::now(),
+            retry_in: Duration::from_millis(10),
+            first: left == 3,
+        }
+    }
+}
+
+struct Ran {
+    summary: LaunchSummary,
+    events: Vec<LaunchEvent>,
+    analysis: crate::report::Analysis,
+    scan: Arc<crate::ledger::Scan>,
+}
+
+async fn launch(hosts: Vec<FakeHost>) -> Ran {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let study =
+        Study::from_text(&dir.path().join("study.yaml"), STUDY).expect("the fake study is valid");
+    let ledger_dir = dir.path().join("ledger");
+    std::fs::create_dir(&ledger_dir).expect("ledger dir");
+    let ledger = Ledger::open(&ledger_dir.display().to_string()).expect("ledger");
+    let hosts: Vec<LaunchHost> = hosts
+        .into_iter()
+        .map(|h| LaunchHost {
+            name: h.name.clone(),
+            transport_name: "fake".to_string(),
+            slots: 1,
+            devices: None,
+            device_env: "CUDA_VISIBLE_DEVICES".to_string(),
+            transport: Arc::new(h),
+        })
+        .collect();
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let options = LaunchOptions {
+        host_timeout: Duration::from_secs(60),
+        ..Default::default()
+    };
+    let summary = run_study(
+        &study,
+        study.id(),
+        &ledger,
+        hosts,
+        options,
+        tx,
+        CancellationToken::new(),
+    )
+    .await
+    .expect("the launch runs");
+    let mut events = Vec::new();
+    while let Ok(ev) = rx.try_recv() {
+        events.push(ev);
+    }
+    let record = ledger
+        .read_study(study.id())
+        .await
+        .expect("ledger read")
+        .expect("study record");
+    let scan = ledger.scan(study.id()).await.expect("scan");
+    let plans = ledger.plans(study.id()).await.expect("plans");
+    let (host_records, _) = ledger.hosts(study.id()).await.expect("hosts");
+    let analysis = crate::report::analyze_planned(&record, &scan, &host_records, &plans);
+    Ran {
+        summary,
+        events,
+        analysis,
+        scan,
+    }
+}
+
+/// The shipped config's label and the level, as the report's JSON says.
+fn verdict(r: &Ran) -> (String, serde_json::Value) {
+    let bucket = &r.analysis.classes[0].buckets[0];
+    (
+        bucket
+            .winner
+            .as_ref()
+            .map(|w| w.label.clone())
+            .unwrap_or_default(),
+        serde_json::to_value(&bucket.level).expect("level"),
+    )
+}
+
+/// Every trial has exactly one finished (ok or failed) attempt.
+fn counted_once(scan: &crate::ledger::Scan) {
+    let mut finished: HashMap<&str, usize> = HashMap::new();
+    for a in &scan.attempts {
+        if a.status != AttemptStatus::Lost {
+            *finished.entry(a.trial_key.as_str()).or_default() += 1;
+        }
+    }
+    assert!(
+        finished.values().all(|n| *n == 1),
+        "a trial finished twice: {finished:?}"
+    );
+}
+
+fn current_thread() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime")
+}
+
+#[test]
+fn the_fastest_config_ships_as_a_verdict_over_two_fake_hosts() {
+    let r = current_thread().block_on(launch(vec![FakeHost::new("x"), FakeHost::new("y")]));
+    assert_eq!(
+        verdict(&r),
+        ("a=3".to_string(), serde_json::json!("verdict"))
+    );
+    // 3 configs × 3 repeats, then 2 confirmation pairs.
+    assert_eq!(
+        r.summary.ran,
+        9 + r.summary.confirm_trials + r.summary.anchors
+    );
+    assert_eq!(r.summary.confirm_trials, 4);
+    assert_eq!((r.summary.failed, r.summary.lost), (0, 0));
+    counted_once(&r.scan);
+}
+
+#[test]
+fn a_host_that_drops_mid_launch_loses_nothing_and_counts_nothing_twice() {
+    let mut x = FakeHost::new("x");
+    x.drop_at = Some(2);
+    let r = current_thread().block_on(launch(vec![x, FakeHost::new("y")]));
+    assert_eq!(r.summary.requeued, 1);
+    assert_eq!(r.summary.lost, 1);
+    assert!(
+        r.events
+            .iter()
+            .any(|e| matches!(e, LaunchEvent::HostDropped { host, .. } if host == "x"))
+    );
+    assert!(
+        r.events
+            .iter()
+            .any(|e| matches!(e, LaunchEvent::HostRejoined { host } if host == "x"))
+    );
+    assert_eq!(
+        verdict(&r),
+        ("a=3".to_string(), serde_json::json!("verdict"))
+    );
+    counted_once(&r.scan);
+}
+
+#[test]
+fn a_thermal_episode_is_voided_remeasured_and_does_not_change_the_winner() {
+    // Host x alone, 40% slower from its 6th run (an anchor is due after
+    // candidates 1 and 2 of repeat 0, and again at repeat 1) for 5 runs.
+    let mut x = FakeHost::new("x");
+    x.episode = Some((5, 10, 1.4));
+    let r = current_thread().block_on(launch(vec![x]));
+    assert!(
+        r.events
+            .iter()
+            .any(|e| matches!(e, LaunchEvent::Drifted { .. })),
+        "the episode is seen: {:?}",
+        r.events
+    );
+    assert!(r.summary.voided > 0);
+    assert_eq!(r.summary.dropped_cells, 0);
+    assert!(
+        r.events
+            .iter()
+            .any(|e| matches!(e, LaunchEvent::CooledDown { .. }))
+    );
+    assert_eq!(
+        verdict(&r),
+        ("a=3".to_string(), serde_json::json!("verdict"))
+    );
+    counted_once(&r.scan);
+}

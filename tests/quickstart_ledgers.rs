@@ -175,10 +175,10 @@ fn the_quickstart_runs_on_s3_as_on_a_local_ledger() {
         };
         let all = number(line.strip_prefix("ran ").unwrap_or_default());
         let confirm = line
-            .split("besides: ")
+            .split("among them ")
             .nth(1)
             .and_then(|rest| {
-                rest.split(", ")
+                rest.split(" and ")
                     .find(|p| p.contains("confirmation trials"))
                     .map(number)
             })

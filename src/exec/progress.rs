@@ -50,21 +50,25 @@ fn counts_line(c: &LaunchSummary) -> String {
     )
 }
 
-/// The launch's closing line: what ran, what was found done, and what the
-/// drift watch and confirmation added.
+/// The launch's closing line: what ran (confirmation rounds and anchors
+/// among it), what was found done or skipped, and what drift cost.
 pub fn summary_line(s: &LaunchSummary) -> String {
-    let mut besides = Vec::new();
+    let mut among = Vec::new();
     if s.confirm_trials > 0 {
-        besides.push(format!("{} confirmation trials", s.confirm_trials));
+        among.push(format!("{} confirmation trials", s.confirm_trials));
     }
     if s.anchors > 0 {
-        besides.push(format!("{} baseline anchors", s.anchors));
+        among.push(format!("{} baseline anchors", s.anchors));
     }
+    let mut drift = Vec::new();
     if s.voided > 0 {
-        besides.push(format!("{} measurements discarded after drift", s.voided));
+        drift.push(format!(
+            "{} measurements discarded after drift and run again",
+            s.voided
+        ));
     }
     if s.dropped_cells > 0 {
-        besides.push(format!(
+        drift.push(format!(
             "{} {} dropped after drift",
             s.dropped_cells,
             if s.dropped_cells == 1 {
@@ -75,17 +79,22 @@ pub fn summary_line(s: &LaunchSummary) -> String {
         ));
     }
     format!(
-        "ran {} trials ({} ok, {} failed), {} lost, {} already in the ledger, {} skipped{}",
+        "ran {} trials ({} ok, {} failed{}), {} lost, {} already in the ledger, {} skipped{}",
         s.ran,
         s.ok,
         s.failed,
+        if among.is_empty() {
+            String::new()
+        } else {
+            format!("; among them {}", among.join(" and "))
+        },
         s.lost,
         s.already_done,
         s.skipped,
-        if besides.is_empty() {
+        if drift.is_empty() {
             String::new()
         } else {
-            format!("; besides: {}", besides.join(", "))
+            format!("; {}", drift.join(", "))
         }
     )
 }
@@ -494,6 +503,24 @@ mod tests {
         assert_eq!(
             threshold_text(&t),
             "12.3%: cool_drift; the anchors' noise is not known yet"
+        );
+    }
+
+    #[test]
+    fn the_closing_line_counts_confirmations_and_anchors_among_what_ran() {
+        let s = LaunchSummary {
+            ran: 20,
+            ok: 19,
+            failed: 1,
+            confirm_trials: 4,
+            anchors: 3,
+            voided: 2,
+            dropped_cells: 1,
+            ..Default::default()
+        };
+        assert_eq!(
+            summary_line(&s),
+            "ran 20 trials (19 ok, 1 failed; among them 4 confirmation trials and 3 baseline anchors), 0 lost, 0 already in the ledger, 0 skipped; 2 measurements discarded after drift and run again, 1 cell dropped after drift"
         );
     }
 

@@ -49,7 +49,7 @@ use crate::search::{
 };
 use crate::space;
 use crate::spec::{CommandRenderer, Study, TrialVars, Value};
-use crate::trial::{Role, TrialIdentity};
+use crate::trial::{Role, RoleKind, TrialIdentity};
 
 /// A host ready to take trials.
 pub struct LaunchHost {
@@ -617,7 +617,7 @@ pub async fn run_study(
     let first_baselines: HashMap<String, AttemptStatus> = scan
         .terminal()
         .values()
-        .filter(|a| a.is_baseline && a.role == "sweep" && a.repeat == 0)
+        .filter(|a| a.is_baseline && a.role == RoleKind::Sweep && a.repeat == 0)
         .map(|a| (a.trial_key.clone(), a.status))
         .collect();
     let shared = Shared {
@@ -886,7 +886,7 @@ impl Shared<'_> {
         for a in terminal.values() {
             if a.status == AttemptStatus::Failed
                 && a.spec_hash == self.spec_hash
-                && a.role == "sweep"
+                && a.role == RoleKind::Sweep
                 && let Some(class) = self.class_ids.iter().position(|c| *c == a.host_class)
             {
                 st.classes[class]
@@ -957,7 +957,7 @@ impl Shared<'_> {
         // Terminal rung attempts of this spec by (class, cell).
         let mut rungs: HashMap<(&str, u32), HashMap<String, Arc<AttemptRecord>>> = HashMap::new();
         for a in scan.terminal().values() {
-            if a.role == "rung" && a.spec_hash == self.spec_hash {
+            if a.role == RoleKind::Rung && a.spec_hash == self.spec_hash {
                 rungs
                     .entry((a.host_class.as_str(), a.cell_index))
                     .or_default()
@@ -2672,7 +2672,7 @@ impl Shared<'_> {
             cell_label: cell_label.clone(),
             cell_index: cell,
             repeat,
-            role: role.name().to_string(),
+            role: role.kind(),
             fidelity: budget,
             host: host.name.clone(),
             host_class: self.class_ids[class].clone(),

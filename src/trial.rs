@@ -153,7 +153,8 @@ impl TrialIdentity<'_> {
 }
 
 /// Whether a run counts.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum Phase {
     /// Uncounted, to fill caches and compile.
     Warmup,

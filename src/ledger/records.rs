@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::fingerprint::Fingerprint;
 use crate::spec::FrozenSpec;
-use crate::trial::RoleKind;
+use crate::trial::{Phase, RoleKind};
 
 pub const SCHEMA: u32 = 1;
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");
@@ -83,8 +83,8 @@ impl FailureClass {
 pub struct Failure {
     pub class: FailureClass,
     pub detail: String,
-    /// `warmup` or `measure`: which run failed.
-    pub phase: String,
+    /// Which run failed.
+    pub phase: Phase,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]

@@ -250,10 +250,41 @@ pub struct Confirmation {
     pub confirmed: bool,
     /// Why the round failed outright (a crash or a changed output),
     /// whatever the timings said.
-    pub failure: Option<String>,
+    pub failure: Option<RoundFailure>,
     /// The round has fewer than `selection.min_samples` samples on a side:
     /// it can neither confirm nor refuse (the bucket stays a draft).
     pub spread_unknown: bool,
+}
+
+/// A confirmation trial that failed the round outright. Written in the
+/// report as its sentence.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RoundFailure {
+    /// How it failed; `None` for a failed attempt that does not say.
+    pub class: Option<FailureClass>,
+    pub detail: String,
+    pub repeat: u32,
+    pub host: String,
+}
+
+impl fmt::Display for RoundFailure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.class {
+            Some(class) => write!(f, "{}: {}", class.as_str(), self.detail)?,
+            None => f.write_str("failed")?,
+        }
+        write!(
+            f,
+            " (confirmation repeat {}, host {})",
+            self.repeat, self.host
+        )
+    }
+}
+
+impl Serialize for RoundFailure {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -1519,10 +1550,14 @@ fn decide_bucket(
             out.winner = Some(winner);
         }
         Some(c) if !c.confirmed && c.failure.is_some() => {
+            let failure = c
+                .failure
+                .as_ref()
+                .map(RoundFailure::to_string)
+                .unwrap_or_default();
             out.decision = format!(
-                "baseline kept: {} failed its final round against the baseline: {}",
+                "baseline kept: {} failed its final round against the baseline: {failure}",
                 pick.report.label,
-                c.failure.as_deref().unwrap_or_default()
             );
             for pc in out.per_cell.iter_mut() {
                 pc.winner = None;
@@ -1533,7 +1568,7 @@ fn decide_bucket(
                 config_label: pick.report.label.clone(),
                 cell_label: "(confirmation round)".to_string(),
                 speedup: None,
-                reason: c.failure.clone().unwrap_or_default(),
+                reason: failure,
             });
             winner.confirmation = Some(c);
             return out;
@@ -1649,20 +1684,20 @@ fn confirm(
         };
         for a in &win.confirm {
             let failure = if a.status == AttemptStatus::Failed {
-                a.failure
-                    .as_ref()
-                    .map(|f| format!("{}: {}", f.class.as_str(), f.detail))
-                    .or(Some("failed".to_string()))
+                Some(match &a.failure {
+                    Some(f) => (Some(f.class), f.detail.clone()),
+                    None => (None, String::new()),
+                })
             } else if a.status == AttemptStatus::Ok {
                 reference.and_then(|r| {
                     crate::gate::compare_outputs(r, a, rules.tolerance.as_ref())
                         .err()
-                        .map(|why| format!("output_changed: {why}"))
+                        .map(|why| (Some(FailureClass::OutputChanged), why))
                 })
             } else {
                 None
             };
-            if let Some(f) = failure {
+            if let Some((class, detail)) = failure {
                 return Some(Confirmation {
                     speedup: 0.0,
                     baseline: None,
@@ -1670,10 +1705,12 @@ fn confirm(
                     threshold: rules.min_improvement,
                     confirmed: false,
                     spread_unknown: false,
-                    failure: Some(format!(
-                        "{f} (confirmation repeat {}, host {})",
-                        a.repeat, a.host
-                    )),
+                    failure: Some(RoundFailure {
+                        class,
+                        detail,
+                        repeat: a.repeat,
+                        host: a.host.clone(),
+                    }),
                 });
             }
         }
@@ -1841,7 +1878,7 @@ mod tests {
             failure: failed.then(|| Failure {
                 class: FailureClass::Crash,
                 detail: "exit code 3".into(),
-                phase: "measure".into(),
+                phase: crate::trial::Phase::Measure,
             }),
             exit: None,
             metrics: if failed {
@@ -2081,7 +2118,7 @@ mod tests {
         crash.failure = Some(Failure {
             class: FailureClass::Oom,
             detail: "CUDA out of memory".into(),
-            phase: "measure".into(),
+            phase: crate::trial::Phase::Measure,
         });
         let attempts = vec![
             at(0, "baseline", 1, 0, 100.0, "sweep"),

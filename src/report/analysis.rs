@@ -1940,6 +1940,34 @@ mod tests {
         assert!((s - 1.2).abs() < 1e-9);
     }
 
+    /// An attempt of a role this tunectl does not know is counted and set
+    /// aside: it is no evidence for or against any config.
+    #[test]
+    fn an_unknown_role_is_ignored() {
+        let mut probe = attempt(1, "a=2", 1, &[1.0, 1.0, 1.0], "other", false);
+        probe.role = RoleKind::Unknown("probe".into());
+        let scan = Scan {
+            attempts: vec![
+                attempt(0, "baseline", 0, &[100.0, 101.0, 99.0], "d", false),
+                attempt(1, "a=2", 0, &[150.0, 151.0, 149.0], "d", false),
+                probe,
+            ],
+            ..Default::default()
+        };
+        let a = analyze(&study(), &scan, &[]);
+        assert_eq!(a.unknown_role_attempts, 1);
+        let c = &a.classes[0].cells[0];
+        assert!(c.rejected.is_empty());
+        assert_eq!(c.winner.as_ref().map(|w| w.label.as_str()), Some("a=2"));
+        let text = super::super::render(&a, super::super::Format::Table, false);
+        assert!(text.contains("1 attempts of a role"), "{text}");
+        let json = serde_json::to_value(&a).expect("json");
+        assert_eq!(json["unknown_role_attempts"], 1);
+        let none = analyze(&study(), &Scan::default(), &[]);
+        let json = serde_json::to_value(&none).expect("json");
+        assert!(json.get("unknown_role_attempts").is_none(), "{json}");
+    }
+
     #[test]
     fn a_win_within_noise_is_no_improvement() {
         let c = cell(vec![

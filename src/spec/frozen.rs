@@ -10,11 +10,8 @@ use std::ops::Deref;
 use serde::de::{DeserializeOwned, Error as _};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
-use super::study::{Better, BucketRule, DEFAULT_MIN_SAMPLES, KnobKind, Study};
+use super::study::{Better, BucketRule, KnobKind, Selection, Study};
 use crate::gate::ToleranceSpec;
-
-/// `selection.min_improvement` of a frozen spec that has none.
-pub const MIN_IMPROVEMENT: f64 = 0.02;
 
 /// A frozen spec: its JSON as stored and the sections read from it.
 #[derive(Debug, Clone, PartialEq)]
@@ -66,6 +63,9 @@ pub struct FrozenKnob {
     pub default: serde_json::Value,
 }
 
+/// Without `repeats` or `confirm_repeats`, the report has always taken one
+/// sweep repeat and no confirmation round (not a study's defaults: those
+/// are always frozen).
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(default)]
 pub struct FrozenMeasurement {
@@ -82,6 +82,7 @@ impl Default for FrozenMeasurement {
     }
 }
 
+/// Defaults: a study's (`spec::Selection`).
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(default)]
 pub struct FrozenSelection {
@@ -91,13 +92,19 @@ pub struct FrozenSelection {
     pub min_samples: u32,
 }
 
+impl From<&Selection> for FrozenSelection {
+    fn from(s: &Selection) -> Self {
+        FrozenSelection {
+            min_improvement: s.min_improvement,
+            min_hosts: s.min_hosts,
+            min_samples: s.min_samples,
+        }
+    }
+}
+
 impl Default for FrozenSelection {
     fn default() -> Self {
-        FrozenSelection {
-            min_improvement: MIN_IMPROVEMENT,
-            min_hosts: 1,
-            min_samples: DEFAULT_MIN_SAMPLES,
-        }
+        FrozenSelection::from(&Selection::default())
     }
 }
 
@@ -171,11 +178,7 @@ impl FrozenSpec {
                 repeats: study.measurement.repeats,
                 confirm_repeats: study.measurement.confirm_repeats,
             },
-            selection: FrozenSelection {
-                min_improvement: study.selection.min_improvement,
-                min_hosts: study.selection.min_hosts,
-                min_samples: study.selection.min_samples,
-            },
+            selection: FrozenSelection::from(&study.selection),
             buckets: study.buckets.clone(),
             gate: FrozenGate {
                 tolerance: study.gate.tolerance.as_ref().map(ToleranceSpec::from),
@@ -260,7 +263,14 @@ fidelity: {unit: samples, min_budget: 1, max_budget: 9, metric: t}
     fn missing_sections_take_their_defaults() {
         let json = json!({"objective": {"name": "tp"}, "knobs": [], "extra": [1, 2]});
         let spec = FrozenSpec::from_json(json.clone()).expect("old spec");
-        assert_eq!(spec.selection, FrozenSelection::default());
+        assert_eq!(
+            (
+                spec.selection.min_improvement,
+                spec.selection.min_hosts,
+                spec.selection.min_samples
+            ),
+            (0.02, 1, 3)
+        );
         assert_eq!(spec.measurement.repeats, 1);
         assert_eq!(spec.objective.better, Better::Higher);
         assert!(spec.gate.tolerance.is_none() && spec.fidelity.is_none());

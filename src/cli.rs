@@ -1115,7 +1115,7 @@ async fn launch(a: LaunchArgs) -> Result<(), CliError> {
                     .write_verdict(&study_id, &class.host_class, &bucket.key, &value)
                     .await
                     .map_err(failed)?;
-                if bucket.level != "verdict" {
+                if bucket.level != report::analysis::Level::Verdict {
                     drafts.push(format!(
                         "{} · {}: {}",
                         class.host_class, bucket.label, bucket.level_reason
@@ -1130,7 +1130,7 @@ async fn launch(a: LaunchArgs) -> Result<(), CliError> {
                         .as_ref()
                         .map(|w| w.label.as_str())
                         .unwrap_or("baseline"),
-                    bucket.level.to_uppercase(),
+                    bucket.level.as_str().to_uppercase(),
                     bucket.decision
                 );
             }
@@ -1524,21 +1524,23 @@ async fn status_cmd(a: StatusArgs) -> Result<(), CliError> {
         key_class.insert(key, first.host_class.as_str());
         let c = classes.entry(first.host_class.clone()).or_default();
         c.host_class = first.host_class.clone();
-        match first.role.as_str() {
-            "anchor" => {
+        match first.role {
+            crate::trial::RoleKind::Anchor => {
                 // An anchor lost with its host is not a missing trial.
                 c.anchors += u64::from(terminal.contains_key(key));
                 continue;
             }
-            "confirm" => {
+            crate::trial::RoleKind::Confirm => {
                 c.confirm_trials += u64::from(terminal.contains_key(key));
                 continue;
             }
-            "rung" => {
+            crate::trial::RoleKind::Rung => {
                 c.screening += u64::from(terminal.contains_key(key));
                 continue;
             }
-            _ => {}
+            // Not a trial of any plan: nothing this tunectl runs or waits for.
+            crate::trial::RoleKind::Unknown(_) => continue,
+            crate::trial::RoleKind::Sweep => {}
         }
         match terminal.get(key).map(|t| t.status) {
             Some(crate::ledger::AttemptStatus::Ok) => c.done += 1,
@@ -1588,7 +1590,9 @@ async fn status_cmd(a: StatusArgs) -> Result<(), CliError> {
                 Default::default();
             let mut failed_baselines: std::collections::HashSet<(&str, u32)> = Default::default();
             for a in terminal.values() {
-                if a.role == "sweep" && a.status == crate::ledger::AttemptStatus::Failed {
+                if a.role == crate::trial::RoleKind::Sweep
+                    && a.status == crate::ledger::AttemptStatus::Failed
+                {
                     failed_configs.insert((a.host_class.as_str(), a.cell_index, a.config_index));
                     if a.is_baseline && a.repeat == 0 {
                         failed_baselines.insert((a.host_class.as_str(), a.cell_index));

@@ -350,14 +350,9 @@ pub struct ToleranceSpec {
 }
 
 impl ToleranceSpec {
-    /// `spec["gate"]["tolerance"]` of a frozen spec; `None` when the study
-    /// has none (or it cannot be read).
-    pub fn from_spec(spec: &serde_json::Value) -> Option<ToleranceSpec> {
-        let t = spec.get("gate")?.get("tolerance")?;
-        if t.is_null() {
-            return None;
-        }
-        serde_json::from_value(t.clone()).ok()
+    /// `gate.tolerance` of a frozen spec; `None` when the study has none.
+    pub fn from_spec(spec: &crate::spec::FrozenSpec) -> Option<ToleranceSpec> {
+        spec.gate.tolerance.clone()
     }
 }
 
@@ -1019,13 +1014,14 @@ mod tests {
 
     #[test]
     fn tolerance_from_the_frozen_spec() {
-        let spec = serde_json::json!({
+        let read = |v: serde_json::Value| crate::spec::FrozenSpec::from_json(v).expect("spec");
+        let spec = read(serde_json::json!({
             "gate": {
                 "outputs": ["logits.json", "tokens.txt"],
                 "patterns": {},
                 "tolerance": {"files": ["logits.json"], "rtol": 0.001, "atol": 0.0}
             }
-        });
+        }));
         assert_eq!(
             ToleranceSpec::from_spec(&spec),
             Some(ToleranceSpec {
@@ -1034,17 +1030,18 @@ mod tests {
                 atol: 0.0
             })
         );
-        let none = serde_json::json!({"gate": {"outputs": [], "tolerance": null}});
+        let none = read(serde_json::json!({"gate": {"outputs": [], "tolerance": null}}));
         assert_eq!(ToleranceSpec::from_spec(&none), None);
-        assert_eq!(ToleranceSpec::from_spec(&serde_json::json!({})), None);
+        assert_eq!(ToleranceSpec::from_spec(&read(serde_json::json!({}))), None);
         // What a loaded study freezes reads back.
         let t = crate::spec::study::Tolerance {
             files: vec!["a.json".into()],
             rtol: 0.5,
             atol: 2.0,
         };
-        let frozen =
-            serde_json::json!({"gate": {"tolerance": serde_json::to_value(&t).expect("json")}});
+        let frozen = read(
+            serde_json::json!({"gate": {"tolerance": serde_json::to_value(&t).expect("json")}}),
+        );
         assert_eq!(
             ToleranceSpec::from_spec(&frozen),
             Some(ToleranceSpec::from(&t))

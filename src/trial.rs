@@ -38,6 +38,7 @@ pub enum Role {
 }
 
 impl Role {
+    /// As `TUNECTL_ROLE` and attempt records write it.
     pub fn name(&self) -> &'static str {
         match self {
             Role::Sweep => "sweep",
@@ -45,6 +46,69 @@ impl Role {
             Role::Confirm => "confirm",
             Role::Rung => "rung",
         }
+    }
+
+    /// What the attempt record of this trial says it is for.
+    pub fn kind(&self) -> RoleKind {
+        match self {
+            Role::Sweep => RoleKind::Sweep,
+            Role::Anchor { .. } => RoleKind::Anchor,
+            Role::Confirm => RoleKind::Confirm,
+            Role::Rung => RoleKind::Rung,
+        }
+    }
+}
+
+/// A [`Role`] as attempt records store it (`role`): its name alone, the
+/// anchor's host and tag being the record's own fields or only in its key.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Default)]
+pub enum RoleKind {
+    /// Records written before roles existed are sweep trials.
+    #[default]
+    Sweep,
+    Anchor,
+    Confirm,
+    Rung,
+    /// A role this tunectl does not know (written by a newer one, or by
+    /// another tool), kept as written so that the record survives a copy
+    /// or an index byte for byte. Such an attempt is no evidence: nothing
+    /// is decided on it (see `report::analysis`).
+    Unknown(String),
+}
+
+impl RoleKind {
+    pub fn as_str(&self) -> &str {
+        match self {
+            RoleKind::Sweep => "sweep",
+            RoleKind::Anchor => "anchor",
+            RoleKind::Confirm => "confirm",
+            RoleKind::Rung => "rung",
+            RoleKind::Unknown(name) => name,
+        }
+    }
+}
+
+impl From<&str> for RoleKind {
+    fn from(name: &str) -> RoleKind {
+        match name {
+            "sweep" => RoleKind::Sweep,
+            "anchor" => RoleKind::Anchor,
+            "confirm" => RoleKind::Confirm,
+            "rung" => RoleKind::Rung,
+            other => RoleKind::Unknown(other.to_string()),
+        }
+    }
+}
+
+impl serde::Serialize for RoleKind {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for RoleKind {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<RoleKind, D::Error> {
+        Ok(RoleKind::from(String::deserialize(d)?.as_str()))
     }
 }
 
@@ -89,7 +153,8 @@ impl TrialIdentity<'_> {
 }
 
 /// Whether a run counts.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum Phase {
     /// Uncounted, to fill caches and compile.
     Warmup,
@@ -248,6 +313,31 @@ mod tests {
             };
             assert_eq!(id.key(), oracle(&id), "{id:?}");
         }
+    }
+
+    /// Every role reads back as written; one this tunectl does not know
+    /// too, as an unknown role.
+    #[test]
+    fn role_kinds_read_and_write_as_their_names() {
+        for role in [
+            Role::Sweep,
+            Role::Confirm,
+            Role::Rung,
+            Role::Anchor {
+                host: "h".into(),
+                tag: "t".into(),
+            },
+        ] {
+            let kind = role.kind();
+            let text = serde_json::to_string(&kind).expect("json");
+            assert_eq!(text, format!("\"{}\"", kind.as_str()));
+            let back: RoleKind = serde_json::from_str(&text).expect("reads");
+            assert_eq!(back, kind);
+        }
+        let odd: RoleKind = serde_json::from_str("\"probe\"").expect("an unknown role");
+        assert_eq!(odd, RoleKind::Unknown("probe".into()));
+        assert_eq!(serde_json::to_string(&odd).expect("json"), "\"probe\"");
+        assert!(serde_json::from_str::<RoleKind>("3").is_err());
     }
 
     #[test]

@@ -116,17 +116,14 @@ pub fn slug(host_class: &str, fingerprint: Option<&Fingerprint>) -> String {
     }
 }
 
-/// Whether a bucket has no decision to ship yet.
-/// That is: the analysis says so, or no cell of the bucket has a baseline
-/// that was measured (or that failed, which settles it).
+/// Whether a bucket has no decision to ship yet: no cell of the bucket
+/// has a baseline that was measured (or that failed, which settles it).
 pub fn is_pending(b: &BucketReport) -> bool {
-    b.level == PENDING
-        || b.decision.starts_with("pending")
-        || b.per_cell.iter().all(|c| {
-            c.baseline
-                .as_ref()
-                .is_none_or(|r| r.summary.is_none() && r.rejection.is_none())
-        })
+    b.per_cell.iter().all(|c| {
+        c.baseline
+            .as_ref()
+            .is_none_or(|r| r.summary.is_none() && r.rejection.is_none())
+    })
 }
 
 fn measured(r: &ConfigReport, unit: &str) -> Yaml {
@@ -255,7 +252,7 @@ pub fn export(analysis: &Analysis, class: &ClassReport) -> (String, String) {
             Yaml::map()
                 .with("name", &analysis.objective.name)
                 .with("unit", &analysis.objective.unit)
-                .with("better", &analysis.objective.better),
+                .with("better", analysis.objective.better.name()),
         )
         .with("statistic", &analysis.statistic)
         .with(
@@ -1140,7 +1137,7 @@ mod tests {
                     confirmation: None,
                 }),
                 decision: "mode=fast wins: 2.00× the baseline".into(),
-                level: "draft".into(),
+                level: crate::report::analysis::Level::Draft,
                 level_reason: "no confirmation round".into(),
                 threshold: Some(0.02),
                 per_cell: vec![BucketCell {
@@ -1159,7 +1156,7 @@ mod tests {
                 config: json!({"mode": "base", "threads": 1}),
                 winner: None,
                 decision: "baseline kept: no improvement".into(),
-                level: "draft".into(),
+                level: crate::report::analysis::Level::Draft,
                 level_reason: "no confirmation round".into(),
                 threshold: Some(0.02),
                 per_cell: vec![BucketCell {
@@ -1183,7 +1180,7 @@ mod tests {
                 config: json!({"mode": "fast", "threads": 1}),
                 winner: None,
                 decision: "pending: the baseline has not run here yet".into(),
-                level: "draft".into(),
+                level: crate::report::analysis::Level::Draft,
                 level_reason: String::new(),
                 threshold: None,
                 per_cell: vec![],

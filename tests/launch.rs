@@ -1215,6 +1215,46 @@ fn ledger_check_reports_missing_and_misplaced_objects_and_a_damaged_study_record
     assert_eq!(code, Some(0), "repaired:\n{stdout}{stderr}");
 }
 
+/// A study record whose frozen spec has a section that does not read
+/// stops `report` with the ledger object and the section named, and
+/// `ledger check` names it too; no panic.
+#[test]
+fn a_frozen_spec_that_does_not_read_is_named() {
+    let env = Env::new(SMALL);
+    env.launch_ok();
+    let study_json = env.ledger().join("small/study.json");
+    let whole = std::fs::read(&study_json).expect("study.json");
+    let mut record: Json = serde_json::from_slice(&whole).expect("a study record");
+    record["spec"]["selection"]["min_hosts"] = Json::from("two");
+    std::fs::write(
+        &study_json,
+        serde_json::to_vec_pretty(&record).expect("json"),
+    )
+    .expect("damage");
+    let out = env
+        .cmd()
+        .args(["report", "small", "--format", "json", "--ledger"])
+        .arg(env.ledger())
+        .output()
+        .expect("run report");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("small/study.json") && stderr.contains("`selection`"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    let (code, stdout, stderr) = ledger_check(&env, &["small"]);
+    assert_eq!(code, Some(1), "{stdout}{stderr}");
+    let line = stdout
+        .lines()
+        .find(|l| l.contains("small/study.json"))
+        .unwrap_or_else(|| panic!("study.json is not named:\n{stdout}"));
+    assert!(line.contains("`selection`"), "{line}");
+    std::fs::write(&study_json, &whole).expect("restore");
+    env.report("small", "json");
+}
+
 /// The study's `trials` directory of a local ledger is replaced by a file
 /// while `slow` runs: from then on no attempt record can be written. The
 /// launch tries slow's record a few times, then stops dispatching, writes

@@ -450,7 +450,7 @@ pub fn judge(
     let fail = |class: FailureClass, detail: String| Failure {
         class,
         detail,
-        phase: phase.as_str().to_string(),
+        phase,
     };
     if outcome.cancelled {
         j.status = AttemptStatus::Lost;
@@ -701,7 +701,7 @@ echo '{"metrics": {"t": 1.5}}' > "$TUNECTL_RESULT"
         assert_eq!(j.status, AttemptStatus::Failed);
         let f = j.failure.expect("failure");
         assert_eq!(f.class, FailureClass::Crash);
-        assert_eq!(f.phase, "measure");
+        assert_eq!(f.phase, Phase::Measure);
         assert_eq!(
             f.detail,
             "exit code 1: RuntimeError: CUDA error: an illegal memory access was encountered"
@@ -712,7 +712,7 @@ echo '{"metrics": {"t": 1.5}}' > "$TUNECTL_RESULT"
         let outcome = fake.run("a2", FAILS_ON_THIRD_RUN, 3, &[], &[]).await;
         let j = judge(&outcome, "t", &Classifier::default(), 20.0);
         let f = j.failure.expect("failure");
-        assert_eq!(f.phase, "warmup");
+        assert_eq!(f.phase, Phase::Warmup);
         assert!(f.detail.ends_with("(in warm-up run 3)"), "{}", f.detail);
 
         // And passes with one.

@@ -16,6 +16,7 @@ use crate::ledger::Ledger;
 use crate::ledger::records::{AttemptRecord, AttemptStatus};
 use crate::space::ConfigSpace;
 use crate::spec::Study;
+use crate::trial::RoleKind;
 
 /// What an earlier study knows, keyed by host class.
 #[derive(Debug, Default)]
@@ -56,7 +57,7 @@ impl Prior {
         let usable: Vec<&AttemptRecord> = terminal
             .values()
             .copied()
-            .filter(|a| a.role != "anchor" && a.status != AttemptStatus::Lost)
+            .filter(|a| a.role != RoleKind::Anchor && a.status != AttemptStatus::Lost)
             .collect();
         // The baseline's reference output per (class, cell, budget).
         let mut reference: BTreeMap<(String, String, Option<u64>), &AttemptRecord> =

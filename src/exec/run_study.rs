@@ -35,7 +35,7 @@ use crate::plan::{ClassInfo, Plan, PlanHost};
 use crate::search::{Brackets, Shard};
 use crate::space;
 use crate::spec::Study;
-use crate::trial::Role;
+use crate::trial::{Role, RoleKind};
 
 /// A host ready to take trials.
 pub struct LaunchHost {
@@ -319,7 +319,7 @@ pub async fn run_study(
         done: terminal.keys().map(|k| k.to_string()).collect(),
         first_baselines: terminal
             .values()
-            .filter(|a| a.is_baseline && a.role == "sweep" && a.repeat == 0)
+            .filter(|a| a.is_baseline && a.role == RoleKind::Sweep && a.repeat == 0)
             .map(|a| (a.trial_key.clone(), a.status))
             .collect(),
         prior: options.prior.clone(),

@@ -439,7 +439,7 @@ impl<'a> Runner<'a> {
             cell_label: cell_label.clone(),
             cell_index: job.cell,
             repeat: job.repeat,
-            role: job.role.name().to_string(),
+            role: job.role.kind(),
             fidelity: job.budget,
             host: host.name.clone(),
             host_class: self.class_ids[job.class].clone(),

@@ -21,6 +21,7 @@ use serde::{Deserialize, Serialize};
 use super::log::Mark;
 use super::records::{AttemptRecord, AttemptStatus, ExitInfo, Failure};
 use super::{CorruptObject, Ledger, LedgerError};
+use crate::trial::RoleKind;
 
 /// The index's own schema (its records are attempt records of schema 1).
 pub const INDEX_SCHEMA: u32 = 2;
@@ -224,7 +225,7 @@ pub fn encode(study: &str, c: &View) -> Result<Vec<u8>, String> {
             t.s(&r.cell_label),
             r.cell_index,
             r.repeat,
-            t.s(&r.role),
+            t.s(r.role.as_str()),
             r.fidelity,
             t.s(&r.host),
             t.s(&r.host_class),
@@ -409,7 +410,7 @@ fn convert(
             cell_label: t.s(cell_label, i)?,
             cell_index,
             repeat,
-            role: t.s(role, i)?,
+            role: RoleKind::from(t.s(role, i)?.as_str()),
             fidelity,
             host: t.s(host, i)?,
             host_class: t.s(host_class, i)?,

@@ -36,6 +36,8 @@ use object_store::local::LocalFileSystem;
 use object_store::path::Path as ObjPath;
 use object_store::{ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload};
 
+use crate::spec::FrozenSpec;
+
 pub use records::{
     AttemptRecord, AttemptStatus, DropRecord, HostRecord, PlanRecord, StudyRecord, VoidRecord,
 };
@@ -700,9 +702,9 @@ pub fn new_attempt_id() -> String {
 }
 
 /// Field-by-field differences between two frozen specs, as key paths.
-pub fn spec_differences(old: &serde_json::Value, new: &serde_json::Value) -> Vec<String> {
+pub fn spec_differences(old: &FrozenSpec, new: &FrozenSpec) -> Vec<String> {
     let mut out = Vec::new();
-    diff(old, new, "", &mut out);
+    diff(old.json(), new.json(), "", &mut out);
     out
 }
 

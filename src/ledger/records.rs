@@ -5,6 +5,8 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use crate::fingerprint::Fingerprint;
+use crate::spec::FrozenSpec;
+use crate::trial::{Phase, RoleKind};
 
 pub const SCHEMA: u32 = 1;
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");
@@ -16,7 +18,9 @@ pub struct StudyRecord {
     pub tunectl_version: String,
     pub study_id: String,
     pub spec_hash: String,
-    pub spec: serde_json::Value,
+    /// Written back exactly as read; a spec whose sections do not read
+    /// makes the whole record unreadable, naming the section.
+    pub spec: FrozenSpec,
     pub created_at: String,
 }
 
@@ -79,18 +83,14 @@ impl FailureClass {
 pub struct Failure {
     pub class: FailureClass,
     pub detail: String,
-    /// `warmup` or `measure`: which run failed.
-    pub phase: String,
+    /// Which run failed.
+    pub phase: Phase,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct ExitInfo {
     pub code: Option<i32>,
     pub signal: Option<i32>,
-}
-
-fn default_role() -> String {
-    "sweep".to_string()
 }
 
 /// `<study>/trials/<trial-key>/<attempt>.void`: an attempt whose
@@ -154,9 +154,10 @@ pub struct AttemptRecord {
     pub cell_label: String,
     pub cell_index: u32,
     pub repeat: u32,
-    /// `sweep`, `anchor`, `confirm` or `rung` (see `trial::Role`).
-    #[serde(default = "default_role")]
-    pub role: String,
+    /// `sweep`, `anchor`, `confirm` or `rung` (see `trial::Role`); `sweep`
+    /// in records written before roles existed.
+    #[serde(default)]
+    pub role: RoleKind,
     pub fidelity: Option<f64>,
     pub host: String,
     pub host_class: String,
@@ -322,6 +323,30 @@ mod tests {
         let v = serde_json::to_value(&r).expect("json");
         assert!(v.get("output_values").is_none());
         assert!(v.get("stderr_head").is_none());
+        assert_eq!(r.role, RoleKind::Sweep);
+    }
+
+    /// A role this tunectl does not know reads, and is written back as it
+    /// was.
+    #[test]
+    fn an_unknown_role_reads_and_survives() {
+        let mut v = minimal();
+        v["role"] = serde_json::json!("probe");
+        let r: AttemptRecord = serde_json::from_value(v.clone()).expect("a foreign role");
+        assert_eq!(r.role, RoleKind::Unknown("probe".into()));
+        assert_eq!(serde_json::to_value(&r).expect("json")["role"], "probe");
+    }
+
+    /// A frozen spec that does not read makes the study record unreadable,
+    /// with the section named.
+    #[test]
+    fn a_study_record_with_a_bad_spec_names_the_section() {
+        let v = serde_json::json!({
+            "schema": 1, "tunectl_version": "t", "study_id": "s", "spec_hash": "h",
+            "spec": {"measurement": {"repeats": -1}}, "created_at": ""
+        });
+        let err = serde_json::from_value::<StudyRecord>(v).expect_err("a negative count");
+        assert!(err.to_string().contains("`measurement`"), "{err}");
     }
 
     /// NaN and infinities survive the trip through JSON.

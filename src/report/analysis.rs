@@ -21,27 +21,95 @@
 //! until then it is a DRAFT.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
+use std::fmt;
 
-use serde::Serialize;
+use serde::{Serialize, Serializer};
 
 use crate::ledger::records::{
     AttemptRecord, AttemptStatus, FailureClass, HostRecord, PlanRecord, StudyRecord,
 };
 use crate::ledger::{CorruptObject, Scan};
+use crate::spec::frozen::FrozenMetric;
+use crate::spec::{Better, FrozenSpec};
 use crate::stats::Summary;
-
-/// Default minimum relative improvement for a win.
-pub const MIN_IMPROVEMENT: f64 = 0.02;
-
-/// Default `selection.min_samples`: below it a spread is unknown.
-pub const MIN_SAMPLES: u64 = 3;
+use crate::trial::RoleKind;
 
 #[derive(Debug, Clone, Serialize)]
 pub struct MetricInfo {
     pub name: String,
     pub unit: String,
-    /// `higher` or `lower`.
-    pub better: String,
+    pub better: Better,
+}
+
+/// How settled a decision is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Level {
+    /// What the evidence so far says; more evidence may change it.
+    Draft,
+    /// Final: every planned trial ended and the winner was confirmed (or
+    /// nothing can win).
+    Verdict,
+}
+
+impl Level {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Level::Draft => "draft",
+            Level::Verdict => "verdict",
+        }
+    }
+}
+
+impl fmt::Display for Level {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Where a cell's baseline stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum BaselineState {
+    /// Ran without failing (it may still lack measurements).
+    Ok,
+    /// Failed: nothing can win at the cell.
+    Failed,
+    /// Has not run at the cell yet.
+    Pending,
+}
+
+/// Something a cell's report notes besides its decision. Written in the
+/// report as its sentence.
+#[derive(Debug, Clone, PartialEq)]
+pub enum CellNote {
+    /// The cell was given up on a host whose baseline would not settle.
+    Dropped { host: String, reason: String },
+    /// The baseline's repeats disagree on their output.
+    BaselineOutputVaries,
+}
+
+impl fmt::Display for CellNote {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            CellNote::Dropped { host, reason } => write!(f, "dropped on host {host}: {reason}"),
+            CellNote::BaselineOutputVaries => f.write_str(
+                "the baseline's output differs between its own repeats; candidates are compared with its first repeat",
+            ),
+        }
+    }
+}
+
+impl Serialize for CellNote {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+impl CellNote {
+    fn is_drop(&self) -> bool {
+        matches!(self, CellNote::Dropped { .. })
+    }
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -50,7 +118,7 @@ pub struct Analysis {
     pub spec_hash: String,
     pub tunectl_version: String,
     /// `verdict` when every bucket's decision is a verdict, else `draft`.
-    pub level: String,
+    pub level: Level,
     pub objective: MetricInfo,
     pub statistic: String,
     pub min_improvement: f64,
@@ -69,19 +137,27 @@ pub struct Analysis {
     pub voided_attempts: usize,
     /// Baseline re-measurements (anchors) taken to watch for drift.
     pub anchors: usize,
+    /// Attempts ignored because their role is unknown to this tunectl
+    /// (written by a newer one or another tool). Left out when none.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub unknown_role_attempts: usize,
     pub repeats: u32,
     pub confirm_repeats: u32,
     pub min_hosts: u32,
 }
 
+fn is_zero(n: &usize) -> bool {
+    *n == 0
+}
+
 impl MetricInfo {
     /// A metric as the frozen spec records it (`objective`, or a
     /// `fidelity.proxy`).
-    fn of(m: &serde_json::Value) -> MetricInfo {
+    fn of(m: &FrozenMetric) -> MetricInfo {
         MetricInfo {
-            name: m["name"].as_str().unwrap_or("objective").to_string(),
-            unit: m["unit"].as_str().unwrap_or("").to_string(),
-            better: m["better"].as_str().unwrap_or("higher").to_string(),
+            name: m.name.clone(),
+            unit: m.unit.clone(),
+            better: m.better,
         }
     }
 }
@@ -139,8 +215,7 @@ pub struct BucketReport {
     pub config: serde_json::Value,
     pub winner: Option<BucketWinner>,
     pub decision: String,
-    /// `draft` or `verdict`.
-    pub level: String,
+    pub level: Level,
     pub level_reason: String,
     /// Relative improvement the winner had to exceed.
     pub threshold: Option<f64>,
@@ -175,10 +250,41 @@ pub struct Confirmation {
     pub confirmed: bool,
     /// Why the round failed outright (a crash or a changed output),
     /// whatever the timings said.
-    pub failure: Option<String>,
+    pub failure: Option<RoundFailure>,
     /// The round has fewer than `selection.min_samples` samples on a side:
     /// it can neither confirm nor refuse (the bucket stays a draft).
     pub spread_unknown: bool,
+}
+
+/// A confirmation trial that failed the round outright. Written in the
+/// report as its sentence.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RoundFailure {
+    /// How it failed; `None` for a failed attempt that does not say.
+    pub class: Option<FailureClass>,
+    pub detail: String,
+    pub repeat: u32,
+    pub host: String,
+}
+
+impl fmt::Display for RoundFailure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.class {
+            Some(class) => write!(f, "{}: {}", class.as_str(), self.detail)?,
+            None => f.write_str("failed")?,
+        }
+        write!(
+            f,
+            " (confirmation repeat {}, host {})",
+            self.repeat, self.host
+        )
+    }
+}
+
+impl Serialize for RoundFailure {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -202,8 +308,7 @@ pub struct CellReport {
     pub cell_label: String,
     /// The bucket this cell belongs to.
     pub bucket: String,
-    /// `ok`, `failed` or `pending`.
-    pub baseline_state: String,
+    pub baseline_state: BaselineState,
     pub baseline: Option<ConfigReport>,
     /// The best candidate that beats the baseline in this cell alone (what
     /// ships is decided per bucket).
@@ -215,7 +320,7 @@ pub struct CellReport {
     /// Eligible candidates, best first (the winner included).
     pub eligible: Vec<ConfigReport>,
     pub rejected: Vec<ConfigReport>,
-    pub notes: Vec<String>,
+    pub notes: Vec<CellNote>,
     /// Which cell of the plan (none for a cell known only from a drop).
     #[serde(skip)]
     cell_index: Option<u32>,
@@ -359,39 +464,33 @@ pub fn analyze_where(
     keep: impl Fn(&AttemptRecord) -> bool,
 ) -> Analysis {
     let spec = &study.spec;
-    let objective = MetricInfo::of(&spec["objective"]);
+    let objective = MetricInfo::of(&spec.objective);
     let rules = Rules {
-        higher: objective.better != "lower",
-        tolerance: crate::gate::ToleranceSpec::from_spec(spec),
-        min_improvement: spec["selection"]["min_improvement"]
-            .as_f64()
-            .unwrap_or(MIN_IMPROVEMENT),
-        repeats: spec["measurement"]["repeats"].as_u64().unwrap_or(1) as u32,
-        confirm_repeats: spec["measurement"]["confirm_repeats"].as_u64().unwrap_or(0) as u32,
-        min_hosts: spec["selection"]["min_hosts"].as_u64().unwrap_or(1) as u32,
-        min_samples: spec["selection"]["min_samples"]
-            .as_u64()
-            .unwrap_or(MIN_SAMPLES) as usize,
+        higher: objective.better == Better::Higher,
+        tolerance: spec.gate.tolerance.clone(),
+        min_improvement: spec.selection.min_improvement,
+        repeats: spec.measurement.repeats,
+        confirm_repeats: spec.measurement.confirm_repeats,
+        min_hosts: spec.selection.min_hosts,
+        min_samples: spec.selection.min_samples as usize,
     };
-    let context: BTreeMap<String, String> = spec["context"]
-        .as_object()
-        .map(|m| {
-            m.iter()
-                .map(|(k, v)| {
-                    (
-                        k.clone(),
-                        v.as_str()
-                            .map(str::to_string)
-                            .unwrap_or_else(|| v.to_string()),
-                    )
-                })
-                .collect()
+    let context: BTreeMap<String, String> = spec
+        .context
+        .iter()
+        .map(|(k, v)| {
+            (
+                k.clone(),
+                v.as_str()
+                    .map(str::to_string)
+                    .unwrap_or_else(|| v.to_string()),
+            )
         })
-        .unwrap_or_default();
+        .collect();
 
     let terminal = scan.terminal_where(keep);
     let mut foreign = 0;
     let mut anchors = 0;
+    let mut unknown_roles = 0;
     let mut rungs: BTreeMap<&str, Vec<&AttemptRecord>> = BTreeMap::new();
     // class → cell index → config index → attempts
     let mut tree: BTreeMap<&str, BTreeMap<u32, BTreeMap<u64, Group>>> = BTreeMap::new();
@@ -400,10 +499,19 @@ pub fn analyze_where(
             foreign += 1;
             continue;
         }
-        if a.role == "rung" {
-            tree.entry(a.host_class.as_str()).or_default();
-            rungs.entry(a.host_class.as_str()).or_default().push(a);
-            continue;
+        match &a.role {
+            RoleKind::Rung => {
+                tree.entry(a.host_class.as_str()).or_default();
+                rungs.entry(a.host_class.as_str()).or_default().push(a);
+                continue;
+            }
+            // Measured for a purpose this tunectl does not know: no
+            // evidence for anything it decides.
+            RoleKind::Unknown(_) => {
+                unknown_roles += 1;
+                continue;
+            }
+            RoleKind::Sweep | RoleKind::Anchor | RoleKind::Confirm => {}
         }
         let group = tree
             .entry(a.host_class.as_str())
@@ -412,9 +520,9 @@ pub fn analyze_where(
             .or_default()
             .entry(a.config_index)
             .or_default();
-        match a.role.as_str() {
-            "anchor" => anchors += 1,
-            "confirm" => group.confirm.push(a),
+        match a.role {
+            RoleKind::Anchor => anchors += 1,
+            RoleKind::Confirm => group.confirm.push(a),
             _ => group.sweep.push(a),
         }
     }
@@ -462,9 +570,10 @@ pub fn analyze_where(
             report.cell_index = Some(*cell_index);
             report.bucket = crate::report::buckets::bucket_of(spec, &report.cell).key;
             for d in drops.iter().filter(|d| d.cell_label == report.cell_label) {
-                report
-                    .notes
-                    .push(format!("dropped on host {}: {}", d.host, d.reason));
+                report.notes.push(CellNote::Dropped {
+                    host: d.host.clone(),
+                    reason: d.reason.clone(),
+                });
             }
             cell_reports.push(report);
         }
@@ -474,15 +583,18 @@ pub fn analyze_where(
             if cell_reports.iter().any(|r| r.cell_label == d.cell_label) {
                 continue;
             }
-            let why = format!("dropped on host {}: {}", d.host, d.reason);
+            let why = CellNote::Dropped {
+                host: d.host.clone(),
+                reason: d.reason.clone(),
+            };
             cell_reports.push(CellReport {
                 cell: d.cell.clone(),
                 cell_label: d.cell_label.clone(),
                 bucket: crate::report::buckets::bucket_of(spec, &d.cell).key,
-                baseline_state: "pending".to_string(),
+                baseline_state: BaselineState::Pending,
                 baseline: None,
                 winner: None,
-                decision: why.clone(),
+                decision: why.to_string(),
                 threshold: None,
                 eligible: Vec::new(),
                 rejected: Vec::new(),
@@ -504,7 +616,7 @@ pub fn analyze_where(
                 cell: p.cell.clone(),
                 cell_label: p.cell_label.clone(),
                 bucket: crate::report::buckets::bucket_of(spec, &p.cell).key,
-                baseline_state: "pending".to_string(),
+                baseline_state: BaselineState::Pending,
                 baseline: None,
                 winner: None,
                 decision: why,
@@ -541,13 +653,17 @@ pub fn analyze_where(
     let all_verdicts = !classes.is_empty()
         && classes
             .iter()
-            .all(|c| !c.buckets.is_empty() && c.buckets.iter().all(|b| b.level == "verdict"));
+            .all(|c| !c.buckets.is_empty() && c.buckets.iter().all(|b| b.level == Level::Verdict));
 
     Analysis {
         study_id: study.study_id.clone(),
         spec_hash: study.spec_hash.clone(),
         tunectl_version: crate::ledger::records::VERSION.to_string(),
-        level: if all_verdicts { "verdict" } else { "draft" }.to_string(),
+        level: if all_verdicts {
+            Level::Verdict
+        } else {
+            Level::Draft
+        },
         statistic: "median ± 1.4826·MAD over n samples; speedups are per-host ratios merged by their median".to_string(),
         objective,
         min_improvement: rules.min_improvement,
@@ -559,6 +675,7 @@ pub fn analyze_where(
         foreign_attempts: foreign,
         voided_attempts: scan.voided,
         anchors,
+        unknown_role_attempts: unknown_roles,
         repeats: rules.repeats,
         confirm_repeats: rules.confirm_repeats,
         min_hosts: rules.min_hosts,
@@ -569,18 +686,18 @@ pub fn analyze_where(
 /// failed or changed output (against the baseline's rung at that budget),
 /// and the best on the proxy metric.
 fn search_rows(
-    spec: &serde_json::Value,
+    spec: &FrozenSpec,
     rungs: &[&AttemptRecord],
     tolerance: Option<&crate::gate::ToleranceSpec>,
 ) -> Vec<SearchRow> {
-    let fidelity = &spec["fidelity"];
-    let metric = if fidelity["proxy"].is_object() {
-        MetricInfo::of(&fidelity["proxy"])
-    } else {
-        MetricInfo::of(&spec["objective"])
-    };
-    let higher = metric.better != "lower";
-    let budget_unit = fidelity["unit"].as_str().unwrap_or("").to_string();
+    let fidelity = spec.fidelity.as_ref();
+    let metric = MetricInfo::of(
+        fidelity
+            .and_then(|f| f.proxy.as_ref())
+            .unwrap_or(&spec.objective),
+    );
+    let higher = metric.better == Better::Higher;
+    let budget_unit = fidelity.map(|f| f.unit.clone()).unwrap_or_default();
     // (cell index, budget bits) → attempts
     let mut groups: BTreeMap<(u32, Option<u64>), Vec<&AttemptRecord>> = BTreeMap::new();
     for a in rungs {
@@ -696,15 +813,13 @@ fn analyze_cell(
                 .iter()
                 .any(|a| crate::gate::compare_outputs(r, a, tolerance).is_err())
         {
-            notes.push(
-                "the baseline's output differs between its own repeats; candidates are compared with its first repeat".to_string(),
-            );
+            notes.push(CellNote::BaselineOutputVaries);
         }
     }
     let base_state = match &base_report {
-        None => "pending",
-        Some(r) if r.rejection.is_some() => "failed",
-        Some(_) => "ok",
+        None => BaselineState::Pending,
+        Some(r) if r.rejection.is_some() => BaselineState::Failed,
+        Some(_) => BaselineState::Ok,
     };
     let base_hosts = base_report
         .as_ref()
@@ -810,7 +925,7 @@ fn analyze_cell(
         cell,
         cell_label,
         bucket: String::new(),
-        baseline_state: base_state.to_string(),
+        baseline_state: base_state,
         baseline: base_report,
         winner,
         decision,
@@ -950,7 +1065,7 @@ struct Standing<'a> {
 }
 
 fn decide_buckets(
-    spec: &serde_json::Value,
+    spec: &FrozenSpec,
     cells: &BTreeMap<u32, BTreeMap<u64, Group>>,
     reports: &[CellReport],
     objective: &str,
@@ -984,8 +1099,8 @@ fn decide_buckets(
             // No verdict on incomplete evidence: every planned trial of the
             // bucket's cells must have ended.
             if let Some(why) = unfinished(&bucket_reports, &bucket_cells, plans) {
-                if out.level == "verdict" {
-                    out.level = "draft".to_string();
+                if out.level == Level::Verdict {
+                    out.level = Level::Draft;
                     out.level_reason = why;
                 } else {
                     out.level_reason = format!("{}; {why}", out.level_reason);
@@ -1082,7 +1197,7 @@ fn unfinished(
 }
 
 fn decide_bucket(
-    spec: &serde_json::Value,
+    spec: &FrozenSpec,
     reports: &[&CellReport],
     cells: &[&BTreeMap<u64, Group>],
     objective: &str,
@@ -1115,7 +1230,7 @@ fn decide_bucket(
         config: baseline_config.clone(),
         winner: None,
         decision: String::new(),
-        level: "draft".to_string(),
+        level: Level::Draft,
         level_reason: String::new(),
         threshold: None,
         per_cell: reports
@@ -1132,16 +1247,20 @@ fn decide_bucket(
 
     // No harm anywhere: every cell needs a working, measured baseline.
     if let Some(r) = reports.iter().find(|r| {
-        r.baseline_state != "ok" || r.baseline.as_ref().is_none_or(|b| b.summary.is_none())
+        r.baseline_state != BaselineState::Ok
+            || r.baseline.as_ref().is_none_or(|b| b.summary.is_none())
     }) {
-        let why = r
-            .notes
-            .iter()
-            .find(|n| n.starts_with("dropped"))
-            .unwrap_or(&r.decision);
+        let why = match r.notes.iter().find(|n| n.is_drop()) {
+            Some(drop) => drop.to_string(),
+            None => r.decision.clone(),
+        };
         out.decision = format!("baseline kept: {why} at {}", r.cell_label);
-        let settled = r.baseline_state == "failed";
-        out.level = if settled { "verdict" } else { "draft" }.to_string();
+        let settled = r.baseline_state == BaselineState::Failed;
+        out.level = if settled {
+            Level::Verdict
+        } else {
+            Level::Draft
+        };
         out.level_reason = if settled {
             "the baseline fails here; nothing can win"
         } else {
@@ -1153,7 +1272,7 @@ fn decide_bucket(
     // A cell given up on (its host would not settle) before its sweep was
     // complete: nothing is known well enough there to ship a change.
     if let Some(r) = reports.iter().find(|r| {
-        r.notes.iter().any(|n| n.starts_with("dropped"))
+        r.notes.iter().any(CellNote::is_drop)
             && r.baseline
                 .as_ref()
                 .is_some_and(|b| b.trials < rules.repeats as usize)
@@ -1161,11 +1280,11 @@ fn decide_bucket(
         let why = r
             .notes
             .iter()
-            .find(|n| n.starts_with("dropped"))
-            .cloned()
+            .find(|n| n.is_drop())
+            .map(CellNote::to_string)
             .unwrap_or_default();
         out.decision = format!("baseline kept: cell {} was {why}", r.cell_label);
-        out.level = "draft".to_string();
+        out.level = Level::Draft;
         out.level_reason = "a cell of the bucket was dropped before its sweep finished; launch again when the host is stable".to_string();
         return out;
     }
@@ -1181,7 +1300,7 @@ fn decide_bucket(
         .flat_map(|r| {
             r.notes
                 .iter()
-                .filter(|n| n.starts_with("dropped"))
+                .filter(|n| n.is_drop())
                 .map(move |n| format!("{}: {n}", r.cell_label))
         })
         .collect();
@@ -1329,10 +1448,13 @@ fn decide_bucket(
             None => "baseline kept: no candidate passed the gate at every cell".to_string(),
         };
         let (level, why) = if untried {
-            ("draft", "no candidate has been measured yet".to_string())
+            (
+                Level::Draft,
+                "no candidate has been measured yet".to_string(),
+            )
         } else if too_few > 0 {
             (
-                "draft",
+                Level::Draft,
                 format!(
                     "{too_few} candidates have fewer than selection.min_samples = {} samples at some cell: their spread is unknown",
                     rules.min_samples
@@ -1340,21 +1462,21 @@ fn decide_bucket(
             )
         } else if incomplete > 0 {
             (
-                "draft",
+                Level::Draft,
                 format!("{incomplete} candidates are not measured at every cell yet"),
             )
         } else if !dropped.is_empty() {
             (
-                "draft",
+                Level::Draft,
                 format!("cells were dropped: {}", dropped.join("; ")),
             )
         } else {
             (
-                "verdict",
+                Level::Verdict,
                 "every eligible candidate was measured at every cell".to_string(),
             )
         };
-        out.level = level.to_string();
+        out.level = level;
         out.level_reason = why;
         return out;
     };
@@ -1418,7 +1540,7 @@ fn decide_bucket(
     match confirmation {
         Some(c) if c.spread_unknown => {
             out.decision = format!("{} wins: {sweep_line}", pick.report.label);
-            out.level = "draft".to_string();
+            out.level = Level::Draft;
             out.level_reason = format!(
                 "the final interleaved round has fewer than selection.min_samples = {} samples on a side: it neither confirms nor refuses",
                 rules.min_samples
@@ -1428,21 +1550,25 @@ fn decide_bucket(
             out.winner = Some(winner);
         }
         Some(c) if !c.confirmed && c.failure.is_some() => {
+            let failure = c
+                .failure
+                .as_ref()
+                .map(RoundFailure::to_string)
+                .unwrap_or_default();
             out.decision = format!(
-                "baseline kept: {} failed its final round against the baseline: {}",
+                "baseline kept: {} failed its final round against the baseline: {failure}",
                 pick.report.label,
-                c.failure.as_deref().unwrap_or_default()
             );
             for pc in out.per_cell.iter_mut() {
                 pc.winner = None;
             }
-            out.level = "verdict".to_string();
+            out.level = Level::Verdict;
             out.level_reason = "the sweep's winner failed in the confirmation round".to_string();
             out.refusals.push(Refusal {
                 config_label: pick.report.label.clone(),
                 cell_label: "(confirmation round)".to_string(),
                 speedup: None,
-                reason: c.failure.clone().unwrap_or_default(),
+                reason: failure,
             });
             winner.confirmation = Some(c);
             return out;
@@ -1458,7 +1584,7 @@ fn decide_bucket(
             for pc in out.per_cell.iter_mut() {
                 pc.winner = None;
             }
-            out.level = "verdict".to_string();
+            out.level = Level::Verdict;
             out.level_reason =
                 "the sweep's winner was not confirmed against the baseline".to_string();
             winner.confirmation = Some(c);
@@ -1480,29 +1606,29 @@ fn decide_bucket(
             out.decision = format!("{} wins: {sweep_line}", pick.report.label);
             let (level, why) = match &c {
                 _ if rules.confirm_repeats == 0 => (
-                    "draft",
+                    Level::Draft,
                     "no confirmation round (measurement.confirm_repeats is 0)".to_string(),
                 ),
                 None => (
-                    "draft",
+                    Level::Draft,
                     "awaiting the final interleaved round against the baseline".to_string(),
                 ),
                 Some(_) if min_trials < rules.repeats as usize => (
-                    "draft",
+                    Level::Draft,
                     format!(
                         "only {min_trials} of {} repeats at some cell",
                         rules.repeats
                     ),
                 ),
                 Some(_) if (min_hosts as u32) < rules.min_hosts => (
-                    "draft",
+                    Level::Draft,
                     format!(
                         "measured on {min_hosts} hosts, fewer than selection.min_hosts = {}",
                         rules.min_hosts
                     ),
                 ),
                 Some(c) => (
-                    "verdict",
+                    Level::Verdict,
                     format!(
                         "confirmed in the final interleaved round: {:.2}× (threshold {})",
                         c.speedup,
@@ -1510,7 +1636,7 @@ fn decide_bucket(
                     ),
                 ),
             };
-            out.level = level.to_string();
+            out.level = level;
             out.level_reason = why;
             winner.confirmation = c;
             out.config = winner.config.clone();
@@ -1558,20 +1684,20 @@ fn confirm(
         };
         for a in &win.confirm {
             let failure = if a.status == AttemptStatus::Failed {
-                a.failure
-                    .as_ref()
-                    .map(|f| format!("{}: {}", f.class.as_str(), f.detail))
-                    .or(Some("failed".to_string()))
+                Some(match &a.failure {
+                    Some(f) => (Some(f.class), f.detail.clone()),
+                    None => (None, String::new()),
+                })
             } else if a.status == AttemptStatus::Ok {
                 reference.and_then(|r| {
                     crate::gate::compare_outputs(r, a, rules.tolerance.as_ref())
                         .err()
-                        .map(|why| format!("output_changed: {why}"))
+                        .map(|why| (Some(FailureClass::OutputChanged), why))
                 })
             } else {
                 None
             };
-            if let Some(f) = failure {
+            if let Some((class, detail)) = failure {
                 return Some(Confirmation {
                     speedup: 0.0,
                     baseline: None,
@@ -1579,10 +1705,12 @@ fn confirm(
                     threshold: rules.min_improvement,
                     confirmed: false,
                     spread_unknown: false,
-                    failure: Some(format!(
-                        "{f} (confirmation repeat {}, host {})",
-                        a.repeat, a.host
-                    )),
+                    failure: Some(RoundFailure {
+                        class,
+                        detail,
+                        repeat: a.repeat,
+                        host: a.host.clone(),
+                    }),
                 });
             }
         }
@@ -1625,32 +1753,25 @@ fn confirm(
     })
 }
 
-fn spec_domains(spec: &serde_json::Value) -> serde_json::Map<String, serde_json::Value> {
-    spec["knobs"]
-        .as_array()
-        .map(|ks| {
-            ks.iter()
-                .filter_map(|k| {
-                    Some((
-                        k["name"].as_str()?.to_string(),
-                        serde_json::json!({"kind": k["kind"], "values": k["values"]}),
-                    ))
-                })
-                .collect()
+fn spec_domains(spec: &FrozenSpec) -> serde_json::Map<String, serde_json::Value> {
+    spec.knobs
+        .iter()
+        .map(|k| {
+            (
+                k.name.clone(),
+                serde_json::json!({"kind": k.kind, "values": k.values}),
+            )
         })
-        .unwrap_or_default()
+        .collect()
 }
 
-fn spec_baseline(spec: &serde_json::Value) -> serde_json::Value {
-    let map: serde_json::Map<String, serde_json::Value> = spec["knobs"]
-        .as_array()
-        .map(|ks| {
-            ks.iter()
-                .filter_map(|k| Some((k["name"].as_str()?.to_string(), k["default"].clone())))
-                .collect()
-        })
-        .unwrap_or_default();
-    serde_json::Value::Object(map)
+fn spec_baseline(spec: &FrozenSpec) -> serde_json::Value {
+    serde_json::Value::Object(
+        spec.knobs
+            .iter()
+            .map(|k| (k.name.clone(), k.default.clone()))
+            .collect(),
+    )
 }
 
 #[cfg(test)]
@@ -1660,10 +1781,10 @@ mod tests {
     /// The analysis with a plan that is exactly what the scan holds: every
     /// (class, cell) planned its configs seen there, `repeats` each.
     fn analyze(study: &StudyRecord, scan: &Scan, hosts: &[HostRecord]) -> Analysis {
-        let repeats = study.spec["measurement"]["repeats"].as_u64().unwrap_or(1) as u32;
+        let repeats = study.spec.measurement.repeats;
         let mut seen: BTreeMap<(String, u32), (serde_json::Value, String, HashSet<u64>)> =
             BTreeMap::new();
-        for a in scan.attempts.iter().filter(|a| a.role == "sweep") {
+        for a in scan.attempts.iter().filter(|a| a.role == RoleKind::Sweep) {
             seen.entry((a.host_class.clone(), a.cell_index))
                 .or_insert_with(|| (a.cell.clone(), a.cell_label.clone(), HashSet::new()))
                 .2
@@ -1689,17 +1810,26 @@ mod tests {
     }
     use crate::ledger::records::{Failure, SCHEMA};
 
+    /// The tests' frozen spec, with `extra` sections.
+    fn spec(extra: serde_json::Value) -> FrozenSpec {
+        let mut v = serde_json::json!({
+            "objective": {"name": "tp", "unit": "x/s", "better": "higher"},
+            "knobs": [{"name": "a", "kind": "int", "values": [1, 2, 3, 4], "default": 1}],
+            "context": {"model": "m"},
+        });
+        if let (Some(v), Some(extra)) = (v.as_object_mut(), extra.as_object()) {
+            v.extend(extra.clone());
+        }
+        FrozenSpec::from_json(v).expect("spec")
+    }
+
     fn study() -> StudyRecord {
         StudyRecord {
             schema: SCHEMA,
             tunectl_version: "t".into(),
             study_id: "s".into(),
             spec_hash: "h".into(),
-            spec: serde_json::json!({
-                "objective": {"name": "tp", "unit": "x/s", "better": "higher"},
-                "knobs": [{"name": "a", "default": 1}],
-                "context": {"model": "m"},
-            }),
+            spec: spec(serde_json::json!({})),
             created_at: String::new(),
         }
     }
@@ -1729,7 +1859,7 @@ mod tests {
             cell_label: "n=1".into(),
             cell_index: 0,
             repeat: r,
-            role: "sweep".to_string(),
+            role: RoleKind::Sweep,
             fidelity: None,
             host: "h1".into(),
             host_class: "hc-1".into(),
@@ -1748,7 +1878,7 @@ mod tests {
             failure: failed.then(|| Failure {
                 class: FailureClass::Crash,
                 detail: "exit code 3".into(),
-                phase: "measure".into(),
+                phase: crate::trial::Phase::Measure,
             }),
             exit: None,
             metrics: if failed {
@@ -1784,7 +1914,7 @@ mod tests {
             attempt(2, "a=3", 0, &[300.0], "d0", true),
             attempt(3, "a=4", 0, &[120.0, 121.0, 119.0], "d0", false),
         ]);
-        assert_eq!(c.baseline_state, "ok");
+        assert_eq!(c.baseline_state, BaselineState::Ok);
         let rejected: Vec<(&str, FailureClass)> = c
             .rejected
             .iter()
@@ -1808,6 +1938,34 @@ mod tests {
         assert_eq!(c.winner.as_ref().map(|w| w.label.as_str()), Some("a=4"));
         let s = c.winner.as_ref().and_then(|w| w.speedup).unwrap_or(0.0);
         assert!((s - 1.2).abs() < 1e-9);
+    }
+
+    /// An attempt of a role this tunectl does not know is counted and set
+    /// aside: it is no evidence for or against any config.
+    #[test]
+    fn an_unknown_role_is_ignored() {
+        let mut probe = attempt(1, "a=2", 1, &[1.0, 1.0, 1.0], "other", false);
+        probe.role = RoleKind::Unknown("probe".into());
+        let scan = Scan {
+            attempts: vec![
+                attempt(0, "baseline", 0, &[100.0, 101.0, 99.0], "d", false),
+                attempt(1, "a=2", 0, &[150.0, 151.0, 149.0], "d", false),
+                probe,
+            ],
+            ..Default::default()
+        };
+        let a = analyze(&study(), &scan, &[]);
+        assert_eq!(a.unknown_role_attempts, 1);
+        let c = &a.classes[0].cells[0];
+        assert!(c.rejected.is_empty());
+        assert_eq!(c.winner.as_ref().map(|w| w.label.as_str()), Some("a=2"));
+        let text = super::super::render(&a, super::super::Format::Table, false);
+        assert!(text.contains("1 attempts of a role"), "{text}");
+        let json = serde_json::to_value(&a).expect("json");
+        assert_eq!(json["unknown_role_attempts"], 1);
+        let none = analyze(&study(), &Scan::default(), &[]);
+        let json = serde_json::to_value(&none).expect("json");
+        assert!(json.get("unknown_role_attempts").is_none(), "{json}");
     }
 
     #[test]
@@ -1837,7 +1995,7 @@ mod tests {
             attempt(0, "baseline", 0, &[], "d", true),
             attempt(1, "a=2", 0, &[200.0], "d", false),
         ]);
-        assert_eq!(c.baseline_state, "failed");
+        assert_eq!(c.baseline_state, BaselineState::Failed);
         assert!(c.winner.is_none());
         assert!(c.decision.contains("baseline failed"), "{}", c.decision);
     }
@@ -1848,16 +2006,17 @@ mod tests {
         a.cell = serde_json::json!({"n": n});
         a.cell_label = format!("n={n}");
         a.cell_index = n as u32;
-        a.role = role.to_string();
+        a.role = RoleKind::from(role);
         a.trial_key = format!("{index}-{n}-{r}-{role}");
         a
     }
 
     fn study_with(confirm_repeats: u32) -> StudyRecord {
         let mut s = study();
-        s.spec["measurement"] =
-            serde_json::json!({"repeats": 1, "confirm_repeats": confirm_repeats});
-        s.spec["buckets"] = serde_json::json!({"n": "all"});
+        s.spec = spec(serde_json::json!({
+            "measurement": {"repeats": 1, "confirm_repeats": confirm_repeats},
+            "buckets": {"n": "all"},
+        }));
         s
     }
 
@@ -1910,7 +2069,7 @@ mod tests {
         let a = analyze(&s, &scan(attempts.clone()), &[]);
         let b = &a.classes[0].buckets[0];
         assert_eq!(b.winner.as_ref().map(|w| w.label.as_str()), Some("a=2"));
-        assert_eq!(b.level, "draft");
+        assert_eq!(b.level, Level::Draft);
         assert!(b.level_reason.contains("awaiting"), "{}", b.level_reason);
 
         // Confirmed: the final round agrees.
@@ -1919,9 +2078,9 @@ mod tests {
         confirmed.push(at(1, "a=2", 1, 0, 149.0, "confirm"));
         let a = analyze(&s, &scan(confirmed), &[]);
         let b = &a.classes[0].buckets[0];
-        assert_eq!(b.level, "verdict", "{}", b.level_reason);
+        assert_eq!(b.level, Level::Verdict, "{}", b.level_reason);
         assert_eq!(b.config, serde_json::json!({}));
-        assert_eq!(a.level, "verdict");
+        assert_eq!(a.level, Level::Verdict);
 
         // Not confirmed: the sweep's win was a fluke; the baseline ships.
         attempts.push(at(0, "baseline", 1, 0, 100.0, "confirm"));
@@ -1934,7 +2093,7 @@ mod tests {
             "{}",
             b.decision
         );
-        assert_eq!(b.level, "verdict");
+        assert_eq!(b.level, Level::Verdict);
     }
 
     #[test]
@@ -1987,7 +2146,7 @@ mod tests {
         crash.failure = Some(Failure {
             class: FailureClass::Oom,
             detail: "CUDA out of memory".into(),
-            phase: "measure".into(),
+            phase: crate::trial::Phase::Measure,
         });
         let attempts = vec![
             at(0, "baseline", 1, 0, 100.0, "sweep"),
@@ -2012,7 +2171,7 @@ mod tests {
             "{}",
             b.decision
         );
-        assert_eq!(b.level, "verdict");
+        assert_eq!(b.level, Level::Verdict);
     }
 
     #[test]
@@ -2023,7 +2182,7 @@ mod tests {
         };
         let a = analyze(&study_with(1), &scan, &[]);
         let b = &a.classes[0].buckets[0];
-        assert_eq!(b.level, "draft");
+        assert_eq!(b.level, Level::Draft);
         assert!(
             b.decision.contains("no candidate has been measured yet"),
             "{}",

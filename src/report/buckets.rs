@@ -5,6 +5,7 @@
 use serde_json::{Value as J, json};
 
 use crate::canon::{canonical_json, sha256_hex};
+use crate::spec::{BucketRule, FrozenSpec};
 
 /// A bucket as `apply` and the report see it.
 #[derive(Debug, Clone, PartialEq)]
@@ -18,7 +19,7 @@ pub struct Bucket {
 /// The bucket of `cell` (a JSON object of axis values) under the frozen
 /// spec's `buckets` rules (`pow2` where a rule is missing and the value is
 /// a positive number, else `exact`).
-pub fn bucket_of(spec: &J, cell: &J) -> Bucket {
+pub fn bucket_of(spec: &FrozenSpec, cell: &J) -> Bucket {
     let mut bounds = serde_json::Map::new();
     let mut labels = Vec::new();
     if let Some(obj) = cell.as_object() {
@@ -27,17 +28,23 @@ pub fn bucket_of(spec: &J, cell: &J) -> Bucket {
         for axis in axes {
             let value = &obj[axis];
             let positive = value.as_f64().filter(|v| *v > 0.0);
-            let rule = spec["buckets"][axis.as_str()]
-                .as_str()
-                .unwrap_or(if positive.is_some() { "pow2" } else { "exact" });
+            let rule = spec
+                .buckets
+                .get(axis)
+                .copied()
+                .unwrap_or(if positive.is_some() {
+                    BucketRule::Pow2
+                } else {
+                    BucketRule::Exact
+                });
             match (rule, positive) {
-                ("pow2", Some(v)) => {
+                (BucketRule::Pow2, Some(v)) => {
                     let k = v.log2().floor() as i32;
                     let (lo, hi) = (2f64.powi(k), 2f64.powi(k + 1));
                     bounds.insert(axis.clone(), json!({"min": lo, "max": hi}));
                     labels.push(format!("{axis} ∈ [{}, {})", num(lo), num(hi)));
                 }
-                ("all", _) => {
+                (BucketRule::All, _) => {
                     bounds.insert(axis.clone(), json!("any"));
                     labels.push(format!("{axis}: any"));
                 }
@@ -98,7 +105,10 @@ mod tests {
 
     #[test]
     fn pow2_exact_and_all() {
-        let spec = json!({"buckets": {"n": "pow2", "dtype": "exact", "mode": "all"}});
+        let spec = FrozenSpec::from_json(
+            json!({"buckets": {"n": "pow2", "dtype": "exact", "mode": "all"}}),
+        )
+        .expect("spec");
         let a = bucket_of(&spec, &json!({"n": 300000, "dtype": "bf16", "mode": "x"}));
         let b = bucket_of(&spec, &json!({"n": 500000, "dtype": "bf16", "mode": "y"}));
         let c = bucket_of(&spec, &json!({"n": 600000, "dtype": "bf16", "mode": "x"}));
@@ -121,7 +131,7 @@ mod tests {
 
     #[test]
     fn defaults_and_no_axes() {
-        let spec = json!({});
+        let spec = FrozenSpec::from_json(json!({})).expect("spec");
         assert_eq!(bucket_of(&spec, &json!({"n": 3})).label, "n ∈ [2, 4)");
         assert_eq!(bucket_of(&spec, &json!({"d": "x"})).label, "d = x");
         let single = bucket_of(&spec, &json!({}));

@@ -141,7 +141,7 @@ fn header(a: &Analysis) -> Vec<String> {
             "objective: {} [{}], {} is better · statistic: {} · a win needs more than {:.0}% and more than the combined spread",
             a.objective.name,
             a.objective.unit,
-            a.objective.better,
+            a.objective.better.name(),
             a.statistic,
             a.min_improvement * 100.0
         ),
@@ -203,7 +203,7 @@ fn bucket_row(b: &BucketReport) -> [String; 6] {
         b.cells.join(", "),
         ships,
         vs,
-        format!("{} ({})", b.level.to_uppercase(), b.level_reason),
+        format!("{} ({})", b.level.as_str().to_uppercase(), b.level_reason),
         decision,
     ]
 }
@@ -240,6 +240,12 @@ fn footer(a: &Analysis) -> Vec<String> {
             a.foreign_attempts
         ));
     }
+    if a.unknown_role_attempts > 0 {
+        out.push(format!(
+            "note: {} attempts of a role this tunectl does not know (a newer one's?) were ignored",
+            a.unknown_role_attempts
+        ));
+    }
     out
 }
 
@@ -258,7 +264,7 @@ fn search_table(class: &crate::report::analysis::ClassReport) -> Option<SearchTa
         } else {
             m.unit.as_str()
         },
-        m.better
+        m.better.name()
     );
     let budget_head = if first.budget_unit.is_empty() {
         "budget".to_string()
@@ -425,7 +431,7 @@ fn render_markdown(a: &Analysis, all: bool) -> String {
                 md_escape(&cell.decision)
             );
             for n in &cell.notes {
-                let _ = writeln!(out, "> note: {}\n", md_escape(n));
+                let _ = writeln!(out, "> note: {}\n", md_escape(&n.to_string()));
             }
             let _ = writeln!(
                 out,
@@ -503,7 +509,7 @@ fn measured_fields(a: &Analysis, r: &ConfigReport, base: Option<Summary>) -> Vec
     vec![
         a.objective.name.clone(),
         a.objective.unit.clone(),
-        a.objective.better.clone(),
+        a.objective.better.name().to_string(),
         "median".to_string(),
         r.summary
             .map(|s| s.n.to_string())
@@ -661,7 +667,7 @@ fn render_csv(a: &Analysis) -> String {
                     a.study_id.clone(),
                     a.spec_hash.clone(),
                     a.tunectl_version.clone(),
-                    a.level.clone(),
+                    a.level.to_string(),
                     class.host_class.clone(),
                     class.label.clone(),
                     class.hosts.join(" "),
@@ -685,7 +691,7 @@ fn render_csv(a: &Analysis) -> String {
                             (ships == r.label).to_string()
                         })
                         .unwrap_or_default(),
-                    bucket.map(|b| b.level.clone()).unwrap_or_default(),
+                    bucket.map(|b| b.level.to_string()).unwrap_or_default(),
                     bucket.map(|b| b.decision.clone()).unwrap_or_default(),
                 ]);
                 let line: Vec<String> = fields.iter().map(|s| csv_field(s)).collect();

@@ -2,6 +2,7 @@
 //! validated with every problem collected. Nothing here runs a trial.
 
 pub mod diag;
+pub mod frozen;
 pub mod inventory;
 pub mod shell;
 pub mod study;
@@ -10,6 +11,7 @@ pub mod value;
 pub mod yaml;
 
 pub use diag::{Diagnostic, Diagnostics};
+pub use frozen::FrozenSpec;
 pub use inventory::{Host, Inventory, Transport};
 pub use study::{
     Better, BucketRule, DEFAULT_FINALISTS, Fidelity, Knob, KnobKind, Measurement, Metric,

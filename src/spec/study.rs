@@ -9,9 +9,10 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use marked_yaml::Node;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::diag::Diagnostics;
+use super::frozen::FrozenSpec;
 use super::template::{self, TemplateCheck};
 use super::value::Value;
 use super::yaml::{self, Walker, index, is_identifier, join};
@@ -33,7 +34,7 @@ pub const RESERVED_VARIABLES: &[&str] = &[
     "phase",
 ];
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum KnobKind {
     Categorical,
@@ -89,7 +90,7 @@ pub struct TrialSpec {
     pub env: BTreeMap<String, String>,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Better {
     Higher,
@@ -101,6 +102,14 @@ impl Better {
         match self {
             Better::Higher => "higher is better",
             Better::Lower => "lower is better",
+        }
+    }
+
+    /// As the study file and the frozen spec write it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Better::Higher => "higher",
+            Better::Lower => "lower",
         }
     }
 }
@@ -185,7 +194,7 @@ impl Default for Selection {
 }
 
 /// How a cell axis groups into buckets.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum BucketRule {
     /// Numbers in [2^k, 2^(k+1)) share a bucket.
@@ -423,7 +432,7 @@ impl Study {
     /// The frozen specification: everything that decides what a trial means.
     /// `description` (the study's and the knobs'), `budget` and `ledger` are
     /// left out so that they can change between launches of one study.
-    pub fn frozen(&self) -> serde_json::Value {
+    pub fn frozen(&self) -> FrozenSpec {
         let mut v = serde_json::to_value(self).unwrap_or(serde_json::Value::Null);
         if let Some(obj) = v.as_object_mut() {
             obj.remove("description");
@@ -438,12 +447,12 @@ impl Study {
                 }
             }
         }
-        v
+        FrozenSpec::of(self, v)
     }
 
     /// sha256 of the canonical frozen spec, hex.
     pub fn spec_hash(&self) -> String {
-        crate::canon::sha256_hex(crate::canon::canonical_json(&self.frozen()).as_bytes())
+        crate::canon::sha256_hex(crate::canon::canonical_json(self.frozen().json()).as_bytes())
     }
 
     /// Names usable in trial templates.
@@ -2398,7 +2407,7 @@ metrics: [{name: loss, better: lower}]
     fn a_study_without_the_new_sections_keeps_its_frozen_spec() {
         let s = load("strategy: {kind: random, seed: 3, count: 4}\n").expect("valid");
         let frozen = s.frozen();
-        let obj = frozen.as_object().expect("an object");
+        let obj = frozen.json().as_object().expect("an object");
         assert!(!obj.contains_key("fidelity"));
         assert!(!obj.contains_key("objective_command"));
         assert_eq!(
@@ -2411,7 +2420,10 @@ metrics: [{name: loss, better: lower}]
         );
         let s = load("").expect("valid");
         assert_eq!(s.strategy, Strategy::Grid);
-        assert_eq!(s.frozen()["strategy"], serde_json::json!({"kind": "grid"}));
+        assert_eq!(
+            s.frozen().json()["strategy"],
+            serde_json::json!({"kind": "grid"})
+        );
     }
 
     #[test]

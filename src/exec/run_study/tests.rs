@@ -235,7 +235,7 @@ fn verdict(r: &Ran) -> (String, serde_json::Value) {
             .as_ref()
             .map(|w| w.label.clone())
             .unwrap_or_default(),
-        serde_json::to_value(&bucket.level).expect("level"),
+        serde_json::to_value(bucket.level).expect("level"),
     )
 }
 

@@ -48,7 +48,7 @@ use crate::ledger::records::{AttemptRecord, AttemptStatus};
 use crate::plan::Plan;
 use crate::space;
 use crate::spec::Study;
-use crate::trial::{Role, TrialIdentity};
+use crate::trial::{Role, RoleKind, TrialIdentity};
 
 /// Times a trial is queued again after its host dropped, in one launch; a
 /// trial that was running every time a host went down is left for later.
@@ -437,7 +437,7 @@ impl<'a> Scheduler<'a> {
         for a in terminal.values() {
             if a.status == AttemptStatus::Failed
                 && a.spec_hash == self.s.spec_hash
-                && a.role == "sweep"
+                && a.role == RoleKind::Sweep
                 && let Some(class) = self.s.class_ids.iter().position(|c| *c == a.host_class)
             {
                 self.st.classes[class]

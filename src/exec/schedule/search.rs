@@ -18,6 +18,7 @@ use crate::search::{
     Brackets, Engine, HyperbandEngine, Outcome, Search, Source, Step, Tpe, TpeEngine,
 };
 use crate::space;
+use crate::trial::RoleKind;
 use crate::spec::Strategy;
 
 /// The adaptive search of one cell on one class.
@@ -102,7 +103,7 @@ impl Scheduler<'_> {
         // Terminal rung attempts of this spec by (class, cell).
         let mut rungs: HashMap<(String, u32), HashMap<String, Arc<AttemptRecord>>> = HashMap::new();
         for a in scan.terminal().values() {
-            if a.role == "rung" && a.spec_hash == self.s.spec_hash {
+            if a.role == RoleKind::Rung && a.spec_hash == self.s.spec_hash {
                 rungs
                     .entry((a.host_class.clone(), a.cell_index))
                     .or_default()

@@ -15,8 +15,8 @@ use clap::{Parser, Subcommand};
 use serde::Serialize;
 use tokio_util::sync::CancellationToken;
 
-use crate::exec::attempt::LocalTransport;
 use crate::exec::launch::{self, LaunchHost};
+use crate::exec::local::LocalTransport;
 use crate::exec::progress::{self, ProgressMode};
 use crate::exec::ssh::SshTransport;
 use crate::fingerprint;

@@ -34,7 +34,7 @@ use super::{AttemptOutcome, AttemptSpec, Transport};
 use crate::fingerprint::{self, Fingerprint};
 use crate::ledger::records::ExitInfo;
 use crate::spec::inventory::SlurmHost;
-use crate::spec::template::shell_quote;
+use crate::spec::shell::quote_word;
 
 /// The default batch script (templates/slurm-array.sh).
 pub const DEFAULT_TEMPLATE: &str = include_str!("../../templates/slurm-array.sh");
@@ -110,8 +110,8 @@ impl Login {
                 for (path, text) in files {
                     body.push_str(&format!(
                         "mkdir -p \"$(dirname {p})\" && printf '%s' {t} >{p} || exit 1\n",
-                        p = shell_quote(path),
-                        t = shell_quote(text)
+                        p = quote_word(path),
+                        t = quote_word(text)
                     ));
                 }
                 self.sh(&body).await.map(|_| ())
@@ -138,7 +138,7 @@ impl Login {
                     "tc_f() { if [ -f \"$2\" ]; then n=$(wc -c <\"$2\" | tr -d ' '); printf '@@tunectl file %s %s\\n' \"$1\" \"$n\"; head -c \"$n\" <\"$2\"; printf '\\n'; else printf '@@tunectl missing %s\\n' \"$1\"; fi; }\n",
                 );
                 for (i, p) in paths.iter().enumerate() {
-                    body.push_str(&format!("tc_f {i} {}\n", shell_quote(p)));
+                    body.push_str(&format!("tc_f {i} {}\n", quote_word(p)));
                 }
                 body.push_str("printf '@@tunectl end\\n'\n");
                 let bytes = self.sh(&body).await?;
@@ -393,7 +393,7 @@ impl Inner {
             comment => format!("tunectl:study={study}:batch={batch_id}"),
             array => array,
             batch_dir => batch_dir,
-            batch_dir_sh => shell_quote(batch_dir),
+            batch_dir_sh => quote_word(batch_dir),
             time_limit => time_limit,
             partition => self.cfg.partition.clone(),
             account => self.cfg.account.clone(),
@@ -428,7 +428,7 @@ impl Inner {
         if probe_only {
             let body = format!(
                 "d={d}/probe-work; mkdir -p \"$d\" && cd \"$d\" || exit 1\n( {probe}\n) >.tunectl-probe 2>/dev/null </dev/null\nn=$(wc -c <.tunectl-probe | tr -d ' ')\nprintf '@@tunectl file probe %s\\n' \"$n\"\ncat .tunectl-probe\nprintf '\\n@@tunectl end\\n'\ncd / && rm -rf \"$d\"",
-                d = shell_quote(&batch_dir)
+                d = quote_word(&batch_dir)
             );
             files.push((format!("{batch_dir}/t0.sh"), ssh::wrap(&body)));
         } else {
@@ -474,7 +474,7 @@ impl Inner {
             .login
             .sh(&format!(
                 "sbatch --parsable {}",
-                shell_quote(&format!("{batch_dir}/batch.sh"))
+                quote_word(&format!("{batch_dir}/batch.sh"))
             ))
             .await
             .map_err(|e| format!("sbatch failed: {e}"))?;
@@ -499,7 +499,7 @@ impl Inner {
             .login
             .sh(&format!(
                 "squeue -h -r -t all --name={} -o '%i|%T|%N|%k'",
-                shell_quote(&self.job_name())
+                quote_word(&self.job_name())
             ))
             .await
             .map_err(|e| format!("squeue failed: {e}"))?;
@@ -529,7 +529,7 @@ impl Inner {
         if ids.is_empty() {
             return;
         }
-        let args: Vec<String> = ids.iter().map(|i| shell_quote(i)).collect();
+        let args: Vec<String> = ids.iter().map(|i| quote_word(i)).collect();
         if let Err(e) = self.login.sh(&format!("scancel {}", args.join(" "))).await {
             tracing::warn!("scancel failed: {e}");
         }

@@ -55,7 +55,7 @@ use crate::fingerprint::{self, Fingerprint, PROBE_TIMEOUT, TOOL_TIMEOUT};
 use crate::gate::{self, MAX_VALUE_FILE_BYTES};
 use crate::ledger::records::ExitInfo;
 use crate::spec::inventory::{HostKeyChecking, SshHost};
-use crate::spec::template::shell_quote;
+use crate::spec::shell::quote_word;
 use crate::trial::Phase;
 
 /// Default `connect_timeout`.
@@ -227,7 +227,7 @@ impl SshTransport {
             Some(w) if w.starts_with('/') => return Ok(w.trim_end_matches('/').to_string()),
             Some(w) => format!(
                 "printf '%s/%s\\n' \"$HOME\" {}",
-                shell_quote(w.trim_start_matches("~/"))
+                quote_word(w.trim_start_matches("~/"))
             ),
             None => "printf '%s/tunectl/work\\n' \"${XDG_CACHE_HOME:-$HOME/.cache}\"".to_string(),
         };
@@ -277,7 +277,7 @@ impl SshTransport {
                 body,
                 "if [ -r /proc/{pid}/environ ] && tr '\\000' '\\n' </proc/{pid}/environ | grep -qx {id}; then kill -s KILL -- -{pid} 2>/dev/null || kill -s KILL {pid} 2>/dev/null; tc_n=$((tc_n + 1)); fi",
                 pid = o.pgid,
-                id = shell_quote(&format!("TUNECTL_ATTEMPT_ID={}", o.attempt_id)),
+                id = quote_word(&format!("TUNECTL_ATTEMPT_ID={}", o.attempt_id)),
             );
         }
         body.push_str("printf '%s\\n' \"$tc_n\"\n");
@@ -434,7 +434,7 @@ pub(crate) struct WrapperOptions {
 pub(crate) fn attempt_script(spec: &AttemptSpec, opts: &WrapperOptions) -> Result<String, String> {
     let keep_workdirs = opts.keep_workdirs;
     let mut s = String::new();
-    let q = shell_quote;
+    let q = quote_word;
     s.push_str(&SCRIPT_FUNCTIONS.replace("TC_TAIL", &TAIL_BYTES.to_string()));
     let _ = writeln!(s, "tc_dir={}", q(&spec.trial_dir));
     let _ = writeln!(s, "tc_result={}", q(&spec.result_path));

@@ -14,6 +14,7 @@ pub mod prior;
 pub mod progress;
 pub mod slurm;
 pub mod ssh;
+pub mod wire;
 
 use std::collections::BTreeMap;
 use std::time::Duration;

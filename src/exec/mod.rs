@@ -5,6 +5,10 @@
 //! facts; it never judges them. [`attempt::judge`] turns those facts into a
 //! ledger record, the same way for every transport. The scheduler in
 //! [`launch`] decides what runs where and when.
+//!
+//! Transports: [`local`] (this machine), [`ssh`] and [`slurm`]; the last
+//! two run the same POSIX agent on the host and read its report, the
+//! protocol of [`wire`].
 
 pub mod attempt;
 pub mod drift;

@@ -15,8 +15,8 @@ use clap::{Parser, Subcommand};
 use serde::Serialize;
 use tokio_util::sync::CancellationToken;
 
-use crate::exec::attempt::LocalTransport;
 use crate::exec::events::LaunchSummary;
+use crate::exec::local::LocalTransport;
 use crate::exec::progress::{self, ProgressMode};
 use crate::exec::run_study::{self as launch, LaunchHost};
 use crate::exec::ssh::SshTransport;

@@ -28,6 +28,8 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
+use crate::spec::shell::single_quote;
+
 /// Version of the [`Fingerprint`] JSON layout, stored in [`Fingerprint::schema`].
 pub const SCHEMA_VERSION: u32 = 1;
 
@@ -479,22 +481,6 @@ pub fn is_valid_tool_name(name: &str) -> bool {
             .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
 }
 
-/// `s` as one single-quoted shell word (`'` becomes `'\''`), so that the
-/// shell passes it on byte for byte.
-pub fn shell_quote(s: &str) -> String {
-    let mut out = String::with_capacity(s.len() + 2);
-    out.push('\'');
-    for c in s.chars() {
-        if c == '\'' {
-            out.push_str("'\\''");
-        } else {
-            out.push(c);
-        }
-    }
-    out.push('\'');
-    out
-}
-
 /// The complete probe script: [`PROBE_SCRIPT`] followed by one line per tool
 /// (in the map's order) that runs the tool's command with `sh -c` under a
 /// 10 s timeout and prints `tool.<name>=<first line>`, then the end marker.
@@ -528,8 +514,8 @@ pub(crate) fn probe_script_with_timeout(
         let _ = writeln!(
             script,
             "tc_tool {} {}",
-            shell_quote(name),
-            shell_quote(command)
+            single_quote(name),
+            single_quote(command)
         );
     }
     script.push_str("printf 'tunectl_probe_end=1\\n'\nexit 0\n");
@@ -1034,11 +1020,8 @@ hostname=after-the-end
     fn script_builder_quotes_commands_verbatim() {
         let command = r#"printf '%s\n' "it's $(echo nested) \$HOME `x`""#;
         let script = probe_script(&tools(&[("weird", command)])).unwrap();
-        let expected = format!("tc_tool 'weird' {}\n", shell_quote(command));
+        let expected = format!("tc_tool 'weird' {}\n", single_quote(command));
         assert!(script.contains(&expected));
-        assert_eq!(shell_quote("it's"), r"'it'\''s'");
-        assert_eq!(shell_quote(""), "''");
-        assert_eq!(shell_quote("$(rm -rf /)"), "'$(rm -rf /)'");
     }
 
     /// A temporary directory holding the fake as `nvidia-smi`.

@@ -10,6 +10,10 @@
 //! transport, judging, the attempt record); [`run_study`] drives workers
 //! over the hosts' slots between the two. They report what happens as
 //! typed [`events`], which [`progress`] alone turns into text.
+//!
+//! Transports: [`local`] (this machine), [`ssh`] and [`slurm`]; the last
+//! two run the same POSIX agent on the host and read its report, the
+//! protocol of [`wire`].
 
 pub mod attempt;
 pub mod events;
@@ -21,6 +25,7 @@ pub mod run_trial;
 pub mod schedule;
 pub mod slurm;
 pub mod ssh;
+pub mod wire;
 
 use std::collections::BTreeMap;
 use std::time::Duration;

@@ -4,9 +4,9 @@
 //! class by its `constraint`/`gres` where the partition is mixed). The
 //! scheduler's workers call [`Transport::run_attempt`] as for any host;
 //! here an attempt joins a queue, and a submitter turns what is queued into
-//! one job array (one `sbatch`) at a time: task *i* runs the same POSIX
-//! attempt wrapper as an ssh host (src/exec/ssh.rs), with the probe first
-//! and the timeout kept by the wrapper, and writes its report to
+//! one job array (one `sbatch`) at a time: task *i* runs the same request
+//! script as an ssh host (the agent of [`super::wire`]), with the probe
+//! first and the timeout kept by the agent, and writes its reply to
 //! `t<i>.frames` in the batch directory. A poller asks Slurm about every
 //! job of the study in one `squeue` call per interval, reads the reports of
 //! the tasks that ended, and answers the waiting attempts.
@@ -29,12 +29,13 @@ use tokio::sync::{Notify, oneshot};
 use tokio_util::sync::CancellationToken;
 
 use super::local::RunOutput;
-use super::ssh::{self, Collected, Frame, SshTransport, WrapperOptions};
+use super::ssh::SshTransport;
+use super::wire::{self, AgentOptions, Collected, Frame};
 use super::{AttemptOutcome, AttemptSpec, Transport};
 use crate::fingerprint::{self, Fingerprint};
 use crate::ledger::records::ExitInfo;
 use crate::spec::inventory::SlurmHost;
-use crate::spec::template::shell_quote;
+use crate::spec::shell::quote_word;
 
 /// The default batch script (templates/slurm-array.sh).
 pub const DEFAULT_TEMPLATE: &str = include_str!("../../templates/slurm-array.sh");
@@ -110,8 +111,8 @@ impl Login {
                 for (path, text) in files {
                     body.push_str(&format!(
                         "mkdir -p \"$(dirname {p})\" && printf '%s' {t} >{p} || exit 1\n",
-                        p = shell_quote(path),
-                        t = shell_quote(text)
+                        p = quote_word(path),
+                        t = quote_word(text)
                     ));
                 }
                 self.sh(&body).await.map(|_| ())
@@ -134,13 +135,7 @@ impl Login {
                 if paths.is_empty() {
                     return Ok(out);
                 }
-                let mut body = String::from(
-                    "tc_f() { if [ -f \"$2\" ]; then n=$(wc -c <\"$2\" | tr -d ' '); printf '@@tunectl file %s %s\\n' \"$1\" \"$n\"; head -c \"$n\" <\"$2\"; printf '\\n'; else printf '@@tunectl missing %s\\n' \"$1\"; fi; }\n",
-                );
-                for (i, p) in paths.iter().enumerate() {
-                    body.push_str(&format!("tc_f {i} {}\n", shell_quote(p)));
-                }
-                body.push_str("printf '@@tunectl end\\n'\n");
+                let body = wire::fetch_files_script(paths);
                 let bytes = self.sh(&body).await?;
                 for frame in parse_frames(&bytes).await? {
                     if let Frame::File { tag, bytes } = frame
@@ -167,13 +162,10 @@ impl Login {
 
 /// Frames of a complete report (bytes already read).
 async fn parse_frames(bytes: &[u8]) -> Result<Vec<Frame>, String> {
-    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
-    ssh::read_frames(bytes, tx).await;
-    let mut out = Vec::new();
-    while let Some(f) = rx.recv().await {
-        out.push(f?);
+    match wire::read_report(bytes).await {
+        (frames, None) => Ok(frames),
+        (_, Some(e)) => Err(e),
     }
-    Ok(out)
 }
 
 /// An attempt waiting for submission.
@@ -329,7 +321,7 @@ impl Inner {
     }
 
     /// The `--time` of a batch: the inventory's, or every run at its
-    /// timeout plus five minutes for the probe and the wrapper, in minutes.
+    /// timeout plus five minutes for the probe and the agent, in minutes.
     fn time_limit(&self, specs: &[&AttemptSpec]) -> String {
         if let Some(t) = &self.cfg.time_limit {
             return t.clone();
@@ -393,7 +385,7 @@ impl Inner {
             comment => format!("tunectl:study={study}:batch={batch_id}"),
             array => array,
             batch_dir => batch_dir,
-            batch_dir_sh => shell_quote(batch_dir),
+            batch_dir_sh => quote_word(batch_dir),
             time_limit => time_limit,
             partition => self.cfg.partition.clone(),
             account => self.cfg.account.clone(),
@@ -426,13 +418,10 @@ impl Inner {
         let mut files = Vec::new();
         let count = if probe_only { 1 } else { specs.len() };
         if probe_only {
-            let body = format!(
-                "d={d}/probe-work; mkdir -p \"$d\" && cd \"$d\" || exit 1\n( {probe}\n) >.tunectl-probe 2>/dev/null </dev/null\nn=$(wc -c <.tunectl-probe | tr -d ' ')\nprintf '@@tunectl file probe %s\\n' \"$n\"\ncat .tunectl-probe\nprintf '\\n@@tunectl end\\n'\ncd / && rm -rf \"$d\"",
-                d = shell_quote(&batch_dir)
-            );
-            files.push((format!("{batch_dir}/t0.sh"), ssh::wrap(&body)));
+            let body = wire::probe_script(&batch_dir, &probe);
+            files.push((format!("{batch_dir}/t0.sh"), wire::wrap(&body)));
         } else {
-            let opts = WrapperOptions {
+            let opts = AgentOptions {
                 keep_workdirs: self.keep_workdirs,
                 self_timeout: true,
                 probe: Some(probe),
@@ -445,8 +434,8 @@ impl Inner {
                 tasks: Vec::new(),
             };
             for (i, spec) in specs.iter().enumerate() {
-                let script = ssh::attempt_script(spec, &opts)?;
-                files.push((format!("{batch_dir}/t{i}.sh"), ssh::wrap(&script)));
+                let script = wire::attempt_script(spec, &opts)?;
+                files.push((format!("{batch_dir}/t{i}.sh"), wire::wrap(&script)));
                 manifest.tasks.push(ManifestTask {
                     task: i,
                     trial_key: spec.trial_key.clone(),
@@ -474,7 +463,7 @@ impl Inner {
             .login
             .sh(&format!(
                 "sbatch --parsable {}",
-                shell_quote(&format!("{batch_dir}/batch.sh"))
+                quote_word(&format!("{batch_dir}/batch.sh"))
             ))
             .await
             .map_err(|e| format!("sbatch failed: {e}"))?;
@@ -499,7 +488,7 @@ impl Inner {
             .login
             .sh(&format!(
                 "squeue -h -r -t all --name={} -o '%i|%T|%N|%k'",
-                shell_quote(&self.job_name())
+                quote_word(&self.job_name())
             ))
             .await
             .map_err(|e| format!("squeue failed: {e}"))?;
@@ -529,7 +518,7 @@ impl Inner {
         if ids.is_empty() {
             return;
         }
-        let args: Vec<String> = ids.iter().map(|i| shell_quote(i)).collect();
+        let args: Vec<String> = ids.iter().map(|i| quote_word(i)).collect();
         if let Err(e) = self.login.sh(&format!("scancel {}", args.join(" "))).await {
             tracing::warn!("scancel failed: {e}");
         }
@@ -668,14 +657,9 @@ async fn judge_task(task: &Task, report: &[u8], expected: Option<&Fingerprint>) 
         ..Default::default()
     };
     let mut got = Collected::default();
-    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
-    ssh::read_frames(report, tx).await;
-    let mut garbled = None;
-    while let Some(f) = rx.recv().await {
-        match f {
-            Ok(f) => got.absorb(f),
-            Err(e) => garbled = Some(e),
-        }
+    let (frames, garbled) = wire::read_report(report).await;
+    for f in frames {
+        got.absorb(f);
     }
     let node = if task.node.is_empty() {
         String::new()
@@ -737,7 +721,7 @@ async fn judge_task(task: &Task, report: &[u8], expected: Option<&Fingerprint>) 
         return outcome;
     }
     let timed_out = got.timed_out;
-    ssh::fill_outcome(&mut outcome, &task.spec, got, timed_out);
+    wire::fill_outcome(&mut outcome, &task.spec, got, timed_out);
     outcome
 }
 

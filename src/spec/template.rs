@@ -172,11 +172,6 @@ pub struct CommandRenderer {
     field: String,
 }
 
-/// Quote a value for a POSIX shell.
-pub fn shell_quote(s: &str) -> String {
-    shell_escape::unix::escape(std::borrow::Cow::Borrowed(s)).into_owned()
-}
-
 /// Marks a value in rendered text: `SENTINEL`, its text in hex, `SENTINEL`.
 /// A template's own text has no NUL (checked), so the marks are unambiguous.
 const SENTINEL: char = '\0';
@@ -424,13 +419,6 @@ mod tests {
             vec!["compile".to_string(), "dtype".to_string()]
         );
         assert!(template_variables("{{ unclosed").is_err());
-    }
-
-    #[test]
-    fn shell_quoting_keeps_values_as_data() {
-        assert_eq!(shell_quote("abc"), "abc");
-        assert_eq!(shell_quote("; touch /tmp/pwned"), "'; touch /tmp/pwned'");
-        assert_eq!(shell_quote("it's"), "'it'\\''s'");
     }
 
     #[test]

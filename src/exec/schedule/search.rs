@@ -18,8 +18,8 @@ use crate::search::{
     Brackets, Engine, HyperbandEngine, Outcome, Search, Source, Step, Tpe, TpeEngine,
 };
 use crate::space;
-use crate::trial::RoleKind;
 use crate::spec::Strategy;
+use crate::trial::RoleKind;
 
 /// The adaptive search of one cell on one class.
 pub(super) struct CellSearch {

@@ -1024,7 +1024,10 @@ measurement: {warmup: 0, repeats: 2, anchor_every: 0, confirm_repeats: 2}
     assert_eq!(sweeps_before, 4);
 
     let stderr = env.launch_ok(&[]);
-    assert!(stderr.contains("ran 4 trials (4 ok, 0 failed)"), "{stderr}");
+    assert!(
+        stderr.contains("ran 4 trials (4 ok, 0 failed; among them 4 confirmation trials)"),
+        "{stderr}"
+    );
     let second = by_role(&env.ledger(), "resume");
     assert_eq!(count(&second, "sweep", "ok"), 4, "{second:?}");
     assert_eq!(count(&second, "confirm", "ok"), 4, "{second:?}");

@@ -4,7 +4,7 @@
 
 mod support;
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use assert_cmd::Command;
@@ -573,23 +573,7 @@ fn markdown_and_csv_reports_carry_n_spread_and_host_class() {
 #[test]
 fn fingerprint_reports_the_gpus_of_a_fake_nvidia_smi() {
     let tmp = tempfile::tempdir().expect("tempdir");
-    let bin = tmp.path().join("bin");
-    std::fs::create_dir(&bin).expect("mkdir");
-    let smi = bin.join("nvidia-smi");
-    std::fs::copy(
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/fake-nvidia-smi"),
-        &smi,
-    )
-    .expect("copy the fake nvidia-smi");
-    {
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(&smi, std::fs::Permissions::from_mode(0o755)).expect("chmod");
-    }
-    let path = format!(
-        "{}:{}",
-        bin.display(),
-        std::env::var("PATH").unwrap_or_default()
-    );
+    let path = support::path_with(&support::fake_nvidia_smi(tmp.path()));
     let fingerprint = |gpus: &str| -> Json {
         let out = Command::cargo_bin("tunectl")
             .expect("binary")

@@ -15,6 +15,7 @@ pub mod ledger_files;
 pub mod slurm;
 pub mod sshd;
 
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 /// Whether a launch ran to its end: exit 0 when every bucket it reports is
@@ -66,4 +67,30 @@ pub fn process_gone(pid: &str) -> bool {
             .and_then(|rest| rest.split_whitespace().next())
             .is_some_and(|state| state == "Z" || state == "X"),
     }
+}
+
+/// `dir/bin/nvidia-smi`: the FAKE tests/fixtures/fake-nvidia-smi (2× NVIDIA
+/// H100 80GB HBM3 unless its `FAKE_GPU_*` variables say otherwise); the
+/// `bin` directory.
+pub fn fake_nvidia_smi(dir: &Path) -> PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let bin = dir.join("bin");
+    std::fs::create_dir_all(&bin).expect("mkdir bin");
+    let smi = bin.join("nvidia-smi");
+    std::fs::copy(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/fake-nvidia-smi"),
+        &smi,
+    )
+    .expect("copy the fake nvidia-smi");
+    std::fs::set_permissions(&smi, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    bin
+}
+
+/// `$PATH` with `dir` first.
+pub fn path_with(dir: &Path) -> String {
+    format!(
+        "{}:{}",
+        dir.display(),
+        std::env::var("PATH").unwrap_or_default()
+    )
 }

@@ -728,7 +728,7 @@ fn quickstart_like_study(backend: Backend) {
         c.args(["status", &env.study_arg(), "--ledger", &url]);
         let out = env.run(c);
         assert_eq!(out.code, Some(0), "{}", out.text());
-        assert!(out.stdout.contains(&env.ledger_url()), "{}", out.text());
+        assert!(out.stdout.contains(env.ledger_url()), "{}", out.text());
     }
     env.assert_no_secret_in_store();
 }

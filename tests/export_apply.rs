@@ -389,9 +389,8 @@ fn apply_keeps_a_value_data_inside_double_quotes_and_refuses_backticks() {
     let (env, _) = shared();
     let mark = env.path().join("pwned-apply");
     let value = format!("$(touch {m}) `touch {m}` \"'", m = mark.display());
-    let out = env
-        .tunectl()
-        .env("TUNECTL_KNOB_MODE", &value)
+    let mut cmd = env.tunectl();
+    cmd.env("TUNECTL_KNOB_MODE", &value)
         .arg("apply")
         .arg("--tuned")
         .arg(tuned(env))
@@ -402,31 +401,23 @@ fn apply_keeps_a_value_data_inside_double_quotes_and_refuses_backticks() {
             "printf",
             "'[%s]'",
             "\"--mode={{ mode }}\"",
-        ])
-        .output()
-        .expect("run apply");
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert_eq!(
-        String::from_utf8_lossy(&out.stdout),
-        format!("[--mode={value}]")
-    );
+        ]);
+    let out = env.run(cmd);
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    assert_eq!(out.stdout, format!("[--mode={value}]"));
     assert!(!mark.exists(), "a value ran as code");
 
-    let out = env
-        .tunectl()
-        .arg("apply")
-        .arg("--tuned")
-        .arg(tuned(env))
-        .args(["--cell", "n=1", "--", "echo", "`echo {{ mode }}`"])
-        .output()
-        .expect("run apply");
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(2), "{err}");
+    let mut cmd = env.tunectl();
+    cmd.arg("apply").arg("--tuned").arg(tuned(env)).args([
+        "--cell",
+        "n=1",
+        "--",
+        "echo",
+        "`echo {{ mode }}`",
+    ]);
+    let out = env.run(cmd);
+    let err = &out.stderr;
+    assert_eq!(out.code, Some(2), "{err}");
     assert!(
         err.contains("column 12 of the template: a value inside backticks"),
         "{err}"
@@ -449,18 +440,20 @@ fn apply_refuses_an_edited_tuned_file_whose_value_is_not_in_the_knob_domain() {
     )
     .expect("write");
     let run = |dir: &Path| {
-        env.tunectl()
-            .arg("apply")
-            .arg("--tuned")
-            .arg(dir)
-            .args(["--cell", "n=2", "--", "echo", "{{ mode }}"])
-            .output()
-            .expect("run apply")
+        let mut cmd = env.tunectl();
+        cmd.arg("apply").arg("--tuned").arg(dir).args([
+            "--cell",
+            "n=2",
+            "--",
+            "echo",
+            "{{ mode }}",
+        ]);
+        env.run(cmd)
     };
     // Refused even for a cell of another bucket: the file is damaged.
     let out = run(&edited_dir);
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(2), "{err}");
+    let err = &out.stderr;
+    assert_eq!(out.code, Some(2), "{err}");
     assert!(
         err.contains(&format!("{}: bucket `n ∈ [1, 2)` (key ", edited.display()))
             && err.contains("knob `mode`: \"$(touch ")
@@ -482,10 +475,10 @@ fn apply_refuses_an_edited_tuned_file_whose_value_is_not_in_the_knob_domain() {
     )
     .expect("write");
     let out = run(&old_dir);
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(0), "{err}");
+    let err = &out.stderr;
+    assert_eq!(out.code, Some(0), "{err}");
     assert!(err.contains("carries no knob domains"), "{err}");
-    assert_eq!(String::from_utf8_lossy(&out.stdout), "base\n");
+    assert_eq!(out.stdout, "base\n");
 }
 
 #[test]
@@ -515,16 +508,10 @@ fn a_cell_outside_every_bucket_gets_the_defaults_with_a_warning() {
 fn apply_refuses_bad_input() {
     let (env, _) = shared();
     let run = |args: &[&str]| {
-        let out = env
-            .tunectl()
-            .arg("apply")
-            .args(args)
-            .output()
-            .expect("run apply");
-        (
-            out.status.code(),
-            String::from_utf8_lossy(&out.stderr).into_owned(),
-        )
+        let mut cmd = env.tunectl();
+        cmd.arg("apply").args(args);
+        let out = env.run(cmd);
+        (out.code, out.stderr)
     };
     let tuned = tuned(env).display().to_string();
     let (code, err) = run(&["--tuned", &tuned, "--cell", "batch=4", "--print"]);
@@ -556,15 +543,13 @@ fn apply_refuses_bad_input() {
 #[test]
 fn export_without_results_fails_and_names_the_study() {
     let env = Env::new(STUDY);
-    let out = env
-        .tunectl()
-        .arg("export")
+    let mut cmd = env.tunectl();
+    cmd.arg("export")
         .arg(env.study())
-        .args(["--ledger", env.ledger_url()])
-        .output()
-        .expect("run export");
-    assert_eq!(out.status.code(), Some(1));
-    let err = String::from_utf8_lossy(&out.stderr);
+        .args(["--ledger", env.ledger_url()]);
+    let out = env.run(cmd);
+    assert_eq!(out.code, Some(1));
+    let err = &out.stderr;
     assert!(err.contains("no ledger at"), "{err}");
 }
 

@@ -140,14 +140,12 @@ measurement: {warmup: 0, repeats: 1, anchor_every: 0, confirm_repeats: 0}
         assert_eq!(by_v[v]["status"], "ok", "{v}: {}", by_v[v]);
     }
     // Every speedup in the report is a positive finite number.
-    let out = env
-        .tunectl()
-        .args(["report", "--all", "--ledger"])
+    let mut cmd = env.tunectl();
+    cmd.args(["report", "--all", "--ledger"])
         .arg(env.ledger())
-        .arg(env.study())
-        .output()
-        .expect("report");
-    let text = String::from_utf8_lossy(&out.stdout);
+        .arg(env.study());
+    let out = env.run(cmd);
+    let text = out.stdout;
     let speedups: Vec<&str> = text
         .split(|c: char| c.is_whitespace() || c == '(' || c == '|')
         .filter_map(|w| w.strip_suffix('×'))
@@ -205,15 +203,13 @@ fingerprint:
         "wJalrXUtnFEMIK7MDENGbPxRfiCYEXAMPLEKEY",
         "s3cr3t-value-1234",
     ];
-    let out = env
-        .tunectl()
-        .args(["fingerprint", "--study"])
+    let mut cmd = env.tunectl();
+    cmd.args(["fingerprint", "--study"])
         .arg(env.study())
-        .env("MY_API_TOKEN", "s3cr3t-value-1234")
-        .output()
-        .expect("fingerprint");
-    let printed = String::from_utf8_lossy(&out.stdout);
-    assert_eq!(out.status.code(), Some(0), "{printed}");
+        .env("MY_API_TOKEN", "s3cr3t-value-1234");
+    let out = env.run(cmd);
+    let printed = out.stdout;
+    assert_eq!(out.code, Some(0), "{printed}");
     for leak in leaks {
         assert!(!printed.contains(leak), "{leak} printed:\n{printed}");
     }
@@ -261,17 +257,15 @@ measurement: {warmup: 0, repeats: 1, anchor_every: 0, confirm_repeats: 0}
         text.chars()
             .any(|c| c == '\x1b' || c == '\x07' || c == '\u{9b}')
     };
-    let out = env
-        .tunectl()
-        .arg("plan")
+    let mut cmd = env.tunectl();
+    cmd.arg("plan")
         .arg(env.study())
         .arg("--dry-run")
         .arg("--ledger")
-        .arg(env.ledger())
-        .output()
-        .expect("plan");
-    let plan = String::from_utf8_lossy(&out.stdout);
-    assert_eq!(out.status.code(), Some(0), "{plan}");
+        .arg(env.ledger());
+    let out = env.run(cmd);
+    let plan = out.stdout;
+    assert_eq!(out.code, Some(0), "{plan}");
     assert!(!raw(&plan), "plan prints raw escapes:\n{plan:?}");
     assert!(plan.contains("\\x1b[31mred\\x9b"), "{plan}");
 
@@ -289,15 +283,13 @@ measurement: {warmup: 0, repeats: 1, anchor_every: 0, confirm_repeats: 0}
     assert!(stderr.contains("\\x1b[2J\\x1b]0;pwned\\x07"), "{stderr}");
 
     for format in ["table", "markdown"] {
-        let out = env
-            .tunectl()
-            .args(["report", "--all", "--format", format, "--ledger"])
+        let mut cmd = env.tunectl();
+        cmd.args(["report", "--all", "--format", format, "--ledger"])
             .arg(env.ledger())
-            .arg(env.study())
-            .output()
-            .expect("report");
-        let text = String::from_utf8_lossy(&out.stdout);
-        assert_eq!(out.status.code(), Some(0), "{text}");
+            .arg(env.study());
+        let out = env.run(cmd);
+        let text = out.stdout;
+        assert_eq!(out.code, Some(0), "{text}");
         assert!(!raw(&text), "{format} report prints raw escapes:\n{text:?}");
         for shown in [
             "\\x1b[31mred",
@@ -308,14 +300,12 @@ measurement: {warmup: 0, repeats: 1, anchor_every: 0, confirm_repeats: 0}
             assert!(text.contains(shown), "{format}: {shown} missing in\n{text}");
         }
     }
-    let out = env
-        .tunectl()
-        .args(["report", "--format", "json", "--ledger"])
+    let mut cmd = env.tunectl();
+    cmd.args(["report", "--format", "json", "--ledger"])
         .arg(env.ledger())
-        .arg(env.study())
-        .output()
-        .expect("report");
-    let json: Json = serde_json::from_slice(&out.stdout).expect("report JSON");
+        .arg(env.study());
+    let out = env.run(cmd);
+    let json: Json = serde_json::from_str(&out.stdout).expect("report JSON");
     assert!(
         json.to_string().contains("x\\u001b[31mred\u{9b}"),
         "JSON keeps the value, in JSON's escaping"

@@ -5,49 +5,19 @@
 //! The host class mismatch uses tests/fixtures/fake-nvidia-smi (a FAKE, not
 //! NVIDIA's tool) first on PATH, so that this machine probes as 2× H100.
 
+mod support;
+
 use std::path::{Path, PathBuf};
+use std::process::Command;
 use std::sync::OnceLock;
-use std::time::Duration;
 
-use assert_cmd::Command;
 use serde_json::{Value as Json, json};
+use support::env::{Env, Out};
 
-/// The fake trial program: deterministic made-up throughput per mode and
-/// cell, so the winner of each bucket is known.
-const FAKE_TRIAL: &str = r#"#!/bin/sh
-# FAKE trial program written by tunectl's integration tests
-# (tests/export_apply.rs). Not a benchmark: it reports made-up numbers.
-#
-#   usage: sh fake-trial.sh MODE N
-#
-#   MODE   throughput (ops/s)                 out.txt
-#   base   100                                "sum(N) = 7N"
-#   fast   200 at N=1, 90 at N=2 (slower)     same as base
-#   wrong  300                                "sum(N) = 4242" (output changed)
-#   crash  -                                  - (exit 3)
-set -u
-mode=$1
-n=$2
-r=${TUNECTL_REPEAT:-0}
-case $mode in
-    base) tp=100 ;;
-    fast) if [ "$n" = 1 ]; then tp=200; else tp=90; fi ;;
-    wrong) tp=300 ;;
-    crash)
-        echo "fake-trial: mode crash: giving up on purpose" >&2
-        exit 3
-        ;;
-    *) echo "fake-trial: unknown mode $mode" >&2; exit 64 ;;
-esac
-if [ "$mode" = wrong ]; then
-    echo "sum($n) = 4242" > out.txt
-else
-    echo "sum($n) = $((n * 7))" > out.txt
-fi
-printf '{"metrics": {"throughput": %s.%s}}\n' "$tp" "$r" > "$TUNECTL_RESULT"
-"#;
-
-/// 4 modes × 2 cells (pow2 buckets: n ∈ [1, 2) and n ∈ [2, 4)).
+/// 4 modes × 2 cells (pow2 buckets: n ∈ [1, 2) and n ∈ [2, 4)). The FAKE
+/// trial program (tests/support/fake.rs) runs base at 100 ops/s; fast at
+/// 200 at n=1 but 90 at n=2 (slower there); wrong at 300 with another
+/// out.txt (output changed); crash exits 3.
 const STUDY: &str = r#"name: fake-tune
 context: {model: fake-model}
 knobs:
@@ -57,6 +27,7 @@ cells:
 trial:
   command: "sh {{ study_dir }}/fake-trial.sh {{ mode }} {{ n }}"
   timeout: 20s
+  env: {FAKE_SPEEDS: "fast@2=0.9 wrong=3"}
 objective: {metric: throughput, unit: ops/s, better: higher}
 measurement: {warmup: 0, repeats: 3}
 gate: {outputs: [out.txt]}
@@ -75,182 +46,71 @@ printf 'TUNECTL_CELL=%s\n' "$TUNECTL_CELL"
 exit 7
 "#;
 
-/// A study directory in a tempdir with the fake programs, a ledger, a work
-/// directory and a `bin/` holding the fake nvidia-smi (only on PATH when a
-/// test asks for it).
-struct Env {
-    tmp: tempfile::TempDir,
+/// An Env of [`STUDY`] with the fake workload and a `bin/` holding the fake
+/// nvidia-smi (only on PATH when a test asks for it).
+fn with_workload(env: Env) -> Env {
+    std::fs::write(workload(&env), FAKE_WORKLOAD).expect("write workload");
+    support::fake_nvidia_smi(env.path());
+    env
 }
 
-impl Env {
-    fn new() -> Env {
-        Env::with(tempfile::tempdir().expect("tempdir"))
-    }
+fn workload(env: &Env) -> PathBuf {
+    env.path().join("fake-workload.sh")
+}
 
-    /// An Env under cargo's target/tmp: for the shared fixture, which lives
-    /// in a static and is never dropped (so it does not litter $TMPDIR).
-    fn in_target_tmp() -> Env {
-        Env::with(
-            tempfile::Builder::new()
-                .prefix("export_apply-")
-                .tempdir_in(env!("CARGO_TARGET_TMPDIR"))
-                .expect("tempdir in target/tmp"),
-        )
-    }
+fn tuned(env: &Env) -> PathBuf {
+    env.path().join("tuned")
+}
 
-    fn with(tmp: tempfile::TempDir) -> Env {
-        let env = Env { tmp };
-        std::fs::create_dir(env.study_dir()).expect("mkdir study");
-        std::fs::write(env.study_dir().join("fake-trial.sh"), FAKE_TRIAL).expect("write fake");
-        std::fs::write(env.workload(), FAKE_WORKLOAD).expect("write workload");
-        std::fs::write(env.study(), STUDY).expect("write study");
-        let bin = env.tmp.path().join("bin");
-        std::fs::create_dir(&bin).expect("mkdir bin");
-        let smi = bin.join("nvidia-smi");
-        std::fs::copy(
-            Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/fake-nvidia-smi"),
-            &smi,
-        )
-        .expect("copy the fake nvidia-smi");
-        {
-            use std::os::unix::fs::PermissionsExt;
-            std::fs::set_permissions(&smi, std::fs::Permissions::from_mode(0o755)).expect("chmod");
-        }
-        env
-    }
+/// A command whose PATH starts with the fake nvidia-smi: this machine
+/// then probes as 2× NVIDIA H100 80GB HBM3.
+fn cmd_as_h100(env: &Env) -> Command {
+    let mut cmd = env.tunectl();
+    cmd.env("PATH", support::path_with(&env.path().join("bin")));
+    cmd
+}
 
-    fn path(&self) -> &Path {
-        self.tmp.path()
-    }
+/// `export` into `tuned/` (the default, relative to the working
+/// directory); the paths it printed.
+fn export(env: &Env) -> Vec<PathBuf> {
+    env.tunectl_ok(&["export", &env.study_arg(), "--ledger", env.ledger_url()])
+        .lines()
+        .map(|l| env.path().join(l))
+        .collect()
+}
 
-    fn study_dir(&self) -> PathBuf {
-        self.path().join("study")
+/// `apply --tuned tuned/ [--cell ...] -- sh fake-workload.sh {{ mode }} {{ n }}`.
+fn apply(env: &Env, mut cmd: Command, cells: &[&str]) -> Applied {
+    cmd.arg("apply").arg("--tuned").arg(tuned(env));
+    for c in cells {
+        cmd.args(["--cell", c]);
     }
-
-    fn study(&self) -> PathBuf {
-        self.study_dir().join("study.yaml")
-    }
-
-    fn workload(&self) -> PathBuf {
-        self.path().join("fake-workload.sh")
-    }
-
-    fn ledger(&self) -> PathBuf {
-        self.path().join("ledger")
-    }
-
-    fn tuned(&self) -> PathBuf {
-        self.path().join("tuned")
-    }
-
-    fn cmd(&self) -> Command {
-        let mut cmd = Command::cargo_bin("tunectl").expect("the tunectl binary");
-        cmd.current_dir(self.path())
-            .env_remove("TUNECTL_LEDGER")
-            .env_remove("TUNECTL_WORKDIR")
-            .env_remove("TUNECTL_LOG")
-            .env_remove("TUNECTL_KNOB_MODE")
-            .env_remove("TUNECTL_KNOBS")
-            .env_remove("TUNECTL_CELL")
-            .env_remove("FAKE_GPU_NAME")
-            .env_remove("FAKE_GPU_COUNT")
-            .env_remove("FAKE_GPU_MEMORY_MIB")
-            .env_remove("FAKE_DRIVER")
-            .env_remove("FAKE_CUDA")
-            .env_remove("FAKE_NVIDIA_SMI_FAIL")
-            .timeout(Duration::from_secs(60));
-        cmd
-    }
-
-    /// A command whose PATH starts with the fake nvidia-smi: this machine
-    /// then probes as 2× NVIDIA H100 80GB HBM3.
-    fn cmd_as_h100(&self) -> Command {
-        let mut cmd = self.cmd();
-        cmd.env(
-            "PATH",
-            format!(
-                "{}:{}",
-                self.path().join("bin").display(),
-                std::env::var("PATH").unwrap_or_default()
-            ),
-        );
-        cmd
-    }
-
-    fn launch(&self) {
-        let out = self
-            .cmd()
-            .arg("launch")
-            .arg(self.study())
-            .arg("--ledger")
-            .arg(self.ledger())
-            .arg("--workdir")
-            .arg(self.path().join("work"))
-            .args(["--progress", "quiet"])
-            .output()
-            .expect("run launch");
-        assert_eq!(
-            out.status.code(),
-            Some(0),
-            "launch failed:\n{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
-
-    /// `export` into `tuned/` (the default, relative to the working
-    /// directory); the paths it printed.
-    fn export(&self) -> Vec<PathBuf> {
-        let out = self
-            .cmd()
-            .arg("export")
-            .arg(self.study())
-            .arg("--ledger")
-            .arg(self.ledger())
-            .output()
-            .expect("run export");
-        assert_eq!(
-            out.status.code(),
-            Some(0),
-            "export failed:\n{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8(out.stdout)
-            .expect("utf-8")
+    cmd.arg("--")
+        .arg("sh")
+        .arg(workload(env))
+        .args(["{{ mode }}", "{{ n }}"]);
+    let Out {
+        code,
+        stdout,
+        stderr,
+        ..
+    } = env.run(cmd);
+    let get = |key: &str| -> String {
+        stdout
             .lines()
-            .map(|l| self.path().join(l))
-            .collect()
-    }
-
-    /// `apply --tuned tuned/ [--cell ...] -- sh fake-workload.sh {{ mode }} {{ n }}`.
-    fn apply(&self, mut cmd: Command, cells: &[&str]) -> Applied {
-        cmd.arg("apply").arg("--tuned").arg(self.tuned());
-        for c in cells {
-            cmd.args(["--cell", c]);
-        }
-        cmd.arg("--")
-            .arg("sh")
-            .arg(self.workload())
-            .args(["{{ mode }}", "{{ n }}"]);
-        let out = cmd.output().expect("run apply");
-        let stdout = String::from_utf8(out.stdout).expect("utf-8");
-        let stderr = String::from_utf8(out.stderr).expect("utf-8");
-        let get = |key: &str| -> String {
-            stdout
-                .lines()
-                .find_map(|l| l.strip_prefix(&format!("{key}=")))
-                .unwrap_or_else(|| panic!("no {key} in:\n{stdout}\nstderr:\n{stderr}"))
-                .to_string()
-        };
-        Applied {
-            code: out.status.code(),
-            arg1: get("arg1"),
-            arg2: get("arg2"),
-            args: get("args"),
-            knobs: serde_json::from_str(&get("TUNECTL_KNOBS")).expect("TUNECTL_KNOBS is JSON"),
-            knob_mode: get("TUNECTL_KNOB_MODE"),
-            cell: serde_json::from_str(&get("TUNECTL_CELL")).expect("TUNECTL_CELL is JSON"),
-            stderr,
-        }
+            .find_map(|l| l.strip_prefix(&format!("{key}=")))
+            .unwrap_or_else(|| panic!("no {key} in:\n{stdout}\nstderr:\n{stderr}"))
+            .to_string()
+    };
+    Applied {
+        code,
+        arg1: get("arg1"),
+        arg2: get("arg2"),
+        args: get("args"),
+        knobs: serde_json::from_str(&get("TUNECTL_KNOBS")).expect("TUNECTL_KNOBS is JSON"),
+        knob_mode: get("TUNECTL_KNOB_MODE"),
+        cell: serde_json::from_str(&get("TUNECTL_CELL")).expect("TUNECTL_CELL is JSON"),
+        stderr,
     }
 }
 
@@ -271,9 +131,9 @@ struct Applied {
 fn shared() -> &'static (Env, Vec<PathBuf>) {
     static SHARED: OnceLock<(Env, Vec<PathBuf>)> = OnceLock::new();
     SHARED.get_or_init(|| {
-        let env = Env::in_target_tmp();
-        env.launch();
-        let files = env.export();
+        let env = with_workload(Env::in_target_tmp("export_apply-", STUDY));
+        env.launch_verdict(&[]);
+        let files = export(&env);
         (env, files)
     })
 }
@@ -285,15 +145,13 @@ fn read(path: &Path) -> String {
 /// This machine's host class, as `tunectl fingerprint` reports it.
 fn this_class(env: &Env, as_h100: bool) -> String {
     let mut cmd = if as_h100 {
-        env.cmd_as_h100()
+        cmd_as_h100(env)
     } else {
-        env.cmd()
+        env.tunectl()
     };
-    let out = cmd
-        .args(["fingerprint", "--json"])
-        .output()
-        .expect("fingerprint");
-    let fp: Json = serde_json::from_slice(&out.stdout).expect("fingerprint JSON");
+    cmd.args(["fingerprint", "--json"]);
+    let out = env.run(cmd);
+    let fp: Json = serde_json::from_str(&out.stdout).expect("fingerprint JSON");
     fp["host_class"].as_str().expect("host_class").to_string()
 }
 
@@ -301,20 +159,12 @@ fn this_class(env: &Env, as_h100: bool) -> String {
 fn print(env: &Env, mut cmd: Command, extra: &[&str]) -> (String, String) {
     cmd.arg("apply")
         .arg("--tuned")
-        .arg(env.tuned())
+        .arg(tuned(env))
         .args(extra)
         .arg("--print");
-    let out = cmd.output().expect("apply --print");
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    (
-        String::from_utf8(out.stdout).expect("utf-8"),
-        String::from_utf8(out.stderr).expect("utf-8"),
-    )
+    let out = env.run(cmd);
+    assert_eq!(out.code, Some(0), "{}", out.text());
+    (out.stdout, out.stderr)
 }
 
 fn top(yaml: &str, key: &str) -> String {
@@ -342,7 +192,7 @@ fn export_writes_one_tuned_file_per_host_class() {
             .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-'),
         "{stem}"
     );
-    assert!(file.starts_with(env.tuned()), "default out dir is tuned/");
+    assert!(file.starts_with(tuned(env)), "default out dir is tuned/");
 
     let text = read(file);
     assert!(text.starts_with("# tunectl tuned configuration"), "{text}");
@@ -428,16 +278,7 @@ fn export_writes_one_tuned_file_per_host_class() {
     assert!(b2["decision"].as_str().is_some_and(|d| !d.is_empty()));
 
     // Every bucket says what `tunectl report` says.
-    let out = env
-        .cmd()
-        .arg("report")
-        .arg(env.study())
-        .arg("--ledger")
-        .arg(env.ledger())
-        .args(["--format", "json"])
-        .output()
-        .expect("report");
-    let report: Json = serde_json::from_slice(&out.stdout).expect("report JSON");
+    let report = env.report_json();
     let reported = report["classes"][0]["buckets"]
         .as_array()
         .expect("report buckets");
@@ -460,7 +301,7 @@ fn export_writes_one_tuned_file_per_host_class() {
 #[test]
 fn apply_on_a_matching_host_gives_the_winner_by_env_and_template() {
     let (env, _) = shared();
-    let a = env.apply(env.cmd(), &["n=1"]);
+    let a = apply(env, env.tunectl(), &["n=1"]);
     assert_eq!(a.code, Some(7), "the command's exit status: {a:?}");
     assert_eq!(a.arg1, "fast", "{a:?}");
     assert_eq!(a.arg2, "1");
@@ -471,22 +312,21 @@ fn apply_on_a_matching_host_gives_the_winner_by_env_and_template() {
     assert!(!a.stderr.contains("warning"), "{}", a.stderr);
 
     // The other bucket keeps the baseline: no warning, it is the tune.
-    let a = env.apply(env.cmd(), &["n=3"]);
+    let a = apply(env, env.tunectl(), &["n=3"]);
     assert_eq!(a.arg1, "base", "{a:?}");
     assert_eq!(a.knobs, json!({"mode": "base"}));
     assert_eq!(a.cell, json!({"n": 3}));
     assert!(!a.stderr.contains("warning"), "{}", a.stderr);
 
     // A single file works like the directory.
-    let (yaml, _) = print(env, env.cmd(), &["--cell", "n=1"]);
+    let (yaml, _) = print(env, env.tunectl(), &["--cell", "n=1"]);
     assert_eq!(top(&yaml, "source"), "tuned", "{yaml}");
-    let mut cmd = env.cmd();
+    let mut cmd = env.tunectl();
     cmd.arg("apply")
         .arg("--tuned")
         .arg(&shared().1[0])
         .args(["--cell", "n=1", "--print"]);
-    let out = cmd.output().expect("apply --print");
-    let yaml = String::from_utf8(out.stdout).expect("utf-8");
+    let yaml = env.run(cmd).stdout;
     assert!(yaml.contains("  mode: fast\n"), "{yaml}");
 }
 
@@ -499,7 +339,7 @@ fn apply_on_another_host_class_warns_and_uses_the_defaults() {
         here, h100,
         "the fake nvidia-smi makes this host another class"
     );
-    let a = env.apply(env.cmd_as_h100(), &["n=1"]);
+    let a = apply(env, cmd_as_h100(env), &["n=1"]);
     assert_eq!(a.code, Some(7), "{a:?}");
     assert_eq!(a.arg1, "base", "never a tune from another class: {a:?}");
     assert_eq!(a.knobs, json!({"mode": "base"}));
@@ -517,7 +357,7 @@ fn apply_on_another_host_class_warns_and_uses_the_defaults() {
     assert!(warning.contains("2× NVIDIA H100 80GB HBM3"), "{warning}");
     assert!(warning.ends_with("using the study's defaults"), "{warning}");
 
-    let (yaml, _) = print(env, env.cmd_as_h100(), &["--cell", "n=1"]);
+    let (yaml, _) = print(env, cmd_as_h100(env), &["--cell", "n=1"]);
     assert_eq!(top(&yaml, "source"), "defaults", "{yaml}");
     assert_eq!(top(&yaml, "host_class"), h100);
 }
@@ -525,10 +365,10 @@ fn apply_on_another_host_class_warns_and_uses_the_defaults() {
 #[test]
 fn a_knob_set_in_the_environment_wins() {
     let (env, _) = shared();
-    let mut cmd = env.cmd();
+    let mut cmd = env.tunectl();
     // A value with shell syntax in it stays data.
     cmd.env("TUNECTL_KNOB_MODE", "crash; touch pwned");
-    let a = env.apply(cmd, &["n=1"]);
+    let a = apply(env, cmd, &["n=1"]);
     assert_eq!(a.arg1, "crash; touch pwned", "{a:?}");
     assert_eq!(a.args, "2", "one argument, quoted: {a:?}");
     assert_eq!(a.knob_mode, "crash; touch pwned");
@@ -537,9 +377,9 @@ fn a_knob_set_in_the_environment_wins() {
     assert!(a.stderr.contains("TUNECTL_KNOB_MODE="), "{}", a.stderr);
 
     // It wins over the defaults too.
-    let mut cmd = env.cmd_as_h100();
+    let mut cmd = cmd_as_h100(env);
     cmd.env("TUNECTL_KNOB_MODE", "fast");
-    let a = env.apply(cmd, &["n=2"]);
+    let a = apply(env, cmd, &["n=2"]);
     assert_eq!(a.arg1, "fast", "{a:?}");
     assert_eq!(a.knobs, json!({"mode": "fast"}));
 }
@@ -549,12 +389,11 @@ fn apply_keeps_a_value_data_inside_double_quotes_and_refuses_backticks() {
     let (env, _) = shared();
     let mark = env.path().join("pwned-apply");
     let value = format!("$(touch {m}) `touch {m}` \"'", m = mark.display());
-    let out = env
-        .cmd()
-        .env("TUNECTL_KNOB_MODE", &value)
+    let mut cmd = env.tunectl();
+    cmd.env("TUNECTL_KNOB_MODE", &value)
         .arg("apply")
         .arg("--tuned")
-        .arg(env.tuned())
+        .arg(tuned(env))
         .args([
             "--cell",
             "n=1",
@@ -562,31 +401,23 @@ fn apply_keeps_a_value_data_inside_double_quotes_and_refuses_backticks() {
             "printf",
             "'[%s]'",
             "\"--mode={{ mode }}\"",
-        ])
-        .output()
-        .expect("run apply");
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert_eq!(
-        String::from_utf8_lossy(&out.stdout),
-        format!("[--mode={value}]")
-    );
+        ]);
+    let out = env.run(cmd);
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    assert_eq!(out.stdout, format!("[--mode={value}]"));
     assert!(!mark.exists(), "a value ran as code");
 
-    let out = env
-        .cmd()
-        .arg("apply")
-        .arg("--tuned")
-        .arg(env.tuned())
-        .args(["--cell", "n=1", "--", "echo", "`echo {{ mode }}`"])
-        .output()
-        .expect("run apply");
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(2), "{err}");
+    let mut cmd = env.tunectl();
+    cmd.arg("apply").arg("--tuned").arg(tuned(env)).args([
+        "--cell",
+        "n=1",
+        "--",
+        "echo",
+        "`echo {{ mode }}`",
+    ]);
+    let out = env.run(cmd);
+    let err = &out.stderr;
+    assert_eq!(out.code, Some(2), "{err}");
     assert!(
         err.contains("column 12 of the template: a value inside backticks"),
         "{err}"
@@ -609,18 +440,20 @@ fn apply_refuses_an_edited_tuned_file_whose_value_is_not_in_the_knob_domain() {
     )
     .expect("write");
     let run = |dir: &Path| {
-        env.cmd()
-            .arg("apply")
-            .arg("--tuned")
-            .arg(dir)
-            .args(["--cell", "n=2", "--", "echo", "{{ mode }}"])
-            .output()
-            .expect("run apply")
+        let mut cmd = env.tunectl();
+        cmd.arg("apply").arg("--tuned").arg(dir).args([
+            "--cell",
+            "n=2",
+            "--",
+            "echo",
+            "{{ mode }}",
+        ]);
+        env.run(cmd)
     };
     // Refused even for a cell of another bucket: the file is damaged.
     let out = run(&edited_dir);
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(2), "{err}");
+    let err = &out.stderr;
+    assert_eq!(out.code, Some(2), "{err}");
     assert!(
         err.contains(&format!("{}: bucket `n ∈ [1, 2)` (key ", edited.display()))
             && err.contains("knob `mode`: \"$(touch ")
@@ -642,16 +475,16 @@ fn apply_refuses_an_edited_tuned_file_whose_value_is_not_in_the_knob_domain() {
     )
     .expect("write");
     let out = run(&old_dir);
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(0), "{err}");
+    let err = &out.stderr;
+    assert_eq!(out.code, Some(0), "{err}");
     assert!(err.contains("carries no knob domains"), "{err}");
-    assert_eq!(String::from_utf8_lossy(&out.stdout), "base\n");
+    assert_eq!(out.stdout, "base\n");
 }
 
 #[test]
 fn a_cell_outside_every_bucket_gets_the_defaults_with_a_warning() {
     let (env, _) = shared();
-    let a = env.apply(env.cmd(), &["n=64"]);
+    let a = apply(env, env.tunectl(), &["n=64"]);
     assert_eq!(a.code, Some(7));
     assert_eq!(a.arg1, "base", "{a:?}");
     assert_eq!(a.arg2, "64");
@@ -666,7 +499,7 @@ fn a_cell_outside_every_bucket_gets_the_defaults_with_a_warning() {
 
     // No --cell at all: the buckets need `n`; the template cannot render
     // `{{ n }}` either, so use --print.
-    let (yaml, stderr) = print(env, env.cmd(), &[]);
+    let (yaml, stderr) = print(env, env.tunectl(), &[]);
     assert_eq!(top(&yaml, "source"), "defaults", "{yaml}");
     assert!(stderr.contains("--cell n=VALUE"), "{stderr}");
 }
@@ -675,18 +508,12 @@ fn a_cell_outside_every_bucket_gets_the_defaults_with_a_warning() {
 fn apply_refuses_bad_input() {
     let (env, _) = shared();
     let run = |args: &[&str]| {
-        let out = env
-            .cmd()
-            .arg("apply")
-            .args(args)
-            .output()
-            .expect("run apply");
-        (
-            out.status.code(),
-            String::from_utf8_lossy(&out.stderr).into_owned(),
-        )
+        let mut cmd = env.tunectl();
+        cmd.arg("apply").args(args);
+        let out = env.run(cmd);
+        (out.code, out.stderr)
     };
-    let tuned = env.tuned().display().to_string();
+    let tuned = tuned(env).display().to_string();
     let (code, err) = run(&["--tuned", &tuned, "--cell", "batch=4", "--print"]);
     assert_eq!(code, Some(2), "{err}");
     assert!(err.contains("no axis `batch` (axes: n)"), "{err}");
@@ -715,17 +542,14 @@ fn apply_refuses_bad_input() {
 
 #[test]
 fn export_without_results_fails_and_names_the_study() {
-    let env = Env::new();
-    let out = env
-        .cmd()
-        .arg("export")
+    let env = Env::new(STUDY);
+    let mut cmd = env.tunectl();
+    cmd.arg("export")
         .arg(env.study())
-        .arg("--ledger")
-        .arg(env.ledger())
-        .output()
-        .expect("run export");
-    assert_eq!(out.status.code(), Some(1));
-    let err = String::from_utf8_lossy(&out.stderr);
+        .args(["--ledger", env.ledger_url()]);
+    let out = env.run(cmd);
+    assert_eq!(out.code, Some(1));
+    let err = &out.stderr;
     assert!(err.contains("no ledger at"), "{err}");
 }
 

@@ -3,11 +3,14 @@
 //! them in, and nothing of them runs (no marker file appears) while the
 //! trial command sees each value exactly as written.
 
+mod support;
+
 use std::collections::BTreeSet;
 use std::path::Path;
 use std::time::Duration;
 
 use assert_cmd::Command;
+use support::ran_to_the_end;
 
 fn tunectl(dir: &Path) -> Command {
     let mut cmd = Command::cargo_bin("tunectl").expect("the tunectl binary");
@@ -139,11 +142,4 @@ fidelity: {unit: steps, min_budget: 1, max_budget: 3}
         "{stderr}"
     );
     assert_eq!(markers(dir), Vec::<String>::new());
-}
-
-/// Whether a launch ran to its end: exit 0 when every bucket it reports is
-/// a VERDICT, exit 3 when one is a DRAFT (`tunectl launch`'s contract).
-fn ran_to_the_end(code: Option<i32>, stderr: &str) -> bool {
-    let drafts = stderr.contains("[DRAFT]");
-    code == Some(if drafts { 3 } else { 0 })
 }

@@ -2,75 +2,19 @@
 //! written at test time (POSIX sh) whose knob → speed/crash/output profile
 //! is known, so the expected verdicts are known too.
 
-use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
-use std::process::Stdio;
+mod support;
+
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use assert_cmd::Command;
 use serde_json::Value as Json;
+use support::env::Env;
+use support::{is_hex, process_gone, ran, ran_to_the_end, wait_for};
 
-/// The fake trial program. Its profile is documented in its header.
-const FAKE_TRIAL: &str = r#"#!/bin/sh
-# FAKE trial program written by tunectl's integration tests (tests/launch.rs).
-# Not a benchmark: it reports made-up, deterministic numbers.
-#
-#   usage: sh fake-trial.sh MODE N
-#
-#   MODE   throughput (ops/s)      out.txt                 other
-#   base   100 + 0.1*repeat        "sum(N) = 7N"
-#   fast   200 + 0.1*repeat        same as base
-#   slow    50 + 0.1*repeat        same as base            sleeps $FAKE_SLOW_SLEEP s
-#                                                          (default 0) after touching
-#                                                          slow-started
-#   wrong  150 + 0.1*repeat        "sum(N) = 4242"         (a different output)
-#   crash  -                       -                       exit 3, stderr line
-#   hang   -                       -                       writes hang.pid and
-#          hang-child.pid, ignores SIGTERM, waits on `sleep 30`
-#
-# Every run appends "MODE N REPEAT PHASE" to runs.log; marker files go next to
-# this script.
-set -u
-here=$(dirname "$0")
-mode=$1
-n=$2
-r=${TUNECTL_REPEAT:-0}
-echo "$mode $n $r ${TUNECTL_PHASE:-}" >> "$here/runs.log"
-case $mode in
-    base) tp=100 ;;
-    fast) tp=200 ;;
-    slow)
-        tp=50
-        : > "$here/slow-started"
-        sleep "${FAKE_SLOW_SLEEP:-0}"
-        ;;
-    wrong) tp=150 ;;
-    crash)
-        echo "fake-trial: mode crash: giving up on purpose" >&2
-        exit 3
-        ;;
-    hang)
-        trap '' TERM
-        echo $$ > "$here/hang.pid"
-        sleep 30 &
-        echo $! > "$here/hang-child.pid"
-        wait
-        exit 0
-        ;;
-    *)
-        echo "fake-trial: unknown mode $mode" >&2
-        exit 64
-        ;;
-esac
-if [ "$mode" = wrong ]; then
-    echo "sum($n) = 4242" > out.txt
-else
-    echo "sum($n) = $((n * 7))" > out.txt
-fi
-printf '{"metrics": {"throughput": %s.%s}}\n' "$tp" "$r" > "$TUNECTL_RESULT"
-"#;
-
-/// The main study: 5 modes x 2 cells, 3 repeats, 1 warm-up.
+/// The main study of the FAKE trial program (tests/support/fake.rs): 5
+/// modes x 2 cells, 3 repeats, 1 warm-up. base runs at 100 ops/s, fast at
+/// 200, slow at 50; wrong (150) changes out.txt; crash exits 3.
 const STUDY: &str = r#"name: fake
 knobs:
   mode: {kind: categorical, values: [base, fast, wrong, crash, slow], default: base}
@@ -90,159 +34,8 @@ const CELLS: [&str; 2] = ["n=1", "n=2"];
 /// fast, wrong and slow, and 1 of crash (a failed config is not repeated).
 const RUN_TRIALS: usize = 2 * (4 * 3 + 1);
 
-/// A study directory in a tempdir with the fake program, a ledger and a
-/// work directory of its own.
-struct Env {
-    tmp: tempfile::TempDir,
-}
-
-impl Env {
-    fn new(study: &str) -> Env {
-        let tmp = tempfile::tempdir().expect("tempdir");
-        let env = Env { tmp };
-        std::fs::create_dir(env.study_dir()).expect("mkdir study");
-        std::fs::write(env.study_dir().join("fake-trial.sh"), FAKE_TRIAL).expect("write fake");
-        env.write_study(study);
-        env
-    }
-
-    fn write_study(&self, text: &str) {
-        std::fs::write(self.study(), text).expect("write study");
-    }
-
-    fn study_dir(&self) -> PathBuf {
-        self.tmp.path().join("study")
-    }
-
-    fn study(&self) -> PathBuf {
-        self.study_dir().join("study.yaml")
-    }
-
-    fn ledger(&self) -> PathBuf {
-        self.tmp.path().join("ledger")
-    }
-
-    fn work(&self) -> PathBuf {
-        self.tmp.path().join("work")
-    }
-
-    fn cmd(&self) -> Command {
-        let mut cmd = Command::cargo_bin("tunectl").expect("the tunectl binary");
-        cmd.current_dir(self.tmp.path())
-            .env_remove("TUNECTL_LEDGER")
-            .env_remove("TUNECTL_WORKDIR")
-            .env_remove("TUNECTL_LOG")
-            .env_remove("FAKE_SLOW_SLEEP")
-            .timeout(Duration::from_secs(60));
-        cmd
-    }
-
-    fn launch_args(&self) -> Vec<std::ffi::OsString> {
-        let mut args: Vec<std::ffi::OsString> = vec!["launch".into(), self.study().into()];
-        args.extend([
-            "--ledger".into(),
-            self.ledger().into(),
-            "--workdir".into(),
-            self.work().into(),
-            "--progress".into(),
-            "quiet".into(),
-        ]);
-        args
-    }
-
-    /// Run a launch with extra arguments; (exit code, stderr).
-    fn launch(&self, extra: &[&str]) -> (Option<i32>, String) {
-        let out = self
-            .cmd()
-            .args(self.launch_args())
-            .args(extra)
-            .output()
-            .expect("run launch");
-        (
-            out.status.code(),
-            String::from_utf8_lossy(&out.stderr).into_owned(),
-        )
-    }
-
-    /// A launch that must run to its end; its stderr.
-    fn launch_ok(&self) -> String {
-        let (code, stderr) = self.launch(&[]);
-        assert!(
-            ran_to_the_end(code, &stderr),
-            "launch failed ({code:?}):\n{stderr}"
-        );
-        stderr
-    }
-
-    fn report(&self, study: &str, format: &str) -> String {
-        let out = self
-            .cmd()
-            .args(["report", study, "--format", format, "--ledger"])
-            .arg(self.ledger())
-            .output()
-            .expect("run report");
-        assert_eq!(
-            out.status.code(),
-            Some(0),
-            "report failed:\n{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8(out.stdout).expect("utf-8 report")
-    }
-
-    fn report_json(&self) -> Json {
-        let text = self.report(&self.study().display().to_string(), "json");
-        serde_json::from_str(&text).expect("report JSON")
-    }
-
-    /// Lines of runs.log (every run of the fake, warm-ups included).
-    fn runs(&self) -> Vec<String> {
-        std::fs::read_to_string(self.study_dir().join("runs.log"))
-            .map(|s| s.lines().map(str::to_string).collect())
-            .unwrap_or_default()
-    }
-}
-
-/// Attempt records of a study in the ledger: trial key → attempts (in
-/// attempt-id order).
-fn attempts(ledger: &Path, study: &str) -> BTreeMap<String, Vec<Json>> {
-    let mut out: BTreeMap<String, Vec<Json>> = BTreeMap::new();
-    let trials = ledger.join(study).join("trials");
-    let Ok(dirs) = std::fs::read_dir(&trials) else {
-        return out;
-    };
-    for d in dirs {
-        let d = d.expect("entry").path();
-        let key = d.file_name().unwrap().to_string_lossy().into_owned();
-        let mut files: Vec<PathBuf> = std::fs::read_dir(&d)
-            .expect("read trial dir")
-            .map(|e| e.expect("entry").path())
-            .filter(|p| p.extension().is_some_and(|e| e == "json"))
-            .collect();
-        files.sort();
-        for f in files {
-            let text = std::fs::read_to_string(&f).expect("read attempt");
-            let v: Json = serde_json::from_str(&text).expect("attempt JSON");
-            out.entry(key.clone()).or_default().push(v);
-        }
-    }
-    out
-}
-
-fn attempt_count(ledger: &Path, study: &str) -> usize {
-    attempts(ledger, study).values().map(Vec::len).sum()
-}
-
-/// The `ran N trials` number of a launch's summary line.
-fn ran(stderr: &str) -> u64 {
-    let line = stderr
-        .lines()
-        .find(|l| l.starts_with("ran "))
-        .unwrap_or_else(|| panic!("no summary line in:\n{stderr}"));
-    line.split_whitespace()
-        .nth(1)
-        .and_then(|n| n.parse().ok())
-        .unwrap_or_else(|| panic!("bad summary line {line:?}"))
+fn attempt_count(env: &Env, study: &str) -> usize {
+    env.attempts(study).values().map(Vec::len).sum()
 }
 
 fn cells(report: &Json) -> Vec<&Json> {
@@ -295,17 +88,11 @@ fn decisions(report: &Json) -> Vec<Decision> {
         .collect()
 }
 
-fn is_hex(s: &str, len: usize) -> bool {
-    s.len() == len
-        && s.bytes()
-            .all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase())
-}
-
 #[test]
 fn launch_then_report_finds_the_winner_and_rejects_the_traps() {
     let env = Env::new(STUDY);
-    let stderr = env.launch_ok();
-    assert_eq!(ran(&stderr), RUN_TRIALS as u64, "{stderr}");
+    let stderr = env.launch_ok(&[]).stderr;
+    assert_eq!(ran(&stderr), RUN_TRIALS, "{stderr}");
     assert!(
         stderr.contains(&format!(
             "ran {RUN_TRIALS} trials ({} ok, 2 failed), 0 lost",
@@ -374,7 +161,7 @@ fn launch_then_report_finds_the_winner_and_rejects_the_traps() {
         host_name.starts_with("fp-") && host_name.ends_with(".json"),
         "{host_name}"
     );
-    let all = attempts(&env.ledger(), "fake");
+    let all = env.attempts("fake");
     assert_eq!(all.len(), RUN_TRIALS, "one trial key per trial run");
     let attempt_name = regex::Regex::new(r"^\d{8}T\d{6}\.\d{6}Z-[0-9a-f]{16}\.json$").unwrap();
     for entry in std::fs::read_dir(root.join("trials")).expect("trials") {
@@ -403,73 +190,52 @@ fn launch_then_report_finds_the_winner_and_rejects_the_traps() {
     assert_eq!(verdicts, 1, "one host class");
 
     // Warm-ups: one per (cell, config) in this launch.
-    let warmups = env.runs().iter().filter(|l| l.ends_with(" warmup")).count();
+    let warmups = env.runs().iter().filter(|r| r.phase == "warmup").count();
     assert_eq!(warmups, 2 * 5, "{:?}", env.runs());
 }
 
 #[test]
 fn relaunch_runs_no_new_trial() {
     let env = Env::new(STUDY);
-    env.launch_ok();
-    let attempts_before = attempt_count(&env.ledger(), "fake");
+    env.launch_ok(&[]);
+    let attempts_before = attempt_count(&env, "fake");
     let runs_before = env.runs().len();
     let report_before = env.report_json();
     assert_eq!(attempts_before, RUN_TRIALS);
 
-    let stderr = env.launch_ok();
+    let stderr = env.launch_ok(&[]).stderr;
     assert_eq!(ran(&stderr), 0, "{stderr}");
     assert!(
         stderr.contains("ran 0 trials (0 ok, 0 failed), 0 lost"),
         "{stderr}"
     );
-    assert_eq!(attempt_count(&env.ledger(), "fake"), attempts_before);
+    assert_eq!(attempt_count(&env, "fake"), attempts_before);
     assert_eq!(env.runs().len(), runs_before, "the fake program ran again");
     assert_eq!(decisions(&env.report_json()), decisions(&report_before));
-}
-
-/// Wait until `cond` holds, at most `limit`.
-fn wait_for(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
-    let start = Instant::now();
-    while start.elapsed() < limit {
-        if cond() {
-            return true;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    cond()
 }
 
 #[test]
 fn an_interrupted_launch_resumes_without_counting_twice() {
     let env = Env::new(STUDY);
-    // The first launch: `slow` sleeps long enough to be interrupted.
-    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_tunectl"))
-        .args(env.launch_args())
-        .current_dir(env.tmp.path())
-        .env_remove("TUNECTL_LEDGER")
-        .env_remove("TUNECTL_WORKDIR")
-        .env("FAKE_SLOW_SLEEP", "30")
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn launch");
-    let marker = env.study_dir().join("slow-started");
+    // The first launch: `slow`'s measured run sleeps long enough to be
+    // interrupted.
+    let mut cmd = env.launch_cmd(&[]);
+    cmd.env("FAKE_SLEEP", "30").env("FAKE_SLEEP_MODE", "slow");
+    let mut running = env.spawn(cmd);
+    let marker = env.study_dir().join("sleeping");
     let started = wait_for(Duration::from_secs(20), || marker.exists());
     if !started {
-        let _ = child.kill();
+        let _ = running.child.kill();
         panic!("the slow trial never started");
     }
     // Some trials are recorded by now (the cell's baseline came first).
-    let recorded = attempt_count(&env.ledger(), "fake");
+    let recorded = attempt_count(&env, "fake");
     assert!(recorded >= 1, "no attempt recorded before the interrupt");
-    let pid = child.id() as libc::pid_t;
-    // SAFETY: kill(2) on the child we spawned; no memory is involved.
-    let rc = unsafe { libc::kill(pid, libc::SIGINT) };
-    assert_eq!(rc, 0, "kill failed");
+    running.signal(libc::SIGINT);
     let t0 = Instant::now();
-    let out = child.wait_with_output().expect("wait launch");
-    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
-    assert_eq!(out.status.code(), Some(130), "{stderr}");
+    let out = env.finish(running);
+    let stderr = out.stderr;
+    assert_eq!(out.code, Some(130), "{stderr}");
     assert!(
         t0.elapsed() < Duration::from_secs(10),
         "stopping took {:?}",
@@ -479,7 +245,7 @@ fn an_interrupted_launch_resumes_without_counting_twice() {
     assert!(stderr.contains(", 1 lost, "), "{stderr}");
 
     // The interrupted trial is recorded as lost, and no trial is terminal twice.
-    let first = attempts(&env.ledger(), "fake");
+    let first = env.attempts("fake");
     let lost: Vec<&Json> = first
         .values()
         .flatten()
@@ -493,18 +259,18 @@ fn an_interrupted_launch_resumes_without_counting_twice() {
     );
 
     // The second launch completes what is missing.
-    let stderr = env.launch_ok();
+    let stderr = env.launch_ok(&[]).stderr;
     let ran_second = ran(&stderr);
     let terminal_first = first
         .values()
         .filter(|l| l.iter().any(|a| a["status"] != "lost"))
         .count();
     assert_eq!(
-        ran_second as usize + terminal_first,
+        ran_second + terminal_first,
         RUN_TRIALS,
         "the second launch ran what the first did not finish:\n{stderr}"
     );
-    let all = attempts(&env.ledger(), "fake");
+    let all = env.attempts("fake");
     assert_eq!(all.len(), RUN_TRIALS, "{all:?}");
     for (key, list) in &all {
         let terminal = list.iter().filter(|a| a["status"] != "lost").count();
@@ -517,7 +283,7 @@ fn an_interrupted_launch_resumes_without_counting_twice() {
     // Same verdicts as a clean run.
     let resumed = decisions(&env.report_json());
     let clean = Env::new(STUDY);
-    clean.launch_ok();
+    clean.launch_ok(&[]);
     assert_eq!(resumed, decisions(&clean.report_json()));
     for (_, winner, _) in &resumed {
         assert_eq!(winner, "mode=fast");
@@ -528,18 +294,6 @@ fn an_interrupted_launch_resumes_without_counting_twice() {
         for c in cell["eligible"].as_array().unwrap() {
             assert_eq!(c["summary"]["n"], REPEATS, "counted once: {c}");
         }
-    }
-}
-
-/// Is the process gone? A zombie (exited, not yet reaped) counts as gone.
-fn process_gone(pid: &str) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Err(_) => true,
-        Ok(stat) => stat
-            .rsplit(')')
-            .next()
-            .and_then(|rest| rest.split_whitespace().next())
-            .is_some_and(|state| state == "Z" || state == "X"),
     }
 }
 
@@ -559,7 +313,7 @@ measurement: {warmup: 0, repeats: 1, confirm_repeats: 0}
 "#,
     );
     let t0 = Instant::now();
-    let stderr = env.launch_ok();
+    let stderr = env.launch_ok(&[]).stderr;
     let took = t0.elapsed();
     // 1 s timeout, then SIGTERM (ignored by the fake), SIGKILL 2 s later.
     assert!(took < Duration::from_secs(9), "launch took {took:?}");
@@ -587,7 +341,8 @@ measurement: {warmup: 0, repeats: 1, confirm_repeats: 0}
         "{cell}"
     );
 
-    let attempt = attempts(&env.ledger(), "timeouts")
+    let attempt = env
+        .attempts("timeouts")
         .into_values()
         .flatten()
         .find(|a| a["config"]["mode"] == "hang")
@@ -619,15 +374,16 @@ objective: {metric: throughput, better: higher}
 measurement: {warmup: 0, repeats: 1, confirm_repeats: 0}
 "#;
     let env = Env::new(study);
-    env.launch_ok();
-    let before = attempt_count(&env.ledger(), "forks");
+    env.launch_ok(&[]);
+    let before = attempt_count(&env, "forks");
     assert_eq!(before, 2);
     let runs_before = env.runs().len();
 
     let edited = study.replace("{{ mode }} 1\"", "{{ mode }} 2\"");
     assert_ne!(edited, study);
     env.write_study(&edited);
-    let (code, stderr) = env.launch(&[]);
+    let out = env.launch(&[]);
+    let (code, stderr) = (out.code, out.stderr);
     assert_eq!(code, Some(2), "{stderr}");
     assert!(
         stderr.contains(
@@ -636,29 +392,30 @@ measurement: {warmup: 0, repeats: 1, confirm_repeats: 0}
         "{stderr}"
     );
     assert!(stderr.contains("--fork"), "{stderr}");
-    assert_eq!(attempt_count(&env.ledger(), "forks"), before);
+    assert_eq!(attempt_count(&env, "forks"), before);
     assert_eq!(env.runs().len(), runs_before, "a trial ran");
 
     // The fork's id is `<name>-<first 12 hex of the spec hash>`.
-    let out = env
-        .cmd()
-        .arg("plan")
-        .arg(env.study())
-        .args(["--dry-run", "--json", "--ledger"])
-        .arg(env.ledger())
-        .output()
-        .expect("plan");
-    let plan: Json = serde_json::from_slice(&out.stdout).expect("plan JSON");
+    let plan = env.tunectl_ok(&[
+        "plan",
+        &env.study_arg(),
+        "--dry-run",
+        "--json",
+        "--ledger",
+        env.ledger_url(),
+    ]);
+    let plan: Json = serde_json::from_str(&plan).expect("plan JSON");
     let hash = plan["spec_hash"].as_str().expect("spec_hash");
     let fork_id = format!("forks-{}", &hash[..12]);
 
-    let (code, stderr) = env.launch(&["--fork"]);
+    let out = env.launch(&["--fork"]);
+    let (code, stderr) = (out.code, out.stderr);
     assert!(ran_to_the_end(code, &stderr), "{stderr}");
     assert!(stderr.contains(&format!("study `{fork_id}`")), "{stderr}");
     assert!(env.ledger().join(&fork_id).join("study.json").is_file());
-    assert_eq!(attempt_count(&env.ledger(), &fork_id), 2);
+    assert_eq!(attempt_count(&env, &fork_id), 2);
     assert_eq!(
-        attempt_count(&env.ledger(), "forks"),
+        attempt_count(&env, "forks"),
         before,
         "the original is untouched"
     );
@@ -671,9 +428,8 @@ measurement: {warmup: 0, repeats: 1, confirm_repeats: 0}
 #[test]
 fn a_host_that_does_not_answer_is_reported_and_the_others_run() {
     let env = Env::new(STUDY);
-    let inventory = env.tmp.path().join("inventory.yaml");
-    std::fs::write(
-        &inventory,
+    let inventory = env.write(
+        "inventory.yaml",
         r#"hosts:
   - name: box
     transport: local
@@ -682,28 +438,22 @@ fn a_host_that_does_not_answer_is_reported_and_the_others_run() {
     partition: gpu
     poll_interval: 1s
 "#,
-    )
-    .expect("write inventory");
+    );
     let inv = inventory.display().to_string();
     // No Slurm answers here (an empty configuration: its clients give up at
     // once): the entry is reported and left out.
-    let conf = env.tmp.path().join("empty-slurm.conf");
-    std::fs::write(&conf, "").expect("write slurm.conf");
-    let out = env
-        .cmd()
-        .args(env.launch_args())
-        .args(["--inventory", &inv])
-        .env("SLURM_CONF", &conf)
-        .output()
-        .expect("run launch");
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(ran_to_the_end(out.status.code(), &stderr), "{stderr}");
+    let conf = env.write("empty-slurm.conf", "");
+    let mut cmd = env.launch_cmd(&["--inventory", &inv]);
+    cmd.env("SLURM_CONF", &conf);
+    let out = env.run(cmd);
+    let stderr = out.stderr;
+    assert!(ran_to_the_end(out.code, &stderr), "{stderr}");
     assert!(
         stderr.contains("warning: host `gpu-a` does not answer"),
         "{stderr}"
     );
     assert!(stderr.contains("the study goes on without it"), "{stderr}");
-    assert_eq!(attempt_count(&env.ledger(), "fake"), RUN_TRIALS);
+    assert_eq!(attempt_count(&env, "fake"), RUN_TRIALS);
 }
 
 /// A minimal CSV reader (quoted fields with commas and doubled quotes).
@@ -734,7 +484,7 @@ fn parse_csv(text: &str) -> Vec<Vec<String>> {
 #[test]
 fn markdown_and_csv_reports_carry_n_spread_and_host_class() {
     let env = Env::new(STUDY);
-    env.launch_ok();
+    env.launch_ok(&[]);
     let json = env.report_json();
     let class = json["classes"][0]["host_class"].as_str().expect("class");
     assert!(
@@ -823,23 +573,7 @@ fn markdown_and_csv_reports_carry_n_spread_and_host_class() {
 #[test]
 fn fingerprint_reports_the_gpus_of_a_fake_nvidia_smi() {
     let tmp = tempfile::tempdir().expect("tempdir");
-    let bin = tmp.path().join("bin");
-    std::fs::create_dir(&bin).expect("mkdir");
-    let smi = bin.join("nvidia-smi");
-    std::fs::copy(
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/fake-nvidia-smi"),
-        &smi,
-    )
-    .expect("copy the fake nvidia-smi");
-    {
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(&smi, std::fs::Permissions::from_mode(0o755)).expect("chmod");
-    }
-    let path = format!(
-        "{}:{}",
-        bin.display(),
-        std::env::var("PATH").unwrap_or_default()
-    );
+    let path = support::path_with(&support::fake_nvidia_smi(tmp.path()));
     let fingerprint = |gpus: &str| -> Json {
         let out = Command::cargo_bin("tunectl")
             .expect("binary")
@@ -899,7 +633,7 @@ fn fingerprint_reports_the_gpus_of_a_fake_nvidia_smi() {
 #[test]
 fn report_table_snapshot() {
     let env = Env::new(STUDY);
-    env.launch_ok();
+    env.launch_ok(&[]);
     let table = env.report(&env.study().display().to_string(), "table");
     insta::with_settings!({filters => vec![
         (r"hc-[0-9a-f]{12}", "[CLASS]"),
@@ -915,7 +649,8 @@ fn report_table_snapshot() {
 #[test]
 fn store_logs_keeps_full_logs_beside_each_attempt() {
     let env = Env::new(STUDY);
-    let (code, stderr) = env.launch(&["--store-logs"]);
+    let out = env.launch(&["--store-logs"]);
+    let (code, stderr) = (out.code, out.stderr);
     assert!(ran_to_the_end(code, &stderr), "{stderr}");
     let trials = env.ledger().join("fake").join("trials");
     let mut logs = Vec::new();
@@ -928,11 +663,7 @@ fn store_logs_keeps_full_logs_beside_each_attempt() {
         }
     }
     // Two logs per attempt.
-    assert_eq!(
-        logs.len(),
-        2 * attempt_count(&env.ledger(), "fake"),
-        "{logs:?}"
-    );
+    assert_eq!(logs.len(), 2 * attempt_count(&env, "fake"), "{logs:?}");
     assert!(
         logs.iter().any(|(n, t)| n.ends_with(".stderr.log")
             && t.contains("fake-trial: mode crash: giving up on purpose")),
@@ -942,18 +673,8 @@ fn store_logs_keeps_full_logs_beside_each_attempt() {
         logs.iter()
             .any(|(_, t)| t.contains("== tunectl: warmup run =="))
     );
-    let out = env
-        .cmd()
-        .args(["ledger", "check", "fake", "--ledger"])
-        .arg(env.ledger())
-        .output()
-        .expect("ledger check");
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stdout)
-    );
+    let out = env.tunectl_run(&["ledger", "check", "fake", "--ledger", env.ledger_url()]);
+    assert_eq!(out.code, Some(0), "{}", out.text());
 }
 
 /// Regression: when a bucket's last sweep units are skipped (their config
@@ -974,7 +695,7 @@ measurement: {warmup: 1, repeats: 3, anchor_every: 0, confirm_repeats: 3}
 gate: {outputs: [out.txt]}
 "#,
     );
-    env.launch_ok();
+    env.launch_ok(&[]);
     let report = env.report_json();
     for class in report["classes"].as_array().expect("classes") {
         for b in class["buckets"].as_array().expect("buckets") {
@@ -982,15 +703,7 @@ gate: {outputs: [out.txt]}
             assert_eq!(b["winner"]["label"], "mode=fast", "{b}");
         }
     }
-    let out = env
-        .cmd()
-        .arg("status")
-        .arg(env.study())
-        .args(["--json", "--ledger"])
-        .arg(env.ledger())
-        .output()
-        .expect("status");
-    let status: Json = serde_json::from_slice(&out.stdout).expect("status JSON");
+    let status = env.status_json();
     assert_eq!(status[0]["pending"], 0, "{status}");
     // crash fails at repeat 0 in both cells: its repeats 1 and 2 are
     // skipped.
@@ -1012,15 +725,11 @@ measurement: {warmup: 0, repeats: 1, confirm_repeats: 0}
 "#,
     );
     let secret = "leak-me-not-5a9d2c71";
-    let out = env
-        .cmd()
-        .args(env.launch_args())
-        .arg("--store-logs")
-        .env("AWS_SECRET_ACCESS_KEY", secret)
-        .output()
-        .expect("launch");
-    assert_eq!(out.status.code(), Some(0));
-    assert!(!String::from_utf8_lossy(&out.stderr).contains(secret));
+    let mut cmd = env.launch_cmd(&["--store-logs"]);
+    cmd.env("AWS_SECRET_ACCESS_KEY", secret);
+    let out = env.run(cmd);
+    assert_eq!(out.code, Some(0), "{}", out.text());
+    assert!(!out.stderr.contains(secret));
     let mut stack = vec![env.ledger()];
     while let Some(p) = stack.pop() {
         for e in std::fs::read_dir(&p).expect("dir").flatten() {
@@ -1040,7 +749,8 @@ measurement: {warmup: 0, repeats: 1, confirm_repeats: 0}
     let report = env.report(&env.study().display().to_string(), "json");
     assert!(!report.contains(secret));
     // The line is kept, with the value redacted.
-    let tails: Vec<String> = attempts(&env.ledger(), "leaky")
+    let tails: Vec<String> = env
+        .attempts("leaky")
         .values()
         .flatten()
         .map(|a| a["stderr_tail"].as_str().unwrap_or_default().to_string())
@@ -1067,7 +777,7 @@ gate: {outputs: [out.txt]}
 /// The trial key of `mode`'s (only) trial, and the path of its attempt
 /// object, in a launched [`SMALL`] study.
 fn small_trial(env: &Env, mode: &str) -> (String, PathBuf) {
-    let all = attempts(&env.ledger(), "small");
+    let all = env.attempts("small");
     let key = all
         .iter()
         .find(|(_, l)| l.iter().any(|a| a["config"]["mode"] == mode))
@@ -1085,19 +795,12 @@ fn small_trial(env: &Env, mode: &str) -> (String, PathBuf) {
 
 /// `tunectl ledger check ARGS --ledger <ledger>`: (exit code, stdout, stderr).
 fn ledger_check(env: &Env, args: &[&str]) -> (Option<i32>, String, String) {
-    let out = env
-        .cmd()
-        .args(["ledger", "check"])
+    let mut cmd = env.tunectl();
+    cmd.args(["ledger", "check"])
         .args(args)
-        .arg("--ledger")
-        .arg(env.ledger())
-        .output()
-        .expect("ledger check");
-    (
-        out.status.code(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
+        .args(["--ledger", env.ledger_url()]);
+    let out = env.run(cmd);
+    (out.code, out.stdout, out.stderr)
 }
 
 /// An attempt record copied under another trial's key (its `trial_key`
@@ -1106,7 +809,7 @@ fn ledger_check(env: &Env, args: &[&str]) -> (Option<i32>, String, String) {
 #[test]
 fn an_attempt_copied_under_another_trials_key_does_not_stand_for_that_trial() {
     let env = Env::new(SMALL);
-    env.launch_ok();
+    env.launch_ok(&[]);
     let (_, fast_file) = small_trial(&env, "fast");
     let (slow, slow_file) = small_trial(&env, "slow");
     // slow's own record is gone; fast's is copied in its place.
@@ -1117,17 +820,15 @@ fn an_attempt_copied_under_another_trials_key_does_not_stand_for_that_trial() {
     let object = format!("small/trials/{slow}/{}", name.to_string_lossy());
 
     let runs_before = env.runs().len();
-    let stderr = env.launch_ok();
+    let stderr = env.launch_ok(&[]).stderr;
     assert_eq!(ran(&stderr), 1, "slow runs again:\n{stderr}");
     assert!(
-        env.runs()[runs_before..]
-            .iter()
-            .any(|l| l.starts_with("slow ")),
+        env.runs()[runs_before..].iter().any(|r| r.mode == "slow"),
         "{:?}",
         env.runs()
     );
     assert!(stderr.contains(&object), "the object is named:\n{stderr}");
-    let after = attempts(&env.ledger(), "small");
+    let after = env.attempts("small");
     assert!(
         after[&slow]
             .iter()
@@ -1136,7 +837,7 @@ fn an_attempt_copied_under_another_trials_key_does_not_stand_for_that_trial() {
         after[&slow]
     );
     // Done now: nothing runs again, and the copy stays where it is.
-    let stderr = env.launch_ok();
+    let stderr = env.launch_ok(&[]).stderr;
     assert_eq!(ran(&stderr), 0, "{stderr}");
     assert!(misplaced.exists());
 }
@@ -1146,7 +847,7 @@ fn an_attempt_copied_under_another_trials_key_does_not_stand_for_that_trial() {
 #[test]
 fn ledger_check_reports_missing_and_misplaced_objects_and_a_damaged_study_record() {
     let env = Env::new(SMALL);
-    env.launch_ok();
+    env.launch_ok(&[]);
     let (code, stdout, stderr) = ledger_check(&env, &["small"]);
     assert_eq!(code, Some(0), "a clean ledger:\n{stdout}{stderr}");
 
@@ -1221,7 +922,7 @@ fn ledger_check_reports_missing_and_misplaced_objects_and_a_damaged_study_record
 #[test]
 fn a_frozen_spec_that_does_not_read_is_named() {
     let env = Env::new(SMALL);
-    env.launch_ok();
+    env.launch_ok(&[]);
     let study_json = env.ledger().join("small/study.json");
     let whole = std::fs::read(&study_json).expect("study.json");
     let mut record: Json = serde_json::from_slice(&whole).expect("a study record");
@@ -1231,14 +932,16 @@ fn a_frozen_spec_that_does_not_read_is_named() {
         serde_json::to_vec_pretty(&record).expect("json"),
     )
     .expect("damage");
-    let out = env
-        .cmd()
-        .args(["report", "small", "--format", "json", "--ledger"])
-        .arg(env.ledger())
-        .output()
-        .expect("run report");
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    let out = env.tunectl_run(&[
+        "report",
+        "small",
+        "--format",
+        "json",
+        "--ledger",
+        env.ledger_url(),
+    ]);
+    let stderr = out.stderr;
+    assert_eq!(out.code, Some(1), "{stderr}");
     assert!(
         stderr.contains("small/study.json") && stderr.contains("`selection`"),
         "{stderr}"
@@ -1279,7 +982,8 @@ measurement: {warmup: 0, repeats: 1, anchor_every: 0, confirm_repeats: 0}
 gate: {outputs: [out.txt]}
 "#,
     );
-    let (code, stderr) = env.launch(&[]);
+    let out = env.launch(&[]);
+    let (code, stderr) = (out.code, out.stderr);
     assert_eq!(code, Some(1), "{stderr}");
     let slow_key = std::fs::read_to_string(env.study_dir().join("broke"))
         .expect("the slow trial ran")
@@ -1295,7 +999,7 @@ gate: {outputs: [out.txt]}
     assert!(stderr.contains("not recorded"), "{stderr}");
     // Dispatching stopped: `wrong` never ran; no verdict was derived.
     assert!(
-        !env.runs().iter().any(|l| l.starts_with("wrong ")),
+        !env.runs().iter().any(|r| r.mode == "wrong"),
         "{:?}",
         env.runs()
     );
@@ -1305,7 +1009,7 @@ gate: {outputs: [out.txt]}
     // Put the directory back: what was recorded before is all there.
     std::fs::remove_file(root.join("trials")).expect("remove the file");
     std::fs::rename(root.join("trials.saved"), root.join("trials")).expect("restore");
-    let all = attempts(&env.ledger(), "brk");
+    let all = env.attempts("brk");
     let modes: std::collections::BTreeSet<String> = all
         .values()
         .flatten()
@@ -1316,14 +1020,14 @@ gate: {outputs: [out.txt]}
         ["base", "fast"].iter().map(|s| s.to_string()).collect(),
         "{all:?}"
     );
-    let stderr = env.launch_ok();
+    let stderr = env.launch_ok(&[]).stderr;
     assert_eq!(ran(&stderr), 2, "slow and wrong run now:\n{stderr}");
     assert!(root.join("verdicts").exists());
 }
 
 /// A launcher killed with SIGKILL takes its running trial with it: the
 /// trial's process group is killed at once, long before the trial's
-/// timeout (and its `sleep 300`) would end it.
+/// timeout (and the hanging fake's `sleep 30`) would end it.
 #[test]
 fn a_trial_dies_with_its_launcher() {
     let env = Env::new(
@@ -1331,22 +1035,14 @@ fn a_trial_dies_with_its_launcher() {
 knobs:
   mode: {kind: categorical, values: [base], default: base}
 trial:
-  command: "sleep 300 & echo $! > {{ study_dir }}/sleep.pid; wait"
+  command: "sh {{ study_dir }}/fake-trial.sh hang"
   timeout: 60s
 objective: {metric: throughput, better: higher}
 measurement: {warmup: 0, repeats: 1, anchor_every: 0, confirm_repeats: 0}
 "#,
     );
-    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_tunectl"))
-        .args(env.launch_args())
-        .current_dir(env.tmp.path())
-        .env_remove("TUNECTL_LEDGER")
-        .env_remove("TUNECTL_WORKDIR")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("spawn launch");
-    let pid_file = env.study_dir().join("sleep.pid");
+    let mut running = env.spawn(env.launch_cmd(&[]));
+    let pid_file = env.study_dir().join("hang-child.pid");
     let read_pid = || {
         std::fs::read_to_string(&pid_file)
             .ok()
@@ -1354,8 +1050,8 @@ measurement: {warmup: 0, repeats: 1, anchor_every: 0, confirm_repeats: 0}
             .filter(|t| t.parse::<u32>().is_ok())
     };
     let started = wait_for(Duration::from_secs(20), || read_pid().is_some());
-    let _ = child.kill(); // SIGKILL
-    let _ = child.wait();
+    let _ = running.child.kill(); // SIGKILL
+    let _ = running.child.wait();
     assert!(started, "the trial never started");
     let pid = read_pid().expect("pid");
     let gone = wait_for(Duration::from_secs(5), || process_gone(&pid));
@@ -1369,11 +1065,4 @@ measurement: {warmup: 0, repeats: 1, anchor_every: 0, confirm_repeats: 0}
         }
     }
     assert!(gone, "the trial's sleep {pid} outlived its launcher");
-}
-
-/// Whether a launch ran to its end: exit 0 when every bucket it reports is
-/// a VERDICT, exit 3 when one is a DRAFT (`tunectl launch`'s contract).
-fn ran_to_the_end(code: Option<i32>, stderr: &str) -> bool {
-    let drafts = stderr.contains("[DRAFT]");
-    code == Some(if drafts { 3 } else { 0 })
 }

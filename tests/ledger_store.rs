@@ -8,72 +8,28 @@
 //! passes, so that `cargo test` alone works on a developer's machine; with
 //! `CI` set it fails instead, so that CI never passes without it.
 //!
-//! The trial program is a fake written at test time (POSIX sh) with a known
-//! profile, so the expected decisions are known. Every command's stdout and
+//! The trial program is the FAKE of tests/support/fake.rs, whose profile is
+//! known, so the expected decisions are known. Every command's stdout and
 //! stderr, and every object left in the store, are checked for the
 //! (throwaway) credentials the commands were given.
 
+mod support;
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::{Read, Write};
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::ops::Deref;
+use std::path::Path;
+use std::process::Command;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use futures::TryStreamExt;
 use object_store::path::Path as ObjPath;
 use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
 use serde_json::Value as Json;
-
-/// The fake trial program. Its profile is documented in its header.
-const FAKE_TRIAL: &str = r#"#!/bin/sh
-# FAKE trial program written by tunectl's integration tests
-# (tests/ledger_store.rs). Not a benchmark: it reports made-up,
-# deterministic numbers.
-#
-#   usage: sh fake-trial.sh MODE N
-#
-#   MODE   throughput (ops/s)   out.txt
-#   base   100 + 0.1*repeat     "sum(N) = 7N"
-#   fast   200 + 0.1*repeat     same as base
-#   slow    50 + 0.1*repeat     same as base
-#   wrong  150 + 0.1*repeat     "sum(N) = 4242" (a different output)
-#   crash  -                    -   exits 3 with a line on stderr
-#
-# Every run first appends "TRIAL_KEY ATTEMPT_ID PHASE" to $FAKE_LOG; a
-# measured run then sleeps $FAKE_SLEEP seconds (default 0), so that a kill
-# can land in the middle of a trial.
-set -u
-mode=$1
-n=$2
-r=${TUNECTL_REPEAT:-0}
-phase=${TUNECTL_PHASE:-measure}
-echo "$TUNECTL_TRIAL_ID $TUNECTL_ATTEMPT_ID $phase" >> "${FAKE_LOG:?FAKE_LOG is not set}"
-case $mode in
-    base) tp=100 ;;
-    fast) tp=200 ;;
-    slow) tp=50 ;;
-    wrong) tp=150 ;;
-    crash)
-        echo "fake-trial: mode crash: giving up on purpose" >&2
-        exit 3
-        ;;
-    *)
-        echo "fake-trial: unknown mode $mode" >&2
-        exit 64
-        ;;
-esac
-if [ "$phase" = measure ]; then
-    sleep "${FAKE_SLEEP:-0}"
-fi
-if [ "$mode" = wrong ]; then
-    echo "sum($n) = 4242" > out.txt
-else
-    echo "sum($n) = $((n * 7))" > out.txt
-fi
-printf '{"metrics": {"throughput": %s.%s}}\n' "$tp" "$r" > "$TUNECTL_RESULT"
-"#;
+use support::env::{Env, Out};
+use support::{ran, ran_to_the_end};
 
 /// A quickstart-like study: knobs with an output trap (`wrong`) and a crash
 /// trap (`crash`), two cells in two buckets, warm-ups, repeats and a final
@@ -180,55 +136,29 @@ fn closed_port() -> u16 {
     l.local_addr().expect("addr").port()
 }
 
-/// What a command did.
-struct Out {
-    code: Option<i32>,
-    stdout: String,
-    stderr: String,
-    took: Duration,
+/// An [`Env`] whose ledger is on one backend, with the raw object store
+/// beside it (the same library the binary uses, not the binary's own code).
+/// Every command gets throwaway credentials and must never show them.
+struct OnStore {
+    env: Env,
+    /// S3: (endpoint, bucket).
+    s3: Option<(String, String)>,
+    secret: String,
+    rt: tokio::runtime::Runtime,
 }
 
-impl Out {
-    fn text(&self) -> String {
-        format!(
-            "exit {:?} after {:?}\n--- stdout\n{}--- stderr\n{}",
-            self.code, self.took, self.stdout, self.stderr
-        )
+impl Deref for OnStore {
+    type Target = Env;
+
+    fn deref(&self) -> &Env {
+        &self.env
     }
 }
 
-/// The `ran N trials` number of a launch's summary line.
-fn ran(stderr: &str) -> usize {
-    let line = stderr
-        .lines()
-        .find(|l| l.starts_with("ran "))
-        .unwrap_or_else(|| panic!("no summary line in:\n{stderr}"));
-    line.split_whitespace()
-        .nth(1)
-        .and_then(|n| n.parse().ok())
-        .unwrap_or_else(|| panic!("bad summary line {line:?}"))
-}
-
-/// A study directory with the fake program, a ledger on one backend, work
-/// directories and the fake's run log, all in a tempdir.
-struct Env {
-    tmp: tempfile::TempDir,
-    /// S3: (endpoint, bucket).
-    s3: Option<(String, String)>,
-    url: String,
-    /// Throwaway credentials given to every command: they must never show.
-    secret: String,
-    token: String,
-    rt: tokio::runtime::Runtime,
-    outputs: AtomicUsize,
-    /// More environment for every command.
-    extra_env: Vec<(String, String)>,
-}
-
-impl Env {
+impl OnStore {
     /// `None` when the backend is S3 and no test server is configured
     /// (outside CI).
-    fn new(backend: Backend, study: &str) -> Option<Env> {
+    fn new(backend: Backend, study: &str) -> Option<OnStore> {
         let s3 = match backend {
             Backend::Local => None,
             Backend::S3 => {
@@ -238,231 +168,69 @@ impl Env {
                 Some((endpoint, bucket))
             }
         };
-        let tmp = tempfile::tempdir().expect("tempdir");
-        let url = match &s3 {
-            Some((_, bucket)) => format!("s3://{bucket}/{S3_PREFIX}"),
-            None => tmp.path().join("ledger").display().to_string(),
-        };
-        let env = Env {
+        let secret = format!("tunectl-test-secret-{}", unique());
+        let token = format!("tunectl-test-token-{}", unique());
+        let mut env = Env::new(study)
+            .with_var("TUNECTL_LEASE_TTL", LEASE_TTL)
+            .with_var("AWS_ACCESS_KEY_ID", "tunectl-test")
+            .with_var("AWS_SECRET_ACCESS_KEY", &secret)
+            .with_var("AWS_SESSION_TOKEN", &token)
+            .with_var("AWS_REGION", "us-east-1")
+            .with_var("AWS_ALLOW_HTTP", "true")
+            .with_secret(&secret)
+            .with_secret(&token);
+        if let Some((endpoint, bucket)) = &s3 {
+            env = env
+                .with_var("AWS_ENDPOINT_URL", endpoint)
+                .with_ledger(format!("s3://{bucket}/{S3_PREFIX}"));
+        }
+        Some(OnStore {
+            env,
             s3,
-            url,
-            secret: format!("tunectl-test-secret-{}", unique()),
-            token: format!("tunectl-test-token-{}", unique()),
+            secret,
             rt: tokio::runtime::Builder::new_current_thread()
                 .enable_all()
                 .build()
                 .expect("runtime"),
-            outputs: AtomicUsize::new(0),
-            extra_env: Vec::new(),
-            tmp,
-        };
-        std::fs::create_dir(env.study_dir()).expect("mkdir study");
-        std::fs::write(env.study_dir().join("fake-trial.sh"), FAKE_TRIAL).expect("write fake");
-        std::fs::write(env.study(), study).expect("write study");
-        Some(env)
-    }
-
-    fn study_dir(&self) -> PathBuf {
-        self.tmp.path().join("study")
-    }
-
-    fn study(&self) -> PathBuf {
-        self.study_dir().join("study.yaml")
-    }
-
-    fn log(&self) -> PathBuf {
-        self.tmp.path().join("runs.log")
-    }
-
-    /// The local ledger directory (local backend).
-    fn ledger_dir(&self) -> PathBuf {
-        self.tmp.path().join("ledger")
-    }
-
-    /// tunectl with a clean environment: the fake's log, the short lease
-    /// time, and the (throwaway) S3 settings and credentials.
-    fn cmd(&self) -> Command {
-        let mut c = Command::new(env!("CARGO_BIN_EXE_tunectl"));
-        c.current_dir(self.tmp.path())
-            .stdin(Stdio::null())
-            .env_remove("TUNECTL_LEDGER")
-            .env_remove("TUNECTL_WORKDIR")
-            .env_remove("TUNECTL_LOG")
-            .env_remove("FAKE_SLEEP")
-            .env("TUNECTL_LEASE_TTL", LEASE_TTL)
-            .env("FAKE_LOG", self.log())
-            .env("AWS_ACCESS_KEY_ID", "tunectl-test")
-            .env("AWS_SECRET_ACCESS_KEY", &self.secret)
-            .env("AWS_SESSION_TOKEN", &self.token)
-            .env("AWS_REGION", "us-east-1")
-            .env("AWS_ALLOW_HTTP", "true");
-        match &self.s3 {
-            Some((endpoint, _)) => c.env("AWS_ENDPOINT_URL", endpoint),
-            None => c.env_remove("AWS_ENDPOINT_URL"),
-        };
-        for (k, v) in &self.extra_env {
-            c.env(k, v);
-        }
-        c
+        })
     }
 
     /// Every command keeps a compacted index however small the study
     /// (by default only studies of 256 attempts or more have one).
-    fn indexed(mut self) -> Env {
-        self.extra_env
-            .push(("TUNECTL_LEDGER_INDEX_MIN".to_string(), "1".to_string()));
-        self
-    }
-
-    /// Files for a command's stdout and stderr.
-    fn output_files(&self) -> (PathBuf, PathBuf) {
-        let n = self.outputs.fetch_add(1, Ordering::SeqCst);
-        let dir = self.tmp.path().join("outputs");
-        std::fs::create_dir_all(&dir).expect("mkdir outputs");
-        (
-            dir.join(format!("{n}.stdout")),
-            dir.join(format!("{n}.stderr")),
-        )
-    }
-
-    fn spawn(&self, mut cmd: Command) -> (Child, (PathBuf, PathBuf)) {
-        let files = self.output_files();
-        let child = cmd
-            .stdout(std::fs::File::create(&files.0).expect("stdout file"))
-            .stderr(std::fs::File::create(&files.1).expect("stderr file"))
-            .spawn()
-            .expect("spawn tunectl");
-        (child, files)
-    }
-
-    /// Wait for a spawned command (killed past `limit`); its output is
-    /// checked for credentials.
-    fn finish(&self, mut child: Child, files: (PathBuf, PathBuf), started: Instant) -> Out {
-        let limit = Duration::from_secs(120);
-        let status = loop {
-            if let Some(s) = child.try_wait().expect("wait") {
-                break Some(s);
-            }
-            if started.elapsed() > limit {
-                let _ = child.kill();
-                let _ = child.wait();
-                break None;
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        };
-        let out = Out {
-            code: status.and_then(|s| s.code()),
-            stdout: std::fs::read_to_string(&files.0).unwrap_or_default(),
-            stderr: std::fs::read_to_string(&files.1).unwrap_or_default(),
-            took: started.elapsed(),
-        };
-        assert!(
-            status.is_some(),
-            "command ran past {limit:?}:\n{}",
-            out.text()
-        );
-        self.assert_no_secret(&out.stdout, "stdout");
-        self.assert_no_secret(&out.stderr, "stderr");
-        out
-    }
-
-    fn run(&self, cmd: Command) -> Out {
-        let started = Instant::now();
-        let (child, files) = self.spawn(cmd);
-        self.finish(child, files, started)
-    }
-
-    fn assert_no_secret(&self, text: &str, what: &str) {
-        for s in [&self.secret, &self.token] {
-            assert!(
-                !text.contains(s.as_str()),
-                "a credential shows in {what}:\n{text}"
-            );
+    fn indexed(self) -> OnStore {
+        OnStore {
+            env: self.env.with_var("TUNECTL_LEDGER_INDEX_MIN", "1"),
+            ..self
         }
     }
 
-    fn launch_cmd(&self, work: &str, extra_env: &[(&str, &str)]) -> Command {
-        self.launch_study_cmd(&self.study(), work, extra_env)
-    }
-
-    fn launch_study_cmd(
-        &self,
-        study: &std::path::Path,
-        work: &str,
-        extra_env: &[(&str, &str)],
-    ) -> Command {
-        let mut c = self.cmd();
+    /// `tunectl launch STUDY` with its attempts' directories under `work`,
+    /// and `vars` in its environment.
+    fn launch_in(&self, study: &Path, work: &str, vars: &[(&str, &str)]) -> Command {
+        let mut c = self.tunectl();
         c.arg("launch")
             .arg(study)
-            .args(["--ledger", &self.url, "--workdir"])
-            .arg(self.tmp.path().join(work))
+            .args(["--ledger", self.ledger_url(), "--workdir"])
+            .arg(self.path().join(work))
             .args(["--progress", "quiet"]);
-        for (k, v) in extra_env {
+        for (k, v) in vars {
             c.env(k, v);
         }
         c
     }
 
-    fn launch(&self) -> Out {
-        self.run(self.launch_cmd("work", &[]))
-    }
-
-    fn launch_ok(&self) -> Out {
-        let out = self.launch();
-        assert!(
-            ran_to_the_end(out.code, &out.stderr),
-            "launch failed:\n{}",
-            out.text()
-        );
-        out
-    }
-
     /// `tunectl ARGS --ledger URL`.
-    fn tunectl(&self, args: &[&str]) -> Out {
-        let mut c = self.cmd();
-        c.args(args).args(["--ledger", &self.url]);
+    fn cli(&self, args: &[&str]) -> Out {
+        let mut c = self.tunectl();
+        c.args(args).args(["--ledger", self.ledger_url()]);
         self.run(c)
     }
 
-    fn study_arg(&self) -> String {
-        self.study().display().to_string()
-    }
-
-    fn report_json(&self) -> Json {
-        let out = self.tunectl(&["report", &self.study_arg(), "--format", "json"]);
-        assert_eq!(out.code, Some(0), "report failed:\n{}", out.text());
-        serde_json::from_str(&out.stdout).expect("report JSON")
-    }
-
-    fn status_json(&self) -> Json {
-        let out = self.tunectl(&["status", &self.study_arg(), "--json"]);
-        assert_eq!(out.code, Some(0), "status failed:\n{}", out.text());
-        serde_json::from_str(&out.stdout).expect("status JSON")
-    }
-
-    /// Lines of the fake's log: (trial key, attempt id, phase).
-    fn runs(&self) -> Vec<(String, String, String)> {
-        std::fs::read_to_string(self.log())
-            .unwrap_or_default()
-            .lines()
-            .map(|l| {
-                let mut w = l.split_whitespace().map(str::to_string);
-                (
-                    w.next().unwrap_or_default(),
-                    w.next().unwrap_or_default(),
-                    w.next().unwrap_or_default(),
-                )
-            })
-            .collect()
-    }
-
-    /// Measured runs per trial key (warm-ups not counted).
+    /// Measured runs of the fake per trial key (warm-ups not counted).
     fn measured_runs(&self) -> BTreeMap<String, usize> {
         let mut out = BTreeMap::new();
-        for (key, _, phase) in self.runs() {
-            if phase == "measure" {
-                *out.entry(key).or_insert(0) += 1;
-            }
+        for r in self.runs().into_iter().filter(|r| r.measured()) {
+            *out.entry(r.trial).or_insert(0) += 1;
         }
         out
     }
@@ -476,9 +244,9 @@ impl Env {
                 S3_PREFIX,
             )),
             None => {
-                std::fs::create_dir_all(self.ledger_dir()).expect("ledger dir");
+                std::fs::create_dir_all(self.ledger()).expect("ledger dir");
                 Arc::new(
-                    object_store::local::LocalFileSystem::new_with_prefix(self.ledger_dir())
+                    object_store::local::LocalFileSystem::new_with_prefix(self.ledger())
                         .expect("local store"),
                 )
             }
@@ -554,7 +322,7 @@ impl Env {
             vec!["report", &study],
             vec!["status", &study, "--json"],
         ] {
-            let o = self.tunectl(&args);
+            let o = self.cli(&args);
             assert_eq!(o.code, Some(0), "{args:?}:\n{}", o.text());
             out.push(o.stdout);
         }
@@ -577,7 +345,7 @@ impl Env {
 
     /// Attempt records per trial key (in attempt-id order); objects that
     /// are not attempt records are left out.
-    fn attempts(&self) -> BTreeMap<String, Vec<Json>> {
+    fn attempts_in_store(&self) -> BTreeMap<String, Vec<Json>> {
         let mut out: BTreeMap<String, Vec<Json>> = BTreeMap::new();
         for (key, bytes) in self.objects(&format!("{STUDY_ID}/trials")) {
             let parts: Vec<&str> = key.split('/').collect();
@@ -621,7 +389,7 @@ impl Env {
                 }
             }
             None => {
-                let mut stack = vec![self.ledger_dir()];
+                let mut stack = vec![self.ledger()];
                 while let Some(dir) = stack.pop() {
                     let Ok(entries) = std::fs::read_dir(&dir) else {
                         continue;
@@ -772,9 +540,12 @@ fn assert_expected_decisions(d: &Decisions) {
 /// A clean launch of `study` on a local ledger: its decisions and sweep
 /// trial keys (trial keys do not depend on the store).
 fn reference(study: &str) -> (Decisions, BTreeSet<String>) {
-    let env = Env::new(Backend::Local, study).expect("local env");
-    env.launch_ok();
-    (decisions(&env.report_json()), sweep_keys(&env.attempts()))
+    let env = OnStore::new(Backend::Local, study).expect("local env");
+    env.launch_ok(&[]);
+    (
+        decisions(&env.report_json()),
+        sweep_keys(&env.attempts_in_store()),
+    )
 }
 
 /// Run a scenario against the local filesystem and against S3.
@@ -831,13 +602,15 @@ on_both_stores!(
 /// The study runs on the store exactly as on a local ledger: same
 /// decisions, nothing runs twice, `status` and `ledger check` agree.
 fn quickstart_like_study(backend: Backend) {
-    let Some(env) = Env::new(backend, STUDY) else {
+    let Some(env) = OnStore::new(backend, STUDY) else {
         return;
     };
-    let out = env.launch_ok();
+    let out = env.launch_ok(&[]);
     assert!(
-        out.stderr
-            .contains(&format!("launching study {STUDY_ID} · ledger {}", env.url)),
+        out.stderr.contains(&format!(
+            "launching study {STUDY_ID} · ledger {}",
+            env.ledger_url()
+        )),
         "{}",
         out.text()
     );
@@ -847,11 +620,15 @@ fn quickstart_like_study(backend: Backend) {
     if backend == Backend::S3 {
         let (local, local_keys) = reference(STUDY);
         assert_eq!(d, local, "S3 and local ledgers decide alike");
-        assert_eq!(sweep_keys(&env.attempts()), local_keys, "same trials");
+        assert_eq!(
+            sweep_keys(&env.attempts_in_store()),
+            local_keys,
+            "same trials"
+        );
     }
 
     // One attempt per trial, every one terminal, each measured once.
-    let attempts = env.attempts();
+    let attempts = env.attempts_in_store();
     assert_one_terminal_each(&attempts);
     for (key, list) in &attempts {
         assert_eq!(list.len(), 1, "trial {key}: {list:?}");
@@ -890,10 +667,14 @@ fn quickstart_like_study(backend: Backend) {
 
     // A relaunch runs nothing new.
     let runs_before = env.runs().len();
-    let again = env.launch_ok();
+    let again = env.launch_ok(&[]);
     assert_eq!(ran(&again.stderr), 0, "{}", again.text());
     assert_eq!(env.runs().len(), runs_before, "the fake ran again");
-    assert_eq!(env.attempts(), attempts, "the relaunch wrote attempts");
+    assert_eq!(
+        env.attempts_in_store(),
+        attempts,
+        "the relaunch wrote attempts"
+    );
     assert_eq!(decisions(&env.report_json()), d);
 
     // status: done counts; ledger check: clean.
@@ -909,11 +690,11 @@ fn quickstart_like_study(backend: Backend) {
     assert_eq!(rows[0]["failed"], failed, "{status}");
     assert_eq!(rows[0]["lost"], 0, "{status}");
     assert_eq!(rows[0]["running"], 0, "{status}");
-    let text = env.tunectl(&["status", &env.study_arg()]);
+    let text = env.cli(&["status", &env.study_arg()]);
     assert_eq!(text.code, Some(0), "{}", text.text());
     assert!(
         text.stdout
-            .contains(&format!("study {STUDY_ID} · ledger {}", env.url)),
+            .contains(&format!("study {STUDY_ID} · ledger {}", env.ledger_url())),
         "{}",
         text.text()
     );
@@ -925,7 +706,7 @@ fn quickstart_like_study(backend: Backend) {
         "{}",
         text.text()
     );
-    let check = env.tunectl(&["ledger", "check", &env.study_arg()]);
+    let check = env.cli(&["ledger", "check", &env.study_arg()]);
     assert_eq!(check.code, Some(0), "{}", check.text());
     assert!(
         check.stdout.contains(&format!(
@@ -936,18 +717,18 @@ fn quickstart_like_study(backend: Backend) {
         check.text()
     );
     // Without a study: every study of the ledger.
-    let all = env.tunectl(&["ledger", "check"]);
+    let all = env.cli(&["ledger", "check"]);
     assert_eq!(all.code, Some(0), "{}", all.text());
     assert!(all.stdout.contains(STUDY_ID), "{}", all.text());
 
     // Credentials in the URL's user info are never shown either.
     if let Some((_, bucket)) = &env.s3 {
         let url = format!("s3://tunectl-test:{}@{bucket}/{S3_PREFIX}", env.secret);
-        let mut c = env.cmd();
+        let mut c = env.tunectl();
         c.args(["status", &env.study_arg(), "--ledger", &url]);
         let out = env.run(c);
         assert_eq!(out.code, Some(0), "{}", out.text());
-        assert!(out.stdout.contains(&env.url), "{}", out.text());
+        assert!(out.stdout.contains(env.ledger_url()), "{}", out.text());
     }
     env.assert_no_secret_in_store();
 }
@@ -955,15 +736,14 @@ fn quickstart_like_study(backend: Backend) {
 /// Two launchers started at once on one study: no trial runs twice, every
 /// trial ends with exactly one terminal attempt.
 fn two_concurrent_launchers(backend: Backend) {
-    let Some(env) = Env::new(backend, STUDY) else {
+    let Some(env) = OnStore::new(backend, STUDY) else {
         return;
     };
     let slow = [("FAKE_SLEEP", "0.1")];
-    let started = Instant::now();
-    let (a, fa) = env.spawn(env.launch_cmd("work-a", &slow));
-    let (b, fb) = env.spawn(env.launch_cmd("work-b", &slow));
-    let a = env.finish(a, fa, started);
-    let b = env.finish(b, fb, started);
+    let a = env.spawn(env.launch_in(&env.study(), "work-a", &slow));
+    let b = env.spawn(env.launch_in(&env.study(), "work-b", &slow));
+    let a = env.finish(a);
+    let b = env.finish(b);
     assert!(
         ran_to_the_end(a.code, &a.stderr),
         "launcher A:\n{}",
@@ -985,7 +765,7 @@ fn two_concurrent_launchers(backend: Backend) {
         b.text()
     );
 
-    let attempts = env.attempts();
+    let attempts = env.attempts_in_store();
     assert_one_terminal_each(&attempts);
     for (key, list) in &attempts {
         if list.iter().any(|a| a["status"] == "ok") {
@@ -1042,7 +822,7 @@ impl Rng {
 fn sigkilled_launchers(backend: Backend) {
     // Three repeats, so that five kills land before the study is done.
     let study = STUDY.replace("repeats: 2", "repeats: 3");
-    let Some(env) = Env::new(backend, &study) else {
+    let Some(env) = OnStore::new(backend, &study) else {
         return;
     };
     let seed: u64 = std::env::var("TUNECTL_TEST_SEED")
@@ -1058,9 +838,9 @@ fn sigkilled_launchers(backend: Backend) {
             break;
         }
         let wait = Duration::from_millis(250 + rng.next_u64() % 900);
-        let started = Instant::now();
         let runs_before = env.runs().len();
-        let (mut child, files) = env.spawn(env.launch_cmd(&format!("work-{round}"), &slow));
+        let mut running = env.spawn(env.launch_in(&env.study(), &format!("work-{round}"), &slow));
+        let child = &mut running.child;
         std::thread::sleep(wait);
         if child.try_wait().expect("try_wait").is_none() {
             child.kill().expect("SIGKILL the launcher");
@@ -1068,7 +848,7 @@ fn sigkilled_launchers(backend: Backend) {
             kills.push(wait);
             // A trial this launcher started that has no terminal attempt:
             // the kill landed in the middle of it.
-            let attempts = env.attempts();
+            let attempts = env.attempts_in_store();
             let done: BTreeSet<&String> = attempts
                 .iter()
                 .filter(|(_, l)| l.iter().any(is_terminal))
@@ -1076,13 +856,13 @@ fn sigkilled_launchers(backend: Backend) {
                 .collect();
             if env.runs()[runs_before..]
                 .iter()
-                .any(|(k, _, _)| !done.contains(k))
+                .any(|r| !done.contains(&r.trial))
             {
                 mid_trial += 1;
             }
         }
         // Whatever it printed before dying carries no credential.
-        let out = env.finish(child, files, started);
+        let out = env.finish(running);
         assert_ne!(out.code, Some(1), "round {round}:\n{}", out.text());
     }
     assert!(
@@ -1095,13 +875,13 @@ fn sigkilled_launchers(backend: Backend) {
         "no kill landed in the middle of a trial (seed {seed}): {kills:?}"
     );
 
-    let last = env.launch_ok();
+    let last = env.launch_ok(&[]);
     eprintln!(
         "{backend:?}: seed {seed}, {} kills after {kills:?}, {mid_trial} in the middle of a trial; the last launch ran {}",
         kills.len(),
         ran(&last.stderr)
     );
-    let attempts = env.attempts();
+    let attempts = env.attempts_in_store();
     assert_one_terminal_each(&attempts);
     let (clean, clean_keys) = reference(&study);
     assert_eq!(
@@ -1123,12 +903,12 @@ fn sigkilled_launchers(backend: Backend) {
 /// Truncated and garbage attempt objects: `ledger check` names them and
 /// fails, `report` ignores them, and their trials run again.
 fn corrupt_attempt_objects(backend: Backend) {
-    let Some(env) = Env::new(backend, STUDY) else {
+    let Some(env) = OnStore::new(backend, STUDY) else {
         return;
     };
-    env.launch_ok();
+    env.launch_ok(&[]);
     let clean = decisions(&env.report_json());
-    let attempts = env.attempts();
+    let attempts = env.attempts_in_store();
     let pick = |label: &str, cell: &str, repeat: u64| -> (String, String) {
         let (key, list) = attempts
             .iter()
@@ -1151,7 +931,7 @@ fn corrupt_attempt_objects(backend: Backend) {
     env.put_raw(&truncated, whole[..whole.len() / 2].to_vec());
     env.put_raw(&garbage, b"\x00\xffnot an attempt record\x7f".to_vec());
 
-    let check = env.tunectl(&["ledger", "check", &env.study_arg()]);
+    let check = env.cli(&["ledger", "check", &env.study_arg()]);
     assert_eq!(check.code, Some(1), "{}", check.text());
     for key in [&truncated, &garbage] {
         assert!(
@@ -1161,9 +941,10 @@ fn corrupt_attempt_objects(backend: Backend) {
         );
     }
     assert!(
-        check
-            .stderr
-            .contains(&format!("2 unreadable objects in ledger {}", env.url)),
+        check.stderr.contains(&format!(
+            "2 unreadable objects in ledger {}",
+            env.ledger_url()
+        )),
         "{}",
         check.text()
     );
@@ -1184,7 +965,7 @@ fn corrupt_attempt_objects(backend: Backend) {
     let cell1 = &report["classes"][0]["cells"][0];
     assert_eq!(cell1["cell_label"], "n=1");
     assert_eq!(cell1["baseline"]["trials"], 1, "{cell1}");
-    let status = env.tunectl(&["status", &env.study_arg()]);
+    let status = env.cli(&["status", &env.study_arg()]);
     assert_eq!(status.code, Some(0), "{}", status.text());
     assert!(
         status.stdout.contains("2 unreadable ledger objects"),
@@ -1193,9 +974,9 @@ fn corrupt_attempt_objects(backend: Backend) {
     );
 
     // A relaunch runs exactly those two trials again.
-    let before = env.attempts();
+    let before = env.attempts_in_store();
     let runs_before = env.runs().len();
-    let out = env.launch_ok();
+    let out = env.launch_ok(&[]);
     for key in [&truncated, &garbage] {
         assert!(
             out.stderr
@@ -1204,7 +985,7 @@ fn corrupt_attempt_objects(backend: Backend) {
             out.text()
         );
     }
-    let after = env.attempts();
+    let after = env.attempts_in_store();
     let sweeps_of = |m: &BTreeMap<String, Vec<Json>>, k: &str| {
         m.get(k)
             .map(|l| l.iter().filter(|a| a["role"] == "sweep").count())
@@ -1222,8 +1003,8 @@ fn corrupt_attempt_objects(backend: Backend) {
     );
     let rerun: BTreeSet<String> = env.runs()[runs_before..]
         .iter()
-        .filter(|(_, _, phase)| phase == "measure")
-        .map(|(k, _, _)| k.clone())
+        .filter(|r| r.measured())
+        .map(|r| r.trial.clone())
         .collect();
     assert!(
         rerun.contains(&base_key) && rerun.contains(&fast_key),
@@ -1237,7 +1018,7 @@ fn corrupt_attempt_objects(backend: Backend) {
     assert_eq!(decisions(&report), clean);
     assert_eq!(report["classes"][0]["cells"][0]["baseline"]["trials"], 2);
     // The objects stay (nothing is ever rewritten): check still names them.
-    let check = env.tunectl(&["ledger", "check", &env.study_arg()]);
+    let check = env.cli(&["ledger", "check", &env.study_arg()]);
     assert_eq!(check.code, Some(1), "{}", check.text());
     assert!(
         check.stdout.contains(truncated.as_str()),
@@ -1255,14 +1036,14 @@ const INDEX: &str = "storefake/index/compact.json";
 /// a resume over it runs nothing already done, and without it every
 /// report and status reads the same.
 fn attempts_written_after_the_index(backend: Backend) {
-    let Some(env) = Env::new(backend, STUDY) else {
+    let Some(env) = OnStore::new(backend, STUDY) else {
         return;
     };
     let env = env.indexed();
     // A first launcher runs part of the study; its scans leave an index.
     let partial = env.study_dir().join("partial.yaml");
     std::fs::write(&partial, format!("{STUDY}budget: {{max_trials: 4}}\n")).expect("write");
-    let first = env.run(env.launch_study_cmd(&partial, "work-1", &[]));
+    let first = env.run(env.launch_in(&partial, "work-1", &[]));
     assert!(
         ran_to_the_end(first.code, &first.stderr),
         "{}",
@@ -1280,7 +1061,7 @@ fn attempts_written_after_the_index(backend: Backend) {
 
     // Another launcher runs the rest. Then the index is put back as the
     // first left it, as if nothing had updated it since.
-    let rest = env.launch_ok();
+    let rest = env.launch_ok(&[]);
     assert!(ran(&rest.stderr) > 0, "{}", rest.text());
     env.put_raw(INDEX, stale.clone());
     let through_stale = env.views();
@@ -1288,12 +1069,12 @@ fn attempts_written_after_the_index(backend: Backend) {
     assert_expected_decisions(&decisions(&report));
     let (clean, clean_keys) = reference(STUDY);
     assert_eq!(decisions(&report), clean);
-    assert_eq!(sweep_keys(&env.attempts()), clean_keys);
+    assert_eq!(sweep_keys(&env.attempts_in_store()), clean_keys);
 
     // A resume over the stale index runs nothing.
     env.put_raw(INDEX, stale.clone());
     let runs_before = env.runs().len();
-    let again = env.launch_ok();
+    let again = env.launch_ok(&[]);
     assert_eq!(ran(&again.stderr), 0, "{}", again.text());
     assert_eq!(env.runs().len(), runs_before, "the fake ran again");
 
@@ -1307,13 +1088,13 @@ fn attempts_written_after_the_index(backend: Backend) {
     assert_eq!(full, through_stale, "deleting the index changed the output");
     assert!(env.object(INDEX).is_some(), "a full read writes the index");
     assert_eq!(env.views(), full);
-    let check = env.tunectl(&["ledger", "check", &env.study_arg()]);
+    let check = env.cli(&["ledger", "check", &env.study_arg()]);
     assert_eq!(check.code, Some(0), "{}", check.text());
 
     // A launcher whose clock is 27 years behind writes, as the protocol
     // says (log entry, then object), a second terminal attempt of a done
     // trial; its id sorts before every other, so it is the one that counts.
-    let attempts = env.attempts();
+    let attempts = env.attempts_in_store();
     let (key, list) = attempts
         .iter()
         .find(|(_, l)| {
@@ -1359,11 +1140,11 @@ fn attempts_written_after_the_index(backend: Backend) {
 /// A damaged index is reported, ignored and rewritten; what readers show
 /// does not change, and a resume over it runs nothing.
 fn a_damaged_index_is_ignored(backend: Backend) {
-    let Some(env) = Env::new(backend, STUDY) else {
+    let Some(env) = OnStore::new(backend, STUDY) else {
         return;
     };
     let env = env.indexed();
-    env.launch_ok();
+    env.launch_ok(&[]);
     let good = env.views();
     let index = env.object(INDEX).expect("an index");
     let mut outside: Json = serde_json::from_slice(&index).expect("index JSON");
@@ -1381,7 +1162,7 @@ fn a_damaged_index_is_ignored(backend: Backend) {
     ];
     for (what, bytes) in damages {
         env.put_raw(INDEX, bytes);
-        let out = env.tunectl(&["report", &env.study_arg(), "--format", "json"]);
+        let out = env.cli(&["report", &env.study_arg(), "--format", "json"]);
         assert_eq!(out.code, Some(0), "{what}:\n{}", out.text());
         assert!(
             out.stderr
@@ -1391,7 +1172,7 @@ fn a_damaged_index_is_ignored(backend: Backend) {
         );
         assert_eq!(out.stdout, good.report_json, "{what}");
         // Rewritten: the next reader uses it without complaint.
-        let next = env.tunectl(&["report", &env.study_arg(), "--format", "json"]);
+        let next = env.cli(&["report", &env.study_arg(), "--format", "json"]);
         assert!(
             !next.stderr.contains("ledger index"),
             "{what}:\n{}",
@@ -1401,7 +1182,7 @@ fn a_damaged_index_is_ignored(backend: Backend) {
     }
     env.put_raw(INDEX, b"{}".to_vec());
     let runs_before = env.runs().len();
-    let out = env.launch_ok();
+    let out = env.launch_ok(&[]);
     assert_eq!(ran(&out.stderr), 0, "{}", out.text());
     assert!(
         out.stderr.contains("ignoring the ledger index"),
@@ -1414,12 +1195,12 @@ fn a_damaged_index_is_ignored(backend: Backend) {
 
 /// A launch that must fail with `needle` in its error, naming the ledger,
 /// before any trial ran.
-fn assert_stops_before_any_trial(env: &Env, url: &str, needle: &str) {
-    let mut c = env.cmd();
+fn assert_stops_before_any_trial(env: &OnStore, url: &str, needle: &str) {
+    let mut c = env.tunectl();
     c.arg("launch")
         .arg(env.study())
         .args(["--ledger", url, "--workdir"])
-        .arg(env.tmp.path().join("work"))
+        .arg(env.path().join("work"))
         .args(["--progress", "quiet"]);
     let out = env.run(c);
     assert_eq!(out.code, Some(1), "{}", out.text());
@@ -1461,19 +1242,19 @@ fn object_store_url_shown(url: &str) -> String {
 ///
 /// S3: a bucket that does not exist.
 fn unwritable_ledger(backend: Backend) {
-    let Some(env) = Env::new(backend, STUDY) else {
+    let Some(env) = OnStore::new(backend, STUDY) else {
         return;
     };
     match backend {
         Backend::Local => {
-            let file = env.tmp.path().join("a-file");
+            let file = env.path().join("a-file");
             std::fs::write(&file, "not a directory\n").expect("write file");
             let path = file.display().to_string();
             assert_stops_before_any_trial(&env, &path, "cannot create directory");
             let url = format!("file://{path}");
             assert_stops_before_any_trial(&env, &url, "cannot create directory");
 
-            let ledger = env.tmp.path().join("blocked");
+            let ledger = env.path().join("blocked");
             std::fs::create_dir(&ledger).expect("mkdir");
             std::fs::write(ledger.join(STUDY_ID), "in the way\n").expect("write file");
             let path = ledger.display().to_string();
@@ -1482,7 +1263,7 @@ fn unwritable_ledger(backend: Backend) {
             // SAFETY: geteuid(2) has no preconditions.
             if unsafe { libc::geteuid() } != 0 {
                 use std::os::unix::fs::PermissionsExt as _;
-                let ro = env.tmp.path().join("read-only");
+                let ro = env.path().join("read-only");
                 std::fs::create_dir(&ro).expect("mkdir");
                 std::fs::set_permissions(&ro, std::fs::Permissions::from_mode(0o555))
                     .expect("chmod");
@@ -1506,7 +1287,7 @@ fn unwritable_ledger(backend: Backend) {
             );
             assert_stops_before_any_trial(&env, &url, "NoSuchBucket");
             for args in [&["status", STUDY_ID][..], &["ledger", "check"][..]] {
-                let mut c = env.cmd();
+                let mut c = env.tunectl();
                 c.args(args).args(["--ledger", &url]);
                 let out = env.run(c);
                 assert_eq!(out.code, Some(1), "{}", out.text());
@@ -1524,7 +1305,7 @@ fn unwritable_ledger(backend: Backend) {
 /// any trial, within seconds. Needs no S3 server.
 #[test]
 fn an_unreachable_s3_endpoint_stops_before_any_trial() {
-    let env = Env::new(Backend::Local, STUDY).expect("env");
+    let env = OnStore::new(Backend::Local, STUDY).expect("env");
     let endpoint = format!("http://127.0.0.1:{}", closed_port());
     let url = format!("s3://tunectl-unreachable/{S3_PREFIX}");
     let mut took = Vec::new();
@@ -1539,7 +1320,7 @@ fn an_unreachable_s3_endpoint_stops_before_any_trial() {
         vec!["ledger".into(), "check".into()],
         vec!["report".into(), env.study_arg()],
     ] {
-        let mut c = env.cmd();
+        let mut c = env.tunectl();
         c.args(&args)
             .args(["--ledger", &url])
             .env("AWS_ENDPOINT_URL", &endpoint);
@@ -1567,31 +1348,33 @@ fn an_unreachable_s3_endpoint_stops_before_any_trial() {
 fn the_fake_trial_program_logs_measured_runs() {
     // The log is what the concurrency and kill tests count; make sure a
     // measured run and a warm-up are told apart.
-    let env = Env::new(Backend::Local, STUDY).expect("env");
-    let out = Command::new("sh")
-        .arg(env.study_dir().join("fake-trial.sh"))
+    let env = OnStore::new(Backend::Local, STUDY).expect("env");
+    let mut fake = Command::new("sh");
+    fake.arg(env.study_dir().join(support::fake::FILE))
         .args(["base", "2"])
-        .current_dir(env.tmp.path())
-        .env("FAKE_LOG", env.log())
+        .current_dir(env.path());
+    for var in support::fake::VARS {
+        fake.env_remove(var);
+    }
+    let out = fake
         .env("TUNECTL_TRIAL_ID", "k1")
         .env("TUNECTL_ATTEMPT_ID", "a1")
         .env("TUNECTL_PHASE", "warmup")
-        .env("TUNECTL_RESULT", env.tmp.path().join("r.json"))
+        .env("TUNECTL_RESULT", env.path().join("r.json"))
         .output()
         .expect("run fake");
     assert!(out.status.success(), "{out:?}");
+    let runs: Vec<(String, String, String)> = env
+        .runs()
+        .into_iter()
+        .map(|r| (r.trial, r.attempt, r.phase))
+        .collect();
     assert_eq!(
-        env.runs(),
+        runs,
         vec![("k1".to_string(), "a1".to_string(), "warmup".to_string())]
     );
     assert!(env.measured_runs().is_empty());
-    let result = std::fs::read_to_string(env.tmp.path().join("r.json")).expect("result");
-    assert!(result.contains("\"throughput\": 100.0"), "{result}");
-}
-
-/// Whether a launch ran to its end: exit 0 when every bucket it reports is
-/// a VERDICT, exit 3 when one is a DRAFT (`tunectl launch`'s contract).
-fn ran_to_the_end(code: Option<i32>, stderr: &str) -> bool {
-    let drafts = stderr.contains("[DRAFT]");
-    code == Some(if drafts { 3 } else { 0 })
+    let result = std::fs::read_to_string(env.path().join("r.json")).expect("result");
+    let result: Json = serde_json::from_str(&result).expect("result JSON");
+    assert_eq!(result["metrics"]["throughput"], serde_json::json!([100.0]));
 }

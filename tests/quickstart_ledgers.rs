@@ -7,8 +7,7 @@
 //! (examples/hyperband, the same workload with a `fidelity:` section) runs
 //! end to end.
 
-#[path = "support/sshd.rs"]
-mod sshd;
+mod support;
 
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
@@ -16,6 +15,7 @@ use std::time::Duration;
 
 use assert_cmd::Command;
 use serde_json::Value as Json;
+use support::{ran_to_the_end, sshd};
 
 fn s3_endpoint() -> Option<String> {
     match std::env::var("TUNECTL_TEST_S3_ENDPOINT") {
@@ -310,11 +310,4 @@ fn the_hyperband_example_runs_end_to_end() {
     let stderr = String::from_utf8_lossy(&again.stderr);
     assert!(ran_to_the_end(again.status.code(), &stderr), "{stderr}");
     assert!(stderr.contains("ran 0 trials"), "{stderr}");
-}
-
-/// Whether a launch ran to its end: exit 0 when every bucket it reports is
-/// a VERDICT, exit 3 when one is a DRAFT (`tunectl launch`'s contract).
-fn ran_to_the_end(code: Option<i32>, stderr: &str) -> bool {
-    let drafts = stderr.contains("[DRAFT]");
-    code == Some(if drafts { 3 } else { 0 })
 }

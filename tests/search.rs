@@ -1,67 +1,18 @@
 //! Adaptive search end to end (`strategy: hyperband` and `tpe`, `--seed-from`)
-//! and grid shards (`--shard i/n`), on the local host with a FAKE trial
-//! program written at test time whose knob → speed/crash/output profile is
-//! known, so the optimum is known.
+//! and grid shards (`--shard i/n`), on the local host with the FAKE trial
+//! program of tests/support/fake.rs: its search profile over knobs a, b, c
+//! is known, so the optimum is known.
+
+mod support;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
+use std::process::Command;
 use std::time::Duration;
 
-use assert_cmd::Command;
 use serde_json::Value as Json;
-
-#[path = "support/ledger_files.rs"]
-mod ledger_files;
-
-/// The fake program. Its profile is documented in its header.
-const FAKE: &str = r#"#!/bin/sh
-# FAKE trial program written by tunectl's search tests (tests/search.rs). It
-# measures nothing: its numbers are made up and deterministic.
-#
-#   usage: sh fake-search.sh MODE [N]    MODE: rung | objective
-#
-# Knobs a, b, c in 0..4 (TUNECTL_KNOB_A...). Budget: TUNECTL_BUDGET (empty:
-# the full budget, 27).
-#   tp = 1000 - 10 * ((a-3)^2 + (b-1)^2 + (c-2)^2)     optimum a=3 b=1 c=2
-#   plus, at budget B < 27, a config-dependent bias ((7a + 3b + c) mod 5) *
-#   60 / B, so small budgets rank a little differently (an imperfect proxy).
-#   a=4 c=0 at budget >= 27: "CUDA out of memory", exit 1.
-#   b=3: writes a different out.txt (output changed).
-#   FAKE_TRAP=1: a=4 b=4 c=4 reports tp 2000 in MODE rung and 500 in MODE
-#   objective: the best on the proxy, worse than the baseline on the
-#   objective.
-#   N = 2 (a cell): c=3 configs get 25 more, so cells rank differently.
-#   FAKE_JITTER=1: sleeps 0 to 0.09 s first, so results arrive out of order.
-# Every run appends "ROLE MODE a=A b=B c=C budget=BUDGET" to runs.log.
-set -u
-here=$(dirname "$0")
-mode=$1
-a=$TUNECTL_KNOB_A
-b=$TUNECTL_KNOB_B
-c=$TUNECTL_KNOB_C
-budget=${TUNECTL_BUDGET:-}
-echo "$TUNECTL_ROLE $mode a=$a b=$b c=$c budget=$budget" >> "$here/runs.log"
-if [ "${FAKE_JITTER:-}" = 1 ]; then
-    d=$(od -An -N1 -tu1 /dev/urandom | tr -dc 0-9 | cut -c1)
-    sleep "0.0${d:-0}"
-fi
-B=${budget:-27}
-tp=$((1000 - 10 * ((a - 3) * (a - 3) + (b - 1) * (b - 1) + (c - 2) * (c - 2))))
-if [ "$B" -lt 27 ]; then
-    tp=$((tp + ((7 * a + 3 * b + c) % 5) * 60 / B))
-fi
-if [ "${2:-}" = 2 ] && [ "$c" -eq 3 ]; then tp=$((tp + 25)); fi
-if [ "${FAKE_TRAP:-}" = 1 ] && [ "$a$b$c" = 444 ]; then
-    if [ "$mode" = rung ]; then tp=2000; else tp=500; fi
-fi
-if [ "$a" -eq 4 ] && [ "$c" -eq 0 ] && [ "$B" -ge 27 ]; then
-    echo "RuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB" >&2
-    exit 1
-fi
-if [ "$b" -eq 3 ]; then echo "out=1" > out.txt; else echo "out=0" > out.txt; fi
-printf '{"metrics": {"tp": %d}}\n' "$tp" > "$TUNECTL_RESULT"
-"#;
+use support::env::{Env, Running};
+use support::{ledger_files, ran_to_the_end};
 
 /// The true (noise-free, full-budget, objective) value of a config.
 fn true_tp(a: i64, b: i64, c: i64) -> i64 {
@@ -79,13 +30,13 @@ fn hyperband_study(name: &str, seed: u64) -> String {
     format!(
         r#"name: {name}
 {KNOBS}trial:
-  command: "sh {{{{ study_dir }}}}/fake-search.sh rung"
+  command: "sh {{{{ study_dir }}}}/fake-trial.sh search-proxy"
   timeout: 20s
 objective:
-  metric: tp
+  metric: throughput
   unit: ops/s
   better: higher
-  command: "sh {{{{ study_dir }}}}/fake-search.sh objective"
+  command: "sh {{{{ study_dir }}}}/fake-trial.sh search"
 fidelity: {{unit: samples, min_budget: 1, max_budget: 27, eta: 3}}
 measurement: {{warmup: 0, repeats: 3, anchor_every: 0, confirm_repeats: 3}}
 gate: {{outputs: [out.txt]}}
@@ -99,9 +50,9 @@ fn tpe_study(name: &str, seed: u64, count: u64) -> String {
     format!(
         r#"name: {name}
 {KNOBS}trial:
-  command: "sh {{{{ study_dir }}}}/fake-search.sh objective"
+  command: "sh {{{{ study_dir }}}}/fake-trial.sh search"
   timeout: 20s
-objective: {{metric: tp, unit: ops/s, better: higher}}
+objective: {{metric: throughput, unit: ops/s, better: higher}}
 measurement: {{warmup: 0, repeats: 3, anchor_every: 0, confirm_repeats: 3}}
 gate: {{outputs: [out.txt]}}
 strategy: {{kind: tpe, seed: {seed}, count: {count}, finalists: 3}}
@@ -109,137 +60,91 @@ strategy: {{kind: tpe, seed: {seed}, count: {count}, finalists: 3}}
     )
 }
 
-struct Env {
-    tmp: tempfile::TempDir,
+/// An Env of `study` with an inventory of the local host with `slots`.
+fn search_env(study: &str, slots: u32) -> Env {
+    let env = Env::new(study);
+    env.write(
+        "inventory.yaml",
+        &format!("hosts:\n  - name: local\n    transport: local\n    slots: {slots}\n"),
+    );
+    env
 }
 
-impl Env {
-    fn new(study: &str, slots: u32) -> Env {
-        let tmp = tempfile::tempdir().expect("tempdir");
-        let env = Env { tmp };
-        std::fs::create_dir(env.dir()).expect("mkdir study");
-        std::fs::write(env.dir().join("fake-search.sh"), FAKE).expect("write fake");
-        std::fs::write(env.study(), study).expect("write study");
-        std::fs::write(
-            env.inventory(),
-            format!("hosts:\n  - name: local\n    transport: local\n    slots: {slots}\n"),
-        )
-        .expect("write inventory");
-        env
-    }
+fn inventory(env: &Env) -> PathBuf {
+    env.path().join("inventory.yaml")
+}
 
-    fn dir(&self) -> PathBuf {
-        self.tmp.path().join("study")
-    }
+/// `tunectl launch` of the study on the inventory, into `ledger`.
+fn launch_cmd(env: &Env, ledger: &Path, work: &str, extra: &[&str]) -> Command {
+    let mut cmd = env.tunectl();
+    cmd.arg("launch")
+        .arg(env.study())
+        .arg("--inventory")
+        .arg(inventory(env))
+        .arg("--ledger")
+        .arg(ledger)
+        .arg("--workdir")
+        .arg(env.path().join(work))
+        .args(["--progress", "quiet"])
+        .args(extra);
+    cmd
+}
 
-    fn study(&self) -> PathBuf {
-        self.dir().join("study.yaml")
-    }
+/// A launch started in the background (FAKE_JITTER on), with its
+/// attempts' directories under `work`.
+fn spawn_launch(env: &Env, ledger: &Path, work: &str) -> Running {
+    let mut cmd = launch_cmd(env, ledger, work, &[]);
+    cmd.env("FAKE_JITTER", "1");
+    env.spawn(cmd)
+}
 
-    fn inventory(&self) -> PathBuf {
-        self.tmp.path().join("inventory.yaml")
+/// A launch that must run to its end; its stderr.
+fn launch(env: &Env, ledger: &Path, vars: &[(&str, &str)], extra: &[&str]) -> String {
+    let mut cmd = launch_cmd(env, ledger, "work", extra);
+    for (k, v) in vars {
+        cmd.env(k, v);
     }
+    let out = env.run(cmd);
+    assert!(
+        ran_to_the_end(out.code, &out.stderr),
+        "launch failed:\n{}",
+        out.text()
+    );
+    out.stderr
+}
 
-    fn ledger(&self) -> PathBuf {
-        self.tmp.path().join("ledger")
-    }
+fn report_json(env: &Env, ledger: &Path) -> Json {
+    let study = env.study_arg();
+    let ledger = ledger.display().to_string();
+    let text = env.tunectl_ok(&["report", &study, "--format", "json", "--ledger", &ledger]);
+    serde_json::from_str(&text).expect("report JSON")
+}
 
-    fn cmd(&self) -> Command {
-        let mut cmd = Command::cargo_bin("tunectl").expect("the tunectl binary");
-        cmd.current_dir(self.tmp.path())
-            .env_remove("TUNECTL_LEDGER")
-            .env_remove("TUNECTL_WORKDIR")
-            .env_remove("TUNECTL_LOG")
-            .env_remove("FAKE_TRAP")
-            .env_remove("FAKE_JITTER")
-            .timeout(Duration::from_secs(120));
-        cmd
-    }
+/// The fake's runs as "ROLE MODE a=A b=B c=C budget=BUDGET".
+fn runs(env: &Env) -> Vec<String> {
+    env.runs()
+        .iter()
+        .map(|r| {
+            format!(
+                "{} {} a={} b={} c={} budget={}",
+                r.role,
+                r.mode,
+                r.knob("a"),
+                r.knob("b"),
+                r.knob("c"),
+                r.budget
+            )
+        })
+        .collect()
+}
 
-    fn launch_cmd(&self, ledger: &Path, extra: &[&str]) -> Command {
-        let mut cmd = self.cmd();
-        cmd.arg("launch")
-            .arg(self.study())
-            .arg("--inventory")
-            .arg(self.inventory())
-            .arg("--ledger")
-            .arg(ledger)
-            .arg("--workdir")
-            .arg(self.tmp.path().join("work"))
-            .args(["--progress", "quiet"])
-            .args(extra);
-        cmd
-    }
-
-    /// A launch started in the background (FAKE_JITTER on), with its
-    /// attempts' directories under `work`.
-    fn spawn_launch(&self, ledger: &Path, work: &str, stderr: Stdio) -> std::process::Child {
-        std::process::Command::new(assert_cmd::cargo::cargo_bin("tunectl"))
-            .current_dir(self.tmp.path())
-            .env_remove("TUNECTL_LEDGER")
-            .env("FAKE_JITTER", "1")
-            .arg("launch")
-            .arg(self.study())
-            .arg("--inventory")
-            .arg(self.inventory())
-            .arg("--ledger")
-            .arg(ledger)
-            .arg("--workdir")
-            .arg(self.tmp.path().join(work))
-            .args(["--progress", "quiet"])
-            .stdout(Stdio::null())
-            .stderr(stderr)
-            .spawn()
-            .expect("spawn launch")
-    }
-
-    /// A launch that must succeed; its stderr.
-    fn launch(&self, ledger: &Path, envs: &[(&str, &str)], extra: &[&str]) -> String {
-        let mut cmd = self.launch_cmd(ledger, extra);
-        for (k, v) in envs {
-            cmd.env(k, v);
-        }
-        let out = cmd.output().expect("run launch");
-        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
-        assert!(
-            ran_to_the_end(out.status.code(), &stderr),
-            "launch failed:\n{stderr}"
-        );
-        stderr
-    }
-
-    fn stdout(&self, args: &[&str]) -> String {
-        let out = self.cmd().args(args).output().expect("run tunectl");
-        assert_eq!(
-            out.status.code(),
-            Some(0),
-            "tunectl {args:?} failed:\n{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8(out.stdout).expect("utf-8")
-    }
-
-    fn report_json(&self, ledger: &Path) -> Json {
-        let study = self.study().display().to_string();
-        let ledger = ledger.display().to_string();
-        let text = self.stdout(&["report", &study, "--format", "json", "--ledger", &ledger]);
-        serde_json::from_str(&text).expect("report JSON")
-    }
-
-    fn runs(&self) -> Vec<String> {
-        std::fs::read_to_string(self.dir().join("runs.log"))
-            .map(|s| s.lines().map(str::to_string).collect())
-            .unwrap_or_default()
-    }
-
-    fn study_id(&self, ledger: &Path) -> String {
-        std::fs::read_dir(ledger)
-            .expect("ledger dir")
-            .flatten()
-            .map(|e| e.file_name().to_string_lossy().into_owned())
-            .find(|n| !n.starts_with('.') && ledger.join(n).join("study.json").is_file())
-            .expect("a study in the ledger")
-    }
+fn study_id(ledger: &Path) -> String {
+    std::fs::read_dir(ledger)
+        .expect("ledger dir")
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .find(|n| !n.starts_with('.') && ledger.join(n).join("study.json").is_file())
+        .expect("a study in the ledger")
 }
 
 /// The config shipped for the only bucket of the only class.
@@ -308,10 +213,10 @@ fn assert_no_trial_counted_twice(ledger: &Path, study: &str) {
 
 #[test]
 fn plan_dry_run_shows_the_brackets_and_the_cost_against_a_grid() {
-    let env = Env::new(&hyperband_study("hb-plan", 1), 1);
+    let env = search_env(&hyperband_study("hb-plan", 1), 1);
     let study = env.study().display().to_string();
     let ledger = env.ledger().display().to_string();
-    let text = env.stdout(&["plan", "--dry-run", &study, "--ledger", &ledger]);
+    let text = env.tunectl_ok(&["plan", "--dry-run", &study, "--ledger", &ledger]);
     for want in [
         "adaptive search: hyperband (seed 1)",
         "s=3: 27 @ 1 (keep 9) → 9 @ 3 (keep 3) → 3 @ 9 (keep 1) → 1 @ 27 (keep 1)",
@@ -328,9 +233,9 @@ fn plan_dry_run_shows_the_brackets_and_the_cost_against_a_grid() {
     // The first configs are listed with their knob values and the budget
     // they start at; nothing ran and nothing was written.
     assert!(text.contains("#1 "), "{text}");
-    assert!(env.runs().is_empty());
+    assert!(runs(&env).is_empty());
     assert!(!env.ledger().exists());
-    let json: Json = serde_json::from_str(&env.stdout(&[
+    let json: Json = serde_json::from_str(&env.tunectl_ok(&[
         "plan",
         "--dry-run",
         &study,
@@ -345,13 +250,13 @@ fn plan_dry_run_shows_the_brackets_and_the_cost_against_a_grid() {
 
 #[test]
 fn hyperband_finds_the_optimum_on_a_third_of_grid_budget() {
-    let env = Env::new(&hyperband_study("hb", 1), 1);
+    let env = search_env(&hyperband_study("hb", 1), 1);
     let ledger = env.ledger();
-    env.launch(&ledger, &[], &[]);
-    let report = env.report_json(&ledger);
+    launch(&env, &ledger, &[], &[]);
+    let report = report_json(&env, &ledger);
     assert_eq!(abc(&shipped(&report)), (3, 1, 2), "{report:#}");
     assert_eq!(report["classes"][0]["buckets"][0]["level"], "verdict");
-    let id = env.study_id(&ledger);
+    let id = study_id(&ledger);
     // Budget spent, in samples (a run's time is proportional to its
     // budget): every attempt, rungs, baselines and the objective stage.
     let spent: f64 = attempts(&ledger, &id)
@@ -364,12 +269,12 @@ fn hyperband_finds_the_optimum_on_a_third_of_grid_budget() {
     assert!(spent <= grid / 3.0, "spent {spent} samples, grid {grid}");
     // Trials saw their budget; rungs ran the trial command, the objective
     // stage the objective command at the full budget.
-    let runs = env.runs();
+    let runs = runs(&env);
     for line in &runs {
         let rung = line.starts_with("rung ");
         assert!(
-            (rung && line.starts_with("rung rung "))
-                || (!rung && line.contains(" objective ") && line.ends_with("budget=27")),
+            (rung && line.starts_with("rung search-proxy "))
+                || (!rung && line.contains(" search ") && line.ends_with("budget=27")),
             "{line}"
         );
         assert!(
@@ -392,7 +297,7 @@ fn hyperband_finds_the_optimum_on_a_third_of_grid_budget() {
     // The search table of the report.
     let study = env.study().display().to_string();
     let l = ledger.display().to_string();
-    let text = env.stdout(&["report", &study, "--ledger", &l]);
+    let text = env.tunectl_ok(&["report", &study, "--ledger", &l]);
     assert!(text.contains("search on hc-"), "{text}");
     assert!(text.contains("budget (samples)"), "{text}");
 }
@@ -400,24 +305,24 @@ fn hyperband_finds_the_optimum_on_a_third_of_grid_budget() {
 #[test]
 fn a_config_best_on_the_proxy_but_worse_on_the_objective_loses() {
     // Seed 4 draws the trap config (14th in its draw order).
-    let env = Env::new(&hyperband_study("hb-trap", 4), 1);
+    let env = search_env(&hyperband_study("hb-trap", 4), 1);
     let ledger = env.ledger();
-    env.launch(&ledger, &[("FAKE_TRAP", "1")], &[]);
-    let runs = env.runs();
+    launch(&env, &ledger, &[("FAKE_TRAP", "1")], &[]);
+    let runs = runs(&env);
     // The trap was screened and, best on the proxy, promoted to the
     // objective stage (if not, this seed does not exercise the trap).
     assert!(
         runs.iter()
-            .any(|l| l.starts_with("rung rung a=4 b=4 c=4 budget=27")),
+            .any(|l| l.starts_with("rung search-proxy a=4 b=4 c=4 budget=27")),
         "the trap config did not reach the top rung with this seed:\n{}",
         runs.join("\n")
     );
     assert!(
         runs.iter()
-            .any(|l| l.starts_with("sweep objective a=4 b=4 c=4")),
+            .any(|l| l.starts_with("sweep search a=4 b=4 c=4")),
         "the trap config was not promoted to the objective stage"
     );
-    let report = env.report_json(&ledger);
+    let report = report_json(&env, &ledger);
     let won = abc(&shipped(&report));
     assert_ne!(won, (4, 4, 4), "{report:#}");
     // The champion is decided on the objective alone: the best finalist
@@ -425,7 +330,7 @@ fn a_config_best_on_the_proxy_but_worse_on_the_objective_loses() {
     assert!(true_tp(won.0, won.1, won.2) >= 980, "{won:?}");
     let finalists: BTreeSet<(i64, i64, i64)> = runs
         .iter()
-        .filter(|l| l.starts_with("sweep objective"))
+        .filter(|l| l.starts_with("sweep search"))
         .map(|l| {
             let v: Vec<i64> = l
                 .split_whitespace()
@@ -445,10 +350,10 @@ fn a_config_best_on_the_proxy_but_worse_on_the_objective_loses() {
 
 #[test]
 fn a_survivor_that_crashes_or_changes_output_at_a_higher_budget_is_rejected() {
-    let env = Env::new(&hyperband_study("hb-gate", 1), 1);
+    let env = search_env(&hyperband_study("hb-gate", 1), 1);
     let ledger = env.ledger();
-    env.launch(&ledger, &[], &[]);
-    let id = env.study_id(&ledger);
+    launch(&env, &ledger, &[], &[]);
+    let id = study_id(&ledger);
     let all = attempts(&ledger, &id);
     // a=4 c=0 runs at small budgets and crashes at 27: never a finalist.
     let crashed: Vec<_> = all
@@ -471,7 +376,7 @@ fn a_survivor_that_crashes_or_changes_output_at_a_higher_budget_is_rejected() {
         );
     }
     // The search table counts what the gate rejected at each budget.
-    let report = env.report_json(&ledger);
+    let report = report_json(&env, &ledger);
     let rows = report["classes"][0]["search"]
         .as_array()
         .expect("search rows");
@@ -492,53 +397,50 @@ fn a_survivor_that_crashes_or_changes_output_at_a_higher_budget_is_rejected() {
 fn the_same_study_makes_the_same_decisions_whatever_order_results_arrive_in() {
     // Three slots, trials of random length: results arrive in a different
     // order each run; the decisions must not change.
-    let env = Env::new(&hyperband_study("hb-det", 5), 3);
-    let (a, b) = (
-        env.tmp.path().join("ledger-a"),
-        env.tmp.path().join("ledger-b"),
-    );
-    env.launch(&a, &[("FAKE_JITTER", "1")], &[]);
-    env.launch(&b, &[("FAKE_JITTER", "1")], &[]);
-    let id = env.study_id(&a);
+    let env = search_env(&hyperband_study("hb-det", 5), 3);
+    let (a, b) = (env.path().join("ledger-a"), env.path().join("ledger-b"));
+    launch(&env, &a, &[("FAKE_JITTER", "1")], &[]);
+    launch(&env, &b, &[("FAKE_JITTER", "1")], &[]);
+    let id = study_id(&a);
     assert_eq!(rung_jobs(&a, &id), rung_jobs(&b, &id));
-    assert_eq!(shipped(&env.report_json(&a)), shipped(&env.report_json(&b)));
+    assert_eq!(
+        shipped(&report_json(&env, &a)),
+        shipped(&report_json(&env, &b))
+    );
     // Another seed searches differently.
-    let other = Env::new(&hyperband_study("hb-det", 6), 3);
-    let c = other.tmp.path().join("ledger-c");
-    other.launch(&c, &[], &[]);
-    assert_ne!(rung_jobs(&a, &id), rung_jobs(&c, &other.study_id(&c)));
+    let other = search_env(&hyperband_study("hb-det", 6), 3);
+    let c = other.path().join("ledger-c");
+    launch(&other, &c, &[], &[]);
+    assert_ne!(rung_jobs(&a, &id), rung_jobs(&c, &study_id(&c)));
 }
 
 #[test]
 fn a_killed_search_resumes_without_rerunning_or_double_counting() {
-    let env = Env::new(&hyperband_study("hb-resume", 2), 2);
-    let reference = env.tmp.path().join("ledger-ref");
-    env.launch(&reference, &[("FAKE_JITTER", "1")], &[]);
-    let id = env.study_id(&reference);
+    let env = search_env(&hyperband_study("hb-resume", 2), 2);
+    let reference = env.path().join("ledger-ref");
+    launch(&env, &reference, &[("FAKE_JITTER", "1")], &[]);
+    let id = study_id(&reference);
     let ledger = env.ledger();
-    std::fs::remove_file(env.dir().join("runs.log")).expect("clear runs.log");
+    std::fs::remove_file(env.study_dir().join("runs.log")).expect("clear runs.log");
     // Start, and interrupt (SIGINT, as Ctrl-C) once 30 runs happened.
-    let mut child = env.spawn_launch(&ledger, "work", Stdio::null());
-    let started = ledger_files::wait_for(Duration::from_secs(60), || env.runs().len() >= 30);
+    let running = spawn_launch(&env, &ledger, "work");
+    let started = support::wait_for(Duration::from_secs(60), || runs(&env).len() >= 30);
     assert!(started, "the launch did not get going");
-    let pid = child.id().to_string();
-    let _ = std::process::Command::new("kill")
-        .args(["-INT", &pid])
-        .status();
-    let _ = child.wait();
-    let before = env.runs().len();
+    running.signal(libc::SIGINT);
+    env.finish(running);
+    let before = runs(&env).len();
     assert!(before < 80, "the launch finished before it was interrupted");
-    env.launch(&ledger, &[("FAKE_JITTER", "1")], &[]);
+    launch(&env, &ledger, &[("FAKE_JITTER", "1")], &[]);
     // The resumed search made the decisions of the uninterrupted one ...
     assert_eq!(rung_jobs(&ledger, &id), rung_jobs(&reference, &id));
     assert_eq!(
-        shipped(&env.report_json(&ledger)),
-        shipped(&env.report_json(&reference))
+        shipped(&report_json(&env, &ledger)),
+        shipped(&report_json(&env, &reference))
     );
     // ... and nothing finished was run again or counted twice.
     assert_no_trial_counted_twice(&ledger, &id);
     let mut seen = BTreeMap::new();
-    for line in env.runs() {
+    for line in runs(&env) {
         if line.starts_with("rung ") {
             *seen.entry(line.clone()).or_insert(0) += 1;
         }
@@ -551,34 +453,34 @@ fn a_killed_search_resumes_without_rerunning_or_double_counting() {
 
 #[test]
 fn tpe_finds_a_near_optimum_with_far_fewer_trials_than_grid() {
-    let env = Env::new(&tpe_study("tpe", 3, 40), 2);
+    let env = search_env(&tpe_study("tpe", 3, 40), 2);
     let ledger = env.ledger();
-    env.launch(&ledger, &[], &[]);
-    let report = env.report_json(&ledger);
+    launch(&env, &ledger, &[], &[]);
+    let report = report_json(&env, &ledger);
     let (a, b, c) = abc(&shipped(&report));
     // Within 2% of the optimum (1000).
     assert!(
         true_tp(a, b, c) >= 980,
         "shipped a={a} b={b} c={c}: {report:#}"
     );
-    let id = env.study_id(&ledger);
+    let id = study_id(&ledger);
     let trials = attempts(&ledger, &id).len();
     // 40 suggestions, the baseline's screening run, 4 configs × 3 repeats
     // and a confirmation round (3 pairs), against a grid's 125 × 3.
     assert!(trials <= 40 + 1 + 12 + 6, "{trials} trials");
     assert!(trials * 3 <= 125 * 3, "{trials}");
     // Deterministic for a seed.
-    let again = env.tmp.path().join("ledger-again");
-    env.launch(&again, &[], &[]);
+    let again = env.path().join("ledger-again");
+    launch(&env, &again, &[], &[]);
     assert_eq!(rung_jobs(&ledger, &id), rung_jobs(&again, &id));
 }
 
 #[test]
 fn seed_from_skips_configs_known_to_fail_and_warm_starts_tpe() {
-    let first = Env::new(&tpe_study("tpe-first", 4, 30), 1);
+    let first = search_env(&tpe_study("tpe-first", 4, 30), 1);
     let ledger = first.ledger();
-    first.launch(&ledger, &[], &[]);
-    let first_id = first.study_id(&ledger);
+    launch(&first, &ledger, &[], &[]);
+    let first_id = study_id(&ledger);
     let failed: BTreeSet<(i64, i64, i64)> = attempts(&ledger, &first_id)
         .values()
         .flatten()
@@ -587,11 +489,11 @@ fn seed_from_skips_configs_known_to_fail_and_warm_starts_tpe() {
         .collect();
     assert!(!failed.is_empty(), "the first study met no failing config");
     // A second study of the same knobs, seeded from the first.
-    let second = Env::new(&tpe_study("tpe-second", 9, 15), 1);
+    let second = search_env(&tpe_study("tpe-second", 9, 15), 1);
     let from = format!("{}#{first_id}", ledger.display());
-    let stderr = second.launch(&second.ledger(), &[], &["--seed-from", &from]);
+    let stderr = launch(&second, &second.ledger(), &[], &["--seed-from", &from]);
     assert!(stderr.contains("seeding from"), "{stderr}");
-    let second_id = second.study_id(&second.ledger());
+    let second_id = study_id(&second.ledger());
     let tried: BTreeSet<(i64, i64, i64)> = rung_jobs(&second.ledger(), &second_id)
         .into_iter()
         .map(|(c, _)| c)
@@ -602,15 +504,17 @@ fn seed_from_skips_configs_known_to_fail_and_warm_starts_tpe() {
         tried.intersection(&failed).collect::<Vec<_>>()
     );
     // Warm-started, 15 suggestions still land within 2% of the optimum.
-    let (a, b, c) = abc(&shipped(&second.report_json(&second.ledger())));
+    let (a, b, c) = abc(&shipped(&report_json(&second, &second.ledger())));
     assert!(true_tp(a, b, c) >= 980, "a={a} b={b} c={c}");
     // A bad source is refused before anything runs.
-    let out = second
-        .launch_cmd(&second.ledger(), &["--seed-from", "no-such-study"])
-        .output()
-        .expect("run");
-    assert_ne!(out.status.code(), Some(0));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("no-such-study"));
+    let out = second.run(launch_cmd(
+        &second,
+        &second.ledger(),
+        "work",
+        &["--seed-from", "no-such-study"],
+    ));
+    assert_ne!(out.code, Some(0));
+    assert!(out.stderr.contains("no-such-study"), "{}", out.text());
 }
 
 /// A grid of the fake: a and b (25 configs), c fixed.
@@ -622,18 +526,18 @@ knobs:
 cells:
   n: [1, 2]
 trial:
-  command: "sh {{ study_dir }}/fake-search.sh objective"
+  command: "sh {{ study_dir }}/fake-trial.sh search"
   timeout: 20s
-objective: {metric: tp, unit: ops/s, better: higher}
+objective: {metric: throughput, unit: ops/s, better: higher}
 measurement: {warmup: 0, repeats: 2, anchor_every: 0, confirm_repeats: 1}
 gate: {outputs: [out.txt]}
 "#;
 
 #[test]
 fn grid_shards_concatenate_to_the_full_run() {
-    let env = Env::new(GRID, 2);
-    let full = env.tmp.path().join("ledger-full");
-    env.launch(&full, &[], &[]);
+    let env = search_env(GRID, 2);
+    let full = env.path().join("ledger-full");
+    launch(&env, &full, &[], &[]);
     let study = env.study().display().to_string();
     let rows = |ledger: &Path, shard: Option<&str>| -> Vec<String> {
         let l = ledger.display().to_string();
@@ -641,7 +545,7 @@ fn grid_shards_concatenate_to_the_full_run() {
         if let Some(s) = shard {
             args.extend(["--shard", s]);
         }
-        env.stdout(&args).lines().map(str::to_string).collect()
+        env.tunectl_ok(&args).lines().map(str::to_string).collect()
     };
     let whole = rows(&full, None);
     // 25 configs × 2 cells, and a header.
@@ -650,8 +554,8 @@ fn grid_shards_concatenate_to_the_full_run() {
     let mut joined = Vec::new();
     for i in 1..=3 {
         let shard = format!("{i}/3");
-        let ledger = env.tmp.path().join(format!("ledger-{i}"));
-        let stderr = env.launch(&ledger, &[], &["--shard", &shard]);
+        let ledger = env.path().join(format!("ledger-{i}"));
+        let stderr = launch(&env, &ledger, &[], &["--shard", &shard]);
         assert!(
             !stderr.contains("confirming"),
             "a shard confirmed: {stderr}"
@@ -664,18 +568,19 @@ fn grid_shards_concatenate_to_the_full_run() {
     }
     assert_eq!(joined, whole);
     // The plan of a shard says what it holds; a non-grid study refuses.
-    let text = env.stdout(&["plan", "--dry-run", &study, "--shard", "2/3"]);
+    let text = env.tunectl_ok(&["plan", "--dry-run", &study, "--shard", "2/3"]);
     assert!(
         text.contains("shard 2/3: candidates 9..16 of the grid's 24"),
         "{text}"
     );
-    let hb = Env::new(&hyperband_study("hb-shard", 1), 1);
-    let out = hb
-        .launch_cmd(&hb.ledger(), &["--shard", "1/2"])
-        .output()
-        .expect("run");
-    assert_eq!(out.status.code(), Some(2), "{out:?}");
-    assert!(String::from_utf8_lossy(&out.stderr).contains("--shard 1/2 splits a grid"));
+    let hb = search_env(&hyperband_study("hb-shard", 1), 1);
+    let out = hb.run(launch_cmd(&hb, &hb.ledger(), "work", &["--shard", "1/2"]));
+    assert_eq!(out.code, Some(2), "{}", out.text());
+    assert!(
+        out.stderr.contains("--shard 1/2 splits a grid"),
+        "{}",
+        out.text()
+    );
 }
 
 #[test]
@@ -688,15 +593,16 @@ fn a_bucket_of_several_cells_measures_the_union_of_their_finalists() {
             "trial:\n",
             "cells:\n  n: [1, 2]\nbuckets: {n: all}\ntrial:\n",
         )
-        .replace("fake-search.sh rung", "fake-search.sh rung {{ n }}")
         .replace(
-            "fake-search.sh objective",
-            "fake-search.sh objective {{ n }}",
-        );
-    let env = Env::new(&study, 2);
+            "fake-trial.sh search-proxy\"",
+            "fake-trial.sh search-proxy {{ n }}\"",
+        )
+        .replace("fake-trial.sh search\"", "fake-trial.sh search {{ n }}\"");
+    assert_eq!(study.matches("{{ n }}\"").count(), 2, "{study}");
+    let env = search_env(&study, 2);
     let ledger = env.ledger();
-    env.launch(&ledger, &[], &[]);
-    let id = env.study_id(&ledger);
+    launch(&env, &ledger, &[], &[]);
+    let id = study_id(&ledger);
     let mut by_cell: BTreeMap<i64, BTreeSet<(i64, i64, i64)>> = BTreeMap::new();
     for (_, rows) in ledger_files::attempts(&ledger, &id) {
         for a in rows.iter().filter(|a| a["role"] == "sweep") {
@@ -719,7 +625,7 @@ fn a_bucket_of_several_cells_measures_the_union_of_their_finalists() {
             && a["is_baseline"] == false
             && config.1 != 3
         {
-            let tp = a["metrics"]["tp"][0].as_f64().expect("tp") as i64;
+            let tp = a["metrics"]["throughput"][0].as_f64().expect("tp") as i64;
             top.entry(a["cell"]["n"].as_i64().unwrap_or(0))
                 .or_default()
                 .push((-tp, config));
@@ -751,7 +657,7 @@ fn a_bucket_of_several_cells_measures_the_union_of_their_finalists() {
         });
     assert_eq!(rungs_per_cell.len(), 2);
     // One bucket, decided over both cells.
-    let report = env.report_json(&ledger);
+    let report = report_json(&env, &ledger);
     let (a, b, c) = abc(&shipped(&report));
     assert!(true_tp(a, b, c) >= 980, "{report:#}");
 }
@@ -761,42 +667,31 @@ fn two_launchers_on_one_search_make_its_decisions_once() {
     // Both replay the same deterministic search: they hand out the same
     // jobs, leases keep each trial to one launcher, and a trial finished by
     // the other is read back, not run again.
-    let env = Env::new(&hyperband_study("hb-two", 3), 2);
-    let reference = env.tmp.path().join("ledger-ref");
-    env.launch(&reference, &[], &[]);
-    let id = env.study_id(&reference);
-    std::fs::remove_file(env.dir().join("runs.log")).expect("clear runs.log");
+    let env = search_env(&hyperband_study("hb-two", 3), 2);
+    let reference = env.path().join("ledger-ref");
+    launch(&env, &reference, &[], &[]);
+    let id = study_id(&reference);
+    std::fs::remove_file(env.study_dir().join("runs.log")).expect("clear runs.log");
     let ledger = env.ledger();
     let (a, b) = (
-        env.spawn_launch(&ledger, "work-a", Stdio::piped()),
-        env.spawn_launch(&ledger, "work-b", Stdio::piped()),
+        spawn_launch(&env, &ledger, "work-a"),
+        spawn_launch(&env, &ledger, "work-b"),
     );
-    for child in [a, b] {
-        let out = child.wait_with_output().expect("wait");
-        assert!(
-            ran_to_the_end(out.status.code(), &String::from_utf8_lossy(&out.stderr)),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+    for running in [a, b] {
+        let out = env.finish(running);
+        assert!(ran_to_the_end(out.code, &out.stderr), "{}", out.text());
     }
     assert_no_trial_counted_twice(&ledger, &id);
     assert_eq!(rung_jobs(&ledger, &id), rung_jobs(&reference, &id));
     assert_eq!(
-        shipped(&env.report_json(&ledger)),
-        shipped(&env.report_json(&reference))
+        shipped(&report_json(&env, &ledger)),
+        shipped(&report_json(&env, &reference))
     );
     // Every screening run ran once between the two.
     let mut seen = BTreeMap::new();
-    for line in env.runs().into_iter().filter(|l| l.starts_with("rung ")) {
+    for line in runs(&env).into_iter().filter(|l| l.starts_with("rung ")) {
         *seen.entry(line).or_insert(0) += 1;
     }
     assert!(seen.values().all(|n| *n == 1), "{seen:?}");
     assert_eq!(seen.len(), rung_jobs(&reference, &id).len());
-}
-
-/// Whether a launch ran to its end: exit 0 when every bucket it reports is
-/// a VERDICT, exit 3 when one is a DRAFT (`tunectl launch`'s contract).
-fn ran_to_the_end(code: Option<i32>, stderr: &str) -> bool {
-    let drafts = stderr.contains("[DRAFT]");
-    code == Some(if drafts { 3 } else { 0 })
 }

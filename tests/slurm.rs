@@ -6,19 +6,17 @@
 //! A100 `tile=256` runs out of memory and nothing beats the baseline;
 //! `fast_math=true` changes the output everywhere).
 
-#[path = "support/ledger_files.rs"]
-mod ledger_files;
-#[path = "support/slurm.rs"]
-mod slurm;
+mod support;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use ledger_files::wait_for;
 use serde_json::Value as Json;
-use slurm::{Cluster, NodeSpec};
+use support::slurm::{Cluster, NodeSpec};
+use support::sshd;
+use support::{ledger_files, ran_to_the_end, wait_for};
 
 const NODES: [NodeSpec; 2] = [
     NodeSpec {
@@ -550,9 +548,6 @@ fn ctrl_c_cancels_only_this_studys_jobs() {
     }
 }
 
-#[path = "support/sshd.rs"]
-mod sshd;
-
 #[test]
 fn a_login_host_over_ssh_submits_and_reads_the_reports() {
     let cluster = Cluster::start(&NODES[..1]);
@@ -655,11 +650,4 @@ fn a_hyperband_study_runs_its_rungs_as_job_arrays() {
         rungs > 0 && rungs < trials,
         "{rungs} rung trials of {trials}"
     );
-}
-
-/// Whether a launch ran to its end: exit 0 when every bucket it reports is
-/// a VERDICT, exit 3 when one is a DRAFT (`tunectl launch`'s contract).
-fn ran_to_the_end(code: Option<i32>, stderr: &str) -> bool {
-    let drafts = stderr.contains("[DRAFT]");
-    code == Some(if drafts { 3 } else { 0 })
 }

@@ -6,10 +6,7 @@
 //! nothing beats the baseline; `fast_math=true` changes the output
 //! everywhere.
 
-#[path = "support/ledger_files.rs"]
-mod ledger_files;
-#[path = "support/sshd.rs"]
-mod sshd;
+mod support;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -17,10 +14,10 @@ use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use assert_cmd::Command;
-use ledger_files::wait_for;
 use serde_json::Value as Json;
 use sha2::{Digest, Sha256};
-use sshd::{Fleet, HostSpec};
+use support::sshd::{Fleet, HostSpec};
+use support::{ledger_files, ran_to_the_end, sshd, wait_for};
 
 const H100: &str = "NVIDIA H100 80GB HBM3";
 const A100: &str = "NVIDIA A100-SXM4-80GB";
@@ -948,32 +945,18 @@ fn a_hyperband_study_over_the_fleet_searches_each_host_class_on_its_own() {
 fn remote_result_and_outputs_must_be_regular_and_bounded() {
     let fleet = Fleet::start(&FOUR[..1]);
     let d = dirs();
-    write(
-        &d.root.join("trial.sh"),
-        r#"#!/bin/sh
-echo hello > out.txt
-ok() { echo '{"metrics": {"t": 2}}' > "$TUNECTL_RESULT"; }
-case $1 in
-  ok) ok ;;
-  fifo-result) mkfifo "$TUNECTL_RESULT" ;;
-  zero-result) ln -s /dev/zero "$TUNECTL_RESULT" ;;
-  big-result) { head -c 9000000 /dev/zero | tr '\0' ' '; echo '{"metrics": {"t": 2}}'; } > "$TUNECTL_RESULT" ;;
-  fifo-output) rm out.txt; mkfifo out.txt; ok ;;
-  zero-output) rm out.txt; ln -s /dev/zero out.txt; ok ;;
-  link-output) mv out.txt real.txt; ln -s real.txt out.txt; ok ;;
-esac
-"#,
-    );
+    // The FAKE trial program's modes of the same names (base: none of it).
+    support::fake::write(&d.root);
     let study = d.root.join("study.yaml");
     write(
         &study,
         r#"name: remote-files
 knobs:
-  v: {kind: categorical, values: [ok, fifo-result, zero-result, big-result, fifo-output, zero-output, link-output], default: ok}
+  v: {kind: categorical, values: [base, fifo-result, zero-result, big-result, fifo-output, zero-output, link-output], default: base}
 trial:
-  command: "sh {{ study_dir }}/trial.sh {{ v }}"
+  command: "sh {{ study_dir }}/fake-trial.sh {{ v }}"
   timeout: 20s
-objective: {metric: t, better: higher}
+objective: {metric: throughput, better: higher}
 measurement: {warmup: 0, repeats: 1, anchor_every: 0, confirm_repeats: 0}
 gate: {outputs: [out.txt]}
 "#,
@@ -1014,18 +997,11 @@ gate: {outputs: [out.txt]}
         assert_eq!(a["failure"]["class"], "no_result", "{v}: {a}");
         assert_eq!(a["failure"]["detail"], detail, "{v}: {a}");
     }
-    for v in ["ok", "link-output"] {
+    for v in ["base", "link-output"] {
         assert_eq!(by_v[v]["status"], "ok", "{v}: {}", by_v[v]);
     }
     assert_eq!(
-        by_v["ok"]["outputs"]["out.txt"],
+        by_v["base"]["outputs"]["out.txt"],
         by_v["link-output"]["outputs"]["out.txt"]
     );
-}
-
-/// Whether a launch ran to its end: exit 0 when every bucket it reports is
-/// a VERDICT, exit 3 when one is a DRAFT (`tunectl launch`'s contract).
-fn ran_to_the_end(code: Option<i32>, stderr: &str) -> bool {
-    let drafts = stderr.contains("[DRAFT]");
-    code == Some(if drafts { 3 } else { 0 })
 }

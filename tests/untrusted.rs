@@ -3,95 +3,26 @@
 //! sequences, credentials printed by probes. Each case runs the binary on a
 //! small study in a tempdir and looks at the ledger and the output.
 
+mod support;
+
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 
-use assert_cmd::Command;
 use serde_json::Value as Json;
+use support::env::{Env, Out};
+use support::ran_to_the_end;
 
-struct Env {
-    tmp: tempfile::TempDir,
+/// `tunectl launch` with plain progress (what a terminal shows).
+fn launch(env: &Env) -> Out {
+    env.launch(&["--progress", "plain"])
 }
 
-impl Env {
-    /// A study directory holding `study.yaml` (`study`) and `trial.sh`
-    /// (`trial`).
-    fn new(study: &str, trial: &str) -> Env {
-        let tmp = tempfile::tempdir().expect("tempdir");
-        let env = Env { tmp };
-        std::fs::create_dir(env.dir()).expect("mkdir");
-        std::fs::write(env.dir().join("trial.sh"), trial).expect("write trial");
-        std::fs::write(env.study(), study).expect("write study");
-        env
-    }
-
-    fn dir(&self) -> PathBuf {
-        self.tmp.path().join("study")
-    }
-
-    fn study(&self) -> PathBuf {
-        self.dir().join("study.yaml")
-    }
-
-    fn ledger(&self) -> PathBuf {
-        self.tmp.path().join("ledger")
-    }
-
-    fn cmd(&self) -> Command {
-        let mut cmd = Command::cargo_bin("tunectl").expect("the tunectl binary");
-        cmd.current_dir(self.tmp.path())
-            .env_remove("TUNECTL_LEDGER")
-            .env_remove("TUNECTL_WORKDIR")
-            .env_remove("TUNECTL_LOG")
-            .timeout(Duration::from_secs(120));
-        cmd
-    }
-
-    /// `tunectl launch`: (exit code, stdout, stderr).
-    fn launch(&self) -> (Option<i32>, String, String) {
-        let out = self
-            .cmd()
-            .arg("launch")
-            .arg(self.study())
-            .arg("--ledger")
-            .arg(self.ledger())
-            .arg("--workdir")
-            .arg(self.tmp.path().join("work"))
-            .args(["--progress", "plain"])
-            .output()
-            .expect("run launch");
-        (
-            out.status.code(),
-            String::from_utf8_lossy(&out.stdout).into_owned(),
-            String::from_utf8_lossy(&out.stderr).into_owned(),
-        )
-    }
-
-    /// Attempt records by the value of knob `v`.
-    fn attempts_by_v(&self, study: &str) -> BTreeMap<String, Json> {
-        let mut out = BTreeMap::new();
-        for a in attempts(&self.ledger().join(study).join("trials")) {
-            let v = a["config"]["v"].as_str().unwrap_or_default().to_string();
-            out.insert(v, a);
-        }
-        out
-    }
-}
-
-/// Every attempt record under a `trials/` directory.
-fn attempts(trials: &Path) -> Vec<Json> {
-    let mut out = Vec::new();
-    for d in std::fs::read_dir(trials).into_iter().flatten().flatten() {
-        for f in std::fs::read_dir(d.path()).into_iter().flatten().flatten() {
-            let p = f.path();
-            if p.extension().is_some_and(|e| e == "json") {
-                let text = std::fs::read_to_string(&p).expect("read attempt");
-                out.push(serde_json::from_str(&text).expect("attempt JSON"));
-            }
-        }
-    }
-    out
+/// Attempt records by the value of knob `v`.
+fn attempts_by_v(env: &Env, study: &str) -> BTreeMap<String, Json> {
+    env.all_attempts(study)
+        .into_iter()
+        .map(|a| (a["config"]["v"].as_str().unwrap_or_default().to_string(), a))
+        .collect()
 }
 
 fn failure(a: &Json) -> (String, String) {
@@ -108,34 +39,21 @@ fn failure(a: &Json) -> (String, String) {
 /// still read.
 #[test]
 fn result_and_output_files_must_be_regular_and_bounded() {
-    let trial = r#"#!/bin/sh
-echo hello > out.txt
-ok() { echo '{"metrics": {"t": 2}}' > "$TUNECTL_RESULT"; }
-case $1 in
-  ok) ok ;;
-  fifo-result) mkfifo "$TUNECTL_RESULT" ;;
-  zero-result) ln -s /dev/zero "$TUNECTL_RESULT" ;;
-  big-result) { head -c 9000000 /dev/zero | tr '\0' ' '; echo '{"metrics": {"t": 2}}'; } > "$TUNECTL_RESULT" ;;
-  fifo-output) rm out.txt; mkfifo out.txt; ok ;;
-  zero-output) rm out.txt; ln -s /dev/zero out.txt; ok ;;
-  dir-output) rm out.txt; mkdir out.txt; ok ;;
-  link-output) mv out.txt real.txt; ln -s real.txt out.txt; ok ;;
-esac
-"#;
+    // The FAKE trial program's modes of the same names (base: none of it).
     let study = r#"name: files
 knobs:
-  v: {kind: categorical, values: [ok, fifo-result, zero-result, big-result, fifo-output, zero-output, dir-output, link-output], default: ok}
+  v: {kind: categorical, values: [base, fifo-result, zero-result, big-result, fifo-output, zero-output, dir-output, link-output], default: base}
 trial:
-  command: "sh {{ study_dir }}/trial.sh {{ v }}"
+  command: "sh {{ study_dir }}/fake-trial.sh {{ v }}"
   timeout: 20s
-objective: {metric: t, better: higher}
+objective: {metric: throughput, better: higher}
 measurement: {warmup: 0, repeats: 1, anchor_every: 0, confirm_repeats: 0}
 gate: {outputs: [out.txt]}
 "#;
-    let env = Env::new(study, trial);
-    let (code, _, stderr) = env.launch();
-    assert!(ran_to_the_end(code, &stderr), "{stderr}");
-    let by_v = env.attempts_by_v("files");
+    let env = Env::new(study);
+    let out = launch(&env);
+    assert!(ran_to_the_end(out.code, &out.stderr), "{}", out.text());
+    let by_v = attempts_by_v(&env, "files");
     let expect = [
         (
             "fifo-result",
@@ -170,11 +88,11 @@ gate: {outputs: [out.txt]}
             "{v}"
         );
     }
-    for v in ["ok", "link-output"] {
+    for v in ["base", "link-output"] {
         assert_eq!(by_v[v]["status"], "ok", "{v}: {}", by_v[v]);
     }
     assert_eq!(
-        by_v["ok"]["outputs"]["out.txt"], by_v["link-output"]["outputs"]["out.txt"],
+        by_v["base"]["outputs"]["out.txt"], by_v["link-output"]["outputs"]["out.txt"],
         "a symlink to a regular file is hashed as that file"
     );
 }
@@ -183,22 +101,21 @@ gate: {outputs: [out.txt]}
 /// infinite or negative speedups: the attempt is `no_result` with why.
 #[test]
 fn objective_samples_must_be_positive_normal_numbers() {
-    let trial = r#"#!/bin/sh
-printf '{"metrics": {"throughput": [%s, 2]}}\n' "$1" > "$TUNECTL_RESULT"
-"#;
+    // The fake's two samples, the first of them `v`.
     let study = r#"name: ratios
 knobs:
   v: {kind: categorical, values: ["1", "0", "-2", "5e-324", "3"], default: "1"}
 trial:
-  command: "sh {{ study_dir }}/trial.sh {{ v }}"
+  command: "sh {{ study_dir }}/fake-trial.sh base"
   timeout: 20s
+  env: {FAKE_FIRST_SAMPLE: "{{ v }}", FAKE_SAMPLES: "2"}
 objective: {metric: throughput, better: higher}
 measurement: {warmup: 0, repeats: 1, anchor_every: 0, confirm_repeats: 0}
 "#;
-    let env = Env::new(study, trial);
-    let (code, _, stderr) = env.launch();
-    assert!(ran_to_the_end(code, &stderr), "{stderr}");
-    let by_v = env.attempts_by_v("ratios");
+    let env = Env::new(study);
+    let out = launch(&env);
+    assert!(ran_to_the_end(out.code, &out.stderr), "{}", out.text());
+    let by_v = attempts_by_v(&env, "ratios");
     for (v, detail) in [
         (
             "0",
@@ -223,14 +140,12 @@ measurement: {warmup: 0, repeats: 1, anchor_every: 0, confirm_repeats: 0}
         assert_eq!(by_v[v]["status"], "ok", "{v}: {}", by_v[v]);
     }
     // Every speedup in the report is a positive finite number.
-    let out = env
-        .cmd()
-        .args(["report", "--all", "--ledger"])
+    let mut cmd = env.tunectl();
+    cmd.args(["report", "--all", "--ledger"])
         .arg(env.ledger())
-        .arg(env.study())
-        .output()
-        .expect("report");
-    let text = String::from_utf8_lossy(&out.stdout);
+        .arg(env.study());
+    let out = env.run(cmd);
+    let text = out.stdout;
     let speedups: Vec<&str> = text
         .split(|c: char| c.is_whitespace() || c == '(' || c == '|')
         .filter_map(|w| w.strip_suffix('×'))
@@ -270,8 +185,8 @@ fn credentials_printed_by_fingerprint_tools_are_scrubbed() {
 knobs:
   v: {kind: categorical, values: [a], default: a}
 trial:
-  command: "echo '{\"metrics\": {\"t\": 1}}' > \"$TUNECTL_RESULT\""
-objective: {metric: t, better: higher}
+  command: "sh {{ study_dir }}/fake-trial.sh base"
+objective: {metric: throughput, better: higher}
 measurement: {warmup: 0, repeats: 1, anchor_every: 0, confirm_repeats: 0}
 fingerprint:
   # The credentials are assembled by the commands: the study itself (kept
@@ -282,40 +197,28 @@ fingerprint:
     env: "echo using $MY_API_TOKEN"
     sh: "echo 5.2.21"
 "#;
-    let env = Env::new(study, "");
+    let env = Env::new(study);
     let leaks = [
         "ghp_abcdefghijklmnopqrstuvwxyz0123456789",
         "wJalrXUtnFEMIK7MDENGbPxRfiCYEXAMPLEKEY",
         "s3cr3t-value-1234",
     ];
-    let out = env
-        .cmd()
-        .args(["fingerprint", "--study"])
+    let mut cmd = env.tunectl();
+    cmd.args(["fingerprint", "--study"])
         .arg(env.study())
-        .env("MY_API_TOKEN", "s3cr3t-value-1234")
-        .output()
-        .expect("fingerprint");
-    let printed = String::from_utf8_lossy(&out.stdout);
-    assert_eq!(out.status.code(), Some(0), "{printed}");
+        .env("MY_API_TOKEN", "s3cr3t-value-1234");
+    let out = env.run(cmd);
+    let printed = out.stdout;
+    assert_eq!(out.code, Some(0), "{printed}");
     for leak in leaks {
         assert!(!printed.contains(leak), "{leak} printed:\n{printed}");
     }
     assert!(printed.contains("[redacted]"), "{printed}");
     assert!(printed.contains("5.2.21"), "{printed}");
-    let out = env
-        .cmd()
-        .arg("launch")
-        .arg(env.study())
-        .arg("--ledger")
-        .arg(env.ledger())
-        .arg("--workdir")
-        .arg(env.tmp.path().join("work"))
-        .args(["--progress", "plain"])
-        .env("MY_API_TOKEN", "s3cr3t-value-1234")
-        .output()
-        .expect("launch");
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(ran_to_the_end(out.status.code(), &stderr), "{stderr}");
+    let mut cmd = env.launch_cmd(&["--progress", "plain"]);
+    cmd.env("MY_API_TOKEN", "s3cr3t-value-1234");
+    let out = env.run(cmd);
+    assert!(ran_to_the_end(out.code, &out.stderr), "{}", out.text());
     let files = all_text(&env.ledger());
     assert!(
         files
@@ -335,12 +238,8 @@ fingerprint:
 /// `report`: they are shown escaped (`\x1b`); JSON keeps its own escaping.
 #[test]
 fn escape_sequences_are_shown_escaped() {
-    let trial = r#"#!/bin/sh
-case $1 in
-  plain) echo '{"metrics": {"t": 2}}' > "$TUNECTL_RESULT" ;;
-  *) printf 'fatal: \033[2J\033]0;pwned\007 \302\233 gone\n' >&2; exit 3 ;;
-esac
-"#;
+    // The fake runs as `base` for v=plain; else as `garbled` (escapes on
+    // stderr, exit 3), with the value passed on its command line too.
     let study = r#"name: escapes
 context: {model: "m\e[5mblink"}
 knobs:
@@ -348,31 +247,34 @@ knobs:
 cells:
   c: [one, "t\e]0;title\a"]
 trial:
-  command: "sh {{ study_dir }}/trial.sh {{ v }}"
+  command: "sh {{ study_dir }}/fake-trial.sh {{ 'base' if v == 'plain' else 'garbled' }} 1 {{ v }}"
   timeout: 20s
-objective: {metric: t, better: higher}
+objective: {metric: throughput, better: higher}
 measurement: {warmup: 0, repeats: 1, anchor_every: 0, confirm_repeats: 0}
 "#;
-    let env = Env::new(study, trial);
+    let env = Env::new(study);
     let raw = |text: &str| {
         text.chars()
             .any(|c| c == '\x1b' || c == '\x07' || c == '\u{9b}')
     };
-    let out = env
-        .cmd()
-        .arg("plan")
+    let mut cmd = env.tunectl();
+    cmd.arg("plan")
         .arg(env.study())
         .arg("--dry-run")
         .arg("--ledger")
-        .arg(env.ledger())
-        .output()
-        .expect("plan");
-    let plan = String::from_utf8_lossy(&out.stdout);
-    assert_eq!(out.status.code(), Some(0), "{plan}");
+        .arg(env.ledger());
+    let out = env.run(cmd);
+    let plan = out.stdout;
+    assert_eq!(out.code, Some(0), "{plan}");
     assert!(!raw(&plan), "plan prints raw escapes:\n{plan:?}");
     assert!(plan.contains("\\x1b[31mred\\x9b"), "{plan}");
 
-    let (code, stdout, stderr) = env.launch();
+    let Out {
+        code,
+        stdout,
+        stderr,
+        ..
+    } = launch(&env);
     assert_eq!(code, Some(0), "{stderr}");
     assert!(
         !raw(&stderr) && !raw(&stdout),
@@ -381,15 +283,13 @@ measurement: {warmup: 0, repeats: 1, anchor_every: 0, confirm_repeats: 0}
     assert!(stderr.contains("\\x1b[2J\\x1b]0;pwned\\x07"), "{stderr}");
 
     for format in ["table", "markdown"] {
-        let out = env
-            .cmd()
-            .args(["report", "--all", "--format", format, "--ledger"])
+        let mut cmd = env.tunectl();
+        cmd.args(["report", "--all", "--format", format, "--ledger"])
             .arg(env.ledger())
-            .arg(env.study())
-            .output()
-            .expect("report");
-        let text = String::from_utf8_lossy(&out.stdout);
-        assert_eq!(out.status.code(), Some(0), "{text}");
+            .arg(env.study());
+        let out = env.run(cmd);
+        let text = out.stdout;
+        assert_eq!(out.code, Some(0), "{text}");
         assert!(!raw(&text), "{format} report prints raw escapes:\n{text:?}");
         for shown in [
             "\\x1b[31mred",
@@ -400,23 +300,14 @@ measurement: {warmup: 0, repeats: 1, anchor_every: 0, confirm_repeats: 0}
             assert!(text.contains(shown), "{format}: {shown} missing in\n{text}");
         }
     }
-    let out = env
-        .cmd()
-        .args(["report", "--format", "json", "--ledger"])
+    let mut cmd = env.tunectl();
+    cmd.args(["report", "--format", "json", "--ledger"])
         .arg(env.ledger())
-        .arg(env.study())
-        .output()
-        .expect("report");
-    let json: Json = serde_json::from_slice(&out.stdout).expect("report JSON");
+        .arg(env.study());
+    let out = env.run(cmd);
+    let json: Json = serde_json::from_str(&out.stdout).expect("report JSON");
     assert!(
         json.to_string().contains("x\\u001b[31mred\u{9b}"),
         "JSON keeps the value, in JSON's escaping"
     );
-}
-
-/// Whether a launch ran to its end: exit 0 when every bucket it reports is
-/// a VERDICT, exit 3 when one is a DRAFT (`tunectl launch`'s contract).
-fn ran_to_the_end(code: Option<i32>, stderr: &str) -> bool {
-    let drafts = stderr.contains("[DRAFT]");
-    code == Some(if drafts { 3 } else { 0 })
 }

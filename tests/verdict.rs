@@ -2,325 +2,71 @@
 //! --format json`, with fake trial programs whose knob → (speed, noise,
 //! crash, output) profile is known, so the right verdict is known too.
 //!
-//! FAKES: one POSIX sh program, [`FAKE`], written into each test's study
-//! directory as `fake.sh`. Its header documents every mode.
+//! The FAKE trial program is tests/support/fake.rs's, reporting 5 samples
+//! per run here (see [`verdict_env`]).
+
+mod support;
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
-use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use assert_cmd::Command;
+use std::path::Path;
+
 use serde_json::Value as Json;
+use support::env::Env;
+use support::fake::Run;
+use support::wait_for;
 
-/// The fake trial program.
-const FAKE: &str = r#"#!/bin/sh
-# FAKE trial program written by tunectl's integration tests (tests/verdict.rs).
-# Not a benchmark: it reports made-up numbers from a known profile.
-#
-#   usage: sh fake.sh MODE N
-#
-# Speed: every measured run reports 5 samples of `throughput` (ops/s, higher
-# is better), each 100 * SPEED * (1 + FAKE_NOISE * u), u uniform in [-1, 1].
-# u is pseudo-random but deterministic: a Park-Miller sequence seeded with the
-# cksum of FAKE_SEED, $TUNECTL_KNOBS, $TUNECTL_CELL, $TUNECTL_REPEAT,
-# $TUNECTL_ROLE, $TUNECTL_PHASE (not $TUNECTL_TRIAL_ID: it holds the host
-# class, so the noise would differ from machine to machine).
-#
-#   MODE        SPEED                         otherwise
-#   base        1                             out.txt "sum(N) = 7N",
-#   equal       1                             values.json [1.0, 2.0, 3.0]
-#   lag         0.95
-#   slow        0.8
-#   fast        1.5
-#   fastest     2
-#   a0b0        1       (knobs a, b)
-#   a0b1        1
-#   a1b0        2
-#   a1b1        2.1
-#   lopsided    2 at N < 3, 0.8 at N >= 3
-#   sweeponly   1.5 when $TUNECTL_ROLE is sweep, else 1
-#   wrong       1.5                           out.txt "sum(N) = 4242"
-#   close       1.5                           values.json [1.0001, 2.0, 3.0]
-#   far         1.5                           values.json [1.01, 2.0, 3.0]
-#   compile     -   warm-up runs pass; a measured run prints a TorchDynamo
-#                   traceback ending in BackendCompilerFailed, exits 1
-#   oom         -   "CUDA out of memory" on stderr, exit 1
-#   killed      -   exit 137
-#
-# Heat: measured runs are counted in ./count (next to this script). The
-# FAKE_HEAT_AT-th run creates ./hot holding FAKE_HEAT_RUNS; while ./hot
-# exists every run is 30% slower (SPEED * 0.7) and counts it down, removing
-# it at 0 (FAKE_HEAT_RUNS=0: the heat never goes away).
-#
-# FAKE_TRIAL_NOISE: besides, every run's samples share one random offset,
-# 1 + FAKE_TRIAL_NOISE * v with v uniform in [-1, 1], drawn anew per run
-# (seeded from the clock and the process id), as a real benchmark's runs
-# differ from each other by more than their samples show.
-# FAKE_SAMPLES: samples per run (default 5).
-# FAKE_SLEEP, FAKE_SLEEP_N: a measured run at cell N = FAKE_SLEEP_N sleeps
-# FAKE_SLEEP seconds first.
-#
-# FAKE_CONFIRM_SLEEP: a run with $TUNECTL_ROLE confirm creates
-# ./confirm-started, then sleeps that many seconds.
-#
-# Every run appends "MODE N REPEAT ROLE PHASE HOT" to ./runs.log.
-set -u
-here=$(dirname "$0")
-mode=$1
-n=$2
-role=${TUNECTL_ROLE:-sweep}
-phase=${TUNECTL_PHASE:-measure}
-hot=0
-if [ "$phase" = measure ]; then
-    count=$(( $(cat "$here/count" 2>/dev/null || echo 0) + 1 ))
-    echo "$count" > "$here/count"
-    if [ "$count" = "${FAKE_HEAT_AT:-0}" ]; then
-        echo "${FAKE_HEAT_RUNS:-0}" > "$here/hot"
-    fi
-    if [ -f "$here/hot" ]; then
-        hot=1
-        left=$(cat "$here/hot")
-        if [ "$left" -gt 0 ]; then
-            left=$((left - 1))
-            if [ "$left" = 0 ]; then rm -f "$here/hot"; else echo "$left" > "$here/hot"; fi
-        fi
-    fi
-fi
-echo "$mode $n ${TUNECTL_REPEAT:-0} $role $phase $hot" >> "$here/runs.log"
-if [ "$phase" = measure ] && [ -n "${FAKE_SLEEP:-}" ] && [ "$n" = "${FAKE_SLEEP_N:-}" ]; then
-    sleep "$FAKE_SLEEP"
-fi
-if [ "$role" = confirm ] && [ -n "${FAKE_CONFIRM_SLEEP:-}" ]; then
-    : > "$here/confirm-started"
-    sleep "$FAKE_CONFIRM_SLEEP"
-fi
-values="[1.0, 2.0, 3.0]"
-output="sum($n) = $((n * 7))"
-case $mode in
-    base | equal | a0b0 | a0b1) speed=1 ;;
-    lag) speed=0.95 ;;
-    slow) speed=0.8 ;;
-    fast) speed=1.5 ;;
-    fastest | a1b0) speed=2 ;;
-    a1b1) speed=2.1 ;;
-    lopsided) if [ "$n" -lt 3 ]; then speed=2; else speed=0.8; fi ;;
-    sweeponly) if [ "$role" = sweep ]; then speed=1.5; else speed=1; fi ;;
-    wrong) speed=1.5; output="sum($n) = 4242" ;;
-    close) speed=1.5; values="[1.0001, 2.0, 3.0]" ;;
-    far) speed=1.5; values="[1.01, 2.0, 3.0]" ;;
-    compile)
-        if [ "$phase" = measure ]; then
-            echo "Traceback (most recent call last):" >&2
-            echo '  File "bench.py", line 12, in <module>' >&2
-            echo "torch._dynamo.exc.BackendCompilerFailed: backend='inductor' raised:" >&2
-            echo "RuntimeError: Triton Error [CUDA]: invalid argument" >&2
-            exit 1
-        fi
-        speed=1
-        ;;
-    oom)
-        echo "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 20.00 GiB" >&2
-        exit 1
-        ;;
-    killed) exit 137 ;;
-    *)
-        echo "fake: unknown mode $mode" >&2
-        exit 64
-        ;;
-esac
-h=$(printf '%s|%s|%s|%s|%s|%s' "${FAKE_SEED:-0}" "${TUNECTL_KNOBS:-}" "${TUNECTL_CELL:-}" \
-    "${TUNECTL_REPEAT:-0}" "$role" "$phase" | cksum | cut -d' ' -f1)
-r=$(od -An -N4 -tu4 /dev/urandom | tr -d ' ')
-samples=$(awk -v h="$h" -v s="$speed" -v hot="$hot" -v noise="${FAKE_NOISE:-0}" \
-    -v tn="${FAKE_TRIAL_NOISE:-0}" -v r="$r" -v k="${FAKE_SAMPLES:-5}" 'BEGIN {
-    if (hot) s = s * 0.7
-    srand(r); s = s * (1 + tn * (2 * rand() - 1))
-    x = h % 2147483647; if (x == 0) x = 1
-    out = ""
-    for (i = 0; i < k; i++) {
-        x = (x * 16807) % 2147483647
-        u = 2 * x / 2147483647 - 1
-        out = out (i ? ", " : "") sprintf("%.4f", 100 * s * (1 + noise * u))
-    }
-    print out
-}')
-echo "$output" > out.txt
-echo "$values" > values.json
-printf '{"metrics": {"throughput": [%s]}}\n' "$samples" > "$TUNECTL_RESULT"
-"#;
-
-/// A study directory in a tempdir with the fake program, a ledger and a
-/// work directory of its own.
-struct Env {
-    tmp: tempfile::TempDir,
+/// An Env for `study` whose fake reports 5 samples per measured run, so
+/// that a run alone has a spread.
+fn verdict_env(study: &str) -> Env {
+    Env::new(study).with_var("FAKE_SAMPLES", "5")
 }
 
-impl Env {
-    fn new(study: &str) -> Env {
-        let tmp = tempfile::tempdir().expect("tempdir");
-        let env = Env { tmp };
-        std::fs::create_dir(env.study_dir()).expect("mkdir study");
-        std::fs::write(env.study_dir().join("fake.sh"), FAKE).expect("write fake");
-        std::fs::write(env.study(), study).expect("write study");
-        env
-    }
+/// The fake's runs as "MODE N REPEAT ROLE PHASE HOT" (HOT 0 or 1).
+fn runs(env: &Env) -> Vec<String> {
+    env.runs()
+        .iter()
+        .map(|r: &Run| {
+            format!(
+                "{} {} {} {} {} {}",
+                r.mode,
+                r.n,
+                r.repeat,
+                r.role,
+                r.phase,
+                u8::from(r.hot)
+            )
+        })
+        .collect()
+}
 
-    fn study_dir(&self) -> PathBuf {
-        self.tmp.path().join("study")
-    }
-
-    fn study(&self) -> PathBuf {
-        self.study_dir().join("study.yaml")
-    }
-
-    fn ledger(&self) -> PathBuf {
-        self.tmp.path().join("ledger")
-    }
-
-    fn work(&self) -> PathBuf {
-        self.tmp.path().join("work")
-    }
-
-    fn cmd(&self) -> Command {
-        let mut cmd = Command::cargo_bin("tunectl").expect("the tunectl binary");
-        cmd.current_dir(self.tmp.path());
-        for var in OUTER_VARS {
-            cmd.env_remove(var);
-        }
-        cmd.timeout(Duration::from_secs(60));
-        cmd
-    }
-
-    fn launch_args(&self) -> Vec<std::ffi::OsString> {
-        vec![
-            "launch".into(),
-            self.study().into(),
-            "--ledger".into(),
-            self.ledger().into(),
-            "--workdir".into(),
-            self.work().into(),
-            "--progress".into(),
-            "quiet".into(),
-        ]
-    }
-
-    /// Run a launch with extra arguments; (exit code, stderr).
-    fn launch(&self, extra: &[&str]) -> (Option<i32>, String) {
-        let out = self
-            .cmd()
-            .args(self.launch_args())
-            .args(extra)
-            .output()
-            .expect("run launch");
-        (
-            out.status.code(),
-            String::from_utf8_lossy(&out.stderr).into_owned(),
-        )
-    }
-
-    /// A launch that must succeed with every bucket a verdict; its stderr.
-    fn launch_ok(&self, extra: &[&str]) -> String {
-        let (code, stderr) = self.launch(extra);
-        assert_eq!(code, Some(0), "launch failed:\n{stderr}");
-        stderr
-    }
-
-    /// A launch that finishes with a bucket that is no verdict (exit 3);
-    /// its stderr.
-    fn launch_draft(&self, extra: &[&str]) -> String {
-        let (code, stderr) = self.launch(extra);
-        assert_eq!(code, Some(3), "expected exit 3 (drafts):\n{stderr}");
-        assert!(stderr.contains("not every bucket is a VERDICT"), "{stderr}");
-        stderr
-    }
-
-    fn report_json(&self) -> Json {
-        let out = self
-            .cmd()
-            .arg("report")
-            .arg(self.study())
-            .args(["--format", "json", "--ledger"])
-            .arg(self.ledger())
-            .output()
-            .expect("run report");
-        assert_eq!(
-            out.status.code(),
-            Some(0),
-            "report failed:\n{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        serde_json::from_slice(&out.stdout).expect("report JSON")
-    }
-
-    /// Lines of runs.log (every run of the fake, warm-ups included).
-    fn runs(&self) -> Vec<String> {
-        std::fs::read_to_string(self.study_dir().join("runs.log"))
-            .map(|s| s.lines().map(str::to_string).collect())
-            .unwrap_or_default()
-    }
-
-    /// Files under `<ledger>/<study>/<dir>`, recursively, relative names.
-    fn ledger_files(&self, study: &str, dir: &str) -> Vec<String> {
-        fn walk(dir: &Path, root: &Path, out: &mut Vec<String>) {
-            let Ok(entries) = std::fs::read_dir(dir) else {
-                return;
-            };
-            for e in entries {
-                let p = e.expect("entry").path();
-                if p.is_dir() {
-                    walk(&p, root, out);
-                } else {
-                    out.push(p.strip_prefix(root).unwrap().display().to_string());
-                }
+/// Files under `<ledger>/<study>/<dir>`, recursively, relative names.
+fn ledger_files(env: &Env, study: &str, dir: &str) -> Vec<String> {
+    fn walk(dir: &Path, root: &Path, out: &mut Vec<String>) {
+        let Ok(entries) = std::fs::read_dir(dir) else {
+            return;
+        };
+        for e in entries {
+            let p = e.expect("entry").path();
+            if p.is_dir() {
+                walk(&p, root, out);
+            } else {
+                out.push(p.strip_prefix(root).unwrap().display().to_string());
             }
         }
-        let root = self.ledger().join(study).join(dir);
-        let mut out = Vec::new();
-        walk(&root, &root, &mut out);
-        out.sort();
-        out
     }
-}
-
-/// Variables of the outer environment kept from tunectl and the fake.
-const OUTER_VARS: [&str; 8] = [
-    "TUNECTL_LEDGER",
-    "TUNECTL_WORKDIR",
-    "TUNECTL_LOG",
-    "FAKE_SEED",
-    "FAKE_NOISE",
-    "FAKE_HEAT_AT",
-    "FAKE_HEAT_RUNS",
-    "FAKE_CONFIRM_SLEEP",
-];
-
-/// Attempt records of a study (every `.json` object under trials/).
-fn attempts(ledger: &Path, study: &str) -> Vec<Json> {
+    let root = env.ledger().join(study).join(dir);
     let mut out = Vec::new();
-    let Ok(dirs) = std::fs::read_dir(ledger.join(study).join("trials")) else {
-        return out;
-    };
-    for d in dirs {
-        let d = d.expect("entry").path();
-        let mut files: Vec<PathBuf> = std::fs::read_dir(&d)
-            .expect("trial dir")
-            .map(|e| e.expect("entry").path())
-            .filter(|p| p.extension().is_some_and(|e| e == "json"))
-            .collect();
-        files.sort();
-        for f in files {
-            let text = std::fs::read_to_string(&f).expect("read attempt");
-            out.push(serde_json::from_str(&text).expect("attempt JSON"));
-        }
-    }
+    walk(&root, &root, &mut out);
+    out.sort();
     out
 }
 
 /// Attempt records per role (`sweep`, `anchor`, `confirm`) and status.
-fn by_role(ledger: &Path, study: &str) -> BTreeMap<(String, String), usize> {
+fn by_role(env: &Env, study: &str) -> BTreeMap<(String, String), usize> {
     let mut out = BTreeMap::new();
-    for a in attempts(ledger, study) {
+    for a in env.all_attempts(study) {
         let role = a["role"].as_str().unwrap_or("?").to_string();
         let status = a["status"].as_str().unwrap_or("?").to_string();
         *out.entry((role, status)).or_insert(0) += 1;
@@ -386,30 +132,18 @@ fn eligible(cell: &Json) -> Vec<&str> {
         .collect()
 }
 
-/// Wait until `cond` holds, at most `limit`.
-fn wait_for(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
-    let start = Instant::now();
-    while start.elapsed() < limit {
-        if cond() {
-            return true;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    cond()
-}
-
 /// 1. The truly fastest config beats the merely faster ones, and the
 ///    confirmation round makes it a VERDICT.
 #[test]
 fn the_fastest_config_wins_and_is_confirmed() {
-    let env = Env::new(
+    let env = verdict_env(
         r#"name: fastest
 knobs:
-  mode: {kind: categorical, values: [base, fast, fastest, slow, equal], default: base}
+  mode: {kind: categorical, values: [base, quick, fast, slow, equal], default: base}
 cells:
   n: [1, 2]
 trial:
-  command: "sh {{ study_dir }}/fake.sh {{ mode }} {{ n }}"
+  command: "sh {{ study_dir }}/fake-trial.sh {{ mode }} {{ n }}"
   timeout: 20s
   env: {FAKE_NOISE: "0.03", FAKE_SEED: "1"}
 objective: {metric: throughput, unit: ops/s, better: higher}
@@ -417,22 +151,22 @@ measurement: {warmup: 0, repeats: 2, anchor_every: 3, cool_wait: 100ms, confirm_
 gate: {outputs: [out.txt]}
 "#,
     );
-    env.launch_ok(&[]);
+    env.launch_verdict(&[]);
     let report = env.report_json();
     assert_eq!(report["level"], "verdict", "{report:#}");
     assert_eq!(report["voided_attempts"], 0, "no drift, nothing voided");
     assert!(report["anchors"].as_u64().unwrap_or(0) > 0, "anchors ran");
     for label in ["n=1", "n=2"] {
         let c = cell(&report, label);
-        assert_eq!(c["winner"]["label"], "mode=fastest", "{c:#}");
+        assert_eq!(c["winner"]["label"], "mode=fast", "{c:#}");
         assert_eq!(
             eligible(c)[..3],
-            ["mode=fastest", "mode=fast", "mode=equal"],
+            ["mode=fast", "mode=quick", "mode=equal"],
             "{c:#}"
         );
         let b = bucket_of(&report, label);
-        assert_eq!(b["winner"]["label"], "mode=fastest", "{b:#}");
-        assert_eq!(b["config"], serde_json::json!({"mode": "fastest"}));
+        assert_eq!(b["winner"]["label"], "mode=fast", "{b:#}");
+        assert_eq!(b["config"], serde_json::json!({"mode": "fast"}));
         assert_eq!(b["level"], "verdict", "{b:#}");
         let conf = &b["winner"]["confirmation"];
         assert_eq!(conf["confirmed"], true, "{b:#}");
@@ -441,16 +175,15 @@ gate: {outputs: [out.txt]}
         assert_eq!(b["refusals"], serde_json::json!([]), "{b:#}");
     }
     // The confirmation round: 2 interleaved pairs per cell.
-    let roles = by_role(&env.ledger(), "fastest");
+    let roles = by_role(&env, "fastest");
     assert_eq!(count(&roles, "confirm", "ok"), 2 * 2 * 2, "{roles:?}");
-    let confirm_modes: Vec<String> = env
-        .runs()
+    let confirm_modes: Vec<String> = runs(&env)
         .iter()
         .filter(|l| l.contains(" confirm "))
         .map(|l| l.split(' ').next().unwrap_or("").to_string())
         .collect();
     assert!(
-        confirm_modes.iter().all(|m| m == "base" || m == "fastest"),
+        confirm_modes.iter().all(|m| m == "base" || m == "fast"),
         "{confirm_modes:?}"
     );
 }
@@ -459,14 +192,14 @@ gate: {outputs: [out.txt]}
 ///    run is a compile failure, not run again.
 #[test]
 fn a_compile_failure_at_the_first_measured_run_is_rejected() {
-    let env = Env::new(
+    let env = verdict_env(
         r#"name: compiles
 knobs:
   mode: {kind: categorical, values: [base, compile, fast], default: base}
 cells:
   n: [1]
 trial:
-  command: "sh {{ study_dir }}/fake.sh {{ mode }} {{ n }}"
+  command: "sh {{ study_dir }}/fake-trial.sh {{ mode }} {{ n }}"
   timeout: 20s
 objective: {metric: throughput, unit: ops/s, better: higher}
 measurement: {warmup: 1, repeats: 2, anchor_every: 0, confirm_repeats: 0}
@@ -491,7 +224,8 @@ gate: {outputs: [out.txt]}
         "{b:#}"
     );
 
-    let failed: Vec<Json> = attempts(&env.ledger(), "compiles")
+    let failed: Vec<Json> = env
+        .all_attempts("compiles")
         .into_iter()
         .filter(|a| a["config"]["mode"] == "compile")
         .collect();
@@ -503,8 +237,7 @@ gate: {outputs: [out.txt]}
     assert!(detail.contains("BackendCompilerFailed"), "{detail}");
     assert!(!detail.contains("warm-up"), "{detail}");
     assert_eq!(failed[0]["warmup_runs"], 1, "{}", failed[0]);
-    let runs: Vec<String> = env
-        .runs()
+    let runs: Vec<String> = runs(&env)
         .into_iter()
         .filter(|l| l.starts_with("compile "))
         .collect();
@@ -518,14 +251,14 @@ gate: {outputs: [out.txt]}
 /// 3. Out of memory: the CUDA message on stderr, or exit status 137.
 #[test]
 fn out_of_memory_is_rejected_as_oom() {
-    let env = Env::new(
+    let env = verdict_env(
         r#"name: ooms
 knobs:
   mode: {kind: categorical, values: [base, oom, killed, fast], default: base}
 cells:
   n: [1]
 trial:
-  command: "sh {{ study_dir }}/fake.sh {{ mode }} {{ n }}"
+  command: "sh {{ study_dir }}/fake-trial.sh {{ mode }} {{ n }}"
   timeout: 20s
 objective: {metric: throughput, unit: ops/s, better: higher}
 measurement: {warmup: 0, repeats: 1, anchor_every: 0, confirm_repeats: 0}
@@ -571,7 +304,7 @@ knobs:
 cells:
   n: [1]
 trial:
-  command: "sh {{{{ study_dir }}}}/fake.sh {{{{ mode }}}} {{{{ n }}}}"
+  command: "sh {{{{ study_dir }}}}/fake-trial.sh {{{{ mode }}}} {{{{ n }}}}"
   timeout: 20s
 objective: {{metric: throughput, unit: ops/s, better: higher}}
 measurement: {{warmup: 0, repeats: 2, anchor_every: 0, confirm_repeats: 0}}
@@ -580,7 +313,7 @@ gate:
 {tolerance}"#
         )
     };
-    let env = Env::new(&study(
+    let env = verdict_env(&study(
         "tolerant",
         "  tolerance: {files: [values.json], rtol: 0.001}\n",
     ));
@@ -610,8 +343,8 @@ gate:
     assert_eq!(bucket_of(&report, "n=1")["winner"]["label"], "mode=close");
 
     // Without a tolerance the same numbers are compared exactly.
-    let exact = Env::new(&study("exact", ""));
-    exact.launch_ok(&[]);
+    let exact = verdict_env(&study("exact", ""));
+    exact.launch_verdict(&[]);
     let report = exact.report_json();
     let c = cell(&report, "n=1");
     for label in ["mode=wrong", "mode=close", "mode=far"] {
@@ -628,7 +361,7 @@ gate:
 ///    wins, even when the other measured a little faster.
 #[test]
 fn a_tie_collapses_to_the_config_nearest_the_default() {
-    let env = Env::new(
+    let env = verdict_env(
         r#"name: ties
 knobs:
   a: {kind: int, min: 0, max: 1, default: 0}
@@ -636,14 +369,14 @@ knobs:
 cells:
   n: [1]
 trial:
-  command: "sh {{ study_dir }}/fake.sh a{{ a }}b{{ b }} {{ n }}"
+  command: "sh {{ study_dir }}/fake-trial.sh a{{ a }}b{{ b }} {{ n }}"
   timeout: 20s
   env: {FAKE_NOISE: "0.05", FAKE_SEED: "5"}
 objective: {metric: throughput, unit: ops/s, better: higher}
 measurement: {warmup: 0, repeats: 2, anchor_every: 0, confirm_repeats: 1}
 "#,
     );
-    env.launch_ok(&[]);
+    env.launch_verdict(&[]);
     let report = env.report_json();
     let c = cell(&report, "n=1");
     // a=1 b=1 measures ~5% faster than a=1, inside the ~7% combined spread.
@@ -666,21 +399,21 @@ measurement: {warmup: 0, repeats: 2, anchor_every: 0, confirm_repeats: 1}
 fn no_false_win_under_noise() {
     let mut outcomes = Vec::new();
     for seed in 1..=10 {
-        let env = Env::new(&format!(
+        let env = verdict_env(&format!(
             r#"name: noisy
 knobs:
   mode: {{kind: categorical, values: [base, equal, lag, slow], default: base}}
 cells:
   n: [1]
 trial:
-  command: "sh {{{{ study_dir }}}}/fake.sh {{{{ mode }}}} {{{{ n }}}}"
+  command: "sh {{{{ study_dir }}}}/fake-trial.sh {{{{ mode }}}} {{{{ n }}}}"
   timeout: 20s
   env: {{FAKE_NOISE: "0.10", FAKE_SEED: "{seed}"}}
 objective: {{metric: throughput, unit: ops/s, better: higher}}
 measurement: {{warmup: 0, repeats: 2, anchor_every: 0, confirm_repeats: 1}}
 "#
         ));
-        env.launch_ok(&[]);
+        env.launch_verdict(&[]);
         let report = env.report_json();
         let c = cell(&report, "n=1");
         let b = bucket_of(&report, "n=1");
@@ -714,17 +447,17 @@ measurement: {{warmup: 0, repeats: 2, anchor_every: 0, confirm_repeats: 1}}
 }
 
 /// The thermal drift study: a 30% heat wave starts at the 6th measured run.
-/// With one slot the order is: base r0 (run 1), fast r0, slow r0, anchor
-/// (4), base r1, fast r1 (6, hot), slow r1 (hot), anchor (8, hot: drift).
+/// With one slot the order is: base r0 (run 1), quick r0, slow r0, anchor
+/// (4), base r1, quick r1 (6, hot), slow r1 (hot), anchor (8, hot: drift).
 fn drift_study(name: &str, heat_runs: u32, max_retry: u32) -> String {
     format!(
         r#"name: {name}
 knobs:
-  mode: {{kind: categorical, values: [base, fast, slow], default: base}}
+  mode: {{kind: categorical, values: [base, quick, slow], default: base}}
 cells:
   n: [1]
 trial:
-  command: "sh {{{{ study_dir }}}}/fake.sh {{{{ mode }}}} {{{{ n }}}}"
+  command: "sh {{{{ study_dir }}}}/fake-trial.sh {{{{ mode }}}} {{{{ n }}}}"
   timeout: 20s
   env: {{FAKE_NOISE: "0.005", FAKE_SEED: "7", FAKE_HEAT_AT: "6", FAKE_HEAT_RUNS: "{heat_runs}"}}
 objective: {{metric: throughput, unit: ops/s, better: higher}}
@@ -743,7 +476,7 @@ measurement:
 }
 
 fn void_objects(env: &Env, study: &str) -> Vec<String> {
-    env.ledger_files(study, "trials")
+    ledger_files(env, study, "trials")
         .into_iter()
         .filter(|f| f.ends_with(".void"))
         .collect()
@@ -753,26 +486,26 @@ fn void_objects(env: &Env, study: &str) -> Vec<String> {
 ///    last clean anchor are voided, the host cools down and re-measures them.
 #[test]
 fn a_drift_mid_sweep_is_voided_cooled_down_and_remeasured() {
-    let env = Env::new(&drift_study("drift", 4, 5));
+    let env = verdict_env(&drift_study("drift", 4, 5));
     let t0 = Instant::now();
-    let stderr = env.launch_ok(&[]);
+    let stderr = env.launch_verdict(&[]).stderr;
     let took = t0.elapsed();
     // Cool-down: 100 ms, then 200 ms of back-off.
     assert!(took < Duration::from_secs(20), "{took:?}");
 
     let voids = void_objects(&env, "drift");
-    // base r1, fast r1 and slow r1 ran since the last clean anchor.
+    // base r1, quick r1 and slow r1 ran since the last clean anchor.
     assert_eq!(voids.len(), 3, "{voids:?}");
     let report = env.report_json();
     assert_eq!(report["voided_attempts"], 3, "{report:#}");
     let c = cell(&report, "n=1");
-    assert_eq!(c["winner"]["label"], "mode=fast", "{c:#}");
+    assert_eq!(c["winner"]["label"], "mode=quick", "{c:#}");
     // Every repeat counts once, and no hot measurement survives.
     assert_eq!(c["baseline"]["trials"], 3, "{c:#}");
     assert_eq!(c["baseline"]["summary"]["n"], 15, "{c:#}");
     let median = c["baseline"]["summary"]["median"].as_f64().unwrap_or(0.0);
     assert!((99.0..101.0).contains(&median), "{c:#}");
-    for a in attempts(&env.ledger(), "drift") {
+    for a in env.all_attempts("drift") {
         if a["role"] == "sweep" && a["config"]["mode"] == "base" {
             let key = a["trial_key"].as_str().unwrap();
             let id = a["attempt_id"].as_str().unwrap();
@@ -784,17 +517,16 @@ fn a_drift_mid_sweep_is_voided_cooled_down_and_remeasured() {
     let speedup = c["winner"]["speedup"].as_f64().unwrap_or(0.0);
     assert!((1.45..1.55).contains(&speedup), "{speedup}");
     let b = bucket_of(&report, "n=1");
-    assert_eq!(b["winner"]["label"], "mode=fast", "{b:#}");
+    assert_eq!(b["winner"]["label"], "mode=quick", "{b:#}");
     assert_eq!(b["level"], "verdict", "{b:#}");
-    // The hot runs: fast r1, slow r1, and two anchors.
-    let hot: Vec<String> = env
-        .runs()
+    // The hot runs: quick r1, slow r1, and two anchors.
+    let hot: Vec<String> = runs(&env)
         .into_iter()
         .filter(|l| l.ends_with(" 1"))
         .collect();
-    assert_eq!(hot.len(), 4, "{:?}", env.runs());
+    assert_eq!(hot.len(), 4, "{:?}", runs(&env));
     assert!(
-        env.ledger_files("drift", "drops").is_empty(),
+        ledger_files(&env, "drift", "drops").is_empty(),
         "nothing dropped"
     );
 
@@ -807,9 +539,9 @@ fn a_drift_mid_sweep_is_voided_cooled_down_and_remeasured() {
 /// 7b. Heat that never goes away: the cell is dropped, with why.
 #[test]
 fn a_host_that_never_cools_down_drops_the_cell() {
-    let env = Env::new(&drift_study("hot", 0, 2));
-    let stderr = env.launch_draft(&[]);
-    let drops = env.ledger_files("hot", "drops");
+    let env = verdict_env(&drift_study("hot", 0, 2));
+    let stderr = env.launch_draft(&[]).stderr;
+    let drops = ledger_files(&env, "hot", "drops");
     assert_eq!(drops.len(), 1, "{drops:?}");
     let drop: Json = serde_json::from_str(
         &std::fs::read_to_string(env.ledger().join("hot/drops").join(&drops[0])).unwrap(),
@@ -847,27 +579,26 @@ fn a_host_that_never_cools_down_drops_the_cell() {
         "{b:#}"
     );
     // Nothing ran after the drop but the cool-down anchors.
-    let sweeps_after_heat = env
-        .runs()
+    let sweeps_after_heat = runs(&env)
         .iter()
         .filter(|l| l.contains(" sweep ") && l.ends_with(" 1"))
         .count();
-    assert_eq!(sweeps_after_heat, 2, "{:?}", env.runs());
+    assert_eq!(sweeps_after_heat, 2, "{:?}", runs(&env));
     assert!(stderr.contains("drops cell n=1"), "{stderr}");
 }
 
 /// 7c. `--no-cooldown`: the same heat is only warned about.
 #[test]
 fn no_cooldown_only_warns() {
-    let env = Env::new(&drift_study("nocool", 0, 2));
-    let stderr = env.launch_ok(&["--no-cooldown"]);
+    let env = verdict_env(&drift_study("nocool", 0, 2));
+    let stderr = env.launch_verdict(&["--no-cooldown"]).stderr;
     assert!(void_objects(&env, "nocool").is_empty());
-    assert!(env.ledger_files("nocool", "drops").is_empty());
+    assert!(ledger_files(&env, "nocool", "drops").is_empty());
     let report = env.report_json();
     assert_eq!(report["voided_attempts"], 0);
     let c = cell(&report, "n=1");
     assert_eq!(c["baseline"]["trials"], 3, "{c:#}");
-    assert_eq!(c["winner"]["label"], "mode=fast", "{c:#}");
+    assert_eq!(c["winner"]["label"], "mode=quick", "{c:#}");
     assert!(
         stderr.contains("warning: host local drifted"),
         "the drift warning is missing:\n{stderr}"
@@ -879,7 +610,7 @@ fn no_cooldown_only_warns() {
 ///    at the third is refused, naming that cell; the baseline ships.
 #[test]
 fn no_harm_refuses_a_config_slower_at_one_cell() {
-    let env = Env::new(
+    let env = verdict_env(
         r#"name: noharm
 knobs:
   mode: {kind: categorical, values: [base, lopsided], default: base}
@@ -887,14 +618,14 @@ cells:
   n: [1, 2, 3]
 buckets: {n: all}
 trial:
-  command: "sh {{ study_dir }}/fake.sh {{ mode }} {{ n }}"
+  command: "sh {{ study_dir }}/fake-trial.sh {{ mode }} {{ n }}"
   timeout: 20s
   env: {FAKE_NOISE: "0.01", FAKE_SEED: "8"}
 objective: {metric: throughput, unit: ops/s, better: higher}
 measurement: {warmup: 0, repeats: 2, anchor_every: 0, confirm_repeats: 1}
 "#,
     );
-    env.launch_ok(&[]);
+    env.launch_verdict(&[]);
     let report = env.report_json();
     assert_eq!(buckets(&report).len(), 1, "{report:#}");
     let b = &buckets(&report)[0];
@@ -911,7 +642,7 @@ measurement: {warmup: 0, repeats: 2, anchor_every: 0, confirm_repeats: 1}
     assert_eq!(cell(&report, "n=2")["winner"]["label"], "mode=lopsided");
     assert!(cell(&report, "n=3")["winner"].is_null());
     // Nothing to confirm.
-    let roles = by_role(&env.ledger(), "noharm");
+    let roles = by_role(&env, "noharm");
     assert_eq!(
         count(&roles, "confirm", "ok") + count(&roles, "confirm", "failed"),
         0,
@@ -923,21 +654,21 @@ measurement: {warmup: 0, repeats: 2, anchor_every: 0, confirm_repeats: 1}
 ///    and that is a verdict.
 #[test]
 fn a_winner_not_confirmed_keeps_the_baseline() {
-    let env = Env::new(
+    let env = verdict_env(
         r#"name: fluke
 knobs:
   mode: {kind: categorical, values: [base, sweeponly, slow], default: base}
 cells:
   n: [1]
 trial:
-  command: "sh {{ study_dir }}/fake.sh {{ mode }} {{ n }}"
+  command: "sh {{ study_dir }}/fake-trial.sh {{ mode }} {{ n }}"
   timeout: 20s
   env: {FAKE_NOISE: "0.01", FAKE_SEED: "9"}
 objective: {metric: throughput, unit: ops/s, better: higher}
 measurement: {warmup: 0, repeats: 2, anchor_every: 0, confirm_repeats: 2}
 "#,
     );
-    env.launch_ok(&[]);
+    env.launch_verdict(&[]);
     let report = env.report_json();
     let c = cell(&report, "n=1");
     assert_eq!(c["winner"]["label"], "mode=sweeponly", "the sweep's pick");
@@ -954,15 +685,15 @@ measurement: {warmup: 0, repeats: 2, anchor_every: 0, confirm_repeats: 2}
             .is_some_and(|r| r.iter().any(|x| x["cell_label"] == "(confirmation round)")),
         "{b:#}"
     );
-    let roles = by_role(&env.ledger(), "fluke");
+    let roles = by_role(&env, "fluke");
     assert_eq!(count(&roles, "confirm", "ok"), 4, "{roles:?}");
     // The fake saw its role.
     assert!(
-        env.runs()
+        runs(&env)
             .iter()
             .any(|l| l.starts_with("sweeponly 1 1 confirm")),
         "{:?}",
-        env.runs()
+        runs(&env)
     );
 }
 
@@ -970,45 +701,36 @@ measurement: {warmup: 0, repeats: 2, anchor_every: 0, confirm_repeats: 2}
 ///     again, finishes the round without re-running the sweep.
 #[test]
 fn an_interrupted_confirmation_resumes_without_rerunning_the_sweep() {
-    let env = Env::new(
+    let env = verdict_env(
         r#"name: resume
 knobs:
   mode: {kind: categorical, values: [base, fast], default: base}
 cells:
   n: [1]
 trial:
-  command: "sh {{ study_dir }}/fake.sh {{ mode }} {{ n }}"
+  command: "sh {{ study_dir }}/fake-trial.sh {{ mode }} {{ n }}"
   timeout: 60s
   env: {FAKE_NOISE: "0.01", FAKE_SEED: "10"}
 objective: {metric: throughput, unit: ops/s, better: higher}
 measurement: {warmup: 0, repeats: 2, anchor_every: 0, confirm_repeats: 2}
 "#,
     );
-    let mut launch = std::process::Command::new(env!("CARGO_BIN_EXE_tunectl"));
-    launch.args(env.launch_args()).current_dir(env.tmp.path());
-    for var in OUTER_VARS {
-        launch.env_remove(var);
-    }
-    let mut child = launch
-        .env("FAKE_CONFIRM_SLEEP", "30")
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn launch");
-    let marker = env.study_dir().join("confirm-started");
+    // The confirmation round's measured runs sleep long enough to be
+    // interrupted.
+    let mut cmd = env.launch_cmd(&[]);
+    cmd.env("FAKE_SLEEP", "30")
+        .env("FAKE_SLEEP_ROLE", "confirm");
+    let mut running = env.spawn(cmd);
+    let marker = env.study_dir().join("sleeping");
     if !wait_for(Duration::from_secs(20), || marker.exists()) {
-        let _ = child.kill();
+        let _ = running.child.kill();
         panic!("the confirmation round never started");
     }
-    let pid = child.id() as libc::pid_t;
-    // SAFETY: kill(2) on the child we spawned; no memory is involved.
-    let rc = unsafe { libc::kill(pid, libc::SIGINT) };
-    assert_eq!(rc, 0, "kill failed");
-    let out = child.wait_with_output().expect("wait launch");
-    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
-    assert_eq!(out.status.code(), Some(130), "{stderr}");
+    running.signal(libc::SIGINT);
+    let out = env.finish(running);
+    assert_eq!(out.code, Some(130), "{}", out.text());
 
-    let first = by_role(&env.ledger(), "resume");
+    let first = by_role(&env, "resume");
     assert_eq!(
         count(&first, "sweep", "ok"),
         4,
@@ -1019,16 +741,16 @@ measurement: {warmup: 0, repeats: 2, anchor_every: 0, confirm_repeats: 2}
     let report = env.report_json();
     let b = bucket_of(&report, "n=1");
     assert_eq!(b["level"], "draft", "not confirmed yet: {b:#}");
-    let sweep_runs = |env: &Env| env.runs().iter().filter(|l| l.contains(" sweep ")).count();
+    let sweep_runs = |env: &Env| runs(env).iter().filter(|l| l.contains(" sweep ")).count();
     let sweeps_before = sweep_runs(&env);
     assert_eq!(sweeps_before, 4);
 
-    let stderr = env.launch_ok(&[]);
+    let stderr = env.launch_verdict(&[]).stderr;
     assert!(
         stderr.contains("ran 4 trials (4 ok, 0 failed; among them 4 confirmation trials)"),
         "{stderr}"
     );
-    let second = by_role(&env.ledger(), "resume");
+    let second = by_role(&env, "resume");
     assert_eq!(count(&second, "sweep", "ok"), 4, "{second:?}");
     assert_eq!(count(&second, "confirm", "ok"), 4, "{second:?}");
     assert_eq!(count(&second, "confirm", "lost"), 1, "{second:?}");
@@ -1041,17 +763,6 @@ measurement: {warmup: 0, repeats: 2, anchor_every: 0, confirm_repeats: 2}
     assert_eq!(b["winner"]["confirmation"]["confirmed"], true, "{b:#}");
 }
 
-/// Run `tunectl` with `args` in the env's directory: (exit code, stdout,
-/// stderr).
-fn run(env: &Env, args: &[&std::ffi::OsStr]) -> (Option<i32>, String, String) {
-    let out = env.cmd().args(args).output().expect("run tunectl");
-    (
-        out.status.code(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
-
 /// 12a. Noise alone is not drift: every config is equally fast, each run's
 ///      samples share a random offset of up to ±10% (a busy machine), and
 ///      an anchor follows every candidate with the default cool_drift 10% /
@@ -1062,14 +773,14 @@ fn run(env: &Env, args: &[&std::ffi::OsStr]) -> (Option<i32>, String, String) {
 ///      baseline shipping.
 #[test]
 fn noise_alone_is_not_taken_for_drift() {
-    let env = Env::new(
+    let env = verdict_env(
         r#"name: noisy
 knobs:
   k: {kind: int, values: [0, 1, 2, 3, 4, 5, 6, 7, 8, 9], default: 0}
 cells:
   n: [1]
 trial:
-  command: "sh {{ study_dir }}/fake.sh base {{ n }} {{ k }}"
+  command: "sh {{ study_dir }}/fake-trial.sh base {{ n }} {{ k }}"
   timeout: 20s
   env: {FAKE_NOISE: "0.05", FAKE_TRIAL_NOISE: "0.10", FAKE_SEED: "12"}
 objective: {metric: throughput, unit: ops/s, better: higher}
@@ -1082,9 +793,9 @@ measurement:
   confirm_repeats: 3
 "#,
     );
-    let stderr = env.launch_ok(&[]);
+    let stderr = env.launch_verdict(&[]).stderr;
     assert!(
-        env.ledger_files("noisy", "drops").is_empty(),
+        ledger_files(&env, "noisy", "drops").is_empty(),
         "a cell was dropped on noise alone:\n{stderr}"
     );
     let report = env.report_json();
@@ -1107,46 +818,30 @@ measurement:
 ///      pending.
 #[test]
 fn an_interrupted_launch_is_a_draft_that_says_what_is_missing() {
-    let env = Env::new(
+    let env = verdict_env(
         r#"name: partial
 knobs:
   mode: {kind: categorical, values: [base, fast, slow], default: base}
 cells:
   n: [1, 100]
 trial:
-  command: "sh {{ study_dir }}/fake.sh {{ mode }} {{ n }}"
+  command: "sh {{ study_dir }}/fake-trial.sh {{ mode }} {{ n }}"
   timeout: 60s
   env: {FAKE_NOISE: "0.01", FAKE_SEED: "3", FAKE_SLEEP: "30", FAKE_SLEEP_N: "100"}
 objective: {metric: throughput, unit: ops/s, better: higher}
 measurement: {warmup: 0, repeats: 3, anchor_every: 0, confirm_repeats: 2}
 "#,
     );
-    let mut launch = std::process::Command::new(env!("CARGO_BIN_EXE_tunectl"));
-    launch.args(env.launch_args()).current_dir(env.tmp.path());
-    for var in OUTER_VARS {
-        launch.env_remove(var);
-    }
-    let mut child = launch
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn launch");
+    let mut running = env.spawn(env.launch_cmd(&[]));
     // Cell n=100's baseline sleeps: interrupt while it runs.
-    let started = || env.runs().iter().any(|l| l.starts_with("base 100 "));
+    let started = || runs(&env).iter().any(|l| l.starts_with("base 100 "));
     if !wait_for(Duration::from_secs(20), started) {
-        let _ = child.kill();
-        panic!("cell n=100 never started: {:?}", env.runs());
+        let _ = running.child.kill();
+        panic!("cell n=100 never started: {:?}", runs(&env));
     }
-    // SAFETY: kill(2) on the child we spawned; no memory is involved.
-    let rc = unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGINT) };
-    assert_eq!(rc, 0, "kill failed");
-    let out = child.wait_with_output().expect("wait launch");
-    assert_eq!(
-        out.status.code(),
-        Some(130),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    running.signal(libc::SIGINT);
+    let out = env.finish(running);
+    assert_eq!(out.code, Some(130), "{}", out.text());
 
     let report = env.report_json();
     assert_eq!(report["level"], "draft", "{report:#}");
@@ -1166,33 +861,24 @@ measurement: {warmup: 0, repeats: 3, anchor_every: 0, confirm_repeats: 2}
     assert!(idle["winner"].is_null(), "{idle:#}");
 
     // The text report says so too.
-    let (code, text, _) = run(
-        &env,
-        &[
-            "report".as_ref(),
-            env.study().as_os_str(),
-            "--ledger".as_ref(),
-            env.ledger().as_os_str(),
-        ],
-    );
+    let report_args = ["report", &env.study_arg(), "--ledger", env.ledger_url()];
+    let out = env.tunectl_run(&report_args);
+    let (code, text) = (out.code, out.stdout);
     assert_eq!(code, Some(0));
     assert!(text.contains("level: draft"), "{text}");
     assert!(text.contains("9 of 9 planned trials"), "{text}");
 
     // The export writes both buckets: the idle one as pending.
-    let tuned = env.tmp.path().join("tuned");
-    let (code, _, stderr) = run(
-        &env,
-        &[
-            "export".as_ref(),
-            env.study().as_os_str(),
-            "--ledger".as_ref(),
-            env.ledger().as_os_str(),
-            "--out".as_ref(),
-            tuned.as_os_str(),
-        ],
-    );
-    assert_eq!(code, Some(0), "{stderr}");
+    let tuned = env.path().join("tuned");
+    let out = env.tunectl_run(&[
+        "export".as_ref(),
+        env.study().as_os_str(),
+        "--ledger".as_ref(),
+        env.ledger_url().as_ref(),
+        "--out".as_ref(),
+        tuned.as_os_str(),
+    ]);
+    assert_eq!(out.code, Some(0), "{}", out.text());
     let files: Vec<_> = std::fs::read_dir(&tuned)
         .expect("tuned dir")
         .flatten()
@@ -1213,11 +899,11 @@ fn one_sample_cannot_win_and_says_its_spread_is_unknown() {
         format!(
             r#"name: single
 knobs:
-  mode: {{kind: categorical, values: [base, fastest], default: base}}
+  mode: {{kind: categorical, values: [base, fast], default: base}}
 cells:
   n: [1]
 trial:
-  command: "sh {{{{ study_dir }}}}/fake.sh {{{{ mode }}}} {{{{ n }}}}"
+  command: "sh {{{{ study_dir }}}}/fake-trial.sh {{{{ mode }}}} {{{{ n }}}}"
   timeout: 20s
   env: {{FAKE_NOISE: "0.01", FAKE_SEED: "5", FAKE_SAMPLES: "1"}}
 objective: {{metric: throughput, unit: ops/s, better: higher}}
@@ -1225,7 +911,7 @@ measurement: {{warmup: 0, repeats: {repeats}, anchor_every: 0, confirm_repeats: 
 "#
         )
     };
-    let env = Env::new(&study(1));
+    let env = verdict_env(&study(1));
     env.launch_draft(&[]);
     let report = env.report_json();
     let c = cell(&report, "n=1");
@@ -1238,23 +924,17 @@ measurement: {{warmup: 0, repeats: {repeats}, anchor_every: 0, confirm_repeats: 
     let b = bucket_of(&report, "n=1");
     assert!(b["winner"].is_null(), "{b:#}");
     assert_eq!(b["level"], "draft", "{b:#}");
-    let (_, text, _) = run(
-        &env,
-        &[
-            "report".as_ref(),
-            env.study().as_os_str(),
-            "--ledger".as_ref(),
-            env.ledger().as_os_str(),
-        ],
-    );
+    let text = env
+        .tunectl_run(&["report", &env.study_arg(), "--ledger", env.ledger_url()])
+        .stdout;
     assert!(text.contains("± ?"), "{text}");
     assert!(!text.contains("± 0 "), "{text}");
 
     // Three samples: the spread is known, the 2× config wins, confirmed.
-    let env = Env::new(&study(3));
-    env.launch_ok(&[]);
+    let env = verdict_env(&study(3));
+    env.launch_verdict(&[]);
     let report = env.report_json();
     let b = bucket_of(&report, "n=1");
-    assert_eq!(b["winner"]["label"], "mode=fastest", "{b:#}");
+    assert_eq!(b["winner"]["label"], "mode=fast", "{b:#}");
     assert_eq!(b["level"], "verdict", "{b:#}");
 }

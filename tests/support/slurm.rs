@@ -1,10 +1,6 @@
-//! Real single-node Slurm clusters for the Slurm transport tests. Include it
-//! from a test file with
-//!
-//! ```ignore
-//! #[path = "support/slurm.rs"]
-//! mod slurm;
-//! ```
+//! Real single-node Slurm clusters for the Slurm transport tests
+//! (`support::slurm`). It uses nothing else of the support module:
+//! benches/slurm_calls.rs includes this file alone, with `#[path]`.
 //!
 //! A [`Cluster`] is one `slurmctld` and one `slurmd` per node name, all on
 //! this machine, with its own `slurm.conf`, ports, ClusterName, state, spool,

@@ -1,10 +1,5 @@
 //! A fleet of real OpenSSH servers on loopback addresses, for the ssh
-//! transport tests. Include it from a test file with
-//!
-//! ```ignore
-//! #[path = "support/sshd.rs"]
-//! mod sshd;
-//! ```
+//! transport tests (`support::sshd`).
 //!
 //! Each host is one `/usr/sbin/sshd -D` listening on its own loopback address
 //! (127.X.Y.Z; any 127/8 address works on Linux without set-up) and a free

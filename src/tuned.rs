@@ -16,6 +16,7 @@ use serde_json::{Map, Value as Json};
 
 use crate::fingerprint::Fingerprint;
 use crate::report::analysis::{Analysis, BucketReport, ClassReport, ConfigReport};
+use crate::report::buckets;
 use crate::spec::{TrialVars, Value};
 use crate::yaml_out::{self, Yaml};
 
@@ -604,50 +605,6 @@ pub fn parse_cell(args: &[String]) -> Result<Map<String, Json>, String> {
     Ok(cell)
 }
 
-fn loosely_equal(a: &Json, b: &Json) -> bool {
-    if a == b {
-        return true;
-    }
-    match (a.as_f64(), b.as_f64()) {
-        (Some(x), Some(y)) => x == y,
-        _ => {
-            let text = |v: &Json| v.as_str().map(str::to_string).unwrap_or(v.to_string());
-            text(a) == text(b)
-        }
-    }
-}
-
-/// Whether one axis rule of a bucket's bounds admits `value`.
-fn axis_contains(rule: &Json, value: Option<&Json>) -> bool {
-    if rule.as_str() == Some("any") || rule.is_null() {
-        return true;
-    }
-    let Some(value) = value else { return false };
-    if let Some(values) = rule.get("values").and_then(Json::as_array) {
-        return values.iter().any(|v| loosely_equal(v, value));
-    }
-    if rule.get("min").is_some() || rule.get("max").is_some() {
-        let Some(x) = value.as_f64() else {
-            return false;
-        };
-        let lo = rule.get("min").and_then(Json::as_f64);
-        let hi = rule.get("max").and_then(Json::as_f64);
-        return lo.is_none_or(|lo| lo <= x) && hi.is_none_or(|hi| x < hi);
-    }
-    false
-}
-
-/// Whether a bucket's `bounds` contain `cell`: every axis the bounds
-/// constrain must admit the cell's value for it.
-pub fn bucket_contains(bounds: &Json, cell: &Map<String, Json>) -> bool {
-    match bounds {
-        Json::Object(axes) => axes
-            .iter()
-            .all(|(axis, rule)| axis_contains(rule, cell.get(axis))),
-        other => axis_contains(other, None),
-    }
-}
-
 /// Cell axes that buckets constrain.
 pub fn bucket_axes<'a>(buckets: impl IntoIterator<Item = &'a TunedBucket>) -> Vec<String> {
     let mut out: Vec<String> = buckets
@@ -768,7 +725,7 @@ pub fn choose(files: &[(PathBuf, TunedFile)], host: &ThisHost, cell: &Map<String
     let matches: Vec<&TunedBucket> = file
         .buckets
         .iter()
-        .filter(|b| bucket_contains(&b.bounds, cell))
+        .filter(|b| buckets::contains(&b.bounds, cell))
         .collect();
     let Some(bucket) = matches.first().copied() else {
         let labels: Vec<&str> = file.buckets.iter().map(|b| b.label.as_str()).collect();
@@ -1437,17 +1394,20 @@ mod tests {
     fn bounds_rules() {
         let c = |s: &str| parse_cell(&[s.to_string()]).expect("cell");
         let pow2 = json!({"n": {"min": 2, "max": 4}});
-        assert!(bucket_contains(&pow2, &c("n=2")));
-        assert!(bucket_contains(&pow2, &c("n=3.5")));
-        assert!(!bucket_contains(&pow2, &c("n=4")));
-        assert!(!bucket_contains(&pow2, &c("n=1")));
-        assert!(!bucket_contains(&pow2, &c("n=big")));
+        assert!(buckets::contains(&pow2, &c("n=2")));
+        assert!(buckets::contains(&pow2, &c("n=3.5")));
+        assert!(!buckets::contains(&pow2, &c("n=4")));
+        assert!(!buckets::contains(&pow2, &c("n=1")));
+        assert!(!buckets::contains(&pow2, &c("n=big")));
         let exact = json!({"dtype": {"values": ["bf16"]}, "n": "any"});
-        assert!(bucket_contains(&exact, &c("dtype=bf16")));
-        assert!(!bucket_contains(&exact, &c("dtype=fp16")));
-        assert!(bucket_contains(&json!({"n": {"values": [8]}}), &c("n=8.0")));
-        assert!(bucket_contains(&json!("any"), &Map::new()));
-        assert!(bucket_contains(&json!({}), &Map::new()));
+        assert!(buckets::contains(&exact, &c("dtype=bf16")));
+        assert!(!buckets::contains(&exact, &c("dtype=fp16")));
+        assert!(buckets::contains(
+            &json!({"n": {"values": [8]}}),
+            &c("n=8.0")
+        ));
+        assert!(buckets::contains(&json!("any"), &Map::new()));
+        assert!(buckets::contains(&json!({}), &Map::new()));
         assert!(parse_cell(&["n".into()]).is_err());
         assert!(parse_cell(&["n=1".into(), "n=2".into()]).is_err());
         assert_eq!(c("x=true")["x"], true);

@@ -7,15 +7,17 @@
 //! compares their output with it); the verdict depends on every candidate.
 //! Planning spends nothing: it never runs a trial and never writes.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
 use petgraph::graph::{DiGraph, NodeIndex};
 use serde::Serialize;
 
+use crate::report::buckets::{self, Bucket};
 use crate::space::{self, ConfigSpace};
 use crate::spec::{Study, TemplateCheck, Value};
+use crate::trial::{Role, TrialIdentity};
 
 /// What the plan knows about a host before running anything.
 #[derive(Debug, Clone, Serialize)]
@@ -264,6 +266,46 @@ pub struct Plan {
     pub notes: Vec<String>,
     /// The shape of an adaptive search (hyperband, tpe).
     pub search: Option<SearchPlan>,
+    /// The bucket of every cell (under the study's `buckets` rules).
+    buckets: Vec<Bucket>,
+}
+
+/// One planned sweep trial on one host class: a repeat of a config in a
+/// cell (of a grid or random study; an adaptive search's are known only as
+/// it runs).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SweepTrial {
+    pub cell: u32,
+    /// Position in the cell: 0 the baseline, `i + 1` its `i`-th candidate.
+    pub pos: u64,
+    pub config: u64,
+    pub repeat: u32,
+    /// The trial's key in the ledger.
+    pub key: String,
+}
+
+/// What the ledger holds that decides whether a planned trial still runs,
+/// for one host class.
+#[derive(Debug, Default)]
+pub struct Progress<'a> {
+    /// Trials with a terminal attempt.
+    pub done: HashSet<&'a str>,
+    /// Trials a launcher holds a lease on.
+    pub running: HashSet<&'a str>,
+    /// Configs that failed in a cell (`(cell, config)`): not tried there
+    /// again.
+    pub failed_configs: HashSet<(u32, u64)>,
+    /// Cells whose baseline failed: no candidate runs there.
+    pub failed_baselines: HashSet<u32>,
+}
+
+/// The planned sweep trials of a class that neither ended nor are running.
+#[derive(Debug, Default)]
+pub struct Remaining {
+    /// Those a launch will run.
+    pub to_run: Vec<SweepTrial>,
+    /// Those it will not: their config, or their cell's baseline, failed.
+    pub skipped: Vec<SweepTrial>,
 }
 
 impl Plan {
@@ -357,6 +399,10 @@ impl Plan {
         if let Some(sp) = &search {
             add_search_nodes(&mut graph, sp, classes.len(), cells.len());
         }
+        let buckets = cells
+            .iter()
+            .map(|c| buckets::bucket_under(&study.buckets, &space::cell_json(study, c)))
+            .collect();
         Ok(Plan {
             space,
             cells,
@@ -369,7 +415,94 @@ impl Plan {
             warmup: study.measurement.warmup,
             notes,
             search,
+            buckets,
         })
+    }
+
+    /// The bucket cell `cell` belongs to.
+    pub fn bucket_of_cell(&self, cell: usize) -> &Bucket {
+        &self.buckets[cell]
+    }
+
+    /// The cells of the bucket with key `key`, in plan order.
+    pub fn cells_of_bucket(&self, key: &str) -> Vec<u32> {
+        (0..self.buckets.len() as u32)
+            .filter(|c| self.buckets[*c as usize].key == key)
+            .collect()
+    }
+
+    /// The sweep trials of a grid or random study in cell `cell` on host
+    /// class `class` of study `study_id` (a fork has its own id): every
+    /// config, the baseline first, with each of its repeats.
+    pub fn sweep_trials_in_cell<'a>(
+        &'a self,
+        study: &'a Study,
+        study_id: &'a str,
+        class: &'a str,
+        cell: u32,
+    ) -> impl Iterator<Item = SweepTrial> + 'a {
+        let cell_json = space::cell_json(study, &self.cells[cell as usize]);
+        let configs = std::iter::once(self.space.baseline())
+            .chain(self.per_cell[cell as usize].iter().copied())
+            .enumerate();
+        configs.flat_map(move |(pos, config)| {
+            let config_json = self.space.config_json(study, config);
+            let cell_json = cell_json.clone();
+            (0..self.repeats).map(move |repeat| SweepTrial {
+                cell,
+                pos: pos as u64,
+                config,
+                repeat,
+                key: TrialIdentity {
+                    study: study_id,
+                    config: &config_json,
+                    cell: &cell_json,
+                    fidelity: study.objective_budget(),
+                    repeat,
+                    host_class: class,
+                    role: Role::Sweep,
+                }
+                .key(),
+            })
+        })
+    }
+
+    /// [`Plan::sweep_trials_in_cell`] of every cell, in plan order.
+    pub fn sweep_trials<'a>(
+        &'a self,
+        study: &'a Study,
+        study_id: &'a str,
+        class: &'a str,
+    ) -> impl Iterator<Item = SweepTrial> + 'a {
+        (0..self.cells.len() as u32)
+            .flat_map(move |cell| self.sweep_trials_in_cell(study, study_id, class, cell))
+    }
+
+    /// Which planned sweep trials of host class `class` are still to run,
+    /// given what the ledger holds: those neither ended nor running, less
+    /// those a launch skips (their config failed in that cell, or the
+    /// cell's baseline did).
+    pub fn still_to_run(
+        &self,
+        study: &Study,
+        study_id: &str,
+        class: &str,
+        progress: &Progress,
+    ) -> Remaining {
+        let mut out = Remaining::default();
+        for t in self.sweep_trials(study, study_id, class) {
+            if progress.done.contains(t.key.as_str()) || progress.running.contains(t.key.as_str()) {
+                continue;
+            }
+            if progress.failed_baselines.contains(&t.cell)
+                || progress.failed_configs.contains(&(t.cell, t.config))
+            {
+                out.skipped.push(t);
+            } else {
+                out.to_run.push(t);
+            }
+        }
+        out
     }
 
     /// Configs (baseline included) in a cell.
@@ -689,6 +822,80 @@ mod tests {
             }),
         };
         vec![h("x", "hc-a"), h("y", "hc-a"), h("z", "hc-b")]
+    }
+
+    #[test]
+    fn the_plan_knows_each_cell_s_bucket_and_each_bucket_s_cells() {
+        // n: 10 and 20 fall in different pow2 buckets; with `all`, in one.
+        let s = study("");
+        let plan = Plan::build(&s, &hosts()).expect("plan");
+        assert_eq!(plan.bucket_of_cell(0).label, "n ∈ [8, 16)");
+        assert_eq!(plan.bucket_of_cell(1).label, "n ∈ [16, 32)");
+        for c in 0..2 {
+            let b = plan.bucket_of_cell(c);
+            // The bucket the ledger's frozen spec gives.
+            let frozen = buckets::bucket_of(&s.frozen(), &space::cell_json(&s, &plan.cells[c]));
+            assert_eq!(*b, frozen);
+            assert_eq!(plan.cells_of_bucket(&b.key), vec![c as u32]);
+        }
+        let s = study("buckets: {n: all}");
+        let plan = Plan::build(&s, &hosts()).expect("plan");
+        assert_eq!(plan.bucket_of_cell(0), plan.bucket_of_cell(1));
+        assert_eq!(
+            plan.cells_of_bucket(&plan.bucket_of_cell(1).key),
+            vec![0, 1]
+        );
+        assert!(plan.cells_of_bucket("no such bucket").is_empty());
+    }
+
+    #[test]
+    fn sweep_trials_and_what_is_still_to_run() {
+        let s = study("");
+        let plan = Plan::build(&s, &hosts()).expect("plan");
+        let all: Vec<SweepTrial> = plan.sweep_trials(&s, s.id(), "hc-a").collect();
+        // 2 cells × 6 configs × 2 repeats, baseline first in each cell.
+        assert_eq!(all.len() as u64, plan.trials_per_class());
+        assert_eq!((all[0].cell, all[0].pos, all[0].repeat), (0, 0, 0));
+        assert_eq!(all[0].config, plan.space.baseline());
+        assert_eq!((all[1].pos, all[1].repeat), (0, 1));
+        assert_eq!(all[2].config, plan.per_cell[0][0]);
+        assert_eq!(all[12].cell, 1);
+        let keys: HashSet<&str> = all.iter().map(|t| t.key.as_str()).collect();
+        assert_eq!(keys.len(), all.len(), "keys are distinct");
+        // Another class, another study id: other keys.
+        let b: Vec<SweepTrial> = plan.sweep_trials(&s, s.id(), "hc-b").collect();
+        let forked: Vec<SweepTrial> = plan.sweep_trials(&s, "t-fork", "hc-a").collect();
+        assert!(
+            b.iter()
+                .chain(&forked)
+                .all(|t| !keys.contains(t.key.as_str()))
+        );
+
+        let none = plan.still_to_run(&s, s.id(), "hc-a", &Progress::default());
+        assert_eq!(none.to_run, all);
+        assert!(none.skipped.is_empty());
+
+        let failed = all[2].config;
+        let progress = Progress {
+            done: [all[0].key.as_str(), all[2].key.as_str()].into(),
+            running: [all[1].key.as_str()].into(),
+            failed_configs: [(0, failed)].into(),
+            failed_baselines: [1].into(),
+        };
+        let r = plan.still_to_run(&s, s.id(), "hc-a", &progress);
+        // Cell 0: the failed config's other repeat is skipped; cell 1:
+        // everything (its baseline failed).
+        assert_eq!(r.skipped.len(), 1 + 12);
+        assert_eq!(
+            (r.skipped[0].cell, r.skipped[0].config, r.skipped[0].repeat),
+            (0, failed, 1)
+        );
+        assert_eq!(r.to_run.len(), 12 - 3 - 1);
+        assert!(
+            r.to_run
+                .iter()
+                .all(|t| t.cell == 0 && t.config != failed && t.pos > 0)
+        );
     }
 
     #[test]

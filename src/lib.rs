@@ -7,6 +7,7 @@
 
 pub mod canon;
 pub mod cli;
+pub mod commands;
 pub mod exec;
 pub mod fingerprint;
 pub mod gate;

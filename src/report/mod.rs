@@ -6,6 +6,8 @@
 pub mod analysis;
 pub mod buckets;
 pub mod render;
+pub mod verdicts;
 
 pub use analysis::{Analysis, analyze, analyze_planned, analyze_where};
 pub use render::{Format, render};
+pub use verdicts::{analyze_ledger, write_verdicts};

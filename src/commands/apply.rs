@@ -1,0 +1,96 @@
+//! `tunectl apply`: run a command with the tuned knobs of this host's class
+//! and the cell's bucket (else the study's defaults).
+
+use std::collections::BTreeMap;
+
+use super::{CliError, failed, say_err};
+use crate::cli::ApplyArgs;
+use crate::{fingerprint, tuned};
+
+/// Choose the knobs, then print them (`--print`) or become the command.
+pub async fn run(a: ApplyArgs) -> Result<(), CliError> {
+    if a.command.is_empty() && !a.print {
+        return Err(CliError::Invalid(
+            "apply needs a command after `--` (e.g. `tunectl apply --tuned tuned/ -- ./serve --batch {{ batch }}`), or --print".to_string(),
+        ));
+    }
+    let files = tuned::load(&a.tuned).map_err(CliError::Invalid)?;
+    // An edited tuned file must not run values the study never had.
+    for w in tuned::check_domains(&files).map_err(CliError::Invalid)? {
+        eprintln!("warning: {w}");
+    }
+    let cell = tuned::parse_cell(&a.cells).map_err(CliError::Invalid)?;
+    let axes = tuned::bucket_axes(files.iter().flat_map(|(_, f)| &f.buckets));
+    if !axes.is_empty()
+        && let Some(unknown) = cell.keys().find(|k| !axes.contains(k))
+    {
+        return Err(CliError::Invalid(format!(
+            "--cell {unknown}: the tuned buckets have no axis `{unknown}` (axes: {})",
+            axes.join(", ")
+        )));
+    }
+    let host = tuned::ThisHost {
+        class: fingerprint::probe_local(&BTreeMap::new())
+            .await
+            .map(|fp| (fp.host_class(), fp.class_label()))
+            .map_err(|e| e.to_string()),
+    };
+    let mut choice = tuned::choose(&files, &host, &cell);
+    tuned::apply_overrides(&mut choice, |var| std::env::var(var).ok());
+    let env = tuned::environment(&choice, &cell);
+    let command = if a.command.is_empty() {
+        None
+    } else {
+        let template = a.command.join(" ");
+        let vars = tuned::template_vars(&choice.knobs, &cell);
+        Some(
+            crate::spec::template::render_shell(&template, &vars)
+                .map_err(|e| CliError::Invalid(format!("the command `{template}`: {e}")))?,
+        )
+    };
+    if let Some(w) = &choice.warning {
+        say_err!("warning: {w}");
+    }
+    if !choice.from_environment.is_empty() {
+        let set: Vec<String> = choice
+            .from_environment
+            .iter()
+            .map(|(k, v)| format!("{}={v}", tuned::knob_var(k)))
+            .collect();
+        say_err!(
+            "note: set in the environment, these win over the {}: {}",
+            choice.source.as_str(),
+            set.join(" ")
+        );
+    }
+    if a.print {
+        print!(
+            "{}",
+            crate::term::escape_block(&tuned::print_yaml(
+                &choice,
+                &host,
+                &cell,
+                &env,
+                command.as_deref()
+            ))
+        );
+        return Ok(());
+    }
+    if choice.warning.is_none() {
+        say_err!("tunectl apply: {}", choice.reason);
+    }
+    let Some(command) = command else {
+        return Ok(());
+    };
+    use std::io::Write as _;
+    use std::os::unix::process::CommandExt as _;
+    let _ = std::io::stdout().flush();
+    // Replace this process: signals reach the command directly and its exit
+    // status is ours.
+    let err = std::process::Command::new("/bin/sh")
+        .arg("-c")
+        .arg(&command)
+        .envs(env)
+        .exec();
+    Err(failed(format!("cannot run /bin/sh -c {command}: {err}")))
+}

@@ -1,0 +1,48 @@
+//! `tunectl export`: one tuned file per host class, the knobs that ship per
+//! bucket.
+
+use super::inputs::load_analysis;
+use super::{CliError, failed, say, say_err};
+use crate::cli::ExportArgs;
+use crate::tuned;
+
+/// Write the tuned files of a study into `--out`.
+pub async fn run(a: ExportArgs) -> Result<(), CliError> {
+    let analysis = load_analysis(&a.study, a.ledger.as_deref()).await?;
+    if analysis.classes.is_empty() {
+        return Err(CliError::Failed(format!(
+            "study `{}` has no results in the ledger yet: nothing to export; run `tunectl launch` first",
+            analysis.study_id
+        )));
+    }
+    std::fs::create_dir_all(&a.out)
+        .map_err(|e| failed(format!("{}: cannot create: {e}", a.out.display())))?;
+    for class in &analysis.classes {
+        let (name, text) = tuned::export(&analysis, class);
+        let path = a.out.join(&name);
+        // Write then rename: a reader never sees half a file.
+        let tmp = a.out.join(format!(".{name}.tmp"));
+        std::fs::write(&tmp, text)
+            .and_then(|()| std::fs::rename(&tmp, &path))
+            .map_err(|e| failed(format!("{}: cannot write: {e}", path.display())))?;
+        say!("{}", path.display());
+        let pending = class
+            .buckets
+            .iter()
+            .filter(|b| tuned::is_pending(b))
+            .count();
+        let won = class
+            .buckets
+            .iter()
+            .filter(|b| !tuned::is_pending(b) && b.winner.is_some())
+            .count();
+        say_err!(
+            "{} · {}: {} buckets ({won} with a winner, {} keeping the baseline, {pending} pending)",
+            class.host_class,
+            class.label,
+            class.buckets.len(),
+            class.buckets.len() - won - pending,
+        );
+    }
+    Ok(())
+}

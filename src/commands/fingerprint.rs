@@ -1,0 +1,97 @@
+//! `tunectl fingerprint`: probe this machine (or every host of an
+//! inventory) and print its fingerprint and host class.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::Arc;
+
+use super::hosts::{ssh_control_dir, transport_for};
+use super::{CliError, failed};
+use crate::cli::FingerprintArgs;
+use crate::spec::{Inventory, Study};
+use crate::{fingerprint, yaml_out};
+
+/// Probe and print, as YAML or JSON.
+pub async fn run(a: FingerprintArgs) -> Result<(), CliError> {
+    let tools = match &a.study {
+        Some(p) => Study::load(p)?.tools,
+        None => BTreeMap::new(),
+    };
+    if let Some(path) = &a.inventory {
+        return fingerprint_inventory(path, &tools, a.json).await;
+    }
+    let fp = fingerprint::probe_local(&tools).await.map_err(failed)?;
+    let doc = serde_json::json!({
+        "host_class": fp.host_class(),
+        "class_label": fp.class_label(),
+        "fingerprint_hash": fp.hash(),
+        "fingerprint": fp,
+    });
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&doc).map_err(failed)?);
+    } else {
+        print!("{}", crate::term::escape_block(&yaml_out::to_yaml(&doc)));
+    }
+    Ok(())
+}
+
+/// `fingerprint --inventory`: probe every host at once; hosts grouped by
+/// class. A host that does not answer is listed with why (exit 1).
+async fn fingerprint_inventory(
+    path: &Path,
+    tools: &BTreeMap<String, String>,
+    json: bool,
+) -> Result<(), CliError> {
+    let inv = Inventory::load(path)?;
+    let control_dir = ssh_control_dir().map_err(failed)?;
+    let work_root = std::env::temp_dir().join("tunectl-work");
+    let mut transports: Vec<(String, Arc<dyn crate::exec::Transport>)> = Vec::new();
+    for h in &inv.hosts {
+        transports.push((
+            h.name.clone(),
+            transport_for(h, &inv, &work_root, &control_dir, false)?,
+        ));
+    }
+    let probes = futures::future::join_all(transports.iter().map(|(_, t)| t.probe(tools))).await;
+    let mut classes: BTreeMap<String, serde_json::Value> = BTreeMap::new();
+    let mut down = Vec::new();
+    for ((name, t), probe) in transports.iter().zip(probes) {
+        t.close().await;
+        match probe {
+            Ok(fp) => {
+                let entry = classes.entry(fp.host_class()).or_insert_with(|| {
+                    serde_json::json!({
+                        "host_class": fp.host_class(),
+                        "class_label": fp.class_label(),
+                        "hosts": [],
+                    })
+                });
+                if let Some(hosts) = entry["hosts"].as_array_mut() {
+                    hosts.push(serde_json::json!({
+                        "host": name,
+                        "fingerprint_hash": fp.hash(),
+                        "fingerprint": fp,
+                    }));
+                }
+            }
+            Err(e) => down.push(serde_json::json!({"host": name, "error": e})),
+        }
+    }
+    let doc = serde_json::json!({
+        "classes": classes.into_values().collect::<Vec<_>>(),
+        "unreachable": down,
+    });
+    if json {
+        println!("{}", serde_json::to_string_pretty(&doc).map_err(failed)?);
+    } else {
+        print!("{}", crate::term::escape_block(&yaml_out::to_yaml(&doc)));
+    }
+    if down.is_empty() {
+        Ok(())
+    } else {
+        Err(CliError::Failed(format!(
+            "{} host(s) did not answer",
+            down.len()
+        )))
+    }
+}

@@ -1,0 +1,292 @@
+//! `tunectl launch`: run a study's trials on the inventory's hosts, record
+//! every attempt, then write each bucket's verdict.
+
+use std::sync::Arc;
+
+use tokio_util::sync::CancellationToken;
+
+use super::hosts::{ssh_control_dir, transport_for};
+use super::inputs::{ledger_url, load_inputs};
+use super::{CliError, failed, say_err};
+use crate::cli::LaunchArgs;
+use crate::exec::events::LaunchSummary;
+use crate::exec::progress;
+use crate::exec::run_study::{self as launch, LaunchHost};
+use crate::ledger::Ledger;
+use crate::plan::Plan;
+use crate::report;
+use crate::space::ConfigSpace;
+use crate::spec::{Study, Transport};
+
+/// Probe, plan and run the study's trials, then write the verdicts.
+pub async fn run(a: LaunchArgs) -> Result<(), CliError> {
+    let (study, inv) = load_inputs(&a.study, a.inventory.as_deref())?;
+    for name in &a.hosts {
+        if inv.host(name).is_none() {
+            let known: Vec<&str> = inv.hosts.iter().map(|h| h.name.as_str()).collect();
+            return Err(CliError::Invalid(format!(
+                "--host {name}: no such host in the inventory (hosts: {})",
+                known.join(", ")
+            )));
+        }
+    }
+    let selected: Vec<&crate::spec::Host> = inv
+        .hosts
+        .iter()
+        .filter(|h| a.hosts.is_empty() || a.hosts.contains(&h.name))
+        .collect();
+    let url = ledger_url(a.ledger.as_deref(), Some(&study), Some(&inv));
+    let ledger = Ledger::open(&url).map_err(failed)?;
+    // An unreachable or unreadable store stops the launch before any trial.
+    ledger.check_reachable().await.map_err(failed)?;
+    let mut study_id = study.id().to_string();
+    if a.fork
+        && let Some(existing) = ledger.read_study(&study_id).await.map_err(failed)?
+        && existing.spec_hash != study.spec_hash()
+    {
+        study_id = format!("{}-{}", study.id(), &study.spec_hash()[..12]);
+        say_err!(
+            "forking: this spec differs from the ledger's `{}`; recording it as study `{study_id}`",
+            study.id()
+        );
+    }
+    let prior = match &a.seed_from {
+        Some(from) => Some(Arc::new(load_prior(from, &study, &ledger).await?)),
+        None => None,
+    };
+    if let Some(sh) = a.shard {
+        // Refused before anything runs (the plan says why).
+        Plan::build_shard(&study, &[], Some(sh)).map_err(CliError::Invalid)?;
+    }
+    let work_root = a
+        .workdir
+        .clone()
+        .unwrap_or_else(|| std::env::temp_dir().join("tunectl-work"));
+    // Trials run inside their own directories: the root must be absolute.
+    let work_root = std::path::absolute(&work_root).map_err(failed)?;
+    let control_dir = ssh_control_dir().map_err(failed)?;
+    let make_hosts = || -> Result<Vec<LaunchHost>, CliError> {
+        selected
+            .iter()
+            .map(|h| {
+                let transport =
+                    transport_for(h, &inv, &work_root, &control_dir, a.keep_workdirs)?;
+                if let Transport::Ssh(cfg) = &h.transport
+                    && h.slots > cfg.max_sessions
+                {
+                    say_err!(
+                        "warning: host `{}` has {} slots but max_sessions {}: at most {} of its trials run at once",
+                        h.name, h.slots, cfg.max_sessions, cfg.max_sessions
+                    );
+                }
+                Ok(LaunchHost {
+                    name: h.name.clone(),
+                    transport_name: h.transport.name().to_string(),
+                    slots: h.concurrency(),
+                    devices: h.devices.clone(),
+                    device_env: h.device_env.clone(),
+                    transport,
+                })
+            })
+            .collect()
+    };
+    // Bad templates or login hosts stop the launch before anything runs.
+    make_hosts()?;
+    let cancel = CancellationToken::new();
+    let on_signal = cancel.clone();
+    tokio::spawn(async move {
+        if tokio::signal::ctrl_c().await.is_ok() {
+            say_err!("interrupted: stopping; running trials are killed and recorded as lost");
+            on_signal.cancel();
+        }
+    });
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    let reporter = tokio::spawn(progress::report(a.progress, rx));
+    say_err!("launching study {study_id} · ledger {}", ledger.url());
+    let options = launch::LaunchOptions {
+        no_cooldown: a.no_cooldown,
+        store_logs: a.store_logs,
+        host_timeout: a.host_timeout,
+        prior,
+        shard: a.shard,
+    };
+    let mut summary = LaunchSummary::default();
+    // A host whose fingerprint changed mid-launch is a new host class: the
+    // launch goes round again (probing anew) so that class is tuned too.
+    for round in 0..MAX_LAUNCH_ROUNDS {
+        let result = launch::run_study(
+            &study,
+            &study_id,
+            &ledger,
+            make_hosts()?,
+            options.clone(),
+            tx.clone(),
+            cancel.clone(),
+        )
+        .await;
+        let this = match result {
+            Ok(s) => s,
+            Err(e) => {
+                drop(tx);
+                let _ = reporter.await;
+                return Err(match e {
+                    launch::LaunchError::SpecChanged { .. } => CliError::Invalid(e.to_string()),
+                    other => failed(other),
+                });
+            }
+        };
+        let again =
+            !this.changed_hosts.is_empty() && !this.interrupted && this.unrecorded.is_empty();
+        summary.add(&this);
+        if !again {
+            break;
+        }
+        if round + 1 < MAX_LAUNCH_ROUNDS {
+            say_err!(
+                "hosts {} changed class mid-launch: probing again to tune their new class",
+                this.changed_hosts.join(", ")
+            );
+        }
+    }
+    drop(tx);
+    let _ = reporter.await;
+    for (h, why) in &summary.unreachable_hosts {
+        say_err!("warning: host {h}: {why} (skipped in this launch)");
+    }
+    for (c, left) in &summary.abandoned_classes {
+        say_err!(
+            "warning: class {c}: {left} queued trials not run: every host stayed down past --host-timeout; launch again when they answer"
+        );
+    }
+    let incomplete = !summary.abandoned_classes.is_empty();
+    // Attempts that ran and are not in the ledger: verdicts derived now
+    // would rest on an incomplete record, so the ones there stay.
+    let unrecorded = !summary.unrecorded.is_empty();
+    if unrecorded {
+        eprintln!(
+            "error: {} attempts were NOT recorded in the ledger (their trials run again on a later launch):",
+            summary.unrecorded.len()
+        );
+        for u in &summary.unrecorded {
+            eprintln!("  {}", progress::unrecorded_line(u));
+        }
+    }
+    // Verdicts: derived from the ledger, rewritten after every launch;
+    // not after attempts went unrecorded (they stay as they were).
+    // Buckets that ended as drafts: (class, bucket label, why).
+    let mut drafts: Vec<String> = Vec::new();
+    if !unrecorded {
+        report::write_verdicts(&ledger, &study_id, |class, bucket| {
+            if bucket.level != report::analysis::Level::Verdict {
+                drafts.push(format!(
+                    "{} · {}: {}",
+                    class.host_class, bucket.label, bucket.level_reason
+                ));
+            }
+            say_err!(
+                "{} · {}: ships {} [{}] · {}",
+                class.host_class,
+                bucket.label,
+                bucket
+                    .winner
+                    .as_ref()
+                    .map(|w| w.label.as_str())
+                    .unwrap_or("baseline"),
+                bucket.level.as_str().to_uppercase(),
+                bucket.decision
+            );
+        })
+        .await
+        .map_err(failed)?;
+    }
+    say_err!(
+        "{} · `tunectl report {}` shows the evidence",
+        progress::summary_line(&summary),
+        a.study.display()
+    );
+    if unrecorded {
+        return Err(CliError::Failed(format!(
+            "the ledger {} could not record every attempt: the launch stopped starting trials, and no verdicts were written (fix the ledger and launch again)",
+            ledger.url()
+        )));
+    }
+    if summary.interrupted {
+        return Err(CliError::Interrupted);
+    }
+    if incomplete {
+        return Err(CliError::Failed(
+            "the study is incomplete: a host class lost every host (see above)".to_string(),
+        ));
+    }
+    if !drafts.is_empty() || summary.dropped_cells > 0 {
+        return Err(CliError::Drafts(format!(
+            "the launch finished, but not every bucket is a VERDICT ({} {}{}); what export writes for them is not final:\n  {}",
+            drafts.len(),
+            if drafts.len() == 1 { "draft" } else { "drafts" },
+            if summary.dropped_cells > 0 {
+                format!(", {} cells dropped after drift", summary.dropped_cells)
+            } else {
+                String::new()
+            },
+            drafts.join("\n  ")
+        )));
+    }
+    Ok(())
+}
+
+/// Launch rounds at most in one `tunectl launch` (a round starts again when
+/// a host's fingerprint changed).
+const MAX_LAUNCH_ROUNDS: usize = 3;
+
+/// `--seed-from`: `<ledger URL or path>#<study id>`, or a study id in the
+/// launch's ledger.
+async fn load_prior(
+    from: &str,
+    study: &Study,
+    ledger: &Ledger,
+) -> Result<crate::exec::prior::Prior, CliError> {
+    if !study.strategy.is_adaptive() {
+        return Err(CliError::Invalid(format!(
+            "--seed-from warm-starts an adaptive search (strategy hyperband or tpe); this study's strategy is {}",
+            study.strategy.name()
+        )));
+    }
+    let other;
+    let (source, id) = match from.rsplit_once('#') {
+        Some((url, id)) if !url.is_empty() && !id.is_empty() => {
+            other = Ledger::open_existing(url).map_err(failed)?.ok_or_else(|| {
+                CliError::Invalid(format!("--seed-from {from}: no ledger at `{url}`"))
+            })?;
+            (&other, id.to_string())
+        }
+        _ if from.contains("://") || from.contains('/') => {
+            let listed = match Ledger::open_existing(from).map_err(failed)? {
+                Some(l) => l.studies().await.map_err(failed)?.join(", "),
+                None => "no ledger there".to_string(),
+            };
+            return Err(CliError::Invalid(format!(
+                "--seed-from {from}: name the study as `<ledger>#<study id>` (studies there: {listed})"
+            )));
+        }
+        _ => (ledger, from.to_string()),
+    };
+    let space = ConfigSpace::new(study).map_err(CliError::Invalid)?;
+    let metric = study
+        .fidelity
+        .as_ref()
+        .map(|f| f.proxy.name.clone())
+        .unwrap_or_else(|| study.objective.name.clone());
+    let budget = study
+        .fidelity
+        .as_ref()
+        .map(|f| f.trial_budget(f.max_budget));
+    let prior = crate::exec::prior::Prior::load(source, &id, study, &space, &metric, budget)
+        .await
+        .map_err(|e| CliError::Invalid(format!("--seed-from {from}: {e}")))?;
+    say_err!(
+        "seeding from {}: what it knows about {} host class(es) of these knobs",
+        prior.source,
+        prior.classes()
+    );
+    Ok(prior)
+}

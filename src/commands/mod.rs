@@ -1,0 +1,87 @@
+//! The bodies of the `tunectl` commands, one module each; [`crate::cli`]
+//! parses the arguments and calls them. Data goes to stdout (tables, JSON);
+//! progress, warnings and errors go to stderr.
+//!
+//! Exit codes ([`CliError::exit`], docs/cli.md): 0 success (rejected
+//! trials are results, not errors); 1 the study could not run (ledger, host
+//! or internal error); 2 invalid input (study, inventory or arguments);
+//! 3 a launch that finished with buckets that are not verdicts; 130
+//! interrupted.
+
+use std::process::ExitCode;
+
+use crate::spec::Diagnostics;
+
+pub mod apply;
+pub mod export;
+pub mod fingerprint;
+pub mod hosts;
+pub mod inputs;
+pub mod launch;
+pub mod ledger;
+pub mod plan;
+pub mod report;
+pub mod status;
+pub mod validate;
+
+// The output macros are defined after the modules and imported by path
+// (`use super::say`), so each module says what it uses.
+/// A line for people on stdout: control characters in it (from a study, a
+/// host, a trial) are shown escaped ([`crate::term`]). JSON goes out with
+/// `println!` and its own escaping.
+macro_rules! say {
+    ($($arg:tt)*) => {
+        println!("{}", $crate::term::escape_block(&format!($($arg)*)))
+    };
+}
+
+/// [`say!`] on stderr.
+macro_rules! say_err {
+    ($($arg:tt)*) => {
+        eprintln!("{}", $crate::term::escape_block(&format!($($arg)*)))
+    };
+}
+
+pub(crate) use {say, say_err};
+
+/// What went wrong, mapped to an exit code.
+#[derive(Debug)]
+pub enum CliError {
+    Invalid(String),
+    Failed(String),
+    Interrupted,
+    /// The launch finished with buckets that are not verdicts (exit 3).
+    Drafts(String),
+}
+
+impl From<Diagnostics> for CliError {
+    fn from(d: Diagnostics) -> Self {
+        CliError::Invalid(d.to_string())
+    }
+}
+
+impl CliError {
+    /// Say what went wrong on stderr (once) and give the exit code.
+    pub fn exit(self) -> ExitCode {
+        match self {
+            CliError::Invalid(m) => {
+                say_err!("error: {m}");
+                ExitCode::from(2)
+            }
+            CliError::Failed(m) => {
+                say_err!("error: {m}");
+                ExitCode::from(1)
+            }
+            CliError::Interrupted => ExitCode::from(130),
+            CliError::Drafts(m) => {
+                say_err!("note: {m}");
+                ExitCode::from(3)
+            }
+        }
+    }
+}
+
+/// An error the study could not run past (exit 1).
+pub fn failed(e: impl std::fmt::Display) -> CliError {
+    CliError::Failed(e.to_string())
+}

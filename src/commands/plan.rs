@@ -1,0 +1,543 @@
+//! `tunectl plan`: what a launch would run, where, and at what cost.
+
+use std::collections::{BTreeMap, HashSet};
+use std::time::Duration;
+
+use serde::Serialize;
+
+use super::inputs::{ledger_url, load_inputs};
+use super::{CliError, failed};
+use crate::cli::PlanArgs;
+use crate::fingerprint;
+use crate::ledger::Ledger;
+use crate::plan::{ClassInfo, Plan, PlanHost};
+use crate::space;
+use crate::spec::{CommandRenderer, Inventory, Study, Transport, TrialVars, Value};
+
+fn fmt_secs(s: f64) -> String {
+    humantime::format_duration(Duration::from_secs(s.round() as u64)).to_string()
+}
+
+#[derive(Serialize)]
+struct PlanView {
+    study: String,
+    spec_hash: String,
+    dry_run: bool,
+    ledger: String,
+    strategy: crate::spec::Strategy,
+    knobs: usize,
+    grid_configs: String,
+    repeats: u32,
+    warmup: u32,
+    cells: Vec<CellView>,
+    classes: Vec<ClassView>,
+    hosts: Vec<HostView>,
+    dag: BTreeMap<&'static str, u64>,
+    total_trials: u64,
+    ledger_trials_held: usize,
+    ledger_trials_in_plan: Option<u64>,
+    typical_run_seconds: Option<f64>,
+    typical_run_source: String,
+    first_configs: Vec<ConfigView>,
+    notes: Vec<String>,
+    /// An adaptive search's shape (hyperband brackets and rungs, TPE).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    search: Option<crate::plan::SearchPlan>,
+}
+
+#[derive(Serialize)]
+struct CellView {
+    cell: String,
+    configs: u64,
+    pruned_by_constraints: u64,
+    trials_per_class: u64,
+}
+
+#[derive(Serialize)]
+struct ClassView {
+    host_class: String,
+    label: String,
+    probed: bool,
+    hosts: Vec<String>,
+    slots: u32,
+    trials: u64,
+    cost: crate::plan::Cost,
+}
+
+#[derive(Serialize)]
+struct HostView {
+    host: String,
+    transport: String,
+    slots: u32,
+    host_class: String,
+    trials_share: u64,
+}
+
+#[derive(Serialize)]
+struct ConfigView {
+    index: usize,
+    label: String,
+    config: serde_json::Value,
+    cell: String,
+    command: String,
+}
+
+async fn plan_hosts(inv: &Inventory, study: &Study, ledger: Option<&Ledger>) -> Vec<PlanHost> {
+    let known = match ledger {
+        Some(l) => l
+            .hosts(study.id())
+            .await
+            .map(|(h, _)| h)
+            .unwrap_or_default(),
+        None => Vec::new(),
+    };
+    let mut local_fp: Option<Option<fingerprint::Fingerprint>> = None;
+    let mut out = Vec::new();
+    for h in &inv.hosts {
+        let class = match h.transport {
+            Transport::Local => {
+                if local_fp.is_none() {
+                    local_fp = Some(fingerprint::probe_local(&study.tools).await.ok());
+                }
+                local_fp.clone().flatten().map(|fp| ClassInfo {
+                    id: fp.host_class(),
+                    label: fp.class_label(),
+                })
+            }
+            _ => known
+                .iter()
+                .rev()
+                .find(|r| r.host == h.name)
+                .map(|r| ClassInfo {
+                    id: r.host_class.clone(),
+                    label: r.class_label.clone(),
+                }),
+        };
+        out.push(PlanHost {
+            name: h.name.clone(),
+            transport: h.transport.name().to_string(),
+            slots: h.concurrency(),
+            class,
+        });
+    }
+    out
+}
+
+/// Build the plan and print it, as text or JSON. Runs no trial and
+/// writes nothing.
+pub async fn run(a: PlanArgs) -> Result<(), CliError> {
+    let (study, inv) = load_inputs(&a.study, a.inventory.as_deref())?;
+    let url = ledger_url(a.ledger.as_deref(), Some(&study), Some(&inv));
+    let ledger = Ledger::open_existing(&url).map_err(failed)?;
+    let hosts = plan_hosts(&inv, &study, ledger.as_ref()).await;
+    let plan = Plan::build_shard(&study, &hosts, a.shard).map_err(CliError::Invalid)?;
+    plan.check_acyclic().map_err(failed)?;
+
+    // What the ledger already holds.
+    let (held, scan) = match &ledger {
+        Some(l) => (
+            l.trial_keys(study.id()).await.map_err(failed)?,
+            Some(l.scan(study.id()).await.map_err(failed)?),
+        ),
+        None => (BTreeMap::new(), None),
+    };
+    let in_plan = (!held.is_empty()).then(|| count_in_plan(&study, &plan, &held));
+    let timings: Vec<f64> = scan
+        .as_ref()
+        .map(|s| {
+            s.attempts
+                .iter()
+                .filter_map(|a| {
+                    let run = a
+                        .run_s
+                        .map(|r| r.max(a.duration_s / f64::from(a.warmup_runs + 1)))?;
+                    // A run at a smaller budget, scaled to one at the full
+                    // budget (run time taken as proportional to budget).
+                    let fixed = study.fidelity.as_ref().map_or(0.0, |f| f.fixed_cost);
+                    Some(match (a.fidelity, study.objective_budget()) {
+                        (Some(b), Some(max)) if b + fixed > 0.0 => {
+                            run * (max + fixed) / (b + fixed)
+                        }
+                        _ => run,
+                    })
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    let typical = crate::stats::median(&timings);
+
+    let renderer = CommandRenderer::new(&study).map_err(CliError::Invalid)?;
+    let mut first = Vec::new();
+    let cell0 = &plan.cells[0];
+    let listed: Vec<u64> = match &plan.search {
+        Some(_) => first_search_configs(&study, &plan, a.show).map_err(CliError::Invalid)?,
+        None => plan.per_cell[0].iter().copied().take(a.show).collect(),
+    };
+    // The budget the first listed configs run at.
+    let first_budget = plan.search.as_ref().and_then(|s| {
+        s.brackets
+            .first()
+            .and_then(|(_, r)| r.first().map(|x| x.0))
+            .or(s.max_budget)
+    });
+    let configs = std::iter::once(plan.space.baseline()).chain(listed);
+    for (i, config) in configs.take(a.show).enumerate() {
+        let mut vars = TrialVars::default();
+        for (k, v) in study.knobs.iter().zip(plan.space.values(&study, config)) {
+            vars.set(&k.name, v);
+        }
+        for (axis, v) in study.cells.iter().zip(cell0) {
+            vars.set(&axis.name, v.clone());
+        }
+        for (name, value) in [
+            ("study", Value::Str(study.id().to_string())),
+            ("study_dir", Value::Str(study.dir.display().to_string())),
+            ("trial_id", Value::Str("<trial-key>".into())),
+            ("trial_dir", Value::Str("<trial-dir>".into())),
+            (
+                "result",
+                Value::Str("<trial-dir>/tunectl-result.json".into()),
+            ),
+            ("repeat", Value::Int(0)),
+            (
+                "budget",
+                first_budget
+                    .map(|b| {
+                        if b.fract() == 0.0 {
+                            Value::Int(b as i64)
+                        } else {
+                            Value::Float(b)
+                        }
+                    })
+                    .unwrap_or(Value::Null),
+            ),
+            (
+                "host",
+                Value::Str(hosts.first().map(|h| h.name.clone()).unwrap_or_default()),
+            ),
+            ("slot", Value::Int(0)),
+            ("phase", Value::Str("measure".into())),
+        ] {
+            vars.set(name, value);
+        }
+        let command = renderer.command(&vars).map_err(CliError::Invalid)?;
+        first.push(ConfigView {
+            index: i,
+            label: plan.space.label(&study, config),
+            config: plan.space.config_json(&study, config),
+            cell: space::cell_label(&study, cell0),
+            command,
+        });
+    }
+
+    let class_views: Vec<ClassView> = plan
+        .classes
+        .iter()
+        .map(|c| ClassView {
+            host_class: c.id.clone(),
+            label: c.label.clone(),
+            probed: c.probed,
+            hosts: c.hosts.clone(),
+            slots: c.slots,
+            trials: plan.trials_per_class(),
+            cost: plan.cost(c, study.trial.timeout, typical.map(Duration::from_secs_f64)),
+        })
+        .collect();
+    let host_views: Vec<HostView> = hosts
+        .iter()
+        .map(|h| {
+            let class = plan.classes.iter().find(|c| c.hosts.contains(&h.name));
+            let share = class
+                .map(|c| plan.trials_per_class() * u64::from(h.slots) / u64::from(c.slots.max(1)))
+                .unwrap_or(0);
+            HostView {
+                host: h.name.clone(),
+                transport: h.transport.clone(),
+                slots: h.slots,
+                host_class: class.map(|c| c.id.clone()).unwrap_or_default(),
+                trials_share: share,
+            }
+        })
+        .collect();
+    let view = PlanView {
+        study: study.id().to_string(),
+        spec_hash: study.spec_hash(),
+        dry_run: true,
+        ledger: ledger
+            .as_ref()
+            .map(|l| l.url().to_string())
+            .unwrap_or(url.clone()),
+        strategy: study.strategy.clone(),
+        knobs: study.knobs.len(),
+        grid_configs: study.grid_size().to_string(),
+        repeats: plan.repeats,
+        warmup: plan.warmup,
+        cells: (0..plan.cells.len())
+            .map(|c| CellView {
+                cell: space::cell_label(&study, &plan.cells[c]),
+                configs: plan.configs_in_cell(c),
+                pruned_by_constraints: plan.pruned[c],
+                trials_per_class: plan.trials_in_cell(c),
+            })
+            .collect(),
+        classes: class_views,
+        hosts: host_views,
+        dag: plan.node_counts(),
+        total_trials: plan.total_trials(),
+        ledger_trials_held: held.len(),
+        ledger_trials_in_plan: in_plan,
+        typical_run_seconds: typical,
+        typical_run_source: if typical.is_some() {
+            format!("median of {} run times in the ledger", timings.len())
+        } else {
+            "no timings in the ledger yet: only the timeout bound is known".to_string()
+        },
+        first_configs: first,
+        notes: plan.notes.clone(),
+        search: plan.search.clone(),
+    };
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&view).map_err(failed)?);
+    } else {
+        print!("{}", crate::term::escape_block(&render_plan(&view)));
+    }
+    Ok(())
+}
+
+/// The first configs an adaptive search tries at the first cell, in order:
+/// hyperband's seeded draw order, TPE's first suggestions (before any
+/// result). A launch hands them out in this order (`--seed-from` aside).
+fn first_search_configs(study: &Study, plan: &Plan, n: usize) -> Result<Vec<u64>, String> {
+    let accept = space::search_filter(study, &plan.space, &plan.cells[0], HashSet::new())?;
+    match study.strategy {
+        crate::spec::Strategy::Hyperband { seed, .. } => {
+            Ok(crate::search::Source::new(plan.space.size(), seed, accept)
+                .take(n)
+                .collect())
+        }
+        crate::spec::Strategy::Tpe { seed, .. } => {
+            let better = study
+                .fidelity
+                .as_ref()
+                .map(|f| f.proxy.better)
+                .unwrap_or(study.objective.better);
+            let mut tpe = crate::search::Tpe::for_study(study, better, seed)?;
+            let mut pending = std::collections::HashSet::new();
+            let mut out = Vec::new();
+            let mut refused = 0;
+            while out.len() < n && refused < 10_000 {
+                let Some(c) = tpe.suggest(&pending) else {
+                    break;
+                };
+                if accept(c) {
+                    pending.insert(c);
+                    out.push(c);
+                } else {
+                    refused += 1;
+                    tpe.exclude(c)?;
+                }
+            }
+            Ok(out)
+        }
+        _ => Ok(Vec::new()),
+    }
+}
+
+/// How many of the plan's sweep trials on its probed classes the ledger
+/// already holds (`held`: trial keys with any attempt).
+fn count_in_plan(study: &Study, plan: &Plan, held: &BTreeMap<String, usize>) -> u64 {
+    plan.classes
+        .iter()
+        .filter(|c| c.probed)
+        .flat_map(|c| plan.sweep_trials(study, study.id(), &c.id))
+        .filter(|t| held.contains_key(&t.key))
+        .count() as u64
+}
+
+fn render_plan(v: &PlanView) -> String {
+    use std::fmt::Write as _;
+    let mut o = String::new();
+    let _ = writeln!(
+        o,
+        "plan for study {} (spec {}) · dry run: nothing runs, nothing is written",
+        v.study,
+        &v.spec_hash[..12]
+    );
+    let strategy = match &v.strategy {
+        crate::spec::Strategy::Grid => "grid".to_string(),
+        crate::spec::Strategy::Random { seed, count } => {
+            format!("random (seed {seed}, {count} configs)")
+        }
+        crate::spec::Strategy::Hyperband {
+            seed, finalists, ..
+        } => format!("hyperband (seed {seed}, top {finalists} promoted to the objective)"),
+        crate::spec::Strategy::Tpe {
+            seed,
+            count,
+            finalists,
+            ..
+        } => format!(
+            "tpe (seed {seed}, {count} configs suggested, top {finalists} promoted to the objective)"
+        ),
+    };
+    let _ = writeln!(
+        o,
+        "space: {} knobs, {} configs in the grid, strategy {strategy}; {} repeats per config, {} warm-up runs",
+        v.knobs, v.grid_configs, v.repeats, v.warmup
+    );
+    let dag: Vec<String> = v.dag.iter().map(|(k, n)| format!("{n} {k}")).collect();
+    let _ = writeln!(o, "DAG: {} nodes (acyclic)", dag.join(", "));
+    let held = match v.ledger_trials_in_plan {
+        Some(n) => format!(
+            "{} trials held, {n} of them in this plan (they will not run again)",
+            v.ledger_trials_held
+        ),
+        None => "no trials of this study yet".to_string(),
+    };
+    let _ = writeln!(o, "ledger: {} · {held}", v.ledger);
+    if let Some(sp) = &v.search {
+        render_search_plan(&mut o, sp, v.repeats);
+    }
+    let _ = writeln!(o, "\ncells (per host class):");
+    let _ = writeln!(
+        o,
+        "  {:<32} {:>10} {:>10} {:>10}",
+        "cell", "configs", "pruned", "trials"
+    );
+    for c in &v.cells {
+        let _ = writeln!(
+            o,
+            "  {:<32} {:>10} {:>10} {:>10}",
+            c.cell, c.configs, c.pruned_by_constraints, c.trials_per_class
+        );
+    }
+    let _ = writeln!(o, "\nhost classes:");
+    for c in &v.classes {
+        let _ = writeln!(
+            o,
+            "  {} · {} · hosts: {} · {} slots",
+            c.host_class,
+            c.label,
+            c.hosts.join(", "),
+            c.slots
+        );
+        let expected = match (c.cost.expected_trial_seconds, c.cost.expected_wall_seconds) {
+            (Some(t), Some(w)) => format!(
+                "expected ~{} of trial time (~{} wall)",
+                fmt_secs(t),
+                fmt_secs(w)
+            ),
+            _ => "expected cost unknown until the ledger has timings".to_string(),
+        };
+        let _ = writeln!(
+            o,
+            "    {} trials, {} runs with warm-ups · at most {} of trial time if every run hits its timeout ({} wall) · {expected}",
+            c.trials,
+            c.cost.runs,
+            fmt_secs(c.cost.worst_trial_seconds),
+            fmt_secs(c.cost.worst_wall_seconds),
+        );
+    }
+    let _ = writeln!(o, "  ({})", v.typical_run_source);
+    let _ = writeln!(o, "\nhosts:");
+    for h in &v.hosts {
+        let _ = writeln!(
+            o,
+            "  {:<20} {:<6} {} slots · ~{} trials",
+            h.host, h.transport, h.slots, h.trials_share,
+        );
+    }
+    let _ = writeln!(
+        o,
+        "\nfirst configs (cell {}):",
+        v.first_configs
+            .first()
+            .map(|c| c.cell.as_str())
+            .unwrap_or("")
+    );
+    for c in &v.first_configs {
+        let _ = writeln!(o, "  #{} {}\n      $ {}", c.index, c.label, c.command);
+    }
+    let _ = writeln!(o, "\ntotal: {} trials", v.total_trials);
+    for n in &v.notes {
+        let _ = writeln!(o, "note: {n}");
+    }
+    o
+}
+
+fn render_search_plan(o: &mut String, sp: &crate::plan::SearchPlan, repeats: u32) {
+    use std::fmt::Write as _;
+    let unit = if sp.budget_unit.is_empty() {
+        String::new()
+    } else {
+        format!(" {}", sp.budget_unit)
+    };
+    let fmt_b = crate::report::render::budget;
+    let _ = writeln!(
+        o,
+        "\nadaptive search: {} (seed {}), per host class and cell; decided on a virtual clock of {} where a run takes its budget plus fidelity.fixed_cost (the same decisions whatever order results arrive in)",
+        sp.strategy,
+        sp.seed,
+        sp.parallel
+            .map(|p| format!("{p} workers"))
+            .unwrap_or_else(|| "as many workers as the class has slots at launch".to_string())
+    );
+    if !sp.brackets.is_empty() {
+        let _ = writeln!(
+            o,
+            "  brackets (configs @ budget{unit} per rung; the best 1/eta of a rung go on; ASHA promotes as results arrive, at most the next rung's count early){}:",
+            if sp.iterations > 1 {
+                format!(
+                    ", run {} times over different configs (iterations)",
+                    sp.iterations
+                )
+            } else {
+                String::new()
+            }
+        );
+        for (s, rungs) in &sp.brackets {
+            let chain: Vec<String> = rungs
+                .iter()
+                .map(|(b, n, keep)| format!("{n} @ {} (keep {keep})", fmt_b(*b)))
+                .collect();
+            let _ = writeln!(o, "    s={s}: {}", chain.join(" → "));
+        }
+    }
+    let base: Vec<String> = sp.baseline_budgets.iter().map(|b| fmt_b(*b)).collect();
+    if !base.is_empty() {
+        let _ = writeln!(
+            o,
+            "  baseline at {}{unit} (the gate's reference output at each budget)",
+            base.join(", ")
+        );
+    }
+    let _ = writeln!(
+        o,
+        "  screening: {} runs spending {}{unit} (at most {} runs, {}{unit}, if early promotions misfire)",
+        sp.rung_trials,
+        fmt_b(sp.search_budget),
+        sp.rung_trials_bound,
+        fmt_b(sp.search_budget_bound)
+    );
+    let at = sp
+        .max_budget
+        .map(|m| format!(" at {}{unit}", fmt_b(m)))
+        .unwrap_or_default();
+    let _ = writeln!(
+        o,
+        "  objective stage: top {} finalists + baseline × {repeats} repeats = {} trials{at}, then anchors and confirmation as in a grid",
+        sp.finalists, sp.objective_trials
+    );
+    let _ = writeln!(
+        o,
+        "  expected trial-seconds: {:.1}% of a full grid's ({} candidates + baseline × {repeats} repeats = {} trials{at}; a run's time taken as its budget{})",
+        sp.share_of_grid * 100.0,
+        sp.grid_candidates,
+        sp.grid_trials,
+        if sp.fixed_cost > 0.0 {
+            format!(" plus fidelity.fixed_cost {}{unit}", fmt_b(sp.fixed_cost))
+        } else {
+            " (fidelity.fixed_cost 0)".to_string()
+        }
+    );
+}

@@ -1,0 +1,88 @@
+//! `tunectl report`: per host class and cell, the baseline, the winner and
+//! the rejected configs, from the ledger.
+
+use std::collections::{HashMap, HashSet};
+use std::path::Path;
+
+use super::inputs::load_analysis;
+use super::{CliError, say_err};
+use crate::cli::ReportArgs;
+use crate::plan::Plan;
+use crate::report;
+use crate::space::ConfigSpace;
+use crate::spec::Study;
+
+/// Render the analysis (of one shard's configs with `--shard`).
+pub async fn run(a: ReportArgs) -> Result<(), CliError> {
+    let analysis = load_analysis(&a.study, a.ledger.as_deref()).await?;
+    let study = Path::new(&a.study)
+        .is_file()
+        .then(|| Study::load(Path::new(&a.study)))
+        .transpose()?;
+    // The study's candidate order (baseline first) orders measurement rows
+    // and tells a shard's configs.
+    let order: Option<(HashMap<u64, u64>, ConfigSpace, HashSet<u64>)> = match &study {
+        Some(s) if s.strategy == crate::spec::Strategy::Grid => {
+            let space = ConfigSpace::new(s).map_err(CliError::Invalid)?;
+            let all = Plan::grid_candidates(s, &space).map_err(CliError::Invalid)?;
+            let pos: HashMap<u64, u64> = std::iter::once(space.baseline())
+                .chain(all.iter().copied())
+                .enumerate()
+                .map(|(i, c)| (c, i as u64))
+                .collect();
+            let mine: HashSet<u64> = match a.shard {
+                Some(sh) => sh.select(&all).iter().copied().collect(),
+                None => all.iter().copied().collect(),
+            };
+            Some((pos, space, mine))
+        }
+        _ => None,
+    };
+    let Some(sh) = a.shard else {
+        let text = match (a.format, &order, &study) {
+            (report::Format::Measurements, Some((pos, space, _)), Some(s)) => {
+                report::render::render_measurements(
+                    &analysis,
+                    &|c| space.index_of(s, c).and_then(|i| pos.get(&i).copied()),
+                    &|_| true,
+                )
+            }
+            _ => report::render(&analysis, a.format, a.all),
+        };
+        print!("{text}");
+        return Ok(());
+    };
+    let (Some((pos, space, mine)), Some(s)) = (&order, &study) else {
+        return Err(CliError::Invalid(format!(
+            "--shard {sh}: needs the study file of a grid study (a study id does not say which configs each shard holds)"
+        )));
+    };
+    let in_shard = |c: &serde_json::Value| {
+        space.index_of(s, c).is_some_and(|i| {
+            // The baseline's rows belong to the first shard.
+            mine.contains(&i) || (i == space.baseline() && sh.index() == 1)
+        })
+    };
+    let text = match a.format {
+        report::Format::Measurements => report::render::render_measurements(
+            &analysis,
+            &|c| space.index_of(s, c).and_then(|i| pos.get(&i).copied()),
+            &in_shard,
+        ),
+        _ => {
+            let mut analysis = analysis;
+            for class in &mut analysis.classes {
+                for cell in &mut class.cells {
+                    cell.eligible.retain(|r| in_shard(&r.config));
+                    cell.rejected.retain(|r| in_shard(&r.config));
+                }
+            }
+            say_err!(
+                "note: shard {sh}: only this shard's configs are listed; decisions (fastest, what ships) are those of the whole ledger"
+            );
+            report::render(&analysis, a.format, a.all)
+        }
+    };
+    print!("{text}");
+    Ok(())
+}

@@ -1,0 +1,224 @@
+//! `tunectl status`: per host class, trials done, failed, lost, running
+//! and pending.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+
+use serde::Serialize;
+
+use super::inputs::{ledger_url, study_arg};
+use super::{CliError, failed, say};
+use crate::cli::StatusArgs;
+use crate::ledger::Ledger;
+use crate::plan::{ClassInfo, Plan, PlanHost, Progress};
+
+#[derive(Serialize, Default)]
+struct ClassStatus {
+    host_class: String,
+    label: String,
+    hosts: Vec<String>,
+    /// Sweep trials (the planned grid) done, failed, and lost without a
+    /// later terminal attempt.
+    done: u64,
+    failed: u64,
+    lost: u64,
+    running: u64,
+    /// Baseline anchors and confirmation-round trials recorded (not part
+    /// of the planned sweep).
+    anchors: u64,
+    confirm_trials: u64,
+    /// An adaptive search's screening runs (rung trials) finished.
+    screening: u64,
+    /// Planned sweep trials without a terminal attempt and not running;
+    /// `None` without the study file.
+    pending: Option<u64>,
+    /// Planned sweep trials that will not run: their config failed in that
+    /// cell, or the cell's baseline failed.
+    skipped: Option<u64>,
+    planned: Option<u64>,
+}
+
+/// Count, per host class, what the ledger holds of the study and what is
+/// left.
+pub async fn run(a: StatusArgs) -> Result<(), CliError> {
+    let (study_id, study) = study_arg(&a.study)?;
+    let url = ledger_url(a.ledger.as_deref(), study.as_ref(), None);
+    let Some(ledger) = Ledger::open_existing(&url).map_err(failed)? else {
+        return Err(CliError::Failed(format!("no ledger at `{url}`")));
+    };
+    ledger.check_reachable().await.map_err(failed)?;
+    if ledger
+        .read_study(&study_id)
+        .await
+        .map_err(failed)?
+        .is_none()
+    {
+        return Err(CliError::Failed(format!(
+            "study `{study_id}` is not in the ledger `{}`",
+            ledger.url()
+        )));
+    }
+    let scan = ledger.scan(&study_id).await.map_err(failed)?;
+    let (hosts, _) = ledger.hosts(&study_id).await.map_err(failed)?;
+    let leases = ledger.live_leases(&study_id).await.map_err(failed)?;
+    let mut classes: BTreeMap<String, ClassStatus> = BTreeMap::new();
+    for h in &hosts {
+        let c = classes
+            .entry(h.host_class.clone())
+            .or_insert_with(|| ClassStatus {
+                host_class: h.host_class.clone(),
+                ..Default::default()
+            });
+        c.label = h.class_label.clone();
+        if !c.hosts.contains(&h.host) {
+            c.hosts.push(h.host.clone());
+        }
+    }
+    let terminal = scan.terminal();
+    let mut key_class: BTreeMap<&str, &str> = BTreeMap::new();
+    for (key, attempts) in scan.by_trial() {
+        let Some(first) = attempts.first() else {
+            continue;
+        };
+        key_class.insert(key, first.host_class.as_str());
+        let c = classes.entry(first.host_class.clone()).or_default();
+        c.host_class = first.host_class.clone();
+        match first.role {
+            crate::trial::RoleKind::Anchor => {
+                // An anchor lost with its host is not a missing trial.
+                c.anchors += u64::from(terminal.contains_key(key));
+                continue;
+            }
+            crate::trial::RoleKind::Confirm => {
+                c.confirm_trials += u64::from(terminal.contains_key(key));
+                continue;
+            }
+            crate::trial::RoleKind::Rung => {
+                c.screening += u64::from(terminal.contains_key(key));
+                continue;
+            }
+            // Not a trial of any plan: nothing this tunectl runs or waits for.
+            crate::trial::RoleKind::Unknown(_) => continue,
+            crate::trial::RoleKind::Sweep => {}
+        }
+        match terminal.get(key).map(|t| t.status) {
+            Some(crate::ledger::AttemptStatus::Ok) => c.done += 1,
+            Some(_) => c.failed += 1,
+            None => c.lost += 1,
+        }
+    }
+    for l in &leases {
+        let class = key_class.get(l.trial_key.as_str()).copied().or_else(|| {
+            hosts
+                .iter()
+                .rev()
+                .find(|h| h.host == l.host)
+                .map(|h| h.host_class.as_str())
+        });
+        if let Some(class) = class
+            && let Some(c) = classes.get_mut(class)
+        {
+            c.running += 1;
+            // A running trial with an earlier lost attempt is not lost.
+            if key_class.contains_key(l.trial_key.as_str())
+                && !terminal.contains_key(l.trial_key.as_str())
+            {
+                c.lost = c.lost.saturating_sub(1);
+            }
+        }
+    }
+    // An adaptive search's sweep trials (its objective stage) are known
+    // only as its results arrive: no pending count.
+    if let Some(study) = study.as_ref().filter(|s| !s.strategy.is_adaptive()) {
+        let plan_hosts: Vec<PlanHost> = classes
+            .values()
+            .map(|c| PlanHost {
+                name: c.hosts.first().cloned().unwrap_or_default(),
+                transport: "recorded".to_string(),
+                slots: 1,
+                class: Some(ClassInfo {
+                    id: c.host_class.clone(),
+                    label: c.label.clone(),
+                }),
+            })
+            .collect();
+        if let Ok(plan) = Plan::build(study, &plan_hosts) {
+            let mut progress = Progress {
+                done: terminal.keys().copied().collect(),
+                running: leases.iter().map(|l| l.trial_key.as_str()).collect(),
+                ..Default::default()
+            };
+            // Failed configs and baselines, per class.
+            let mut failed_configs: HashMap<&str, HashSet<(u32, u64)>> = HashMap::new();
+            let mut failed_baselines: HashMap<&str, HashSet<u32>> = HashMap::new();
+            for a in terminal.values() {
+                if a.role == crate::trial::RoleKind::Sweep
+                    && a.status == crate::ledger::AttemptStatus::Failed
+                {
+                    let class = a.host_class.as_str();
+                    failed_configs
+                        .entry(class)
+                        .or_default()
+                        .insert((a.cell_index, a.config_index));
+                    if a.is_baseline && a.repeat == 0 {
+                        failed_baselines
+                            .entry(class)
+                            .or_default()
+                            .insert(a.cell_index);
+                    }
+                }
+            }
+            for c in classes.values_mut() {
+                let class = c.host_class.as_str();
+                progress.failed_configs = failed_configs.remove(class).unwrap_or_default();
+                progress.failed_baselines = failed_baselines.remove(class).unwrap_or_default();
+                let left = plan.still_to_run(study, study.id(), &c.host_class, &progress);
+                c.planned = Some(plan.trials_per_class());
+                c.pending = Some(left.to_run.len() as u64);
+                c.skipped = Some(left.skipped.len() as u64);
+            }
+        }
+    }
+    let rows: Vec<&ClassStatus> = classes.values().collect();
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&rows).map_err(failed)?);
+        return Ok(());
+    }
+    say!("study {study_id} · ledger {}", ledger.url());
+    if rows.is_empty() {
+        say!("no host has been probed for this study yet");
+    }
+    for c in rows {
+        let opt = |v: Option<u64>| v.map(|n| n.to_string()).unwrap_or_else(|| "?".to_string());
+        say!(
+            "{} · {} · hosts: {}\n  done {} · failed {} · lost {} · running {} · pending {} · skipped {} (of {} planned sweep trials){}; besides: {} baseline anchors, {} confirmation trials",
+            c.host_class,
+            c.label,
+            c.hosts.join(", "),
+            c.done,
+            c.failed,
+            c.lost,
+            c.running,
+            opt(c.pending),
+            opt(c.skipped),
+            opt(c.planned),
+            match (&study, c.pending) {
+                (_, Some(_)) => String::new(),
+                (Some(s), None) if s.strategy.is_adaptive() => format!(
+                    " · {} screening runs of the {} search done; its sweep trials are planned as it goes",
+                    c.screening,
+                    s.strategy.name()
+                ),
+                _ => " · give the study file for pending counts".to_string(),
+            },
+            c.anchors,
+            c.confirm_trials
+        );
+    }
+    if !scan.corrupt.is_empty() {
+        say!(
+            "{} unreadable ledger objects (`tunectl ledger check` lists them)",
+            scan.corrupt.len()
+        );
+    }
+    Ok(())
+}

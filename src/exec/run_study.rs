@@ -10,7 +10,7 @@
 //! the ledger records of voids, drops and plans. Every event goes through
 //! one [`Emitter`], which counts it and passes it to the reporter.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -288,18 +288,6 @@ pub async fn run_study(
                 .unwrap_or(0)
         })
         .collect();
-    let mut bucket_of_cell = Vec::new();
-    let mut cells_of_bucket: HashMap<String, Vec<u32>> = HashMap::new();
-    let mut bucket_labels = HashMap::new();
-    for (i, cell) in plan.cells.iter().enumerate() {
-        let b = crate::report::buckets::bucket_of(&record.spec, &space::cell_json(study, cell));
-        cells_of_bucket
-            .entry(b.key.clone())
-            .or_default()
-            .push(i as u32);
-        bucket_labels.insert(b.key.clone(), b.label);
-        bucket_of_cell.push(b.key);
-    }
     let (budgets, objective_budget) = trial_budgets(study).map_err(LaunchError::Other)?;
     let terminal = scan.terminal();
     let setup = Setup {
@@ -310,9 +298,6 @@ pub async fn run_study(
         class_ids: class_ids.clone(),
         host_class: host_class.clone(),
         host_names: hosts.iter().map(|h| h.name.clone()).collect(),
-        bucket_of_cell,
-        cells_of_bucket,
-        bucket_labels,
         budgets,
         objective_budget,
         tolerance: crate::gate::ToleranceSpec::from_spec(&record.spec),
@@ -838,7 +823,7 @@ impl<'a> Launch<'a> {
             .unwrap_or_default();
         for (bucket, members) in ready {
             let winner = self.draft_winner(class, &bucket, &members).await;
-            self.with_sched(|s| s.queue_confirmation(class, &bucket, &members, winner));
+            self.with_sched(|s| s.queue_confirmation(class, &members, winner));
             self.notify.notify_waiters();
         }
     }

@@ -162,11 +162,6 @@ pub struct Setup<'a> {
     /// Planned class of each host.
     pub host_class: Vec<usize>,
     pub host_names: Vec<String>,
-    /// Bucket key of every cell, the cells of every bucket, and bucket
-    /// labels by key.
-    pub bucket_of_cell: Vec<String>,
-    pub cells_of_bucket: HashMap<String, Vec<u32>>,
-    pub bucket_labels: HashMap<String, String>,
     /// Budgets rung trials run at, ascending, as trials receive them
     /// (`[None]` without a `fidelity:` section).
     pub budgets: Vec<Option<f64>>,
@@ -371,20 +366,37 @@ impl<'a> Setup<'a> {
     /// Queue every sweep trial of a cell except the baseline's first repeat
     /// and those already done. Returns (queued, already done).
     fn release_cell(&self, cs: &mut ClassState, class: usize, cell: u32) -> (u64, u64) {
-        let positions = self.positions(cs, cell);
+        // (repeat, position, key) of every sweep trial of the cell: the
+        // plan's list for a grid or random study (what `status` counts too),
+        // the finalists of an adaptive one.
+        let trials: Vec<(u32, u64, String)> = if self.adaptive() {
+            let positions = self.positions(cs, cell);
+            (0..self.plan.repeats)
+                .flat_map(|repeat| positions.iter().map(move |&pos| (repeat, pos)))
+                .map(|(repeat, pos)| {
+                    (
+                        repeat,
+                        pos,
+                        self.key_of(class, Unit::sweep(cell, repeat, pos)),
+                    )
+                })
+                .collect()
+        } else {
+            self.plan
+                .sweep_trials_in_cell(self.study, self.study_id, &self.class_ids[class], cell)
+                .map(|t| (t.repeat, t.pos, t.key))
+                .collect()
+        };
         let (mut queued, mut done) = (0, 0);
-        for repeat in 0..self.plan.repeats {
-            for &pos in &positions {
-                if repeat == 0 && pos == 0 {
-                    continue;
-                }
-                let unit = Unit::sweep(cell, repeat, pos);
-                if self.done.contains(&self.key_of(class, unit)) {
-                    done += 1;
-                } else {
-                    cs.ready.push(Reverse(unit));
-                    queued += 1;
-                }
+        for (repeat, pos, key) in trials {
+            if repeat == 0 && pos == 0 {
+                continue;
+            }
+            if self.done.contains(&key) {
+                done += 1;
+            } else {
+                cs.ready.push(Reverse(Unit::sweep(cell, repeat, pos)));
+                queued += 1;
             }
         }
         *cs.outstanding.entry(cell).or_insert(0) += queued;
@@ -821,16 +833,11 @@ impl<'a> Scheduler<'a> {
         let mut ready = Vec::new();
         let cs = &mut self.st.classes[class];
         for cell in cells {
-            let bucket = &self.s.bucket_of_cell[*cell as usize];
+            let bucket = &self.s.plan.bucket_of_cell(*cell as usize).key;
             if cs.confirm_started.contains(bucket) {
                 continue;
             }
-            let members = self
-                .s
-                .cells_of_bucket
-                .get(bucket)
-                .cloned()
-                .unwrap_or_default();
+            let members = self.s.plan.cells_of_bucket(bucket);
             let complete = members.iter().all(|c| {
                 cs.released.contains(c) && cs.outstanding.get(c).copied().unwrap_or(0) == 0
             });
@@ -843,13 +850,12 @@ impl<'a> Scheduler<'a> {
         ready
     }
 
-    /// Queue the confirmation round of `bucket` (from `buckets_ready`) on
-    /// `class`: the baseline and `winner`, interleaved, at every cell of
-    /// the bucket. No winner: nothing to confirm.
+    /// Queue the confirmation round of a bucket (its cells `members`, from
+    /// `buckets_ready`) on `class`: the baseline and `winner`, interleaved,
+    /// at every cell of the bucket. No winner: nothing to confirm.
     pub fn queue_confirmation(
         &mut self,
         class: usize,
-        bucket: &str,
         members: &[u32],
         winner: Option<u64>,
     ) -> u64 {
@@ -870,14 +876,11 @@ impl<'a> Scheduler<'a> {
             }
         }
         cs.pending = cs.pending.saturating_sub(1);
-        if queued > 0 {
+        if queued > 0
+            && let Some(&cell) = members.first()
+        {
             self.out.push(LaunchEvent::ConfirmationQueued {
-                bucket: self
-                    .s
-                    .bucket_labels
-                    .get(bucket)
-                    .cloned()
-                    .unwrap_or_default(),
+                bucket: self.s.plan.bucket_of_cell(cell as usize).label.clone(),
                 class: self.s.class_ids[class].clone(),
                 trials: queued,
             });

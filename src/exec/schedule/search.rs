@@ -345,13 +345,10 @@ impl Scheduler<'_> {
             },
         });
         search.finalists = Some(picked);
-        let bucket = &self.s.bucket_of_cell[cell as usize];
         let members = self
             .s
-            .cells_of_bucket
-            .get(bucket)
-            .cloned()
-            .unwrap_or_default();
+            .plan
+            .cells_of_bucket(&self.s.plan.bucket_of_cell(cell as usize).key);
         let all_over = members
             .iter()
             .all(|m| cs.searches.get(m).is_none_or(|s| s.finalists.is_some()));

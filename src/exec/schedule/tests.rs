@@ -53,17 +53,12 @@ fn fixture(extra: &str) -> (&'static Study, &'static Plan) {
 /// A scheduler over `fixture`; `one_bucket`: both cells form one bucket
 /// (else a bucket per cell).
 fn scheduler(extra: &str, one_bucket: bool, sharded: bool) -> Scheduler<'static> {
-    let (study, plan) = fixture(extra);
-    let keys: Vec<String> = if one_bucket {
-        vec!["all".to_string(), "all".to_string()]
+    let extra = if one_bucket {
+        [extra, "buckets: {n: all}\n"].concat()
     } else {
-        vec!["b0".to_string(), "b1".to_string()]
+        extra.to_string()
     };
-    let mut cells_of_bucket: HashMap<String, Vec<u32>> = HashMap::new();
-    for (i, k) in keys.iter().enumerate() {
-        cells_of_bucket.entry(k.clone()).or_default().push(i as u32);
-    }
-    let bucket_labels = keys.iter().map(|k| (k.clone(), k.clone())).collect();
+    let (study, plan) = fixture(&extra);
     Scheduler::new(Setup {
         study,
         study_id: "t",
@@ -72,9 +67,6 @@ fn scheduler(extra: &str, one_bucket: bool, sharded: bool) -> Scheduler<'static>
         class_ids: plan.classes.iter().map(|c| c.id.clone()).collect(),
         host_class: vec![0, 0, 1],
         host_names: vec!["x".to_string(), "y".to_string(), "z".to_string()],
-        bucket_of_cell: keys,
-        cells_of_bucket,
-        bucket_labels,
         budgets: vec![None],
         objective_budget: None,
         tolerance: None,
@@ -306,18 +298,19 @@ fn a_bucket_confirms_once_all_its_cells_are_measured_and_its_round_runs_first() 
     s.finish(0, 0, b0, Some(&r));
     assert!(s.buckets_ready(0, &[0]).is_empty());
     drain(&mut s, 0, 0, AttemptStatus::Ok);
+    let bucket = s.setup().plan.bucket_of_cell(0).clone();
     let ready = s.buckets_ready(0, &[0, 1]);
-    assert_eq!(ready, vec![("all".to_string(), vec![0, 1])]);
+    assert_eq!(ready, vec![(bucket.key.clone(), vec![0, 1])]);
     // Asked again: already started.
     assert!(s.buckets_ready(0, &[1]).is_empty());
     s.take_events();
-    let queued = s.queue_confirmation(0, "all", &[0, 1], Some(2));
+    let queued = s.queue_confirmation(0, &[0, 1], Some(2));
     // baseline and winner, 2 rounds, 2 cells.
     assert_eq!(queued, 8);
     assert_eq!(
         s.take_events(),
         vec![LaunchEvent::ConfirmationQueued {
-            bucket: "all".to_string(),
+            bucket: bucket.label.clone(),
             class: "hc-a".to_string(),
             trials: 8
         }]

@@ -23,8 +23,40 @@ use crate::yaml_out::{self, Yaml};
 /// Layout version of a tuned file.
 pub const SCHEMA: u32 = 1;
 
-/// Level of a bucket that has no decision yet.
-pub const PENDING: &str = "pending";
+/// A bucket's level in a tuned file: the report's level, or `pending`
+/// when nothing decided it yet (what `apply` ships there is the baseline).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum TunedLevel {
+    Verdict,
+    Draft,
+    Pending,
+}
+
+impl TunedLevel {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TunedLevel::Verdict => "verdict",
+            TunedLevel::Draft => "draft",
+            TunedLevel::Pending => "pending",
+        }
+    }
+}
+
+impl From<crate::report::analysis::Level> for TunedLevel {
+    fn from(l: crate::report::analysis::Level) -> TunedLevel {
+        match l {
+            crate::report::analysis::Level::Verdict => TunedLevel::Verdict,
+            crate::report::analysis::Level::Draft => TunedLevel::Draft,
+        }
+    }
+}
+
+impl std::fmt::Display for TunedLevel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
 
 // ---------------------------------------------------------------- export
 
@@ -201,7 +233,15 @@ fn bucket_yaml(analysis: &Analysis, b: &BucketReport) -> Yaml {
         .with("bounds", &b.bounds)
         .with("knobs", knobs)
         .with("winner", winner.map(|w| w.label.as_str()))
-        .with("level", if pending { PENDING } else { b.level.as_str() })
+        .with(
+            "level",
+            if pending {
+                TunedLevel::Pending
+            } else {
+                TunedLevel::from(b.level)
+            }
+            .as_str(),
+        )
         .with("level_reason", &b.level_reason)
         .with("decision", &b.decision)
         .with("speedup", winner.map(|w| w.speedup))
@@ -378,7 +418,7 @@ pub struct TunedBucket {
     pub bounds: Json,
     pub knobs: Map<String, Json>,
     pub winner: Option<String>,
-    pub level: String,
+    pub level: TunedLevel,
     pub decision: String,
 }
 
@@ -766,7 +806,7 @@ pub fn choose(files: &[(PathBuf, TunedFile)], host: &ThisHost, cell: &Map<String
         return defaults(reason, Some(path));
     };
     let mut knobs = file.baseline.clone();
-    if bucket.level == PENDING {
+    if bucket.level == TunedLevel::Pending {
         let reason = format!(
             "bucket {} of {class} has no decision yet ({})",
             bucket.label, bucket.decision
@@ -908,7 +948,7 @@ pub fn print_yaml(
         Yaml::map()
             .with("key", &b.key)
             .with("label", &b.label)
-            .with("level", &b.level)
+            .with("level", b.level.as_str())
             .with("winner", b.winner.as_deref())
             .with("decision", &b.decision)
     });
@@ -1261,6 +1301,25 @@ mod tests {
 
         assert_eq!(file.buckets.len(), 3);
         assert_eq!(file.host_class, fp.host_class());
+        let levels: Vec<TunedLevel> = file.buckets.iter().map(|b| b.level).collect();
+        assert_eq!(
+            levels,
+            [TunedLevel::Draft, TunedLevel::Draft, TunedLevel::Pending]
+        );
+    }
+
+    #[test]
+    fn a_tuned_file_with_a_level_it_cannot_have_is_refused() {
+        let (_, text, _, _) = exported();
+        let edited = text.replacen("level: draft", "level: final", 1);
+        assert_ne!(edited, text);
+        let e = parse(Path::new("edited.yaml"), &edited).expect_err("refused");
+        assert!(
+            e.starts_with("edited.yaml: not a tuned file:")
+                && e.contains("`final`")
+                && e.contains("`verdict`, `draft`, `pending`"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -218,6 +218,17 @@ pub async fn run(a: LaunchArgs) -> Result<(), CliError> {
             "the study is incomplete: a host class lost every host (see above)".to_string(),
         ));
     }
+    if !summary.stalled.is_empty() {
+        let classes: Vec<String> = summary
+            .stalled
+            .iter()
+            .map(|(c, n)| format!("{c}: {n} trials"))
+            .collect();
+        return Err(CliError::Stalled(format!(
+            "the launch stopped making progress: no host could take what was left of {} (see above); launch again to run them",
+            classes.join(", ")
+        )));
+    }
     if !drafts.is_empty() || summary.dropped_cells > 0 {
         return Err(CliError::Drafts(format!(
             "the launch finished, but not every bucket is a VERDICT ({} {}{}); what export writes for them is not final:\n  {}",

@@ -52,6 +52,9 @@ pub enum CliError {
     Interrupted,
     /// The launch finished with buckets that are not verdicts (exit 3).
     Drafts(String),
+    /// The launch stopped making progress: a class had trials no host of
+    /// it could take, and its watchdog ended it (exit 4).
+    Stalled(String),
 }
 
 impl From<Diagnostics> for CliError {
@@ -76,6 +79,10 @@ impl CliError {
             CliError::Drafts(m) => {
                 say_err!("note: {m}");
                 ExitCode::from(3)
+            }
+            CliError::Stalled(m) => {
+                say_err!("error: {m}");
+                ExitCode::from(4)
             }
         }
     }

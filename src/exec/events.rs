@@ -181,6 +181,15 @@ pub enum LaunchEvent {
         cell: String,
         reason: DropReason,
     },
+    /// The watchdog: nothing of a class runs or can change, and what it
+    /// still has queued no host of it can take. Those trials (and the
+    /// searches not over) are left for a later launch; the launch ends.
+    Stalled {
+        class: String,
+        trials: u64,
+        searches: usize,
+        cells: Vec<String>,
+    },
     ConfirmationQueued {
         bucket: String,
         class: String,
@@ -381,6 +390,9 @@ pub struct LaunchSummary {
     /// Host classes given up after every host stayed down past
     /// `--host-timeout`: (class label, trials left).
     pub abandoned_classes: Vec<(String, usize)>,
+    /// Classes the watchdog ended (nothing could run what they had left):
+    /// (class label, trials left).
+    pub stalled: Vec<(String, u64)>,
     /// Attempts that ran and could not be written to the ledger. Once one
     /// could not be written the launch started no new trial.
     pub unrecorded: Vec<UnrecordedAttempt>,
@@ -445,6 +457,9 @@ impl LaunchSummary {
                 self.total += count;
             }
             LaunchEvent::CellDropped { .. } => self.dropped_cells += 1,
+            LaunchEvent::Stalled { class, trials, .. } => {
+                self.stalled.push((class.clone(), *trials))
+            }
             LaunchEvent::ConfirmationQueued { trials, .. } => {
                 self.confirm_trials += trials;
                 self.total += trials;
@@ -486,6 +501,11 @@ impl LaunchSummary {
         for c in &o.abandoned_classes {
             if !self.abandoned_classes.contains(c) {
                 self.abandoned_classes.push(c.clone());
+            }
+        }
+        for c in &o.stalled {
+            if !self.stalled.contains(c) {
+                self.stalled.push(c.clone());
             }
         }
         for u in &o.unrecorded {

@@ -385,6 +385,20 @@ pub fn describe(ev: &LaunchEvent) -> Vec<String> {
             "host {host} drops cell {cell}: {}",
             drop_reason(reason)
         )),
+        LaunchEvent::Stalled {
+            class,
+            trials,
+            searches,
+            cells,
+        } => one(format!(
+            "error: class {class} stopped making progress: nothing runs, and no host of it can take its {trials} queued trials{} (cells {}); they are left for a later launch",
+            if *searches > 0 {
+                format!(" or finish its {searches} searches")
+            } else {
+                String::new()
+            },
+            cells.join("; ")
+        )),
         LaunchEvent::ConfirmationQueued {
             bucket,
             class,

@@ -298,6 +298,7 @@ pub async fn run_study(
         class_ids: class_ids.clone(),
         host_class: host_class.clone(),
         host_names: hosts.iter().map(|h| h.name.clone()).collect(),
+        slots: hosts.iter().map(|h| h.slots).collect(),
         budgets,
         objective_budget,
         tolerance: crate::gate::ToleranceSpec::from_spec(&record.spec),
@@ -484,7 +485,16 @@ impl<'a> Launch<'a> {
         }
     }
 
+    /// One slot of a host: run units until its class is done, its host
+    /// leaves or the launch stops; then say so (the scheduler skips what
+    /// only departed workers could have run).
     async fn worker(&self, host_index: usize, host: &LaunchHost, slot: u32) {
+        self.work(host_index, host, slot).await;
+        self.with_sched(|s| s.worker_left(host_index));
+        self.notify.notify_waiters();
+    }
+
+    async fn work(&self, host_index: usize, host: &LaunchHost, slot: u32) {
         let class = self.host_class[host_index];
         loop {
             if self.cancel.is_cancelled() || self.runner.ledger_failing() {
@@ -576,13 +586,25 @@ impl<'a> Launch<'a> {
                     continue;
                 }
             };
-            let anchor_due = self
-                .with_sched(|s| s.finish(class, host_index, unit, ran.as_ref()))
-                .unwrap_or(false);
-            if anchor_due && !self.runner.ledger_failing() {
-                self.anchor(host_index, host, slot, class, unit.cell).await;
-            }
-            if unit.kind == Kind::Sweep {
+            // One call: no other worker sees the unit finished but its
+            // anchor or its bucket's confirmation round not yet counted
+            // (and leaves, thinking the class done).
+            let Some((anchor_due, ready)) = self.with_sched(|s| {
+                let due = s.finish(class, host_index, unit, ran.as_ref());
+                let ready = match unit.kind {
+                    Kind::Sweep => s.buckets_ready(class, &[unit.cell]),
+                    _ => Vec::new(),
+                };
+                (due, ready)
+            }) else {
+                return;
+            };
+            self.confirm(class, ready).await;
+            if anchor_due {
+                if !self.runner.ledger_failing() {
+                    self.anchor(host_index, host, slot, class, unit.cell).await;
+                }
+                self.with_sched(|s| s.anchor_over(class, unit.cell));
                 self.maybe_confirm(class, &[unit.cell]).await;
             }
             self.notify.notify_waiters();
@@ -821,6 +843,12 @@ impl<'a> Launch<'a> {
         let ready = self
             .with_sched(|s| s.buckets_ready(class, cells))
             .unwrap_or_default();
+        self.confirm(class, ready).await;
+    }
+
+    /// Queue the confirmation round of each bucket `buckets_ready` gave,
+    /// with its draft winner.
+    async fn confirm(&self, class: usize, ready: Vec<(String, Vec<u32>)>) {
         for (bucket, members) in ready {
             let winner = self.draft_winner(class, &bucket, &members).await;
             self.with_sched(|s| s.queue_confirmation(class, &members, winner));

@@ -50,11 +50,16 @@ struct FakeHost {
     /// From run `start` to run `end` (counted over every attempt, anchors
     /// included), the host is `factor` times slower: a thermal episode.
     episode: Option<(usize, usize, f64)>,
+    /// From run `start` on, the host heats without end: run `n` is
+    /// `1 + step × (n − start + 1)` times slower.
+    heating: Option<(usize, f64)>,
     /// At this run the host drops: the attempt is lost with it, and the
     /// host answers again after `down_checks` state checks.
     drop_at: Option<usize>,
     down_checks: AtomicUsize,
     noise: Mutex<u64>,
+    /// Wall time of each run.
+    delay: Duration,
 }
 
 impl FakeHost {
@@ -63,9 +68,11 @@ impl FakeHost {
             name: name.to_string(),
             runs: AtomicUsize::new(0),
             episode: None,
+            heating: None,
             drop_at: None,
             down_checks: AtomicUsize::new(0),
             noise: Mutex::new(name.len() as u64 + 1),
+            delay: Duration::ZERO,
         }
     }
 
@@ -105,6 +112,9 @@ impl Transport for FakeHost {
 
     async fn run_attempt(&self, spec: &AttemptSpec, _cancel: &CancellationToken) -> AttemptOutcome {
         tokio::task::yield_now().await;
+        if !self.delay.is_zero() {
+            tokio::time::sleep(self.delay).await;
+        }
         let n = self.runs.fetch_add(1, Ordering::SeqCst);
         if self.drop_at == Some(n) {
             self.down_checks.store(3, Ordering::SeqCst);
@@ -119,8 +129,9 @@ impl Transport for FakeHost {
             .find(|(k, _)| k == "TUNECTL_KNOB_A")
             .and_then(|(_, v)| v.parse().ok())
             .unwrap_or(1);
-        let factor = match self.episode {
-            Some((start, end, f)) if (start..end).contains(&n) => f,
+        let factor = match (self.episode, self.heating) {
+            (Some((start, end, f)), _) if (start..end).contains(&n) => f,
+            (_, Some((start, step))) if n >= start => 1.0 + step * (n - start + 1) as f64,
             _ => 1.0,
         };
         let samples: Vec<f64> = (0..5)
@@ -172,9 +183,13 @@ struct Ran {
 }
 
 async fn launch(hosts: Vec<FakeHost>) -> Ran {
+    launch_study(STUDY, hosts).await
+}
+
+async fn launch_study(text: &str, hosts: Vec<FakeHost>) -> Ran {
     let dir = tempfile::tempdir().expect("temp dir");
     let study =
-        Study::from_text(&dir.path().join("study.yaml"), STUDY).expect("the fake study is valid");
+        Study::from_text(&dir.path().join("study.yaml"), text).expect("the fake study is valid");
     let ledger_dir = dir.path().join("ledger");
     std::fs::create_dir(&ledger_dir).expect("ledger dir");
     let ledger = Ledger::open(&ledger_dir.display().to_string()).expect("ledger");
@@ -327,4 +342,52 @@ fn a_thermal_episode_is_voided_remeasured_and_does_not_change_the_winner() {
         ("a=3".to_string(), serde_json::json!("verdict"))
     );
     counted_once(&r.scan);
+}
+
+/// Issue seen on a real fleet: a host drifts for good while the other
+/// host of its class has run everything else, including the confirmation
+/// round. The drifting host drops the cell and its voided measurements go
+/// back to the queue, which only the other host can run. The launch must
+/// hand them to it and end, not wait for ever.
+#[test]
+fn a_host_that_drops_its_cell_after_its_classmate_finished_does_not_stall_the_launch() {
+    let study = STUDY.replace(
+        "cool_max_wait: 5s",
+        "cool_max_wait: 5s\n  cool_max_retry: 3",
+    );
+    let mut x = FakeHost::new("x");
+    // Heating from its 4th run on, for good: no two anchors agree, it
+    // never settles.
+    x.heating = Some((3, 0.25));
+    // y is slower: x takes the first candidates and its anchor is due.
+    let mut y = FakeHost::new("y");
+    y.delay = Duration::from_millis(5);
+    let rt = current_thread();
+    let r = rt
+        .block_on(async {
+            tokio::time::timeout(Duration::from_secs(30), launch_study(&study, vec![x, y])).await
+        })
+        .expect("the launch ends");
+    assert_eq!(r.summary.dropped_cells, 1, "{:?}", r.events);
+    assert!(r.summary.voided > 0);
+    // What x measured hot was run again, on y.
+    let skipped = r.summary.skipped;
+    assert_eq!(skipped, 0, "{:?}", r.events);
+    counted_once(&r.scan);
+    // The confirmation round waited for the re-measurements.
+    let at = |f: fn(&LaunchEvent) -> bool| r.events.iter().position(f);
+    let remeasured = at(|e| matches!(e, LaunchEvent::Remeasure { .. }));
+    let confirmed = at(|e| matches!(e, LaunchEvent::ConfirmationQueued { .. }));
+    assert!(
+        remeasured < confirmed && remeasured.is_some(),
+        "{:?}",
+        r.events
+    );
+    // y measured the cell in full (and confirmed its winner after the
+    // re-measurements): the drop on x is history.
+    assert_eq!(
+        verdict(&r),
+        ("a=3".to_string(), serde_json::json!("verdict"))
+    );
+    assert!(r.summary.stalled.is_empty());
 }

@@ -162,6 +162,8 @@ pub struct Setup<'a> {
     /// Planned class of each host.
     pub host_class: Vec<usize>,
     pub host_names: Vec<String>,
+    /// Worker slots of each host.
+    pub slots: Vec<u32>,
     /// Budgets rung trials run at, ascending, as trials receive them
     /// (`[None]` without a `fidelity:` section).
     pub budgets: Vec<Option<f64>>,
@@ -187,10 +189,16 @@ pub struct Setup<'a> {
 struct ClassState {
     ready: BinaryHeap<Reverse<Unit>>,
     /// Things that may still add units: cells waiting for their baseline's
-    /// first repeat, confirmation rounds being prepared.
+    /// first repeat, adaptive searches not over.
     pending: usize,
+    /// Confirmation rounds the driver is preparing (reading the draft
+    /// winner from the ledger).
+    confirming: usize,
     /// Units running now.
     in_flight: usize,
+    /// Anchors (and cool-downs) running now, per cell: their host's
+    /// voided measurements may come back to the queue.
+    anchoring: HashMap<u32, usize>,
     failed_configs: HashSet<(u32, u64)>,
     /// Sweep units of a cell not finished yet (queued or running).
     outstanding: HashMap<u32, u64>,
@@ -214,7 +222,19 @@ impl ClassState {
     fn has_work(&self) -> bool {
         !self.ready.is_empty()
             || self.pending > 0
+            || self.confirming > 0
             || self.in_flight > 0
+            || !self.anchoring.is_empty()
+            || !self.deferred.is_empty()
+    }
+
+    /// Whether something running may still add units (a trial, an anchor
+    /// that may void measurements, a confirmation round being prepared),
+    /// or a unit another launcher holds comes back later.
+    fn may_change(&self) -> bool {
+        self.in_flight > 0
+            || !self.anchoring.is_empty()
+            || self.confirming > 0
             || !self.deferred.is_empty()
     }
 
@@ -241,6 +261,8 @@ struct State {
     down: HashMap<usize, Instant>,
     /// Hosts out of this launch (fingerprint changed).
     retired: HashSet<usize>,
+    /// Workers of each host still asking for units.
+    workers: Vec<u32>,
     /// Classes whose every host is down: announced, and given up.
     all_down_announced: HashSet<usize>,
     abandoned: HashSet<usize>,
@@ -410,10 +432,12 @@ impl<'a> Scheduler<'a> {
         let classes = (0..setup.plan.classes.len())
             .map(|_| ClassState::default())
             .collect();
+        let workers = setup.slots.clone();
         Scheduler {
             s: setup,
             st: State {
                 classes,
+                workers,
                 ..State::default()
             },
             out: Vec::new(),
@@ -517,7 +541,9 @@ impl<'a> Scheduler<'a> {
         if self.st.cooling.contains(&host) {
             return (Next::Wait, vec![]);
         }
-        let class_hosts = self.s.class_hosts(class);
+        // Hosts of the class still in this launch: a cell dropped on all of
+        // them is skipped (a host that changed class will not come back).
+        let live_hosts = self.live_hosts(class);
         let mut skipped_failed = 0u64;
         let mut skipped_dropped = 0u64;
         let mut touched = Vec::new();
@@ -556,7 +582,7 @@ impl<'a> Scheduler<'a> {
                         continue;
                     }
                     if dropped.contains(&(host, unit.cell)) {
-                        if class_hosts
+                        if live_hosts
                             .iter()
                             .all(|h| dropped.contains(&(*h, unit.cell)))
                         {
@@ -574,11 +600,7 @@ impl<'a> Scheduler<'a> {
                     let warm = warmed.insert(self.s.warm_key(host, unit));
                     break Next::Run(unit, warm);
                 }
-                None if cs.pending > 0
-                    || cs.in_flight > 0
-                    || !deferred.is_empty()
-                    || !cs.deferred.is_empty() =>
-                {
+                None if cs.pending > 0 || cs.may_change() || !deferred.is_empty() => {
                     break Next::Wait;
                 }
                 None => break Next::Done,
@@ -589,7 +611,69 @@ impl<'a> Scheduler<'a> {
         }
         self.skip(skipped_failed, SkipCause::ConfigFailed);
         self.skip(skipped_dropped, SkipCause::CellDroppedEverywhere);
+        if result == Next::Wait && self.stalled(class, &live_hosts) {
+            self.end_stalled(class);
+            return (Next::Done, touched);
+        }
         (result, touched)
+    }
+
+    /// Hosts of `class` that may still take units: in this launch (not
+    /// changed class), with a worker still asking.
+    fn live_hosts(&self, class: usize) -> Vec<usize> {
+        self.s
+            .class_hosts(class)
+            .into_iter()
+            .filter(|h| {
+                !self.st.retired.contains(h) && self.st.workers.get(*h).is_some_and(|w| *w > 0)
+            })
+            .collect()
+    }
+
+    /// A worker of `host` left (its class is done, its host left, the
+    /// launch stops).
+    pub fn worker_left(&mut self, host: usize) {
+        if let Some(w) = self.st.workers.get_mut(host) {
+            *w = w.saturating_sub(1);
+        }
+    }
+
+    /// The watchdog: nothing of `class` runs or can change, no host of it
+    /// is down (one may answer again), and no host still in the launch can
+    /// take any queued unit. Waiting would never end.
+    fn stalled(&self, class: usize, live_hosts: &[usize]) -> bool {
+        let cs = &self.st.classes[class];
+        if cs.may_change() || live_hosts.iter().any(|h| self.st.down.contains_key(h)) {
+            return false;
+        }
+        let takeable = |u: &Unit| {
+            live_hosts
+                .iter()
+                .any(|h| !self.st.cooling.contains(h) && !self.st.dropped.contains(&(*h, u.cell)))
+        };
+        !cs.ready.iter().any(|Reverse(u)| takeable(u))
+    }
+
+    /// End what `class` still has queued or pending, with its reason; its
+    /// workers leave and the launch goes on with the other classes.
+    fn end_stalled(&mut self, class: usize) {
+        let cs = &mut self.st.classes[class];
+        let units: Vec<Unit> = cs.ready.drain().map(|Reverse(u)| u).collect();
+        let mut cells: Vec<u32> = units.iter().map(|u| u.cell).collect();
+        cells.extend(cs.searches.keys().copied());
+        cells.sort_unstable();
+        cells.dedup();
+        let searches = cs.searches.len();
+        cs.searches.clear();
+        cs.pending = 0;
+        cs.outstanding.clear();
+        self.st.abandoned.insert(class);
+        self.out.push(LaunchEvent::Stalled {
+            class: self.s.plan.classes[class].label.clone(),
+            trials: units.len() as u64,
+            searches,
+            cells: cells.iter().map(|c| self.s.cell_label(*c)).collect(),
+        });
     }
 
     /// Another launcher holds this unit's trial: look again at `when`.
@@ -651,9 +735,29 @@ impl<'a> Scheduler<'a> {
         if unit.is_first_baseline() && !self.st.classes[class].released.contains(&unit.cell) {
             self.release_after_baseline(class, unit.cell, status);
         }
-        match ran.filter(|r| r.status == AttemptStatus::Ok) {
+        let due = match ran.filter(|r| r.status == AttemptStatus::Ok) {
             Some(r) if unit.kind == Kind::Sweep => self.sweep_measured(host, unit, r),
             _ => false,
+        };
+        if due {
+            // Until `anchor_over`: what the anchor voids comes back.
+            *self.st.classes[class]
+                .anchoring
+                .entry(unit.cell)
+                .or_insert(0) += 1;
+        }
+        due
+    }
+
+    /// The anchor that `finish` said was due at `cell` is over (with its
+    /// cool-down, if any; whether it ran or not).
+    pub fn anchor_over(&mut self, class: usize, cell: u32) {
+        let anchoring = &mut self.st.classes[class].anchoring;
+        if let Some(n) = anchoring.get_mut(&cell) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                anchoring.remove(&cell);
+            }
         }
     }
 
@@ -827,7 +931,7 @@ impl<'a> Scheduler<'a> {
     pub fn buckets_ready(&mut self, class: usize, cells: &[u32]) -> Vec<(String, Vec<u32>)> {
         // A shard sees a slice of the candidates: its leader is not the
         // bucket's; the launch without --shard confirms.
-        if self.s.study.measurement.confirm_repeats == 0 || self.s.sharded {
+        if self.s.study.measurement.confirm_repeats == 0 || self.s.sharded || self.st.stopping {
             return Vec::new();
         }
         let mut ready = Vec::new();
@@ -838,12 +942,16 @@ impl<'a> Scheduler<'a> {
                 continue;
             }
             let members = self.s.plan.cells_of_bucket(bucket);
+            // An anchor at one of the cells may still void measurements:
+            // the round waits for them to be taken again.
             let complete = members.iter().all(|c| {
-                cs.released.contains(c) && cs.outstanding.get(c).copied().unwrap_or(0) == 0
+                cs.released.contains(c)
+                    && cs.outstanding.get(c).copied().unwrap_or(0) == 0
+                    && !cs.anchoring.contains_key(c)
             });
             if complete {
                 cs.confirm_started.insert(bucket.clone());
-                cs.pending += 1;
+                cs.confirming += 1;
                 ready.push((bucket.clone(), members));
             }
         }
@@ -875,7 +983,7 @@ impl<'a> Scheduler<'a> {
                 }
             }
         }
-        cs.pending = cs.pending.saturating_sub(1);
+        cs.confirming = cs.confirming.saturating_sub(1);
         if queued > 0
             && let Some(&cell) = members.first()
         {

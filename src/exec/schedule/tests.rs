@@ -67,6 +67,7 @@ fn scheduler(extra: &str, one_bucket: bool, sharded: bool) -> Scheduler<'static>
         class_ids: plan.classes.iter().map(|c| c.id.clone()).collect(),
         host_class: vec![0, 0, 1],
         host_names: vec!["x".to_string(), "y".to_string(), "z".to_string()],
+        slots: vec![1, 1, 1],
         budgets: vec![None],
         objective_budget: None,
         tolerance: None,
@@ -136,7 +137,10 @@ fn drain(s: &mut Scheduler<'_>, class: usize, host: usize, status: AttemptStatus
     let mut out = Vec::new();
     while let (Next::Run(u, _), _) = s.next(class, host, Instant::now()) {
         let r = ran(s, class, u, status, 100.0);
-        s.finish(class, host, u, Some(&r));
+        if s.finish(class, host, u, Some(&r)) {
+            // The driver's anchor: clean, nothing voided.
+            s.anchor_over(class, u.cell);
+        }
         out.push(u);
     }
     out
@@ -625,4 +629,300 @@ fn the_same_results_give_the_same_schedule() {
         (order, s.take_events())
     };
     assert_eq!(run(), run());
+}
+
+#[test]
+fn a_classmate_waits_while_a_host_anchors_and_then_runs_what_it_voided() {
+    let (mut s, measured_units) = measured(&[100.0]);
+    // measured() left host 0 due for an anchor at cell 0 (finish said so).
+    // Host 1 runs everything else of the class meanwhile.
+    let rest = drain(&mut s, 0, 1, AttemptStatus::Ok);
+    assert!(!rest.is_empty());
+    // Nothing left to hand out, but host 0's anchor may void: host 1 waits
+    // instead of leaving, and the bucket of cell 0 is not confirmed yet.
+    assert_eq!(s.next(0, 1, Instant::now()).0, Next::Wait);
+    assert!(s.buckets_ready(0, &[0]).is_empty());
+    s.first_anchor(0, 0, reading(130.0));
+    let Burst::Hot {
+        voids, cooldown, ..
+    } = s.burst(0, 0, &[reading(130.0), reading(131.0), reading(129.0)])
+    else {
+        panic!("a drift");
+    };
+    s.cooled(0, 0, 0, &voids, &cooldown, None, false, Duration::ZERO);
+    s.anchor_over(0, 0);
+    // Host 0 dropped the cell: host 1 takes its voided units.
+    let again = drain(&mut s, 0, 1, AttemptStatus::Ok);
+    for u in &measured_units {
+        assert!(again.contains(u), "{u:?} runs again on host 1");
+    }
+    assert_eq!(s.buckets_ready(0, &[0]).len(), 1);
+}
+
+#[test]
+fn a_cell_dropped_on_every_host_still_in_the_launch_is_skipped() {
+    let (mut s, _) = measured(&[100.0]);
+    s.first_anchor(0, 0, reading(130.0));
+    let Burst::Hot {
+        voids, cooldown, ..
+    } = s.burst(0, 0, &[reading(130.0), reading(131.0), reading(129.0)])
+    else {
+        panic!("a drift");
+    };
+    // Host 1 changed class and left: host 0 alone holds the class.
+    s.host_changed(1, vec![], "a".to_string(), "b".to_string());
+    s.cooled(0, 0, 0, &voids, &cooldown, None, false, Duration::ZERO);
+    s.anchor_over(0, 0);
+    s.take_events();
+    let rest = drain(&mut s, 0, 0, AttemptStatus::Ok);
+    assert!(rest.iter().all(|u| u.cell == 1), "{rest:?}");
+    assert!(
+        skipped(&s.take_events())
+            .iter()
+            .any(|(_, c)| *c == SkipCause::CellDroppedEverywhere)
+    );
+    assert_eq!(s.next(0, 0, Instant::now()).0, Next::Done);
+}
+
+#[test]
+fn the_watchdog_ends_a_class_that_can_never_run_what_it_has_left() {
+    let mut s = scheduler("", false, false);
+    s.seed(&empty_scan());
+    s.take_events();
+    // A state nothing should reach: host 0 dropped both cells, and host 1,
+    // the only one that could run them, cools down with no anchor
+    // running. Waiting would never end.
+    s.st.dropped.insert((0, 0));
+    s.st.dropped.insert((0, 1));
+    s.st.cooling.insert(1);
+    let (next, _) = s.next(0, 0, Instant::now());
+    assert_eq!(next, Next::Done);
+    let events = s.take_events();
+    assert!(
+        matches!(
+            &events[..],
+            [LaunchEvent::Stalled { trials: 2, searches: 0, cells, .. }] if cells.len() == 2
+        ),
+        "{events:?}"
+    );
+    assert!(s.host_left(1, 0));
+    // Class 1 goes on.
+    assert!(matches!(s.next(1, 2, Instant::now()).0, Next::Run(..)));
+}
+
+/// A small deterministic generator for the simulation below.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        // splitmix64
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+
+    fn chance(&mut self, percent: u64) -> bool {
+        self.below(100) < percent
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Worker {
+    Idle,
+    Running(Unit),
+    /// Finished a sweep unit whose anchor is due at this cell.
+    Anchoring(u32),
+    Gone,
+}
+
+/// Play a launch round with random outcomes: results ok, failed, lost,
+/// lost with the host or unrecorded; anchors clean, suspect, drifted,
+/// settled or dropped; hosts going down and coming back; confirmation
+/// rounds with or without a winner. Returns the steps taken and the
+/// events, or panics if the round does not end.
+fn simulate(seed: u64, one_bucket: bool) -> (usize, Vec<LaunchEvent>) {
+    let mut rng = Rng(seed);
+    let mut s = scheduler("", one_bucket, false);
+    s.seed(&empty_scan());
+    let classes = [0usize, 0, 1];
+    let mut workers = [Worker::Idle; 3];
+    let mut down_until: [Option<usize>; 3] = [None; 3];
+    let t0 = Instant::now();
+    let mut events = s.take_events();
+    let confirm =
+        |s: &mut Scheduler<'_>, rng: &mut Rng, class: usize, ready: Vec<(String, Vec<u32>)>| {
+            for (_, members) in ready {
+                let winner = rng.chance(70).then(|| 1 + rng.below(2));
+                s.queue_confirmation(class, &members, winner);
+            }
+        };
+    for step in 0..20_000 {
+        if workers.iter().all(|w| *w == Worker::Gone) {
+            events.extend(s.take_events());
+            return (step, events);
+        }
+        let now = t0 + Duration::from_millis(step as u64);
+        let h = rng.below(3) as usize;
+        let class = classes[h];
+        match workers[h] {
+            Worker::Gone => {}
+            Worker::Idle => {
+                if let Some(until) = down_until[h] {
+                    if step >= until {
+                        down_until[h] = None;
+                        s.host_up(h, class, true);
+                    } else {
+                        if s.host_down(h, class, now, Duration::from_millis(5), now)
+                            == HostGate::Leave
+                        {
+                            workers[h] = Worker::Gone;
+                            s.worker_left(h);
+                        }
+                        continue;
+                    }
+                }
+                if s.host_left(h, class) {
+                    workers[h] = Worker::Gone;
+                    s.worker_left(h);
+                    continue;
+                }
+                let (next, touched) = s.next(class, h, now);
+                let ready = s.buckets_ready(class, &touched);
+                confirm(&mut s, &mut rng, class, ready);
+                match next {
+                    Next::Run(u, _) => workers[h] = Worker::Running(u),
+                    Next::Wait => {}
+                    // As the driver: skipping may have completed a bucket
+                    // whose round was just queued; look again first.
+                    Next::Done if !touched.is_empty() => {}
+                    Next::Done => {
+                        // A worker leaves only when nothing of its class
+                        // runs or may come back to the queue.
+                        let cs = &s.st.classes[class];
+                        assert!(
+                            s.host_left(h, class)
+                                || (cs.in_flight == 0
+                                    && cs.anchoring.is_empty()
+                                    && cs.confirming == 0),
+                            "seed {seed}: host {h} left class {class} with work under way"
+                        );
+                        workers[h] = Worker::Gone;
+                        s.worker_left(h);
+                    }
+                }
+            }
+            Worker::Running(u) => {
+                let roll = rng.below(100);
+                let mut r = ran(
+                    &s,
+                    class,
+                    u,
+                    AttemptStatus::Ok,
+                    100.0 * (1.0 + 0.02 * rng.below(5) as f64),
+                );
+                let ran = match roll {
+                    0..=74 => Some(r),
+                    75..=84 => {
+                        r.status = AttemptStatus::Failed;
+                        Some(r)
+                    }
+                    85..=89 => {
+                        r.status = AttemptStatus::Lost;
+                        Some(r)
+                    }
+                    90..=95 => {
+                        r.status = AttemptStatus::Lost;
+                        r.host_lost = true;
+                        down_until[h] = Some(step + 1 + rng.below(50) as usize);
+                        Some(r)
+                    }
+                    _ => None,
+                };
+                let due = s.finish(class, h, u, ran.as_ref());
+                let ready = match u.kind {
+                    Kind::Sweep => s.buckets_ready(class, &[u.cell]),
+                    _ => Vec::new(),
+                };
+                confirm(&mut s, &mut rng, class, ready);
+                workers[h] = if due {
+                    Worker::Anchoring(u.cell)
+                } else {
+                    Worker::Idle
+                };
+            }
+            Worker::Anchoring(cell) => {
+                s.anchor_started();
+                let hot = rng.chance(30);
+                let first = reading(if hot { 140.0 } else { 101.0 });
+                if s.first_anchor(h, cell, first) == AnchorStep::Burst {
+                    let second = reading(if rng.chance(70) { 140.0 } else { 100.0 });
+                    match s.burst(h, cell, &[first, second, second]) {
+                        Burst::Clean => {}
+                        Burst::WasSlow { voids, .. } => s.requeue(class, cell, &voids, None),
+                        Burst::Hot {
+                            voids,
+                            mut cooldown,
+                            ..
+                        } => {
+                            cooldown.start_try();
+                            let settles = rng.chance(50);
+                            let v = if settles { 100.0 } else { 170.0 };
+                            let settled = cooldown.take(v) && settles;
+                            let with = settled.then(|| reading(v));
+                            s.cooled(
+                                class,
+                                h,
+                                cell,
+                                &voids,
+                                &cooldown,
+                                with,
+                                false,
+                                Duration::ZERO,
+                            );
+                        }
+                    }
+                }
+                s.anchor_over(class, cell);
+                let ready = s.buckets_ready(class, &[cell]);
+                confirm(&mut s, &mut rng, class, ready);
+                workers[h] = Worker::Idle;
+            }
+        }
+        events.extend(s.take_events());
+    }
+    let cs = &s.st.classes[0];
+    panic!(
+        "seed {seed}: the round did not end: {workers:?}; class 0: ready {:?}, pending {}, confirming {}, in flight {}, anchoring {:?}, deferred {:?}; cooling {:?}, dropped {:?}, down {:?}, retired {:?}, abandoned {:?}, down_until {down_until:?}",
+        cs.ready,
+        cs.pending,
+        cs.confirming,
+        cs.in_flight,
+        cs.anchoring,
+        cs.deferred,
+        s.st.cooling,
+        s.st.dropped,
+        s.st.down,
+        s.st.retired,
+        s.st.abandoned
+    );
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(300))]
+
+    #[test]
+    fn every_launch_round_ends_without_its_watchdog(seed in proptest::prelude::any::<u64>(), one_bucket in proptest::prelude::any::<bool>()) {
+        let (_, events) = simulate(seed, one_bucket);
+        let stalled: Vec<&LaunchEvent> = events
+            .iter()
+            .filter(|e| matches!(e, LaunchEvent::Stalled { .. }))
+            .collect();
+        proptest::prop_assert!(stalled.is_empty(), "seed {}: {:?}", seed, stalled);
+    }
 }

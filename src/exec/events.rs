@@ -14,6 +14,7 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 
 use crate::ledger::records::{AttemptStatus, FailureClass};
+use crate::trial::RoleKind;
 
 /// Something that happened in a launch.
 #[derive(Debug, Clone, PartialEq)]
@@ -68,6 +69,9 @@ pub enum LaunchEvent {
     /// An attempt ended and was recorded.
     TrialFinished {
         status: AttemptStatus,
+        /// What it measured: an anchor and a confirmation trial are
+        /// counted apart too.
+        role: RoleKind,
         /// Why a failed attempt was rejected.
         rejection: Option<Rejection>,
     },
@@ -373,13 +377,14 @@ pub struct LaunchSummary {
     pub interrupted: bool,
     /// Ledger objects ignored as unreadable or misplaced.
     pub corrupt_objects: usize,
-    /// Baseline re-measurements taken to watch for drift.
+    /// Baseline re-measurements that ran (and were recorded) to watch for
+    /// drift.
     pub anchors: u64,
-    /// Measurements discarded after drift (and run again).
+    /// Measurements discarded after drift (their trials queued again).
     pub voided: u64,
     /// Cells given up on a host whose baseline would not settle.
     pub dropped_cells: u64,
-    /// Trials of final confirmation rounds.
+    /// Trials of final confirmation rounds that ran (and were recorded).
     pub confirm_trials: u64,
     /// Attempts lost with a host that dropped, queued again.
     pub requeued: u64,
@@ -417,8 +422,13 @@ impl LaunchSummary {
                 self.unreachable_hosts.push((host.clone(), reason.clone()))
             }
             LaunchEvent::TrialStarted => self.running += 1,
-            LaunchEvent::TrialFinished { status, .. } => {
+            LaunchEvent::TrialFinished { status, role, .. } => {
                 self.running = self.running.saturating_sub(1);
+                match role {
+                    RoleKind::Anchor => self.anchors += 1,
+                    RoleKind::Confirm => self.confirm_trials += 1,
+                    _ => {}
+                }
                 match status {
                     AttemptStatus::Ok => {
                         self.ran += 1;
@@ -448,10 +458,7 @@ impl LaunchSummary {
                 left,
                 cause: Abandon::AllDown { .. },
             } => self.abandoned_classes.push((label.clone(), *left)),
-            LaunchEvent::AnchorStarted => {
-                self.anchors += 1;
-                self.total += 1;
-            }
+            LaunchEvent::AnchorStarted => self.total += 1,
             LaunchEvent::Remeasure { count } => {
                 self.voided += count;
                 self.total += count;
@@ -460,10 +467,7 @@ impl LaunchSummary {
             LaunchEvent::Stalled { class, trials, .. } => {
                 self.stalled.push((class.clone(), *trials))
             }
-            LaunchEvent::ConfirmationQueued { trials, .. } => {
-                self.confirm_trials += trials;
-                self.total += trials;
-            }
+            LaunchEvent::ConfirmationQueued { trials, .. } => self.total += trials,
             _ => {}
         }
     }
@@ -567,11 +571,13 @@ mod tests {
             LaunchEvent::TrialStarted,
             LaunchEvent::TrialFinished {
                 status: AttemptStatus::Ok,
+                role: RoleKind::Confirm,
                 rejection: None,
             },
             LaunchEvent::TrialStarted,
             LaunchEvent::TrialFinished {
                 status: AttemptStatus::Lost,
+                role: RoleKind::Sweep,
                 rejection: None,
             },
             LaunchEvent::TrialRequeued,
@@ -585,7 +591,10 @@ mod tests {
             s.apply(&ev);
         }
         assert_eq!((s.total, s.ran, s.ok, s.lost, s.running), (9, 1, 1, 1, 0));
-        assert_eq!((s.requeued, s.anchors, s.voided, s.skipped), (1, 1, 3, 2));
+        // An anchor counts once it ran, a confirmation trial too; what is
+        // queued only adds to the total.
+        assert_eq!((s.requeued, s.anchors, s.voided, s.skipped), (1, 0, 3, 2));
+        assert_eq!(s.confirm_trials, 1);
         assert_eq!(s.already_done, 2);
     }
 

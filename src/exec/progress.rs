@@ -63,7 +63,7 @@ pub fn summary_line(s: &LaunchSummary) -> String {
     let mut drift = Vec::new();
     if s.voided > 0 {
         drift.push(format!(
-            "{} measurements discarded after drift and run again",
+            "{} measurements discarded after drift (their trials queued again)",
             s.voided
         ));
     }
@@ -534,7 +534,7 @@ mod tests {
         };
         assert_eq!(
             summary_line(&s),
-            "ran 20 trials (19 ok, 1 failed; among them 4 confirmation trials and 3 baseline anchors), 0 lost, 0 already in the ledger, 0 skipped; 2 measurements discarded after drift and run again, 1 cell dropped after drift"
+            "ran 20 trials (19 ok, 1 failed; among them 4 confirmation trials and 3 baseline anchors), 0 lost, 0 already in the ledger, 0 skipped; 2 measurements discarded after drift (their trials queued again), 1 cell dropped after drift"
         );
     }
 

@@ -524,6 +524,7 @@ impl<'a> Runner<'a> {
         }
         self.events.emit(LaunchEvent::TrialFinished {
             status: j.status,
+            role: job.role.kind(),
             rejection: record.failure.as_ref().map(|f| Rejection {
                 config: config_label.clone(),
                 cell: cell_label.clone(),

@@ -729,6 +729,13 @@ measurement: {warmup: 0, repeats: 2, anchor_every: 0, confirm_repeats: 2}
     running.signal(libc::SIGINT);
     let out = env.finish(running);
     assert_eq!(out.code, Some(130), "{}", out.text());
+    // The round was queued, and its one attempt lost: none of it ran.
+    assert!(
+        out.stderr
+            .contains("ran 4 trials (4 ok, 0 failed), 1 lost, 0 already in the ledger"),
+        "{}",
+        out.text()
+    );
 
     let first = by_role(&env, "resume");
     assert_eq!(

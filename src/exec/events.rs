@@ -424,9 +424,11 @@ impl LaunchSummary {
             LaunchEvent::TrialStarted => self.running += 1,
             LaunchEvent::TrialFinished { status, role, .. } => {
                 self.running = self.running.saturating_sub(1);
-                match role {
-                    RoleKind::Anchor => self.anchors += 1,
-                    RoleKind::Confirm => self.confirm_trials += 1,
+                // Among the trials that ran (a lost one did not).
+                match (role, status) {
+                    (_, AttemptStatus::Lost) => {}
+                    (RoleKind::Anchor, _) => self.anchors += 1,
+                    (RoleKind::Confirm, _) => self.confirm_trials += 1,
                     _ => {}
                 }
                 match status {

@@ -889,7 +889,7 @@ fn analyze_cell(
                 threshold = Some(needed);
                 let improvement = leader.speedup.unwrap_or(1.0) - 1.0;
                 if improvement > needed {
-                    let pick = pick_among_ties(&eligible, leader, rules.min_improvement);
+                    let pick = pick_among_ties(&eligible, leader, rules);
                     winner = Some(pick.clone());
                     let tie = if pick.label != leader.label {
                         format!(
@@ -937,22 +937,39 @@ fn analyze_cell(
     }
 }
 
+/// How `c` compares with `leader` directly, host by host: its speed
+/// relative to the leader's (1.0 = as fast, 0.8 = 20% behind) and the two
+/// configs' own spreads combined. The baseline is out of it: its noise
+/// says nothing about whether two candidates differ. `None` when a spread
+/// is unknown (too few samples).
+fn against_leader(leader: &ConfigReport, c: &ConfigReport, rules: &Rules) -> Option<(f64, f64)> {
+    let cmp = compare(&leader.by_host, &c.by_host, rules.higher, rules.min_samples)?;
+    Some((cmp.speedup, cmp.spread?))
+}
+
+/// Whether a config `behind` the leader (its relative speed) cannot be told
+/// apart from it within `spread`.
+fn within_noise(relative: f64, spread: f64) -> bool {
+    1.0 - relative <= spread
+}
+
 /// Among the candidates that clear their own threshold and cannot be told
-/// apart from the leader, the one nearest the default, then by label.
+/// apart from the leader (compared with it directly, within their own
+/// spreads), the one nearest the default, then by label.
 fn pick_among_ties<'a>(
     eligible: &'a [ConfigReport],
     leader: &'a ConfigReport,
-    min_improvement: f64,
+    rules: &Rules,
 ) -> &'a ConfigReport {
-    let ls = leader.speedup.unwrap_or(1.0);
-    let lspread = leader.combined_spread.unwrap_or(0.0);
     eligible
         .iter()
         .filter(|c| {
             let (Some(s), Some(spread)) = (c.speedup, c.combined_spread) else {
                 return false;
             };
-            s - 1.0 > min_improvement.max(spread) && (ls - s) / ls <= lspread.max(spread)
+            s - 1.0 > rules.min_improvement.max(spread)
+                && against_leader(leader, c, rules)
+                    .is_some_and(|(relative, own)| within_noise(relative, own))
         })
         .min_by(|a, b| a.order.cmp(&b.order))
         .unwrap_or(leader)
@@ -1058,9 +1075,9 @@ struct Standing<'a> {
     config_index: u64,
     /// (cell label, speedup, combined spread) per cell.
     cells: Vec<(String, f64, f64)>,
+    /// Its report at each cell of the bucket, in the cells' order.
+    at_cells: Vec<&'a ConfigReport>,
     geo: f64,
-    /// Mean combined relative spread over the cells.
-    spread: f64,
     threshold: f64,
 }
 
@@ -1335,12 +1352,16 @@ fn decide_bucket(
     if let Some(first) = reports.first() {
         for cand in &first.eligible {
             let mut per = Vec::new();
+            let mut at_cells = Vec::new();
             let mut complete = true;
             let mut unknown_spread = false;
             for (r, by_label) in reports.iter().zip(&eligible_by_label) {
                 match by_label.get(cand.label.as_str()) {
                     Some(c) => match (c.speedup, c.combined_spread) {
-                        (Some(s), Some(sp)) => per.push((r.cell_label.clone(), s, sp)),
+                        (Some(s), Some(sp)) => {
+                            per.push((r.cell_label.clone(), s, sp));
+                            at_cells.push(*c);
+                        }
                         (Some(_), None) => unknown_spread = true,
                         _ => complete = false,
                     },
@@ -1369,8 +1390,8 @@ fn decide_bucket(
                 report: cand,
                 config_index,
                 cells: per,
+                at_cells,
                 geo,
-                spread: mean_spread,
                 threshold: rules.min_improvement.max(mean_spread),
             });
         }
@@ -1480,10 +1501,27 @@ fn decide_bucket(
         out.level_reason = why;
         return out;
     };
-    // Ties: within noise of the leader, fewest knobs changed, then label.
+    // Ties: within noise of the leader, compared with it directly at every
+    // cell (geometric mean of the ratios against the mean of the two
+    // configs' own spreads); fewest knobs changed, then label.
+    let tied = |s: &Standing| {
+        let direct: Option<Vec<(f64, f64)>> = leader
+            .at_cells
+            .iter()
+            .zip(&s.at_cells)
+            .map(|(l, c)| against_leader(l, c, rules))
+            .collect();
+        direct.is_some_and(|d| {
+            !d.is_empty()
+                && within_noise(
+                    geo_mean(&d.iter().map(|x| x.0).collect::<Vec<_>>()),
+                    d.iter().map(|x| x.1).sum::<f64>() / d.len() as f64,
+                )
+        })
+    };
     let pick = winners
         .iter()
-        .filter(|s| (leader.geo - s.geo) / leader.geo <= leader.spread.max(s.spread))
+        .filter(|s| tied(s))
         .min_by(|a, b| a.report.order.cmp(&b.report.order))
         .copied()
         .unwrap_or(leader);
@@ -1989,6 +2027,50 @@ mod tests {
         assert!(c.decision.contains("changes fewer knobs"), "{}", c.decision);
     }
 
+    /// A noisy baseline (±15%) says nothing about whether two tight
+    /// candidates differ: the one 20% faster is not "within noise" of the
+    /// one that changes fewer knobs.
+    #[test]
+    fn a_noisy_baseline_does_not_make_a_real_win_a_tie() {
+        let c = cell(vec![
+            attempt(
+                0,
+                "baseline",
+                0,
+                &[100.0, 85.0, 115.0, 100.0, 118.0],
+                "d",
+                false,
+            ),
+            attempt(
+                1,
+                "a=2 b=1",
+                0,
+                &[240.0, 242.0, 238.0, 241.0, 239.0],
+                "d",
+                false,
+            ),
+            attempt(
+                2,
+                "a=2",
+                0,
+                &[200.0, 202.0, 198.0, 201.0, 199.0],
+                "d",
+                false,
+            ),
+        ]);
+        assert_eq!(
+            c.winner.as_ref().map(|w| w.label.as_str()),
+            Some("a=2 b=1"),
+            "{}",
+            c.decision
+        );
+        assert!(
+            !c.decision.contains("changes fewer knobs"),
+            "{}",
+            c.decision
+        );
+    }
+
     #[test]
     fn a_failed_baseline_means_nothing_wins() {
         let c = cell(vec![
@@ -2018,6 +2100,62 @@ mod tests {
             "buckets": {"n": "all"},
         }));
         s
+    }
+
+    /// The bucket's tie rule compares candidates with each other at every
+    /// cell, not through the baseline's noise.
+    #[test]
+    fn a_bucket_does_not_hide_a_real_win_behind_the_baselines_noise() {
+        let noisy = |index: u64, label: &str, n: u64, v: &[f64]| {
+            let mut a = attempt(index, label, 0, v, "d", false);
+            a.cell = serde_json::json!({"n": n});
+            a.cell_label = format!("n={n}");
+            a.cell_index = n as u32;
+            a.trial_key = format!("{index}-{n}");
+            a
+        };
+        let base = [100.0, 85.0, 115.0, 100.0, 118.0];
+        let fast = [240.0, 242.0, 238.0, 241.0, 239.0];
+        let less = [200.0, 202.0, 198.0, 201.0, 199.0];
+        let attempts = vec![
+            noisy(0, "baseline", 1, &base),
+            noisy(0, "baseline", 2, &base),
+            noisy(1, "a=2 b=1", 1, &fast),
+            noisy(1, "a=2 b=1", 2, &fast),
+            noisy(2, "a=2", 1, &less),
+            noisy(2, "a=2", 2, &less),
+        ];
+        let scan = Scan {
+            attempts,
+            ..Default::default()
+        };
+        let a = analyze(&study_with(0), &scan, &[]);
+        let b = &a.classes[0].buckets[0];
+        assert_eq!(
+            b.winner.as_ref().map(|w| w.label.as_str()),
+            Some("a=2 b=1"),
+            "{}",
+            b.decision
+        );
+        // Two candidates within their own noise still collapse to the one
+        // that changes fewer knobs.
+        let close = [241.0, 243.0, 239.0, 242.0, 240.0];
+        let attempts = vec![
+            noisy(0, "baseline", 1, &base),
+            noisy(0, "baseline", 2, &base),
+            noisy(1, "a=2 b=1", 1, &close),
+            noisy(1, "a=2 b=1", 2, &close),
+            noisy(2, "a=2", 1, &fast),
+            noisy(2, "a=2", 2, &fast),
+        ];
+        let scan = Scan {
+            attempts,
+            ..Default::default()
+        };
+        let a = analyze(&study_with(0), &scan, &[]);
+        let b = &a.classes[0].buckets[0];
+        assert_eq!(b.winner.as_ref().map(|w| w.label.as_str()), Some("a=2"));
+        assert!(b.decision.contains("changes fewer knobs"), "{}", b.decision);
     }
 
     #[test]

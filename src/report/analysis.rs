@@ -2117,20 +2117,23 @@ mod tests {
         let base = [100.0, 85.0, 115.0, 100.0, 118.0];
         let fast = [240.0, 242.0, 238.0, 241.0, 239.0];
         let less = [200.0, 202.0, 198.0, 201.0, 199.0];
-        let attempts = vec![
-            noisy(0, "baseline", 1, &base),
-            noisy(0, "baseline", 2, &base),
-            noisy(1, "a=2 b=1", 1, &fast),
-            noisy(1, "a=2 b=1", 2, &fast),
-            noisy(2, "a=2", 1, &less),
-            noisy(2, "a=2", 2, &less),
-        ];
-        let scan = Scan {
-            attempts,
-            ..Default::default()
+        let close = [241.0, 243.0, 239.0, 242.0, 240.0];
+        // The bucket (cells 1 and 2) with `two` (2 knobs changed) and `one`
+        // (1 knob) measured alike at both cells.
+        let bucket = |two: &[f64], one: &[f64]| {
+            let mut attempts = Vec::new();
+            for n in [1, 2] {
+                attempts.push(noisy(0, "baseline", n, &base));
+                attempts.push(noisy(1, "a=2 b=1", n, two));
+                attempts.push(noisy(2, "a=2", n, one));
+            }
+            let scan = Scan {
+                attempts,
+                ..Default::default()
+            };
+            analyze(&study_with(0), &scan, &[]).classes[0].buckets[0].clone()
         };
-        let a = analyze(&study_with(0), &scan, &[]);
-        let b = &a.classes[0].buckets[0];
+        let b = bucket(&fast, &less);
         assert_eq!(
             b.winner.as_ref().map(|w| w.label.as_str()),
             Some("a=2 b=1"),
@@ -2139,21 +2142,7 @@ mod tests {
         );
         // Two candidates within their own noise still collapse to the one
         // that changes fewer knobs.
-        let close = [241.0, 243.0, 239.0, 242.0, 240.0];
-        let attempts = vec![
-            noisy(0, "baseline", 1, &base),
-            noisy(0, "baseline", 2, &base),
-            noisy(1, "a=2 b=1", 1, &close),
-            noisy(1, "a=2 b=1", 2, &close),
-            noisy(2, "a=2", 1, &fast),
-            noisy(2, "a=2", 2, &fast),
-        ];
-        let scan = Scan {
-            attempts,
-            ..Default::default()
-        };
-        let a = analyze(&study_with(0), &scan, &[]);
-        let b = &a.classes[0].buckets[0];
+        let b = bucket(&close, &fast);
         assert_eq!(b.winner.as_ref().map(|w| w.label.as_str()), Some("a=2"));
         assert!(b.decision.contains("changes fewer knobs"), "{}", b.decision);
     }

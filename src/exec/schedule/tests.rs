@@ -387,6 +387,17 @@ fn measured(values: &[f64]) -> (Scheduler<'static>, Vec<Unit>) {
     (s, done)
 }
 
+/// Host 0 drifts 30% at cell 0: a suspect anchor, confirmed by its burst.
+fn drifted(s: &mut Scheduler<'_>) -> (Vec<Void>, Cooldown) {
+    assert_eq!(s.first_anchor(0, 0, reading(130.0)), AnchorStep::Burst);
+    match s.burst(0, 0, &[reading(130.0), reading(131.0), reading(129.0)]) {
+        Burst::Hot {
+            voids, cooldown, ..
+        } => (voids, cooldown),
+        other => panic!("a 30% slowdown is a drift: {other:?}"),
+    }
+}
+
 fn reading(value: f64) -> Reading {
     Reading {
         value,
@@ -465,15 +476,7 @@ fn a_single_wild_anchor_is_cleared_by_its_burst() {
 #[test]
 fn a_host_that_does_not_settle_drops_the_cell_and_its_classmate_carries_on() {
     let (mut s, _) = measured(&[100.0]);
-    s.first_anchor(0, 0, reading(130.0));
-    let Burst::Hot {
-        voids,
-        mut cooldown,
-        ..
-    } = s.burst(0, 0, &[reading(130.0), reading(131.0), reading(129.0)])
-    else {
-        panic!("a drift");
-    };
+    let (voids, mut cooldown) = drifted(&mut s);
     cooldown.start_try();
     assert!(!cooldown.take(125.0));
     let why = s.cooled(
@@ -513,13 +516,7 @@ fn a_host_that_does_not_settle_drops_the_cell_and_its_classmate_carries_on() {
 #[test]
 fn a_stopping_launch_neither_drops_cells_nor_announces_lost_baselines() {
     let (mut s, _) = measured(&[100.0]);
-    s.first_anchor(0, 0, reading(130.0));
-    let Burst::Hot {
-        voids, cooldown, ..
-    } = s.burst(0, 0, &[reading(130.0), reading(131.0), reading(129.0)])
-    else {
-        panic!("a drift");
-    };
+    let (voids, cooldown) = drifted(&mut s);
     assert_eq!(
         s.cooled(0, 0, 0, &voids, &cooldown, None, true, Duration::ZERO),
         None
@@ -642,13 +639,7 @@ fn a_classmate_waits_while_a_host_anchors_and_then_runs_what_it_voided() {
     // instead of leaving, and the bucket of cell 0 is not confirmed yet.
     assert_eq!(s.next(0, 1, Instant::now()).0, Next::Wait);
     assert!(s.buckets_ready(0, &[0]).is_empty());
-    s.first_anchor(0, 0, reading(130.0));
-    let Burst::Hot {
-        voids, cooldown, ..
-    } = s.burst(0, 0, &[reading(130.0), reading(131.0), reading(129.0)])
-    else {
-        panic!("a drift");
-    };
+    let (voids, cooldown) = drifted(&mut s);
     s.cooled(0, 0, 0, &voids, &cooldown, None, false, Duration::ZERO);
     s.anchor_over(0, 0);
     // Host 0 dropped the cell: host 1 takes its voided units.
@@ -662,13 +653,7 @@ fn a_classmate_waits_while_a_host_anchors_and_then_runs_what_it_voided() {
 #[test]
 fn a_cell_dropped_on_every_host_still_in_the_launch_is_skipped() {
     let (mut s, _) = measured(&[100.0]);
-    s.first_anchor(0, 0, reading(130.0));
-    let Burst::Hot {
-        voids, cooldown, ..
-    } = s.burst(0, 0, &[reading(130.0), reading(131.0), reading(129.0)])
-    else {
-        panic!("a drift");
-    };
+    let (voids, cooldown) = drifted(&mut s);
     // Host 1 changed class and left: host 0 alone holds the class.
     s.host_changed(1, vec![], "a".to_string(), "b".to_string());
     s.cooled(0, 0, 0, &voids, &cooldown, None, false, Duration::ZERO);

@@ -363,6 +363,56 @@ measurement: {warmup: 0, repeats: 1, confirm_repeats: 0}
     }
 }
 
+/// `trial.files` puts the benchmark's own files in the spec: an edited
+/// wrapper script is a changed study, refused with the file named, never
+/// old results silently reused; a listed file that is not there is a load
+/// error at its line.
+#[test]
+fn a_changed_benchmark_file_is_a_changed_study() {
+    let study = r#"name: files
+knobs:
+  mode: {kind: categorical, values: [base, fast], default: base}
+trial:
+  command: "sh {{ study_dir }}/wrapper.sh {{ mode }}"
+  files: [wrapper.sh, fake-trial.sh]
+objective: {metric: throughput, better: higher}
+measurement: {warmup: 0, repeats: 1, confirm_repeats: 0}
+"#;
+    let env = Env::new(study);
+    let wrapper = |n: u32| format!("exec sh \"$(dirname \"$0\")/fake-trial.sh\" \"$1\" {n}\n");
+    env.write("study/wrapper.sh", &wrapper(1));
+    env.launch_ok(&[]);
+    let before = attempt_count(&env, "files");
+    assert_eq!(before, 2);
+
+    // The study file is untouched; the wrapper it runs changed.
+    env.write("study/wrapper.sh", &wrapper(2));
+    let out = env.launch(&[]);
+    assert_eq!(out.code, Some(2), "{}", out.text());
+    assert!(
+        out.stderr
+            .contains("changed: trial.files.wrapper.sh: \"sha256:"),
+        "{}",
+        out.text()
+    );
+    assert!(out.stderr.contains("--fork"), "{}", out.text());
+    assert_eq!(attempt_count(&env, "files"), before, "a trial ran");
+    // Put back, it is the same study again: nothing runs.
+    env.write("study/wrapper.sh", &wrapper(1));
+    let out = env.launch_ok(&[]);
+    assert!(out.stderr.contains("ran 0 trials"), "{}", out.text());
+
+    std::fs::remove_file(env.study_dir().join("wrapper.sh")).expect("rm");
+    let out = env.tunectl_run(&["validate", &env.study_arg()]);
+    assert_eq!(out.code, Some(2), "{}", out.text());
+    assert!(
+        out.stderr
+            .contains("study.yaml:6:11: trial.files[0]: `wrapper.sh` cannot be read"),
+        "{}",
+        out.text()
+    );
+}
+
 #[test]
 fn a_changed_spec_is_refused_and_fork_starts_a_new_study() {
     let study = r#"name: forks

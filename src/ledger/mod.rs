@@ -735,8 +735,33 @@ fn diff(a: &serde_json::Value, b: &serde_json::Value, path: &str, out: &mut Vec<
             }
         }
         _ if a == b => {}
+        (J::String(x), J::String(y)) if x.chars().count() > 60 || y.chars().count() > 60 => {
+            let (x, y) = around_difference(x, y);
+            out.push(format!("{path}: {x} → {y}"))
+        }
         _ => out.push(format!("{path}: {} → {}", short(a), short(b))),
     }
+}
+
+/// Two long strings cut to where they differ (from a little before the
+/// first different character), so that the change shows.
+fn around_difference(a: &str, b: &str) -> (String, String) {
+    let (a, b): (Vec<char>, Vec<char>) = (a.chars().collect(), b.chars().collect());
+    let same = a.iter().zip(&b).take_while(|(x, y)| x == y).count();
+    let start = same.saturating_sub(20);
+    let window = |s: &[char]| {
+        let end = (start + 60).min(s.len());
+        let mut t = String::new();
+        if start > 0 {
+            t.push('…');
+        }
+        t.extend(&s[start.min(end)..end]);
+        if end < s.len() {
+            t.push('…');
+        }
+        serde_json::Value::String(t).to_string()
+    };
+    (window(&a), window(&b))
 }
 
 fn short(v: &serde_json::Value) -> String {
@@ -745,5 +770,29 @@ fn short(v: &serde_json::Value) -> String {
         format!("{}…", s.chars().take(60).collect::<String>())
     } else {
         s
+    }
+}
+
+#[cfg(test)]
+mod diff_tests {
+    use super::*;
+
+    #[test]
+    fn a_long_command_shows_where_it_changed() {
+        let old = "./bench --threads {{ threads }} --block {{ block }} --accum {{ accum }} --n {{ n }} --out out.txt";
+        let new = "./bench --threads {{ threads }} --block {{ block }} --accum {{ accum }} --n {{ n }} --out out.csv";
+        let mut out = Vec::new();
+        diff(
+            &serde_json::json!({"trial": {"command": old}}),
+            &serde_json::json!({"trial": {"command": new}}),
+            "",
+            &mut out,
+        );
+        assert_eq!(
+            out,
+            vec![
+                "trial.command: \"…n {{ n }} --out out.txt\" → \"…n {{ n }} --out out.csv\""
+            ]
+        );
     }
 }

@@ -88,6 +88,12 @@ pub struct TrialSpec {
     #[serde(serialize_with = "ser_secs")]
     pub timeout: Duration,
     pub env: BTreeMap<String, String>,
+    /// `trial.files`: files of the benchmark (a wrapper script, a model
+    /// config) by path relative to the study directory, each with the
+    /// sha256 of its content when the study was loaded (`sha256:<hex>`).
+    /// Part of the spec, so a changed file is a changed study.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub files: BTreeMap<String, String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -494,7 +500,9 @@ fn parse_study(w: &mut Walker, root: &Node, path: &Path, dir: &Path) -> Option<S
         Some(n) => parse_cells(w, n, &knobs),
         None => Vec::new(),
     };
-    let trial = w.required(map, "", "trial").and_then(|n| parse_trial(w, n));
+    let trial = w
+        .required(map, "", "trial")
+        .and_then(|n| parse_trial(w, n, dir));
     let objective = w
         .required(map, "", "objective")
         .and_then(|n| parse_metric(w, n, "objective", true));
@@ -1127,9 +1135,13 @@ fn parse_cells(w: &mut Walker, node: &Node, knobs: &[Knob]) -> Vec<CellAxis> {
     out
 }
 
-const TRIAL_KEYS: &[&str] = &["command", "timeout", "env"];
+const TRIAL_KEYS: &[&str] = &["command", "timeout", "env", "files"];
 
-fn parse_trial(w: &mut Walker, node: &Node) -> Option<TrialSpec> {
+/// Largest file `trial.files` hashes (a benchmark's scripts and configs,
+/// not its data).
+pub const MAX_TRIAL_FILE_BYTES: u64 = 256 << 20;
+
+fn parse_trial(w: &mut Walker, node: &Node, dir: &Path) -> Option<TrialSpec> {
     let map = w.mapping(node, "trial")?;
     w.check_keys(map, "trial", TRIAL_KEYS);
     let command = w
@@ -1163,11 +1175,86 @@ fn parse_trial(w: &mut Walker, node: &Node) -> Option<TrialSpec> {
         }
         None => BTreeMap::new(),
     };
+    let files = match map.get_node("files") {
+        Some(n) => parse_trial_files(w, n, dir)?,
+        None => BTreeMap::new(),
+    };
     Some(TrialSpec {
         command: command?,
         timeout: timeout?,
         env,
+        files,
     })
+}
+
+/// `trial.files`: each a relative path inside the study directory naming a
+/// regular file, hashed now.
+fn parse_trial_files(
+    w: &mut Walker,
+    node: &Node,
+    dir: &Path,
+) -> Option<BTreeMap<String, String>> {
+    let paths = w.string_list(node, "trial.files")?;
+    let Node::Sequence(seq) = node else {
+        return None;
+    };
+    let mut out = BTreeMap::new();
+    for (i, (path, item)) in paths.iter().zip(seq.iter()).enumerate() {
+        let field = index("trial.files", i);
+        let p = Path::new(path);
+        if path.is_empty()
+            || p.is_absolute()
+            || p.components()
+                .any(|c| matches!(c, std::path::Component::ParentDir))
+        {
+            w.error_at(
+                item,
+                &field,
+                format!("`{path}` must be a relative path inside the study directory"),
+            );
+            continue;
+        }
+        match hash_file(&dir.join(p)) {
+            Ok(digest) => {
+                if out.insert(path.clone(), digest).is_some() {
+                    w.error_at(item, &field, format!("`{path}` is listed twice"));
+                }
+            }
+            Err(why) => w.error_at(item, &field, format!("`{path}` {why}")),
+        }
+    }
+    Some(out)
+}
+
+/// `sha256:<hex>` of a regular file's content, or why it has none.
+fn hash_file(path: &Path) -> Result<String, String> {
+    use sha2::{Digest, Sha256};
+    use std::io::Read;
+    let meta = std::fs::metadata(path).map_err(|e| format!("cannot be read: {e}"))?;
+    if !meta.is_file() {
+        return Err("is not a regular file (list the files themselves)".to_string());
+    }
+    if meta.len() > MAX_TRIAL_FILE_BYTES {
+        return Err(format!(
+            "is {} bytes, over the {} MiB that trial.files hashes (list scripts and configs, not data)",
+            meta.len(),
+            MAX_TRIAL_FILE_BYTES >> 20
+        ));
+    }
+    let file = std::fs::File::open(path).map_err(|e| format!("cannot be read: {e}"))?;
+    let mut hasher = Sha256::new();
+    let mut reader = file.take(MAX_TRIAL_FILE_BYTES + 1);
+    let mut buf = vec![0u8; 64 << 10];
+    loop {
+        let n = reader
+            .read(&mut buf)
+            .map_err(|e| format!("cannot be read: {e}"))?;
+        if n == 0 {
+            break;
+        }
+        hasher.update(&buf[..n]);
+    }
+    Ok(format!("sha256:{}", hex::encode(hasher.finalize())))
 }
 
 /// Keys of `objective` and of `metrics:` entries (`metric` for the

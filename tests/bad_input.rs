@@ -133,6 +133,37 @@ measurment: {repeats: 2}
         ],
     },
     Case {
+        name: "a template in a fingerprint tool command",
+        file: "study.yaml",
+        text: r#"name: s
+knobs:
+  x: {kind: int, values: [1, 2], default: 1}
+trial: {command: "echo {{ x }}"}
+objective: {metric: t, better: higher}
+fingerprint:
+  tools:
+    mytool: "{{ study_dir }}/mytool --version"
+"#,
+        run: Run::PlanStudy,
+        expect: &[
+            "study.yaml:8:13: fingerprint.tools.mytool: tool commands are not templates (no `{{ study_dir }}` or other variable is rendered here",
+        ],
+    },
+    Case {
+        name: "a trial file outside the study directory",
+        file: "study.yaml",
+        text: r#"name: s
+knobs:
+  x: {kind: int, values: [1, 2], default: 1}
+trial: {command: "echo {{ x }}", files: [../run.sh]}
+objective: {metric: t, better: higher}
+"#,
+        run: Run::PlanStudy,
+        expect: &[
+            "study.yaml:4:42: trial.files[0]: `../run.sh` must be a relative path inside the study directory",
+        ],
+    },
+    Case {
         name: "unknown key nested in a knob",
         file: "study.yaml",
         text: r#"name: s

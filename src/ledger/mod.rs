@@ -790,9 +790,7 @@ mod diff_tests {
         );
         assert_eq!(
             out,
-            vec![
-                "trial.command: \"…n {{ n }} --out out.txt\" → \"…n {{ n }} --out out.csv\""
-            ]
+            vec!["trial.command: \"…n {{ n }} --out out.txt\" → \"…n {{ n }} --out out.csv\""]
         );
     }
 }

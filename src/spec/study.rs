@@ -1189,11 +1189,7 @@ fn parse_trial(w: &mut Walker, node: &Node, dir: &Path) -> Option<TrialSpec> {
 
 /// `trial.files`: each a relative path inside the study directory naming a
 /// regular file, hashed now.
-fn parse_trial_files(
-    w: &mut Walker,
-    node: &Node,
-    dir: &Path,
-) -> Option<BTreeMap<String, String>> {
+fn parse_trial_files(w: &mut Walker, node: &Node, dir: &Path) -> Option<BTreeMap<String, String>> {
     let paths = w.string_list(node, "trial.files")?;
     let Node::Sequence(seq) = node else {
         return None;
@@ -2067,6 +2063,19 @@ fn parse_fingerprint(w: &mut Walker, node: &Node) -> BTreeMap<String, String> {
                     k.span(),
                     &join("fingerprint.tools", name),
                     "tool names use letters, digits, `-` and `_`",
+                );
+            }
+        }
+        // Tool commands run at probe time, before any trial: no template
+        // variable exists there, and one left in would run as literal text.
+        for (k, v) in m.iter() {
+            if let Some(command) = v.as_scalar().map(|s| s.as_str())
+                && (command.contains("{{") || command.contains("{%"))
+            {
+                w.error_at(
+                    v,
+                    &join("fingerprint.tools", k.as_str()),
+                    "tool commands are not templates (no `{{ study_dir }}` or other variable is rendered here: they run when the host is probed, in the probe's working directory); name the tool on PATH or by an absolute path",
                 );
             }
         }

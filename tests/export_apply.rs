@@ -540,6 +540,53 @@ fn apply_refuses_bad_input() {
     assert!(err.contains("no tuned files"), "{err}");
 }
 
+/// Two studies exported into one directory would overwrite each other's
+/// files (same host class, same file name), or leave a directory `apply`
+/// refuses: the second export is refused, naming the first study's file,
+/// and writes nothing. Re-exporting the same study is fine.
+#[test]
+fn export_refuses_a_directory_holding_another_studys_tuned_files() {
+    let study = |name: &str| {
+        format!(
+            "name: {name}
+knobs:
+  mode: {{kind: categorical, values: [base, fast], default: base}}
+trial: {{command: \"sh {{{{ study_dir }}}}/fake-trial.sh {{{{ mode }}}} 1\"}}
+objective: {{metric: throughput, better: higher}}
+measurement: {{warmup: 0, repeats: 3, confirm_repeats: 0}}
+"
+        )
+    };
+    let env = Env::new(&study("one"));
+    env.launch_ok(&[]);
+    let files = export(&env);
+    assert_eq!(files.len(), 1);
+    let before = read(&files[0]);
+
+    env.write_study(&study("two"));
+    env.launch_ok(&[]);
+    let out = env.tunectl_run(&["export", &env.study_arg(), "--ledger", env.ledger_url()]);
+    assert_eq!(out.code, Some(2), "{}", out.text());
+    assert!(
+        out.stderr
+            .contains("already holds tuned files of another study or spec")
+            && out.stderr.contains("(study one, spec "),
+        "{}",
+        out.text()
+    );
+    assert_eq!(
+        read(&files[0]),
+        before,
+        "the first study's file was changed"
+    );
+    let listed = std::fs::read_dir(tuned(&env)).expect("tuned/").count();
+    assert_eq!(listed, 1, "the second export wrote something");
+
+    // The first study, by its id, exports into it again.
+    let again = env.tunectl_ok(&["export", "one", "--ledger", env.ledger_url()]);
+    assert_eq!(again.lines().count(), 1);
+}
+
 #[test]
 fn export_without_results_fails_and_names_the_study() {
     let env = Env::new(STUDY);

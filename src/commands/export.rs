@@ -6,6 +6,39 @@ use super::{CliError, failed, say, say_err};
 use crate::cli::ExportArgs;
 use crate::tuned;
 
+/// Tuned files in `dir` of a study other than `study` or of another spec:
+/// `file (study <id>, spec <hash12>)`. Files that are not tuned files are
+/// not looked at.
+fn other_studies(dir: &std::path::Path, study: &str, spec_hash: &str) -> Vec<String> {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    let mut out: Vec<String> = entries
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| {
+            p.is_file()
+                && matches!(
+                    p.extension().and_then(|e| e.to_str()),
+                    Some("yaml") | Some("yml")
+                )
+        })
+        .filter_map(|p| {
+            let text = std::fs::read_to_string(&p).ok()?;
+            let t = tuned::parse(&p, &text).ok()?;
+            (t.study != study || t.spec_hash != spec_hash).then(|| {
+                format!(
+                    "{} (study {}, spec {})",
+                    p.display(),
+                    t.study,
+                    t.spec_hash.chars().take(12).collect::<String>()
+                )
+            })
+        })
+        .collect();
+    out.sort();
+    out
+}
+
 /// Write the tuned files of a study into `--out`.
 pub async fn run(a: ExportArgs) -> Result<(), CliError> {
     let analysis = load_analysis(&a.study, a.ledger.as_deref()).await?;
@@ -17,6 +50,17 @@ pub async fn run(a: ExportArgs) -> Result<(), CliError> {
     }
     std::fs::create_dir_all(&a.out)
         .map_err(|e| failed(format!("{}: cannot create: {e}", a.out.display())))?;
+    // `apply` reads a directory as one study's files: another study's (or
+    // another spec's) would be overwritten class by class, or mixed in.
+    let others = other_studies(&a.out, &analysis.study_id, &analysis.spec_hash);
+    if !others.is_empty() {
+        return Err(CliError::Invalid(format!(
+            "{} already holds tuned files of another study or spec ({}); export study `{}` into another --out directory (apply reads a directory as one study's files)",
+            a.out.display(),
+            others.join("; "),
+            analysis.study_id
+        )));
+    }
     for class in &analysis.classes {
         let (name, text) = tuned::export(&analysis, class);
         let path = a.out.join(&name);

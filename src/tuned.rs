@@ -442,20 +442,26 @@ pub fn parse(file: &Path, text: &str) -> Result<TunedFile, String> {
 /// Load a tuned file, or every `*.yaml`/`*.yml` file of a directory (sorted
 /// by name). They must all come from the same study and spec, with at
 /// most one file per host class.
+/// The `*.yaml` and `*.yml` files of `dir`, sorted: where tuned files are
+/// looked for.
+pub fn yaml_files(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
+    let mut v: Vec<PathBuf> = std::fs::read_dir(dir)?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| {
+            p.is_file()
+                && matches!(
+                    p.extension().and_then(|e| e.to_str()),
+                    Some("yaml") | Some("yml")
+                )
+        })
+        .collect();
+    v.sort();
+    Ok(v)
+}
+
 pub fn load(path: &Path) -> Result<Vec<(PathBuf, TunedFile)>, String> {
     let files: Vec<PathBuf> = if path.is_dir() {
-        let mut v: Vec<PathBuf> = std::fs::read_dir(path)
-            .map_err(|e| format!("{}: cannot list: {e}", path.display()))?
-            .filter_map(|e| e.ok().map(|e| e.path()))
-            .filter(|p| {
-                p.is_file()
-                    && matches!(
-                        p.extension().and_then(|e| e.to_str()),
-                        Some("yaml") | Some("yml")
-                    )
-            })
-            .collect();
-        v.sort();
+        let v = yaml_files(path).map_err(|e| format!("{}: cannot list: {e}", path.display()))?;
         if v.is_empty() {
             return Err(format!(
                 "{}: no tuned files (*.yaml) in this directory; write them with `tunectl export`",

@@ -10,18 +10,9 @@ use crate::tuned;
 /// `file (study <id>, spec <hash12>)`. Files that are not tuned files are
 /// not looked at.
 fn other_studies(dir: &std::path::Path, study: &str, spec_hash: &str) -> Vec<String> {
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return Vec::new();
-    };
-    let mut out: Vec<String> = entries
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| {
-            p.is_file()
-                && matches!(
-                    p.extension().and_then(|e| e.to_str()),
-                    Some("yaml") | Some("yml")
-                )
-        })
+    tuned::yaml_files(dir)
+        .unwrap_or_default()
+        .into_iter()
         .filter_map(|p| {
             let text = std::fs::read_to_string(&p).ok()?;
             let t = tuned::parse(&p, &text).ok()?;
@@ -34,9 +25,7 @@ fn other_studies(dir: &std::path::Path, study: &str, spec_hash: &str) -> Vec<Str
                 )
             })
         })
-        .collect();
-    out.sort();
-    out
+        .collect()
 }
 
 /// Write the tuned files of a study into `--out`.

@@ -1198,11 +1198,7 @@ fn parse_trial_files(w: &mut Walker, node: &Node, dir: &Path) -> Option<BTreeMap
     for (i, (path, item)) in paths.iter().zip(seq.iter()).enumerate() {
         let field = index("trial.files", i);
         let p = Path::new(path);
-        if path.is_empty()
-            || p.is_absolute()
-            || p.components()
-                .any(|c| matches!(c, std::path::Component::ParentDir))
-        {
+        if !stays_inside(path) {
             w.error_at(
                 item,
                 &field,
@@ -1220,6 +1216,17 @@ fn parse_trial_files(w: &mut Walker, node: &Node, dir: &Path) -> Option<BTreeMap
         }
     }
     Some(out)
+}
+
+/// Whether `path` names something inside the directory it is relative to:
+/// not empty, not absolute, no `..` component.
+fn stays_inside(path: &str) -> bool {
+    let p = Path::new(path);
+    !path.is_empty()
+        && !p.is_absolute()
+        && !p
+            .components()
+            .any(|c| matches!(c, std::path::Component::ParentDir))
 }
 
 /// `sha256:<hex>` of a regular file's content, or why it has none.
@@ -1537,12 +1544,7 @@ fn parse_gate(w: &mut Walker, node: &Node) -> Option<Gate> {
     };
     if let Some(Node::Sequence(seq)) = map.get_node("outputs") {
         for (i, (path, item)) in outputs.iter().zip(seq.iter()).enumerate() {
-            let p = Path::new(path);
-            if path.is_empty()
-                || p.is_absolute()
-                || p.components()
-                    .any(|c| matches!(c, std::path::Component::ParentDir))
-            {
+            if !stays_inside(path) {
                 w.error_at(
                     item,
                     &index("gate.outputs", i),

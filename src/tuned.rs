@@ -308,6 +308,10 @@ pub fn export(analysis: &Analysis, class: &ClassReport) -> (String, String) {
         )
         .with("baseline", &analysis.baseline)
         .with(
+            "judging",
+            serde_json::to_value(&analysis.judging).unwrap_or_default(),
+        )
+        .with(
             "domains",
             Yaml::Map(
                 analysis
@@ -1353,6 +1357,7 @@ mod tests {
                 "statistic",
                 "context",
                 "baseline",
+                "judging",
                 "domains",
                 "buckets"
             ]

@@ -413,6 +413,19 @@ measurement: {warmup: 0, repeats: 1, confirm_repeats: 0}
     );
 }
 
+/// `plan --dry-run --json` of the env's study file against its ledger.
+fn plan_json(env: &Env) -> Json {
+    let plan = env.tunectl_ok(&[
+        "plan",
+        &env.study_arg(),
+        "--dry-run",
+        "--json",
+        "--ledger",
+        env.ledger_url(),
+    ]);
+    serde_json::from_str(&plan).expect("plan JSON")
+}
+
 #[test]
 fn a_changed_spec_is_refused_and_fork_starts_a_new_study() {
     let study = r#"name: forks
@@ -445,18 +458,64 @@ measurement: {warmup: 0, repeats: 1, confirm_repeats: 0}
     assert_eq!(attempt_count(&env, "forks"), before);
     assert_eq!(env.runs().len(), runs_before, "a trial ran");
 
-    // The fork's id is `<name>-<first 12 hex of the spec hash>`.
-    let plan = env.tunectl_ok(&[
-        "plan",
+    // Before the fork, `plan` says the launch would rerun everything under
+    // the fork's id, `<name>-<first 12 hex of the spec hash>`: nothing of
+    // `forks` counts for this spec.
+    let plan = plan_json(&env);
+    let hash = plan["spec_hash"].as_str().expect("spec_hash");
+    let fork_id = format!("forks-{}", &hash[..12]);
+    assert_eq!(plan["study"], fork_id.as_str(), "{plan}");
+    assert_eq!(plan["ledger_study"]["state"], "changed", "{plan}");
+    assert_eq!(plan["ledger_trials_in_plan"], Json::Null, "{plan}");
+    let text = env.tunectl_ok(&["plan", &env.study_arg(), "--ledger", env.ledger_url()]);
+    assert!(
+        text.contains(&format!(
+            "`launch --fork` records it as study `{fork_id}` and runs every trial of this plan"
+        )),
+        "{text}"
+    );
+    // `report` shows what the ledger has and says so; `export` writes no
+    // other spec's values for this file; `status` warns.
+    let out = env.tunectl_run(&[
+        "report",
         &env.study_arg(),
-        "--dry-run",
-        "--json",
+        "--format",
+        "json",
         "--ledger",
         env.ledger_url(),
     ]);
-    let plan: Json = serde_json::from_str(&plan).expect("plan JSON");
-    let hash = plan["spec_hash"].as_str().expect("spec_hash");
-    let fork_id = format!("forks-{}", &hash[..12]);
+    assert_eq!(out.code, Some(0), "{}", out.text());
+    assert!(
+        out.stderr.contains("this spec was never launched"),
+        "{}",
+        out.text()
+    );
+    let shown: Json = serde_json::from_str(&out.stdout).expect("report JSON");
+    assert_eq!(shown["study_id"], "forks");
+    let tuned = env.path().join("tuned");
+    let out = env.tunectl_run(&[
+        "export",
+        &env.study_arg(),
+        "--ledger",
+        env.ledger_url(),
+        "--out",
+        &tuned.display().to_string(),
+    ]);
+    assert_eq!(out.code, Some(2), "{}", out.text());
+    assert!(
+        out.stderr.contains("export `forks` by its id"),
+        "{}",
+        out.text()
+    );
+    assert!(support::ledger_files::yaml_texts(&tuned).is_empty());
+    let out = env.tunectl_run(&["status", &env.study_arg(), "--ledger", env.ledger_url()]);
+    assert_eq!(out.code, Some(0), "{}", out.text());
+    assert!(
+        out.stderr.contains("this spec was never launched"),
+        "{}",
+        out.text()
+    );
+    assert!(out.stdout.contains("study forks ·"), "{}", out.text());
 
     let out = env.launch(&["--fork"]);
     let (code, stderr) = (out.code, out.stderr);
@@ -473,6 +532,184 @@ measurement: {warmup: 0, repeats: 1, confirm_repeats: 0}
         serde_json::from_str(&env.report(&fork_id, "json")).expect("report JSON");
     assert_eq!(fork_report["study_id"], fork_id.as_str());
     assert_eq!(fork_report["spec_hash"], hash);
+
+    // From now on the study file means the fork, in every command; a
+    // plain launch continues it and reruns nothing.
+    let runs = env.runs().len();
+    let out = env.launch_ok(&[]);
+    assert!(out.stderr.contains("ran 0 trials"), "{}", out.text());
+    assert!(
+        out.stderr
+            .contains(&format!("is study `{fork_id}` in this ledger")),
+        "{}",
+        out.text()
+    );
+    assert_eq!(env.runs().len(), runs, "a trial ran again");
+    let plan = plan_json(&env);
+    assert_eq!(plan["study"], fork_id.as_str(), "{plan}");
+    assert_eq!(plan["ledger_study"]["state"], "fork", "{plan}");
+    assert_eq!(plan["ledger_trials_in_plan"], 2, "{plan}");
+    assert_eq!(env.report_json()["study_id"], fork_id.as_str());
+    let out = env.tunectl_ok(&["status", &env.study_arg(), "--ledger", env.ledger_url()]);
+    assert!(out.contains(&format!("study {fork_id} ·")), "{out}");
+    env.tunectl_ok(&[
+        "export",
+        &env.study_arg(),
+        "--ledger",
+        env.ledger_url(),
+        "--out",
+        &tuned.display().to_string(),
+    ]);
+    let files = support::ledger_files::yaml_texts(&tuned);
+    assert_eq!(files.len(), 1);
+    assert!(
+        files[0].contains(&format!("study: {fork_id}")),
+        "{}",
+        files[0]
+    );
+
+    // Edited back, the file is the first study again.
+    env.write_study(study);
+    assert_eq!(plan_json(&env)["study"], "forks");
+    assert_eq!(env.report_json()["study_id"], "forks");
+}
+
+/// The FAKE's `far` mode is 1.5× the baseline and writes values 1% off:
+/// beyond an rtol of 1e-3, within 2e-2. Cells n=2 and n=3 share a pow2
+/// bucket. A winner needs a final round of 3 runs per cell.
+const REJUDGE: &str = r#"name: rejudge
+knobs:
+  mode: {kind: categorical, values: [base, far], default: base}
+cells:
+  n: [2, 3]
+trial:
+  command: "sh {{ study_dir }}/fake-trial.sh {{ mode }} {{ n }}"
+objective: {metric: throughput, unit: ops/s, better: higher}
+measurement: {warmup: 0, repeats: 3, anchor_every: 0, confirm_repeats: 3}
+gate:
+  outputs: [values.json]
+  tolerance: {files: [values.json], rtol: 0.001}
+"#;
+
+fn shipped(report: &Json) -> Vec<String> {
+    report["classes"][0]["buckets"]
+        .as_array()
+        .expect("buckets")
+        .iter()
+        .map(|b| {
+            b["winner"]["label"]
+                .as_str()
+                .unwrap_or("baseline")
+                .to_string()
+        })
+        .collect()
+}
+
+#[test]
+fn judging_settings_re_judge_the_recorded_evidence_without_a_fork() {
+    let env = Env::new(REJUDGE);
+    env.launch_verdict(&[]);
+    let first = env.report_json();
+    assert_eq!(
+        shipped(&first),
+        ["baseline"],
+        "far changes the values beyond rtol"
+    );
+    let runs = env.runs().len();
+    let attempts = attempt_count(&env, "rejudge");
+
+    // A looser tolerance: the same measurements, judged again.
+    let looser = REJUDGE.replace("rtol: 0.001", "rtol: 0.02");
+    env.write_study(&looser);
+    let plan = plan_json(&env);
+    assert_eq!(plan["study"], "rejudge", "{plan}");
+    assert_eq!(plan["ledger_study"]["state"], "launched", "{plan}");
+    assert_eq!(
+        plan["ledger_study"]["judging_changes"],
+        serde_json::json!(["gate.tolerance.rtol: 0.001 → 0.02"]),
+        "{plan}"
+    );
+    assert_eq!(plan["ledger_trials_in_plan"], 12, "{plan}");
+    // No sweep trial reruns; the final round the new winner lacks runs.
+    let out = env.launch_verdict(&[]);
+    assert!(
+        out.stderr.contains(
+            "judging `rejudge` by {}'s settings, changed since it was launched: gate.tolerance.rtol: 0.001 → 0.02"
+                .replace("{}", &env.study_arg())
+                .as_str()
+        ),
+        "{}",
+        out.text()
+    );
+    assert!(
+        out.stderr.contains("ships mode=far [VERDICT]"),
+        "{}",
+        out.text()
+    );
+    let new_runs = &env.runs()[runs..];
+    assert_eq!(new_runs.len(), 3 * 2 * 2, "{new_runs:?}");
+    assert!(new_runs.iter().all(|r| r.role == "confirm"), "{new_runs:?}");
+    assert_eq!(attempt_count(&env, "rejudge"), attempts + 12);
+    let runs = env.runs().len();
+    let out = env.launch_verdict(&[]);
+    assert!(out.stderr.contains("ran 0 trials"), "{}", out.text());
+    let report = env.report_json();
+    assert_eq!(report["spec_hash"], first["spec_hash"], "the same study");
+    assert_eq!(shipped(&report), ["mode=far"]);
+    assert_eq!(report["judging"]["tolerance"]["rtol"], 0.02);
+    assert_eq!(
+        report["judging"]["changed_since_launch"],
+        serde_json::json!(["gate.tolerance.rtol: 0.001 → 0.02"])
+    );
+    let text = env.report(&env.study_arg(), "table");
+    assert!(
+        text.contains("judged with: min_improvement 2%, min_samples 3, min_hosts 1, tolerance rtol 0.02 atol 0, buckets n pow2 · the study file's, changed since the launch: gate.tolerance.rtol: 0.001 → 0.02"),
+        "{text}"
+    );
+    // By id, the settings stored at the first launch judge.
+    let by_id: Json = serde_json::from_str(&env.report("rejudge", "json")).expect("JSON");
+    assert_eq!(shipped(&by_id), ["baseline"]);
+    assert_eq!(
+        by_id["judging"]["changed_since_launch"],
+        serde_json::json!([])
+    );
+    // The verdict records the launch wrote carry the settings they used.
+    let verdicts = support::ledger_files::json_files(&env.ledger().join("rejudge/verdicts"));
+    assert!(!verdicts.is_empty());
+    for v in &verdicts {
+        assert_eq!(v["judging"]["tolerance"]["rtol"], 0.02, "{v}");
+    }
+
+    // A higher bar: 1.5× is not more than 60%.
+    env.write_study(&format!("{looser}selection: {{min_improvement: 0.6}}\n"));
+    assert_eq!(shipped(&env.report_json()), ["baseline"]);
+    // Buckets per exact value: two decisions where there was one, and the
+    // launch's verdict records follow (the old bucket's is gone).
+    env.write_study(&format!("{looser}buckets: {{n: exact}}\n"));
+    assert_eq!(shipped(&env.report_json()), ["mode=far", "mode=far"]);
+    env.launch_verdict(&[]);
+    let verdicts = support::ledger_files::json_files(&env.ledger().join("rejudge/verdicts"));
+    assert_eq!(verdicts.len(), 2, "{verdicts:?}");
+    assert!(
+        verdicts
+            .iter()
+            .all(|v| v["judging"]["buckets"]["n"] == "exact")
+    );
+
+    // What changes a measurement is another study: refused, naming only it.
+    env.write_study(&format!(
+        "{}selection: {{min_improvement: 0.6}}\n",
+        looser.replace("repeats: 3,", "repeats: 4,")
+    ));
+    let out = env.launch(&[]);
+    assert_eq!(out.code, Some(2), "{}", out.text());
+    assert!(
+        out.stderr
+            .contains("changed: measurement.repeats: 3 → 4.\n"),
+        "{}",
+        out.text()
+    );
+    assert_eq!(env.runs().len(), runs, "nothing ran");
 }
 
 #[test]

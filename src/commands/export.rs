@@ -1,7 +1,7 @@
 //! `tunectl export`: one tuned file per host class, the knobs that ship per
 //! bucket.
 
-use super::inputs::load_analysis;
+use super::inputs::{Use, load_analysis};
 use super::{CliError, failed, say, say_err};
 use crate::cli::ExportArgs;
 use crate::tuned;
@@ -30,7 +30,7 @@ fn other_studies(dir: &std::path::Path, study: &str, spec_hash: &str) -> Vec<Str
 
 /// Write the tuned files of a study into `--out`.
 pub async fn run(a: ExportArgs) -> Result<(), CliError> {
-    let analysis = load_analysis(&a.study, a.ledger.as_deref()).await?;
+    let analysis = load_analysis(&a.study, a.ledger.as_deref(), Use::Ship).await?;
     if analysis.classes.is_empty() {
         return Err(CliError::Failed(format!(
             "study `{}` has no results in the ledger yet: nothing to export; run `tunectl launch` first",

@@ -5,7 +5,7 @@
 use std::path::Path;
 
 use super::{CliError, failed, say_err};
-use crate::ledger::{DEFAULT_LEDGER, Ledger};
+use crate::ledger::{DEFAULT_LEDGER, Ledger, StudyRecord};
 use crate::report;
 use crate::spec::{Inventory, Study};
 
@@ -49,34 +49,167 @@ pub fn study_arg(arg: &str) -> Result<(String, Option<Study>), CliError> {
     }
 }
 
+/// Which of the ledger's studies a study file means.
+pub enum Resolved {
+    /// The ledger holds this spec's measurements as `record.study_id`: the
+    /// study's name, or a fork of it (`fork`). The record is judged by the
+    /// file's settings (they may have changed since its launch).
+    Launched { record: StudyRecord, fork: bool },
+    /// The ledger holds no study of this name, nor a fork of this spec.
+    New,
+    /// The ledger holds the study's name with a spec that measures
+    /// something else (`changes`), and no fork of this spec; `forks`: the
+    /// ids of its other forks.
+    Changed {
+        record: StudyRecord,
+        changes: Vec<String>,
+        forks: Vec<String>,
+    },
+}
+
+/// The study id `launch --fork` gives a study whose name the ledger holds
+/// with another spec: `<name>-<first 12 hex of its spec hash>`.
+pub fn fork_id(study: &Study) -> String {
+    format!("{}-{}", study.id(), &study.spec_hash()[..12])
+}
+
+/// Find the study a study file means in `ledger`: its name when the
+/// ledger's spec of it measures the same; else the fork that does (the one
+/// `launch --fork` named after this spec, else the newest).
+pub async fn resolve(ledger: &Ledger, study: &Study) -> Result<Resolved, CliError> {
+    let spec = study.frozen();
+    let judged = |r: &StudyRecord| StudyRecord {
+        spec: r.spec.judged_by(&spec),
+        ..r.clone()
+    };
+    let named = ledger.read_study(study.id()).await.map_err(failed)?;
+    if let Some(r) = &named
+        && spec.measures_as(&r.spec)
+    {
+        return Ok(Resolved::Launched {
+            record: judged(r),
+            fork: false,
+        });
+    }
+    let forks = ledger.forks_of(study.id()).await.map_err(failed)?;
+    let own = fork_id(study);
+    let found = forks
+        .iter()
+        .find(|r| r.study_id == own && spec.measures_as(&r.spec))
+        .or_else(|| forks.iter().rev().find(|r| spec.measures_as(&r.spec)));
+    if let Some(r) = found {
+        return Ok(Resolved::Launched {
+            record: judged(r),
+            fork: true,
+        });
+    }
+    Ok(match named {
+        Some(record) => Resolved::Changed {
+            changes: spec.differences_from(&record.spec).measurement,
+            forks: forks.into_iter().map(|r| r.study_id).collect(),
+            record,
+        },
+        None => Resolved::New,
+    })
+}
+
+/// What a command says when a study file resolves to a fork, or (when it
+/// `judges`) is judged by settings other than those of the study's launch.
+pub fn resolution_notes(file: &str, study: &Study, record: &StudyRecord, fork: bool, judges: bool) {
+    if fork {
+        say_err!(
+            "note: {file} is study `{}` in this ledger (`{}` there has another spec; `--fork` recorded this one)",
+            record.study_id,
+            study.id()
+        );
+    }
+    let changed = record.spec.judging().changed_since_launch;
+    if judges && !changed.is_empty() {
+        say_err!(
+            "note: judging `{}` by {file}'s settings, changed since it was launched: {}; the measurements are the ones recorded",
+            record.study_id,
+            changed.join("; ")
+        );
+    }
+}
+
+/// `changes` and `forks` of [`Resolved::Changed`], as a sentence.
+pub fn changed_text(name: &str, changes: &[String], forks: &[String]) -> String {
+    let mut text = format!(
+        "study `{name}` in the ledger was launched with another spec (changed: {})",
+        changes.join("; ")
+    );
+    if !forks.is_empty() {
+        text.push_str(&format!(
+            "; its other specs here: {} (name one by id)",
+            forks.join(", ")
+        ));
+    }
+    text
+}
+
+/// Whether an analysis is for showing or for shipping: `export` refuses a
+/// study file whose spec was never launched rather than write another
+/// spec's tuned values for it.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Use {
+    Show,
+    Ship,
+}
+
 /// The analysis of a study (a study file or a study id) from its ledger,
-/// as `report` and `export` see it.
+/// as `report` and `export` see it. A study file means the study it
+/// resolves to ([`resolve`]), judged by the file's settings.
 pub async fn load_analysis(
     study_arg: &str,
     ledger_flag: Option<&str>,
+    usage: Use,
 ) -> Result<report::Analysis, CliError> {
-    let (study_id, study) = self::study_arg(study_arg)?;
+    let (name, study) = self::study_arg(study_arg)?;
     let url = ledger_url(ledger_flag, study.as_ref(), None);
     let Some(ledger) = Ledger::open_existing(&url).map_err(failed)? else {
         return Err(CliError::Failed(format!(
             "no ledger at `{url}`; run `tunectl launch` first"
         )));
     };
-    let Some(record) = ledger.read_study(&study_id).await.map_err(failed)? else {
-        return Err(CliError::Failed(format!(
-            "study `{study_id}` is not in the ledger `{}`; run `tunectl launch` first",
+    let not_there = |id: &str| {
+        CliError::Failed(format!(
+            "study `{id}` is not in the ledger `{}`; run `tunectl launch` first",
             ledger.url()
-        )));
+        ))
     };
-    if let Some(s) = &study
-        && s.spec_hash() != record.spec_hash
-    {
-        say_err!(
-            "warning: {study_arg} has changed since it was launched; reporting the spec recorded in the ledger ({})",
-            &record.spec_hash[..12]
-        );
-    }
-    report::analyze_ledger(&ledger, &study_id, &record)
+    let record = match &study {
+        None => ledger
+            .read_study(&name)
+            .await
+            .map_err(failed)?
+            .ok_or_else(|| not_there(&name))?,
+        Some(s) => match resolve(&ledger, s).await? {
+            Resolved::Launched { record, fork } => {
+                resolution_notes(study_arg, s, &record, fork, true);
+                record
+            }
+            Resolved::New => return Err(not_there(&name)),
+            Resolved::Changed {
+                record,
+                changes,
+                forks,
+            } => {
+                let why = changed_text(&name, &changes, &forks);
+                if usage == Use::Ship {
+                    return Err(CliError::Invalid(format!(
+                        "{study_arg}: this spec was never launched: {why}; export `{name}` by its id to ship what it found, or launch this spec with `tunectl launch --fork` first"
+                    )));
+                }
+                say_err!(
+                    "warning: {study_arg}: this spec was never launched: {why}; showing `{name}` as launched (spec {}); `tunectl launch --fork` measures this one",
+                    &record.spec_hash[..record.spec_hash.len().min(12)]
+                );
+                record
+            }
+        },
+    };
+    report::analyze_ledger(&ledger, &record.study_id, &record)
         .await
         .map_err(failed)
 }

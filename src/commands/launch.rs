@@ -6,7 +6,7 @@ use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
 
 use super::hosts::{ssh_control_dir, transport_for};
-use super::inputs::{ledger_url, load_inputs};
+use super::inputs::{Resolved, fork_id, ledger_url, load_inputs, resolution_notes, resolve};
 use super::{CliError, failed, say_err};
 use crate::cli::LaunchArgs;
 use crate::exec::events::LaunchSummary;
@@ -39,17 +39,26 @@ pub async fn run(a: LaunchArgs) -> Result<(), CliError> {
     let ledger = Ledger::open(&url).map_err(failed)?;
     // An unreachable or unreadable store stops the launch before any trial.
     ledger.check_reachable().await.map_err(failed)?;
-    let mut study_id = study.id().to_string();
-    if a.fork
-        && let Some(existing) = ledger.read_study(&study_id).await.map_err(failed)?
-        && existing.spec_hash != study.spec_hash()
-    {
-        study_id = format!("{}-{}", study.id(), &study.spec_hash()[..12]);
-        say_err!(
-            "forking: this spec differs from the ledger's `{}`; recording it as study `{study_id}`",
-            study.id()
-        );
-    }
+    // The study this file means: its name, or the fork of its spec that a
+    // launch with `--fork` started (relaunching it needs no `--fork`).
+    let file = a.study.display().to_string();
+    let study_id = match resolve(&ledger, &study).await? {
+        Resolved::Launched { record, fork } => {
+            resolution_notes(&file, &study, &record, fork, true);
+            record.study_id
+        }
+        Resolved::New => study.id().to_string(),
+        Resolved::Changed { .. } if a.fork => {
+            let id = fork_id(&study);
+            say_err!(
+                "forking: this spec differs from the ledger's `{}`; recording it as study `{id}`",
+                study.id()
+            );
+            id
+        }
+        // Refused with the changes named when the launch registers it.
+        Resolved::Changed { .. } => study.id().to_string(),
+    };
     let prior = match &a.seed_from {
         Some(from) => Some(Arc::new(load_prior(from, &study, &ledger).await?)),
         None => None,
@@ -176,26 +185,31 @@ pub async fn run(a: LaunchArgs) -> Result<(), CliError> {
     // Buckets that ended as drafts: (class, bucket label, why).
     let mut drafts: Vec<String> = Vec::new();
     if !unrecorded {
-        report::write_verdicts(&ledger, &study_id, |class, bucket| {
-            if bucket.level != report::analysis::Level::Verdict {
-                drafts.push(format!(
-                    "{} · {}: {}",
-                    class.host_class, bucket.label, bucket.level_reason
-                ));
-            }
-            say_err!(
-                "{} · {}: ships {} [{}] · {}",
-                class.host_class,
-                bucket.label,
-                bucket
-                    .winner
-                    .as_ref()
-                    .map(|w| w.label.as_str())
-                    .unwrap_or("baseline"),
-                bucket.level.as_str().to_uppercase(),
-                bucket.decision
-            );
-        })
+        report::write_verdicts(
+            &ledger,
+            &study_id,
+            Some(&study.frozen()),
+            |class, bucket| {
+                if bucket.level != report::analysis::Level::Verdict {
+                    drafts.push(format!(
+                        "{} · {}: {}",
+                        class.host_class, bucket.label, bucket.level_reason
+                    ));
+                }
+                say_err!(
+                    "{} · {}: ships {} [{}] · {}",
+                    class.host_class,
+                    bucket.label,
+                    bucket
+                        .winner
+                        .as_ref()
+                        .map(|w| w.label.as_str())
+                        .unwrap_or("baseline"),
+                    bucket.level.as_str().to_uppercase(),
+                    bucket.decision
+                );
+            },
+        )
         .await
         .map_err(failed)?;
     }

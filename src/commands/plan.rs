@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use super::inputs::{ledger_url, load_inputs};
+use super::inputs::{Resolved, fork_id, ledger_url, load_inputs, resolve};
 use super::{CliError, failed};
 use crate::cli::PlanArgs;
 use crate::fingerprint;
@@ -20,7 +20,11 @@ fn fmt_secs(s: f64) -> String {
 
 #[derive(Serialize)]
 struct PlanView {
+    /// The id a launch records under (a fork's when `launch --fork` is
+    /// needed or already recorded this spec).
     study: String,
+    /// The study's `name`.
+    name: String,
     spec_hash: String,
     dry_run: bool,
     ledger: String,
@@ -36,6 +40,8 @@ struct PlanView {
     total_trials: u64,
     ledger_trials_held: usize,
     ledger_trials_in_plan: Option<u64>,
+    /// What the ledger holds of this spec.
+    ledger_study: LedgerStudy,
     typical_run_seconds: Option<f64>,
     typical_run_source: String,
     first_configs: Vec<ConfigView>,
@@ -43,6 +49,20 @@ struct PlanView {
     /// An adaptive search's shape (hyperband brackets and rungs, TPE).
     #[serde(skip_serializing_if = "Option::is_none")]
     search: Option<crate::plan::SearchPlan>,
+}
+
+/// What the ledger holds of the study file's spec.
+#[derive(Serialize)]
+struct LedgerStudy {
+    /// `new` (nothing yet), `launched` (as the study's name), `fork` (as a
+    /// fork of it), or `changed` (the name holds another spec: a launch
+    /// refuses, `launch --fork` starts `study`).
+    state: &'static str,
+    /// `changed`: what differs from the spec the ledger holds as the
+    /// study's name.
+    changes: Vec<String>,
+    /// Judging settings changed since the launch (re-judged, nothing reruns).
+    judging_changes: Vec<String>,
 }
 
 #[derive(Serialize)]
@@ -82,13 +102,14 @@ struct ConfigView {
     command: String,
 }
 
-async fn plan_hosts(inv: &Inventory, study: &Study, ledger: Option<&Ledger>) -> Vec<PlanHost> {
+async fn plan_hosts(
+    inv: &Inventory,
+    study: &Study,
+    study_id: &str,
+    ledger: Option<&Ledger>,
+) -> Vec<PlanHost> {
     let known = match ledger {
-        Some(l) => l
-            .hosts(study.id())
-            .await
-            .map(|(h, _)| h)
-            .unwrap_or_default(),
+        Some(l) => l.hosts(study_id).await.map(|(h, _)| h).unwrap_or_default(),
         None => Vec::new(),
     };
     let mut local_fp: Option<Option<fingerprint::Fingerprint>> = None;
@@ -129,19 +150,50 @@ pub async fn run(a: PlanArgs) -> Result<(), CliError> {
     let (study, inv) = load_inputs(&a.study, a.inventory.as_deref())?;
     let url = ledger_url(a.ledger.as_deref(), Some(&study), Some(&inv));
     let ledger = Ledger::open_existing(&url).map_err(failed)?;
-    let hosts = plan_hosts(&inv, &study, ledger.as_ref()).await;
+    // The study a launch would record under (see `launch`).
+    let resolved = match &ledger {
+        Some(l) => resolve(l, &study).await?,
+        None => Resolved::New,
+    };
+    let (study_id, ledger_study) = match resolved {
+        Resolved::Launched { record, fork } => (
+            record.study_id,
+            LedgerStudy {
+                state: if fork { "fork" } else { "launched" },
+                changes: Vec::new(),
+                judging_changes: record.spec.judging().changed_since_launch,
+            },
+        ),
+        Resolved::New => (
+            study.id().to_string(),
+            LedgerStudy {
+                state: "new",
+                changes: Vec::new(),
+                judging_changes: Vec::new(),
+            },
+        ),
+        Resolved::Changed { changes, .. } => (
+            fork_id(&study),
+            LedgerStudy {
+                state: "changed",
+                changes,
+                judging_changes: Vec::new(),
+            },
+        ),
+    };
+    let hosts = plan_hosts(&inv, &study, &study_id, ledger.as_ref()).await;
     let plan = Plan::build_shard(&study, &hosts, a.shard).map_err(CliError::Invalid)?;
     plan.check_acyclic().map_err(failed)?;
 
     // What the ledger already holds.
     let (held, scan) = match &ledger {
         Some(l) => (
-            l.trial_keys(study.id()).await.map_err(failed)?,
-            Some(l.scan(study.id()).await.map_err(failed)?),
+            l.trial_keys(&study_id).await.map_err(failed)?,
+            Some(l.scan(&study_id).await.map_err(failed)?),
         ),
         None => (BTreeMap::new(), None),
     };
-    let in_plan = (!held.is_empty()).then(|| count_in_plan(&study, &plan, &held));
+    let in_plan = (!held.is_empty()).then(|| count_in_plan(&study, &study_id, &plan, &held));
     let timings: Vec<f64> = scan
         .as_ref()
         .map(|s| {
@@ -190,7 +242,7 @@ pub async fn run(a: PlanArgs) -> Result<(), CliError> {
             vars.set(&axis.name, v.clone());
         }
         for (name, value) in [
-            ("study", Value::Str(study.id().to_string())),
+            ("study", Value::Str(study_id.clone())),
             ("study_dir", Value::Str(study.dir.display().to_string())),
             ("trial_id", Value::Str("<trial-key>".into())),
             ("trial_dir", Value::Str("<trial-dir>".into())),
@@ -260,7 +312,8 @@ pub async fn run(a: PlanArgs) -> Result<(), CliError> {
         })
         .collect();
     let view = PlanView {
-        study: study.id().to_string(),
+        study: study_id.clone(),
+        name: study.id().to_string(),
         spec_hash: study.spec_hash(),
         dry_run: true,
         ledger: ledger
@@ -286,6 +339,7 @@ pub async fn run(a: PlanArgs) -> Result<(), CliError> {
         total_trials: plan.total_trials(),
         ledger_trials_held: held.len(),
         ledger_trials_in_plan: in_plan,
+        ledger_study,
         typical_run_seconds: typical,
         typical_run_source: if typical.is_some() {
             format!("median of {} run times in the ledger", timings.len())
@@ -345,11 +399,16 @@ fn first_search_configs(study: &Study, plan: &Plan, n: usize) -> Result<Vec<u64>
 
 /// How many of the plan's sweep trials on its probed classes the ledger
 /// already holds (`held`: trial keys with any attempt).
-fn count_in_plan(study: &Study, plan: &Plan, held: &BTreeMap<String, usize>) -> u64 {
+fn count_in_plan(
+    study: &Study,
+    study_id: &str,
+    plan: &Plan,
+    held: &BTreeMap<String, usize>,
+) -> u64 {
     plan.classes
         .iter()
         .filter(|c| c.probed)
-        .flat_map(|c| plan.sweep_trials(study, study.id(), &c.id))
+        .flat_map(|c| plan.sweep_trials(study, study_id, &c.id))
         .filter(|t| held.contains_key(&t.key))
         .count() as u64
 }
@@ -395,6 +454,33 @@ fn render_plan(v: &PlanView) -> String {
         None => "no trials of this study yet".to_string(),
     };
     let _ = writeln!(o, "ledger: {} · {held}", v.ledger);
+    let ls = &v.ledger_study;
+    match ls.state {
+        "changed" => {
+            let _ = writeln!(
+                o,
+                "  study `{}` there was launched with another spec (changed: {}): `launch` refuses this file; `launch --fork` records it as study `{}` and runs every trial of this plan",
+                v.name,
+                ls.changes.join("; "),
+                v.study
+            );
+        }
+        "fork" => {
+            let _ = writeln!(
+                o,
+                "  this spec is the fork `{}` there: `launch` continues it",
+                v.study
+            );
+        }
+        _ => {}
+    }
+    if !ls.judging_changes.is_empty() {
+        let _ = writeln!(
+            o,
+            "  judging settings changed since the launch ({}): the recorded measurements are judged again, nothing reruns for it",
+            ls.judging_changes.join("; ")
+        );
+    }
     if let Some(sp) = &v.search {
         render_search_plan(&mut o, sp, v.repeats);
     }

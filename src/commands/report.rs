@@ -4,7 +4,7 @@
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
 
-use super::inputs::load_analysis;
+use super::inputs::{Use, load_analysis};
 use super::{CliError, say_err};
 use crate::cli::ReportArgs;
 use crate::plan::Plan;
@@ -14,7 +14,7 @@ use crate::spec::Study;
 
 /// Render the analysis (of one shard's configs with `--shard`).
 pub async fn run(a: ReportArgs) -> Result<(), CliError> {
-    let analysis = load_analysis(&a.study, a.ledger.as_deref()).await?;
+    let analysis = load_analysis(&a.study, a.ledger.as_deref(), Use::Show).await?;
     let study = Path::new(&a.study)
         .is_file()
         .then(|| Study::load(Path::new(&a.study)))

@@ -5,8 +5,8 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 
 use serde::Serialize;
 
-use super::inputs::{ledger_url, study_arg};
-use super::{CliError, failed, say};
+use super::inputs::{Resolved, changed_text, ledger_url, resolution_notes, resolve, study_arg};
+use super::{CliError, failed, say, say_err};
 use crate::cli::StatusArgs;
 use crate::ledger::Ledger;
 use crate::plan::{ClassInfo, Plan, PlanHost, Progress};
@@ -40,23 +40,48 @@ struct ClassStatus {
 /// Count, per host class, what the ledger holds of the study and what is
 /// left.
 pub async fn run(a: StatusArgs) -> Result<(), CliError> {
-    let (study_id, study) = study_arg(&a.study)?;
+    let (name, study) = study_arg(&a.study)?;
     let url = ledger_url(a.ledger.as_deref(), study.as_ref(), None);
     let Some(ledger) = Ledger::open_existing(&url).map_err(failed)? else {
         return Err(CliError::Failed(format!("no ledger at `{url}`")));
     };
     ledger.check_reachable().await.map_err(failed)?;
-    if ledger
-        .read_study(&study_id)
-        .await
-        .map_err(failed)?
-        .is_none()
-    {
-        return Err(CliError::Failed(format!(
-            "study `{study_id}` is not in the ledger `{}`",
+    let not_there = |id: &str| {
+        CliError::Failed(format!(
+            "study `{id}` is not in the ledger `{}`",
             ledger.url()
-        )));
-    }
+        ))
+    };
+    // A study file means the study it resolves to (its name, or the fork
+    // of its spec); one whose spec was never launched shows its name's
+    // study, without pending counts (the file does not plan that study).
+    let (study_id, study) = match study {
+        None => {
+            if ledger.read_study(&name).await.map_err(failed)?.is_none() {
+                return Err(not_there(&name));
+            }
+            (name, None)
+        }
+        Some(s) => match resolve(&ledger, &s).await? {
+            Resolved::Launched { record, fork } => {
+                resolution_notes(&a.study, &s, &record, fork, false);
+                (record.study_id, Some(s))
+            }
+            Resolved::New => return Err(not_there(&name)),
+            Resolved::Changed {
+                record,
+                changes,
+                forks,
+            } => {
+                say_err!(
+                    "warning: {}: this spec was never launched: {}; showing `{name}` as launched, without pending counts; `tunectl launch --fork` measures this one",
+                    a.study,
+                    changed_text(&name, &changes, &forks)
+                );
+                (record.study_id, None)
+            }
+        },
+    };
     let scan = ledger.scan(&study_id).await.map_err(failed)?;
     let (hosts, _) = ledger.hosts(&study_id).await.map_err(failed)?;
     let leases = ledger.live_leases(&study_id).await.map_err(failed)?;
@@ -171,7 +196,7 @@ pub async fn run(a: StatusArgs) -> Result<(), CliError> {
                 let class = c.host_class.as_str();
                 progress.failed_configs = failed_configs.remove(class).unwrap_or_default();
                 progress.failed_baselines = failed_baselines.remove(class).unwrap_or_default();
-                let left = plan.still_to_run(study, study.id(), &c.host_class, &progress);
+                let left = plan.still_to_run(study, &study_id, &c.host_class, &progress);
                 c.planned = Some(plan.trials_per_class());
                 c.pending = Some(left.to_run.len() as u64);
                 c.skipped = Some(left.skipped.len() as u64);

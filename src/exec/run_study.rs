@@ -30,7 +30,7 @@ use crate::fingerprint::Fingerprint;
 use crate::ledger::records::{
     self, AttemptStatus, DropRecord, HostRecord, StudyRecord, VoidRecord,
 };
-use crate::ledger::{Ledger, new_attempt_id, spec_differences};
+use crate::ledger::{Ledger, new_attempt_id};
 use crate::plan::{ClassInfo, Plan, PlanHost};
 use crate::search::{Brackets, Shard};
 use crate::space;
@@ -93,7 +93,9 @@ pub enum LaunchError {
 }
 
 /// Check the study against the ledger's record of it, creating the record
-/// on first launch.
+/// on first launch. The record comes back judged by the study's settings
+/// ([`FrozenSpec::judged_by`](crate::spec::FrozenSpec::judged_by)): a
+/// study whose judging settings changed keeps its measurements and id.
 pub async fn register_study(
     study: &Study,
     study_id: &str,
@@ -108,17 +110,21 @@ pub async fn register_study(
         created_at: chrono::Utc::now().to_rfc3339(),
     };
     let stored = ledger.ensure_study(&record).await?;
-    if stored.spec_hash != record.spec_hash {
+    let changes = record.spec.differences_from(&stored.spec);
+    if !changes.measurement.is_empty() {
         let short = |h: &str| h.chars().take(12).collect::<String>();
         return Err(LaunchError::SpecChanged {
             study: study_id.to_string(),
             ledger: ledger.url().to_string(),
             old: short(&stored.spec_hash),
             new: short(&record.spec_hash),
-            changes: spec_differences(&stored.spec, &record.spec),
+            changes: changes.measurement,
         });
     }
-    Ok(stored)
+    Ok(StudyRecord {
+        spec: stored.spec.judged_by(&record.spec),
+        ..stored
+    })
 }
 
 /// A host that answered its probe.

@@ -36,8 +36,6 @@ use object_store::local::LocalFileSystem;
 use object_store::path::Path as ObjPath;
 use object_store::{ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload};
 
-use crate::spec::FrozenSpec;
-
 pub use records::{
     AttemptRecord, AttemptStatus, DropRecord, HostRecord, PlanRecord, StudyRecord, VoidRecord,
 };
@@ -536,6 +534,32 @@ impl Ledger {
     }
 
     /// Discard an attempt's measurement: its trial runs again.
+    /// Remove the verdict records of `class` whose bucket is not in `keep`
+    /// (buckets that judging settings no longer make); returns how many.
+    pub async fn prune_verdicts(
+        &self,
+        study: &str,
+        class: &str,
+        keep: &[&str],
+    ) -> Result<usize, LedgerError> {
+        let prefix = ObjPath::from(format!("{study}/verdicts/{class}"));
+        let mut removed = 0;
+        for key in self.list(&prefix).await? {
+            let stale = key
+                .filename()
+                .and_then(|f| f.strip_suffix(".json"))
+                .is_some_and(|b| !keep.contains(&b));
+            if stale {
+                self.store
+                    .delete(&key)
+                    .await
+                    .map_err(|e| self.io_err("delete", &key, e))?;
+                removed += 1;
+            }
+        }
+        Ok(removed)
+    }
+
     pub async fn write_void(&self, study: &str, record: &VoidRecord) -> Result<(), LedgerError> {
         let key = ObjPath::from(format!(
             "{study}/trials/{}/{}.void",
@@ -678,19 +702,47 @@ impl Ledger {
 
     /// Study ids in the ledger (top-level prefixes with a study record).
     pub async fn studies(&self) -> Result<Vec<String>, LedgerError> {
-        let listed = self
-            .store
-            .list_with_delimiter(None)
-            .await
-            .map_err(|e| self.io_err("list", &ObjPath::from(""), e))?;
         let mut out = Vec::new();
-        for p in listed.common_prefixes {
-            let id = p.as_ref().to_string();
+        for id in self.top_prefixes().await? {
             if self.read_study(&id).await.is_ok_and(|r| r.is_some()) {
                 out.push(id);
             }
         }
         Ok(out)
+    }
+
+    /// The records of the forks of study `name` (ids `<name>-<12 hex>`),
+    /// oldest first.
+    pub async fn forks_of(&self, name: &str) -> Result<Vec<StudyRecord>, LedgerError> {
+        let mut out = Vec::new();
+        for id in self.top_prefixes().await? {
+            let is_fork = id
+                .strip_prefix(name)
+                .and_then(|r| r.strip_prefix('-'))
+                .is_some_and(|h| {
+                    h.len() == 12
+                        && h.bytes()
+                            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+                });
+            if is_fork && let Some(r) = self.read_study(&id).await? {
+                out.push(r);
+            }
+        }
+        out.sort_by(|a, b| a.created_at.cmp(&b.created_at));
+        Ok(out)
+    }
+
+    async fn top_prefixes(&self) -> Result<Vec<String>, LedgerError> {
+        let listed = self
+            .store
+            .list_with_delimiter(None)
+            .await
+            .map_err(|e| self.io_err("list", &ObjPath::from(""), e))?;
+        Ok(listed
+            .common_prefixes
+            .iter()
+            .map(|p| p.as_ref().to_string())
+            .collect())
     }
 }
 
@@ -699,98 +751,4 @@ pub fn new_attempt_id() -> String {
     let now = chrono::Utc::now();
     let nonce: u64 = rand::random();
     format!("{}-{:016x}", now.format("%Y%m%dT%H%M%S%.6fZ"), nonce)
-}
-
-/// Field-by-field differences between two frozen specs, as key paths.
-pub fn spec_differences(old: &FrozenSpec, new: &FrozenSpec) -> Vec<String> {
-    let mut out = Vec::new();
-    diff(old.json(), new.json(), "", &mut out);
-    out
-}
-
-fn diff(a: &serde_json::Value, b: &serde_json::Value, path: &str, out: &mut Vec<String>) {
-    use serde_json::Value as J;
-    match (a, b) {
-        (J::Object(x), J::Object(y)) => {
-            let mut keys: Vec<&String> = x.keys().chain(y.keys()).collect();
-            keys.sort();
-            keys.dedup();
-            for k in keys {
-                let p = if path.is_empty() {
-                    k.clone()
-                } else {
-                    format!("{path}.{k}")
-                };
-                match (x.get(k), y.get(k)) {
-                    (Some(va), Some(vb)) => diff(va, vb, &p, out),
-                    (Some(_), None) => out.push(format!("{p} (removed)")),
-                    (None, Some(_)) => out.push(format!("{p} (added)")),
-                    (None, None) => {}
-                }
-            }
-        }
-        (J::Array(x), J::Array(y)) if x.len() == y.len() => {
-            for (i, (va, vb)) in x.iter().zip(y).enumerate() {
-                diff(va, vb, &format!("{path}[{i}]"), out);
-            }
-        }
-        _ if a == b => {}
-        (J::String(x), J::String(y)) if x.chars().count() > 60 || y.chars().count() > 60 => {
-            let (x, y) = around_difference(x, y);
-            out.push(format!("{path}: {x} → {y}"))
-        }
-        _ => out.push(format!("{path}: {} → {}", short(a), short(b))),
-    }
-}
-
-/// Two long strings cut to where they differ (from a little before the
-/// first different character), so that the change shows.
-fn around_difference(a: &str, b: &str) -> (String, String) {
-    let (a, b): (Vec<char>, Vec<char>) = (a.chars().collect(), b.chars().collect());
-    let same = a.iter().zip(&b).take_while(|(x, y)| x == y).count();
-    let start = same.saturating_sub(20);
-    let window = |s: &[char]| {
-        let end = (start + 60).min(s.len());
-        let mut t = String::new();
-        if start > 0 {
-            t.push('…');
-        }
-        t.extend(&s[start.min(end)..end]);
-        if end < s.len() {
-            t.push('…');
-        }
-        serde_json::Value::String(t).to_string()
-    };
-    (window(&a), window(&b))
-}
-
-fn short(v: &serde_json::Value) -> String {
-    let s = v.to_string();
-    if s.chars().count() > 60 {
-        format!("{}…", s.chars().take(60).collect::<String>())
-    } else {
-        s
-    }
-}
-
-#[cfg(test)]
-mod diff_tests {
-    use super::*;
-
-    #[test]
-    fn a_long_command_shows_where_it_changed() {
-        let old = "./bench --threads {{ threads }} --block {{ block }} --accum {{ accum }} --n {{ n }} --out out.txt";
-        let new = "./bench --threads {{ threads }} --block {{ block }} --accum {{ accum }} --n {{ n }} --out out.csv";
-        let mut out = Vec::new();
-        diff(
-            &serde_json::json!({"trial": {"command": old}}),
-            &serde_json::json!({"trial": {"command": new}}),
-            "",
-            &mut out,
-        );
-        assert_eq!(
-            out,
-            vec!["trial.command: \"…n {{ n }} --out out.txt\" → \"…n {{ n }} --out out.csv\""]
-        );
-    }
 }

@@ -29,7 +29,7 @@ use crate::ledger::records::{
     AttemptRecord, AttemptStatus, FailureClass, HostRecord, PlanRecord, StudyRecord,
 };
 use crate::ledger::{CorruptObject, Scan};
-use crate::spec::frozen::FrozenMetric;
+use crate::spec::frozen::{FrozenMetric, Judging};
 use crate::spec::{Better, FrozenSpec};
 use crate::stats::Summary;
 use crate::trial::RoleKind;
@@ -144,6 +144,9 @@ pub struct Analysis {
     pub repeats: u32,
     pub confirm_repeats: u32,
     pub min_hosts: u32,
+    /// The judging settings the decisions used (those stored at the first
+    /// launch, or a study file's: see `changed_since_launch`).
+    pub judging: Judging,
 }
 
 fn is_zero(n: &usize) -> bool {
@@ -679,6 +682,7 @@ pub fn analyze_where(
         repeats: rules.repeats,
         confirm_repeats: rules.confirm_repeats,
         min_hosts: rules.min_hosts,
+        judging: spec.judging(),
     }
 }
 

@@ -7,6 +7,7 @@ use std::fmt::Write as _;
 use comfy_table::{ContentArrangement, Table, presets};
 
 use super::analysis::{Analysis, BucketReport, CellReport, ClassReport, ConfigReport};
+use crate::spec::frozen::Judging;
 use crate::stats::Summary;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -147,7 +148,51 @@ fn header(a: &Analysis) -> Vec<String> {
         ),
         format!("baseline: {baseline}"),
         format!("workload: {context}"),
+        judging_line(&a.judging),
     ]
+}
+
+/// The judging settings a report used, and where they come from.
+fn judging_line(j: &Judging) -> String {
+    let mut parts = vec![
+        format!(
+            "min_improvement {}%",
+            trim_float(j.selection.min_improvement * 100.0)
+        ),
+        format!("min_samples {}", j.selection.min_samples),
+        format!("min_hosts {}", j.selection.min_hosts),
+    ];
+    if let Some(t) = &j.tolerance {
+        parts.push(format!(
+            "tolerance rtol {} atol {}",
+            trim_float(t.rtol),
+            trim_float(t.atol)
+        ));
+    }
+    if !j.buckets.is_empty() {
+        let rules: Vec<String> = j
+            .buckets
+            .iter()
+            .map(|(axis, rule)| format!("{axis} {}", rule.name()))
+            .collect();
+        parts.push(format!("buckets {}", rules.join(", ")));
+    }
+    let source = if j.changed_since_launch.is_empty() {
+        "as launched".to_string()
+    } else {
+        format!(
+            "the study file's, changed since the launch: {}; the measurements are the ones recorded",
+            j.changed_since_launch.join("; ")
+        )
+    };
+    format!("judged with: {} · {source}", parts.join(", "))
+}
+
+/// A setting as written: at most 6 decimals, no trailing zeros (0.02 →
+/// `0.02`, 2.0000000000000004 → `2`).
+fn trim_float(x: f64) -> String {
+    let s = format!("{x:.6}");
+    s.trim_end_matches('0').trim_end_matches('.').to_string()
 }
 
 fn class_line(c: &ClassReport) -> String {

@@ -8,6 +8,7 @@ use serde_json::{Value as J, json};
 
 use crate::ledger::{Ledger, LedgerError, StudyRecord};
 use crate::report::analysis::{Analysis, BucketReport, ClassReport, analyze_planned};
+use crate::spec::FrozenSpec;
 
 /// The analysis of study `id` (recorded as `record`) from what `ledger`
 /// holds now: its attempts, plans and hosts.
@@ -38,21 +39,27 @@ pub fn verdict_record(analysis: &Analysis, class: &ClassReport, bucket: &BucketR
         "statistic": analysis.statistic,
         "context": analysis.context,
         "baseline": analysis.baseline,
+        "judging": analysis.judging,
         "bucket": bucket,
     })
 }
 
-/// Derive study `study_id`'s analysis from `ledger` and write the verdict
-/// record of every bucket of every host class, calling `written` after
-/// each. `Ok(None)`: the ledger holds no such study.
+/// Derive study `study_id`'s analysis from `ledger` (judged by
+/// `judged_by`'s settings when given, else by those stored) and write the
+/// verdict record of every bucket of every host class, calling `written`
+/// after each. `Ok(None)`: the ledger holds no such study.
 pub async fn write_verdicts(
     ledger: &Ledger,
     study_id: &str,
+    judged_by: Option<&FrozenSpec>,
     mut written: impl FnMut(&ClassReport, &BucketReport),
 ) -> Result<Option<Analysis>, LedgerError> {
-    let Some(record) = ledger.read_study(study_id).await? else {
+    let Some(mut record) = ledger.read_study(study_id).await? else {
         return Ok(None);
     };
+    if let Some(by) = judged_by {
+        record.spec = record.spec.judged_by(by);
+    }
     let analysis = analyze_ledger(ledger, study_id, &record).await?;
     for class in &analysis.classes {
         for bucket in &class.buckets {
@@ -62,6 +69,12 @@ pub async fn write_verdicts(
                 .await?;
             written(class, bucket);
         }
+        // Records of buckets these settings do not make (another bucket
+        // rule judged before) would read as current.
+        let keep: Vec<&str> = class.buckets.iter().map(|b| b.key.as_str()).collect();
+        ledger
+            .prune_verdicts(study_id, &class.host_class, &keep)
+            .await?;
     }
     Ok(Some(analysis))
 }
@@ -108,7 +121,7 @@ mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         let ledger = Ledger::open(&dir.path().display().to_string()).expect("ledger");
         assert!(
-            write_verdicts(&ledger, "s", |_, _| panic!("no study, no bucket"))
+            write_verdicts(&ledger, "s", None, |_, _| panic!("no study, no bucket"))
                 .await
                 .expect("no study")
                 .is_none()
@@ -127,7 +140,7 @@ mod tests {
             }
         }
         let mut seen = Vec::new();
-        let analysis = write_verdicts(&ledger, "s", |class, bucket| {
+        let analysis = write_verdicts(&ledger, "s", None, |class, bucket| {
             seen.push((class.host_class.clone(), bucket.key.clone()))
         })
         .await

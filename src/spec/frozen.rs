@@ -3,6 +3,14 @@
 //! against a relaunch's and written back byte for byte. The sections that
 //! judging results needs are read from it once, here, with the defaults
 //! that stand in for what a spec frozen by an older tunectl lacks.
+//!
+//! A spec has two parts. What decides a measurement (the command, the
+//! knobs, the measurement protocol, the outputs and which of them are
+//! compared numerically) is the study's identity: a change there is a new
+//! study. The judging settings ([`JUDGING`]: selection thresholds, bucket
+//! rules, the tolerance's rtol and atol) only decide what the recorded
+//! evidence says: a change there re-judges the same measurements
+//! ([`FrozenSpec::judged_by`]).
 
 use std::collections::BTreeMap;
 use std::ops::Deref;
@@ -13,11 +21,52 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use super::study::{Better, BucketRule, KnobKind, Selection, Study};
 use crate::gate::ToleranceSpec;
 
+/// The settings that only judge recorded evidence, as key paths into the
+/// frozen spec: changing them re-judges a study instead of starting a new
+/// one.
+pub const JUDGING: [&str; 4] = [
+    "selection",
+    "buckets",
+    "gate.tolerance.rtol",
+    "gate.tolerance.atol",
+];
+
 /// A frozen spec: its JSON as stored and the sections read from it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct FrozenSpec {
     json: serde_json::Value,
     sections: Sections,
+    /// When the judging sections are another spec's ([`FrozenSpec::judged_by`]):
+    /// what differs from the stored ones, as key paths. The JSON stays as
+    /// stored.
+    rejudged: Vec<String>,
+}
+
+/// How two frozen specs differ, as key paths with old → new values.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Differences {
+    /// Changes to what a measurement means: another study.
+    pub measurement: Vec<String>,
+    /// Changes to the judging settings only ([`JUDGING`]).
+    pub judging: Vec<String>,
+}
+
+/// The judging settings a decision used, for reports and verdict records.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Judging {
+    pub selection: FrozenSelection,
+    pub buckets: BTreeMap<String, BucketRule>,
+    /// The tolerance's `rtol` and `atol`; `None` without one.
+    pub tolerance: Option<JudgingTolerance>,
+    /// What differs from the settings stored at the study's first launch
+    /// (key paths, old → new); empty when the stored ones judged.
+    pub changed_since_launch: Vec<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct JudgingTolerance {
+    pub rtol: f64,
+    pub atol: f64,
 }
 
 /// The parts of a frozen spec that judging results reads.
@@ -83,7 +132,7 @@ impl Default for FrozenMeasurement {
 }
 
 /// Defaults: a study's (`spec::Selection`).
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 #[serde(default)]
 pub struct FrozenSelection {
     pub min_improvement: f64,
@@ -147,7 +196,11 @@ impl FrozenSpec {
             gate: section(&json, "gate")?,
             fidelity: section(&json, "fidelity")?,
         };
-        Ok(FrozenSpec { json, sections })
+        Ok(FrozenSpec {
+            json,
+            sections,
+            rejudged: Vec::new(),
+        })
     }
 
     /// A study's frozen spec (see [`Study::frozen`]), as it would read back.
@@ -188,12 +241,178 @@ impl FrozenSpec {
                 proxy: Some(metric(&f.proxy)),
             }),
         };
-        FrozenSpec { json, sections }
+        FrozenSpec {
+            json,
+            sections,
+            rejudged: Vec::new(),
+        }
     }
 
     /// The JSON as stored.
     pub fn json(&self) -> &serde_json::Value {
         &self.json
+    }
+
+    /// Field-by-field differences from `old` to `self`, split into what
+    /// changes a measurement and what only changes judging.
+    pub fn differences_from(&self, old: &FrozenSpec) -> Differences {
+        let mut d = Differences::default();
+        diff(
+            &measured(&old.json),
+            &measured(&self.json),
+            "",
+            &mut d.measurement,
+        );
+        diff(
+            &judging(&old.json),
+            &judging(&self.json),
+            "",
+            &mut d.judging,
+        );
+        d
+    }
+
+    /// Whether `self` and `other` mean the same measurements (their judging
+    /// settings may differ).
+    pub fn measures_as(&self, other: &FrozenSpec) -> bool {
+        measured(&self.json) == measured(&other.json)
+    }
+
+    /// This spec (its evidence) judged by `by`'s settings: the judging
+    /// sections are `by`'s, everything else and the stored JSON stay.
+    /// Meant for a `by` that [measures as](Self::measures_as) `self`.
+    pub fn judged_by(&self, by: &FrozenSpec) -> FrozenSpec {
+        let mut sections = self.sections.clone();
+        sections.selection = by.selection.clone();
+        sections.buckets = by.buckets.clone();
+        if let (Some(mine), Some(theirs)) = (&mut sections.gate.tolerance, &by.gate.tolerance) {
+            mine.rtol = theirs.rtol;
+            mine.atol = theirs.atol;
+        }
+        let mut rejudged = Vec::new();
+        diff(&judging(&self.json), &judging(&by.json), "", &mut rejudged);
+        FrozenSpec {
+            json: self.json.clone(),
+            sections,
+            rejudged,
+        }
+    }
+
+    /// The judging settings in effect, and what differs from the stored ones.
+    pub fn judging(&self) -> Judging {
+        Judging {
+            selection: self.selection.clone(),
+            buckets: self.buckets.clone(),
+            tolerance: self.gate.tolerance.as_ref().map(|t| JudgingTolerance {
+                rtol: t.rtol,
+                atol: t.atol,
+            }),
+            changed_since_launch: self.rejudged.clone(),
+        }
+    }
+}
+
+/// The frozen JSON without the judging settings.
+fn measured(json: &serde_json::Value) -> serde_json::Value {
+    let mut v = json.clone();
+    if let Some(obj) = v.as_object_mut() {
+        obj.remove("selection");
+        obj.remove("buckets");
+        if let Some(t) = obj
+            .get_mut("gate")
+            .and_then(|g| g.get_mut("tolerance"))
+            .and_then(|t| t.as_object_mut())
+        {
+            t.remove("rtol");
+            t.remove("atol");
+        }
+    }
+    v
+}
+
+/// Only the judging settings of the frozen JSON (those it has).
+fn judging(json: &serde_json::Value) -> serde_json::Value {
+    let mut out = serde_json::Map::new();
+    for key in ["selection", "buckets"] {
+        if let Some(v) = json.get(key) {
+            out.insert(key.to_string(), v.clone());
+        }
+    }
+    if let Some(t) = json.get("gate").and_then(|g| g.get("tolerance")) {
+        let picked: serde_json::Map<String, serde_json::Value> = ["rtol", "atol"]
+            .iter()
+            .filter_map(|k| Some((k.to_string(), t.get(*k)?.clone())))
+            .collect();
+        out.insert(
+            "gate".to_string(),
+            serde_json::json!({ "tolerance": picked }),
+        );
+    }
+    serde_json::Value::Object(out)
+}
+
+fn diff(a: &serde_json::Value, b: &serde_json::Value, path: &str, out: &mut Vec<String>) {
+    use serde_json::Value as J;
+    match (a, b) {
+        (J::Object(x), J::Object(y)) => {
+            let mut keys: Vec<&String> = x.keys().chain(y.keys()).collect();
+            keys.sort();
+            keys.dedup();
+            for k in keys {
+                let p = if path.is_empty() {
+                    k.clone()
+                } else {
+                    format!("{path}.{k}")
+                };
+                match (x.get(k), y.get(k)) {
+                    (Some(va), Some(vb)) => diff(va, vb, &p, out),
+                    (Some(_), None) => out.push(format!("{p} (removed)")),
+                    (None, Some(_)) => out.push(format!("{p} (added)")),
+                    (None, None) => {}
+                }
+            }
+        }
+        (J::Array(x), J::Array(y)) if x.len() == y.len() => {
+            for (i, (va, vb)) in x.iter().zip(y).enumerate() {
+                diff(va, vb, &format!("{path}[{i}]"), out);
+            }
+        }
+        _ if a == b => {}
+        (J::String(x), J::String(y)) if x.chars().count() > 60 || y.chars().count() > 60 => {
+            let (x, y) = around_difference(x, y);
+            out.push(format!("{path}: {x} → {y}"))
+        }
+        _ => out.push(format!("{path}: {} → {}", short(a), short(b))),
+    }
+}
+
+/// Two long strings cut to where they differ (from a little before the
+/// first different character), so that the change shows.
+fn around_difference(a: &str, b: &str) -> (String, String) {
+    let (a, b): (Vec<char>, Vec<char>) = (a.chars().collect(), b.chars().collect());
+    let same = a.iter().zip(&b).take_while(|(x, y)| x == y).count();
+    let start = same.saturating_sub(20);
+    let window = |s: &[char]| {
+        let end = (start + 60).min(s.len());
+        let mut t = String::new();
+        if start > 0 {
+            t.push('…');
+        }
+        t.extend(&s[start.min(end)..end]);
+        if end < s.len() {
+            t.push('…');
+        }
+        serde_json::Value::String(t).to_string()
+    };
+    (window(&a), window(&b))
+}
+
+fn short(v: &serde_json::Value) -> String {
+    let s = v.to_string();
+    if s.chars().count() > 60 {
+        format!("{}…", s.chars().take(60).collect::<String>())
+    } else {
+        s
     }
 }
 
@@ -275,6 +494,86 @@ fidelity: {unit: samples, min_budget: 1, max_budget: 9, metric: t}
         assert_eq!(spec.objective.better, Better::Higher);
         assert!(spec.gate.tolerance.is_none() && spec.fidelity.is_none());
         assert_eq!(serde_json::to_value(&spec).expect("json"), json);
+    }
+
+    #[test]
+    fn a_long_command_shows_where_it_changed() {
+        let old = "./bench --threads {{ threads }} --block {{ block }} --accum {{ accum }} --n {{ n }} --out out.txt";
+        let new = "./bench --threads {{ threads }} --block {{ block }} --accum {{ accum }} --n {{ n }} --out out.csv";
+        let mut out = Vec::new();
+        diff(
+            &json!({"trial": {"command": old}}),
+            &json!({"trial": {"command": new}}),
+            "",
+            &mut out,
+        );
+        assert_eq!(
+            out,
+            vec!["trial.command: \"…n {{ n }} --out out.txt\" → \"…n {{ n }} --out out.csv\""]
+        );
+    }
+
+    const TUNED: &str = r#"name: s
+knobs:
+  x: {kind: int, values: [1, 2, 4, 8], default: 1}
+cells:
+  n: [1, 1024]
+trial: {command: "run {{ x }} {{ n }}"}
+objective: {metric: t, better: lower}
+gate:
+  outputs: [out.json]
+  tolerance: {files: [out.json], rtol: 0.001}
+"#;
+
+    fn spec(text: &str) -> FrozenSpec {
+        Study::from_text(Path::new("s.yaml"), text)
+            .expect("study")
+            .frozen()
+    }
+
+    /// Selection, buckets and the tolerance's bounds are judging: the
+    /// measurements stay the same study; anything else is another.
+    #[test]
+    fn judging_settings_change_the_verdict_not_the_study() {
+        let old = spec(TUNED);
+        let new = spec(&format!(
+            "{}selection: {{min_improvement: 0.05}}\nbuckets: {{n: exact}}\n",
+            TUNED.replace("rtol: 0.001", "rtol: 0.01, atol: 0.5")
+        ));
+        assert!(new.measures_as(&old));
+        let d = new.differences_from(&old);
+        assert!(d.measurement.is_empty(), "{d:?}");
+        assert_eq!(
+            d.judging,
+            vec![
+                "buckets.n: \"pow2\" → \"exact\"",
+                "gate.tolerance.atol: 0.0 → 0.5",
+                "gate.tolerance.rtol: 0.001 → 0.01",
+                "selection.min_improvement: 0.02 → 0.05",
+            ]
+        );
+        let judged = old.judged_by(&new);
+        assert_eq!(judged.json(), old.json(), "the stored JSON stays");
+        assert_eq!(judged.selection.min_improvement, 0.05);
+        assert_eq!(judged.buckets["n"], BucketRule::Exact);
+        let t = judged.gate.tolerance.as_ref().expect("tolerance");
+        assert_eq!(
+            (t.files.as_slice(), t.rtol, t.atol),
+            (&["out.json".to_string()][..], 0.01, 0.5)
+        );
+        assert_eq!(judged.judging().changed_since_launch, d.judging);
+        assert!(old.judging().changed_since_launch.is_empty());
+
+        // Which files are compared numerically changes what is recorded.
+        let other = spec(&TUNED.replace("tolerance: {files: [out.json]", "tolerance: {files: []"));
+        assert!(!other.measures_as(&old));
+        let d = other.differences_from(&old);
+        assert_eq!(d.measurement.len(), 1, "{d:?}");
+        assert!(
+            d.measurement[0].starts_with("gate.tolerance.files"),
+            "{d:?}"
+        );
+        assert!(!spec(&TUNED.replace("run {{", "run2 {{")).measures_as(&old));
     }
 
     /// A section that does not read is named.

@@ -211,6 +211,17 @@ pub enum BucketRule {
     All,
 }
 
+impl BucketRule {
+    /// As written in a study.
+    pub fn name(self) -> &'static str {
+        match self {
+            BucketRule::Pow2 => "pow2",
+            BucketRule::Exact => "exact",
+            BucketRule::All => "all",
+        }
+    }
+}
+
 /// Numeric comparison of declared outputs that hold JSON arrays of numbers.
 #[derive(Debug, Clone, Serialize)]
 pub struct Tolerance {

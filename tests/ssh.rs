@@ -639,7 +639,7 @@ knobs:
   tile: {{kind: int, values: [64], default: 64}}
 trial:
   command: "{trial}"
-  timeout: 4s
+  timeout: 8s
   env: {{FAKE_TRIAL_SLEEP: "60", FAKE_TRIAL_PIDFILE: "{pids}"}}
 objective: {{metric: tp, better: higher}}
 measurement: {{warmup: 0, repeats: 1, anchor_every: 0, confirm_repeats: 0}}
@@ -661,10 +661,10 @@ measurement: {{warmup: 0, repeats: 1, anchor_every: 0, confirm_repeats: 0}}
         "the trial never started"
     );
     let orphans = fleet.kill_host(0);
-    // The trial itself outlives its connection (the session's shell may
-    // exit on its own once the connection is gone: that is not the test).
+    // The trial itself outlives its connection. (It runs in a session of
+    // its own, so it need not be below sshd any more; and the session's
+    // shell may exit on its own once the connection is gone.)
     let trial = trial_pid().expect("the fake trial wrote its pid");
-    assert!(orphans.contains(&trial), "{trial} not in {orphans:?}");
     assert!(
         sshd::process_alive(trial),
         "the trial died with its connection"
@@ -674,7 +674,7 @@ measurement: {{warmup: 0, repeats: 1, anchor_every: 0, confirm_repeats: 0}}
     let (ok, stderr) = finish(child, Duration::from_secs(60));
     assert!(ok, "{stderr}");
     assert!(stderr.contains("rejoins"), "{stderr}");
-    for p in &orphans {
+    for p in orphans.iter().chain([&trial]) {
         assert!(
             sshd::wait_process_gone(*p, Duration::from_secs(10)),
             "process {p} of the attempt lost with the host still runs"

@@ -113,6 +113,10 @@ pub struct LaunchArgs {
     /// tried again on it; TPE starts from its values.
     #[arg(long)]
     pub seed_from: Option<String>,
+    /// A shell command run on this machine when the launch ends, with the
+    /// outcome as JSON on its stdin (overrides the inventory's `notify`).
+    #[arg(long, value_name = "COMMAND")]
+    pub notify: Option<String>,
 }
 
 #[derive(clap::Args, Debug)]

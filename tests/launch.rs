@@ -1353,3 +1353,73 @@ measurement: {warmup: 0, repeats: 1, anchor_every: 0, confirm_repeats: 0}
     }
     assert!(gone, "the trial's sleep {pid} outlived its launcher");
 }
+
+#[test]
+fn the_notify_command_gets_the_outcome_and_never_changes_the_exit_status() {
+    let env = Env::new(STUDY);
+    let got = env.path().join("notified.json");
+    let cmd = format!("cat > '{}'", got.display());
+    let out = env.launch(&["--notify", &cmd]);
+    assert!(ran_to_the_end(out.code, &out.stderr), "{}", out.text());
+    let doc: Json =
+        serde_json::from_str(&std::fs::read_to_string(&got).expect("notified")).expect("JSON");
+    assert_eq!(doc["study"], "fake");
+    assert_eq!(doc["exit_code"], out.code.expect("an exit code"));
+    // confirm_repeats 0: the winners are drafts.
+    assert_eq!(doc["outcome"], "draft", "{doc}");
+    assert_eq!(doc["summary"]["ran"], RUN_TRIALS, "{doc}");
+    assert_eq!(doc["summary"]["already_in_ledger"], 0, "{doc}");
+    let buckets = doc["buckets"].as_array().expect("buckets");
+    assert_eq!(buckets.len(), 2, "{doc}");
+    assert!(
+        buckets
+            .iter()
+            .all(|b| b["ships"] == "mode=fast" && b["level"] == "draft"),
+        "{doc}"
+    );
+    assert!(
+        doc["report"]
+            .as_str()
+            .expect("report")
+            .starts_with("tunectl report ")
+    );
+
+    // From the inventory, when no flag is given; a failing command is a
+    // warning and the launch's own status stands.
+    let inv = env.write(
+        "inventory.yaml",
+        &format!(
+            "notify: \"cat > '{}'; exit 5\"\nhosts:\n  - {{name: box, transport: local}}\n",
+            got.display()
+        ),
+    );
+    std::fs::remove_file(&got).expect("rm");
+    let out = env.launch(&["--inventory", &inv.display().to_string()]);
+    assert!(ran_to_the_end(out.code, &out.stderr), "{}", out.text());
+    assert!(
+        out.stderr.contains("warning: the notify command (cat > "),
+        "{}",
+        out.text()
+    );
+    assert!(out.stderr.contains("): exited 5"), "{}", out.text());
+    let doc: Json =
+        serde_json::from_str(&std::fs::read_to_string(&got).expect("notified")).expect("JSON");
+    assert_eq!(doc["summary"]["ran"], 0, "{doc}");
+    assert_eq!(doc["summary"]["already_in_ledger"], RUN_TRIALS, "{doc}");
+
+    // A refused launch is told too (it ended), with why.
+    env.write_study(&STUDY.replace("repeats: 3", "repeats: 4"));
+    std::fs::remove_file(&got).expect("rm");
+    let out = env.launch(&["--notify", &cmd]);
+    assert_eq!(out.code, Some(2), "{}", out.text());
+    let doc: Json =
+        serde_json::from_str(&std::fs::read_to_string(&got).expect("notified")).expect("JSON");
+    assert_eq!(doc["outcome"], "invalid", "{doc}");
+    assert!(
+        doc["message"]
+            .as_str()
+            .expect("message")
+            .contains("measurement.repeats: 3 → 4"),
+        "{doc}"
+    );
+}

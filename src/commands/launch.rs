@@ -7,6 +7,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::hosts::{ssh_control_dir, transport_for};
 use super::inputs::{Resolved, fork_id, ledger_url, load_inputs, resolution_notes, resolve};
+use super::notify::{self, LaunchEnd};
 use super::{CliError, failed, say_err};
 use crate::cli::LaunchArgs;
 use crate::exec::events::LaunchSummary;
@@ -18,9 +19,24 @@ use crate::report;
 use crate::space::ConfigSpace;
 use crate::spec::{Study, Transport};
 
-/// Probe, plan and run the study's trials, then write the verdicts.
+/// Probe, plan and run the study's trials, then write the verdicts; then
+/// run the notify command, if any, with the outcome.
 pub async fn run(a: LaunchArgs) -> Result<(), CliError> {
+    let mut end = LaunchEnd::default();
+    let result = launch(&a, &mut end).await;
+    if let Some(command) = end.notify.clone() {
+        notify::run(&command, &end.outcome(&result)).await;
+    }
+    result
+}
+
+async fn launch(a: &LaunchArgs, end: &mut LaunchEnd) -> Result<(), CliError> {
     let (study, inv) = load_inputs(&a.study, a.inventory.as_deref())?;
+    // From here on the launch's end is worth telling.
+    end.notify = a.notify.clone().or_else(|| inv.notify.clone());
+    end.name = study.id().to_string();
+    end.study_id = study.id().to_string();
+    end.report = format!("tunectl report {}", a.study.display());
     for name in &a.hosts {
         if inv.host(name).is_none() {
             let known: Vec<&str> = inv.hosts.iter().map(|h| h.name.as_str()).collect();
@@ -37,6 +53,7 @@ pub async fn run(a: LaunchArgs) -> Result<(), CliError> {
         .collect();
     let url = ledger_url(a.ledger.as_deref(), Some(&study), Some(&inv));
     let ledger = Ledger::open(&url).map_err(failed)?;
+    end.ledger = ledger.url().to_string();
     // An unreachable or unreadable store stops the launch before any trial.
     ledger.check_reachable().await.map_err(failed)?;
     // The study this file means: its name, or the fork of its spec that a
@@ -59,6 +76,7 @@ pub async fn run(a: LaunchArgs) -> Result<(), CliError> {
         // Refused with the changes named when the launch registers it.
         Resolved::Changed { .. } => study.id().to_string(),
     };
+    end.study_id = study_id.clone();
     let prior = match &a.seed_from {
         Some(from) => Some(Arc::new(load_prior(from, &study, &ledger).await?)),
         None => None,
@@ -159,6 +177,7 @@ pub async fn run(a: LaunchArgs) -> Result<(), CliError> {
     }
     drop(tx);
     let _ = reporter.await;
+    end.summary = Some(summary.clone());
     for (h, why) in &summary.unreachable_hosts {
         say_err!("warning: host {h}: {why} (skipped in this launch)");
     }
@@ -190,6 +209,7 @@ pub async fn run(a: LaunchArgs) -> Result<(), CliError> {
             &study_id,
             Some(&study.frozen()),
             |class, bucket| {
+                end.buckets.push(notify::BucketOutcome::of(class, bucket));
                 if bucket.level != report::analysis::Level::Verdict {
                     drafts.push(format!(
                         "{} · {}: {}",

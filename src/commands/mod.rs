@@ -19,6 +19,7 @@ pub mod hosts;
 pub mod inputs;
 pub mod launch;
 pub mod ledger;
+pub mod notify;
 pub mod plan;
 pub mod report;
 pub mod status;
@@ -64,27 +65,39 @@ impl From<Diagnostics> for CliError {
 }
 
 impl CliError {
+    /// The exit code (docs/cli.md).
+    pub fn code(&self) -> u8 {
+        match self {
+            CliError::Invalid(_) => 2,
+            CliError::Failed(_) => 1,
+            CliError::Interrupted => 130,
+            CliError::Drafts(_) => 3,
+            CliError::Stalled(_) => 4,
+        }
+    }
+
+    /// What is said on stderr; `None` for an interrupt (said as it
+    /// happened).
+    pub fn message(&self) -> Option<&str> {
+        match self {
+            CliError::Invalid(m)
+            | CliError::Failed(m)
+            | CliError::Drafts(m)
+            | CliError::Stalled(m) => Some(m),
+            CliError::Interrupted => None,
+        }
+    }
+
     /// Say what went wrong on stderr (once) and give the exit code.
     pub fn exit(self) -> ExitCode {
-        match self {
-            CliError::Invalid(m) => {
-                say_err!("error: {m}");
-                ExitCode::from(2)
-            }
-            CliError::Failed(m) => {
-                say_err!("error: {m}");
-                ExitCode::from(1)
-            }
-            CliError::Interrupted => ExitCode::from(130),
-            CliError::Drafts(m) => {
-                say_err!("note: {m}");
-                ExitCode::from(3)
-            }
-            CliError::Stalled(m) => {
-                say_err!("error: {m}");
-                ExitCode::from(4)
-            }
+        let word = match self {
+            CliError::Drafts(_) => "note",
+            _ => "error",
+        };
+        if let Some(m) = self.message() {
+            say_err!("{word}: {m}");
         }
+        ExitCode::from(self.code())
     }
 }
 

@@ -19,6 +19,9 @@ use super::yaml::{self, Walker, index, join};
 pub struct Inventory {
     pub hosts: Vec<Host>,
     pub ledger: Option<String>,
+    /// A shell command run on this machine when a launch ends, with the
+    /// launch's outcome as JSON on its stdin (`launch --notify` wins).
+    pub notify: Option<String>,
     #[serde(skip)]
     pub source: Option<PathBuf>,
 }
@@ -134,6 +137,7 @@ impl Inventory {
                 transport: Transport::Local,
             }],
             ledger: None,
+            notify: None,
             source: None,
         }
     }
@@ -167,8 +171,16 @@ impl Inventory {
 
 fn parse_inventory(w: &mut Walker, root: &Node) -> Option<Inventory> {
     let map = w.mapping(root, "")?;
-    w.check_keys(map, "", &["hosts", "ledger"]);
+    w.check_keys(map, "", &["hosts", "ledger", "notify"]);
     let ledger = map.get_node("ledger").and_then(|n| w.string(n, "ledger"));
+    let notify = map.get_node("notify").and_then(|n| {
+        let cmd = w.string(n, "notify")?;
+        if cmd.trim().is_empty() {
+            w.error_at(n, "notify", "an empty command");
+            return None;
+        }
+        Some(cmd)
+    });
     let hosts_node = w.required(map, "", "hosts")?;
     let seq = w.sequence(hosts_node, "hosts")?;
     if seq.is_empty() {
@@ -223,6 +235,7 @@ fn parse_inventory(w: &mut Walker, root: &Node) -> Option<Inventory> {
     Some(Inventory {
         hosts,
         ledger,
+        notify,
         source: None,
     })
 }

@@ -1,0 +1,263 @@
+//! `launch --notify` (or the inventory's `notify`): a shell command run on
+//! the launching machine when a launch ends, with the outcome as JSON on
+//! its stdin, so that a study can post to a chat or send mail without
+//! tunectl knowing how. A notification that fails is a warning: it never
+//! changes the launch's exit status.
+
+use std::process::Stdio;
+use std::time::Duration;
+
+use serde::Serialize;
+use tokio::io::AsyncWriteExt;
+
+use super::{CliError, say_err};
+use crate::exec::events::LaunchSummary;
+use crate::report::analysis::{BucketReport, ClassReport};
+
+/// How long the command may run before it is killed (with its process
+/// group).
+pub const NOTIFY_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// What a launch knows about its end, filled in as it goes.
+#[derive(Default)]
+pub struct LaunchEnd {
+    /// The command to run; `None` until the inputs are loaded (a launch
+    /// whose study or inventory does not load tells nobody).
+    pub notify: Option<String>,
+    pub name: String,
+    pub study_id: String,
+    pub ledger: String,
+    pub report: String,
+    /// `None` when the launch ended before it ran anything.
+    pub summary: Option<LaunchSummary>,
+    /// Every bucket's decision, as written to the verdict records.
+    pub buckets: Vec<BucketOutcome>,
+}
+
+/// One bucket's decision.
+#[derive(Debug, Clone, Serialize)]
+pub struct BucketOutcome {
+    pub host_class: String,
+    pub class_label: String,
+    pub bucket: String,
+    /// The winner's label, or `baseline`.
+    pub ships: String,
+    pub level: String,
+    pub decision: String,
+    pub level_reason: String,
+}
+
+impl BucketOutcome {
+    pub fn of(class: &ClassReport, bucket: &BucketReport) -> BucketOutcome {
+        BucketOutcome {
+            host_class: class.host_class.clone(),
+            class_label: class.label.clone(),
+            bucket: bucket.label.clone(),
+            ships: bucket
+                .winner
+                .as_ref()
+                .map_or_else(|| "baseline".to_string(), |w| w.label.clone()),
+            level: bucket.level.as_str().to_string(),
+            decision: bucket.decision.clone(),
+            level_reason: bucket.level_reason.clone(),
+        }
+    }
+}
+
+/// The document on the command's stdin (docs/cli.md, `launch --notify`).
+#[derive(Debug, Serialize)]
+pub struct Outcome<'a> {
+    pub schema: u32,
+    pub study: &'a str,
+    pub name: &'a str,
+    pub ledger: &'a str,
+    /// `verdict`, `draft`, `stalled`, `interrupted`, `failed` or `invalid`.
+    pub outcome: &'static str,
+    pub exit_code: u8,
+    /// What went wrong, as the launch said it; `null` on exit 0.
+    pub message: Option<String>,
+    /// The launch's counts; `null` when it ended before running anything.
+    pub summary: Option<Counts>,
+    pub buckets: &'a [BucketOutcome],
+    /// The command that shows the evidence.
+    pub report: &'a str,
+}
+
+#[derive(Debug, Serialize)]
+pub struct Counts {
+    pub ran: u64,
+    pub ok: u64,
+    pub failed: u64,
+    pub lost: u64,
+    pub already_in_ledger: u64,
+    pub skipped: u64,
+    pub confirm_trials: u64,
+    pub anchors: u64,
+    pub voided: u64,
+    pub dropped_cells: u64,
+    pub unreachable_hosts: Vec<String>,
+}
+
+impl LaunchEnd {
+    /// The outcome of a launch that ended with `result`.
+    pub fn outcome(&self, result: &Result<(), CliError>) -> Outcome<'_> {
+        let (outcome, message) = match result {
+            Ok(()) => ("verdict", None),
+            Err(e) => {
+                let word = match e {
+                    CliError::Invalid(_) => "invalid",
+                    CliError::Failed(_) => "failed",
+                    CliError::Interrupted => "interrupted",
+                    CliError::Drafts(_) => "draft",
+                    CliError::Stalled(_) => "stalled",
+                };
+                (word, e.message().map(str::to_string))
+            }
+        };
+        Outcome {
+            schema: 1,
+            study: &self.study_id,
+            name: &self.name,
+            ledger: &self.ledger,
+            outcome,
+            exit_code: result.as_ref().err().map_or(0, CliError::code),
+            message,
+            summary: self.summary.as_ref().map(|s| Counts {
+                ran: s.ran,
+                ok: s.ok,
+                failed: s.failed,
+                lost: s.lost,
+                already_in_ledger: s.already_done,
+                skipped: s.skipped,
+                confirm_trials: s.confirm_trials,
+                anchors: s.anchors,
+                voided: s.voided,
+                dropped_cells: s.dropped_cells,
+                unreachable_hosts: s.unreachable_hosts.iter().map(|(h, _)| h.clone()).collect(),
+            }),
+            buckets: &self.buckets,
+            report: &self.report,
+        }
+    }
+}
+
+/// Run `command` with `sh -c`, the outcome as JSON on its stdin and in
+/// `TUNECTL_STUDY`, `TUNECTL_OUTCOME`, `TUNECTL_EXIT_CODE`; its stdout and
+/// stderr go to the launch's stderr. Waits at most [`NOTIFY_TIMEOUT`].
+pub async fn run(command: &str, outcome: &Outcome<'_>) {
+    if let Err(why) = try_run(command, outcome, NOTIFY_TIMEOUT).await {
+        say_err!("warning: the notify command ({}): {why}", short(command));
+    }
+}
+
+async fn try_run(command: &str, outcome: &Outcome<'_>, limit: Duration) -> Result<(), String> {
+    let json = serde_json::to_vec_pretty(outcome).map_err(|e| e.to_string())?;
+    let mut cmd = tokio::process::Command::new("sh");
+    cmd.arg("-c")
+        .arg(command)
+        .env("TUNECTL_STUDY", outcome.study)
+        .env("TUNECTL_OUTCOME", outcome.outcome)
+        .env("TUNECTL_EXIT_CODE", outcome.exit_code.to_string())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::from(std::io::stderr()))
+        .stderr(Stdio::from(std::io::stderr()))
+        // Its own process group, so that a timeout kills what it started.
+        .process_group(0)
+        .kill_on_drop(true);
+    let mut child = cmd.spawn().map_err(|e| format!("cannot start: {e}"))?;
+    let pid = child.id();
+    let mut stdin = child.stdin.take();
+    let talk = async {
+        if let Some(s) = stdin.as_mut() {
+            // A command that does not read its stdin is fine.
+            let _ = s.write_all(&json).await;
+        }
+        drop(stdin.take());
+        child.wait().await
+    };
+    match tokio::time::timeout(limit, talk).await {
+        Ok(Ok(status)) if status.success() => Ok(()),
+        Ok(Ok(status)) => Err(match status.code() {
+            Some(c) => format!("exited {c}"),
+            None => "was killed by a signal".to_string(),
+        }),
+        Ok(Err(e)) => Err(format!("cannot wait for it: {e}")),
+        Err(_) => {
+            if let Some(pid) = pid.and_then(|p| libc::pid_t::try_from(p).ok()) {
+                // SAFETY: kill(2) on the process group we started.
+                unsafe {
+                    libc::kill(-pid, libc::SIGKILL);
+                }
+            }
+            Err(format!(
+                "did not end within {}: killed",
+                humantime::format_duration(limit)
+            ))
+        }
+    }
+}
+
+/// A command as a warning names it: its first 60 characters.
+fn short(command: &str) -> String {
+    let mut s: String = command.chars().take(60).collect();
+    if command.chars().count() > 60 {
+        s.push('…');
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn outcome() -> LaunchEnd {
+        LaunchEnd {
+            notify: None,
+            name: "s".into(),
+            study_id: "s".into(),
+            ledger: "file:///l".into(),
+            report: "tunectl report s.yaml".into(),
+            summary: None,
+            buckets: Vec::new(),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_command_that_hangs_is_killed_at_its_limit() {
+        let end = outcome();
+        let o = end.outcome(&Ok(()));
+        let started = std::time::Instant::now();
+        let err = try_run("sleep 30 & wait", &o, Duration::from_millis(300))
+            .await
+            .expect_err("killed");
+        assert!(err.contains("did not end within 300ms: killed"), "{err}");
+        assert!(started.elapsed() < Duration::from_secs(10));
+    }
+
+    #[tokio::test]
+    async fn the_outcome_arrives_on_stdin_and_in_the_environment() {
+        let dir = tempfile::tempdir().expect("tmp");
+        let out = dir.path().join("got");
+        let end = outcome();
+        let o = end.outcome(&Err(CliError::Drafts("2 drafts".into())));
+        let cmd = format!(
+            "cat > '{}'; echo \"$TUNECTL_STUDY $TUNECTL_OUTCOME $TUNECTL_EXIT_CODE\" >> '{}'",
+            out.display(),
+            out.display()
+        );
+        try_run(&cmd, &o, Duration::from_secs(20))
+            .await
+            .expect("ran");
+        let text = std::fs::read_to_string(&out).expect("written");
+        let (json, env) = text.rsplit_once('}').expect("JSON then a line");
+        let doc: serde_json::Value = serde_json::from_str(&format!("{json}}}")).expect("JSON");
+        assert_eq!(doc["outcome"], "draft");
+        assert_eq!(doc["exit_code"], 3);
+        assert_eq!(doc["message"], "2 drafts");
+        assert_eq!(env.trim(), "s draft 3");
+        let err = try_run("exit 7", &o, Duration::from_secs(20))
+            .await
+            .expect_err("failed");
+        assert_eq!(err, "exited 7");
+    }
+}

@@ -115,7 +115,7 @@ measurement: {{warmup: 0, repeats: 1, anchor_every: 0, confirm_repeats: 0}}
         format!("{target}/release/tunectl")
     });
     let mut cmd = std::process::Command::new(&tunectl);
-    cmd.args(["launch", "--progress", "quiet", "--inventory"])
+    cmd.args(["launch", "--yes", "--progress", "quiet", "--inventory"])
         .arg(root.join("inventory.yaml"))
         .arg("--ledger")
         .arg(root.join("ledger"))

@@ -153,7 +153,7 @@ run_tunectl() {
     local r=$1 t0 t1
     t0=$(now)
     "$TUNECTL" launch "$tmp/study.yaml" --inventory "$tmp/inventory.yaml" \
-        --ledger "$tmp/ledger-$r" --progress quiet >"$tmp/tunectl-$r.out" 2>&1 ||
+        --ledger "$tmp/ledger-$r" --progress quiet --yes >"$tmp/tunectl-$r.out" 2>&1 ||
         { cat "$tmp/tunectl-$r.out" >&2; exit 1; }
     t1=$(now)
     grep -q "^ran $TRIALS trials ($TRIALS ok" "$tmp/tunectl-$r.out" ||

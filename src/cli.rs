@@ -117,6 +117,10 @@ pub struct LaunchArgs {
     /// outcome as JSON on its stdin (overrides the inventory's `notify`).
     #[arg(long, value_name = "COMMAND")]
     pub notify: Option<String>,
+    /// Launch although the plan's estimate exceeds `budget.max_trial_time`,
+    /// or remote hosts run without one.
+    #[arg(long)]
+    pub yes: bool,
 }
 
 #[derive(clap::Args, Debug)]

@@ -730,7 +730,7 @@ fn a_host_that_does_not_answer_is_reported_and_the_others_run() {
     // No Slurm answers here (an empty configuration: its clients give up at
     // once): the entry is reported and left out.
     let conf = env.write("empty-slurm.conf", "");
-    let mut cmd = env.launch_cmd(&["--inventory", &inv]);
+    let mut cmd = env.launch_cmd(&["--inventory", &inv, "--yes"]);
     cmd.env("SLURM_CONF", &conf);
     let out = env.run(cmd);
     let stderr = out.stderr;
@@ -1422,4 +1422,80 @@ fn the_notify_command_gets_the_outcome_and_never_changes_the_exit_status() {
             .contains("measurement.repeats: 3 → 4"),
         "{doc}"
     );
+}
+
+#[test]
+fn a_launch_on_remote_hosts_without_a_cap_needs_a_yes() {
+    let env = Env::new(STUDY);
+    // Refused before any host is contacted: nothing listens there.
+    let inv = env.write(
+        "inventory.yaml",
+        "hosts:\n  - {name: box, transport: local}\n  - {name: gpu-a, transport: ssh, host: 127.0.0.1, port: 9}\n",
+    );
+    let out = env.launch(&["--inventory", &inv.display().to_string()]);
+    assert_eq!(out.code, Some(2), "{}", out.text());
+    assert!(
+        out.stderr.contains(
+            "this launch runs on remote hosts (gpu-a) and the study sets no budget.max_trial_time; the plan's estimate is at most"
+        ),
+        "{}",
+        out.text()
+    );
+    assert!(out.stderr.contains("pass --yes"), "{}", out.text());
+    assert!(env.runs().is_empty(), "a trial ran");
+    assert_eq!(attempt_count(&env, "fake"), 0);
+}
+
+#[test]
+fn the_trial_time_cap_refuses_a_launch_past_it_and_stops_one_that_reaches_it() {
+    // Each measured run sleeps 0.4 s; 26 trials (and warm-ups) cannot fit
+    // in 1 s, nor in their worst case of 20 s each.
+    let study = STUDY.replace(
+        "  timeout: 20s\n",
+        "  timeout: 20s\n  env: {FAKE_SLEEP: \"0.4\"}\n",
+    ) + "budget: {max_trial_time: 1s}\n";
+    let env = Env::new(&study);
+    let out = env.launch(&[]);
+    assert_eq!(out.code, Some(2), "{}", out.text());
+    assert!(
+        out.stderr.contains("the plan's estimate is at most ")
+            && out.stderr.contains("more than budget.max_trial_time 1s"),
+        "{}",
+        out.text()
+    );
+    assert!(env.runs().is_empty(), "a trial ran");
+
+    // Acknowledged: it runs until the cap, then starts nothing more.
+    let out = env.launch(&["--yes"]);
+    assert_eq!(out.code, Some(1), "{}", out.text());
+    assert!(
+        out.stderr.contains("budget.max_trial_time 1s is spent"),
+        "{}",
+        out.text()
+    );
+    assert!(
+        out.stderr
+            .contains("the launch stopped starting trials at budget.max_trial_time 1s"),
+        "{}",
+        out.text()
+    );
+    let ran = attempt_count(&env, "fake");
+    assert!(
+        (1..=4).contains(&ran),
+        "{ran} attempts for 1 s at 0.4 s each"
+    );
+    // What ran is evidence, not a verdict.
+    let report = env.report_json();
+    assert_eq!(report["level"], "draft", "{report}");
+
+    // A higher cap goes on from there: nothing runs twice, and the
+    // estimate now comes from the recorded run times.
+    env.write_study(&study.replace("max_trial_time: 1s", "max_trial_time: 1h"));
+    let out = env.launch_ok(&[]);
+    assert!(
+        out.stderr.contains(&format!("{ran} already in the ledger")),
+        "{}",
+        out.text()
+    );
+    assert_eq!(attempt_count(&env, "fake"), RUN_TRIALS);
 }

@@ -220,7 +220,7 @@ fn the_quickstart_runs_over_an_ssh_fleet_with_one_block_per_host_class() {
         .arg(&inventory)
         .arg("--ledger")
         .arg(&ledger)
-        .args(["--progress", "quiet", "--no-cooldown"])
+        .args(["--progress", "quiet", "--no-cooldown", "--yes"])
         // 660 trials on 4 slots of a 2-core machine: about 5 minutes.
         .timeout(Duration::from_secs(900))
         .output()

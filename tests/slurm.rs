@@ -141,6 +141,7 @@ fn launch_cmd(cluster: &Cluster, s: &Setup, extra: &[&str]) -> std::process::Com
     let mut c = std::process::Command::new(assert_cmd::cargo::cargo_bin("tunectl"));
     c.args([
         "launch",
+        "--yes",
         "--progress",
         "plain",
         "--no-cooldown",

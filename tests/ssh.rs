@@ -103,6 +103,7 @@ fn launch(study: &Path, inventory: &Path, ledger: &Path, extra: &[&str]) -> Stri
     let out = tunectl()
         .args([
             "launch",
+            "--yes",
             "--progress",
             "plain",
             "--no-cooldown",
@@ -491,7 +492,7 @@ fn a_host_key_mismatch_refuses_to_connect() {
     write(&inv, &text);
     let ledger = d.root.join("ledger");
     let out = tunectl()
-        .args(["launch", "--progress", "plain", "--inventory"])
+        .args(["launch", "--yes", "--progress", "plain", "--inventory"])
         .arg(&inv)
         .arg("--ledger")
         .arg(&ledger)
@@ -535,6 +536,7 @@ fn spawn_launch(study: &Path, inv: &Path, ledger: &Path, extra: &[&str]) -> std:
     std::process::Command::new(assert_cmd::cargo::cargo_bin("tunectl"))
         .args([
             "launch",
+            "--yes",
             "--progress",
             "plain",
             "--no-cooldown",

@@ -8,16 +8,18 @@ use tokio_util::sync::CancellationToken;
 use super::hosts::{ssh_control_dir, transport_for};
 use super::inputs::{Resolved, fork_id, ledger_url, load_inputs, resolution_notes, resolve};
 use super::notify::{self, LaunchEnd};
+use super::plan;
 use super::{CliError, failed, say_err};
 use crate::cli::LaunchArgs;
 use crate::exec::events::LaunchSummary;
 use crate::exec::progress;
 use crate::exec::run_study::{self as launch, LaunchHost};
+use crate::exec::run_trial::Spend;
 use crate::ledger::Ledger;
 use crate::plan::Plan;
 use crate::report;
 use crate::space::ConfigSpace;
-use crate::spec::{Study, Transport};
+use crate::spec::{Host, Inventory, Study, Transport};
 
 /// Probe, plan and run the study's trials, then write the verdicts; then
 /// run the notify command, if any, with the outcome.
@@ -85,6 +87,7 @@ async fn launch(a: &LaunchArgs, end: &mut LaunchEnd) -> Result<(), CliError> {
         // Refused before anything runs (the plan says why).
         Plan::build_shard(&study, &[], Some(sh)).map_err(CliError::Invalid)?;
     }
+    check_spend(a, &study, &inv, &selected, &study_id, &ledger).await?;
     let work_root = a
         .workdir
         .clone()
@@ -136,6 +139,7 @@ async fn launch(a: &LaunchArgs, end: &mut LaunchEnd) -> Result<(), CliError> {
         host_timeout: a.host_timeout,
         prior,
         shard: a.shard,
+        spend: Arc::new(Spend::new(study.budget.max_trial_time)),
     };
     let mut summary = LaunchSummary::default();
     // A host whose fingerprint changed mid-launch is a new host class: the
@@ -252,6 +256,13 @@ async fn launch(a: &LaunchArgs, end: &mut LaunchEnd) -> Result<(), CliError> {
             "the study is incomplete: a host class lost every host (see above)".to_string(),
         ));
     }
+    if let Some((spent, cap)) = summary.budget_spent {
+        return Err(CliError::Failed(format!(
+            "the launch stopped starting trials at budget.max_trial_time {} ({} of trial time spent): the study is incomplete; launch again (with a higher cap) to go on: nothing that ran runs again",
+            fmt_secs(cap),
+            fmt_secs(spent)
+        )));
+    }
     if !summary.stalled.is_empty() {
         let classes: Vec<String> = summary
             .stalled
@@ -277,6 +288,64 @@ async fn launch(a: &LaunchArgs, end: &mut LaunchEnd) -> Result<(), CliError> {
         )));
     }
     Ok(())
+}
+
+/// Refuse a launch that would spend more trial time than the study's
+/// `budget.max_trial_time` by the plan's estimate, or that runs on remote
+/// hosts without a cap, unless `--yes` acknowledges it.
+async fn check_spend(
+    a: &LaunchArgs,
+    study: &Study,
+    inv: &Inventory,
+    selected: &[&Host],
+    study_id: &str,
+    ledger: &Ledger,
+) -> Result<(), CliError> {
+    let cap = study.budget.max_trial_time;
+    let remote: Vec<&str> = selected
+        .iter()
+        .filter(|h| !matches!(h.transport, Transport::Local))
+        .map(|h| h.name.as_str())
+        .collect();
+    if a.yes || (cap.is_none() && remote.is_empty()) {
+        return Ok(());
+    }
+    let hosts = Inventory {
+        hosts: selected.iter().map(|h| (*h).clone()).collect(),
+        ..inv.clone()
+    };
+    let outlook = plan::outlook(study, &hosts, study_id, Some(ledger), a.shard).await?;
+    let (expected, worst) = outlook.trial_seconds(study);
+    let estimate = expected.unwrap_or(worst);
+    let what = match expected {
+        Some(e) => format!(
+            "the plan's estimate is {} of trial time (from the median of {} run times in the ledger; at most {} with every run at its timeout)",
+            fmt_secs(e),
+            outlook.timings.len(),
+            fmt_secs(worst)
+        ),
+        None => format!(
+            "the plan's estimate is at most {} of trial time (every run at its timeout: the ledger has no run times yet)",
+            fmt_secs(worst)
+        ),
+    };
+    match cap {
+        None => Err(CliError::Invalid(format!(
+            "this launch runs on remote hosts ({}) and the study sets no budget.max_trial_time; {what}. Set a cap, or pass --yes to launch without one (`tunectl plan` shows the cost per host class)",
+            remote.join(", ")
+        ))),
+        Some(cap) if estimate > cap.as_secs_f64() => Err(CliError::Invalid(format!(
+            "{what}, more than budget.max_trial_time {}. Raise the cap, or pass --yes to launch anyway: it stops starting trials at the cap, and a later launch goes on",
+            fmt_secs(cap.as_secs_f64())
+        ))),
+        Some(_) => Ok(()),
+    }
+}
+
+/// Seconds as people read them (`1h 2m 5s`).
+fn fmt_secs(s: f64) -> String {
+    humantime::format_duration(std::time::Duration::from_secs(s.max(0.0).round() as u64))
+        .to_string()
 }
 
 /// Launch rounds at most in one `tunectl launch` (a round starts again when

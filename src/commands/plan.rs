@@ -144,6 +144,105 @@ async fn plan_hosts(
     out
 }
 
+/// What a launch of a study on an inventory would run, and what the
+/// ledger already holds of it.
+pub struct Outlook {
+    pub hosts: Vec<PlanHost>,
+    pub plan: Plan,
+    /// Trial keys of the study with any attempt.
+    pub held: BTreeMap<String, usize>,
+    /// How many of the plan's sweep trials (on probed classes) are held.
+    pub in_plan: Option<u64>,
+    /// Run times in the ledger, scaled to the objective's budget.
+    pub timings: Vec<f64>,
+    pub typical: Option<f64>,
+}
+
+/// Plan `study` on `inv` as study `study_id` (see [`Outlook`]). The local
+/// machine is probed (read-only); other hosts take their last fingerprint
+/// in the ledger.
+pub async fn outlook(
+    study: &Study,
+    inv: &Inventory,
+    study_id: &str,
+    ledger: Option<&Ledger>,
+    shard: Option<crate::search::Shard>,
+) -> Result<Outlook, CliError> {
+    let hosts = plan_hosts(inv, study, study_id, ledger).await;
+    let plan = Plan::build_shard(study, &hosts, shard).map_err(CliError::Invalid)?;
+    plan.check_acyclic().map_err(failed)?;
+    let (held, scan) = match ledger {
+        Some(l) => (
+            l.trial_keys(study_id).await.map_err(failed)?,
+            Some(l.scan(study_id).await.map_err(failed)?),
+        ),
+        None => (BTreeMap::new(), None),
+    };
+    let in_plan = (!held.is_empty()).then(|| count_in_plan(study, study_id, &plan, &held));
+    let fixed = study.fidelity.as_ref().map_or(0.0, |f| f.fixed_cost);
+    let timings: Vec<f64> = scan
+        .as_ref()
+        .map(|s| {
+            s.attempts
+                .iter()
+                .filter_map(|a| {
+                    let run = a
+                        .run_s
+                        .map(|r| r.max(a.duration_s / f64::from(a.warmup_runs + 1)))?;
+                    // A run at a smaller budget, scaled to one at the full
+                    // budget (run time taken as proportional to budget).
+                    Some(match (a.fidelity, study.objective_budget()) {
+                        (Some(b), Some(max)) if b + fixed > 0.0 => {
+                            run * (max + fixed) / (b + fixed)
+                        }
+                        _ => run,
+                    })
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    let typical = crate::stats::median(&timings);
+    Ok(Outlook {
+        hosts,
+        plan,
+        held,
+        in_plan,
+        timings,
+        typical,
+    })
+}
+
+impl Outlook {
+    /// The trial time (summed over slots, in seconds) a launch would
+    /// still spend: expected, from the ledger's run times (`None` without
+    /// any), and at most, every run at the trial timeout. What the ledger
+    /// holds of the probed classes' plans is taken off in proportion.
+    pub fn trial_seconds(&self, study: &Study) -> (Option<f64>, f64) {
+        let per_class = self.plan.trials_per_class();
+        let probed = self.plan.classes.iter().filter(|c| c.probed).count() as u64;
+        let held = self.in_plan.unwrap_or(0);
+        let left = |probed_class: bool| -> f64 {
+            if !probed_class || per_class == 0 {
+                return 1.0;
+            }
+            let all = (per_class * probed.max(1)) as f64;
+            (1.0 - held as f64 / all).clamp(0.0, 1.0)
+        };
+        let typical = self.typical.map(Duration::from_secs_f64);
+        let mut expected = Some(0.0);
+        let mut worst = 0.0;
+        for c in &self.plan.classes {
+            let cost = self.plan.cost(c, study.trial.timeout, typical);
+            let f = left(c.probed);
+            worst += cost.worst_trial_seconds * f;
+            expected = expected
+                .zip(cost.expected_trial_seconds)
+                .map(|(e, x)| e + x * f);
+        }
+        (expected, worst)
+    }
+}
+
 /// Build the plan and print it, as text or JSON. Runs no trial and
 /// writes nothing.
 pub async fn run(a: PlanArgs) -> Result<(), CliError> {
@@ -181,42 +280,14 @@ pub async fn run(a: PlanArgs) -> Result<(), CliError> {
             },
         ),
     };
-    let hosts = plan_hosts(&inv, &study, &study_id, ledger.as_ref()).await;
-    let plan = Plan::build_shard(&study, &hosts, a.shard).map_err(CliError::Invalid)?;
-    plan.check_acyclic().map_err(failed)?;
-
-    // What the ledger already holds.
-    let (held, scan) = match &ledger {
-        Some(l) => (
-            l.trial_keys(&study_id).await.map_err(failed)?,
-            Some(l.scan(&study_id).await.map_err(failed)?),
-        ),
-        None => (BTreeMap::new(), None),
-    };
-    let in_plan = (!held.is_empty()).then(|| count_in_plan(&study, &study_id, &plan, &held));
-    let timings: Vec<f64> = scan
-        .as_ref()
-        .map(|s| {
-            s.attempts
-                .iter()
-                .filter_map(|a| {
-                    let run = a
-                        .run_s
-                        .map(|r| r.max(a.duration_s / f64::from(a.warmup_runs + 1)))?;
-                    // A run at a smaller budget, scaled to one at the full
-                    // budget (run time taken as proportional to budget).
-                    let fixed = study.fidelity.as_ref().map_or(0.0, |f| f.fixed_cost);
-                    Some(match (a.fidelity, study.objective_budget()) {
-                        (Some(b), Some(max)) if b + fixed > 0.0 => {
-                            run * (max + fixed) / (b + fixed)
-                        }
-                        _ => run,
-                    })
-                })
-                .collect()
-        })
-        .unwrap_or_default();
-    let typical = crate::stats::median(&timings);
+    let Outlook {
+        hosts,
+        plan,
+        held,
+        in_plan,
+        timings,
+        typical,
+    } = outlook(&study, &inv, &study_id, ledger.as_ref(), a.shard).await?;
 
     let renderer = CommandRenderer::new(&study).map_err(CliError::Invalid)?;
     let mut first = Vec::new();

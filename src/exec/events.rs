@@ -199,6 +199,12 @@ pub enum LaunchEvent {
         class: String,
         trials: u64,
     },
+    /// `budget.max_trial_time` is spent: no new trial starts; the running
+    /// ones finish and are recorded.
+    BudgetSpent {
+        spent_s: f64,
+        cap_s: f64,
+    },
     ConfirmReadFailed {
         bucket: String,
         error: String,
@@ -401,6 +407,9 @@ pub struct LaunchSummary {
     /// Attempts that ran and could not be written to the ledger. Once one
     /// could not be written the launch started no new trial.
     pub unrecorded: Vec<UnrecordedAttempt>,
+    /// The trial-time cap was spent and the launch stopped starting trials:
+    /// (spent, cap) in seconds.
+    pub budget_spent: Option<(f64, f64)>,
 }
 
 impl LaunchSummary {
@@ -470,6 +479,9 @@ impl LaunchSummary {
                 self.stalled.push((class.clone(), *trials))
             }
             LaunchEvent::ConfirmationQueued { trials, .. } => self.total += trials,
+            LaunchEvent::BudgetSpent { spent_s, cap_s } => {
+                self.budget_spent = Some((*spent_s, *cap_s))
+            }
             _ => {}
         }
     }
@@ -494,6 +506,7 @@ impl LaunchSummary {
         }
         self.corrupt_objects = self.corrupt_objects.max(o.corrupt_objects);
         self.interrupted |= o.interrupted;
+        self.budget_spent = o.budget_spent.or(self.budget_spent);
         for h in &o.unreachable_hosts {
             if !self.unreachable_hosts.contains(h) {
                 self.unreachable_hosts.push(h.clone());

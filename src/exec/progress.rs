@@ -399,6 +399,11 @@ pub fn describe(ev: &LaunchEvent) -> Vec<String> {
             },
             cells.join("; ")
         )),
+        LaunchEvent::BudgetSpent { spent_s, cap_s } => one(format!(
+            "budget.max_trial_time {} is spent ({} of trial time): no new trial starts; the running ones finish",
+            humantime::format_duration(std::time::Duration::from_secs(cap_s.round() as u64)),
+            humantime::format_duration(std::time::Duration::from_secs(spent_s.round() as u64)),
+        )),
         LaunchEvent::ConfirmationQueued {
             bucket,
             class,

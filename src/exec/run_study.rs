@@ -20,7 +20,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::events::{Emitter, LaunchEvent, LaunchSummary, Written};
 use super::prior::Prior;
-use super::run_trial::{Runner, RunnerSetup, TrialJob, TrialResult};
+use super::run_trial::{Runner, RunnerSetup, Spend, TrialJob, TrialResult};
 use super::schedule::drift::Reading;
 use super::schedule::{
     AnchorStep, Burst, HostGate, Kind, Next, Scheduler, Setup, Void, VoidReason,
@@ -65,6 +65,8 @@ pub struct LaunchOptions {
     /// `--shard i/n`: this launch runs the baseline and the `i`-th of `n`
     /// slices of each cell's candidates, without confirmation rounds.
     pub shard: Option<Shard>,
+    /// The trial time this launch may spend (shared by its rounds).
+    pub spend: Arc<Spend>,
 }
 
 /// Default `--host-timeout`.
@@ -345,6 +347,7 @@ pub async fn run_study(
         cancel: cancel.clone(),
         events: &emitter,
         named_objects: scan.corrupt.iter().map(|c| c.key.clone()).collect(),
+        spend: options.spend.clone(),
     })
     .map_err(LaunchError::Other)?;
     let launch = Launch {
@@ -503,7 +506,7 @@ impl<'a> Launch<'a> {
     async fn work(&self, host_index: usize, host: &LaunchHost, slot: u32) {
         let class = self.host_class[host_index];
         loop {
-            if self.cancel.is_cancelled() || self.runner.ledger_failing() {
+            if self.cancel.is_cancelled() || self.runner.stopped_starting() {
                 return;
             }
             match self.host_ready(host_index, host, class).await {
@@ -607,7 +610,7 @@ impl<'a> Launch<'a> {
             };
             self.confirm(class, ready).await;
             if anchor_due {
-                if !self.runner.ledger_failing() {
+                if !self.runner.stopped_starting() {
                     self.anchor(host_index, host, slot, class, unit.cell).await;
                 }
                 self.with_sched(|s| s.anchor_over(class, unit.cell));

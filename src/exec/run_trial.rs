@@ -11,7 +11,7 @@
 use std::collections::HashSet;
 use std::sync::Arc;
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
@@ -60,6 +60,52 @@ pub struct TrialJob {
     pub warm: bool,
 }
 
+/// The trial time a launch may spend (`budget.max_trial_time`), shared by
+/// its rounds: every attempt's duration (warm-ups included) on every slot
+/// adds to it; once it reaches the cap no new trial starts, and the ones
+/// running finish and are recorded.
+#[derive(Debug, Default)]
+pub struct Spend {
+    cap_ms: Option<u64>,
+    spent_ms: AtomicU64,
+    reached: AtomicBool,
+}
+
+impl Spend {
+    pub fn new(cap: Option<Duration>) -> Spend {
+        Spend {
+            cap_ms: cap.map(|c| u64::try_from(c.as_millis()).unwrap_or(u64::MAX)),
+            ..Spend::default()
+        }
+    }
+
+    /// Count an attempt's duration; true the first time the cap is reached.
+    pub fn add(&self, d: Duration) -> bool {
+        let ms = u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
+        let spent = self
+            .spent_ms
+            .fetch_add(ms, Ordering::SeqCst)
+            .saturating_add(ms);
+        match self.cap_ms {
+            Some(cap) if spent >= cap => !self.reached.swap(true, Ordering::SeqCst),
+            _ => false,
+        }
+    }
+
+    /// Whether the cap is reached: nothing new starts.
+    pub fn exhausted(&self) -> bool {
+        self.reached.load(Ordering::SeqCst)
+    }
+
+    pub fn spent(&self) -> Duration {
+        Duration::from_millis(self.spent_ms.load(Ordering::SeqCst))
+    }
+
+    pub fn cap(&self) -> Option<Duration> {
+        self.cap_ms.map(Duration::from_millis)
+    }
+}
+
 /// What every trial of a launch round shares.
 pub struct Runner<'a> {
     pub study: &'a Study,
@@ -89,6 +135,7 @@ pub struct Runner<'a> {
     named_objects: Mutex<HashSet<String>>,
     /// An attempt record could not be written (after its retries).
     ledger_failing: AtomicBool,
+    spend: Arc<Spend>,
 }
 
 /// What a [`Runner`] is made from.
@@ -107,6 +154,7 @@ pub struct RunnerSetup<'a> {
     pub events: &'a Emitter,
     /// Ledger objects already reported as unreadable.
     pub named_objects: HashSet<String>,
+    pub spend: Arc<Spend>,
 }
 
 impl<'a> Runner<'a> {
@@ -134,6 +182,7 @@ impl<'a> Runner<'a> {
             events: s.events,
             named_objects: Mutex::new(s.named_objects),
             ledger_failing: AtomicBool::new(false),
+            spend: s.spend,
         })
     }
 
@@ -142,10 +191,17 @@ impl<'a> Runner<'a> {
         self.ledger_failing.load(Ordering::SeqCst)
     }
 
+    /// Whether this launch starts no new trial: the ledger could not
+    /// record an attempt, or the trial-time cap is spent.
+    pub fn stopped_starting(&self) -> bool {
+        self.ledger_failing() || self.spend.exhausted()
+    }
+
     /// Run one trial and record it.
     pub async fn run(&self, host: &LaunchHost, job: TrialJob) -> TrialResult {
-        // Nothing new starts once the ledger could not record an attempt.
-        if self.ledger_failing() {
+        // Nothing new starts once the ledger could not record an attempt,
+        // or once the trial-time cap is spent.
+        if self.stopped_starting() {
             return TrialResult::NotStarted;
         }
         // Take the trial's lease first: no two launchers run it at once.
@@ -410,6 +466,12 @@ impl<'a> Runner<'a> {
             _ = renew => unreachable!("the renewal loop never ends"),
         };
         let finished_at = chrono::Utc::now();
+        if self.spend.add(outcome.elapsed) {
+            self.events.emit(LaunchEvent::BudgetSpent {
+                spent_s: self.spend.spent().as_secs_f64(),
+                cap_s: self.spend.cap().map_or(0.0, |c| c.as_secs_f64()),
+            });
+        }
         let j = judge(
             &outcome,
             &study.objective.name,

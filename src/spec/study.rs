@@ -339,6 +339,11 @@ impl Fidelity {
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct Budget {
     pub max_trials: Option<u64>,
+    /// The trial time one launch may spend, summed over every slot
+    /// (warm-ups included); a launch whose estimate exceeds it is refused
+    /// without `--yes`, and a running one stops starting trials at it.
+    #[serde(skip)]
+    pub max_trial_time: Option<Duration>,
 }
 
 /// A validated study.
@@ -2031,7 +2036,15 @@ fn parse_objective_command(
 
 fn parse_budget(w: &mut Walker, node: &Node, strategy: Option<&Strategy>) -> Option<Budget> {
     let map = w.mapping(node, "budget")?;
-    w.check_keys(map, "budget", &["max_trials"]);
+    w.check_keys(map, "budget", &["max_trials", "max_trial_time"]);
+    let max_trial_time = map.get_node("max_trial_time").and_then(|n| {
+        let d = w.duration(n, "budget.max_trial_time")?;
+        if d.is_zero() {
+            w.error_at(n, "budget.max_trial_time", "must be more than 0");
+            return None;
+        }
+        Some(d)
+    });
     let max_trials = match map.get_node("max_trials") {
         Some(n) => {
             let max = w.int_at_least(n, "budget.max_trials", 1)? as u64;
@@ -2050,7 +2063,10 @@ fn parse_budget(w: &mut Walker, node: &Node, strategy: Option<&Strategy>) -> Opt
         }
         None => None,
     };
-    Some(Budget { max_trials })
+    Some(Budget {
+        max_trials,
+        max_trial_time,
+    })
 }
 
 fn parse_fingerprint(w: &mut Walker, node: &Node) -> BTreeMap<String, String> {

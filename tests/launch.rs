@@ -1423,7 +1423,7 @@ measurement: {warmup: 0, repeats: 1, anchor_every: 0, confirm_repeats: 0}
 result: {preset: hyperfine, file: out/hyperfine.json}
 "#;
 
-/// Writes what `hyperfine --export-json out/hyperfine.json` writes (1.18's
+/// Writes what `hyperfine --export-json out/hyperfine.json` writes (hyperfine 1.x's
 /// fields), 4 threads running in half the time.
 const HYPERFINE_BENCH: &str = r#"mkdir -p out
 if [ "$1" = 4 ]; then t="0.051, 0.05, 0.052, 0.049, 0.05"; m=0.0504

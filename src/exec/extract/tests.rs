@@ -202,7 +202,8 @@ fn from_preset(name: &str, doc: &str) -> Result<BTreeMap<String, Vec<f64>>, Stri
     extract(&spec, &fetched(&[(p.file, doc)]), &Fetched::new())
 }
 
-/// hyperfine 1.18 `--export-json` (fields of its `BenchmarkResult`).
+/// hyperfine 1.x `--export-json` (the fields of its exported
+/// `BenchmarkResult`).
 const HYPERFINE: &str = r#"{
   "results": [
     {
@@ -229,8 +230,9 @@ fn preset_hyperfine() {
     assert_eq!(m["system"], vec![0.0120]);
 }
 
-/// `vllm bench serve --save-result` (vLLM 0.10; keys of the result dict of
-/// `vllm/benchmarks/serve.py`, percentiles at the default 99).
+/// `vllm bench serve --save-result --percentile-metrics ttft,tpot,itl,e2el`
+/// (the keys of the result it saves, vLLM 0.31; percentiles at the default
+/// 99).
 const VLLM: &str = r#"{
   "date": "20250801-101500",
   "backend": "vllm",
@@ -289,8 +291,9 @@ fn preset_vllm_bench() {
     );
 }
 
-/// `llama-bench -o json` (llama.cpp b5163: one object per test; `pp512`
-/// has `n_gen` 0, `tg128` has `n_prompt` 0).
+/// `llama-bench -o json` (the example of llama-bench's documentation,
+/// llama.cpp build 5163, trimmed: one object per test; `pp512` has `n_gen` 0,
+/// `tg128` has `n_prompt` 0).
 const LLAMA_BENCH: &str = r#"[
   {
     "build_commit": "8cf427ff",
@@ -340,7 +343,7 @@ fn preset_llama_bench() {
     assert_eq!(m["avg_ns"], vec![72135640.0, 1076767880.0]);
 }
 
-/// pytest-benchmark 4 `--benchmark-json` with `--benchmark-save-data`
+/// pytest-benchmark 4.0 `--benchmark-json` with `--benchmark-save-data`
 /// (fields of its `Stats`; times in seconds).
 const PYTEST_BENCHMARK: &str = r#"{
   "machine_info": {"node": "gpu-01", "python_version": "3.11.9"},

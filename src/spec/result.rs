@@ -431,7 +431,13 @@ fn file_name(w: &mut Walker, node: &Node, field: &str) -> Option<String> {
 /// `{stderr}`, each with an optional `scale`.
 fn parse_source(w: &mut Walker, node: &Node, field: &str) -> Option<MetricSource> {
     let map = w.mapping(node, field)?;
+    let before = w.diags.len();
     w.check_keys(map, field, SOURCE_KEYS);
+    if w.diags.len() > before {
+        // A misspelt key (`colum`) is the one mistake: no follow-on
+        // "give exactly one of" for the key it meant.
+        return None;
+    }
     let present: Vec<&str> = ["path", "column", "stdout", "stderr"]
         .into_iter()
         .filter(|k| map.get_node(k).is_some())

@@ -727,6 +727,25 @@ mod tests {
         assert_eq!(c.total, text.len());
     }
 
+    /// A stream kept whole stays whole up to the limit, and past it says
+    /// how long it was instead.
+    #[test]
+    fn a_whole_stream_is_kept_up_to_the_limit() {
+        let mut c = Capture::whole();
+        let chunk = vec![b'7'; 1024 * 1024];
+        for _ in 0..8 {
+            c.push(&chunk);
+        }
+        assert_eq!(c.whole_bytes().map(|b| b.len()), Ok(8 * 1024 * 1024));
+        c.push(b"x");
+        assert_eq!(
+            c.whole_bytes(),
+            Err("is 8388609 bytes, over the limit of 8 MiB".to_string())
+        );
+        // The tail is kept as always.
+        assert_eq!(c.tail_text().len(), TAIL_BYTES);
+    }
+
     /// A tiny trial program in a temporary directory, run through the
     /// local transport.
     struct Fake {

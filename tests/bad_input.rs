@@ -819,6 +819,51 @@ objective: {metric: t, better: higher}
             "study.yaml:7:12: trial.env.A: the template fails to render for the baseline at cell n=1: undefined value: `n.bar` is undefined",
         ],
     },
+    Case {
+        name: "result: a regex without a capture group",
+        file: "study.yaml",
+        text: r#"name: s
+knobs:
+  x: {kind: int, values: [1, 2, 4], default: 1}
+trial: {command: "echo {{ x }}"}
+objective: {metric: t, better: higher}
+result:
+  t: {stdout: 't=[0-9]+'}
+"#,
+        run: Run::Validate,
+        expect: &[
+            "study.yaml:7:15: result.t.stdout: the regular expression must have exactly one capture group (the number), found 0",
+        ],
+    },
+    Case {
+        name: "result: an unknown key in a source",
+        file: "study.yaml",
+        text: r#"name: s
+knobs:
+  x: {kind: int, values: [1, 2, 4], default: 1}
+trial: {command: "echo {{ x }}"}
+objective: {metric: t, better: higher}
+result:
+  t: {file: o.csv, colum: ms}
+"#,
+        run: Run::Validate,
+        expect: &["study.yaml:7:20: result.t.colum: unknown key `colum` (did you mean `column`?)"],
+    },
+    Case {
+        name: "result: a preset that does not provide the objective",
+        file: "study.yaml",
+        text: r#"name: s
+knobs:
+  x: {kind: int, values: [1, 2, 4], default: 1}
+trial: {command: "echo {{ x }}"}
+objective: {metric: t, better: higher}
+result: {preset: hyperfine}
+"#,
+        run: Run::PlanStudy,
+        expect: &[
+            "study.yaml:6:18: result.preset: the objective's metric `t` is not one the preset `hyperfine` provides (time, mean, median, min, max, user, system)",
+        ],
+    },
 ];
 
 #[test]

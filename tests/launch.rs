@@ -1498,4 +1498,121 @@ fn the_trial_time_cap_refuses_a_launch_past_it_and_stops_one_that_reaches_it() {
         out.text()
     );
     assert_eq!(attempt_count(&env, "fake"), RUN_TRIALS);
+
+/// A study whose command prints its numbers (`result:` reads them from
+/// stdout): base prints 100, 104, 102 tok/s; fast twice that; broken
+/// prints none.
+const STDOUT_STUDY: &str = r#"name: printed
+knobs:
+  mode: {kind: categorical, values: [base, fast, broken], default: base}
+trial:
+  command: "sh {{ study_dir }}/bench.sh {{ mode }}"
+  timeout: 20s
+objective: {metric: throughput, unit: tok/s, better: higher}
+measurement: {warmup: 1, repeats: 1, anchor_every: 0, confirm_repeats: 0}
+result:
+  throughput: {stdout: 'tok/s: ([0-9.]+)'}
+"#;
+
+const PRINTING_BENCH: &str = r#"case "$1" in
+  base) k=1 ;;
+  fast) k=2 ;;
+  *) echo "warming up, then nothing"; exit 0 ;;
+esac
+echo "loading model"
+for v in 100 104 102; do printf 'step done, tok/s: %s\n' "$((v * k))"; done
+"#;
+
+#[test]
+fn metrics_printed_on_stdout_are_read_by_the_result_section() {
+    let env = Env::new(STDOUT_STUDY);
+    env.write("study/bench.sh", PRINTING_BENCH);
+    env.launch_ok(&[]);
+    let report = env.report_json();
+    let cs = cells(&report);
+    let cell = cs[0];
+    let baseline = &cell["baseline"]["summary"];
+    assert_eq!(baseline["n"], 3, "every match is a sample: {cell}");
+    assert_eq!(baseline["median"].as_f64(), Some(102.0), "{cell}");
+    assert_eq!(cell["winner"]["label"], "mode=fast", "{cell}");
+    assert_eq!(cell["winner"]["summary"]["median"].as_f64(), Some(204.0));
+    let broken = rejected(cell, "mode=broken");
+    assert_eq!(broken["rejection"]["class"], "no_result", "{broken}");
+    assert_eq!(
+        broken["rejection"]["detail"],
+        "result.throughput: stdout: no match for 'tok/s: ([0-9.]+)' (repeat 0, host local)"
+    );
+    // The attempt record keeps the samples read.
+    let attempts = env.all_attempts("printed");
+    let base = attempts
+        .iter()
+        .find(|a| a["config"]["mode"] == "base")
+        .expect("a base attempt");
+    assert_eq!(
+        base["metrics"]["throughput"],
+        serde_json::json!([100.0, 104.0, 102.0])
+    );
+}
+
+/// A study that runs a benchmark writing hyperfine's `--export-json`
+/// format, read through the preset: `results[0].times` in seconds.
+const HYPERFINE_STUDY: &str = r#"name: timed
+knobs:
+  threads: {kind: int, values: [1, 4], default: 1}
+trial:
+  command: "sh {{ study_dir }}/bench.sh {{ threads }}"
+  timeout: 20s
+objective: {metric: time, unit: s, better: lower}
+metrics: [{name: mean, unit: s, better: lower}]
+measurement: {warmup: 0, repeats: 1, anchor_every: 0, confirm_repeats: 0}
+result: {preset: hyperfine, file: out/hyperfine.json}
+"#;
+
+/// Writes what `hyperfine --export-json out/hyperfine.json` writes (hyperfine 1.x's
+/// fields), 4 threads running in half the time.
+const HYPERFINE_BENCH: &str = r#"mkdir -p out
+if [ "$1" = 4 ]; then t="0.051, 0.05, 0.052, 0.049, 0.05"; m=0.0504
+else t="0.101, 0.1, 0.104, 0.099, 0.1"; m=0.1008; fi
+cat > out/hyperfine.json <<JSON
+{
+  "results": [
+    {
+      "command": "./matmul --threads $1",
+      "mean": $m,
+      "stddev": 0.0019,
+      "median": 0.1,
+      "user": 0.09,
+      "system": 0.01,
+      "min": 0.099,
+      "max": 0.104,
+      "times": [$t],
+      "exit_codes": [0, 0, 0, 0, 0]
+    }
+  ]
+}
+JSON
+"#;
+
+#[test]
+fn a_hyperfine_export_is_read_through_its_preset() {
+    let env = Env::new(HYPERFINE_STUDY);
+    env.write("study/bench.sh", HYPERFINE_BENCH);
+    env.launch_ok(&[]);
+    let report = env.report_json();
+    let cs = cells(&report);
+    let cell = cs[0];
+    assert_eq!(cell["baseline"]["summary"]["n"], 5, "{cell}");
+    assert_eq!(
+        cell["baseline"]["summary"]["median"].as_f64(),
+        Some(0.1),
+        "{cell}"
+    );
+    assert_eq!(cell["winner"]["label"], "threads=4", "{cell}");
+    assert_eq!(cell["winner"]["summary"]["median"].as_f64(), Some(0.05));
+    let attempts = env.all_attempts("timed");
+    let base = attempts
+        .iter()
+        .find(|a| a["config"]["threads"] == 1)
+        .expect("a baseline attempt");
+    assert_eq!(base["metrics"]["mean"], serde_json::json!([0.1008]));
 }

@@ -652,3 +652,64 @@ fn a_hyperband_study_runs_its_rungs_as_job_arrays() {
         "{rungs} rung trials of {trials}"
     );
 }
+
+/// `result:` on Slurm: the batch task sends back the counted run's whole
+/// stdout (longer than the kept tail) and the JSON file the trial wrote,
+/// and the launcher reads the metrics from them.
+#[test]
+fn result_sources_come_back_from_a_batch_task() {
+    let cluster = Cluster::start(&NODES[..1]);
+    let s = setup(&cluster, "extracted", "", KNOBS, "");
+    let inv = std::fs::read_to_string(&s.inventory).expect("inventory");
+    let first = inv
+        .split("  - name: a100s")
+        .next()
+        .unwrap_or_default()
+        .to_string();
+    std::fs::write(&s.inventory, first).expect("inventory");
+    let bench = s.root.join("bench.sh");
+    std::fs::write(
+        &bench,
+        "echo \"tok/s: $((100 * $1))\"\ni=0\nwhile [ $i -lt 3000 ]; do echo 'filler line'; i=$((i + 1)); done\n\
+         printf '{\"runs\": [{\"ms\": %s}, {\"ms\": %s}]}' \"$((20 / $1))\" \"$((22 / $1))\" > lat.json\n",
+    )
+    .expect("bench");
+    std::fs::write(
+        &s.study,
+        format!(
+            r#"name: extracted
+knobs:
+  k: {{kind: int, values: [1, 2], default: 1}}
+trial:
+  command: "sh {bench} {{{{ k }}}}"
+  timeout: 30s
+objective: {{metric: tps, better: higher}}
+metrics: [{{name: ms, better: lower}}]
+measurement: {{warmup: 0, repeats: 1, anchor_every: 0, confirm_repeats: 0}}
+result:
+  tps: {{stdout: 'tok/s: ([0-9]+)'}}
+  ms: {{file: lat.json, path: 'runs[*].ms'}}
+"#,
+            bench = bench.display()
+        ),
+    )
+    .expect("study");
+    launch(&cluster, &s, &[]);
+    let all = attempts(&s, "extracted");
+    let mut got: Vec<(Json, Json)> = all
+        .values()
+        .flatten()
+        .map(|a| {
+            assert_eq!(a["status"], "ok", "{a}");
+            (a["metrics"]["tps"].clone(), a["metrics"]["ms"].clone())
+        })
+        .collect();
+    got.sort_by_key(|(tps, _)| tps.to_string());
+    assert_eq!(
+        got,
+        vec![
+            (serde_json::json!([100.0]), serde_json::json!([20.0, 22.0])),
+            (serde_json::json!([200.0]), serde_json::json!([10.0, 11.0])),
+        ]
+    );
+}

@@ -1017,3 +1017,59 @@ gate: {outputs: [out.txt]}
         by_v["link-output"]["outputs"]["out.txt"]
     );
 }
+
+/// `result:` over ssh: the counted run's whole stdout (longer than the
+/// kept tail, its number at the start) and a CSV file the trial wrote come
+/// back from the host and are read by the launcher.
+#[test]
+fn result_sources_come_back_from_an_ssh_host() {
+    let fleet = Fleet::start(&FOUR[..1]);
+    let d = dirs();
+    let bench = d.root.join("bench.sh");
+    write(
+        &bench,
+        "echo \"tok/s: $((100 * $1))\"\ni=0\nwhile [ $i -lt 3000 ]; do echo 'filler line'; i=$((i + 1)); done\n\
+         printf 'step,ms\\n1,%s\\n2,%s\\n' \"$((20 / $1))\" \"$((22 / $1))\" > lat.csv\n",
+    );
+    let study = d.root.join("study.yaml");
+    write(
+        &study,
+        &format!(
+            r#"name: extracted
+knobs:
+  k: {{kind: int, values: [1, 2], default: 1}}
+trial:
+  command: "sh {bench} {{{{ k }}}}"
+  timeout: 20s
+objective: {{metric: tps, better: higher}}
+metrics: [{{name: ms, better: lower}}]
+measurement: {{warmup: 0, repeats: 1, anchor_every: 0, confirm_repeats: 0}}
+result:
+  tps: {{stdout: 'tok/s: ([0-9]+)'}}
+  ms: {{file: lat.csv, column: ms}}
+"#,
+            bench = bench.display()
+        ),
+    );
+    let inv = d.root.join("inventory.yaml");
+    write(&inv, &fleet.inventory_yaml(1, ""));
+    let ledger = d.root.join("ledger");
+    launch(&study, &inv, &ledger, &[]);
+    let all = ledger_files::attempts(&ledger, "extracted");
+    let mut got: Vec<(Json, Json)> = all
+        .values()
+        .flatten()
+        .map(|a| {
+            assert_eq!(a["status"], "ok", "{a}");
+            (a["metrics"]["tps"].clone(), a["metrics"]["ms"].clone())
+        })
+        .collect();
+    got.sort_by_key(|(tps, _)| tps.to_string());
+    assert_eq!(
+        got,
+        vec![
+            (serde_json::json!([100.0]), serde_json::json!([20.0, 22.0])),
+            (serde_json::json!([200.0]), serde_json::json!([10.0, 11.0])),
+        ]
+    );
+}

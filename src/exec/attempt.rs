@@ -6,9 +6,10 @@ use std::collections::BTreeMap;
 
 use sha2::{Digest, Sha256};
 
-use super::AttemptOutcome;
+use super::{AttemptOutcome, extract};
 use crate::gate::Classifier;
 use crate::ledger::records::{AttemptStatus, Failure, FailureClass};
+use crate::spec::result::ResultSpec;
 use crate::trial::Phase;
 
 /// Name of the result file inside the trial directory.
@@ -35,17 +36,21 @@ pub struct Judgement {
 /// Samples per metric name.
 type Metrics = BTreeMap<String, Vec<f64>>;
 
-/// Parse `{"metrics": {...}, "digest": "..."}`.
-fn parse_result(bytes: &[u8]) -> Result<(Metrics, Option<String>), String> {
+/// Parse `{"metrics": {...}, "digest": "..."}`. `metrics` may be left out
+/// when the study's `result:` reads them elsewhere (`metrics_required`
+/// false).
+fn parse_result(bytes: &[u8], metrics_required: bool) -> Result<(Metrics, Option<String>), String> {
     let value: serde_json::Value = serde_json::from_slice(bytes)
         .map_err(|e| format!("the result file is not valid JSON: {e}"))?;
     let obj = value
         .as_object()
         .ok_or("the result file must hold one JSON object")?;
-    let metrics = obj
-        .get("metrics")
-        .and_then(|m| m.as_object())
-        .ok_or("the result has no `metrics` object")?;
+    let empty = serde_json::Map::new();
+    let metrics = match obj.get("metrics").and_then(|m| m.as_object()) {
+        Some(m) => m,
+        None if !metrics_required && obj.get("metrics").is_none() => &empty,
+        None => return Err("the result has no `metrics` object".to_string()),
+    };
     let mut out = BTreeMap::new();
     for (name, v) in metrics {
         let samples: Vec<f64> = match v {
@@ -100,10 +105,47 @@ pub fn check_ratio_samples(name: &str, samples: &[f64]) -> Result<(), String> {
     }
 }
 
-/// Turn raw facts into a status, a failure reason, metrics and digests.
+/// Turn raw facts into a status, a failure reason, metrics and digests, for
+/// a study without a `result:` section.
 pub fn judge(
     outcome: &AttemptOutcome,
     objective: &str,
+    classifier: &Classifier,
+    timeout_s: f64,
+) -> Judgement {
+    judge_with(outcome, objective, None, classifier, timeout_s)
+}
+
+/// The metrics of a run that exited 0: those `result:` reads (when the
+/// study has it) over those of `$TUNECTL_RESULT` (optional then), and the
+/// result's digest; or why there are none.
+fn read_metrics(
+    outcome: &AttemptOutcome,
+    result: Option<&ResultSpec>,
+) -> Result<(Metrics, Option<String>), String> {
+    let (mut metrics, digest) = match (&outcome.result, result) {
+        (Some(bytes), _) => parse_result(bytes, result.is_none())?,
+        (None, Some(_)) => (Metrics::new(), None),
+        (None, None) => {
+            return Err("exit 0 but nothing written to $TUNECTL_RESULT".to_string());
+        }
+    };
+    if let Some(spec) = result {
+        // A metric `result:` gives is read there, whatever the file says.
+        metrics.extend(extract::extract(
+            spec,
+            &outcome.result_files,
+            &outcome.streams,
+        )?);
+    }
+    Ok((metrics, digest))
+}
+
+/// [`judge`], reading metrics where the study's `result:` says.
+pub fn judge_with(
+    outcome: &AttemptOutcome,
+    objective: &str,
+    result: Option<&ResultSpec>,
     classifier: &Classifier,
     timeout_s: f64,
 ) -> Judgement {
@@ -169,12 +211,7 @@ pub fn judge(
         j.failure = no_result(e.clone());
         return j;
     }
-    let Some(bytes) = &outcome.result else {
-        j.status = AttemptStatus::Failed;
-        j.failure = no_result("exit 0 but nothing written to $TUNECTL_RESULT".to_string());
-        return j;
-    };
-    match parse_result(bytes) {
+    match read_metrics(outcome, result) {
         Err(e) => {
             j.status = AttemptStatus::Failed;
             j.failure = no_result(e);
@@ -282,5 +319,57 @@ mod tests {
         assert_eq!(j.failure.map(|f| f.class), Some(FailureClass::NoResult));
         let j = judge(&ok_outcome(r#"{"metrics":{"t":"fast"}}"#), "t", &c, 1.0);
         assert_eq!(j.failure.map(|f| f.class), Some(FailureClass::NoResult));
+    }
+
+    /// With `result:`, `$TUNECTL_RESULT` is optional; when written, its
+    /// digest and other metrics count, and `result:`'s metrics win.
+    #[test]
+    fn result_section_metrics_win_over_the_result_file() {
+        use crate::spec::result::{MetricSource, Source};
+        let c = Classifier::default();
+        let spec = ResultSpec {
+            preset: None,
+            metrics: [(
+                "t".to_string(),
+                MetricSource {
+                    from: Source::Stdout {
+                        regex: r"t=(\S+)".into(),
+                    },
+                    scale: Some(2.0),
+                },
+            )]
+            .into(),
+        };
+        let with_stdout = |result: Option<&str>, stdout: &str| {
+            let mut o = ok_outcome("");
+            o.result = result.map(|r| r.as_bytes().to_vec());
+            o.streams
+                .insert("stdout".into(), Ok(stdout.as_bytes().to_vec()));
+            judge_with(&o, "t", Some(&spec), &c, 1.0)
+        };
+        let j = with_stdout(None, "t=1.5\nt=2\n");
+        assert_eq!(j.status, AttemptStatus::Ok, "{:?}", j.failure);
+        assert_eq!(j.metrics["t"], vec![3.0, 4.0]);
+        assert_eq!(j.digest, None);
+        let j = with_stdout(
+            Some(r#"{"metrics": {"t": 99, "mem": 7}, "digest": "d"}"#),
+            "t=1\n",
+        );
+        assert_eq!(j.metrics["t"], vec![2.0]);
+        assert_eq!(j.metrics["mem"], vec![7.0]);
+        assert!(j.digest.is_some());
+        // A result file with only a digest is fine with `result:`.
+        let j = with_stdout(Some(r#"{"digest": "d"}"#), "t=1\n");
+        assert_eq!(j.status, AttemptStatus::Ok, "{:?}", j.failure);
+        // A metric not found fails the attempt, naming the source.
+        let j = with_stdout(None, "nothing\n");
+        let f = j.failure.expect("failure");
+        assert_eq!(f.class, FailureClass::NoResult);
+        assert_eq!(f.detail, r"result.t: stdout: no match for 't=(\S+)'");
+        // Without `result:`, the result file stays required.
+        let mut o = ok_outcome("");
+        o.result = None;
+        let f = judge(&o, "t", &c, 1.0).failure.expect("failure");
+        assert_eq!(f.detail, "exit 0 but nothing written to $TUNECTL_RESULT");
     }
 }

@@ -64,6 +64,9 @@ pub struct RunSpec {
     /// Append the full stdout and stderr to these files (when asked to keep
     /// whole logs); tails are kept either way.
     pub log_files: Option<(PathBuf, PathBuf)>,
+    /// Keep these streams (`stdout`, `stderr`) whole, up to
+    /// [`MAX_RESULT_BYTES`], to read metrics from ([`RunOutput::streams`]).
+    pub keep_streams: Vec<String>,
 }
 
 /// Most bytes of each stream kept in a full log.
@@ -81,6 +84,9 @@ pub struct RunOutput {
     /// hold: empty unless stderr was longer than [`TAIL_BYTES`]; it never
     /// overlaps `stderr_tail`.
     pub stderr_head: String,
+    /// The streams asked for whole ([`RunSpec::keep_streams`]), or why not
+    /// (longer than the limit).
+    pub streams: BTreeMap<String, Result<Vec<u8>, String>>,
 }
 
 impl RunOutput {
@@ -101,16 +107,46 @@ pub fn join_head_tail(head: &str, tail: &str) -> String {
     }
 }
 
-/// A stream's first bytes, its last bytes, and how long it was.
+/// A stream's first bytes, its last bytes, and how long it was; and all of
+/// it, when kept whole (`None` again once it grows past the limit).
 #[derive(Default)]
 struct Capture {
     head: Vec<u8>,
     tail: Vec<u8>,
     total: usize,
+    whole: Option<Vec<u8>>,
 }
 
 impl Capture {
+    /// A capture that also keeps the whole stream, up to
+    /// [`MAX_RESULT_BYTES`].
+    fn whole() -> Capture {
+        Capture {
+            whole: Some(Vec::new()),
+            ..Capture::default()
+        }
+    }
+
+    /// The whole stream, or why it is not kept.
+    fn whole_bytes(&self) -> Result<Vec<u8>, String> {
+        match &self.whole {
+            Some(b) => Ok(b.clone()),
+            None => Err(format!(
+                "is {} bytes, over the limit of {}",
+                self.total,
+                size_label(MAX_RESULT_BYTES)
+            )),
+        }
+    }
+
     fn push(&mut self, bytes: &[u8]) {
+        if let Some(w) = &mut self.whole {
+            if (w.len() + bytes.len()) as u64 > MAX_RESULT_BYTES {
+                self.whole = None;
+            } else {
+                w.extend_from_slice(bytes);
+            }
+        }
         if self.head.len() < HEAD_BYTES {
             let n = (HEAD_BYTES - self.head.len()).min(bytes.len());
             self.head.extend_from_slice(&bytes[..n]);
@@ -140,7 +176,12 @@ impl Capture {
 /// last bytes, as a local capture would give them (the head never overlaps
 /// the tail).
 pub fn head_and_tail(head: Vec<u8>, tail: Vec<u8>, total: usize) -> (String, String) {
-    let c = Capture { head, tail, total };
+    let c = Capture {
+        head,
+        tail,
+        total,
+        whole: None,
+    };
     (c.head_text(), c.tail_text())
 }
 
@@ -242,8 +283,15 @@ pub async fn run(spec: &RunSpec, cancel: &CancellationToken) -> io::Result<RunOu
             return Err(e);
         }
     };
-    let out_buf = Arc::new(Mutex::new(Capture::default()));
-    let err_buf = Arc::new(Mutex::new(Capture::default()));
+    let capture = |name: &str| {
+        if spec.keep_streams.iter().any(|s| s == name) {
+            Capture::whole()
+        } else {
+            Capture::default()
+        }
+    };
+    let out_buf = Arc::new(Mutex::new(capture("stdout")));
+    let err_buf = Arc::new(Mutex::new(capture("stderr")));
     let (out_log, err_log) = match &spec.log_files {
         Some((o, e)) => (Some(o.clone()), Some(e.clone())),
         None => (None, None),
@@ -281,6 +329,16 @@ pub async fn run(spec: &RunSpec, cancel: &CancellationToken) -> io::Result<RunOu
     }
     let (_, stdout_tail) = texts(&out_buf);
     let (stderr_head, stderr_tail) = texts(&err_buf);
+    let mut streams = BTreeMap::new();
+    for (name, buf) in [("stdout", &out_buf), ("stderr", &err_buf)] {
+        if spec.keep_streams.iter().any(|s| s == name) {
+            let whole = buf
+                .lock()
+                .map_err(|_| "could not be kept".to_string())
+                .and_then(|b| b.whole_bytes());
+            streams.insert(name.to_string(), whole);
+        }
+    }
     Ok(RunOutput {
         exit: ExitInfo {
             code: status.code(),
@@ -292,6 +350,7 @@ pub async fn run(spec: &RunSpec, cancel: &CancellationToken) -> io::Result<RunOu
         stdout_tail,
         stderr_tail,
         stderr_head,
+        streams,
     })
 }
 
@@ -487,6 +546,12 @@ fn collect_files(
             .output_values
             .insert(name.clone(), read_values(&dir.join(name), deadline));
     }
+    for name in &spec.result_files {
+        outcome.result_files.insert(
+            name.clone(),
+            read_regular(&dir.join(name), MAX_RESULT_BYTES, deadline),
+        );
+    }
 }
 
 #[async_trait]
@@ -527,7 +592,7 @@ impl Transport for LocalTransport {
         for phase in runs {
             // Nothing a previous run wrote may pass for this run's output.
             let _ = tokio::fs::remove_file(&result_path).await;
-            for name in &spec.outputs {
+            for name in spec.outputs.iter().chain(&spec.result_files) {
                 let _ = tokio::fs::remove_file(dir.join(name)).await;
             }
             let mut env = spec.env.clone();
@@ -558,6 +623,7 @@ impl Transport for LocalTransport {
                 env,
                 timeout: spec.timeout,
                 log_files,
+                keep_streams: spec.streams.clone(),
             };
             let out = match run(&run_spec, cancel).await {
                 Ok(o) => o,
@@ -568,6 +634,9 @@ impl Transport for LocalTransport {
             };
             let ok = out.exit.code == Some(0) && !out.timed_out && !out.cancelled;
             outcome.cancelled = out.cancelled;
+            // Metrics are read from the counted run's streams alone.
+            let mut out = out;
+            outcome.streams = std::mem::take(&mut out.streams);
             outcome.run = Some(out);
             if !ok {
                 outcome.failed_in_warmup = phase == Phase::Warmup;
@@ -590,6 +659,7 @@ impl Transport for LocalTransport {
                 outcome.result_error = got.result_error;
                 outcome.outputs = got.outputs;
                 outcome.output_values = got.output_values;
+                outcome.result_files = got.result_files;
             }
         }
         outcome.elapsed = started.elapsed();
@@ -657,6 +727,25 @@ mod tests {
         assert_eq!(c.total, text.len());
     }
 
+    /// A stream kept whole stays whole up to the limit, and past it says
+    /// how long it was instead.
+    #[test]
+    fn a_whole_stream_is_kept_up_to_the_limit() {
+        let mut c = Capture::whole();
+        let chunk = vec![b'7'; 1024 * 1024];
+        for _ in 0..8 {
+            c.push(&chunk);
+        }
+        assert_eq!(c.whole_bytes().map(|b| b.len()), Ok(8 * 1024 * 1024));
+        c.push(b"x");
+        assert_eq!(
+            c.whole_bytes(),
+            Err("is 8388609 bytes, over the limit of 8 MiB".to_string())
+        );
+        // The tail is kept as always.
+        assert_eq!(c.tail_text().len(), TAIL_BYTES);
+    }
+
     /// A tiny trial program in a temporary directory, run through the
     /// local transport.
     struct Fake {
@@ -699,6 +788,8 @@ mod tests {
                 warmup,
                 outputs: outputs.iter().map(|s| s.to_string()).collect(),
                 tolerance_files: tolerance.iter().map(|s| s.to_string()).collect(),
+                result_files: Vec::new(),
+                streams: Vec::new(),
                 slot: 0,
                 trial_dir,
                 result_path,
@@ -907,5 +998,97 @@ exit 1
             f.detail,
             "exit code 1: triton.compiler.errors.CompilationError: at 10:4: too many registers"
         );
+    }
+
+    /// The counted run's whole stdout and `result:`'s files come back,
+    /// and extraction reads them; a file only a warm-up wrote does not
+    /// count.
+    #[tokio::test]
+    async fn result_sources_come_back_whole() {
+        use crate::spec::result::{MetricSource, ResultSpec, Source};
+        let fake = Fake::new();
+        let trial_dir = fake
+            .transport
+            .trial_dir("study", "0123456789abcdef0123", "e1");
+        let script = "echo \"tok/s: 812\"; i=0; while [ $i -lt 2000 ]; do echo 'filler....'; i=$((i+1)); done\n\
+                      echo 'tok/s: 815'\n\
+                      [ \"$TUNECTL_PHASE\" = warmup ] && echo 'ms\n3' > w.csv\n\
+                      printf 'ms\\n1.5\\n2\\n' > r.csv\n";
+        let prog = fake.root.path().join("e1.sh");
+        std::fs::write(&prog, script).expect("write program");
+        let spec = AttemptSpec {
+            study_id: "study".into(),
+            trial_key: "0123456789abcdef0123".into(),
+            attempt_id: "e1".into(),
+            command: format!("sh {}", prog.display()),
+            env: Vec::new(),
+            timeout: std::time::Duration::from_secs(20),
+            warmup: 1,
+            outputs: Vec::new(),
+            tolerance_files: Vec::new(),
+            result_files: vec!["r.csv".into(), "w.csv".into()],
+            streams: vec!["stdout".into()],
+            slot: 0,
+            result_path: format!("{trial_dir}/{RESULT_FILE}"),
+            trial_dir,
+            keep_logs: false,
+        };
+        let outcome = fake
+            .transport
+            .run_attempt(&spec, &CancellationToken::new())
+            .await;
+        assert_eq!(outcome.result_files["r.csv"], Ok(b"ms\n1.5\n2\n".to_vec()));
+        assert_eq!(
+            outcome.result_files["w.csv"],
+            Err("was not written".to_string())
+        );
+        let source = |from: Source| MetricSource { from, scale: None };
+        let mut result = ResultSpec {
+            preset: None,
+            metrics: [
+                (
+                    "t".to_string(),
+                    source(Source::Stdout {
+                        regex: r"tok/s: (\d+)".into(),
+                    }),
+                ),
+                (
+                    "ms".to_string(),
+                    source(Source::Csv {
+                        file: "r.csv".into(),
+                        column: "ms".into(),
+                    }),
+                ),
+            ]
+            .into(),
+        };
+        let j = crate::exec::attempt::judge_with(
+            &outcome,
+            "t",
+            Some(&result),
+            &Classifier::default(),
+            20.0,
+        );
+        assert_eq!(j.status, AttemptStatus::Ok, "{:?}", j.failure);
+        assert_eq!(j.metrics["t"], vec![812.0, 815.0]);
+        assert_eq!(j.metrics["ms"], vec![1.5, 2.0]);
+        // The warm-up's file is gone: a metric read from it is no result.
+        result.metrics.insert(
+            "ms".into(),
+            source(Source::Csv {
+                file: "w.csv".into(),
+                column: "ms".into(),
+            }),
+        );
+        let j = crate::exec::attempt::judge_with(
+            &outcome,
+            "t",
+            Some(&result),
+            &Classifier::default(),
+            20.0,
+        );
+        let f = j.failure.expect("failure");
+        assert_eq!(f.class, FailureClass::NoResult);
+        assert_eq!(f.detail, "result.ms: w.csv was not written");
     }
 }

@@ -17,6 +17,7 @@
 
 pub mod attempt;
 pub mod events;
+pub mod extract;
 pub mod local;
 pub mod prior;
 pub mod progress;
@@ -54,6 +55,13 @@ pub struct AttemptSpec {
     /// The outputs among them whose numbers are read back
     /// (`gate.tolerance.files`).
     pub tolerance_files: Vec<String>,
+    /// Files the study's `result:` reads metrics from (relative to the
+    /// trial directory), read back like the result file.
+    pub result_files: Vec<String>,
+    /// Streams (`stdout`, `stderr`) the study's `result:` reads metrics
+    /// from: the counted run's are brought back whole, up to
+    /// [`attempt::MAX_RESULT_BYTES`].
+    pub streams: Vec<String>,
     pub slot: u32,
     /// The attempt's fresh directory on the host.
     pub trial_dir: String,
@@ -82,6 +90,12 @@ pub struct AttemptOutcome {
     pub outputs: BTreeMap<String, Result<String, String>>,
     /// The numbers of each tolerance file, or why they could not be read.
     pub output_values: BTreeMap<String, Result<Vec<f64>, String>>,
+    /// The contents of each file of [`AttemptSpec::result_files`], or why
+    /// it was not read (`was not written`, over the limit...).
+    pub result_files: BTreeMap<String, Result<Vec<u8>, String>>,
+    /// The counted run's whole streams of [`AttemptSpec::streams`], or why
+    /// they did not come back (over the limit).
+    pub streams: BTreeMap<String, Result<Vec<u8>, String>>,
     pub elapsed: Duration,
     /// The launcher stopped the attempt (Ctrl-C): it is lost, not failed.
     pub cancelled: bool,

@@ -17,7 +17,7 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
 use super::AttemptSpec;
-use super::attempt::{RESULT_FILE, judge};
+use super::attempt::{RESULT_FILE, judge_with};
 use super::events::{Emitter, LaunchEvent, Rejection, UnrecordedAttempt, Written};
 use super::run_study::LaunchHost;
 use super::schedule::Ran;
@@ -434,6 +434,12 @@ impl<'a> Runner<'a> {
                 .iter()
                 .flat_map(|t| t.files.clone())
                 .collect(),
+            result_files: study.result.as_ref().map(|r| r.files()).unwrap_or_default(),
+            streams: study
+                .result
+                .as_ref()
+                .map(|r| r.streams())
+                .unwrap_or_default(),
             slot: job.slot,
             trial_dir,
             result_path,
@@ -466,6 +472,7 @@ impl<'a> Runner<'a> {
             _ = renew => unreachable!("the renewal loop never ends"),
         };
         let finished_at = chrono::Utc::now();
+<<<<<<< HEAD
         if self.spend.add(outcome.elapsed) {
             self.events.emit(LaunchEvent::BudgetSpent {
                 spent_s: self.spend.spent().as_secs_f64(),
@@ -473,8 +480,12 @@ impl<'a> Runner<'a> {
             });
         }
         let j = judge(
+=======
+        let j = judge_with(
+>>>>>>> i16a
             &outcome,
             &study.objective.name,
+            study.result.as_ref(),
             &self.classifier,
             study.trial.timeout.as_secs_f64(),
         );

@@ -197,6 +197,11 @@ struct ManifestTask {
     trial_dir: String,
     outputs: Vec<String>,
     tolerance_files: Vec<String>,
+    /// `result:`'s files and streams (absent from older manifests).
+    #[serde(default)]
+    result_files: Vec<String>,
+    #[serde(default)]
+    streams: Vec<String>,
 }
 
 #[derive(serde::Serialize, serde::Deserialize)]
@@ -443,6 +448,8 @@ impl Inner {
                     trial_dir: spec.trial_dir.clone(),
                     outputs: spec.outputs.clone(),
                     tolerance_files: spec.tolerance_files.clone(),
+                    result_files: spec.result_files.clone(),
+                    streams: spec.streams.clone(),
                 });
             }
             files.push((
@@ -711,6 +718,7 @@ async fn judge_task(task: &Task, report: &[u8], expected: Option<&Fingerprint>) 
                     stdout_tail: String::new(),
                     stderr_tail: detail,
                     stderr_head: String::new(),
+                    streams: BTreeMap::new(),
                 });
             }
         }
@@ -1060,6 +1068,8 @@ impl SlurmTransport {
                     warmup: 0,
                     outputs: t.outputs.clone(),
                     tolerance_files: t.tolerance_files.clone(),
+                    result_files: t.result_files.clone(),
+                    streams: t.streams.clone(),
                     slot: 0,
                     trial_dir: t.trial_dir.clone(),
                     result_path: String::new(),

@@ -41,7 +41,10 @@
 //!    margin after its timeout. The first run that fails ends the runs;
 //! 5. size, tail (and, for stderr, head) of the last run's streams;
 //! 6. only when every run exited 0: the result file, the sha256 of each
-//!    declared output (computed on the host) and the tolerance files. Only
+//!    declared output (computed on the host), the tolerance files, the
+//!    files the study's `result:` reads and, when it reads a stream, the
+//!    counted run's whole stdout or stderr (each up to
+//!    [`MAX_RESULT_BYTES`]). Only
 //!    a regular file (a symlink only to one) within its size limit is
 //!    opened: a FIFO would block, a device never end;
 //! 7. the full logs, when asked to keep them (each run's streams appended
@@ -88,7 +91,10 @@
 //! File tags: `stdout_tail`, `stderr_tail` (at most [`TAIL_BYTES`]),
 //! `stderr_head` (at most [`HEAD_BYTES`], sent only when stderr is longer
 //! than the tail), `result` (at most [`MAX_RESULT_BYTES`]), `value:<i>`
-//! (tolerance file `i`, at most [`MAX_VALUE_FILE_BYTES`]), `log:stdout`,
+//! (tolerance file `i`, at most [`MAX_VALUE_FILE_BYTES`]), `rfile:<i>`
+//! (file `i` of `result:`, at most [`MAX_RESULT_BYTES`]), `stream:stdout`,
+//! `stream:stderr` (the counted run's whole stream, at most
+//! [`MAX_RESULT_BYTES`]), `log:stdout`,
 //! `log:stderr`, `probe`; a file fetch ([`fetch_files_script`]) tags each
 //! file with its index in the request.
 //!
@@ -232,7 +238,7 @@ pub(crate) fn attempt_script(spec: &AttemptSpec, opts: &AgentOptions) -> Result<
         let _ = writeln!(s, "{k}={}; export {k}", q(v));
     }
     let mut removals = String::from("rm -f \"$tc_result\"");
-    for o in &spec.outputs {
+    for o in spec.outputs.iter().chain(&spec.result_files) {
         removals.push(' ');
         removals.push_str(&q(o));
     }
@@ -293,6 +299,17 @@ pub(crate) fn attempt_script(spec: &AttemptSpec, opts: &AgentOptions) -> Result<
     }
     for (i, f) in spec.tolerance_files.iter().enumerate() {
         let _ = writeln!(s, "  tc_rfile value:{i} {} {MAX_VALUE_FILE_BYTES}", q(f));
+    }
+    for (i, f) in spec.result_files.iter().enumerate() {
+        let _ = writeln!(s, "  tc_rfile rfile:{i} {} {MAX_RESULT_BYTES}", q(f));
+    }
+    for stream in &spec.streams {
+        if stream == "stdout" || stream == "stderr" {
+            let _ = writeln!(
+                s,
+                "  tc_rfile stream:{stream} .tunectl-run-{stream} {MAX_RESULT_BYTES}"
+            );
+        }
     }
     s.push_str("fi\n");
     if spec.keep_logs {
@@ -596,6 +613,22 @@ impl Collected {
     }
 }
 
+/// A file the agent sent (at most [`MAX_RESULT_BYTES`]), or why not.
+fn sent_file(got: &mut Collected, tag: &str) -> Result<Vec<u8>, String> {
+    match got.files.remove(tag) {
+        Some(b) if b.len() as u64 > MAX_RESULT_BYTES => Err(format!(
+            "is {} bytes, over the limit of {} MiB",
+            b.len(),
+            MAX_RESULT_BYTES / (1024 * 1024)
+        )),
+        Some(b) => Ok(b),
+        None => Err(match got.missing.get(tag) {
+            Some(Some(why)) => why.clone(),
+            _ => "was not written".to_string(),
+        }),
+    }
+}
+
 /// Turn the agent's report into the raw facts every transport reports.
 pub(crate) fn fill_outcome(
     outcome: &mut AttemptOutcome,
@@ -629,6 +662,7 @@ pub(crate) fn fill_outcome(
         stdout_tail,
         stderr_tail,
         stderr_head,
+        streams: BTreeMap::new(),
     });
     // The agent stops at the first run that fails: a warm-up reported
     // last is one that failed (or was stopped).
@@ -685,6 +719,14 @@ pub(crate) fn fill_outcome(
                 Some(b) => gate::parse_values(&b),
             };
             outcome.output_values.insert(name.clone(), value);
+        }
+        for (i, name) in spec.result_files.iter().enumerate() {
+            let value = sent_file(&mut got, &format!("rfile:{i}"));
+            outcome.result_files.insert(name.clone(), value);
+        }
+        for stream in &spec.streams {
+            let value = sent_file(&mut got, &format!("stream:{stream}"));
+            outcome.streams.insert(stream.clone(), value);
         }
     }
     for stream in ["stdout", "stderr"] {
@@ -793,6 +835,8 @@ mod tests {
             warmup: 1,
             outputs: vec!["out.bin".into()],
             tolerance_files: vec!["logits.json".into()],
+            result_files: Vec::new(),
+            streams: Vec::new(),
             slot: 0,
             trial_dir: dir.into(),
             result_path: format!("{dir}/tunectl-result.json"),
@@ -1042,5 +1086,59 @@ mod tests {
             !std::path::Path::new(&dir).exists(),
             "a success leaves no directory"
         );
+    }
+
+    /// `result:`'s files and the counted run's whole stdout come back
+    /// through the agent; a file only a warm-up wrote does not.
+    #[tokio::test]
+    async fn the_agent_brings_back_what_result_reads() {
+        use tokio::io::AsyncWriteExt;
+        let root = tempfile::tempdir().expect("tempdir");
+        let dir = root.path().join("trial").display().to_string();
+        let mut spec = spec(&dir);
+        spec.outputs.clear();
+        spec.tolerance_files.clear();
+        spec.keep_logs = false;
+        // 20 KiB of stdout, more than the tail: the first line must still
+        // come back.
+        spec.command = "echo \"first=$TUNECTL_PHASE\"; i=0; while [ $i -lt 2000 ]; do echo 'filler....'; i=$((i+1)); done; \
+             printf '{\"a\": [1.5, 2]}' > r.json; \
+             [ \"$TUNECTL_PHASE\" = warmup ] && echo 1 > w.json; true"
+            .into();
+        spec.result_files = vec!["r.json".into(), "w.json".into()];
+        spec.streams = vec!["stdout".into()];
+        let script = attempt_script(&spec, &AgentOptions::default()).expect("a script");
+        let mut child = tokio::process::Command::new("/bin/sh")
+            .arg("-s")
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .expect("sh starts");
+        let mut stdin = child.stdin.take().expect("stdin");
+        stdin
+            .write_all(wrap(&script).as_bytes())
+            .await
+            .expect("script sent");
+        drop(stdin);
+        let out = child.wait_with_output().await.expect("sh ends");
+        let (frames, error) = read_report(&out.stdout).await;
+        assert_eq!(error, None);
+        let mut got = Collected::default();
+        for f in frames {
+            got.absorb(f);
+        }
+        let mut outcome = AttemptOutcome::default();
+        fill_outcome(&mut outcome, &spec, got, false);
+        assert_eq!(
+            outcome.result_files["r.json"],
+            Ok(b"{\"a\": [1.5, 2]}".to_vec())
+        );
+        assert_eq!(
+            outcome.result_files["w.json"],
+            Err("was not written".to_string())
+        );
+        let stdout = outcome.streams["stdout"].as_ref().expect("stdout");
+        assert!(stdout.starts_with(b"first=measure\nfiller"));
+        assert_eq!(stdout.len(), 14 + 2000 * 11);
     }
 }

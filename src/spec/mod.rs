@@ -4,6 +4,7 @@
 pub mod diag;
 pub mod frozen;
 pub mod inventory;
+pub mod result;
 pub mod shell;
 pub mod study;
 pub mod template;

@@ -13,6 +13,7 @@ use serde::{Deserialize, Serialize};
 
 use super::diag::Diagnostics;
 use super::frozen::FrozenSpec;
+use super::result::{ResultSpec, parse_result};
 use super::template::{self, TemplateCheck};
 use super::value::Value;
 use super::yaml::{self, Walker, index, is_identifier, join};
@@ -369,6 +370,11 @@ pub struct Study {
     /// trials); rungs run `trial.command`. `None`: `trial.command` for all.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub objective_command: Option<String>,
+    /// The `result:` section: where metrics are read when the command does
+    /// not write `$TUNECTL_RESULT` itself. Left out of the frozen spec
+    /// when absent, so that older studies keep their identity.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub result: Option<ResultSpec>,
     pub budget: Budget,
     pub selection: Selection,
     /// Bucket rule per cell axis (every axis present).
@@ -406,6 +412,7 @@ const TOP_KEYS: &[&str] = &[
     "selection",
     "buckets",
     "fidelity",
+    "result",
 ];
 
 impl Study {
@@ -526,6 +533,14 @@ fn parse_study(w: &mut Walker, root: &Node, path: &Path, dir: &Path) -> Option<S
         Some(n) => parse_metrics(w, n, objective.as_ref()),
         None => Vec::new(),
     };
+    let result = match (map.get_node("result"), &objective) {
+        (Some(n), Some(o)) => {
+            let all: Vec<&Metric> = std::iter::once(o).chain(metrics.iter()).collect();
+            parse_result(w, n, &all).map(Some)
+        }
+        (Some(_), None) => None,
+        (None, _) => Some(None),
+    };
     let measurement = match map.get_node("measurement") {
         Some(n) => parse_measurement(w, n),
         None => Some(Measurement::default()),
@@ -609,6 +624,7 @@ fn parse_study(w: &mut Walker, root: &Node, path: &Path, dir: &Path) -> Option<S
             None => None,
         },
         objective_command: objective_command?,
+        result: result?,
         budget: budget?,
         selection: selection?,
         buckets,
@@ -2768,5 +2784,119 @@ metrics: [{name: loss, better: lower}]
         let s = load("fidelity: {unit: s, min_budget: 1, max_budget: 9}\nstrategy: {kind: grid}\nbudget: {max_trials: 50}\n")
             .expect("valid: grid with a fidelity keeps its budget");
         assert_eq!(s.budget.max_trials, Some(50));
+    }
+
+    #[test]
+    fn result_sources_are_parsed() {
+        let s = load(
+            "result:\n  t: {stdout: 'took ([0-9.]+) s', scale: 1000}\n  loss: {file: out/l.csv, column: loss}\n",
+        )
+        .expect("valid");
+        let r = s.result.clone().expect("result");
+        assert_eq!(r.metrics.len(), 2);
+        assert_eq!(r.metrics["t"].scale, Some(1000.0));
+        assert_eq!(r.files(), vec!["out/l.csv".to_string()]);
+        assert_eq!(r.streams(), vec!["stdout".to_string()]);
+        // Part of the frozen spec; a study without one keeps its identity.
+        let frozen = s.frozen();
+        assert_eq!(
+            frozen.json()["result"]["metrics"]["t"],
+            serde_json::json!({"source": "stdout", "regex": "took ([0-9.]+) s", "scale": 1000.0})
+        );
+        assert!(
+            load("")
+                .expect("valid")
+                .frozen()
+                .json()
+                .get("result")
+                .is_none()
+        );
+    }
+
+    #[test]
+    fn result_presets() {
+        let with = |objective: &str, extra: &str| {
+            Study::from_text(
+                Path::new("s.yaml"),
+                &format!(
+                    "{}{extra}",
+                    BASE.replace("metric: t,", &format!("metric: {objective},"))
+                ),
+            )
+        };
+        let s = with("time", "result: {preset: hyperfine}\n").expect("valid");
+        let r = s.result.expect("result");
+        assert_eq!(r.preset.as_deref(), Some("hyperfine"));
+        assert_eq!(r.files(), vec!["hyperfine.json".to_string()]);
+        assert_eq!(
+            r.metrics["time"].from.describe(),
+            "hyperfine.json: results[0].times"
+        );
+        // The file can be renamed, and a declared metric given its own source.
+        let s = with(
+            "output_throughput",
+            "result: {preset: vllm-bench, file: bench/serve.json, loss: {stderr: 'loss=(\\S+)'}}\n",
+        )
+        .expect("valid");
+        let r = s.result.expect("result");
+        assert_eq!(r.files(), vec!["bench/serve.json".to_string()]);
+        assert_eq!(r.streams(), vec!["stderr".to_string()]);
+        let diags = with("tokens", "result: {preset: llama-bench}\n").expect_err("not provided");
+        assert_eq!(
+            diags.to_string().trim(),
+            "s.yaml:8:18: result.preset: the objective's metric `tokens` is not one the preset `llama-bench` provides (pp_ts, tg_ts, samples_ts, avg_ts, samples_ns, avg_ns); name the objective after one of them, or give `tokens` its own source"
+        );
+    }
+
+    #[test]
+    fn result_problems_name_file_line_and_field() {
+        assert_eq!(
+            problem("result: {t: {stdout: 'tok/s: ([0-9.]+'}}\n"),
+            "s.yaml:8:22: result.t.stdout: invalid regular expression: regex parse error:\n    tok/s: ([0-9.]+\n           ^\nerror: unclosed group"
+        );
+        assert_eq!(
+            problem("result: {t: {stderr: 'tok/s: [0-9.]+'}}\n"),
+            "s.yaml:8:22: result.t.stderr: the regular expression must have exactly one capture group (the number), found 0"
+        );
+        assert_eq!(
+            problem("result: {preset: hyperfin}\n"),
+            "s.yaml:8:18: result.preset: unknown preset `hyperfin` (known: hyperfine, vllm-bench, llama-bench, pytest-benchmark)"
+        );
+        assert_eq!(
+            problem("result: {t: {file: o.json, path: a.b, scal: 2}}\n"),
+            "s.yaml:8:39: result.t.scal: unknown key `scal` (did you mean `scale`?)"
+        );
+        assert_eq!(
+            problem("result: {t: {stdout: 't=(\\d+)'}, acc: {stdout: 'a=(\\d+)'}}\n"),
+            "s.yaml:8:34: result.acc: `acc` is neither the objective's metric nor declared under `metrics:` (declared: t, loss); `result:` gives sources to those, or `preset`/`file`"
+        );
+        assert_eq!(
+            problem("result: {t: {file: o.json, path: 'a[x]'}}\n"),
+            "s.yaml:8:34: result.t.path: `[x]` in `a[x]` is not `[i]`, `[*]` or `[?key==value]`"
+        );
+        assert_eq!(
+            problem("result: {t: {file: ../o.json, path: a}}\n"),
+            "s.yaml:8:20: result.t.file: `../o.json` must be a relative path inside the trial directory"
+        );
+        assert_eq!(
+            problem("result: {t: {column: ms}}\n"),
+            "s.yaml:8:14: result.t.file: `column` reads a file: name it with `file`"
+        );
+        assert_eq!(
+            problem("result: {t: {stdout: 't=(\\d+)', path: a}}\n"),
+            "s.yaml:8:14: result.t: give exactly one of `path` (with `file`, a JSON file), `column` (with `file`, a CSV file), `stdout` or `stderr` (found: path, stdout)"
+        );
+        assert_eq!(
+            problem("result: {t: {stdout: 't=(\\d+)', scale: 0}}\n"),
+            "s.yaml:8:40: result.t.scale: must be a positive number, found 0"
+        );
+        assert_eq!(
+            problem("result: {loss: {stdout: 'l=(\\d+)'}}\n"),
+            "s.yaml:8:10: result: no source for the objective's metric `t`: with a `result:` section, the objective is read from it"
+        );
+        assert_eq!(
+            problem("result: {file: x.json, t: {stdout: 't=(\\d+)'}}\n"),
+            "s.yaml:8:16: result.file: `file` names a preset's file; without `preset`, give each metric its own `file`"
+        );
     }
 }

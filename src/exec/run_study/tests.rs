@@ -150,6 +150,7 @@ impl Transport for FakeHost {
                 stdout_tail: String::new(),
                 stderr_tail: String::new(),
                 stderr_head: String::new(),
+                ..Default::default()
             }),
             result: Some(result.to_string().into_bytes()),
             elapsed: Duration::from_millis(1),

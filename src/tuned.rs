@@ -108,7 +108,12 @@ pub fn slug(host_class: &str, fingerprint: Option<&Fingerprint>) -> String {
         None => parts.push("unknown".to_string()),
         Some(fp) => {
             let key = fp.class_key();
-            if key.gpus.is_empty() {
+            if key.gpus.is_empty() && !key.unknown_accelerators.is_empty() {
+                // Never `no-gpu`: the host has a device no tool described.
+                for id in &key.unknown_accelerators {
+                    parts.push(format!("unknown-accel-{}", id.replace(':', "-")));
+                }
+            } else if key.gpus.is_empty() {
                 parts.push("no-gpu".to_string());
                 if let Some(model) = &key.cpu_model {
                     parts.push(cpu_words(model));
@@ -1083,6 +1088,7 @@ mod tests {
                     name: "NVIDIA H100 80GB HBM3".into(),
                     memory_mib: Some(81559),
                     uuid: None,
+                    vendor: crate::fingerprint::GpuVendor::Nvidia,
                 })
                 .collect(),
             driver_version: Some("550.54.15".into()),
@@ -1235,6 +1241,15 @@ mod tests {
             "{s}"
         );
         assert_eq!(s, "no-gpu-hc-x");
+        let odd = Fingerprint {
+            unknown_accelerators: vec![crate::fingerprint::UnknownAccelerator {
+                vendor_id: "0x1234".into(),
+                device_id: Some("0x11e8".into()),
+                driver: None,
+            }],
+            ..Fingerprint::default()
+        };
+        assert_eq!(slug("hc-y", Some(&odd)), "unknown-accel-0x1234-0x11e8-hc-y");
     }
 
     #[test]

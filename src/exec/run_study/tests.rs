@@ -107,6 +107,7 @@ impl Transport for FakeHost {
             driver_version: None,
             cuda_version: None,
             tools: BTreeMap::new(),
+            ..Fingerprint::default()
         })
     }
 

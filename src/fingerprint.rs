@@ -11,6 +11,11 @@
 //! unreadable `/proc` file, a tool that exits non-zero) is recorded as `None`
 //! or an empty list, never as a default or an inferred value.
 //!
+//! GPUs come from their vendors' tools: `nvidia-smi`; `amd-smi`, else
+//! `rocm-smi`; `xpu-smi`, else sysfs for Intel. A DRM device that none of
+//! them describes is an *unknown accelerator*, which keeps its host out of
+//! the GPU-less class ([`accel`] parses all but NVIDIA's output).
+//!
 //! The probe is a POSIX `sh` script ([`PROBE_SCRIPT`], extended with the
 //! requested tool commands by [`probe_script`]) rather than Rust or Python
 //! code because the *same* probe has to run on remote SSH hosts and inside
@@ -62,6 +67,16 @@ pub const PROBE_TIMEOUT: Duration = Duration::from_secs(30);
 ///      --format=csv,noheader,nounits>           (one per GPU, only when nvidia_smi=ok)
 /// driver=<Driver Version from the nvidia-smi header>  (only when nvidia_smi=ok)
 /// cuda=<CUDA Version from the nvidia-smi header or nvidia-smi --version>
+/// amd_smi=ok | absent | failed:<exit status, or "cut" for an output over 256 KiB>
+/// amd_smi_static=<amd-smi static --asic --vram --driver --json, on one line>
+/// amd_smi_version=<first line of amd-smi version>
+/// rocm_smi=ok | absent | failed:<…>   (only when amd-smi is not ok)
+/// rocm_smi_json=<rocm-smi --showproductname --showmeminfo vram --showdriverversion --json, on one line>
+/// rocm_info_version=<${ROCM_PATH:-/opt/rocm}/.info/version>  (after either AMD tool)
+/// xpu_smi=ok | absent | failed:<…>
+/// xpu=<one CSV line of xpu-smi discovery --dump 1,2,8,16>    (header first)
+/// drm=<cardN> <PCI vendor> <PCI device> <driver name>       (one per DRM card
+///      with a vendor id, from $TUNECTL_FAKE_SYSFS or /sys; "-" where unreadable)
 /// ```
 ///
 /// A fact that cannot be read is printed with an empty value. Every value is
@@ -380,10 +395,12 @@ pub struct Fingerprint {
     pub cpu_count: Option<u32>,
     /// `MemTotal` in MiB (rounded down).
     pub memory_mib: Option<u64>,
-    /// GPUs reported by `nvidia-smi`, ordered by index; empty when
-    /// `nvidia-smi` is absent or fails.
+    /// GPUs reported by `nvidia-smi`, then by `amd-smi` (or `rocm-smi`),
+    /// then by `xpu-smi`, each ordered by index; Intel GPUs from sysfs when
+    /// no tool described any GPU. Empty when no GPU could be read.
     pub gpus: Vec<Gpu>,
-    /// NVIDIA driver version, e.g. `550.54.15`.
+    /// Driver version: NVIDIA's (e.g. `550.54.15`), else AMD's amdgpu
+    /// (e.g. `6.8.5`), else Intel's as `xpu-smi` reports it.
     pub driver_version: Option<String>,
     /// CUDA version reported by the driver (`nvidia-smi` header), e.g. `12.4`.
     pub cuda_version: Option<String>,
@@ -685,7 +702,8 @@ impl Fingerprint {
     }
 }
 
-/// The major version of an NVIDIA driver version: `"550"` from `"550.54.15"`.
+/// The major version of a driver version: `"550"` from NVIDIA's
+/// `"550.54.15"`, `"6"` from AMD's `"6.8.5"`.
 /// `None` unless the part before the first `.` is a non-empty run of digits.
 pub fn driver_major(version: &str) -> Option<String> {
     let major = version.trim().split('.').next()?;

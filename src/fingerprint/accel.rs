@@ -9,6 +9,13 @@
 //! [`super::parse_probe_output`] logs and treats as "the tool described
 //! nothing" (then the sysfs devices speak for the host), never a panic and
 //! never a guessed value.
+//!
+//! Where the layouts come from: amd-smi's CLI guide and the `static --json`
+//! outputs published with ROCm 6.x (a bare list before ROCm 6.3's
+//! `{"gpu_data": [...]}`), rocm-smi's `--json` output (one object per
+//! `cardN`, the driver under `system`), and the property list of
+//! `xpu-smi discovery --dump` in xpu-smi's user guide. The FAKE tools in
+//! `tests/fixtures` answer in the same layouts.
 
 use serde_json::Value;
 
@@ -147,7 +154,8 @@ fn amd_smi_vram_mib(size: Option<&Value>) -> Option<u64> {
 /// The layout is amd-smi's (ROCm 6.x): a list with one object per GPU, or
 /// (newer releases) that list under `"gpu_data"`; per GPU `gpu` (index),
 /// `asic.market_name` (e.g. `AMD Instinct MI300X`), `asic.device_id`,
-/// `vram.size` (see [`amd_smi_vram_mib`]) and `driver.version` (e.g.
+/// `vram.size` (an object of `value` and `unit`, or older releases' string
+/// `"65520 MB"`) and `driver.version` (e.g.
 /// `6.8.5`). A GPU without a market name is named by its device id
 /// (`AMD device 0x74a1`); one without either is left out.
 pub fn parse_amd_smi_static(text: &str) -> Result<(Vec<Gpu>, Option<String>), AccelError> {

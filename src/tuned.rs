@@ -265,7 +265,7 @@ fn bucket_yaml(analysis: &Analysis, b: &BucketReport) -> Yaml {
 pub fn export(analysis: &Analysis, class: &ClassReport) -> (String, String) {
     let fp = class.fingerprint.as_ref();
     let key = fp.map(Fingerprint::class_key);
-    let fingerprint = Yaml::map()
+    let mut fingerprint = Yaml::map()
         .with(
             "gpus",
             key.as_ref()
@@ -282,8 +282,17 @@ pub fn export(analysis: &Analysis, class: &ClassReport) -> (String, String) {
             "driver_major",
             key.as_ref().and_then(|k| k.driver_major.clone()),
         )
-        .with("cpu_model", key.as_ref().and_then(|k| k.cpu_model.clone()))
-        .with("fingerprint_hash", fp.map(Fingerprint::hash));
+        .with("cpu_model", key.as_ref().and_then(|k| k.cpu_model.clone()));
+    // Only where the class key has them, as in the key itself: tuned files
+    // of NVIDIA and GPU-less classes read as they always did.
+    if let Some(name) = key.as_ref().and_then(|k| k.driver_name.clone()) {
+        fingerprint.insert("driver_name", name);
+    }
+    if let Some(k) = key.as_ref().filter(|k| !k.unknown_accelerators.is_empty()) {
+        let ids: Vec<Yaml> = k.unknown_accelerators.iter().map(Yaml::from).collect();
+        fingerprint.insert("unknown_accelerators", Yaml::List(ids));
+    }
+    fingerprint.insert("fingerprint_hash", fp.map(Fingerprint::hash));
     let body = Yaml::map()
         .with("schema", SCHEMA)
         .with("tunectl_version", &analysis.tunectl_version)
@@ -1210,6 +1219,34 @@ mod tests {
         let file = parse(Path::new(&name), &text).expect("parses back");
         let node = crate::spec::yaml::parse_text(Path::new(&name), &text).expect("yaml");
         (name, text.clone(), file, node_to_json(&node))
+    }
+
+    /// A class of unknown accelerators says so in its tuned file, which
+    /// still parses back.
+    #[test]
+    fn export_names_unknown_accelerators() {
+        let mut a = analysis();
+        let odd = Fingerprint {
+            cpu_model: Some("AMD EPYC 7B13".into()),
+            unknown_accelerators: vec![crate::fingerprint::UnknownAccelerator {
+                vendor_id: "0x1234".into(),
+                device_id: Some("0x11e8".into()),
+                driver: Some("weirdaccel".into()),
+            }],
+            ..Fingerprint::default()
+        };
+        a.classes[0].fingerprint = Some(odd.clone());
+        let (name, text) = export(&a, &a.classes[0]);
+        parse(Path::new(&name), &text).expect("parses back");
+        let node = crate::spec::yaml::parse_text(Path::new(&name), &text).expect("yaml");
+        let json = node_to_json(&node);
+        assert_eq!(
+            json["fingerprint"]["unknown_accelerators"],
+            json!(["0x1234:0x11e8"])
+        );
+        assert_eq!(json["fingerprint"]["gpu_count"], 0);
+        assert!(json["fingerprint"].get("driver_name").is_none());
+        assert!(name.starts_with("unknown-accel-0x1234-0x11e8-"), "{name}");
     }
 
     #[test]

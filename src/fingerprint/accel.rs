@@ -11,8 +11,8 @@
 //! never a guessed value.
 //!
 //! Where the layouts come from: amd-smi's CLI guide and the `static --json`
-//! outputs published with ROCm 6.x (a bare list before ROCm 6.3's
-//! `{"gpu_data": [...]}`), rocm-smi's `--json` output (one object per
+//! outputs published with ROCm 6.x (a bare list in earlier releases,
+//! `{"gpu_data": [...]}` in later ones), rocm-smi's `--json` output (one object per
 //! `cardN`, the driver under `system`), and the property list of
 //! `xpu-smi discovery --dump` in xpu-smi's user guide. The FAKE tools in
 //! `tests/fixtures` answer in the same layouts.

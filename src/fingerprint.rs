@@ -304,7 +304,9 @@ for tc_card in "$tc_sys"/class/drm/card*; do
     [ "$tc_n" -le 64 ] || break
     tc_v=$(tc_id "$tc_card/device/vendor")
     tc_d=$(tc_id "$tc_card/device/device")
-    tc_drv=$(cd -P "$tc_card/device/driver" 2>/dev/null && printf '%s' "${PWD##*/}")
+    # The driver is the name of the directory the link resolves to (cd's
+    # output is dropped: with CDPATH set, cd may print the directory).
+    tc_drv=$(cd -P -- "$tc_card/device/driver" >/dev/null 2>&1 && printf '%s' "${PWD##*/}")
     printf 'drm=%s %s %s %s\n' "$tc_name" "${tc_v:--}" "${tc_d:--}" "${tc_drv:--}"
 done
 

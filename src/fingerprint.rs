@@ -11,6 +11,11 @@
 //! unreadable `/proc` file, a tool that exits non-zero) is recorded as `None`
 //! or an empty list, never as a default or an inferred value.
 //!
+//! GPUs come from their vendors' tools: `nvidia-smi`; `amd-smi`, else
+//! `rocm-smi`; `xpu-smi`, else sysfs for Intel. A DRM device that none of
+//! them describes is an *unknown accelerator*, which keeps its host out of
+//! the GPU-less class ([`accel`] parses all but NVIDIA's output).
+//!
 //! The probe is a POSIX `sh` script ([`PROBE_SCRIPT`], extended with the
 //! requested tool commands by [`probe_script`]) rather than Rust or Python
 //! code because the *same* probe has to run on remote SSH hosts and inside
@@ -29,6 +34,8 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use crate::spec::shell::single_quote;
+
+pub mod accel;
 
 /// Version of the [`Fingerprint`] JSON layout, stored in [`Fingerprint::schema`].
 pub const SCHEMA_VERSION: u32 = 1;
@@ -60,6 +67,16 @@ pub const PROBE_TIMEOUT: Duration = Duration::from_secs(30);
 ///      --format=csv,noheader,nounits>           (one per GPU, only when nvidia_smi=ok)
 /// driver=<Driver Version from the nvidia-smi header>  (only when nvidia_smi=ok)
 /// cuda=<CUDA Version from the nvidia-smi header or nvidia-smi --version>
+/// amd_smi=ok | absent | failed:<exit status, or "cut" for an output over 256 KiB>
+/// amd_smi_static=<amd-smi static --asic --vram --driver --json, on one line>
+/// amd_smi_version=<first line of amd-smi version>
+/// rocm_smi=ok | absent | failed:<…>   (only when amd-smi is not ok)
+/// rocm_smi_json=<rocm-smi --showproductname --showmeminfo vram --showdriverversion --json, on one line>
+/// rocm_info_version=<${ROCM_PATH:-/opt/rocm}/.info/version>  (after either AMD tool)
+/// xpu_smi=ok | absent | failed:<…>
+/// xpu=<one CSV line of xpu-smi discovery --dump 1,2,8,16>    (header first)
+/// drm=<cardN> <PCI vendor> <PCI device> <driver name>       (one per DRM card
+///      with a vendor id, from $TUNECTL_FAKE_SYSFS or /sys; "-" where unreadable)
 /// ```
 ///
 /// A fact that cannot be read is printed with an empty value. Every value is
@@ -200,6 +217,99 @@ else
     printf 'nvidia_smi=absent\n'
 fi
 
+# tc_capture CMD [ARG...]: CMD's stdout under the smi timeout, cut at
+# tc_out_max bytes, then a last line tc_rc=<exit status>. Output longer than
+# the cut loses that line: tc_status then says "cut", never a partial success.
+tc_out_max=262144
+tc_capture() {
+    { tc_timeout "$tc_smi_timeout" "$@" </dev/null 2>/dev/null; printf '\ntc_rc=%s\n' "$?"; } | head -c "$tc_out_max"
+}
+# tc_status OUT: the exit status recorded by tc_capture, or "cut".
+tc_status() {
+    printf '%s\n' "$1" | awk '{ last = $0 } END { if (last ~ /^tc_rc=[0-9]+$/) print substr(last, 7); else print "cut" }'
+}
+# tc_body OUT: tc_capture's output without its status line.
+tc_body() {
+    printf '%s\n' "$1" | awk 'NR > 1 { print prev } { prev = $0 }'
+}
+# tc_json KEY OUT: KEY=<the JSON body on one line>. JSON strings hold no raw
+# newlines, so joining the lines keeps the document intact.
+tc_json() {
+    printf '%s=%s\n' "$1" "$(tc_body "$2" | tr '\r\n\t' '   ')"
+}
+# tc_smi NAME OUT: NAME=ok, or NAME=failed:<status> (and a false return).
+tc_smi() {
+    tc_st=$(tc_status "$2")
+    if [ "$tc_st" = 0 ]; then
+        printf '%s=ok\n' "$1"
+        return 0
+    fi
+    printf '%s=failed:%s\n' "$1" "$tc_st"
+    return 1
+}
+
+# AMD GPUs: amd-smi, else rocm-smi (JSON, parsed by the launcher).
+tc_amd=
+if command -v amd-smi >/dev/null 2>&1; then
+    tc_out=$(tc_capture amd-smi static --asic --vram --driver --json)
+    if tc_smi amd_smi "$tc_out"; then
+        tc_amd=1
+        tc_json amd_smi_static "$tc_out"
+        tc_out=$(tc_capture amd-smi version)
+        tc_emit amd_smi_version "$(tc_body "$tc_out")"
+    fi
+else
+    printf 'amd_smi=absent\n'
+fi
+if [ -z "$tc_amd" ]; then
+    if command -v rocm-smi >/dev/null 2>&1; then
+        tc_out=$(tc_capture rocm-smi --showproductname --showmeminfo vram --showdriverversion --json)
+        if tc_smi rocm_smi "$tc_out"; then
+            tc_amd=1
+            tc_json rocm_smi_json "$tc_out"
+        fi
+    else
+        printf 'rocm_smi=absent\n'
+    fi
+fi
+if [ -n "$tc_amd" ] && [ -r "${ROCM_PATH:-/opt/rocm}/.info/version" ]; then
+    tc_emit rocm_info_version "$(head -c 256 "${ROCM_PATH:-/opt/rocm}/.info/version" 2>/dev/null)"
+fi
+
+# Intel GPUs: xpu-smi's CSV dump of device id, name, driver version and
+# memory size (one xpu= line per CSV line, header included).
+if command -v xpu-smi >/dev/null 2>&1; then
+    tc_out=$(tc_capture xpu-smi discovery --dump 1,2,8,16)
+    if tc_smi xpu_smi "$tc_out"; then
+        tc_body "$tc_out" | awk '{ sub(/\r$/, "") } NF && n < 256 { n++; print "xpu=" $0 }'
+    fi
+else
+    printf 'xpu_smi=absent\n'
+fi
+
+# DRM devices from sysfs: drm=<card> <vendor> <device> <driver> per card
+# with a vendor id ("-" for what cannot be read). The launcher decides what
+# they mean. TUNECTL_FAKE_SYSFS replaces /sys (tests only).
+tc_sys=${TUNECTL_FAKE_SYSFS:-/sys}
+# tc_id FILE: the first 32 bytes of FILE, without whitespace.
+tc_id() {
+    head -c 32 "$1" 2>/dev/null | tr -d ' \t\r\n'
+}
+tc_n=0
+for tc_card in "$tc_sys"/class/drm/card*; do
+    tc_name=${tc_card##*/}
+    case $tc_name in card | card*[!0-9]*) continue ;; esac
+    [ -r "$tc_card/device/vendor" ] || continue
+    tc_n=$((tc_n + 1))
+    [ "$tc_n" -le 64 ] || break
+    tc_v=$(tc_id "$tc_card/device/vendor")
+    tc_d=$(tc_id "$tc_card/device/device")
+    # The driver is the name of the directory the link resolves to (cd's
+    # output is dropped: with CDPATH set, cd may print the directory).
+    tc_drv=$(cd -P -- "$tc_card/device/driver" >/dev/null 2>&1 && printf '%s' "${PWD##*/}")
+    printf 'drm=%s %s %s %s\n' "$tc_name" "${tc_v:--}" "${tc_d:--}" "${tc_drv:--}"
+done
+
 # tc_tool NAME COMMAND: run COMMAND with sh -c under the tool timeout and print
 # tool.NAME=<first non-blank line of stdout, else of stderr>; empty when the
 # command fails, times out or prints nothing.
@@ -287,13 +397,29 @@ pub struct Fingerprint {
     pub cpu_count: Option<u32>,
     /// `MemTotal` in MiB (rounded down).
     pub memory_mib: Option<u64>,
-    /// GPUs reported by `nvidia-smi`, ordered by index; empty when
-    /// `nvidia-smi` is absent or fails.
+    /// GPUs reported by `nvidia-smi`, then by `amd-smi` (or `rocm-smi`),
+    /// then by `xpu-smi`, each ordered by index; Intel GPUs from sysfs when
+    /// no tool described any GPU. Empty when no GPU could be read.
     pub gpus: Vec<Gpu>,
-    /// NVIDIA driver version, e.g. `550.54.15`.
+    /// Driver version: NVIDIA's (e.g. `550.54.15`), else AMD's amdgpu
+    /// (e.g. `6.8.5`), else Intel's as `xpu-smi` reports it.
     pub driver_version: Option<String>,
     /// CUDA version reported by the driver (`nvidia-smi` header), e.g. `12.4`.
     pub cuda_version: Option<String>,
+    /// ROCm version on an AMD host (`amd-smi version`, else the ROCm
+    /// install's `.info/version`), e.g. `6.2.0`. Absent from the JSON when
+    /// unknown, like every field added after schema 1, so that fingerprints
+    /// without it keep their hash.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rocm_version: Option<String>,
+    /// The kernel driver's name where no driver version could be read
+    /// (Intel GPUs found through sysfs only), e.g. `i915` or `xe`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub driver_name: Option<String>,
+    /// Devices that look like accelerators but that no tool described (see
+    /// [`accel::from_drm`]); they keep the host out of the GPU-less class.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unknown_accelerators: Vec<UnknownAccelerator>,
     /// Requested tools: name → first line of the command's output, `None`
     /// when the command failed, timed out or printed nothing.
     pub tools: BTreeMap<String, Option<String>>,
@@ -313,6 +439,8 @@ pub fn differences(old: &Fingerprint, new: &Fingerprint) -> Vec<String> {
     };
     field("driver", &old.driver_version, &new.driver_version);
     field("cuda", &old.cuda_version, &new.cuda_version);
+    field("rocm", &old.rocm_version, &new.rocm_version);
+    field("driver name", &old.driver_name, &new.driver_name);
     field("os", &old.os, &new.os);
     field("kernel", &old.kernel, &new.kernel);
     field("arch", &old.arch, &new.arch);
@@ -328,6 +456,15 @@ pub fn differences(old: &Fingerprint, new: &Fingerprint) -> Vec<String> {
     if gpus(old) != gpus(new) {
         out.push(format!("gpus: {} → {}", gpus(old), gpus(new)));
     }
+    let unknown = |f: &Fingerprint| f.class_key().unknown_accelerators.join(", ");
+    if unknown(old) != unknown(new) {
+        let show = |s: String| if s.is_empty() { "none".to_owned() } else { s };
+        out.push(format!(
+            "unknown accelerators: {} → {}",
+            show(unknown(old)),
+            show(unknown(new))
+        ));
+    }
     for name in old.tools.keys().chain(new.tools.keys()) {
         let a = old.tools.get(name).cloned().flatten();
         let b = new.tools.get(name).cloned().flatten();
@@ -338,17 +475,66 @@ pub fn differences(old: &Fingerprint, new: &Fingerprint) -> Vec<String> {
     out
 }
 
-/// One GPU as reported by `nvidia-smi`.
+/// One GPU as reported by its vendor's tool (or, for Intel, by sysfs).
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
 pub struct Gpu {
-    /// `index` as reported by `nvidia-smi`.
+    /// The tool's index (`nvidia-smi`'s `index`, `amd-smi`'s `gpu`, the
+    /// `cardN` of rocm-smi and sysfs, `xpu-smi`'s device id).
     pub index: u32,
-    /// Product name, e.g. `NVIDIA H100 80GB HBM3`.
+    /// Product name, e.g. `NVIDIA H100 80GB HBM3`, `AMD Instinct MI300X`.
     pub name: String,
-    /// `memory.total` in MiB.
+    /// Total memory in MiB.
     pub memory_mib: Option<u64>,
-    /// GPU UUID, e.g. `GPU-…`.
+    /// GPU UUID, e.g. `GPU-…` (NVIDIA only).
     pub uuid: Option<String>,
+    /// Who made it. Left out of the JSON for NVIDIA (the only vendor before
+    /// there was this field), so NVIDIA fingerprints keep their hash.
+    #[serde(default, skip_serializing_if = "GpuVendor::is_nvidia")]
+    pub vendor: GpuVendor,
+}
+
+/// A GPU's vendor.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum GpuVendor {
+    /// NVIDIA, through `nvidia-smi`.
+    #[default]
+    Nvidia,
+    /// AMD, through `amd-smi` or `rocm-smi`.
+    Amd,
+    /// Intel, through `xpu-smi` or sysfs.
+    Intel,
+}
+
+impl GpuVendor {
+    /// Whether this is NVIDIA (serde's `skip_serializing_if` wants a reference).
+    #[allow(clippy::trivially_copy_pass_by_ref)]
+    pub fn is_nvidia(&self) -> bool {
+        *self == GpuVendor::Nvidia
+    }
+}
+
+/// A device that looks like an accelerator (a DRM card with a PCI vendor
+/// id) but that no vendor tool described: another vendor's card, or an AMD
+/// card whose tools are missing or failed.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+pub struct UnknownAccelerator {
+    /// PCI vendor id, e.g. `0x1234`.
+    pub vendor_id: String,
+    /// PCI device id, e.g. `0x11e8`.
+    pub device_id: Option<String>,
+    /// The kernel driver's name.
+    pub driver: Option<String>,
+}
+
+impl UnknownAccelerator {
+    /// `vendor 0x1234, device 0x11e8` (the device when known).
+    fn describe(&self) -> String {
+        match &self.device_id {
+            Some(d) => format!("vendor {}, device {d}", self.vendor_id),
+            None => format!("vendor {}", self.vendor_id),
+        }
+    }
 }
 
 /// The class-defining facts of a host: machines with equal keys are expected
@@ -365,6 +551,17 @@ pub struct HostClassKey {
     pub driver_major: Option<String>,
     /// CPU model name.
     pub cpu_model: Option<String>,
+    /// The driver's name where its version is unknown (Intel GPUs seen
+    /// through sysfs: `i915` and `xe` may tune differently). Absent from
+    /// the JSON when `None`, so older classes keep their id.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub driver_name: Option<String>,
+    /// `vendor:device` of every unknown accelerator (`0x1234:0x11e8`, or
+    /// `0x1234:?` without a device id), sorted: two hosts with the same
+    /// unknown cards share a class, and none shares one with a GPU-less
+    /// host. Absent from the JSON when empty.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unknown_accelerators: Vec<String>,
 }
 
 impl Default for Fingerprint {
@@ -382,6 +579,9 @@ impl Default for Fingerprint {
             gpus: Vec::new(),
             driver_version: None,
             cuda_version: None,
+            rocm_version: None,
+            driver_name: None,
+            unknown_accelerators: Vec::new(),
             tools: BTreeMap::new(),
         }
     }
@@ -402,11 +602,19 @@ impl Fingerprint {
             .map(|g| (g.name.clone(), g.memory_mib))
             .collect();
         gpus.sort();
+        let mut unknown: Vec<String> = self
+            .unknown_accelerators
+            .iter()
+            .map(|a| format!("{}:{}", a.vendor_id, a.device_id.as_deref().unwrap_or("?")))
+            .collect();
+        unknown.sort();
         HostClassKey {
             gpu_count: u32::try_from(gpus.len()).unwrap_or(u32::MAX),
             gpus,
             driver_major: self.driver_version.as_deref().and_then(driver_major),
             cpu_model: self.cpu_model.clone(),
+            driver_name: self.driver_name.clone(),
+            unknown_accelerators: unknown,
         }
     }
 
@@ -423,7 +631,9 @@ impl Fingerprint {
         let mut parts: Vec<String> = Vec::new();
 
         let key = self.class_key();
-        if key.gpus.is_empty() {
+        if key.gpus.is_empty() && !self.unknown_accelerators.is_empty() {
+            parts.push(self.unknown_label());
+        } else if key.gpus.is_empty() {
             parts.push("no GPU".to_owned());
         } else {
             // Group equal (name, memory) pairs; `key.gpus` is sorted.
@@ -447,8 +657,14 @@ impl Fingerprint {
         if let Some(major) = &key.driver_major {
             parts.push(format!("driver {major}"));
         }
+        if let Some(name) = &key.driver_name {
+            parts.push(format!("driver {name}"));
+        }
         if let Some(cuda) = &self.cuda_version {
             parts.push(format!("CUDA {cuda}"));
+        }
+        if let Some(rocm) = &self.rocm_version {
+            parts.push(format!("ROCm {rocm}"));
         }
         let mut cpu = self
             .cpu_model
@@ -460,9 +676,36 @@ impl Fingerprint {
         parts.push(cpu);
         parts.join(", ")
     }
+
+    /// `unknown accelerator (vendor 0x1234, device 0x11e8)`, with `N× ` for
+    /// several equal ones and ` + ` between different ones.
+    fn unknown_label(&self) -> String {
+        let mut groups: Vec<(String, usize)> = Vec::new();
+        let mut described: Vec<String> = self
+            .unknown_accelerators
+            .iter()
+            .map(UnknownAccelerator::describe)
+            .collect();
+        described.sort();
+        for d in described {
+            match groups.last_mut() {
+                Some((last, n)) if *last == d => *n += 1,
+                _ => groups.push((d, 1)),
+            }
+        }
+        groups
+            .iter()
+            .map(|(d, n)| match n {
+                1 => format!("unknown accelerator ({d})"),
+                n => format!("{n}× unknown accelerator ({d})"),
+            })
+            .collect::<Vec<_>>()
+            .join(" + ")
+    }
 }
 
-/// The major version of an NVIDIA driver version: `"550"` from `"550.54.15"`.
+/// The major version of a driver version: `"550"` from NVIDIA's
+/// `"550.54.15"`, `"6"` from AMD's `"6.8.5"`.
 /// `None` unless the part before the first `.` is a non-empty run of digits.
 pub fn driver_major(version: &str) -> Option<String> {
     let major = version.trim().split('.').next()?;
@@ -544,6 +787,7 @@ pub fn parse_probe_output(text: &str) -> Fingerprint {
     let secrets = crate::scrub::secret_values();
     let mut gpu_driver: Option<String> = None;
     let mut header_driver: Option<String> = None;
+    let mut other = OtherVendorLines::default();
 
     for line in lines.get(start..).unwrap_or_default() {
         let Some((key, raw)) = line.split_once('=') else {
@@ -581,6 +825,25 @@ pub fn parse_probe_output(text: &str) -> Fingerprint {
             }
             "driver" => first(&mut header_driver, value.and_then(not_na)),
             "cuda" => first(&mut fp.cuda_version, value.and_then(not_na)),
+            "amd_smi_static" => first(&mut other.amd_smi_static, value),
+            "amd_smi_version" => first(&mut other.amd_smi_version, value),
+            "rocm_smi_json" => first(&mut other.rocm_smi_json, value),
+            "rocm_info_version" => first(&mut other.rocm_info_version, value),
+            "xpu" => {
+                if let Some(v) = value
+                    && other.xpu.len() < 256
+                {
+                    other.xpu.push(v);
+                }
+            }
+            "drm" => {
+                if let Some(card) = value.and_then(accel::parse_drm_line)
+                    && other.drm.len() < 64
+                    && !other.drm.iter().any(|c| c.card == card.card)
+                {
+                    other.drm.push(card);
+                }
+            }
             _ => {
                 if let Some(name) = key.strip_prefix("tool.")
                     && is_valid_tool_name(name)
@@ -596,7 +859,64 @@ pub fn parse_probe_output(text: &str) -> Fingerprint {
     }
     fp.gpus.sort_by_key(|g| g.index);
     fp.driver_version = gpu_driver.or(header_driver);
+    add_other_vendors(&mut fp, &other);
     fp
+}
+
+/// The probe's lines about accelerators other than NVIDIA's, as printed
+/// (first occurrence of each key).
+#[derive(Default)]
+struct OtherVendorLines<'a> {
+    /// `amd-smi static … --json`, on one line.
+    amd_smi_static: Option<&'a str>,
+    /// First line of `amd-smi version`.
+    amd_smi_version: Option<&'a str>,
+    /// `rocm-smi … --json`, on one line (only when amd-smi failed).
+    rocm_smi_json: Option<&'a str>,
+    /// First line of the ROCm install's `.info/version`.
+    rocm_info_version: Option<&'a str>,
+    /// `xpu-smi discovery --dump` CSV lines, header first.
+    xpu: Vec<&'a str>,
+    /// DRM cards with a vendor id.
+    drm: Vec<accel::DrmCard>,
+}
+
+/// Adds the AMD and Intel GPUs the tools described (after NVIDIA's), and,
+/// when no tool described any GPU, what sysfs shows ([`accel::from_drm`]).
+/// The driver version is NVIDIA's when there is one, else AMD's, else
+/// Intel's. Output a parser cannot read counts as no description (logged).
+fn add_other_vendors(fp: &mut Fingerprint, raw: &OtherVendorLines<'_>) {
+    let amd = match (raw.amd_smi_static, raw.rocm_smi_json) {
+        (Some(json), _) => Some(accel::parse_amd_smi_static(json)),
+        (None, Some(json)) => Some(accel::parse_rocm_smi(json)),
+        (None, None) => None,
+    };
+    let intel = (!raw.xpu.is_empty()).then(|| accel::parse_xpu_smi_dump(&raw.xpu));
+    for parsed in [amd, intel].into_iter().flatten() {
+        match parsed {
+            Ok((gpus, driver)) => {
+                if !gpus.is_empty() && fp.driver_version.is_none() {
+                    fp.driver_version = driver;
+                }
+                fp.gpus.extend(gpus);
+            }
+            Err(e) => tracing::warn!("fingerprint: {e}; its GPUs are left out"),
+        }
+    }
+    if fp.gpus.iter().any(|g| g.vendor == GpuVendor::Amd) {
+        fp.rocm_version = raw
+            .amd_smi_version
+            .and_then(accel::parse_amd_smi_version)
+            .or_else(|| raw.rocm_info_version.map(str::to_owned));
+    }
+    if fp.gpus.is_empty() {
+        let (gpus, driver, unknown) = accel::from_drm(&raw.drm);
+        if !gpus.is_empty() {
+            fp.driver_name = driver;
+        }
+        fp.gpus = gpus;
+        fp.unknown_accelerators = unknown;
+    }
 }
 
 /// Runs the probe on this machine (`sh -c`, honouring the current `PATH`)
@@ -732,6 +1052,7 @@ fn parse_gpu_line(line: &str) -> Option<(Gpu, Option<String>)> {
         name: name.to_owned(),
         memory_mib,
         uuid: not_na(uuid).map(str::to_owned),
+        vendor: GpuVendor::Nvidia,
     };
     Some((gpu, not_na(driver).map(str::to_owned)))
 }
@@ -744,6 +1065,10 @@ mod tests {
     /// The fake `nvidia-smi` fixture, embedded so that the tests find it
     /// wherever the crate is built.
     const FAKE_NVIDIA_SMI: &str = include_str!("../tests/fixtures/fake-nvidia-smi");
+    /// The FAKE `amd-smi`, `rocm-smi` and `xpu-smi` fixtures.
+    const FAKE_AMD_SMI: &str = include_str!("../tests/fixtures/fake-amd-smi");
+    const FAKE_ROCM_SMI: &str = include_str!("../tests/fixtures/fake-rocm-smi");
+    const FAKE_XPU_SMI: &str = include_str!("../tests/fixtures/fake-xpu-smi");
 
     /// Serialises the tests that write executables and spawn shells, so that
     /// no fork in this module can hold a fixture open for writing while it
@@ -805,12 +1130,14 @@ hostname=after-the-end
                     name: "NVIDIA H100 80GB HBM3".into(),
                     memory_mib: Some(81559),
                     uuid: Some("GPU-aaaa".into()),
+                    vendor: GpuVendor::Nvidia,
                 },
                 Gpu {
                     index: 1,
                     name: "NVIDIA H100 80GB HBM3".into(),
                     memory_mib: Some(81559),
                     uuid: Some("GPU-bbbb".into()),
+                    vendor: GpuVendor::Nvidia,
                 },
             ]
         );
@@ -1026,12 +1353,46 @@ hostname=after-the-end
 
     /// A temporary directory holding the fake as `nvidia-smi`.
     fn fake_nvidia_dir() -> tempfile::TempDir {
+        fake_tools_dir(&[("nvidia-smi", FAKE_NVIDIA_SMI)])
+    }
+
+    /// A temporary directory holding each `(name, script)` as an executable.
+    fn fake_tools_dir(fakes: &[(&str, &str)]) -> tempfile::TempDir {
         use std::os::unix::fs::PermissionsExt;
         let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("nvidia-smi");
-        std::fs::write(&path, FAKE_NVIDIA_SMI).unwrap();
-        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+        for (name, script) in fakes {
+            let path = dir.path().join(name);
+            std::fs::write(&path, script).unwrap();
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+        }
         dir
+    }
+
+    /// A FAKE sysfs tree (for `TUNECTL_FAKE_SYSFS`) with one DRM card per
+    /// `(card, vendor, device, driver)`, laid out as the kernel does:
+    /// `class/drm/cardN/device` → `devices/…` holding `vendor`, `device`
+    /// and a `driver` link to `bus/pci/drivers/<driver>`; plus a connector
+    /// entry per card, which the probe must skip.
+    fn fake_sysfs(cards: &[(u32, &str, &str, &str)]) -> tempfile::TempDir {
+        use std::os::unix::fs::symlink;
+        let root = tempfile::tempdir().unwrap();
+        let r = root.path();
+        std::fs::create_dir_all(r.join("class/drm")).unwrap();
+        for (n, vendor, device, driver) in cards {
+            let dev = r.join(format!("devices/pci0000:00/0000:00:{n:02x}.0"));
+            std::fs::create_dir_all(&dev).unwrap();
+            std::fs::write(dev.join("vendor"), format!("{vendor}\n")).unwrap();
+            std::fs::write(dev.join("device"), format!("{device}\n")).unwrap();
+            std::fs::write(dev.join("class"), "0x038000\n").unwrap();
+            let drv = r.join("bus/pci/drivers").join(driver);
+            std::fs::create_dir_all(&drv).unwrap();
+            symlink(&drv, dev.join("driver")).unwrap();
+            let card = r.join(format!("class/drm/card{n}"));
+            std::fs::create_dir_all(&card).unwrap();
+            symlink(&dev, card.join("device")).unwrap();
+            std::fs::create_dir_all(r.join(format!("class/drm/card{n}-DP-1"))).unwrap();
+        }
+        root
     }
 
     /// `PATH` with `dir` first.
@@ -1047,7 +1408,7 @@ hostname=after-the-end
         let path = std::env::var("PATH").unwrap_or_default();
         let wanted = [
             "sh", "uname", "cat", "awk", "sed", "nproc", "getconf", "lscpu", "sleep", "kill",
-            "timeout", "mkdir", "rm", "printf", "echo", "true", "ps",
+            "timeout", "mkdir", "rm", "printf", "echo", "true", "ps", "head", "tr",
         ];
         for name in wanted.iter().filter(|n| !omit.contains(n)) {
             let found: Option<PathBuf> = path
@@ -1081,9 +1442,17 @@ hostname=after-the-end
             ("silent", "true"),
             ("multi", "printf '\\n  \\nfirst line\\nsecond line\\n'"),
         ]);
-        let fp = probe_local_with_env(&requested, &env(&[("PATH", &path_with_first(fake.path()))]))
-            .await
-            .unwrap();
+        let no_cards = fake_sysfs(&[]);
+        let sysfs = no_cards.path().display().to_string();
+        let fp = probe_local_with_env(
+            &requested,
+            &env(&[
+                ("PATH", &path_with_first(fake.path())),
+                ("TUNECTL_FAKE_SYSFS", &sysfs),
+            ]),
+        )
+        .await
+        .unwrap();
         assert_eq!(fp.gpus.len(), 2);
         for (i, gpu) in fp.gpus.iter().enumerate() {
             assert_eq!(gpu.index, u32::try_from(i).unwrap());
@@ -1114,6 +1483,7 @@ hostname=after-the-end
             &BTreeMap::new(),
             &env(&[
                 ("PATH", &path_with_first(fake.path())),
+                ("TUNECTL_FAKE_SYSFS", &sysfs),
                 ("FAKE_GPU_NAME", "NVIDIA A100-SXM4-40GB"),
                 ("FAKE_GPU_COUNT", "8"),
                 ("FAKE_GPU_MEMORY_MIB", "40960"),
@@ -1260,5 +1630,317 @@ hostname=after-the-end
         assert_eq!(fp.gpus.len(), 2);
         assert_eq!(fp.tools.get("reader"), Some(&Some("done".to_owned())));
         assert_eq!(fp.tools.get("after"), Some(&Some("still-here".to_owned())));
+    }
+
+    /// The host class ids and hashes of an NVIDIA host and a GPU-less host
+    /// as they were before AMD, Intel and unknown accelerators were
+    /// fingerprinted: existing ledgers key everything by them, so they must
+    /// never change.
+    #[test]
+    fn nvidia_and_gpu_less_ids_are_pinned() {
+        let h100 = h100_host();
+        assert_eq!(h100.hash(), "fp-ca71967497388c7d");
+        assert_eq!(h100.host_class(), "hc-160a664ed2c0");
+        let cpu_only = Fingerprint {
+            cpu_model: Some("AMD EPYC 7B13".into()),
+            cpu_count: Some(2),
+            ..Fingerprint::default()
+        };
+        assert_eq!(cpu_only.hash(), "fp-3067e65ae7b86a78");
+        assert_eq!(cpu_only.host_class(), "hc-0d076cfcd6e4");
+        // The new fields stay out of their JSON.
+        let json = serde_json::to_string(&h100).unwrap();
+        for field in [
+            "vendor",
+            "rocm_version",
+            "driver_name",
+            "unknown_accelerators",
+        ] {
+            assert!(!json.contains(field), "{field} in {json}");
+        }
+        // Display-only cards (a BMC console) and NVIDIA cards in sysfs
+        // change nothing either.
+        let mut sample = SAMPLE.replace(
+            "tunectl_probe_end=1",
+            "drm=card0 0x1a03 0x2000 ast\ndrm=card1 0x10de 0x2330 nvidia\ntunectl_probe_end=1",
+        );
+        assert_eq!(parse_probe_output(&sample).host_class(), "hc-160a664ed2c0");
+        sample = sample.replace("gpu=", "ignored=");
+        sample = sample.replace("driver=550.54.15\ncuda=12.4\n", "");
+        let fp = parse_probe_output(&sample);
+        assert!(fp.gpus.is_empty() && fp.unknown_accelerators.is_empty());
+        assert_eq!(
+            fp.class_label(),
+            "no GPU, Intel(R) Xeon(R) Platinum 8480+ (224 cpus)"
+        );
+    }
+
+    /// An AMD host's probe output with two GPUs of `model` (amd-smi).
+    fn amd_sample(model: &str, vram_mb: u64) -> String {
+        let gpu = |i: u32| {
+            format!(
+                r#"{{"gpu": {i}, "asic": {{"market_name": "{model}"}}, "vram": {{"size": {{"value": {vram_mb}, "unit": "MB"}}}}, "driver": {{"name": "amdgpu", "version": "6.8.5"}}}}"#
+            )
+        };
+        format!(
+            "tunectl_probe=1\nhostname=mi-node\ncpu_model=AMD EPYC 9654 96-Core Processor\n\
+             cpu_count=192\nnvidia_smi=absent\namd_smi=ok\n\
+             amd_smi_static={{\"gpu_data\": [{}, {}]}}\n\
+             amd_smi_version=AMDSMI Tool: 24.6.2 | AMDSMI Library version: 24.6.2.0 | ROCm version: 6.2.0\n\
+             drm=card0 0x1002 0x74a1 amdgpu\ndrm=card1 0x1002 0x74a1 amdgpu\ntunectl_probe_end=1\n",
+            gpu(0),
+            gpu(1)
+        )
+    }
+
+    #[test]
+    fn amd_hosts_are_classed_by_model_like_nvidia_ones() {
+        let a = parse_probe_output(&amd_sample("AMD Instinct MI300X", 196_592));
+        assert_eq!(a.gpus.len(), 2);
+        assert!(a.gpus.iter().all(|g| g.vendor == GpuVendor::Amd));
+        assert_eq!(a.driver_version.as_deref(), Some("6.8.5"));
+        assert_eq!(a.rocm_version.as_deref(), Some("6.2.0"));
+        assert!(
+            a.unknown_accelerators.is_empty(),
+            "the tool described the cards"
+        );
+        assert_eq!(
+            a.class_label(),
+            "2× AMD Instinct MI300X (196592 MiB), driver 6, ROCm 6.2.0, \
+             AMD EPYC 9654 96-Core Processor (192 cpus)"
+        );
+        let same = parse_probe_output(
+            &amd_sample("AMD Instinct MI300X", 196_592).replace("mi-node", "mi-node-2"),
+        );
+        assert_eq!(same.host_class(), a.host_class());
+        assert_ne!(same.hash(), a.hash());
+        let other = parse_probe_output(&amd_sample("AMD Instinct MI250X", 65_520));
+        assert_ne!(other.host_class(), a.host_class());
+        // The JSON round trip keeps the vendor and the ids.
+        let back: Fingerprint = serde_json::from_str(&serde_json::to_string(&a).unwrap()).unwrap();
+        assert_eq!(back, a);
+        assert_eq!(back.host_class(), a.host_class());
+        assert_eq!(back.hash(), a.hash());
+        // A changed ROCm release is a difference, not another class.
+        let mut newer = a.clone();
+        newer.rocm_version = Some("6.3.1".into());
+        assert_eq!(newer.host_class(), a.host_class());
+        assert_eq!(
+            differences(&a, &newer),
+            vec!["rocm: 6.2.0 → 6.3.1".to_owned()]
+        );
+    }
+
+    #[test]
+    fn unreadable_amd_output_leaves_an_unknown_accelerator_not_no_gpu() {
+        let sample = amd_sample("AMD Instinct MI300X", 196_592)
+            .replace("amd_smi_static={", "amd_smi_static=Segmentation fault {");
+        let fp = parse_probe_output(&sample.replace("\"gpu_data\": [", "\"gpu_data\": "));
+        assert!(fp.gpus.is_empty());
+        assert_eq!(fp.rocm_version, None);
+        assert_eq!(fp.unknown_accelerators.len(), 2);
+        assert_eq!(
+            fp.class_label(),
+            "2× unknown accelerator (vendor 0x1002, device 0x74a1), \
+             AMD EPYC 9654 96-Core Processor (192 cpus)"
+        );
+        assert_eq!(
+            fp.class_key().unknown_accelerators,
+            vec!["0x1002:0x74a1".to_owned(), "0x1002:0x74a1".to_owned()]
+        );
+        let gpu_less = Fingerprint {
+            cpu_model: fp.cpu_model.clone(),
+            cpu_count: fp.cpu_count,
+            ..Fingerprint::default()
+        };
+        assert_ne!(fp.host_class(), gpu_less.host_class());
+        assert!(
+            differences(&gpu_less, &fp)
+                .contains(&"unknown accelerators: none → 0x1002:0x74a1, 0x1002:0x74a1".to_owned())
+        );
+    }
+
+    #[test]
+    fn labels_an_unknown_vendor_and_intel_sysfs_gpus() {
+        let fp = parse_probe_output("drm=card0 0x1234 - odd\ndrm=card0 0x5555 - dup\n");
+        assert_eq!(
+            fp.class_label(),
+            "unknown accelerator (vendor 0x1234), unknown CPU"
+        );
+        assert_eq!(
+            fp.class_key().unknown_accelerators,
+            vec!["0x1234:?".to_owned()]
+        );
+        let fp = parse_probe_output("drm=card1 0x8086 0x56c0 i915\ndrm=card2 0x8086 0x56c0 i915\n");
+        assert_eq!(fp.driver_name.as_deref(), Some("i915"));
+        assert_eq!(
+            fp.class_label(),
+            "2× Intel GPU 0x56c0, driver i915, unknown CPU"
+        );
+        let xe = parse_probe_output("drm=card1 0x8086 0x56c0 xe\ndrm=card2 0x8086 0x56c0 xe\n");
+        assert_ne!(xe.host_class(), fp.host_class());
+    }
+
+    /// `PATH` with the fakes first, the FAKE sysfs tree, and `extra`.
+    fn fake_env(
+        fakes: &tempfile::TempDir,
+        sysfs: &tempfile::TempDir,
+        extra: &[(&str, &str)],
+    ) -> Vec<(String, String)> {
+        let mut vars = env(&[
+            ("PATH", &path_with_first(fakes.path())),
+            ("TUNECTL_FAKE_SYSFS", &sysfs.path().display().to_string()),
+            (
+                "ROCM_PATH",
+                &sysfs.path().join("no-rocm").display().to_string(),
+            ),
+        ]);
+        vars.extend(env(extra));
+        vars
+    }
+
+    #[tokio::test]
+    async fn probes_amd_gpus_through_fake_amd_smi_and_rocm_smi() {
+        let _guard = SPAWN_LOCK.lock().await;
+        let fakes = fake_tools_dir(&[("amd-smi", FAKE_AMD_SMI), ("rocm-smi", FAKE_ROCM_SMI)]);
+        let sysfs = fake_sysfs(&[
+            (0, "0x1a03", "0x2000", "ast"),
+            (1, "0x1002", "0x74a1", "amdgpu"),
+            (2, "0x1002", "0x74a1", "amdgpu"),
+        ]);
+        let none = BTreeMap::new();
+        let fp = probe_local_with_env(&none, &fake_env(&fakes, &sysfs, &[]))
+            .await
+            .unwrap();
+        assert_eq!(fp.gpus.len(), 2, "{fp:?}");
+        for (i, g) in fp.gpus.iter().enumerate() {
+            assert_eq!(g.index, u32::try_from(i).unwrap());
+            assert_eq!(g.name, "AMD Instinct MI300X");
+            assert_eq!(g.memory_mib, Some(196_592));
+            assert_eq!(g.vendor, GpuVendor::Amd);
+        }
+        assert_eq!(fp.driver_version.as_deref(), Some("6.8.5"));
+        assert_eq!(fp.rocm_version.as_deref(), Some("6.2.0"));
+        assert!(fp.unknown_accelerators.is_empty());
+        let class = fp.host_class();
+
+        // The older list layout: the same facts, the same class.
+        let old = probe_local_with_env(
+            &none,
+            &fake_env(&fakes, &sysfs, &[("FAKE_AMD_SMI_LAYOUT", "list")]),
+        )
+        .await
+        .unwrap();
+        assert_eq!(old.host_class(), class);
+
+        // amd-smi fails: rocm-smi answers (ROCm version from the install).
+        let rocm = sysfs.path().join("rocm/.info");
+        std::fs::create_dir_all(&rocm).unwrap();
+        std::fs::write(rocm.join("version"), "6.1.2-119\n").unwrap();
+        let rocm_path = sysfs.path().join("rocm").display().to_string();
+        let fp = probe_local_with_env(
+            &none,
+            &fake_env(
+                &fakes,
+                &sysfs,
+                &[("FAKE_AMD_SMI_FAIL", "1"), ("ROCM_PATH", &rocm_path)],
+            ),
+        )
+        .await
+        .unwrap();
+        assert_eq!(fp.gpus.len(), 2, "{fp:?}");
+        assert!(fp.gpus.iter().all(|g| g.name == "AMD Instinct MI210"
+            && g.memory_mib == Some(65520)
+            && g.vendor == GpuVendor::Amd));
+        assert_eq!(fp.driver_version.as_deref(), Some("6.7.0"));
+        assert_eq!(fp.rocm_version.as_deref(), Some("6.1.2-119"));
+        assert_ne!(fp.host_class(), class);
+
+        // Both fail: the cards are unknown accelerators, not "no GPU".
+        let fp = probe_local_with_env(
+            &none,
+            &fake_env(
+                &fakes,
+                &sysfs,
+                &[("FAKE_AMD_SMI_FAIL", "1"), ("FAKE_ROCM_SMI_FAIL", "1")],
+            ),
+        )
+        .await
+        .unwrap();
+        assert!(fp.gpus.is_empty());
+        assert!(
+            fp.class_label()
+                .starts_with("2× unknown accelerator (vendor 0x1002, device 0x74a1), "),
+            "{}",
+            fp.class_label()
+        );
+
+        // amd-smi prints garbage: no fallback to rocm-smi (it succeeded),
+        // the cards speak for the host.
+        let fp = probe_local_with_env(
+            &none,
+            &fake_env(&fakes, &sysfs, &[("FAKE_AMD_SMI_GARBAGE", "1")]),
+        )
+        .await
+        .unwrap();
+        assert!(fp.gpus.is_empty());
+        assert_eq!(fp.unknown_accelerators.len(), 2);
+    }
+
+    #[tokio::test]
+    async fn probes_intel_gpus_through_fake_xpu_smi_else_sysfs() {
+        let _guard = SPAWN_LOCK.lock().await;
+        let fakes = fake_tools_dir(&[("xpu-smi", FAKE_XPU_SMI)]);
+        let sysfs = fake_sysfs(&[
+            (0, "0x8086", "0x0bd5", "i915"),
+            (1, "0x8086", "0x0bd5", "i915"),
+        ]);
+        let none = BTreeMap::new();
+        let fp = probe_local_with_env(&none, &fake_env(&fakes, &sysfs, &[]))
+            .await
+            .unwrap();
+        assert_eq!(fp.gpus.len(), 2, "{fp:?}");
+        assert!(
+            fp.gpus
+                .iter()
+                .all(|g| g.name == "Intel(R) Data Center GPU Max 1550"
+                    && g.memory_mib == Some(131_072)
+                    && g.vendor == GpuVendor::Intel)
+        );
+        assert_eq!(
+            fp.driver_version.as_deref(),
+            Some("I915_23.10.32_PSB_231129.32")
+        );
+        assert_eq!(fp.driver_name, None);
+
+        // xpu-smi fails: sysfs names the cards by device id.
+        let fp = probe_local_with_env(
+            &none,
+            &fake_env(&fakes, &sysfs, &[("FAKE_XPU_SMI_FAIL", "1")]),
+        )
+        .await
+        .unwrap();
+        assert_eq!(fp.gpus.len(), 2, "{fp:?}");
+        assert!(
+            fp.gpus
+                .iter()
+                .all(|g| g.name == "Intel GPU 0x0bd5" && g.memory_mib.is_none())
+        );
+        assert_eq!(fp.driver_version, None);
+        assert_eq!(fp.driver_name.as_deref(), Some("i915"));
+
+        // No tool at all, another vendor's card: an unknown accelerator.
+        let odd = fake_sysfs(&[(0, "0x1234", "0x11e8", "weirdaccel")]);
+        let empty = fake_tools_dir(&[]);
+        let fp = probe_local_with_env(&none, &fake_env(&empty, &odd, &[]))
+            .await
+            .unwrap();
+        assert!(fp.gpus.is_empty());
+        assert!(
+            fp.class_label()
+                .starts_with("unknown accelerator (vendor 0x1234, device 0x11e8), "),
+            "{}",
+            fp.class_label()
+        );
     }
 }

@@ -108,7 +108,12 @@ pub fn slug(host_class: &str, fingerprint: Option<&Fingerprint>) -> String {
         None => parts.push("unknown".to_string()),
         Some(fp) => {
             let key = fp.class_key();
-            if key.gpus.is_empty() {
+            if key.gpus.is_empty() && !key.unknown_accelerators.is_empty() {
+                // Never `no-gpu`: the host has a device no tool described.
+                for id in &key.unknown_accelerators {
+                    parts.push(format!("unknown-accel-{}", id.replace(':', "-")));
+                }
+            } else if key.gpus.is_empty() {
                 parts.push("no-gpu".to_string());
                 if let Some(model) = &key.cpu_model {
                     parts.push(cpu_words(model));
@@ -260,7 +265,7 @@ fn bucket_yaml(analysis: &Analysis, b: &BucketReport) -> Yaml {
 pub fn export(analysis: &Analysis, class: &ClassReport) -> (String, String) {
     let fp = class.fingerprint.as_ref();
     let key = fp.map(Fingerprint::class_key);
-    let fingerprint = Yaml::map()
+    let mut fingerprint = Yaml::map()
         .with(
             "gpus",
             key.as_ref()
@@ -277,8 +282,17 @@ pub fn export(analysis: &Analysis, class: &ClassReport) -> (String, String) {
             "driver_major",
             key.as_ref().and_then(|k| k.driver_major.clone()),
         )
-        .with("cpu_model", key.as_ref().and_then(|k| k.cpu_model.clone()))
-        .with("fingerprint_hash", fp.map(Fingerprint::hash));
+        .with("cpu_model", key.as_ref().and_then(|k| k.cpu_model.clone()));
+    // Only where the class key has them, as in the key itself: tuned files
+    // of NVIDIA and GPU-less classes read as they always did.
+    if let Some(name) = key.as_ref().and_then(|k| k.driver_name.clone()) {
+        fingerprint.insert("driver_name", name);
+    }
+    if let Some(k) = key.as_ref().filter(|k| !k.unknown_accelerators.is_empty()) {
+        let ids: Vec<Yaml> = k.unknown_accelerators.iter().map(Yaml::from).collect();
+        fingerprint.insert("unknown_accelerators", Yaml::List(ids));
+    }
+    fingerprint.insert("fingerprint_hash", fp.map(Fingerprint::hash));
     let body = Yaml::map()
         .with("schema", SCHEMA)
         .with("tunectl_version", &analysis.tunectl_version)
@@ -1083,6 +1097,7 @@ mod tests {
                     name: "NVIDIA H100 80GB HBM3".into(),
                     memory_mib: Some(81559),
                     uuid: None,
+                    vendor: crate::fingerprint::GpuVendor::Nvidia,
                 })
                 .collect(),
             driver_version: Some("550.54.15".into()),
@@ -1206,6 +1221,34 @@ mod tests {
         (name, text.clone(), file, node_to_json(&node))
     }
 
+    /// A class of unknown accelerators says so in its tuned file, which
+    /// still parses back.
+    #[test]
+    fn export_names_unknown_accelerators() {
+        let mut a = analysis();
+        let odd = Fingerprint {
+            cpu_model: Some("AMD EPYC 7B13".into()),
+            unknown_accelerators: vec![crate::fingerprint::UnknownAccelerator {
+                vendor_id: "0x1234".into(),
+                device_id: Some("0x11e8".into()),
+                driver: Some("weirdaccel".into()),
+            }],
+            ..Fingerprint::default()
+        };
+        a.classes[0].fingerprint = Some(odd.clone());
+        let (name, text) = export(&a, &a.classes[0]);
+        parse(Path::new(&name), &text).expect("parses back");
+        let node = crate::spec::yaml::parse_text(Path::new(&name), &text).expect("yaml");
+        let json = node_to_json(&node);
+        assert_eq!(
+            json["fingerprint"]["unknown_accelerators"],
+            json!(["0x1234:0x11e8"])
+        );
+        assert_eq!(json["fingerprint"]["gpu_count"], 0);
+        assert!(json["fingerprint"].get("driver_name").is_none());
+        assert!(name.starts_with("unknown-accel-0x1234-0x11e8-"), "{name}");
+    }
+
     #[test]
     fn slugs_are_readable_and_end_with_the_class() {
         let fp = h100();
@@ -1235,6 +1278,15 @@ mod tests {
             "{s}"
         );
         assert_eq!(s, "no-gpu-hc-x");
+        let odd = Fingerprint {
+            unknown_accelerators: vec![crate::fingerprint::UnknownAccelerator {
+                vendor_id: "0x1234".into(),
+                device_id: Some("0x11e8".into()),
+                driver: None,
+            }],
+            ..Fingerprint::default()
+        };
+        assert_eq!(slug("hc-y", Some(&odd)), "unknown-accel-0x1234-0x11e8-hc-y");
     }
 
     #[test]

@@ -4,7 +4,7 @@
 
 mod support;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use assert_cmd::Command;
@@ -913,6 +913,121 @@ fn fingerprint_reports_the_gpus_of_a_fake_nvidia_smi() {
     assert_eq!(one["fingerprint"]["gpus"].as_array().map(Vec::len), Some(1));
     assert_ne!(one["host_class"], fp["host_class"]);
     assert_eq!(fingerprint("2")["host_class"], fp["host_class"], "stable");
+}
+
+/// `tunectl fingerprint --json` with `bin` first on PATH, the FAKE sysfs
+/// `sysfs` and `vars`; the outer FAKE settings removed.
+fn fingerprint_with(dir: &Path, bin: &Path, sysfs: &Path, vars: &[(&str, &str)]) -> Json {
+    let mut cmd = Command::cargo_bin("tunectl").expect("binary");
+    cmd.args(["fingerprint", "--json"])
+        .current_dir(dir)
+        .env("PATH", support::path_with(bin))
+        .env("TUNECTL_FAKE_SYSFS", sysfs)
+        .env("ROCM_PATH", dir.join("no-rocm"))
+        .timeout(Duration::from_secs(60));
+    for var in [
+        "FAKE_AMD_GPU_NAME",
+        "FAKE_AMD_GPU_COUNT",
+        "FAKE_AMD_VRAM_MB",
+        "FAKE_AMD_DRIVER",
+        "FAKE_ROCM",
+        "FAKE_AMD_SMI_LAYOUT",
+        "FAKE_AMD_SMI_FAIL",
+        "FAKE_AMD_SMI_GARBAGE",
+        "FAKE_XPU_GPU_NAME",
+        "FAKE_XPU_GPU_COUNT",
+        "FAKE_XPU_MEMORY_MIB",
+        "FAKE_XPU_DRIVER",
+        "FAKE_XPU_SMI_FAIL",
+    ] {
+        cmd.env_remove(var);
+    }
+    for (k, v) in vars {
+        cmd.env(k, v);
+    }
+    let out = cmd.output().expect("run fingerprint");
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("fingerprint JSON")
+}
+
+#[test]
+fn fingerprint_reports_the_gpus_of_a_fake_amd_smi() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let bin = support::fake_tool(tmp.path(), "amd-smi");
+    let sysfs = support::fake_sysfs(
+        tmp.path(),
+        &[
+            ("0x1002", "0x74a1", "amdgpu"),
+            ("0x1002", "0x74a1", "amdgpu"),
+        ],
+    );
+    let fp = fingerprint_with(tmp.path(), &bin, &sysfs, &[]);
+    let gpus = fp["fingerprint"]["gpus"].as_array().expect("gpus");
+    assert_eq!(gpus.len(), 2, "{fp}");
+    for (i, g) in gpus.iter().enumerate() {
+        assert_eq!(g["name"], "AMD Instinct MI300X", "{g}");
+        assert_eq!(g["index"], i);
+        assert_eq!(g["memory_mib"], 196_592);
+        assert_eq!(g["vendor"], "amd");
+    }
+    assert_eq!(fp["fingerprint"]["driver_version"], "6.8.5");
+    assert_eq!(fp["fingerprint"]["rocm_version"], "6.2.0");
+    let label = fp["class_label"].as_str().expect("class_label");
+    assert!(
+        label.starts_with("2× AMD Instinct MI300X (196592 MiB), driver 6, ROCm 6.2.0, "),
+        "{label}"
+    );
+    // Another model is another class; the same one, the same class.
+    let other = fingerprint_with(
+        tmp.path(),
+        &bin,
+        &sysfs,
+        &[
+            ("FAKE_AMD_GPU_NAME", "AMD Instinct MI250X"),
+            ("FAKE_AMD_VRAM_MB", "65520"),
+        ],
+    );
+    assert_ne!(other["host_class"], fp["host_class"]);
+    let same = fingerprint_with(tmp.path(), &bin, &sysfs, &[("FAKE_AMD_SMI_LAYOUT", "list")]);
+    assert_eq!(same["host_class"], fp["host_class"]);
+    // A failing amd-smi (no rocm-smi): the cards are still there.
+    let broken = fingerprint_with(tmp.path(), &bin, &sysfs, &[("FAKE_AMD_SMI_FAIL", "1")]);
+    let label = broken["class_label"].as_str().expect("class_label");
+    assert!(
+        label.starts_with("2× unknown accelerator (vendor 0x1002, device 0x74a1), "),
+        "{label}"
+    );
+}
+
+#[test]
+fn fingerprint_reports_the_gpus_of_a_fake_xpu_smi_else_sysfs() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let bin = support::fake_tool(tmp.path(), "xpu-smi");
+    let sysfs = support::fake_sysfs(tmp.path(), &[("0x8086", "0x0bd5", "xe")]);
+    let fp = fingerprint_with(tmp.path(), &bin, &sysfs, &[("FAKE_XPU_GPU_COUNT", "1")]);
+    let gpus = fp["fingerprint"]["gpus"].as_array().expect("gpus");
+    assert_eq!(gpus.len(), 1, "{fp}");
+    assert_eq!(gpus[0]["name"], "Intel(R) Data Center GPU Max 1550");
+    assert_eq!(gpus[0]["memory_mib"], 131_072);
+    assert_eq!(gpus[0]["vendor"], "intel");
+    assert_eq!(
+        fp["fingerprint"]["driver_version"],
+        "I915_23.10.32_PSB_231129.32"
+    );
+    // Without a working xpu-smi, sysfs names the card.
+    let fallback = fingerprint_with(tmp.path(), &bin, &sysfs, &[("FAKE_XPU_SMI_FAIL", "1")]);
+    let label = fallback["class_label"].as_str().expect("class_label");
+    assert!(
+        label.starts_with("1× Intel GPU 0x0bd5, driver xe, "),
+        "{label}"
+    );
+    assert_eq!(fallback["fingerprint"]["driver_name"], "xe");
+    assert_ne!(fallback["host_class"], fp["host_class"]);
 }
 
 /// What people read: the report table of the fake study, with the machine's

@@ -45,7 +45,9 @@ pub struct LaunchHost {
     /// Devices the inventory pins, one per slot; `None`: slot `i` pins GPU
     /// `i` where the host's fingerprint shows one, nothing otherwise.
     pub devices: Option<Vec<String>>,
-    pub device_env: String,
+    /// The inventory's `device_env`; `None`: the default for the vendor of
+    /// the host's GPUs (`default_device_env`).
+    pub device_env: Option<String>,
     pub transport: Arc<dyn Transport>,
 }
 
@@ -228,17 +230,26 @@ fn trial_budgets(study: &Study) -> Result<(Vec<Option<f64>>, Option<f64>), Strin
     Ok((budgets.into_iter().map(Some).collect(), Some(top)))
 }
 
-/// The device each slot pins: the inventory's list, or GPU `i` for slot
-/// `i` where the fingerprint shows that many GPUs.
-fn slot_devices(host: &LaunchHost, fp: &Fingerprint) -> Vec<Option<String>> {
-    match &host.devices {
+/// The variable and device each slot pins: the inventory's list, or GPU `i`
+/// for slot `i` where the fingerprint shows that many GPUs; the variable is
+/// the inventory's `device_env`, else the default for the GPUs' vendor.
+fn slot_devices(host: &LaunchHost, fp: &Fingerprint) -> Vec<Option<(String, String)>> {
+    let var = host
+        .device_env
+        .clone()
+        .unwrap_or_else(|| crate::spec::inventory::default_device_env(fp).to_string());
+    let devices: Vec<Option<String>> = match &host.devices {
         Some(d) => d.iter().cloned().map(Some).collect(),
         // Slurm pins a job's GPUs itself (gres).
         None if host.transport_name == "slurm" => vec![None; host.slots as usize],
         None => (0..host.slots)
             .map(|s| ((s as usize) < fp.gpus.len()).then(|| s.to_string()))
             .collect(),
-    }
+    };
+    devices
+        .into_iter()
+        .map(|d| d.map(|d| (var.clone(), d)))
+        .collect()
 }
 
 /// Run a study on `hosts` until every planned trial has a terminal

@@ -120,8 +120,8 @@ pub struct Runner<'a> {
     class_ids: Vec<String>,
     /// Fingerprint hash of each host.
     fingerprints: Vec<String>,
-    /// Device pinned by each slot of each host.
-    devices: Vec<Vec<Option<String>>>,
+    /// Variable and device pinned by each slot of each host.
+    devices: Vec<Vec<Option<(String, String)>>>,
     /// This launcher, as lease owner.
     owner: String,
     /// Values of credential variables in the environment, scrubbed from
@@ -147,7 +147,7 @@ pub struct RunnerSetup<'a> {
     pub ledger: &'a Ledger,
     pub class_ids: Vec<String>,
     pub fingerprints: Vec<String>,
-    pub devices: Vec<Vec<Option<String>>>,
+    pub devices: Vec<Vec<Option<(String, String)>>>,
     pub owner: String,
     pub store_logs: bool,
     pub cancel: CancellationToken,
@@ -372,8 +372,8 @@ impl<'a> Runner<'a> {
                 v.to_string(),
             ));
         }
-        if let Some(Some(device)) = self.devices[job.host].get(job.slot as usize) {
-            env.push((host.device_env.clone(), device.clone()));
+        if let Some(Some((var, device))) = self.devices[job.host].get(job.slot as usize) {
+            env.push((var.clone(), device.clone()));
         }
         env
     }

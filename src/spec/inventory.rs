@@ -34,8 +34,9 @@ pub struct Host {
     /// Device each slot pins, in slot order; `None` means "slot index when
     /// the host has GPUs, nothing otherwise".
     pub devices: Option<Vec<String>>,
-    /// The variable that pins a slot's device.
-    pub device_env: String,
+    /// The variable that pins a slot's device; `None`: the default for the
+    /// vendor of the host's GPUs ([`default_device_env`]).
+    pub device_env: Option<String>,
     pub transport: Transport,
 }
 
@@ -113,6 +114,25 @@ fn ser_opt_secs<S: serde::Serializer>(d: &Option<Duration>, s: S) -> Result<S::O
 
 pub const DEFAULT_DEVICE_ENV: &str = "CUDA_VISIBLE_DEVICES";
 
+/// The variable that pins a slot's device on a host without `device_env`,
+/// by the vendor of the GPUs its fingerprint shows: `HIP_VISIBLE_DEVICES`
+/// when all are AMD (HIP reads it; ROCm's runtime-level
+/// `ROCR_VISIBLE_DEVICES` would also hide the devices from OpenCL, which a
+/// trial may want to see), `ZE_AFFINITY_MASK` when all are Intel (Level
+/// Zero's), else [`DEFAULT_DEVICE_ENV`], as before vendors were told apart
+/// (NVIDIA, mixed hosts, no GPU).
+pub fn default_device_env(fp: &crate::fingerprint::Fingerprint) -> &'static str {
+    use crate::fingerprint::GpuVendor;
+    let all = |v: GpuVendor| !fp.gpus.is_empty() && fp.gpus.iter().all(|g| g.vendor == v);
+    if all(GpuVendor::Amd) {
+        "HIP_VISIBLE_DEVICES"
+    } else if all(GpuVendor::Intel) {
+        "ZE_AFFINITY_MASK"
+    } else {
+        DEFAULT_DEVICE_ENV
+    }
+}
+
 impl Host {
     /// Trials this host runs (or keeps queued) at once: `slots`, or a Slurm
     /// entry's `max_jobs_in_flight`.
@@ -133,7 +153,7 @@ impl Inventory {
                 slots: 1,
                 labels: BTreeMap::new(),
                 devices: None,
-                device_env: DEFAULT_DEVICE_ENV.to_string(),
+                device_env: None,
                 transport: Transport::Local,
             }],
             ledger: None,
@@ -346,9 +366,9 @@ fn parse_host(w: &mut Walker, node: &Node, field: &str) -> Option<Host> {
                 );
                 return None;
             }
-            name
+            Some(name)
         }
-        None => DEFAULT_DEVICE_ENV.to_string(),
+        None => None,
     };
     let slots = slots?;
     if let (Some(d), Some(n)) = (&devices, map.get_node("devices"))

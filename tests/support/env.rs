@@ -23,7 +23,7 @@ const LIMIT: Duration = Duration::from_secs(120);
 
 /// Variables of the outer environment that would change what tunectl or a
 /// fake does; no command of a test inherits them.
-const OUTER_VARS: [&str; 14] = [
+const OUTER_VARS: [&str; 30] = [
     "TUNECTL_LEDGER",
     "TUNECTL_WORKDIR",
     "TUNECTL_LOG",
@@ -39,6 +39,24 @@ const OUTER_VARS: [&str; 14] = [
     "FAKE_GPU_MEMORY_MIB",
     "FAKE_DRIVER",
     "FAKE_CUDA",
+    "FAKE_NVIDIA_SMI_FAIL",
+    // The FAKE amd-smi, rocm-smi and xpu-smi (tests/fixtures), and the
+    // probe's fake sysfs root.
+    "FAKE_AMD_GPU_NAME",
+    "FAKE_AMD_GPU_COUNT",
+    "FAKE_AMD_VRAM_MB",
+    "FAKE_AMD_DRIVER",
+    "FAKE_ROCM",
+    "FAKE_AMD_SMI_LAYOUT",
+    "FAKE_AMD_SMI_FAIL",
+    "FAKE_AMD_SMI_GARBAGE",
+    "FAKE_ROCM_SMI_FAIL",
+    "FAKE_XPU_GPU_NAME",
+    "FAKE_XPU_GPU_COUNT",
+    "FAKE_XPU_MEMORY_MIB",
+    "FAKE_XPU_DRIVER",
+    "FAKE_XPU_SMI_FAIL",
+    "TUNECTL_FAKE_SYSFS",
 ];
 
 pub struct Env {

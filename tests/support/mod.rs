@@ -73,17 +73,47 @@ pub fn process_gone(pid: &str) -> bool {
 /// H100 80GB HBM3 unless its `FAKE_GPU_*` variables say otherwise); the
 /// `bin` directory.
 pub fn fake_nvidia_smi(dir: &Path) -> PathBuf {
+    fake_tool(dir, "nvidia-smi")
+}
+
+/// `dir/bin/<name>`: the FAKE tests/fixtures/fake-<name> (`nvidia-smi`,
+/// `amd-smi`, `rocm-smi` or `xpu-smi`; each documents its `FAKE_*`
+/// variables in its header); the `bin` directory.
+pub fn fake_tool(dir: &Path, name: &str) -> PathBuf {
     use std::os::unix::fs::PermissionsExt;
     let bin = dir.join("bin");
     std::fs::create_dir_all(&bin).expect("mkdir bin");
-    let smi = bin.join("nvidia-smi");
+    let tool = bin.join(name);
     std::fs::copy(
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/fake-nvidia-smi"),
-        &smi,
+        Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("tests/fixtures/fake-{name}")),
+        &tool,
     )
-    .expect("copy the fake nvidia-smi");
-    std::fs::set_permissions(&smi, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    .unwrap_or_else(|e| panic!("copy the fake {name}: {e}"));
+    std::fs::set_permissions(&tool, std::fs::Permissions::from_mode(0o755)).expect("chmod");
     bin
+}
+
+/// `dir/sysfs`: a FAKE sysfs tree for `TUNECTL_FAKE_SYSFS` with one DRM card
+/// per `(vendor, device, driver)` (`class/drm/cardN/device` → a PCI device
+/// directory with `vendor`, `device` and a `driver` link), so that the
+/// probe never reads this machine's `/sys`.
+pub fn fake_sysfs(dir: &Path, cards: &[(&str, &str, &str)]) -> PathBuf {
+    use std::os::unix::fs::symlink;
+    let root = dir.join("sysfs");
+    std::fs::create_dir_all(root.join("class/drm")).expect("mkdir class/drm");
+    for (n, (vendor, device, driver)) in cards.iter().enumerate() {
+        let dev = root.join(format!("devices/pci0000:00/0000:00:{n:02x}.0"));
+        let drv = root.join("bus/pci/drivers").join(driver);
+        std::fs::create_dir_all(&dev).expect("mkdir device");
+        std::fs::create_dir_all(&drv).expect("mkdir driver");
+        std::fs::write(dev.join("vendor"), format!("{vendor}\n")).expect("vendor");
+        std::fs::write(dev.join("device"), format!("{device}\n")).expect("device");
+        symlink(&drv, dev.join("driver")).expect("driver link");
+        let card = root.join(format!("class/drm/card{n}"));
+        std::fs::create_dir_all(&card).expect("mkdir card");
+        symlink(&dev, card.join("device")).expect("device link");
+    }
+    root
 }
 
 /// `$PATH` with `dir` first.

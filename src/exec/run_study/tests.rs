@@ -107,6 +107,7 @@ impl Transport for FakeHost {
             driver_version: None,
             cuda_version: None,
             tools: BTreeMap::new(),
+            ..Fingerprint::default()
         })
     }
 
@@ -201,7 +202,7 @@ async fn launch_study(text: &str, hosts: Vec<FakeHost>) -> Ran {
             transport_name: "fake".to_string(),
             slots: 1,
             devices: None,
-            device_env: "CUDA_VISIBLE_DEVICES".to_string(),
+            device_env: None,
             transport: Arc::new(h),
         })
         .collect();
@@ -391,4 +392,60 @@ fn a_host_that_drops_its_cell_after_its_classmate_finished_does_not_stall_the_la
         ("a=3".to_string(), serde_json::json!("verdict"))
     );
     assert!(r.summary.stalled.is_empty());
+}
+
+/// A slot pins its device with the inventory's `device_env`, else with the
+/// variable of the GPUs' vendor.
+#[test]
+fn slot_devices_pin_with_the_vendors_variable() {
+    use crate::fingerprint::{Gpu, GpuVendor};
+    let gpus = |vendors: &[GpuVendor]| Fingerprint {
+        gpus: vendors
+            .iter()
+            .enumerate()
+            .map(|(i, v)| Gpu {
+                index: u32::try_from(i).unwrap(),
+                name: "G".into(),
+                memory_mib: None,
+                uuid: None,
+                vendor: *v,
+            })
+            .collect(),
+        ..Fingerprint::default()
+    };
+    let host = |device_env: Option<&str>| LaunchHost {
+        name: "h".into(),
+        transport_name: "local".into(),
+        slots: 3,
+        devices: None,
+        device_env: device_env.map(str::to_owned),
+        transport: Arc::new(FakeHost::new("h")),
+    };
+    let pinned =
+        |h: &LaunchHost, fp: &Fingerprint| -> Vec<Option<(String, String)>> { slot_devices(h, fp) };
+    let pair = |var: &str, d: &str| Some((var.to_owned(), d.to_owned()));
+    let (amd, intel, nvidia) = (GpuVendor::Amd, GpuVendor::Intel, GpuVendor::Nvidia);
+    assert_eq!(
+        pinned(&host(None), &gpus(&[amd, amd])),
+        vec![
+            pair("HIP_VISIBLE_DEVICES", "0"),
+            pair("HIP_VISIBLE_DEVICES", "1"),
+            None
+        ]
+    );
+    assert_eq!(
+        pinned(&host(None), &gpus(&[intel])),
+        vec![pair("ZE_AFFINITY_MASK", "0"), None, None]
+    );
+    for mixed in [&[nvidia, nvidia][..], &[amd, nvidia][..]] {
+        assert_eq!(
+            pinned(&host(None), &gpus(mixed))[0],
+            pair("CUDA_VISIBLE_DEVICES", "0")
+        );
+    }
+    assert_eq!(
+        pinned(&host(Some("ROCR_VISIBLE_DEVICES")), &gpus(&[amd]))[0],
+        pair("ROCR_VISIBLE_DEVICES", "0")
+    );
+    assert_eq!(pinned(&host(None), &gpus(&[])), vec![None, None, None]);
 }

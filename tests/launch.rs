@@ -1613,6 +1613,7 @@ fn the_trial_time_cap_refuses_a_launch_past_it_and_stops_one_that_reaches_it() {
         out.text()
     );
     assert_eq!(attempt_count(&env, "fake"), RUN_TRIALS);
+}
 
 /// A study whose command prints its numbers (`result:` reads them from
 /// stdout): base prints 100, 104, 102 tok/s; fast twice that; broken

@@ -472,17 +472,13 @@ impl<'a> Runner<'a> {
             _ = renew => unreachable!("the renewal loop never ends"),
         };
         let finished_at = chrono::Utc::now();
-<<<<<<< HEAD
         if self.spend.add(outcome.elapsed) {
             self.events.emit(LaunchEvent::BudgetSpent {
                 spent_s: self.spend.spent().as_secs_f64(),
                 cap_s: self.spend.cap().map_or(0.0, |c| c.as_secs_f64()),
             });
         }
-        let j = judge(
-=======
         let j = judge_with(
->>>>>>> i16a
             &outcome,
             &study.objective.name,
             study.result.as_ref(),

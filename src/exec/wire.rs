@@ -824,6 +824,33 @@ mod tests {
         assert!(matches!(rx.recv().await, Some(Err(_))));
     }
 
+    /// Run the agent's script for `spec` in a local `sh`, as a host would,
+    /// and collect its report.
+    async fn run_agent(spec: &AttemptSpec) -> Collected {
+        use tokio::io::AsyncWriteExt;
+        let script = attempt_script(spec, &AgentOptions::default()).expect("a script");
+        let mut child = tokio::process::Command::new("/bin/sh")
+            .arg("-s")
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .expect("sh starts");
+        let mut stdin = child.stdin.take().expect("stdin");
+        stdin
+            .write_all(wrap(&script).as_bytes())
+            .await
+            .expect("script sent");
+        drop(stdin);
+        let out = child.wait_with_output().await.expect("sh ends");
+        let (frames, error) = read_report(&out.stdout).await;
+        assert_eq!(error, None);
+        let mut got = Collected::default();
+        for f in frames {
+            got.absorb(f);
+        }
+        got
+    }
+
     fn spec(dir: &str) -> AttemptSpec {
         AttemptSpec {
             study_id: "study".into(),
@@ -1027,7 +1054,6 @@ mod tests {
     /// own output cannot pass for frames, and the reply reads back whole.
     #[tokio::test]
     async fn the_agent_reports_through_a_local_shell() {
-        use tokio::io::AsyncWriteExt;
         let root = tempfile::tempdir().expect("tempdir");
         let dir = root.path().join("trial").display().to_string();
         let mut spec = spec(&dir);
@@ -1040,26 +1066,7 @@ mod tests {
             ("TUNECTL_RESULT".into(), spec.result_path.clone()),
             ("X".into(), "it's $(not run)".into()),
         ];
-        let script = attempt_script(&spec, &AgentOptions::default()).expect("a script");
-        let mut child = tokio::process::Command::new("/bin/sh")
-            .arg("-s")
-            .stdin(std::process::Stdio::piped())
-            .stdout(std::process::Stdio::piped())
-            .spawn()
-            .expect("sh starts");
-        let mut stdin = child.stdin.take().expect("stdin");
-        stdin
-            .write_all(wrap(&script).as_bytes())
-            .await
-            .expect("script sent");
-        drop(stdin);
-        let out = child.wait_with_output().await.expect("sh ends");
-        let (frames, error) = read_report(&out.stdout).await;
-        assert_eq!(error, None);
-        let mut got = Collected::default();
-        for f in frames {
-            got.absorb(f);
-        }
+        let got = run_agent(&spec).await;
         assert!(got.ended);
         let mut outcome = AttemptOutcome::default();
         fill_outcome(&mut outcome, &spec, got, false);
@@ -1092,7 +1099,6 @@ mod tests {
     /// through the agent; a file only a warm-up wrote does not.
     #[tokio::test]
     async fn the_agent_brings_back_what_result_reads() {
-        use tokio::io::AsyncWriteExt;
         let root = tempfile::tempdir().expect("tempdir");
         let dir = root.path().join("trial").display().to_string();
         let mut spec = spec(&dir);
@@ -1107,26 +1113,7 @@ mod tests {
             .into();
         spec.result_files = vec!["r.json".into(), "w.json".into()];
         spec.streams = vec!["stdout".into()];
-        let script = attempt_script(&spec, &AgentOptions::default()).expect("a script");
-        let mut child = tokio::process::Command::new("/bin/sh")
-            .arg("-s")
-            .stdin(std::process::Stdio::piped())
-            .stdout(std::process::Stdio::piped())
-            .spawn()
-            .expect("sh starts");
-        let mut stdin = child.stdin.take().expect("stdin");
-        stdin
-            .write_all(wrap(&script).as_bytes())
-            .await
-            .expect("script sent");
-        drop(stdin);
-        let out = child.wait_with_output().await.expect("sh ends");
-        let (frames, error) = read_report(&out.stdout).await;
-        assert_eq!(error, None);
-        let mut got = Collected::default();
-        for f in frames {
-            got.absorb(f);
-        }
+        let got = run_agent(&spec).await;
         let mut outcome = AttemptOutcome::default();
         fill_outcome(&mut outcome, &spec, got, false);
         assert_eq!(

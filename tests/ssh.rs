@@ -662,21 +662,23 @@ measurement: {{warmup: 0, repeats: 1, anchor_every: 0, confirm_repeats: 0}}
         wait_for(Duration::from_secs(30), || trial_pid().is_some()),
         "the trial never started"
     );
-    let orphans = fleet.kill_host(0);
-    // The trial itself outlives its connection. (It runs in a session of
-    // its own, so it need not be below sshd any more; and the session's
-    // shell may exit on its own once the connection is gone.)
+    // The host loses its sessions (the agent and the guard that would
+    // kill the trial when the connection ends) but the trial, in a session
+    // of its own, runs on: only the launcher can end it now, when the host
+    // answers again.
     let trial = trial_pid().expect("the fake trial wrote its pid");
+    let orphans = fleet.kill_host_but_session(0, trial);
+    assert!(orphans.contains(&trial), "{trial} not in {orphans:?}");
     assert!(
-        sshd::process_alive(trial),
-        "the trial died with its connection"
+        orphans.iter().all(|p| sshd::process_alive(*p)),
+        "{orphans:?}"
     );
     std::thread::sleep(Duration::from_secs(1));
     fleet.restart_host(0);
     let (ok, stderr) = finish(child, Duration::from_secs(60));
     assert!(ok, "{stderr}");
     assert!(stderr.contains("rejoins"), "{stderr}");
-    for p in orphans.iter().chain([&trial]) {
+    for p in &orphans {
         assert!(
             sshd::wait_process_gone(*p, Duration::from_secs(10)),
             "process {p} of the attempt lost with the host still runs"

@@ -303,6 +303,64 @@ impl Fleet {
         left
     }
 
+    /// Simulate a host whose sessions died with it but for one process
+    /// session: every process host i's sessions started is killed (the
+    /// agent, the guard that watches its connection, the timeout watch)
+    /// together with its sshd, except the processes in `keep`'s session (a
+    /// trial started with `setsid`), which run on with nobody watching
+    /// them. Those are frozen first, so that none acts on the connection's
+    /// end. Returns the pids of `keep`'s session left running. Panics if
+    /// `keep` is not running.
+    pub fn kill_host_but_session(&mut self, i: usize, keep: u32) -> Vec<u32> {
+        let sid = proc_info(keep)
+            .unwrap_or_else(|| panic!("kill_host_but_session: process {keep} is not running"))
+            .session;
+        let Some(listener) = self.listener_pid(i) else {
+            return Vec::new();
+        };
+        let mut frozen: HashSet<u32> = HashSet::new();
+        loop {
+            let table = proc_table();
+            let fresh: Vec<u32> = descendants(&table, &[listener])
+                .into_iter()
+                .filter(|p| {
+                    !frozen.contains(p)
+                        && table
+                            .get(p)
+                            .is_some_and(|info| !is_sshd(&info.comm) && info.session != sid)
+                })
+                .collect();
+            if fresh.is_empty() {
+                break;
+            }
+            for &p in &fresh {
+                signal(p, libc::SIGSTOP);
+            }
+            for &p in &fresh {
+                wait_stopped(p);
+                frozen.insert(p);
+            }
+        }
+        self.kill_host(i);
+        for &p in &frozen {
+            signal(p, libc::SIGKILL);
+        }
+        for &p in &frozen {
+            wait_process_gone(p, Duration::from_secs(5));
+        }
+        let left: Vec<u32> = proc_table()
+            .into_iter()
+            .filter(|(_, info)| info.session == sid && !matches!(info.state, 'Z' | 'X' | 'x'))
+            .map(|(p, _)| p)
+            .collect();
+        let table = proc_table();
+        self.orphans.extend(
+            left.iter()
+                .filter_map(|&p| table.get(&p).map(|info| (p, info.start))),
+        );
+        left
+    }
+
     /// Start host i again on the same address, port and host key (its
     /// sessions' processes left by `kill_host` are not touched); returns when
     /// the port accepts TCP connections. Panics if the host is running.
@@ -624,6 +682,8 @@ fn signal(pid: u32, sig: libc::c_int) {
 
 struct ProcInfo {
     ppid: u32,
+    /// The process's session id.
+    session: u32,
     comm: String,
     state: char,
     /// Start time in clock ticks since boot: with the pid, identifies a process.
@@ -643,6 +703,7 @@ fn parse_stat(text: &str) -> Option<ProcInfo> {
     Some(ProcInfo {
         state: rest.first()?.chars().next()?,
         ppid: rest.get(1)?.parse().ok()?,
+        session: rest.get(3)?.parse().ok()?,
         start: rest.get(19)?.parse().ok()?,
         comm,
     })

@@ -1,5 +1,6 @@
-//! The shipped examples and inventories load, and `plan --dry-run` of the
-//! quickstart study is stable (snapshot) and writes and runs nothing.
+//! The shipped examples, templates and inventories load, and `plan
+//! --dry-run` of the quickstart study is stable (snapshot) and writes and
+//! runs nothing.
 
 use std::path::{Path, PathBuf};
 
@@ -77,6 +78,104 @@ fn every_example_and_inventory_validates() {
         .output()
         .expect("run");
     assert_eq!(out.status.code(), Some(0));
+}
+
+/// Every study template under `templates/` (every `*.yaml` / `*.yml`, in
+/// subdirectories too, so a new one is tested without being named here)
+/// validates and plans with `--dry-run` on a machine without the tools it
+/// runs (vLLM, llama.cpp, PyTorch, hyperfine), lists trials, and is in the
+/// table of `templates/README.md`.
+#[test]
+fn every_template_validates_and_plans() {
+    let root = repo();
+    let templates = yaml_files(&root.join("templates"));
+    let names: Vec<String> = templates
+        .iter()
+        .map(|f| {
+            f.strip_prefix(root.join("templates"))
+                .expect("under templates/")
+                .display()
+                .to_string()
+        })
+        .collect();
+    for shipped in [
+        "hyperfine.yaml",
+        "kernel-tiles.yaml",
+        "llama-bench.yaml",
+        "pytorch.yaml",
+        "vllm-serve.yaml",
+        "vllm-throughput.yaml",
+    ] {
+        assert!(
+            names.iter().any(|n| n == shipped),
+            "templates/{shipped} is missing: {names:?}"
+        );
+    }
+    let readme =
+        std::fs::read_to_string(root.join("templates/README.md")).expect("templates/README.md");
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let ledger = tmp.path().join("ledger");
+    for (f, name) in templates.iter().zip(&names) {
+        assert!(
+            readme.contains(&format!("[`{name}`]({name})")),
+            "templates/README.md does not list {name}"
+        );
+        let out = tunectl(&root).arg("validate").arg(f).output().expect("run");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{} does not validate:\n{stderr}",
+            f.display()
+        );
+        assert!(
+            stderr.contains(&format!("{}: valid study", f.display())),
+            "{}: {stderr}",
+            f.display()
+        );
+
+        let out = tunectl(&root)
+            .arg("plan")
+            .arg(f)
+            .args(["--dry-run", "--json", "--ledger"])
+            .arg(&ledger)
+            .output()
+            .expect("run");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{} does not plan:\n{stderr}",
+            f.display()
+        );
+        let plan: serde_json::Value = serde_json::from_slice(&out.stdout).expect("plan JSON");
+        assert_eq!(plan["dry_run"], true, "{}", f.display());
+        let total = plan["total_trials"].as_u64().expect("total_trials");
+        assert!(
+            total > 0,
+            "{}: the plan lists no trials: {plan}",
+            f.display()
+        );
+        let cells = plan["cells"].as_array().expect("cells");
+        assert!(!cells.is_empty(), "{}: {plan}", f.display());
+        for c in cells {
+            assert!(
+                c["trials_per_class"].as_u64().expect("trials_per_class") > 0,
+                "{}: a cell without trials: {c}",
+                f.display()
+            );
+        }
+        let first = plan["first_configs"].as_array().expect("first_configs");
+        assert!(
+            first
+                .first()
+                .and_then(|c| c["command"].as_str())
+                .is_some_and(|c| !c.is_empty()),
+            "{}: no rendered command: {plan}",
+            f.display()
+        );
+    }
+    assert!(!ledger.exists(), "plan --dry-run created the ledger");
 }
 
 #[test]

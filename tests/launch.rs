@@ -1562,27 +1562,25 @@ fn a_launch_on_remote_hosts_without_a_cap_needs_a_yes() {
 }
 
 #[test]
-fn the_trial_time_cap_refuses_a_launch_past_it_and_stops_one_that_reaches_it() {
-    // Each measured run sleeps 0.4 s; 26 trials (and warm-ups) cannot fit
-    // in 1 s, nor in their worst case of 20 s each.
+fn the_trial_time_cap_stops_a_launch_that_reaches_it_and_refuses_one_estimated_past_it() {
+    // Each measured run sleeps 0.4 s: 26 trials cannot fit in 1 s.
     let study = STUDY.replace(
         "  timeout: 20s\n",
         "  timeout: 20s\n  env: {FAKE_SLEEP: \"0.4\"}\n",
     ) + "budget: {max_trial_time: 1s}\n";
     let env = Env::new(&study);
+    // No run times yet: only the timeouts bound the estimate, and the cap
+    // is the acknowledgement. It runs until the cap, then starts nothing.
     let out = env.launch(&[]);
-    assert_eq!(out.code, Some(2), "{}", out.text());
+    assert_eq!(out.code, Some(1), "{}", out.text());
     assert!(
-        out.stderr.contains("the plan's estimate is at most ")
-            && out.stderr.contains("more than budget.max_trial_time 1s"),
+        out.stderr.contains("note: the plan's estimate is at most ")
+            && out
+                .stderr
+                .contains("budget.max_trial_time 1s stops the launch if it gets there"),
         "{}",
         out.text()
     );
-    assert!(env.runs().is_empty(), "a trial ran");
-
-    // Acknowledged: it runs until the cap, then starts nothing more.
-    let out = env.launch(&["--yes"]);
-    assert_eq!(out.code, Some(1), "{}", out.text());
     assert!(
         out.stderr.contains("budget.max_trial_time 1s is spent"),
         "{}",
@@ -1600,11 +1598,27 @@ fn the_trial_time_cap_refuses_a_launch_past_it_and_stops_one_that_reaches_it() {
         "{ran} attempts for 1 s at 0.4 s each"
     );
     // What ran is evidence, not a verdict.
-    let report = env.report_json();
-    assert_eq!(report["level"], "draft", "{report}");
+    assert_eq!(env.report_json()["level"], "draft");
 
-    // A higher cap goes on from there: nothing runs twice, and the
-    // estimate now comes from the recorded run times.
+    // Now the ledger has run times: what is left is estimated past the cap,
+    // and refused before anything runs.
+    let runs = env.runs().len();
+    let out = env.launch(&[]);
+    assert_eq!(out.code, Some(2), "{}", out.text());
+    assert!(
+        out.stderr.contains("the plan's estimate is ")
+            && out.stderr.contains(" run times in the ledger")
+            && out.stderr.contains("more than budget.max_trial_time 1s"),
+        "{}",
+        out.text()
+    );
+    assert_eq!(env.runs().len(), runs, "a trial ran");
+    // Acknowledged, it runs to the cap again.
+    let out = env.launch(&["--yes"]);
+    assert_eq!(out.code, Some(1), "{}", out.text());
+    let ran = attempt_count(&env, "fake");
+
+    // A higher cap goes on from there: nothing runs twice.
     env.write_study(&study.replace("max_trial_time: 1s", "max_trial_time: 1h"));
     let out = env.launch_ok(&[]);
     assert!(

@@ -316,7 +316,6 @@ async fn check_spend(
     };
     let outlook = plan::outlook(study, &hosts, study_id, Some(ledger), a.shard).await?;
     let (expected, worst) = outlook.trial_seconds(study);
-    let estimate = expected.unwrap_or(worst);
     let what = match expected {
         Some(e) => format!(
             "the plan's estimate is {} of trial time (from the median of {} run times in the ledger; at most {} with every run at its timeout)",
@@ -334,11 +333,23 @@ async fn check_spend(
             "this launch runs on remote hosts ({}) and the study sets no budget.max_trial_time; {what}. Set a cap, or pass --yes to launch without one (`tunectl plan` shows the cost per host class)",
             remote.join(", ")
         ))),
-        Some(cap) if estimate > cap.as_secs_f64() => Err(CliError::Invalid(format!(
-            "{what}, more than budget.max_trial_time {}. Raise the cap, or pass --yes to launch anyway: it stops starting trials at the cap, and a later launch goes on",
-            fmt_secs(cap.as_secs_f64())
-        ))),
-        Some(_) => Ok(()),
+        Some(cap) => match expected {
+            Some(e) if e > cap.as_secs_f64() => Err(CliError::Invalid(format!(
+                "{what}, more than budget.max_trial_time {}. Raise the cap, or pass --yes to launch anyway: it stops starting trials at the cap, and a later launch goes on",
+                fmt_secs(cap.as_secs_f64())
+            ))),
+            Some(_) => Ok(()),
+            // Nothing to estimate from but the timeouts: the cap is the
+            // acknowledgement, and the launch stops at it.
+            None if worst > cap.as_secs_f64() => {
+                say_err!(
+                    "note: {what}; budget.max_trial_time {} stops the launch if it gets there",
+                    fmt_secs(cap.as_secs_f64())
+                );
+                Ok(())
+            }
+            None => Ok(()),
+        },
     }
 }
 

@@ -1746,3 +1746,80 @@ fn a_hyperfine_export_is_read_through_its_preset() {
         .expect("a baseline attempt");
     assert_eq!(base["metrics"]["mean"], serde_json::json!([0.1008]));
 }
+
+/// A bench reporting throughput and a latency: `fast` has the most
+/// throughput and a latency of 300; `mid` less of both; `base` the least.
+const LIMITED: &str = r#"name: limited
+knobs:
+  mode: {kind: categorical, values: [base, mid, fast], default: base}
+trial:
+  command: "sh {{ study_dir }}/bench.sh {{ mode }}"
+  timeout: 20s
+objective: {metric: tp, unit: ops/s, better: higher}
+metrics:
+  - {name: lat, unit: ms, better: lower}
+measurement: {warmup: 0, repeats: 3, anchor_every: 0, confirm_repeats: 0}
+selection:
+  limits:
+    lat: {max: 200}
+"#;
+
+const LIMITED_BENCH: &str = r#"case "$1" in
+  base) tp=100; lat=50 ;;
+  mid) tp=150; lat=100 ;;
+  fast) tp=200; lat=300 ;;
+esac
+printf '{"metrics": {"tp": [%s, %s.5, %s.25], "lat": [%s, %s, %s]}}' \
+  "$tp" "$tp" "$tp" "$lat" "$lat" "$lat" > "$TUNECTL_RESULT"
+"#;
+
+#[test]
+fn a_limit_on_a_secondary_metric_rejects_the_fastest_config_and_re_judges_when_raised() {
+    let env = Env::new(LIMITED);
+    env.write("study/bench.sh", LIMITED_BENCH);
+    env.launch_ok(&[]);
+    let report = env.report_json();
+    let bucket = &report["classes"][0]["buckets"][0];
+    assert_eq!(bucket["winner"]["label"], "mode=mid", "{bucket}");
+    let rejected = report["classes"][0]["cells"][0]["rejected"]
+        .as_array()
+        .expect("rejected");
+    assert_eq!(rejected.len(), 1, "{rejected:?}");
+    assert_eq!(rejected[0]["label"], "mode=fast");
+    assert_eq!(rejected[0]["rejection"]["class"], "limit");
+    assert_eq!(
+        rejected[0]["rejection"]["detail"],
+        "lat: median 300 over 9 samples, above the limit max 200"
+    );
+    let table = env.report(&env.study_arg(), "table");
+    assert!(table.contains("limit: lat: median 300"), "{table}");
+
+    // The limit is a judging setting: raised, the same measurements are
+    // judged again, and the fastest config wins; nothing reruns.
+    let attempts = attempt_count(&env, "limited");
+    env.write_study(&LIMITED.replace("lat: {max: 200}", "lat: {max: 400}"));
+    let report = env.report_json();
+    assert_eq!(
+        report["classes"][0]["buckets"][0]["winner"]["label"],
+        "mode=fast"
+    );
+    assert_eq!(
+        report["judging"]["changed_since_launch"],
+        serde_json::json!(["selection.limits.lat.max: 200.0 → 400.0"])
+    );
+    let out = env.launch_ok(&[]);
+    assert!(out.stderr.contains("ran 0 trials"), "{}", out.text());
+    assert_eq!(attempt_count(&env, "limited"), attempts);
+
+    // A limit on a metric the study does not declare is a load error.
+    env.write_study(&LIMITED.replace("    lat: {max: 200}", "    p99: {max: 200}"));
+    let out = env.tunectl_run(&["validate", &env.study_arg()]);
+    assert_eq!(out.code, Some(2), "{}", out.text());
+    assert!(
+        out.stderr.contains(
+            "study.yaml:13:10: selection.limits.p99: `p99` is not a metric under `metrics:` (declared: lat)"
+        ),
+        "{}",
+        out.text()
+    );
+}

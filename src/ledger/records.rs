@@ -64,6 +64,9 @@ pub enum FailureClass {
     Crash,
     NoResult,
     OutputChanged,
+    /// A secondary metric broke its `selection.limits` bound (a judgement
+    /// of the report, never an attempt's failure).
+    Limit,
 }
 
 impl FailureClass {
@@ -75,6 +78,7 @@ impl FailureClass {
             FailureClass::Crash => "crash",
             FailureClass::NoResult => "no_result",
             FailureClass::OutputChanged => "output_changed",
+            FailureClass::Limit => "limit",
         }
     }
 }

@@ -87,6 +87,9 @@ pub enum CellNote {
     Dropped { host: String, reason: String },
     /// The baseline's repeats disagree on their output.
     BaselineOutputVaries,
+    /// The baseline breaks a `selection.limits` bound (it still ships
+    /// when nothing beats it: it is the default).
+    BaselineOverLimit { detail: String },
 }
 
 impl fmt::Display for CellNote {
@@ -96,6 +99,9 @@ impl fmt::Display for CellNote {
             CellNote::BaselineOutputVaries => f.write_str(
                 "the baseline's output differs between its own repeats; candidates are compared with its first repeat",
             ),
+            CellNote::BaselineOverLimit { detail } => {
+                write!(f, "the baseline breaks a limit: {detail}")
+            }
         }
     }
 }
@@ -369,6 +375,8 @@ struct Rules {
     min_hosts: u32,
     /// Samples a config needs at a cell for its spread to be known.
     min_samples: usize,
+    /// `selection.limits`: bounds on secondary metrics.
+    limits: BTreeMap<String, crate::spec::study::Limit>,
 }
 
 /// A candidate compared with the baseline, host by host.
@@ -476,6 +484,7 @@ pub fn analyze_where(
         confirm_repeats: spec.measurement.confirm_repeats,
         min_hosts: spec.selection.min_hosts,
         min_samples: spec.selection.min_samples as usize,
+        limits: spec.selection.limits.clone(),
     };
     let context: BTreeMap<String, String> = spec
         .context
@@ -820,6 +829,12 @@ fn analyze_cell(
             notes.push(CellNote::BaselineOutputVaries);
         }
     }
+    if let Some(g) = base_group
+        && base_report.as_ref().is_some_and(|r| r.rejection.is_none())
+        && let Some(detail) = limit_broken(&g.sweep, &rules.limits)
+    {
+        notes.push(CellNote::BaselineOverLimit { detail });
+    }
     let base_state = match &base_report {
         None => BaselineState::Pending,
         Some(r) if r.rejection.is_some() => BaselineState::Failed,
@@ -844,6 +859,13 @@ fn analyze_cell(
             rules.higher,
             rules.min_samples,
         );
+        let mut r = r;
+        if r.rejection.is_none() {
+            r.rejection = limit_broken(&g.sweep, &rules.limits).map(|detail| Rejection {
+                class: FailureClass::Limit,
+                detail,
+            });
+        }
         if r.rejection.is_some() {
             rejected.push(r);
         } else if r.summary.is_some() {
@@ -977,6 +999,41 @@ fn pick_among_ties<'a>(
         })
         .min_by(|a, b| a.order.cmp(&b.order))
         .unwrap_or(leader)
+}
+
+/// The first `selection.limits` bound a config's successful sweep attempts
+/// break, judged on the median of the metric's samples pooled over the
+/// class's hosts; a metric with no sample cannot be shown to keep its
+/// bound, and counts as broken.
+fn limit_broken(
+    attempts: &[&AttemptRecord],
+    limits: &BTreeMap<String, crate::spec::study::Limit>,
+) -> Option<String> {
+    for (metric, limit) in limits {
+        let samples: Vec<f64> = samples_by_host(attempts, metric)
+            .into_values()
+            .flatten()
+            .collect();
+        let Some(median) = crate::stats::median(&samples) else {
+            return Some(format!(
+                "{metric}: no sample recorded, so its limit cannot be checked"
+            ));
+        };
+        if let Some(why) = limit.broken_by(median) {
+            return Some(format!(
+                "{metric}: median {} over {} samples, {why}",
+                short_number(median),
+                samples.len()
+            ));
+        }
+    }
+    None
+}
+
+/// A measured value in a sentence: at most 3 decimals, no trailing zeros.
+fn short_number(x: f64) -> String {
+    let s = format!("{x:.3}");
+    s.trim_end_matches('0').trim_end_matches('.').to_string()
 }
 
 fn samples_by_host(attempts: &[&AttemptRecord], objective: &str) -> BTreeMap<String, Vec<f64>> {

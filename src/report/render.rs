@@ -162,6 +162,16 @@ fn judging_line(j: &Judging) -> String {
         format!("min_samples {}", j.selection.min_samples),
         format!("min_hosts {}", j.selection.min_hosts),
     ];
+    for (metric, limit) in &j.selection.limits {
+        let mut bounds = Vec::new();
+        if let Some(min) = limit.min {
+            bounds.push(format!("min {}", trim_float(min)));
+        }
+        if let Some(max) = limit.max {
+            bounds.push(format!("max {}", trim_float(max)));
+        }
+        parts.push(format!("limit {metric} {}", bounds.join(" ")));
+    }
     if let Some(t) = &j.tolerance {
         parts.push(format!(
             "tolerance rtol {} atol {}",

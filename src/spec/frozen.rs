@@ -18,7 +18,7 @@ use std::ops::Deref;
 use serde::de::{DeserializeOwned, Error as _};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
-use super::study::{Better, BucketRule, KnobKind, Selection, Study};
+use super::study::{Better, BucketRule, KnobKind, Limit, Selection, Study};
 use crate::gate::ToleranceSpec;
 
 /// The settings that only judge recorded evidence, as key paths into the
@@ -139,6 +139,9 @@ pub struct FrozenSelection {
     pub min_hosts: u32,
     /// Left out of the frozen spec at its default (see `spec::Selection`).
     pub min_samples: u32,
+    /// Left out of the frozen spec when empty.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub limits: BTreeMap<String, Limit>,
 }
 
 impl From<&Selection> for FrozenSelection {
@@ -147,6 +150,7 @@ impl From<&Selection> for FrozenSelection {
             min_improvement: s.min_improvement,
             min_hosts: s.min_hosts,
             min_samples: s.min_samples,
+            limits: s.limits.clone(),
         }
     }
 }

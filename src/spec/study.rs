@@ -182,6 +182,37 @@ pub struct Selection {
     /// spec at its default, so older studies keep their hashes.
     #[serde(skip_serializing_if = "is_default_min_samples")]
     pub min_samples: u32,
+    /// Bounds on secondary metrics (`metrics:` names): a candidate whose
+    /// median breaks one at a cell is rejected there. Left out of the
+    /// frozen spec when empty, so older studies keep their hashes.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub limits: BTreeMap<String, Limit>,
+}
+
+/// A bound on a secondary metric (`selection.limits`), inclusive.
+#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
+pub struct Limit {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub min: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max: Option<f64>,
+}
+
+impl Limit {
+    /// Why `value` breaks the bound, if it does (`above the limit max 200`).
+    pub fn broken_by(&self, value: f64) -> Option<String> {
+        if let Some(max) = self.max
+            && value > max
+        {
+            return Some(format!("above the limit max {max}"));
+        }
+        if let Some(min) = self.min
+            && value < min
+        {
+            return Some(format!("below the limit min {min}"));
+        }
+        None
+    }
 }
 
 pub const DEFAULT_MIN_SAMPLES: u32 = 3;
@@ -196,6 +227,7 @@ impl Default for Selection {
             min_improvement: 0.02,
             min_hosts: 1,
             min_samples: DEFAULT_MIN_SAMPLES,
+            limits: BTreeMap::new(),
         }
     }
 }
@@ -554,7 +586,7 @@ fn parse_study(w: &mut Walker, root: &Node, path: &Path, dir: &Path) -> Option<S
         }),
     };
     let selection = match map.get_node("selection") {
-        Some(n) => parse_selection(w, n),
+        Some(n) => parse_selection(w, n, &metrics),
         None => Some(Selection::default()),
     };
     let buckets = parse_buckets(w, map.get_node("buckets"), &cells);
@@ -1464,13 +1496,17 @@ fn parse_measurement(w: &mut Walker, node: &Node) -> Option<Measurement> {
     })
 }
 
-fn parse_selection(w: &mut Walker, node: &Node) -> Option<Selection> {
+fn parse_selection(w: &mut Walker, node: &Node, metrics: &[Metric]) -> Option<Selection> {
     let map = w.mapping(node, "selection")?;
     w.check_keys(
         map,
         "selection",
-        &["min_improvement", "min_hosts", "min_samples"],
+        &["min_improvement", "min_hosts", "min_samples", "limits"],
     );
+    let limits = match map.get_node("limits") {
+        Some(n) => parse_limits(w, n, metrics)?,
+        None => BTreeMap::new(),
+    };
     let d = Selection::default();
     let min_improvement = match map.get_node("min_improvement") {
         Some(n) => {
@@ -1499,7 +1535,77 @@ fn parse_selection(w: &mut Walker, node: &Node) -> Option<Selection> {
         min_improvement,
         min_hosts,
         min_samples,
+        limits,
     })
+}
+
+/// `selection.limits`: metric name → `{min, max}` (at least one), each a
+/// finite number, for metrics declared under `metrics:`.
+fn parse_limits(
+    w: &mut Walker,
+    node: &Node,
+    metrics: &[Metric],
+) -> Option<BTreeMap<String, Limit>> {
+    let map = w.mapping(node, "selection.limits")?;
+    let mut out = BTreeMap::new();
+    let mut ok = true;
+    for (k, v) in map.iter() {
+        let name = k.as_str().to_string();
+        let field = format!("selection.limits.{name}");
+        if !metrics.iter().any(|m| m.name == name) {
+            let declared: Vec<&str> = metrics.iter().map(|m| m.name.as_str()).collect();
+            w.error_at(
+                v,
+                &field,
+                format!(
+                    "`{name}` is not a metric under `metrics:` (declared: {}); a limit bounds a secondary metric",
+                    if declared.is_empty() {
+                        "none".to_string()
+                    } else {
+                        declared.join(", ")
+                    }
+                ),
+            );
+            ok = false;
+            continue;
+        }
+        let Some(m) = w.mapping(v, &field) else {
+            ok = false;
+            continue;
+        };
+        w.check_keys(m, &field, &["min", "max"]);
+        let mut bound = |key: &str| -> Option<Option<f64>> {
+            match m.get_node(key) {
+                None => Some(None),
+                Some(n) => {
+                    let x = w.float(n, &format!("{field}.{key}"))?;
+                    if !x.is_finite() {
+                        w.error_at(n, &format!("{field}.{key}"), "must be a finite number");
+                        return None;
+                    }
+                    Some(Some(x))
+                }
+            }
+        };
+        let (Some(min), Some(max)) = (bound("min"), bound("max")) else {
+            ok = false;
+            continue;
+        };
+        match (min, max) {
+            (None, None) => {
+                w.error_at(v, &field, "give `min`, `max` or both");
+                ok = false;
+            }
+            (Some(lo), Some(hi)) if lo > hi => {
+                w.error_at(v, &field, format!("`min` {lo} is above `max` {hi}"));
+                ok = false;
+            }
+            _ => {
+                out.insert(name, Limit { min, max });
+            }
+        }
+    }
+    ok.then_some(out)
 }
 
 /// Bucket rules for every cell axis: as written, else `pow2` for an axis

@@ -52,7 +52,7 @@ fi
 say "installing onnxruntime $ORT_VERSION, onnx $ONNX_VERSION and numpy $NUMPY_VERSION from PyPI into $VENV"
 "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check --only-binary=:all: \
     "onnxruntime==$ORT_VERSION" "onnx==$ONNX_VERSION" "numpy==$NUMPY_VERSION" >&2 || {
-    say "pip install from PyPI failed (no network, or no wheel of onnxruntime $ORT_VERSION for this Python and platform: wheels exist for CPython 3.11 to 3.13 on x86_64 and aarch64 Linux with glibc 2.28 or newer)"
+    say "pip install from PyPI failed (no network, or no wheel of onnxruntime $ORT_VERSION for this Python and platform: there are wheels for CPython 3.11 to 3.13 on x86_64 Linux with glibc 2.28 or newer, among others)"
     rm -rf "$VENV"
     exit 1
 }

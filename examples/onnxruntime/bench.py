@@ -6,7 +6,7 @@ downloaded): an MLP of MatMul + Add + Relu layers whose weights are drawn
 from a fixed seed, so every run builds the same model. `--weights fp16`
 stores the weights as float16 (cast back to float32 in the graph): the
 model is half the size, but its weights are rounded, so its output moves by
-about 1e-3 relative, which is what the study's tolerance gate must catch.
+up to about 3e-4, which is what the study's tolerance gate must catch.
 
 Each run:
   1. builds the model and saves it as model.onnx in the working directory
@@ -54,12 +54,12 @@ def parse_args():
     p.add_argument("--opt-level", choices=sorted(OPT_LEVELS), default="all")
     p.add_argument("--mode", choices=sorted(MODES), default="sequential")
     p.add_argument("--weights", choices=["fp32", "fp16"], default="fp32")
-    p.add_argument("--batch", type=int, default=16, help="rows per inference")
-    p.add_argument("--width", type=int, default=512, help="hidden layer width")
+    p.add_argument("--batch", type=int, default=32, help="rows per inference")
+    p.add_argument("--width", type=int, default=768, help="hidden layer width")
     p.add_argument("--layers", type=int, default=4, help="hidden layers")
     p.add_argument("--warmup", type=int, default=20, help="untimed inferences")
     p.add_argument("--batches", type=int, default=5, help="timed batches (samples)")
-    p.add_argument("--iters", type=int, default=40, help="inferences per batch")
+    p.add_argument("--iters", type=int, default=20, help="inferences per batch")
     p.add_argument("--model", default="model.onnx", help="where to save the model")
     p.add_argument("--out", default="outputs.json", help="the output to gate on")
     args = p.parse_args()

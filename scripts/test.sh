@@ -7,7 +7,9 @@
 # OpenSSH server and client (apt), with which the ssh tests start their own
 # sshd hosts on loopback addresses (scripts/sshd.sh); and Slurm and MUNGE
 # (apt; munged is started), with which the Slurm tests start their own
-# single-machine clusters (scripts/slurm.sh).
+# single-machine clusters (scripts/slurm.sh); and onnxruntime, onnx and
+# numpy (PyPI, in .cache/onnxruntime-venv) for the onnxruntime example's
+# end-to-end test.
 set -eu
 cd "$(dirname "$0")/.."
 
@@ -45,6 +47,12 @@ sshd_install
 . ./scripts/slurm.sh
 echo "== Slurm and MUNGE (for the Slurm transport tests)" >&2
 slurm_install
+
+# The onnxruntime example's test (tests/examples.rs) tunes a real runtime:
+# install its pinned wheels from PyPI once (some 20 s on a fast link; a no-op
+# when .cache/onnxruntime-venv already imports them).
+echo "== onnxruntime, onnx and numpy (for the onnxruntime example)" >&2
+./examples/onnxruntime/setup.sh >/dev/null
 
 echo "== cargo test" >&2
 cargo test --locked --all-targets

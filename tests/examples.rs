@@ -1,6 +1,7 @@
-//! The shipped examples, templates and inventories load, and `plan
-//! --dry-run` of the quickstart study is stable (snapshot) and writes and
-//! runs nothing.
+//! The shipped examples, templates and inventories load, `plan --dry-run`
+//! of the quickstart study is stable (snapshot) and writes and runs
+//! nothing, and the onnxruntime example runs end to end with its gate as
+//! documented.
 
 use std::path::{Path, PathBuf};
 
@@ -397,4 +398,123 @@ fn list_tree(dir: &Path) -> Vec<(PathBuf, u64)> {
     }
     out.sort();
     out
+}
+
+/// `examples/onnxruntime` end to end, through the binary: its setup script
+/// installs onnxruntime, onnx and numpy from PyPI into
+/// `.cache/onnxruntime-venv` (once; `scripts/test.sh` runs it before the
+/// tests), then the study is launched into a temporary ledger and the JSON
+/// report is checked. Which config wins depends on the machine and its load,
+/// so only the gate and the shape of the decision are asserted: the float16
+/// weights are rejected as `output_changed` under the tolerance, every other
+/// config is eligible, and the bucket has a decision.
+#[test]
+fn onnxruntime_example_rejects_the_fp16_weights_and_decides_its_bucket() {
+    let root = repo();
+    let setup = root.join("examples/onnxruntime/setup.sh");
+    let out = std::process::Command::new(&setup)
+        .current_dir(&root)
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {}: {e}", setup.display()));
+    assert!(
+        out.status.success(),
+        "{} failed ({}): it installs onnxruntime, onnx and numpy from PyPI into \
+         .cache/onnxruntime-venv, which needs python3 with venv and network access \
+         to PyPI the first time. Its stderr:\n{}",
+        setup.display(),
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let ledger = tmp.path().join("ledger");
+    let study = "examples/onnxruntime/study.yaml";
+    let out = tunectl(&root)
+        .args(["launch", study, "--progress", "quiet", "--ledger"])
+        .arg(&ledger)
+        .arg("--workdir")
+        .arg(tmp.path().join("work"))
+        .timeout(std::time::Duration::from_secs(900))
+        .output()
+        .expect("run");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    // 0: every bucket a VERDICT; 3: a DRAFT (say, a winner the final round
+    // on a busy machine did not confirm). Both are a finished launch.
+    assert!(
+        matches!(out.status.code(), Some(0 | 3)),
+        "launch: {:?}\n{stderr}",
+        out.status
+    );
+
+    let out = tunectl(&root)
+        .args(["report", study, "--format", "json", "--ledger"])
+        .arg(&ledger)
+        .output()
+        .expect("run");
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("report JSON");
+    let classes = report["classes"].as_array().expect("classes");
+    assert_eq!(classes.len(), 1, "one host class (local): {report}");
+    let class = &classes[0];
+    let cells = class["cells"].as_array().expect("cells");
+    assert_eq!(cells.len(), 1, "the study has one cell: {report}");
+    let cell = &cells[0];
+    assert_eq!(cell["baseline_state"], "ok", "{cell}");
+    assert!(cell["baseline"]["trials"].as_u64() >= Some(3), "{cell}");
+
+    // The trap: float16 weights change the output beyond the tolerance.
+    let rejected = cell["rejected"].as_array().expect("rejected");
+    assert_eq!(
+        rejected.len(),
+        1,
+        "only weights=fp16 is rejected: {rejected:#?}"
+    );
+    let fp16 = &rejected[0];
+    assert_eq!(fp16["label"], "weights=fp16", "{fp16}");
+    assert_eq!(fp16["config"]["weights"], "fp16", "{fp16}");
+    assert_eq!(fp16["rejection"]["class"], "output_changed", "{fp16}");
+    let detail = fp16["rejection"]["detail"].as_str().expect("detail");
+    assert!(
+        detail.starts_with("outputs.json[")
+            && detail.contains("exceeds atol 1e-5 + rtol 0.0001")
+            && detail.contains("beyond tolerance"),
+        "{detail}"
+    );
+
+    // Every other config passed the gate, with all its repeats.
+    let eligible = cell["eligible"].as_array().expect("eligible");
+    let labels: Vec<&str> = eligible
+        .iter()
+        .map(|c| c["label"].as_str().expect("label"))
+        .collect();
+    assert_eq!(eligible.len(), 6, "7 candidates, 1 rejected: {labels:?}");
+    for c in eligible {
+        assert_eq!(c["config"]["weights"], "fp32", "{c}");
+        assert!(c["trials"].as_u64() >= Some(3), "{c}");
+        assert!(c["rejection"].is_null(), "{c}");
+    }
+    assert!(
+        labels.contains(&"opt_level=disable"),
+        "opt_level=disable differs in the last bits and passes only by the tolerance: {labels:?}"
+    );
+
+    // A decision for the bucket: a float32 config or the baseline.
+    let buckets = class["buckets"].as_array().expect("buckets");
+    assert_eq!(buckets.len(), 1, "{report}");
+    let bucket = &buckets[0];
+    assert_eq!(bucket["cells"], serde_json::json!([cell["cell_label"]]));
+    assert!(
+        !bucket["decision"].as_str().expect("decision").is_empty(),
+        "{bucket}"
+    );
+    assert!(
+        matches!(bucket["level"].as_str(), Some("verdict" | "draft")),
+        "{bucket}"
+    );
+    assert_eq!(bucket["config"]["weights"], "fp32", "{bucket}");
 }

@@ -1791,6 +1791,9 @@ fn a_limit_on_a_secondary_metric_rejects_the_fastest_config_and_re_judges_when_r
         rejected[0]["rejection"]["detail"],
         "lat: median 300 over 9 samples, above the limit max 200"
     );
+    // Secondary metrics are reported beside the objective, with n.
+    assert_eq!(rejected[0]["metrics"]["lat"]["median"], 300.0);
+    assert_eq!(rejected[0]["metrics"]["lat"]["n"], 9);
     let table = env.report(&env.study_arg(), "table");
     assert!(table.contains("limit: lat: median 300"), "{table}");
 

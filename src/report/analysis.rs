@@ -359,6 +359,10 @@ pub struct ConfigReport {
     /// Candidate's plus baseline's relative spread (median over hosts).
     pub combined_spread: Option<f64>,
     pub rejection: Option<Rejection>,
+    /// Every other metric its successful sweep attempts recorded, pooled
+    /// over the class's hosts (median, spread, n).
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub metrics: BTreeMap<String, Summary>,
     #[serde(skip)]
     order: (u64, String),
     #[serde(skip)]
@@ -1030,6 +1034,28 @@ fn limit_broken(
     None
 }
 
+/// The summaries of every metric but `objective` that `attempts` recorded.
+fn secondary_metrics(attempts: &[&AttemptRecord], objective: &str) -> BTreeMap<String, Summary> {
+    let mut names: Vec<&str> = attempts
+        .iter()
+        .filter(|a| a.status == AttemptStatus::Ok)
+        .flat_map(|a| a.metrics.keys().map(String::as_str))
+        .filter(|m| *m != objective)
+        .collect();
+    names.sort_unstable();
+    names.dedup();
+    names
+        .into_iter()
+        .filter_map(|m| {
+            let samples: Vec<f64> = samples_by_host(attempts, m)
+                .into_values()
+                .flatten()
+                .collect();
+            Some((m.to_string(), Summary::of(&samples)?))
+        })
+        .collect()
+}
+
 /// A measured value in a sentence: at most 3 decimals, no trailing zeros.
 fn short_number(x: f64) -> String {
     let s = format!("{x:.3}");
@@ -1110,6 +1136,7 @@ fn config_report(
         speedup: comparison.map(|c| c.speedup),
         combined_spread: comparison.and_then(|c| c.spread),
         rejection,
+        metrics: secondary_metrics(&attempts, objective),
         order: (knobs_changed as u64, first.config_label.clone()),
         by_host,
     }

@@ -43,6 +43,16 @@ pub enum Command {
     Fingerprint(FingerprintArgs),
     /// Validate study and inventory files.
     Validate(ValidateArgs),
+    /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
+    Completions(CompletionsArgs),
+    /// Print the manual page (roff), e.g. `tunectl man | man -l -`.
+    Man,
+}
+
+#[derive(clap::Args, Debug)]
+pub struct CompletionsArgs {
+    /// The shell, e.g. `tunectl completions bash > ~/.local/share/bash-completion/completions/tunectl`.
+    pub shell: clap_complete::Shell,
 }
 
 #[derive(clap::Args, Debug)]
@@ -249,5 +259,16 @@ async fn run(cli: Cli) -> Result<(), CliError> {
         Command::Ledger(LedgerCommand::Check(a)) => commands::ledger::check(a).await,
         Command::Fingerprint(a) => commands::fingerprint::run(a).await,
         Command::Validate(a) => commands::validate::run(a),
+        Command::Completions(a) => {
+            let mut cmd = <Cli as clap::CommandFactory>::command();
+            clap_complete::generate(a.shell, &mut cmd, "tunectl", &mut std::io::stdout());
+            Ok(())
+        }
+        Command::Man => {
+            let cmd = <Cli as clap::CommandFactory>::command();
+            clap_mangen::Man::new(cmd)
+                .render(&mut std::io::stdout())
+                .map_err(|e| commands::failed(format!("cannot write the manual page: {e}")))
+        }
     }
 }

@@ -518,3 +518,50 @@ fn onnxruntime_example_rejects_the_fp16_weights_and_decides_its_bucket() {
     );
     assert_eq!(bucket["config"]["weights"], "fp32", "{bucket}");
 }
+
+/// `tunectl completions SHELL` and `tunectl man` are generated from the
+/// argument definitions: every subcommand and a launch flag are in them.
+#[test]
+fn completions_and_the_manual_page_cover_every_command() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let commands = [
+        "plan",
+        "launch",
+        "report",
+        "export",
+        "apply",
+        "status",
+        "ledger",
+        "fingerprint",
+        "validate",
+        "completions",
+        "man",
+    ];
+    for shell in ["bash", "zsh", "fish"] {
+        let out = tunectl(tmp.path())
+            .args(["completions", shell])
+            .output()
+            .expect("run");
+        assert!(out.status.success(), "{shell}: {out:?}");
+        let text = String::from_utf8_lossy(&out.stdout);
+        for c in commands {
+            assert!(text.contains(c), "{shell} completions lack `{c}`");
+        }
+        assert!(text.contains("notify"), "{shell} completions lack --notify");
+    }
+    let out = tunectl(tmp.path())
+        .args(["completions", "tcsh"])
+        .output()
+        .expect("run");
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    let out = tunectl(tmp.path()).arg("man").output().expect("run");
+    assert!(out.status.success(), "{out:?}");
+    let man = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        man.starts_with(".ie") && man.contains(".TH tunectl 1"),
+        "{man}"
+    );
+    for c in commands {
+        assert!(man.contains(c), "the manual page lacks `{c}`");
+    }
+}

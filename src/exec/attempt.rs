@@ -80,12 +80,17 @@ fn parse_result(bytes: &[u8], metrics_required: bool) -> Result<(Metrics, Option
     Ok((out, digest))
 }
 
+/// The first sample a ratio cannot use: not a positive normal number.
+pub fn first_unusable(samples: &[f64]) -> Option<&f64> {
+    samples.iter().find(|x| !(x.is_normal() && **x > 0.0))
+}
+
 /// The objective's samples must be positive normal numbers: speedups are
 /// ratios of them, and 0, a negative number or a subnormal one (which JSON
 /// can write, e.g. `5e-324`) would make a ratio infinite, negative or
 /// meaningless.
 pub fn check_ratio_samples(name: &str, samples: &[f64]) -> Result<(), String> {
-    match samples.iter().find(|x| !(x.is_normal() && **x > 0.0)) {
+    match first_unusable(samples) {
         None => Ok(()),
         Some(x) => {
             let what = if x.is_finite() && *x > 0.0 {

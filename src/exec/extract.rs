@@ -67,7 +67,7 @@ fn fetched<'a>(map: &'a Fetched, name: &str) -> Result<&'a [u8], String> {
 /// Samples must be positive normal numbers, as the objective's always
 /// are: speedups are ratios of them.
 fn check_samples(samples: &[f64]) -> Result<(), String> {
-    match samples.iter().find(|x| !(x.is_normal() && **x > 0.0)) {
+    match super::attempt::first_unusable(samples) {
         Some(x) => Err(format!("sample {x} is not a positive normal number")),
         None => Ok(()),
     }

@@ -54,15 +54,26 @@ struct PlanView {
 /// What the ledger holds of the study file's spec.
 #[derive(Serialize)]
 struct LedgerStudy {
-    /// `new` (nothing yet), `launched` (as the study's name), `fork` (as a
-    /// fork of it), or `changed` (the name holds another spec: a launch
-    /// refuses, `launch --fork` starts `study`).
-    state: &'static str,
+    state: LedgerState,
     /// `changed`: what differs from the spec the ledger holds as the
     /// study's name.
     changes: Vec<String>,
     /// Judging settings changed since the launch (re-judged, nothing reruns).
     judging_changes: Vec<String>,
+}
+
+#[derive(Serialize, Clone, Copy, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+enum LedgerState {
+    /// Nothing of this spec yet.
+    New,
+    /// Launched as the study's name.
+    Launched,
+    /// Launched as a fork of it.
+    Fork,
+    /// The name holds another spec: a launch refuses, `launch --fork`
+    /// starts the plan's `study`.
+    Changed,
 }
 
 #[derive(Serialize)]
@@ -258,7 +269,11 @@ pub async fn run(a: PlanArgs) -> Result<(), CliError> {
         Resolved::Launched { record, fork } => (
             record.study_id,
             LedgerStudy {
-                state: if fork { "fork" } else { "launched" },
+                state: if fork {
+                    LedgerState::Fork
+                } else {
+                    LedgerState::Launched
+                },
                 changes: Vec::new(),
                 judging_changes: record.spec.judging().changed_since_launch,
             },
@@ -266,7 +281,7 @@ pub async fn run(a: PlanArgs) -> Result<(), CliError> {
         Resolved::New => (
             study.id().to_string(),
             LedgerStudy {
-                state: "new",
+                state: LedgerState::New,
                 changes: Vec::new(),
                 judging_changes: Vec::new(),
             },
@@ -274,7 +289,7 @@ pub async fn run(a: PlanArgs) -> Result<(), CliError> {
         Resolved::Changed { changes, .. } => (
             fork_id(&study),
             LedgerStudy {
-                state: "changed",
+                state: LedgerState::Changed,
                 changes,
                 judging_changes: Vec::new(),
             },
@@ -527,7 +542,7 @@ fn render_plan(v: &PlanView) -> String {
     let _ = writeln!(o, "ledger: {} · {held}", v.ledger);
     let ls = &v.ledger_study;
     match ls.state {
-        "changed" => {
+        LedgerState::Changed => {
             let _ = writeln!(
                 o,
                 "  study `{}` there was launched with another spec (changed: {}): `launch` refuses this file; `launch --fork` records it as study `{}` and runs every trial of this plan",
@@ -536,14 +551,14 @@ fn render_plan(v: &PlanView) -> String {
                 v.study
             );
         }
-        "fork" => {
+        LedgerState::Fork => {
             let _ = writeln!(
                 o,
                 "  this spec is the fork `{}` there: `launch` continues it",
                 v.study
             );
         }
-        _ => {}
+        LedgerState::New | LedgerState::Launched => {}
     }
     if !ls.judging_changes.is_empty() {
         let _ = writeln!(

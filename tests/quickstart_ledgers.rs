@@ -145,6 +145,35 @@ fn shape(report: &Json) -> Vec<String> {
     out
 }
 
+/// The study's latency bound (`selection.limits: chunk_us: {max: 60}`):
+/// block 16384 takes 75 to 100 us a chunk, so each of its configs that ran
+/// cleanly is rejected as `limit` at every cell, and none ships; configs
+/// that pass it carry their `chunk_us` with its n in the report.
+fn the_latency_limit_holds(report: &Json) {
+    for class in report["classes"].as_array().expect("classes") {
+        let mut limited = 0;
+        for cell in class["cells"].as_array().expect("cells") {
+            for r in cell["rejected"].as_array().expect("rejected") {
+                if r["rejection"]["class"] == "limit" {
+                    assert_eq!(r["config"]["block"], 16384, "{r}");
+                    let detail = r["rejection"]["detail"].as_str().unwrap_or_default();
+                    assert!(
+                        detail.contains("chunk_us") && detail.contains("max 60"),
+                        "{r}"
+                    );
+                    limited += 1;
+                }
+            }
+            let baseline = &cell["baseline"]["metrics"]["chunk_us"];
+            assert!(baseline["n"].as_u64().unwrap_or(0) >= 3, "{cell}");
+        }
+        assert!(limited > 0, "no config broke the chunk_us limit: {class}");
+        for b in class["buckets"].as_array().expect("buckets") {
+            assert_ne!(b["config"]["block"], 16384, "{b}");
+        }
+    }
+}
+
 #[test]
 fn the_quickstart_runs_on_s3_as_on_a_local_ledger() {
     let Some(endpoint) = s3_endpoint() else {
@@ -189,6 +218,8 @@ fn the_quickstart_runs_on_s3_as_on_a_local_ledger() {
     // The traps are caught on both.
     let text = s3_report.to_string();
     assert!(text.contains("output_changed") && text.contains("\"crash\""));
+    the_latency_limit_holds(&s3_report);
+    the_latency_limit_holds(&local_report);
     // A relaunch runs nothing, on S3 too.
     let (again, _) = run(tmp.path(), &study, &s3);
     assert!(again.contains("ran 0 trials"), "{again}");
@@ -240,6 +271,7 @@ fn the_quickstart_runs_over_an_ssh_fleet_with_one_block_per_host_class() {
     let report: Json = serde_json::from_slice(&report.stdout).expect("report JSON");
     let classes = report["classes"].as_array().expect("classes");
     assert_eq!(classes.len(), 2, "one block per host class: {report}");
+    the_latency_limit_holds(&report);
     for class in classes {
         // Each class caught both traps and decided every bucket.
         let text = class.to_string();

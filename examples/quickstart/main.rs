@@ -304,19 +304,22 @@ fn chunk_sum<A: Accum>(start: u64, end: u64) -> A {
 /// One pass: workers pull chunks of `block` indices from a shared atomic
 /// counter; chunk partials are then combined in chunk order, which makes the
 /// result independent of the thread count and of scheduling.
-/// Returns the sum, or the index of the first chunk whose partial overflowed.
-fn run_pass<A: Accum>(cfg: &Config) -> Result<u64, u64> {
+/// Returns the sum (or the index of the first chunk whose partial
+/// overflowed), and the median time one chunk took, in microseconds: the
+/// latency a caller waiting on one chunk would see.
+fn run_pass<A: Accum>(cfg: &Config) -> (Result<u64, u64>, f64) {
     let n = cfg.n;
     let block = cfg.block;
     let nchunks = n.div_ceil(block);
     let next = AtomicU64::new(0);
     let mut partials: Vec<Option<A>> = vec![None; nchunks as usize];
+    let mut chunk_us: Vec<f64> = Vec::with_capacity(nchunks as usize);
     thread::scope(|s| {
         let handles: Vec<_> = (0..cfg.threads)
             .map(|_| {
                 let next = &next;
                 s.spawn(move || {
-                    let mut mine: Vec<(u64, A)> = Vec::new();
+                    let mut mine: Vec<(u64, A, f64)> = Vec::new();
                     loop {
                         let c = next.fetch_add(1, Ordering::Relaxed);
                         if c >= nchunks {
@@ -324,35 +327,41 @@ fn run_pass<A: Accum>(cfg: &Config) -> Result<u64, u64> {
                         }
                         let start = c * block;
                         let end = (start + block).min(n);
-                        mine.push((c, chunk_sum::<A>(start, end)));
+                        let t0 = Instant::now();
+                        let partial = chunk_sum::<A>(start, end);
+                        mine.push((c, partial, t0.elapsed().as_secs_f64() * 1e6));
                     }
                     mine
                 })
             })
             .collect();
         for h in handles {
-            for (c, p) in h.join().expect("worker thread panicked") {
+            for (c, p, us) in h.join().expect("worker thread panicked") {
                 partials[c as usize] = Some(p);
+                chunk_us.push(us);
             }
         }
     });
+    chunk_us.sort_by(f64::total_cmp);
+    let median_us = chunk_us[chunk_us.len() / 2];
     let mut total = A::ZERO;
     for (c, p) in partials.into_iter().enumerate() {
         let p = p.expect("every chunk is computed exactly once");
         total = total.combine(p);
         if total.check().is_none() {
-            return Err(c as u64 * block);
+            return (Err(c as u64 * block), median_us);
         }
     }
-    Ok(total.check().expect("checked above"))
+    (Ok(total.check().expect("checked above")), median_us)
 }
 
-fn run<A: Accum>(cfg: &Config) -> (u64, Vec<f64>) {
+fn run<A: Accum>(cfg: &Config) -> (u64, Vec<f64>, Vec<f64>) {
     let mut times_ms = Vec::with_capacity(cfg.passes as usize);
+    let mut chunk_us = Vec::with_capacity(cfg.passes as usize);
     let mut sum: Option<u64> = None;
     for pass in 0..cfg.passes {
         let t0 = Instant::now();
-        let r = run_pass::<A>(cfg);
+        let (r, us) = run_pass::<A>(cfg);
         let dt = t0.elapsed().as_secs_f64() * 1e3;
         let s = match r {
             Ok(s) => s,
@@ -369,8 +378,9 @@ fn run<A: Accum>(cfg: &Config) -> (u64, Vec<f64>) {
         }
         sum = Some(s);
         times_ms.push(dt);
+        chunk_us.push(us);
     }
-    (sum.expect("passes >= 1"), times_ms)
+    (sum.expect("passes >= 1"), times_ms, chunk_us)
 }
 
 fn write_file(path: &str, contents: &str) {
@@ -382,7 +392,7 @@ fn write_file(path: &str, contents: &str) {
 
 fn main() {
     let cfg = parse_args();
-    let (sum, times_ms) = match cfg.mode {
+    let (sum, times_ms, chunk_us) = match cfg.mode {
         Mode::F64 => run::<f64>(&cfg),
         Mode::I64 => run::<i64>(&cfg),
         Mode::F32 => run::<f32>(&cfg),
@@ -410,14 +420,22 @@ fn main() {
             }
             write!(json, "{t:.4}").unwrap();
         }
+        json.push_str("], \"chunk_us\": [");
+        for (i, t) in chunk_us.iter().enumerate() {
+            if i > 0 {
+                json.push_str(", ");
+            }
+            write!(json, "{t:.3}").unwrap();
+        }
         json.push_str("]}}\n");
         write_file(path, &json);
     }
 
     let times: Vec<String> = times_ms.iter().map(|t| format!("{t:.2}")).collect();
+    let chunks: Vec<String> = chunk_us.iter().map(|t| format!("{t:.1}")).collect();
     println!(
         "quickstart: accum={} threads={} block={} n={} passes={} sum={} \
-         time_ms=[{}] throughput={:.1} Melem/s",
+         time_ms=[{}] chunk_us=[{}] throughput={:.1} Melem/s",
         cfg.mode.name(),
         cfg.threads,
         cfg.block,
@@ -425,6 +443,7 @@ fn main() {
         cfg.passes,
         sum,
         times.join(", "),
+        chunks.join(", "),
         throughput
     );
 }

@@ -440,21 +440,71 @@ pub struct TunedBucket {
     pub decision: String,
 }
 
-/// Parse a tuned file's text (`file` names it in messages).
+/// Parse a tuned file's text (`file` names it in messages, with the line,
+/// column and field of the first value that does not read).
 pub fn parse(file: &Path, text: &str) -> Result<TunedFile, String> {
     let node = crate::spec::yaml::parse_text(file, text).map_err(|d| d.to_string())?;
     let json = node_to_json(&node);
     let schema = json.get("schema").and_then(Json::as_u64);
     if schema != Some(u64::from(SCHEMA)) {
-        return Err(format!(
-            "{}: not a tuned file of schema {SCHEMA} (schema: {}); re-export it with this tunectl",
-            file.display(),
-            json.get("schema")
-                .map(Json::to_string)
-                .unwrap_or("missing".into())
+        let at = match &node {
+            Node::Mapping(m) => m.get_node("schema").unwrap_or(&node),
+            _ => &node,
+        };
+        return Err(diagnostic(
+            file,
+            at,
+            "schema",
+            format!(
+                "not a tuned file of schema {SCHEMA} (schema: {}); re-export it with this tunectl",
+                json.get("schema")
+                    .map(Json::to_string)
+                    .unwrap_or("missing".into())
+            ),
         ));
     }
-    serde_json::from_value(json).map_err(|e| format!("{}: not a tuned file: {e}", file.display()))
+    serde_path_to_error::deserialize(json).map_err(|e| {
+        // The path of the value serde refused, walked in the YAML tree to
+        // find where it is written; a missing field's path ends at the
+        // mapping that lacks it.
+        let mut at = &node;
+        let mut field = String::new();
+        for segment in e.path().iter() {
+            let next = match (segment, at) {
+                (serde_path_to_error::Segment::Map { key }, Node::Mapping(m)) => {
+                    field = crate::spec::yaml::join(&field, key);
+                    m.get_node(key)
+                }
+                (serde_path_to_error::Segment::Seq { index }, Node::Sequence(s)) => {
+                    field = crate::spec::yaml::index(&field, *index);
+                    s.get(*index)
+                }
+                _ => None,
+            };
+            match next {
+                Some(n) => at = n,
+                None => break,
+            }
+        }
+        diagnostic(file, at, &field, format!("not a tuned file: {}", e.inner()))
+    })
+}
+
+/// `file:line:column: field: message`, at `node`.
+fn diagnostic(file: &Path, node: &Node, field: &str, message: String) -> String {
+    let (line, column) = node
+        .span()
+        .start()
+        .map(|m| (m.line(), m.column()))
+        .unwrap_or((0, 0));
+    crate::spec::Diagnostic {
+        file: file.to_path_buf(),
+        line,
+        column,
+        field: field.to_string(),
+        message,
+    }
+    .to_string()
 }
 
 /// Load a tuned file, or every `*.yaml`/`*.yml` file of a directory (sorted
@@ -1376,10 +1426,45 @@ mod tests {
         let edited = text.replacen("level: draft", "level: final", 1);
         assert_ne!(edited, text);
         let e = parse(Path::new("edited.yaml"), &edited).expect_err("refused");
+        // The line of the first `level:`, the column of its value.
+        let line = 1 + edited[..edited.find("level: final").expect("edited")]
+            .matches('\n')
+            .count();
+        let at = format!("edited.yaml:{line}:");
         assert!(
-            e.starts_with("edited.yaml: not a tuned file:")
+            e.starts_with(&at)
+                && e.contains(": buckets[")
+                && e.contains("].level: not a tuned file:")
                 && e.contains("`final`")
                 && e.contains("`verdict`, `draft`, `pending`"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn a_tuned_file_that_does_not_read_names_the_line_and_field() {
+        let (_, text, _, _) = exported();
+        let line_of =
+            |t: &str, needle: &str| 1 + t[..t.find(needle).expect("in")].matches('\n').count();
+        // A field of the wrong type: its own line.
+        let edited = text.replacen("study: ", "study: [1, 2] #", 1);
+        let e = parse(Path::new("t.yaml"), &edited).expect_err("refused");
+        let at = format!("t.yaml:{}:", line_of(&edited, "study: ["));
+        assert!(e.starts_with(&at) && e.contains(": study: "), "{e}");
+        // A missing field: the mapping that lacks it.
+        let edited = text.replacen("    decision: ", "    decided: ", 1);
+        let e = parse(Path::new("t.yaml"), &edited).expect_err("refused");
+        assert!(
+            e.contains(": buckets[0]: ") && e.contains("missing field `decision`"),
+            "{e}"
+        );
+        assert!(!e.starts_with("t.yaml: "), "no line: {e}");
+        // A schema this tunectl does not read: the schema's line.
+        let edited = text.replacen("schema: 1", "schema: 9", 1);
+        let e = parse(Path::new("t.yaml"), &edited).expect_err("refused");
+        let at = format!("t.yaml:{}:", line_of(&edited, "schema: 9"));
+        assert!(
+            e.starts_with(&at) && e.contains("schema 1 (schema: 9)"),
             "{e}"
         );
     }

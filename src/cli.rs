@@ -185,8 +185,17 @@ pub struct StatusArgs {
     pub study: String,
     #[arg(long, env = "TUNECTL_LEDGER")]
     pub ledger: Option<String>,
-    #[arg(long)]
+    #[arg(long, conflicts_with = "watch")]
     pub json: bool,
+    /// Keep showing the status, refreshed every `--interval`, with an ETA
+    /// and each bucket's leader so far, until nothing is running or
+    /// pending (or Ctrl-C).
+    #[arg(long)]
+    pub watch: bool,
+    /// How often `--watch` reads the ledger again (e.g. `2s`, `500ms`; at
+    /// least 100ms).
+    #[arg(long, requires = "watch", value_parser = crate::commands::status::parse_interval, default_value = "2s")]
+    pub interval: std::time::Duration,
 }
 
 #[derive(Subcommand, Debug)]

@@ -8,8 +8,13 @@ use serde::Serialize;
 use super::inputs::{Resolved, changed_text, ledger_url, resolution_notes, resolve, study_arg};
 use super::{CliError, failed, say, say_err};
 use crate::cli::StatusArgs;
-use crate::ledger::Ledger;
+use crate::ledger::lease::LeaseRecord;
+use crate::ledger::{HostRecord, Ledger, Scan};
 use crate::plan::{ClassInfo, Plan, PlanHost, Progress};
+use crate::spec::Study;
+
+mod watch;
+pub use watch::parse_interval;
 
 #[derive(Serialize, Default)]
 struct ClassStatus {
@@ -37,56 +42,18 @@ struct ClassStatus {
     planned: Option<u64>,
 }
 
-/// Count, per host class, what the ledger holds of the study and what is
-/// left.
-pub async fn run(a: StatusArgs) -> Result<(), CliError> {
-    let (name, study) = study_arg(&a.study)?;
-    let url = ledger_url(a.ledger.as_deref(), study.as_ref(), None);
-    let Some(ledger) = Ledger::open_existing(&url).map_err(failed)? else {
-        return Err(CliError::Failed(format!("no ledger at `{url}`")));
-    };
-    ledger.check_reachable().await.map_err(failed)?;
-    let not_there = |id: &str| {
-        CliError::Failed(format!(
-            "study `{id}` is not in the ledger `{}`",
-            ledger.url()
-        ))
-    };
-    // A study file means the study it resolves to (its name, or the fork
-    // of its spec); one whose spec was never launched shows its name's
-    // study, without pending counts (the file does not plan that study).
-    let (study_id, study) = match study {
-        None => {
-            if ledger.read_study(&name).await.map_err(failed)?.is_none() {
-                return Err(not_there(&name));
-            }
-            (name, None)
-        }
-        Some(s) => match resolve(&ledger, &s).await? {
-            Resolved::Launched { record, fork } => {
-                resolution_notes(&a.study, &s, &record, fork, false);
-                (record.study_id, Some(s))
-            }
-            Resolved::New => return Err(not_there(&name)),
-            Resolved::Changed {
-                record,
-                changes,
-                forks,
-            } => {
-                say_err!(
-                    "warning: {}: this spec was never launched: {}; showing `{name}` as launched, without pending counts; `tunectl launch --fork` measures this one",
-                    a.study,
-                    changed_text(&name, &changes, &forks)
-                );
-                (record.study_id, None)
-            }
-        },
-    };
-    let scan = ledger.scan(&study_id).await.map_err(failed)?;
-    let (hosts, _) = ledger.hosts(&study_id).await.map_err(failed)?;
-    let leases = ledger.live_leases(&study_id).await.map_err(failed)?;
+/// Per host class (by id), what the ledger holds of study `study_id` and,
+/// with its study file (`study`), what is left: the counts of `status`
+/// and of `status --watch`.
+fn count(
+    study_id: &str,
+    study: Option<&Study>,
+    scan: &Scan,
+    hosts: &[HostRecord],
+    leases: &[LeaseRecord],
+) -> BTreeMap<String, ClassStatus> {
     let mut classes: BTreeMap<String, ClassStatus> = BTreeMap::new();
-    for h in &hosts {
+    for h in hosts {
         let c = classes
             .entry(h.host_class.clone())
             .or_insert_with(|| ClassStatus {
@@ -131,7 +98,7 @@ pub async fn run(a: StatusArgs) -> Result<(), CliError> {
             None => c.lost += 1,
         }
     }
-    for l in &leases {
+    for l in leases {
         let class = key_class.get(l.trial_key.as_str()).copied().or_else(|| {
             hosts
                 .iter()
@@ -153,7 +120,7 @@ pub async fn run(a: StatusArgs) -> Result<(), CliError> {
     }
     // An adaptive search's sweep trials (its objective stage) are known
     // only as its results arrive: no pending count.
-    if let Some(study) = study.as_ref().filter(|s| !s.strategy.is_adaptive()) {
+    if let Some(study) = study.filter(|s| !s.strategy.is_adaptive()) {
         let plan_hosts: Vec<PlanHost> = classes
             .values()
             .map(|c| PlanHost {
@@ -196,13 +163,75 @@ pub async fn run(a: StatusArgs) -> Result<(), CliError> {
                 let class = c.host_class.as_str();
                 progress.failed_configs = failed_configs.remove(class).unwrap_or_default();
                 progress.failed_baselines = failed_baselines.remove(class).unwrap_or_default();
-                let left = plan.still_to_run(study, &study_id, &c.host_class, &progress);
+                let left = plan.still_to_run(study, study_id, &c.host_class, &progress);
                 c.planned = Some(plan.trials_per_class());
                 c.pending = Some(left.to_run.len() as u64);
                 c.skipped = Some(left.skipped.len() as u64);
             }
         }
     }
+    classes
+}
+
+/// Count, per host class, what the ledger holds of the study and what is
+/// left.
+pub async fn run(a: StatusArgs) -> Result<(), CliError> {
+    let (name, study) = study_arg(&a.study)?;
+    let url = ledger_url(a.ledger.as_deref(), study.as_ref(), None);
+    let Some(ledger) = Ledger::open_existing(&url).map_err(failed)? else {
+        return Err(CliError::Failed(format!("no ledger at `{url}`")));
+    };
+    ledger.check_reachable().await.map_err(failed)?;
+    let not_there = |id: &str| {
+        CliError::Failed(format!(
+            "study `{id}` is not in the ledger `{}`",
+            ledger.url()
+        ))
+    };
+    // A study file means the study it resolves to (its name, or the fork
+    // of its spec); one whose spec was never launched shows its name's
+    // study, without pending counts (the file does not plan that study).
+    let (study_id, study, record) = match study {
+        None => {
+            let Some(record) = ledger.read_study(&name).await.map_err(failed)? else {
+                return Err(not_there(&name));
+            };
+            (name, None, record)
+        }
+        Some(s) => match resolve(&ledger, &s).await? {
+            Resolved::Launched { record, fork } => {
+                resolution_notes(&a.study, &s, &record, fork, false);
+                (record.study_id.clone(), Some(s), record)
+            }
+            Resolved::New => return Err(not_there(&name)),
+            Resolved::Changed {
+                record,
+                changes,
+                forks,
+            } => {
+                say_err!(
+                    "warning: {}: this spec was never launched: {}; showing `{name}` as launched, without pending counts; `tunectl launch --fork` measures this one",
+                    a.study,
+                    changed_text(&name, &changes, &forks)
+                );
+                (record.study_id.clone(), None, record)
+            }
+        },
+    };
+    if a.watch {
+        return watch::run(watch::Watched {
+            ledger,
+            study_id,
+            study,
+            record,
+            interval: a.interval,
+        })
+        .await;
+    }
+    let scan = ledger.scan(&study_id).await.map_err(failed)?;
+    let (hosts, _) = ledger.hosts(&study_id).await.map_err(failed)?;
+    let leases = ledger.live_leases(&study_id).await.map_err(failed)?;
+    let classes = count(&study_id, study.as_ref(), &scan, &hosts, &leases);
     let rows: Vec<&ClassStatus> = classes.values().collect();
     if a.json {
         println!("{}", serde_json::to_string_pretty(&rows).map_err(failed)?);

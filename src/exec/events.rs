@@ -56,14 +56,20 @@ pub enum LaunchEvent {
         count: u64,
     },
     /// Trials found in the ledger after the launch started (a released
-    /// cell's, a replayed search's): counted, not announced.
+    /// cell's, a replayed search's): counted, not announced. `in_plan`:
+    /// they were counted in [`LaunchEvent::Planned`]'s `to_run` or a
+    /// [`LaunchEvent::More`] (a grid cell's trials are counted when the
+    /// launch starts, before its baseline releases them).
     AlreadyDone {
         count: u64,
+        in_plan: bool,
     },
-    /// Trials that will not run, and why.
+    /// Trials that will not run, and why. `in_plan` as for
+    /// [`LaunchEvent::AlreadyDone`].
     Skipped {
         count: u64,
         cause: SkipCause,
+        in_plan: bool,
     },
     TrialStarted,
     /// An attempt ended and was recorded.
@@ -370,8 +376,21 @@ impl LaunchEvent {
 /// What a launch did, counted from its events.
 #[derive(Debug, Default, Clone)]
 pub struct LaunchSummary {
-    /// Trials the launch set out to run, and those that joined it since.
-    pub total: u64,
+    /// Trials of the plan: those the launch set out to run (sweep trials;
+    /// an adaptive search's rung trials) and those a search added since.
+    /// Anchors, confirmation rounds and re-measurements after drift are
+    /// not among them: they are counted apart, so that the progress bar's
+    /// total does not grow as they join.
+    pub planned: u64,
+    /// Trials of the plan that ran to an outcome (ok or failed).
+    pub planned_ended: u64,
+    /// Trials of the plan found in the ledger after the launch started.
+    pub planned_found_done: u64,
+    /// Trials of the plan that will not run.
+    pub planned_skipped: u64,
+    /// Anchors and confirmation-round trials queued (started, for anchors).
+    pub anchors_started: u64,
+    pub confirm_queued: u64,
     /// Attempts running now.
     pub running: u64,
     pub ran: u64,
@@ -420,12 +439,22 @@ impl LaunchSummary {
                 to_run,
                 already_done,
             } => {
-                self.total += to_run;
+                self.planned += to_run;
                 self.already_done += already_done;
             }
-            LaunchEvent::More { count } => self.total += count,
-            LaunchEvent::AlreadyDone { count } => self.already_done += count,
-            LaunchEvent::Skipped { count, .. } => self.skipped += count,
+            LaunchEvent::More { count } => self.planned += count,
+            LaunchEvent::AlreadyDone { count, in_plan } => {
+                self.already_done += count;
+                if *in_plan {
+                    self.planned_found_done += count;
+                }
+            }
+            LaunchEvent::Skipped { count, in_plan, .. } => {
+                self.skipped += count;
+                if *in_plan {
+                    self.planned_skipped += count;
+                }
+            }
             LaunchEvent::UnreadableObject { .. } => self.corrupt_objects += 1,
             LaunchEvent::HostUnreachable { host, reason } => {
                 self.unreachable_hosts.push((host.clone(), reason.clone()))
@@ -438,7 +467,8 @@ impl LaunchSummary {
                     (_, AttemptStatus::Lost) => {}
                     (RoleKind::Anchor, _) => self.anchors += 1,
                     (RoleKind::Confirm, _) => self.confirm_trials += 1,
-                    _ => {}
+                    (RoleKind::Sweep | RoleKind::Rung, _) => self.planned_ended += 1,
+                    (RoleKind::Unknown(_), _) => {}
                 }
                 match status {
                     AttemptStatus::Ok => {
@@ -457,10 +487,7 @@ impl LaunchSummary {
                 self.lost += 1;
                 self.unrecorded.push(attempt.clone());
             }
-            LaunchEvent::TrialRequeued => {
-                self.requeued += 1;
-                self.total += 1;
-            }
+            LaunchEvent::TrialRequeued => self.requeued += 1,
             LaunchEvent::HostChanged { host, .. } if !self.changed_hosts.contains(host) => {
                 self.changed_hosts.push(host.clone());
             }
@@ -469,16 +496,13 @@ impl LaunchSummary {
                 left,
                 cause: Abandon::AllDown { .. },
             } => self.abandoned_classes.push((label.clone(), *left)),
-            LaunchEvent::AnchorStarted => self.total += 1,
-            LaunchEvent::Remeasure { count } => {
-                self.voided += count;
-                self.total += count;
-            }
+            LaunchEvent::AnchorStarted => self.anchors_started += 1,
+            LaunchEvent::Remeasure { count } => self.voided += count,
             LaunchEvent::CellDropped { .. } => self.dropped_cells += 1,
             LaunchEvent::Stalled { class, trials, .. } => {
                 self.stalled.push((class.clone(), *trials))
             }
-            LaunchEvent::ConfirmationQueued { trials, .. } => self.total += trials,
+            LaunchEvent::ConfirmationQueued { trials, .. } => self.confirm_queued += trials,
             LaunchEvent::BudgetSpent { spent_s, cap_s } => {
                 self.budget_spent = Some((*spent_s, *cap_s))
             }
@@ -486,9 +510,23 @@ impl LaunchSummary {
         }
     }
 
+    /// Trials of the plan that are over: ran to an outcome, skipped, or
+    /// found done, less the measurements discarded after drift (their
+    /// trials run again), and never more than [`LaunchSummary::planned`].
+    pub fn planned_over(&self) -> u64 {
+        (self.planned_ended + self.planned_skipped + self.planned_found_done)
+            .saturating_sub(self.voided)
+            .min(self.planned)
+    }
+
     /// Fold another round of the same launch into this one.
     pub fn add(&mut self, o: &LaunchSummary) {
-        self.total += o.total;
+        self.planned += o.planned;
+        self.planned_ended += o.planned_ended;
+        self.planned_found_done += o.planned_found_done;
+        self.planned_skipped += o.planned_skipped;
+        self.anchors_started += o.anchors_started;
+        self.confirm_queued += o.confirm_queued;
         self.ran += o.ran;
         self.ok += o.ok;
         self.failed += o.failed;
@@ -601,13 +639,14 @@ mod tests {
             LaunchEvent::Skipped {
                 count: 2,
                 cause: SkipCause::ConfigFailed,
+                in_plan: true,
             },
         ] {
             s.apply(&ev);
         }
-        assert_eq!((s.total, s.ran, s.ok, s.lost, s.running), (9, 1, 1, 1, 0));
+        assert_eq!((s.planned, s.ran, s.ok, s.lost, s.running), (4, 1, 1, 1, 0));
         // An anchor counts once it ran, a confirmation trial too; what is
-        // queued only adds to the total.
+        // queued is counted apart from the plan.
         assert_eq!((s.requeued, s.anchors, s.voided, s.skipped), (1, 0, 3, 2));
         assert_eq!(s.confirm_trials, 1);
         assert_eq!(s.already_done, 2);

@@ -4,9 +4,11 @@
 //! emit typed [`LaunchEvent`]s, counted by [`LaunchSummary::apply`].
 
 use std::io::IsTerminal;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use indicatif::{HumanDuration, ProgressBar, ProgressDrawTarget, ProgressState, ProgressStyle};
 use tokio::sync::mpsc;
 
 use super::events::{
@@ -28,26 +30,93 @@ pub enum ProgressMode {
     Quiet,
 }
 
-/// `3/10 trials · ok 2 · failed 1 · running 1 · lost 1 · skipped 0`.
+/// What the launch counts besides the plan's progress: `ok 2 · failed 1 ·
+/// running 1 · lost 1 · skipped 3 · anchors 2 · confirm 1/4` (zero counts
+/// after `running` left out). Anchors and confirmation-round trials are
+/// counted here, not in the bar's total, which stays the plan's; once the
+/// plan is over they come first, as they are what still runs.
 fn counts_line(c: &LaunchSummary) -> String {
-    format!(
-        "{}/{} trials · ok {} · failed {} · running {}{}{}",
-        c.ran + c.skipped,
-        c.total,
-        c.ok,
-        c.failed,
-        c.running,
-        if c.lost > 0 {
-            format!(" · lost {}", c.lost)
-        } else {
-            String::new()
-        },
-        if c.skipped > 0 {
-            format!(" · skipped {}", c.skipped)
-        } else {
-            String::new()
-        },
-    )
+    let mut extra = Vec::new();
+    if c.anchors_started > 0 {
+        extra.push(format!("anchors {}", c.anchors));
+    }
+    if c.confirm_queued > 0 {
+        extra.push(format!("confirm {}/{}", c.confirm_trials, c.confirm_queued));
+    }
+    let mut counts = vec![
+        format!("ok {}", c.ok),
+        format!("failed {}", c.failed),
+        format!("running {}", c.running),
+    ];
+    for (name, n) in [("lost", c.lost), ("skipped", c.skipped)] {
+        if n > 0 {
+            counts.push(format!("{name} {n}"));
+        }
+    }
+    if plan_over(c) {
+        extra.append(&mut counts);
+        extra.join(" · ")
+    } else {
+        counts.append(&mut extra);
+        counts.join(" · ")
+    }
+}
+
+fn plan_over(c: &LaunchSummary) -> bool {
+    c.planned > 0 && c.planned_over() >= c.planned
+}
+
+/// The bar's layout: the ETA first and the counts last, in the width
+/// left, so that a narrow terminal (80 columns) cuts the counts, never the
+/// ETA.
+const BAR_TEMPLATE: &str = "{eta_short} [{bar:20}] {pos}/{len} trials · {wide_msg}";
+
+/// The launch's progress bar: its length is the plan's trials, its
+/// position those of them that are over.
+struct Bar {
+    bar: ProgressBar,
+    /// The plan is over and trials beyond it (anchors, a confirmation
+    /// round) still run: the plan's rate says nothing of how long they take.
+    beyond_plan: Arc<AtomicBool>,
+}
+
+impl Bar {
+    fn new(target: ProgressDrawTarget) -> Bar {
+        let beyond_plan = Arc::new(AtomicBool::new(false));
+        let beyond = beyond_plan.clone();
+        let style = ProgressStyle::with_template(BAR_TEMPLATE)
+            .unwrap_or_else(|_| ProgressStyle::default_bar())
+            .with_key(
+                "eta_short",
+                move |s: &ProgressState, w: &mut dyn std::fmt::Write| {
+                    // Before trials of the plan end there is no rate to
+                    // estimate from (indicatif then says 0), and after it
+                    // nothing to estimate with: unknown, not zero.
+                    let eta = s.eta();
+                    let unknown = s.pos() == 0
+                        || (eta.is_zero() && s.pos() < s.len().unwrap_or(0))
+                        || beyond.load(Ordering::Relaxed);
+                    let _ = if unknown {
+                        w.write_str("ETA ?")
+                    } else {
+                        write!(w, "ETA {:#}", HumanDuration(eta))
+                    };
+                },
+            )
+            .progress_chars("=> ");
+        let bar = ProgressBar::with_draw_target(Some(0), target);
+        bar.set_style(style);
+        Bar { bar, beyond_plan }
+    }
+
+    fn show(&self, c: &LaunchSummary) {
+        let beyond = c.running > 0 || c.confirm_trials < c.confirm_queued;
+        self.beyond_plan
+            .store(plan_over(c) && beyond, Ordering::Relaxed);
+        self.bar.set_length(c.planned);
+        self.bar.set_position(c.planned_over());
+        self.bar.set_message(counts_line(c));
+    }
 }
 
 /// The launch's closing line: what ran (confirmation rounds and anchors
@@ -247,7 +316,7 @@ pub fn describe(ev: &LaunchEvent) -> Vec<String> {
         | LaunchEvent::TrialRequeued
         | LaunchEvent::AnchorStarted
         | LaunchEvent::Remeasure { .. } => vec![],
-        LaunchEvent::Skipped { count, cause } => match cause {
+        LaunchEvent::Skipped { count, cause, .. } => match cause {
             // Counted, not announced: the failure itself was reported.
             SkipCause::ConfigFailed => vec![],
             _ => one(format!("skipping {count} trials: {}", skip_text(cause))),
@@ -448,19 +517,14 @@ pub async fn report(mode: ProgressMode, mut rx: mpsc::UnboundedReceiver<LaunchEv
         m => m,
     };
     let bar = (mode == ProgressMode::Bar).then(|| {
-        let b = ProgressBar::with_draw_target(Some(0), ProgressDrawTarget::stderr());
-        b.set_style(
-            ProgressStyle::with_template("{elapsed_precise} [{bar:30}] {msg} · ETA {eta}")
-                .unwrap_or_else(|_| ProgressStyle::default_bar())
-                .progress_chars("=> "),
-        );
-        b.enable_steady_tick(Duration::from_millis(200));
+        let b = Bar::new(ProgressDrawTarget::stderr());
+        b.bar.enable_steady_tick(Duration::from_millis(200));
         b
     });
     // Host names, failure details and trial output are shown escaped
     // (crate::term), never obeyed.
     let say = |text: &str, warning: bool| match &bar {
-        Some(b) => b.println(crate::term::escape_block(text)),
+        Some(b) => b.bar.println(crate::term::escape_block(text)),
         None if warning || mode != ProgressMode::Quiet => {
             eprintln!("{}", crate::term::escape_block(text))
         }
@@ -482,21 +546,25 @@ pub async fn report(mode: ProgressMode, mut rx: mpsc::UnboundedReceiver<LaunchEv
                     say(&line, warning);
                 }
                 if let Some(b) = &bar {
-                    b.set_length(c.total);
-                    b.set_position(c.ran + c.skipped);
-                    b.set_message(counts_line(&c));
+                    b.show(&c);
                 }
             }
             _ = tick.tick() => {
                 if mode == ProgressMode::Plain && last_line.elapsed() >= period {
-                    eprintln!("progress: {} ({}s)", counts_line(&c), started.elapsed().as_secs());
+                    eprintln!(
+                        "progress: {}/{} trials · {} ({}s)",
+                        c.planned_over(),
+                        c.planned,
+                        counts_line(&c),
+                        started.elapsed().as_secs()
+                    );
                     last_line = Instant::now();
                 }
             }
         }
     }
     if let Some(b) = bar {
-        b.finish_and_clear();
+        b.bar.finish_and_clear();
     }
 }
 
@@ -544,9 +612,191 @@ mod tests {
     }
 
     #[test]
+    fn the_bar_total_is_the_plan_and_anchors_and_confirmations_are_counted_apart() {
+        let mut c = LaunchSummary::default();
+        c.apply(&LaunchEvent::Planned {
+            to_run: 10,
+            already_done: 0,
+        });
+        let finished = |role| LaunchEvent::TrialFinished {
+            status: AttemptStatus::Ok,
+            role,
+            rejection: None,
+        };
+        for ev in [
+            LaunchEvent::TrialStarted,
+            finished(crate::trial::RoleKind::Sweep),
+            LaunchEvent::AnchorStarted,
+            LaunchEvent::TrialStarted,
+            finished(crate::trial::RoleKind::Anchor),
+            LaunchEvent::AnchorStarted,
+            LaunchEvent::ConfirmationQueued {
+                bucket: "n=1".to_string(),
+                class: "hc-1".to_string(),
+                trials: 4,
+            },
+            LaunchEvent::TrialStarted,
+            finished(crate::trial::RoleKind::Confirm),
+            LaunchEvent::TrialRequeued,
+            LaunchEvent::TrialStarted,
+            finished(crate::trial::RoleKind::Sweep),
+        ] {
+            c.apply(&ev);
+            assert_eq!(c.planned, 10, "the total moved at {ev:?}");
+        }
+        assert_eq!(c.planned_over(), 2);
+        assert_eq!(
+            counts_line(&c),
+            "ok 4 · failed 0 · running 0 · anchors 1 · confirm 1/4"
+        );
+        // A measurement discarded after drift runs again: it is not over.
+        c.apply(&LaunchEvent::Remeasure { count: 1 });
+        assert_eq!((c.planned, c.planned_over()), (10, 1));
+        // Trials of the plan found done or skipped are over; those outside
+        // it (a cell whose baseline failed in an earlier launch) are not.
+        c.apply(&LaunchEvent::AlreadyDone {
+            count: 2,
+            in_plan: true,
+        });
+        c.apply(&LaunchEvent::Skipped {
+            count: 3,
+            cause: SkipCause::ConfigFailed,
+            in_plan: true,
+        });
+        c.apply(&LaunchEvent::Skipped {
+            count: 5,
+            cause: SkipCause::BaselineFailed {
+                cell: "n=2".to_string(),
+            },
+            in_plan: false,
+        });
+        assert_eq!((c.planned, c.planned_over()), (10, 6));
+    }
+
+    /// A terminal of a given width that keeps what is written to it.
+    #[derive(Debug, Clone)]
+    struct Screen {
+        width: u16,
+        text: std::sync::Arc<std::sync::Mutex<String>>,
+    }
+
+    impl Screen {
+        fn new(width: u16) -> Screen {
+            Screen {
+                width,
+                text: Default::default(),
+            }
+        }
+
+        /// The last line drawn.
+        fn last_line(&self) -> String {
+            let text = self.text.lock().map(|t| t.clone()).unwrap_or_default();
+            text.lines()
+                .rfind(|l| !l.is_empty())
+                .unwrap_or_default()
+                .to_string()
+        }
+
+        fn push(&self, s: &str) {
+            if let Ok(mut t) = self.text.lock() {
+                t.push_str(s);
+            }
+        }
+    }
+
+    impl indicatif::TermLike for Screen {
+        fn width(&self) -> u16 {
+            self.width
+        }
+        fn move_cursor_up(&self, _: usize) -> std::io::Result<()> {
+            Ok(())
+        }
+        fn move_cursor_down(&self, _: usize) -> std::io::Result<()> {
+            Ok(())
+        }
+        fn move_cursor_right(&self, _: usize) -> std::io::Result<()> {
+            Ok(())
+        }
+        fn move_cursor_left(&self, _: usize) -> std::io::Result<()> {
+            Ok(())
+        }
+        fn write_line(&self, s: &str) -> std::io::Result<()> {
+            self.push(s);
+            self.push("\n");
+            Ok(())
+        }
+        fn write_str(&self, s: &str) -> std::io::Result<()> {
+            self.push(s);
+            Ok(())
+        }
+        fn clear_line(&self) -> std::io::Result<()> {
+            self.push("\n");
+            Ok(())
+        }
+        fn flush(&self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn at_80_columns_the_bar_shows_its_eta_and_cuts_the_counts() {
+        let screen = Screen::new(80);
+        let b = Bar::new(ProgressDrawTarget::term_like(Box::new(screen.clone())));
+        let mut c = LaunchSummary {
+            planned: 1200,
+            running: 8,
+            ..Default::default()
+        };
+        b.show(&c);
+        b.bar.tick();
+        let line = screen.last_line();
+        assert!(line.starts_with("ETA ? ["), "{line:?}");
+        // A rate needs time between two positions.
+        c.planned_ended = 10;
+        b.show(&c);
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        c.planned_ended = 400;
+        c.ok = 390;
+        c.failed = 10;
+        c.lost = 3;
+        c.skipped = 12;
+        c.planned_skipped = 12;
+        c.anchors_started = 40;
+        c.anchors = 38;
+        c.confirm_queued = 24;
+        c.confirm_trials = 10;
+        b.show(&c);
+        b.bar.tick();
+        let line = screen.last_line();
+        assert!(line.starts_with("ETA "), "{line:?}");
+        assert!(!line.starts_with("ETA ?"), "{line:?}");
+        assert!(line.contains(" 412/1200 trials · ok 390"), "{line:?}");
+        assert!(
+            line.chars().count() <= 80,
+            "{} columns: {line:?}",
+            line.chars().count()
+        );
+        // The counts that do not fit are cut, not wrapped.
+        assert!(!line.contains("confirm"), "{line:?}");
+        // The plan is over, a confirmation round runs: what it does comes
+        // first, and the plan's rate gives no ETA for it.
+        c.planned_ended = 1188;
+        c.running = 1;
+        b.show(&c);
+        b.bar.tick();
+        let line = screen.last_line();
+        assert!(
+            line.starts_with("ETA ? [")
+                && line.contains(" 1200/1200 trials · anchors 38 · confirm 10/24 · ok "),
+            "{line:?}"
+        );
+    }
+
+    #[test]
     fn counted_events_say_nothing_and_warnings_say_why() {
         assert!(describe(&LaunchEvent::More { count: 3 }).is_empty());
         let lines = describe(&LaunchEvent::Skipped {
+            in_plan: true,
             count: 4,
             cause: SkipCause::BaselineFailed {
                 cell: "n=1".to_string(),

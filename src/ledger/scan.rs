@@ -352,6 +352,17 @@ impl Ledger {
         Ok(scan)
     }
 
+    /// How many writers' log streams of `study` the last [`Ledger::scan`]
+    /// found not ended: launches writing to it now, or ones that stopped
+    /// without ending theirs (killed). 0 before any scan.
+    pub async fn open_log_streams(&self, study: &str) -> usize {
+        let cache = self.known.lock().await;
+        cache
+            .get(study)
+            .map(|k| k.streams.values().filter(|m| !m.closed).count())
+            .unwrap_or(0)
+    }
+
     /// Trial keys that have at least one attempt object, with how many.
     pub async fn trial_keys(&self, study: &str) -> Result<BTreeMap<String, usize>, LedgerError> {
         self.scan(study).await?;
@@ -749,6 +760,34 @@ mod tests {
                 closed: true
             }
         );
+    }
+
+    #[tokio::test]
+    async fn a_reader_counts_the_log_streams_their_writers_have_not_ended() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let url = dir.path().display().to_string();
+        let reader = Ledger::open(&url).expect("open");
+        assert_eq!(reader.open_log_streams(S).await, 0);
+        let a = Ledger::open(&url).expect("open");
+        let b = Ledger::open(&url).expect("open");
+        a.write_attempt(&rec(&trial(1), "20260101T000000.000000Z-01", "ok"))
+            .await
+            .expect("write");
+        b.write_attempt(&rec(&trial(2), "20260101T000000.000000Z-02", "ok"))
+            .await
+            .expect("write");
+        reader.scan(S).await.expect("scan");
+        assert_eq!(reader.open_log_streams(S).await, 2);
+        a.close_log(S).await;
+        reader.scan(S).await.expect("scan");
+        assert_eq!(reader.open_log_streams(S).await, 1);
+        b.close_log(S).await;
+        reader.scan(S).await.expect("scan");
+        assert_eq!(reader.open_log_streams(S).await, 0);
+        // A reader that starts now, from whatever the index holds.
+        let fresh = Ledger::open(&url).expect("open");
+        fresh.scan(S).await.expect("scan");
+        assert_eq!(fresh.open_log_streams(S).await, 0);
     }
 
     #[tokio::test]

@@ -459,9 +459,15 @@ impl<'a> Scheduler<'a> {
         std::mem::take(&mut self.st.plan_writes)
     }
 
-    fn skip(&mut self, count: u64, cause: SkipCause) {
+    /// `in_plan`: the skipped trials were counted in the launch's plan
+    /// (see [`LaunchEvent::AlreadyDone`]).
+    fn skip(&mut self, count: u64, cause: SkipCause, in_plan: bool) {
         if count > 0 {
-            self.out.push(LaunchEvent::Skipped { count, cause });
+            self.out.push(LaunchEvent::Skipped {
+                count,
+                cause,
+                in_plan,
+            });
         }
     }
 
@@ -530,8 +536,10 @@ impl<'a> Scheduler<'a> {
             to_run,
             already_done: already,
         });
+        // A cell whose baseline failed in an earlier launch was not
+        // counted in `to_run`.
         for (count, cause) in skipped {
-            self.skip(count, cause);
+            self.skip(count, cause, false);
         }
     }
 
@@ -609,8 +617,8 @@ impl<'a> Scheduler<'a> {
         for u in deferred {
             self.st.classes[class].ready.push(Reverse(u));
         }
-        self.skip(skipped_failed, SkipCause::ConfigFailed);
-        self.skip(skipped_dropped, SkipCause::CellDroppedEverywhere);
+        self.skip(skipped_failed, SkipCause::ConfigFailed, true);
+        self.skip(skipped_dropped, SkipCause::CellDroppedEverywhere, true);
         if result == Next::Wait && self.stalled(class, &live_hosts) {
             self.end_stalled(class);
             return (Next::Done, touched);
@@ -771,7 +779,10 @@ impl<'a> Scheduler<'a> {
             Some(AttemptStatus::Ok) => {
                 let (queued, done) = self.s.release_cell(cs, class, cell);
                 if done > 0 {
-                    self.out.push(LaunchEvent::AlreadyDone { count: done });
+                    self.out.push(LaunchEvent::AlreadyDone {
+                        count: done,
+                        in_plan: !self.s.adaptive(),
+                    });
                 }
                 // An adaptive cell's objective stage was not counted when
                 // the launch started.
@@ -805,8 +816,11 @@ impl<'a> Scheduler<'a> {
                 ))
             }
         };
+        // An adaptive cell's objective stage joins the plan only when its
+        // baseline releases it; a grid cell's was counted at the start.
+        let in_plan = !self.s.adaptive();
         if let Some((count, cause)) = skip {
-            self.skip(count, cause);
+            self.skip(count, cause, in_plan);
         }
     }
 

@@ -267,7 +267,10 @@ impl Scheduler<'_> {
                                     let outcome =
                                         s.rung_outcome(search.base[bi as usize].as_deref(), &rec);
                                     let _ = search.search.report(index, outcome);
-                                    out.push(LaunchEvent::AlreadyDone { count: 1 });
+                                    out.push(LaunchEvent::AlreadyDone {
+                                        count: 1,
+                                        in_plan: false,
+                                    });
                                     Then::Again
                                 }
                                 None => Then::Run(unit),
@@ -399,7 +402,10 @@ impl Scheduler<'_> {
             }
         }
         if already > 0 {
-            self.out.push(LaunchEvent::AlreadyDone { count: already });
+            self.out.push(LaunchEvent::AlreadyDone {
+                count: already,
+                in_plan: false,
+            });
         }
         if more > 0 {
             self.out.push(LaunchEvent::More { count: more });

@@ -150,7 +150,7 @@ fn skipped(events: &[LaunchEvent]) -> Vec<(u64, SkipCause)> {
     events
         .iter()
         .filter_map(|e| match e {
-            LaunchEvent::Skipped { count, cause } => Some((*count, cause.clone())),
+            LaunchEvent::Skipped { count, cause, .. } => Some((*count, cause.clone())),
             _ => None,
         })
         .collect()

@@ -126,6 +126,9 @@ pub struct Analysis {
     /// `verdict` when every bucket's decision is a verdict, else `draft`.
     pub level: Level,
     pub objective: MetricInfo,
+    /// The study's secondary metrics (`metrics:`), in its order: shown
+    /// beside the objective, never judged (but for `selection.limits`).
+    pub metrics: Vec<MetricInfo>,
     pub statistic: String,
     pub min_improvement: f64,
     pub context: BTreeMap<String, String>,
@@ -184,6 +187,9 @@ pub struct ClassReport {
     /// An adaptive search's screening runs (rungs), per cell and budget;
     /// empty for grid and random studies.
     pub search: Vec<SearchRow>,
+    /// Where the study could go next: the knobs that moved the objective
+    /// most, winners at the edge of a knob's range, values never tried.
+    pub next: super::levers::NextSteps,
 }
 
 /// The screening runs of an adaptive search at one cell and one budget,
@@ -339,9 +345,15 @@ pub struct CellReport {
 pub struct Rejection {
     pub class: FailureClass,
     pub detail: String,
+    /// `detail` without where it happened (repeat, host): what rejections
+    /// of several configs can have in common.
+    #[serde(skip)]
+    pub cause: String,
 }
 
-#[derive(Debug, Clone, Serialize)]
+/// In JSON, a spread from fewer than `selection.min_samples` samples is
+/// `null` (unknown), never 0 (see [`ConfigReport::serialize`]).
+#[derive(Debug, Clone)]
 pub struct ConfigReport {
     pub label: String,
     pub config: serde_json::Value,
@@ -361,12 +373,67 @@ pub struct ConfigReport {
     pub rejection: Option<Rejection>,
     /// Every other metric its successful sweep attempts recorded, pooled
     /// over the class's hosts (median, spread, n).
-    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub metrics: BTreeMap<String, Summary>,
-    #[serde(skip)]
     order: (u64, String),
-    #[serde(skip)]
     by_host: BTreeMap<String, Vec<f64>>,
+    /// `selection.min_samples`: fewer samples have no known spread.
+    min_samples: usize,
+}
+
+/// A [`Summary`] as JSON shows it: the spread `null` when unknown.
+#[derive(Serialize)]
+struct SummaryJson {
+    n: usize,
+    median: f64,
+    spread: Option<f64>,
+}
+
+impl ConfigReport {
+    fn summary_json(&self, s: &Summary) -> SummaryJson {
+        SummaryJson {
+            n: s.n,
+            median: s.median,
+            spread: (s.n >= self.min_samples).then_some(s.spread),
+        }
+    }
+}
+
+impl Serialize for ConfigReport {
+    fn serialize<S: Serializer>(&self, ser: S) -> Result<S::Ok, S::Error> {
+        #[derive(Serialize)]
+        struct View<'a> {
+            label: &'a str,
+            config: &'a serde_json::Value,
+            knobs_changed: usize,
+            trials: usize,
+            hosts: usize,
+            summary: Option<SummaryJson>,
+            relative_spread: Option<f64>,
+            speedup: Option<f64>,
+            combined_spread: Option<f64>,
+            rejection: &'a Option<Rejection>,
+            #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+            metrics: BTreeMap<&'a str, SummaryJson>,
+        }
+        View {
+            label: &self.label,
+            config: &self.config,
+            knobs_changed: self.knobs_changed,
+            trials: self.trials,
+            hosts: self.hosts,
+            summary: self.summary.as_ref().map(|s| self.summary_json(s)),
+            relative_spread: self.relative_spread,
+            speedup: self.speedup,
+            combined_spread: self.combined_spread,
+            rejection: &self.rejection,
+            metrics: self
+                .metrics
+                .iter()
+                .map(|(k, s)| (k.as_str(), self.summary_json(s)))
+                .collect(),
+        }
+        .serialize(ser)
+    }
 }
 
 /// Settings read from the frozen spec.
@@ -644,13 +711,27 @@ pub fn analyze_where(
             });
         }
         cell_reports.sort_by_key(|r| r.cell_index.unwrap_or(u32::MAX));
-        let buckets = decide_buckets(
+        let (buckets, trials_left) = decide_buckets(
             spec,
             cells,
             &cell_reports,
             &objective.name,
             &rules,
             &class_plans,
+        );
+        // An adaptive search's screening runs tried configs too.
+        let screened: Vec<&serde_json::Value> = rungs
+            .get(class_id)
+            .map(|r| r.iter().map(|a| &a.config).collect())
+            .unwrap_or_default();
+        let next = super::levers::next_steps(
+            spec,
+            &cell_reports,
+            &screened,
+            &buckets,
+            trials_left,
+            rules.higher,
+            rules.min_samples,
         );
         classes.push(ClassReport {
             host_class: class_id.to_string(),
@@ -664,6 +745,7 @@ pub fn analyze_where(
                 rungs.get(class_id).map(Vec::as_slice).unwrap_or_default(),
                 rules.tolerance.as_ref(),
             ),
+            next,
         });
     }
     let all_verdicts = !classes.is_empty()
@@ -682,6 +764,7 @@ pub fn analyze_where(
         },
         statistic: "median ± 1.4826·MAD over n samples; speedups are per-host ratios merged by their median".to_string(),
         objective,
+        metrics: secondary_declared(spec),
         min_improvement: rules.min_improvement,
         context,
         baseline: spec_baseline(spec),
@@ -867,6 +950,7 @@ fn analyze_cell(
         if r.rejection.is_none() {
             r.rejection = limit_broken(&g.sweep, &rules.limits).map(|detail| Rejection {
                 class: FailureClass::Limit,
+                cause: detail.clone(),
                 detail,
             });
         }
@@ -1094,14 +1178,14 @@ fn config_report(
     let mut rejection = attempts.iter().find_map(|a| {
         (a.status == AttemptStatus::Failed).then(|| {
             let f = a.failure.clone();
+            let cause = f
+                .as_ref()
+                .map(|f| f.detail.clone())
+                .unwrap_or_else(|| "failed".to_string());
             Rejection {
                 class: f.as_ref().map(|f| f.class).unwrap_or(FailureClass::Crash),
-                detail: format!(
-                    "{} (repeat {}, host {})",
-                    f.as_ref().map(|f| f.detail.as_str()).unwrap_or("failed"),
-                    a.repeat,
-                    a.host
-                ),
+                detail: format!("{cause} (repeat {}, host {})", a.repeat, a.host),
+                cause,
             }
         })
     });
@@ -1118,6 +1202,7 @@ fn config_report(
                     .map(|why| Rejection {
                         class: FailureClass::OutputChanged,
                         detail: format!("{why} (repeat {}, host {})", a.repeat, a.host),
+                        cause: why,
                     })
             });
     }
@@ -1139,6 +1224,7 @@ fn config_report(
         metrics: secondary_metrics(&attempts, objective),
         order: (knobs_changed as u64, first.config_label.clone()),
         by_host,
+        min_samples,
     }
 }
 
@@ -1176,7 +1262,8 @@ fn decide_buckets(
     objective: &str,
     rules: &Rules,
     plans: &[&PlanRecord],
-) -> Vec<BucketReport> {
+) -> (Vec<BucketReport>, bool) {
+    let mut trials_left = false;
     let mut order: Vec<String> = Vec::new();
     let mut members: BTreeMap<String, Vec<usize>> = BTreeMap::new();
     for (i, r) in reports.iter().enumerate() {
@@ -1186,7 +1273,7 @@ fn decide_buckets(
         members.entry(r.bucket.clone()).or_default().push(i);
     }
     let empty = BTreeMap::new();
-    order
+    let buckets = order
         .iter()
         .map(|key| {
             let idx = &members[key];
@@ -1204,6 +1291,7 @@ fn decide_buckets(
             // No verdict on incomplete evidence: every planned trial of the
             // bucket's cells must have ended.
             if let Some(why) = unfinished(&bucket_reports, &bucket_cells, plans) {
+                trials_left = true;
                 if out.level == Level::Verdict {
                     out.level = Level::Draft;
                     out.level_reason = why;
@@ -1213,7 +1301,8 @@ fn decide_buckets(
             }
             out
         })
-        .collect()
+        .collect();
+    (buckets, trials_left)
 }
 
 /// What keeps a bucket's evidence incomplete, if anything: cells whose
@@ -1877,6 +1966,18 @@ fn confirm(
         failure: None,
         spread_unknown: false,
     })
+}
+
+/// The study's `metrics:`, as frozen (none in a spec without them).
+fn secondary_declared(spec: &FrozenSpec) -> Vec<MetricInfo> {
+    spec.json()
+        .get("metrics")
+        .cloned()
+        .and_then(|m| serde_json::from_value::<Vec<FrozenMetric>>(m).ok())
+        .unwrap_or_default()
+        .iter()
+        .map(MetricInfo::of)
+        .collect()
 }
 
 fn spec_domains(spec: &FrozenSpec) -> serde_json::Map<String, serde_json::Value> {

@@ -256,7 +256,9 @@ pub struct BucketWinner {
     pub confirmation: Option<Confirmation>,
 }
 
-#[derive(Debug, Clone, Serialize)]
+/// In JSON, a side's spread from fewer than `selection.min_samples`
+/// samples is `null` (unknown), never 0.
+#[derive(Debug, Clone)]
 pub struct Confirmation {
     pub speedup: f64,
     pub baseline: Option<Summary>,
@@ -269,6 +271,33 @@ pub struct Confirmation {
     /// The round has fewer than `selection.min_samples` samples on a side:
     /// it can neither confirm nor refuse (the bucket stays a draft).
     pub spread_unknown: bool,
+    min_samples: usize,
+}
+
+impl Serialize for Confirmation {
+    fn serialize<S: Serializer>(&self, ser: S) -> Result<S::Ok, S::Error> {
+        #[derive(Serialize)]
+        struct View<'a> {
+            speedup: f64,
+            baseline: Option<SummaryJson>,
+            winner: Option<SummaryJson>,
+            threshold: f64,
+            confirmed: bool,
+            failure: &'a Option<RoundFailure>,
+            spread_unknown: bool,
+        }
+        let side = |s: &Option<Summary>| s.as_ref().map(|s| summary_json(s, self.min_samples));
+        View {
+            speedup: self.speedup,
+            baseline: side(&self.baseline),
+            winner: side(&self.winner),
+            threshold: self.threshold,
+            confirmed: self.confirmed,
+            failure: &self.failure,
+            spread_unknown: self.spread_unknown,
+        }
+        .serialize(ser)
+    }
 }
 
 /// A confirmation trial that failed the round outright. Written in the
@@ -388,13 +417,11 @@ struct SummaryJson {
     spread: Option<f64>,
 }
 
-impl ConfigReport {
-    fn summary_json(&self, s: &Summary) -> SummaryJson {
-        SummaryJson {
-            n: s.n,
-            median: s.median,
-            spread: (s.n >= self.min_samples).then_some(s.spread),
-        }
+fn summary_json(s: &Summary, min_samples: usize) -> SummaryJson {
+    SummaryJson {
+        n: s.n,
+        median: s.median,
+        spread: (s.n >= min_samples).then_some(s.spread),
     }
 }
 
@@ -421,7 +448,10 @@ impl Serialize for ConfigReport {
             knobs_changed: self.knobs_changed,
             trials: self.trials,
             hosts: self.hosts,
-            summary: self.summary.as_ref().map(|s| self.summary_json(s)),
+            summary: self
+                .summary
+                .as_ref()
+                .map(|s| summary_json(s, self.min_samples)),
             relative_spread: self.relative_spread,
             speedup: self.speedup,
             combined_spread: self.combined_spread,
@@ -429,7 +459,7 @@ impl Serialize for ConfigReport {
             metrics: self
                 .metrics
                 .iter()
-                .map(|(k, s)| (k.as_str(), self.summary_json(s)))
+                .map(|(k, s)| (k.as_str(), summary_json(s, self.min_samples)))
                 .collect(),
         }
         .serialize(ser)
@@ -1920,6 +1950,7 @@ fn confirm(
                     threshold: rules.min_improvement,
                     confirmed: false,
                     spread_unknown: false,
+                    min_samples: rules.min_samples,
                     failure: Some(RoundFailure {
                         class,
                         detail,
@@ -1942,6 +1973,7 @@ fn confirm(
                 confirmed: false,
                 failure: None,
                 spread_unknown: true,
+                min_samples: rules.min_samples,
             });
         };
         harmed |= c.speedup < 1.0 - spread;
@@ -1965,6 +1997,7 @@ fn confirm(
         confirmed: !harmed && speedup - 1.0 > threshold,
         failure: None,
         spread_unknown: false,
+        min_samples: rules.min_samples,
     })
 }
 

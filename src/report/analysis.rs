@@ -2166,6 +2166,44 @@ mod tests {
         a.classes[0].cells[0].clone()
     }
 
+    /// "What to try next" reads a lower-is-better objective the right way
+    /// round: the effect is best over worst in the better direction.
+    #[test]
+    fn next_levers_orient_a_lower_is_better_objective() {
+        let mut study = study();
+        study.spec = spec(serde_json::json!({
+            "objective": {"name": "tp", "unit": "ms", "better": "lower"},
+        }));
+        let at = |index: u64, label: &str, a: i64, ms: f64| {
+            let mut x = attempt(index, label, 0, &[ms, ms * 1.01, ms * 0.99], "d", false);
+            x.config = serde_json::json!({ "a": a });
+            x
+        };
+        let scan = Scan {
+            attempts: vec![
+                at(0, "baseline", 1, 100.0),
+                at(1, "a=2", 2, 50.0),
+                at(2, "a=3", 3, 200.0),
+            ],
+            ..Default::default()
+        };
+        let a = analyze(&study, &scan, &[]);
+        let next = &a.classes[0].next;
+        let e = &next.effects[0];
+        assert_eq!(
+            (e.best.clone(), e.worst.clone()),
+            (Some(2.into()), Some(3.into()))
+        );
+        assert!((e.ratio.unwrap_or(0.0) - 4.0).abs() < 1e-9, "{e:?}");
+        // One pair: no spread can be known.
+        assert_eq!((e.pairs, e.spread), (1, None));
+        // a=2 ships: neither the largest nor the smallest value tried.
+        assert!(next.edges.is_empty(), "{:?}", next.edges);
+        assert_eq!(next.untried.len(), 1);
+        assert_eq!(next.untried[0].values, [serde_json::json!(4)]);
+        assert_eq!(next.untried[0].possible_causes, ["budget"]);
+    }
+
     #[test]
     fn gate_rejects_crashes_and_changed_outputs() {
         let c = cell(vec![

@@ -71,8 +71,10 @@ pub fn wrap(text: &str, width: usize, first: &str, rest: &str) -> Vec<String> {
     lines
 }
 
+/// `text` wrapped into `out`; a newline or tab in it (a trial's stderr in
+/// a failure's detail) is shown escaped, so that it cannot break a line.
 fn put(out: &mut String, text: &str, width: usize, first: &str, rest: &str) {
-    for l in wrap(text, width, first, rest) {
+    for l in wrap(&crate::term::escape(text), width, first, rest) {
         let _ = writeln!(out, "{}", l.trim_end());
     }
 }
@@ -426,7 +428,7 @@ fn evidence(out: &mut String, a: &Analysis, class: &ClassReport, all: bool, widt
         }
     }
     if !all {
-        rejections(out, class, width);
+        rejections(out, class, &a.baseline, width);
     }
 }
 
@@ -513,7 +515,7 @@ fn shared(
         .collect()
 }
 
-fn rejections(out: &mut String, class: &ClassReport, width: usize) {
+fn rejections(out: &mut String, class: &ClassReport, baseline: &serde_json::Value, width: usize) {
     let groups = groups(class);
     if groups.is_empty() {
         return;
@@ -532,11 +534,6 @@ fn rejections(out: &mut String, class: &ClassReport, width: usize) {
         "",
         "  ",
     );
-    let baseline = class
-        .cells
-        .iter()
-        .find_map(|c| c.baseline.as_ref().map(|b| b.config.clone()))
-        .unwrap_or(serde_json::Value::Null);
     let all_cells: BTreeSet<&str> = class
         .cells
         .iter()
@@ -554,7 +551,7 @@ fn rejections(out: &mut String, class: &ClassReport, width: usize) {
     for g in &groups {
         let configs = configs_of(&g.members);
         let cells: BTreeSet<&str> = g.members.iter().map(|(c, _)| *c).collect();
-        let pairs = shared(&g.members, &baseline);
+        let pairs = shared(&g.members, baseline);
         let label = if configs.len() == 1 {
             configs
                 .iter()
@@ -730,5 +727,50 @@ fn next(out: &mut String, a: &Analysis, class: &ClassReport, width: usize) {
     put(out, EFFECT_METHOD, width, "", "  ");
     for l in lines {
         put(out, &format!("- {l}"), width, "", "    ");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn wrap_fits_the_width_and_cuts_what_cannot_fit() {
+        let text = "a win needs more than 2% and more than the combined spread";
+        let lines = wrap(text, 20, "", "  ");
+        assert_eq!(
+            lines,
+            [
+                "a win needs more",
+                "  than 2% and more",
+                "  than the combined",
+                "  spread"
+            ]
+        );
+        let long = format!("digest {} ok", "f".repeat(30));
+        let lines = wrap(&long, 12, "- ", "    ");
+        assert!(lines.iter().all(|l| l.chars().count() <= 12), "{lines:?}");
+        assert_eq!(lines.concat().matches('f').count(), 30, "{lines:?}");
+        assert_eq!(wrap("", 40, "  ", "  "), ["  "]);
+    }
+
+    #[test]
+    fn small_percentages_keep_two_significant_digits() {
+        assert_eq!(pct_text(0.0), "0.0%");
+        assert_eq!(pct_text(0.0297), "3.0%");
+        assert_eq!(pct_text(0.0023), "0.23%");
+        assert_eq!(pct_text(0.00074), "0.074%");
+        assert_eq!(pm_pct(None), "± ?");
+    }
+
+    #[test]
+    fn causes_differ_only_by_digests_group_together() {
+        let a =
+            general_cause("output digest dbf69d7cd2c9 ≠ baseline's 96243b2e2fcf (out.txt differs)");
+        let b =
+            general_cause("output digest 95b4a9cb2362 ≠ baseline's 415d4dddb403 (out.txt differs)");
+        assert_eq!(a, b);
+        assert_eq!(a, "output digest … ≠ baseline's … (out.txt differs)");
+        assert_eq!(general_cause("exit code 101"), "exit code 101");
     }
 }

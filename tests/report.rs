@@ -144,7 +144,8 @@ fn rejections_group_by_cause_and_all_lists_them() {
         "{table}"
     );
     assert!(!table.contains("│ rejected"), "{table}");
-    let all = report(&env, &["--width", "100", "--all"]);
+    let all = report(&env, &["--width", "80", "--all"]);
+    assert!(widest(&all) <= 80, "a line is wider than 80:\n{all}");
     let rows = all.lines().filter(|l| l.starts_with("│ rejected")).count();
     // 18 rejected configs at each of 2 cells.
     assert_eq!(rows, 36, "{all}");

@@ -141,9 +141,14 @@ pub struct ReportArgs {
     pub ledger: Option<String>,
     #[arg(long, value_enum, default_value_t = Format::Table)]
     pub format: Format,
-    /// Show every eligible config, not only the baseline, the best and the rejected.
+    /// Show every eligible config, not only the baseline, the best and the
+    /// rejected, and every rejected config at every cell instead of groups.
     #[arg(long)]
     pub all: bool,
+    /// Columns the table fits (default: `COLUMNS`, else the terminal's,
+    /// else 100).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(40..))]
+    pub width: Option<u16>,
     /// Only the configs of one shard of a grid (`i/n`, as given to launch);
     /// needs the study file. With `--format measurements`, the rows of
     /// shards 1/n .. n/n concatenated equal those of the full grid.

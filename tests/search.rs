@@ -297,7 +297,8 @@ fn hyperband_finds_the_optimum_on_a_third_of_grid_budget() {
     // The search table of the report.
     let study = env.study().display().to_string();
     let l = ledger.display().to_string();
-    let text = env.tunectl_ok(&["report", &study, "--ledger", &l]);
+    // Wide enough that no header cell of the search table wraps.
+    let text = env.tunectl_ok(&["report", &study, "--ledger", &l, "--width", "200"]);
     assert!(text.contains("search on hc-"), "{text}");
     assert!(text.contains("budget (samples)"), "{text}");
 }

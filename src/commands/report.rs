@@ -15,6 +15,7 @@ use crate::spec::Study;
 /// Render the analysis (of one shard's configs with `--shard`).
 pub async fn run(a: ReportArgs) -> Result<(), CliError> {
     let analysis = load_analysis(&a.study, a.ledger.as_deref(), Use::Show).await?;
+    let width = report::terminal::width(a.width.map(usize::from));
     let study = Path::new(&a.study)
         .is_file()
         .then(|| Study::load(Path::new(&a.study)))
@@ -47,7 +48,7 @@ pub async fn run(a: ReportArgs) -> Result<(), CliError> {
                     &|_| true,
                 )
             }
-            _ => report::render(&analysis, a.format, a.all),
+            _ => report::render::render_sized(&analysis, a.format, a.all, width),
         };
         print!("{text}");
         return Ok(());
@@ -80,7 +81,7 @@ pub async fn run(a: ReportArgs) -> Result<(), CliError> {
             say_err!(
                 "note: shard {sh}: only this shard's configs are listed; decisions (fastest, what ships) are those of the whole ledger"
             );
-            report::render(&analysis, a.format, a.all)
+            report::render::render_sized(&analysis, a.format, a.all, width)
         }
     };
     print!("{text}");

@@ -126,6 +126,9 @@ pub struct Analysis {
     /// `verdict` when every bucket's decision is a verdict, else `draft`.
     pub level: Level,
     pub objective: MetricInfo,
+    /// The study's secondary metrics (`metrics:`), in its order: shown
+    /// beside the objective, never judged (but for `selection.limits`).
+    pub metrics: Vec<MetricInfo>,
     pub statistic: String,
     pub min_improvement: f64,
     pub context: BTreeMap<String, String>,
@@ -184,6 +187,9 @@ pub struct ClassReport {
     /// An adaptive search's screening runs (rungs), per cell and budget;
     /// empty for grid and random studies.
     pub search: Vec<SearchRow>,
+    /// Where the study could go next: the knobs that moved the objective
+    /// most, winners at the edge of a knob's range, values never tried.
+    pub next: super::levers::NextSteps,
 }
 
 /// The screening runs of an adaptive search at one cell and one budget,
@@ -250,7 +256,9 @@ pub struct BucketWinner {
     pub confirmation: Option<Confirmation>,
 }
 
-#[derive(Debug, Clone, Serialize)]
+/// In JSON, a side's spread from fewer than `selection.min_samples`
+/// samples is `null` (unknown), never 0.
+#[derive(Debug, Clone)]
 pub struct Confirmation {
     pub speedup: f64,
     pub baseline: Option<Summary>,
@@ -263,6 +271,33 @@ pub struct Confirmation {
     /// The round has fewer than `selection.min_samples` samples on a side:
     /// it can neither confirm nor refuse (the bucket stays a draft).
     pub spread_unknown: bool,
+    min_samples: usize,
+}
+
+impl Serialize for Confirmation {
+    fn serialize<S: Serializer>(&self, ser: S) -> Result<S::Ok, S::Error> {
+        #[derive(Serialize)]
+        struct View<'a> {
+            speedup: f64,
+            baseline: Option<SummaryJson>,
+            winner: Option<SummaryJson>,
+            threshold: f64,
+            confirmed: bool,
+            failure: &'a Option<RoundFailure>,
+            spread_unknown: bool,
+        }
+        let side = |s: &Option<Summary>| s.as_ref().map(|s| summary_json(s, self.min_samples));
+        View {
+            speedup: self.speedup,
+            baseline: side(&self.baseline),
+            winner: side(&self.winner),
+            threshold: self.threshold,
+            confirmed: self.confirmed,
+            failure: &self.failure,
+            spread_unknown: self.spread_unknown,
+        }
+        .serialize(ser)
+    }
 }
 
 /// A confirmation trial that failed the round outright. Written in the
@@ -339,9 +374,15 @@ pub struct CellReport {
 pub struct Rejection {
     pub class: FailureClass,
     pub detail: String,
+    /// `detail` without where it happened (repeat, host): what rejections
+    /// of several configs can have in common.
+    #[serde(skip)]
+    pub cause: String,
 }
 
-#[derive(Debug, Clone, Serialize)]
+/// In JSON, a spread from fewer than `selection.min_samples` samples is
+/// `null` (unknown), never 0 (see [`ConfigReport::serialize`]).
+#[derive(Debug, Clone)]
 pub struct ConfigReport {
     pub label: String,
     pub config: serde_json::Value,
@@ -361,12 +402,68 @@ pub struct ConfigReport {
     pub rejection: Option<Rejection>,
     /// Every other metric its successful sweep attempts recorded, pooled
     /// over the class's hosts (median, spread, n).
-    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub metrics: BTreeMap<String, Summary>,
-    #[serde(skip)]
     order: (u64, String),
-    #[serde(skip)]
     by_host: BTreeMap<String, Vec<f64>>,
+    /// `selection.min_samples`: fewer samples have no known spread.
+    min_samples: usize,
+}
+
+/// A [`Summary`] as JSON shows it: the spread `null` when unknown.
+#[derive(Serialize)]
+struct SummaryJson {
+    n: usize,
+    median: f64,
+    spread: Option<f64>,
+}
+
+fn summary_json(s: &Summary, min_samples: usize) -> SummaryJson {
+    SummaryJson {
+        n: s.n,
+        median: s.median,
+        spread: (s.n >= min_samples).then_some(s.spread),
+    }
+}
+
+impl Serialize for ConfigReport {
+    fn serialize<S: Serializer>(&self, ser: S) -> Result<S::Ok, S::Error> {
+        #[derive(Serialize)]
+        struct View<'a> {
+            label: &'a str,
+            config: &'a serde_json::Value,
+            knobs_changed: usize,
+            trials: usize,
+            hosts: usize,
+            summary: Option<SummaryJson>,
+            relative_spread: Option<f64>,
+            speedup: Option<f64>,
+            combined_spread: Option<f64>,
+            rejection: &'a Option<Rejection>,
+            #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+            metrics: BTreeMap<&'a str, SummaryJson>,
+        }
+        View {
+            label: &self.label,
+            config: &self.config,
+            knobs_changed: self.knobs_changed,
+            trials: self.trials,
+            hosts: self.hosts,
+            summary: self
+                .summary
+                .as_ref()
+                .map(|s| summary_json(s, self.min_samples)),
+            relative_spread: self.relative_spread,
+            speedup: self.speedup,
+            combined_spread: self.combined_spread,
+            rejection: &self.rejection,
+            metrics: self
+                .metrics
+                .iter()
+                .map(|(k, s)| (k.as_str(), summary_json(s, self.min_samples)))
+                .collect(),
+        }
+        .serialize(ser)
+    }
 }
 
 /// Settings read from the frozen spec.
@@ -644,13 +741,27 @@ pub fn analyze_where(
             });
         }
         cell_reports.sort_by_key(|r| r.cell_index.unwrap_or(u32::MAX));
-        let buckets = decide_buckets(
+        let (buckets, trials_left) = decide_buckets(
             spec,
             cells,
             &cell_reports,
             &objective.name,
             &rules,
             &class_plans,
+        );
+        // An adaptive search's screening runs tried configs too.
+        let screened: Vec<&serde_json::Value> = rungs
+            .get(class_id)
+            .map(|r| r.iter().map(|a| &a.config).collect())
+            .unwrap_or_default();
+        let next = super::levers::next_steps(
+            spec,
+            &cell_reports,
+            &screened,
+            &buckets,
+            trials_left,
+            rules.higher,
+            rules.min_samples,
         );
         classes.push(ClassReport {
             host_class: class_id.to_string(),
@@ -664,6 +775,7 @@ pub fn analyze_where(
                 rungs.get(class_id).map(Vec::as_slice).unwrap_or_default(),
                 rules.tolerance.as_ref(),
             ),
+            next,
         });
     }
     let all_verdicts = !classes.is_empty()
@@ -682,6 +794,7 @@ pub fn analyze_where(
         },
         statistic: "median ± 1.4826·MAD over n samples; speedups are per-host ratios merged by their median".to_string(),
         objective,
+        metrics: secondary_declared(spec),
         min_improvement: rules.min_improvement,
         context,
         baseline: spec_baseline(spec),
@@ -867,6 +980,7 @@ fn analyze_cell(
         if r.rejection.is_none() {
             r.rejection = limit_broken(&g.sweep, &rules.limits).map(|detail| Rejection {
                 class: FailureClass::Limit,
+                cause: detail.clone(),
                 detail,
             });
         }
@@ -1094,14 +1208,14 @@ fn config_report(
     let mut rejection = attempts.iter().find_map(|a| {
         (a.status == AttemptStatus::Failed).then(|| {
             let f = a.failure.clone();
+            let cause = f
+                .as_ref()
+                .map(|f| f.detail.clone())
+                .unwrap_or_else(|| "failed".to_string());
             Rejection {
                 class: f.as_ref().map(|f| f.class).unwrap_or(FailureClass::Crash),
-                detail: format!(
-                    "{} (repeat {}, host {})",
-                    f.as_ref().map(|f| f.detail.as_str()).unwrap_or("failed"),
-                    a.repeat,
-                    a.host
-                ),
+                detail: format!("{cause} (repeat {}, host {})", a.repeat, a.host),
+                cause,
             }
         })
     });
@@ -1118,6 +1232,7 @@ fn config_report(
                     .map(|why| Rejection {
                         class: FailureClass::OutputChanged,
                         detail: format!("{why} (repeat {}, host {})", a.repeat, a.host),
+                        cause: why,
                     })
             });
     }
@@ -1139,6 +1254,7 @@ fn config_report(
         metrics: secondary_metrics(&attempts, objective),
         order: (knobs_changed as u64, first.config_label.clone()),
         by_host,
+        min_samples,
     }
 }
 
@@ -1176,7 +1292,8 @@ fn decide_buckets(
     objective: &str,
     rules: &Rules,
     plans: &[&PlanRecord],
-) -> Vec<BucketReport> {
+) -> (Vec<BucketReport>, bool) {
+    let mut trials_left = false;
     let mut order: Vec<String> = Vec::new();
     let mut members: BTreeMap<String, Vec<usize>> = BTreeMap::new();
     for (i, r) in reports.iter().enumerate() {
@@ -1186,7 +1303,7 @@ fn decide_buckets(
         members.entry(r.bucket.clone()).or_default().push(i);
     }
     let empty = BTreeMap::new();
-    order
+    let buckets = order
         .iter()
         .map(|key| {
             let idx = &members[key];
@@ -1204,6 +1321,7 @@ fn decide_buckets(
             // No verdict on incomplete evidence: every planned trial of the
             // bucket's cells must have ended.
             if let Some(why) = unfinished(&bucket_reports, &bucket_cells, plans) {
+                trials_left = true;
                 if out.level == Level::Verdict {
                     out.level = Level::Draft;
                     out.level_reason = why;
@@ -1213,7 +1331,8 @@ fn decide_buckets(
             }
             out
         })
-        .collect()
+        .collect();
+    (buckets, trials_left)
 }
 
 /// What keeps a bucket's evidence incomplete, if anything: cells whose
@@ -1831,6 +1950,7 @@ fn confirm(
                     threshold: rules.min_improvement,
                     confirmed: false,
                     spread_unknown: false,
+                    min_samples: rules.min_samples,
                     failure: Some(RoundFailure {
                         class,
                         detail,
@@ -1853,6 +1973,7 @@ fn confirm(
                 confirmed: false,
                 failure: None,
                 spread_unknown: true,
+                min_samples: rules.min_samples,
             });
         };
         harmed |= c.speedup < 1.0 - spread;
@@ -1876,7 +1997,20 @@ fn confirm(
         confirmed: !harmed && speedup - 1.0 > threshold,
         failure: None,
         spread_unknown: false,
+        min_samples: rules.min_samples,
     })
+}
+
+/// The study's `metrics:`, as frozen (none in a spec without them).
+fn secondary_declared(spec: &FrozenSpec) -> Vec<MetricInfo> {
+    spec.json()
+        .get("metrics")
+        .cloned()
+        .and_then(|m| serde_json::from_value::<Vec<FrozenMetric>>(m).ok())
+        .unwrap_or_default()
+        .iter()
+        .map(MetricInfo::of)
+        .collect()
 }
 
 fn spec_domains(spec: &FrozenSpec) -> serde_json::Map<String, serde_json::Value> {
@@ -2030,6 +2164,44 @@ mod tests {
         };
         let a = analyze(&study(), &scan, &[]);
         a.classes[0].cells[0].clone()
+    }
+
+    /// "What to try next" reads a lower-is-better objective the right way
+    /// round: the effect is best over worst in the better direction.
+    #[test]
+    fn next_levers_orient_a_lower_is_better_objective() {
+        let mut study = study();
+        study.spec = spec(serde_json::json!({
+            "objective": {"name": "tp", "unit": "ms", "better": "lower"},
+        }));
+        let at = |index: u64, label: &str, a: i64, ms: f64| {
+            let mut x = attempt(index, label, 0, &[ms, ms * 1.01, ms * 0.99], "d", false);
+            x.config = serde_json::json!({ "a": a });
+            x
+        };
+        let scan = Scan {
+            attempts: vec![
+                at(0, "baseline", 1, 100.0),
+                at(1, "a=2", 2, 50.0),
+                at(2, "a=3", 3, 200.0),
+            ],
+            ..Default::default()
+        };
+        let a = analyze(&study, &scan, &[]);
+        let next = &a.classes[0].next;
+        let e = &next.effects[0];
+        assert_eq!(
+            (e.best.clone(), e.worst.clone()),
+            (Some(2.into()), Some(3.into()))
+        );
+        assert!((e.ratio.unwrap_or(0.0) - 4.0).abs() < 1e-9, "{e:?}");
+        // One pair: no spread can be known.
+        assert_eq!((e.pairs, e.spread), (1, None));
+        // a=2 ships: neither the largest nor the smallest value tried.
+        assert!(next.edges.is_empty(), "{:?}", next.edges);
+        assert_eq!(next.untried.len(), 1);
+        assert_eq!(next.untried[0].values, [serde_json::json!(4)]);
+        assert_eq!(next.untried[0].possible_causes, ["budget"]);
     }
 
     #[test]

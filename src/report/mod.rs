@@ -5,7 +5,9 @@
 
 pub mod analysis;
 pub mod buckets;
+pub mod levers;
 pub mod render;
+pub mod terminal;
 pub mod verdicts;
 
 pub use analysis::{Analysis, analyze, analyze_planned, analyze_where};

@@ -4,8 +4,6 @@
 
 use std::fmt::Write as _;
 
-use comfy_table::{ContentArrangement, Table, presets};
-
 use super::analysis::{Analysis, BucketReport, CellReport, ClassReport, ConfigReport};
 use crate::spec::frozen::Judging;
 use crate::stats::Summary;
@@ -64,15 +62,19 @@ fn n_cell(r: &ConfigReport) -> String {
     }
 }
 
-fn speedup_cell(r: &ConfigReport) -> String {
-    r.speedup
-        .map(|s| format!("{s:.3}×"))
-        .unwrap_or_else(|| "—".to_string())
+/// Speedup ± the combined spread (`± ?` when unknown); the baseline is
+/// itself.
+fn speedup_cell(role: &str, r: &ConfigReport) -> String {
+    match r.speedup {
+        Some(_) if role == "baseline" => "1× (itself)".to_string(),
+        Some(s) => format!("{s:.3}× {}", super::terminal::pm_pct(r.combined_spread)),
+        None => "—".to_string(),
+    }
 }
 
 /// Rows shown for a cell: baseline, winner (or best eligible), the rest of
 /// the eligible configs when `all`, then every rejected config.
-fn rows(cell: &CellReport, all: bool) -> Vec<(&'static str, &ConfigReport, String)> {
+pub(super) fn rows(cell: &CellReport, all: bool) -> Vec<(&'static str, &ConfigReport, String)> {
     let mut out = Vec::new();
     if let Some(b) = &cell.baseline {
         let note = match &b.rejection {
@@ -103,7 +105,7 @@ fn rows(cell: &CellReport, all: bool) -> Vec<(&'static str, &ConfigReport, Strin
     out
 }
 
-fn header(a: &Analysis) -> Vec<String> {
+pub(super) fn header(a: &Analysis) -> Vec<String> {
     let context = if a.context.is_empty() {
         "(none given)".to_string()
     } else {
@@ -205,7 +207,7 @@ fn trim_float(x: f64) -> String {
     s.trim_end_matches('0').trim_end_matches('.').to_string()
 }
 
-fn class_line(c: &ClassReport) -> String {
+pub(super) fn class_line(c: &ClassReport) -> String {
     format!(
         "host class {} · {} · {} host{}: {}",
         c.host_class,
@@ -217,35 +219,22 @@ fn class_line(c: &ClassReport) -> String {
 }
 
 /// What ships, per bucket: [bucket, cells, ships, vs baseline, level, decision].
-fn bucket_rows(class: &ClassReport) -> Vec<[String; 6]> {
-    class.buckets.iter().map(bucket_row).collect()
+fn bucket_rows(class: &ClassReport, min_samples: usize) -> Vec<[String; 6]> {
+    class
+        .buckets
+        .iter()
+        .map(|b| bucket_row(b, min_samples))
+        .collect()
 }
 
-fn bucket_row(b: &BucketReport) -> [String; 6] {
+fn bucket_row(b: &BucketReport, min_samples: usize) -> [String; 6] {
     let ships = match &b.winner {
         Some(w) => w.label.clone(),
         None => "baseline".to_string(),
     };
     let vs = match &b.winner {
-        Some(w) => {
-            let mut text = format!(
-                "{:.3}× geo-mean (lowest cell {:.3}×; threshold {:.1}%)",
-                w.speedup,
-                w.min_cell_speedup,
-                b.threshold.unwrap_or(0.0) * 100.0
-            );
-            if let Some(c) = &w.confirmation {
-                let n = |s: Option<crate::stats::Summary>| s.map(|s| s.n).unwrap_or(0);
-                text.push_str(&format!(
-                    "; final round {:.3}× (n={} vs {})",
-                    c.speedup,
-                    n(c.winner),
-                    n(c.baseline)
-                ));
-            }
-            text
-        }
-        None => "1.000×".to_string(),
+        Some(_) => super::terminal::winner_numbers(b, min_samples).join("; "),
+        None => "1× (the baseline itself)".to_string(),
     };
     let mut decision = b.decision.clone();
     for r in &b.refusals {
@@ -272,7 +261,7 @@ const BUCKET_HEADER: [&str; 6] = [
     "decision",
 ];
 
-fn footer(a: &Analysis) -> Vec<String> {
+pub(super) fn footer(a: &Analysis) -> Vec<String> {
     let mut out = Vec::new();
     if a.voided_attempts > 0 || a.anchors > 0 {
         out.push(format!(
@@ -307,7 +296,7 @@ fn footer(a: &Analysis) -> Vec<String> {
 /// The screening runs of an adaptive search: title, header, rows.
 type SearchTable = (String, Vec<String>, Vec<Vec<String>>);
 
-fn search_table(class: &crate::report::analysis::ClassReport) -> Option<SearchTable> {
+pub(super) fn search_table(class: &crate::report::analysis::ClassReport) -> Option<SearchTable> {
     let first = class.search.first()?;
     let m = &first.metric;
     let title = format!(
@@ -356,11 +345,19 @@ fn search_table(class: &crate::report::analysis::ClassReport) -> Option<SearchTa
     Some((title, header, rows))
 }
 
+/// [`render_sized`] at the width of [`terminal::width`] without `--width`.
 pub fn render(a: &Analysis, format: Format, all: bool) -> String {
+    render_sized(a, format, all, super::terminal::width(None))
+}
+
+/// `a` in `format`; the table fits in `width` columns.
+pub fn render_sized(a: &Analysis, format: Format, all: bool, width: usize) -> String {
     match format {
         // Text for people: values from studies and hosts are shown escaped
         // (crate::term); cells are escaped one by one, the rest as a block.
-        Format::Table => crate::term::escape_block(&render_table(a, all)).into_owned(),
+        Format::Table => {
+            crate::term::escape_block(&super::terminal::render(a, all, width)).into_owned()
+        }
         Format::Markdown => crate::term::escape_block(&render_markdown(a, all)).into_owned(),
         Format::Json => serde_json::to_string_pretty(a).unwrap_or_default() + "\n",
         Format::Csv => render_csv(a),
@@ -368,85 +365,9 @@ pub fn render(a: &Analysis, format: Format, all: bool) -> String {
     }
 }
 
-fn render_table(a: &Analysis, all: bool) -> String {
-    let mut out = String::new();
-    for l in header(a) {
-        let _ = writeln!(out, "{l}");
-    }
-    let unit = &a.objective.unit;
-    for class in &a.classes {
-        let _ = writeln!(out, "\n{}", class_line(class));
-        if let Some((title, header, rows)) = search_table(class) {
-            let _ = writeln!(out, "\n{title}");
-            let mut t = Table::new();
-            t.load_style(presets::UTF8_FULL_CONDENSED)
-                .set_content_arrangement(ContentArrangement::Dynamic)
-                .set_width(160)
-                .set_header(header);
-            for row in rows {
-                t.add_row(cells_for_people(row));
-            }
-            let _ = writeln!(out, "{t}");
-        }
-        for cell in &class.cells {
-            let _ = writeln!(out, "\ncell {} · {}", cell.cell_label, cell.decision);
-            for n in &cell.notes {
-                let _ = writeln!(out, "note: {n}");
-            }
-            let mut t = Table::new();
-            t.load_style(presets::UTF8_FULL_CONDENSED)
-                .set_content_arrangement(ContentArrangement::Dynamic)
-                .set_width(160)
-                .set_header(vec![
-                    "role".to_string(),
-                    "config (vs baseline)".to_string(),
-                    format!("{} median ± spread", a.objective.name),
-                    "n".to_string(),
-                    "vs baseline".to_string(),
-                    "verdict".to_string(),
-                ]);
-            for (role, r, note) in rows(cell, all) {
-                t.add_row(cells_for_people(vec![
-                    role.to_string(),
-                    r.label.clone(),
-                    value_cell(r, unit),
-                    n_cell(r),
-                    speedup_cell(r),
-                    note,
-                ]));
-            }
-            let _ = writeln!(out, "{t}");
-            let hidden = cell.eligible.len()
-                - rows(cell, false)
-                    .iter()
-                    .filter(|(role, _, _)| *role != "baseline" && *role != "rejected")
-                    .count();
-            if !all && hidden > 0 {
-                let _ = writeln!(out, "({hidden} more eligible configs; --all shows them)");
-            }
-        }
-        if !class.buckets.is_empty() {
-            let _ = writeln!(out, "\nwhat ships on {} (per bucket):", class.host_class);
-            let mut t = Table::new();
-            t.load_style(presets::UTF8_FULL_CONDENSED)
-                .set_content_arrangement(ContentArrangement::Dynamic)
-                .set_width(160)
-                .set_header(BUCKET_HEADER.to_vec());
-            for row in bucket_rows(class) {
-                t.add_row(cells_for_people(row.to_vec()));
-            }
-            let _ = writeln!(out, "{t}");
-        }
-    }
-    for l in footer(a) {
-        let _ = writeln!(out, "{l}");
-    }
-    out
-}
-
 /// A table's cells with control characters escaped, newlines included
 /// (one cell, one line).
-fn cells_for_people<S: AsRef<str>>(row: Vec<S>) -> Vec<String> {
+pub(super) fn cells_for_people<S: AsRef<str>>(row: Vec<S>) -> Vec<String> {
     row.iter()
         .map(|c| crate::term::escape(c.as_ref()).into_owned())
         .collect()
@@ -457,8 +378,12 @@ fn md_escape(s: &str) -> String {
 }
 
 fn render_markdown(a: &Analysis, all: bool) -> String {
+    let min_samples = a.judging.selection.min_samples as usize;
     let mut out = String::from("# tunectl report\n\n");
     for l in header(a) {
+        let _ = writeln!(out, "- {}", md_escape(&l));
+    }
+    if let Some(l) = super::terminal::secondary_line(a) {
         let _ = writeln!(out, "- {}", md_escape(&l));
     }
     let unit = &a.objective.unit;
@@ -488,19 +413,37 @@ fn render_markdown(a: &Analysis, all: bool) -> String {
             for n in &cell.notes {
                 let _ = writeln!(out, "> note: {}\n", md_escape(&n.to_string()));
             }
+            let secondary: String = a
+                .metrics
+                .iter()
+                .map(|m| format!(" {} median ± spread (n) |", md_escape(&m.name)))
+                .collect();
             let _ = writeln!(
                 out,
-                "| role | config (vs baseline) | {} median ± spread | n | vs baseline | verdict |\n|---|---|---|---|---|---|",
-                a.objective.name
+                "| role | config (vs baseline) | {} median ± spread | n |{secondary} vs baseline | verdict |\n|---|---|---|---|{}---|---|",
+                a.objective.name,
+                "---|".repeat(a.metrics.len())
             );
             for (role, r, note) in rows(cell, all) {
+                let secondary: String = a
+                    .metrics
+                    .iter()
+                    .map(|m| {
+                        let text = r
+                            .metrics
+                            .get(&m.name)
+                            .map(|s| super::terminal::summary_text(s, &m.unit, min_samples))
+                            .unwrap_or_else(|| "—".to_string());
+                        format!(" {} |", md_escape(&text))
+                    })
+                    .collect();
                 let _ = writeln!(
                     out,
-                    "| {role} | {} | {} | {} | {} | {} |",
+                    "| {role} | {} | {} | {} |{secondary} {} | {} |",
                     md_escape(&r.label),
                     md_escape(&value_cell(r, unit)),
                     n_cell(r),
-                    speedup_cell(r),
+                    speedup_cell(role, r),
                     md_escape(&note)
                 );
             }
@@ -516,9 +459,24 @@ fn render_markdown(a: &Analysis, all: bool) -> String {
             class.host_class,
             BUCKET_HEADER.join(" | ")
         );
-        for row in bucket_rows(class) {
+        for row in bucket_rows(class, min_samples) {
             let cells: Vec<String> = row.iter().map(|c| md_escape(c)).collect();
             let _ = writeln!(out, "| {} |", cells.join(" | "));
+        }
+    }
+    for class in &a.classes {
+        let lines = super::terminal::next_lines(a, &class.next);
+        if lines.is_empty() {
+            continue;
+        }
+        let _ = writeln!(
+            out,
+            "\n## what to try next on {}\n\n{}\n",
+            class.host_class,
+            md_escape(super::terminal::EFFECT_METHOD)
+        );
+        for l in lines {
+            let _ = writeln!(out, "- {}", md_escape(&l));
         }
     }
     let foot = footer(a);
@@ -558,30 +516,75 @@ const MEASURED: &[&str] = &[
     "failure_class",
 ];
 
-/// [`MEASURED`] of config `r` at a cell whose baseline is `base`.
-fn measured_fields(a: &Analysis, r: &ConfigReport, base: Option<Summary>) -> Vec<String> {
+/// [`MEASURED`] of the objective of config `r` at a cell whose baseline is
+/// `base`.
+fn measured_fields(a: &Analysis, r: &ConfigReport, base: Option<&ConfigReport>) -> Vec<String> {
+    metric_fields(
+        a,
+        &a.objective,
+        r.summary,
+        r,
+        base.and_then(|b| b.summary),
+        r.speedup,
+    )
+}
+
+/// [`MEASURED`] of `metric` (`s`: config `r`'s summary of it, `base`: the
+/// baseline's). A spread from fewer than `selection.min_samples` samples
+/// is unknown: an empty field, never 0.
+fn metric_fields(
+    a: &Analysis,
+    metric: &super::analysis::MetricInfo,
+    s: Option<Summary>,
+    r: &ConfigReport,
+    base: Option<Summary>,
+    speedup: Option<f64>,
+) -> Vec<String> {
+    let min_samples = a.judging.selection.min_samples as usize;
     let f = |x: Option<f64>| x.map(|v| v.to_string()).unwrap_or_default();
+    let known = |s: Option<Summary>| s.filter(|s| s.n >= min_samples);
     vec![
-        a.objective.name.clone(),
-        a.objective.unit.clone(),
-        a.objective.better.name().to_string(),
+        metric.name.clone(),
+        metric.unit.clone(),
+        metric.better.name().to_string(),
         "median".to_string(),
-        r.summary
-            .map(|s| s.n.to_string())
+        s.map(|s| s.n.to_string())
             .unwrap_or_else(|| "0".to_string()),
         r.trials.to_string(),
-        f(r.summary.map(|s| s.median)),
-        f(r.summary.map(|s| s.spread)),
-        f(r.relative_spread),
-        f(r.speedup),
+        f(s.map(|s| s.median)),
+        f(known(s).map(|s| s.spread)),
+        f(known(s).map(|s| s.relative_spread())),
+        f(speedup),
         f(base.map(|s| s.median)),
-        f(base.map(|s| s.spread)),
+        f(known(base).map(|s| s.spread)),
         base.map(|s| s.n.to_string()).unwrap_or_default(),
         r.rejection
             .as_ref()
             .map(|x| x.class.as_str().to_string())
             .unwrap_or_default(),
     ]
+}
+
+/// [`MEASURED`] of each secondary metric of config `r` (no speedup: they
+/// are not judged), in the study's order.
+fn secondary_fields(
+    a: &Analysis,
+    r: &ConfigReport,
+    base: Option<&ConfigReport>,
+) -> Vec<Vec<String>> {
+    a.metrics
+        .iter()
+        .map(|m| {
+            metric_fields(
+                a,
+                m,
+                r.metrics.get(&m.name).copied(),
+                r,
+                base.and_then(|b| b.metrics.get(&m.name).copied()),
+                None,
+            )
+        })
+        .collect()
 }
 
 /// The study's workload context as one CSV field: `k=v;k=v`.
@@ -631,7 +634,7 @@ pub fn render_measurements(
     let mut rows: Vec<Row> = Vec::new();
     for class in &a.classes {
         for cell in &class.cells {
-            let base = cell.baseline.as_ref().and_then(|b| b.summary);
+            let base = cell.baseline.as_ref();
             let configs = cell
                 .baseline
                 .iter()
@@ -715,10 +718,10 @@ fn render_csv(a: &Analysis) -> String {
     let context = context_field(a);
     for class in &a.classes {
         for cell in &class.cells {
-            let base = cell.baseline.as_ref().and_then(|b| b.summary);
+            let base = cell.baseline.as_ref();
             let bucket = class.buckets.iter().find(|b| b.key == cell.bucket);
             for (role, r, note) in rows(cell, true) {
-                let mut fields = vec![
+                let head = vec![
                     a.study_id.clone(),
                     a.spec_hash.clone(),
                     a.tunectl_version.clone(),
@@ -730,8 +733,7 @@ fn render_csv(a: &Analysis) -> String {
                     role.to_string(),
                     r.label.clone(),
                 ];
-                fields.extend(measured_fields(a, r, base));
-                fields.extend([
+                let tail = [
                     note,
                     cell.decision.clone(),
                     context.clone(),
@@ -748,9 +750,20 @@ fn render_csv(a: &Analysis) -> String {
                         .unwrap_or_default(),
                     bucket.map(|b| b.level.to_string()).unwrap_or_default(),
                     bucket.map(|b| b.decision.clone()).unwrap_or_default(),
-                ]);
-                let line: Vec<String> = fields.iter().map(|s| csv_field(s)).collect();
-                let _ = writeln!(out, "{}", line.join(","));
+                ];
+                // One row per metric: the objective's, then each
+                // secondary metric's.
+                let metrics = std::iter::once(measured_fields(a, r, base))
+                    .chain(secondary_fields(a, r, base));
+                for measured in metrics {
+                    let line: Vec<String> = head
+                        .iter()
+                        .chain(&measured)
+                        .chain(&tail)
+                        .map(|s| csv_field(s))
+                        .collect();
+                    let _ = writeln!(out, "{}", line.join(","));
+                }
             }
         }
     }

@@ -23,7 +23,9 @@ const LIMIT: Duration = Duration::from_secs(120);
 
 /// Variables of the outer environment that would change what tunectl or a
 /// fake does; no command of a test inherits them.
-const OUTER_VARS: [&str; 30] = [
+const OUTER_VARS: [&str; 31] = [
+    // The report's width (a test sets it when it means to).
+    "COLUMNS",
     "TUNECTL_LEDGER",
     "TUNECTL_WORKDIR",
     "TUNECTL_LOG",

@@ -1,0 +1,776 @@
+//! The report for a terminal (`--format table`): it fits a width, leads
+//! with what ships per host class and bucket, then shows the evidence
+//! (one table per cell, rejections grouped by cause) and ends with what to
+//! try next. Every number keeps its n and spread; an unknown spread reads
+//! `± ?`.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt::Write as _;
+
+use comfy_table::{ContentArrangement, Table, presets};
+
+use super::analysis::{Analysis, BucketReport, CellReport, ClassReport, ConfigReport};
+use super::levers::{NextSteps, value_text};
+use super::render::{cells_for_people, num, search_table};
+use crate::stats::Summary;
+
+/// Columns when neither `--width`, `COLUMNS` nor the terminal says.
+pub const DEFAULT_WIDTH: usize = 100;
+/// Narrower than this, tables cannot keep a column readable.
+pub const MIN_WIDTH: usize = 40;
+
+/// The width to fit: `explicit` (`--width`), else `COLUMNS` when it is a
+/// number, else the terminal's on stdout, else [`DEFAULT_WIDTH`].
+pub fn width(explicit: Option<usize>) -> usize {
+    let from_env = std::env::var("COLUMNS")
+        .ok()
+        .and_then(|c| c.trim().parse::<usize>().ok())
+        .filter(|c| *c > 0);
+    let from_terminal = || {
+        console::Term::stdout()
+            .size_checked()
+            .map(|(_, cols)| usize::from(cols))
+    };
+    explicit
+        .or(from_env)
+        .or_else(from_terminal)
+        .unwrap_or(DEFAULT_WIDTH)
+        .max(MIN_WIDTH)
+}
+
+/// `text` in lines of at most `width` columns: the first line after
+/// `first`, the others after `rest` (both counted in the width). Words
+/// longer than a line are cut.
+pub fn wrap(text: &str, width: usize, first: &str, rest: &str) -> Vec<String> {
+    let cols = console::measure_text_width;
+    let mut lines = Vec::new();
+    let mut line = first.to_string();
+    let mut start = cols(first);
+    for word in text.split(' ').filter(|w| !w.is_empty()) {
+        let mut word = word.to_string();
+        if cols(&line) > start {
+            if cols(&line) + 1 + cols(&word) > width {
+                lines.push(std::mem::replace(&mut line, rest.to_string()));
+                start = cols(rest);
+            } else {
+                line.push(' ');
+            }
+        }
+        // A word longer than a line (a path, a digest) is cut.
+        while cols(&line) + cols(&word) > width {
+            let room = width.saturating_sub(cols(&line)).max(1);
+            let head: String = word.chars().take(room).collect();
+            word = word.chars().skip(room).collect();
+            line.push_str(&head);
+            lines.push(std::mem::replace(&mut line, rest.to_string()));
+            start = cols(rest);
+        }
+        line.push_str(&word);
+    }
+    lines.push(line);
+    lines
+}
+
+/// `text` wrapped into `out`; a newline or tab in it (a trial's stderr in
+/// a failure's detail) is shown escaped, so that it cannot break a line.
+fn put(out: &mut String, text: &str, width: usize, first: &str, rest: &str) {
+    for l in wrap(&crate::term::escape(text), width, first, rest) {
+        let _ = writeln!(out, "{}", l.trim_end());
+    }
+}
+
+fn table(width: usize) -> Table {
+    let mut t = Table::new();
+    t.load_style(presets::UTF8_FULL_CONDENSED)
+        .set_content_arrangement(ContentArrangement::Dynamic)
+        .set_width(u16::try_from(width).unwrap_or(u16::MAX));
+    t
+}
+
+/// A relative value as a percentage: `1.2%`, `0.35%`, `0.012%` (two
+/// significant digits below 1%, so that a small spread never reads 0).
+pub fn pct_text(x: f64) -> String {
+    let p = x * 100.0;
+    if p == 0.0 || p.abs() >= 1.0 {
+        format!("{p:.1}%")
+    } else {
+        let decimals = (1 - p.abs().log10().floor() as i32).clamp(1, 6) as usize;
+        format!("{p:.decimals$}%")
+    }
+}
+
+/// A relative spread as `± 1.2%`, `± ?` when unknown.
+pub fn pm_pct(spread: Option<f64>) -> String {
+    match spread {
+        Some(s) => format!("± {}", pct_text(s)),
+        None => "± ?".to_string(),
+    }
+}
+
+/// A summary as `median ± spread (relative) n=N`, `± ?` below
+/// `min_samples`.
+pub fn summary_text(s: &Summary, unit: &str, min_samples: usize) -> String {
+    let unit = if unit.is_empty() {
+        String::new()
+    } else {
+        format!(" {unit}")
+    };
+    if s.n < min_samples {
+        format!("{}{unit} ± ? n={}", num(s.median), s.n)
+    } else {
+        format!(
+            "{} ± {}{unit} ({}) n={}",
+            num(s.median),
+            num(s.spread),
+            pct_text(s.relative_spread()),
+            s.n
+        )
+    }
+}
+
+/// The header's line on the secondary metrics, when the study has any.
+pub fn secondary_line(a: &Analysis) -> Option<String> {
+    if a.metrics.is_empty() {
+        return None;
+    }
+    let also: Vec<String> = a
+        .metrics
+        .iter()
+        .map(|m| format!("{} [{}], {} is better", m.name, m.unit, m.better.name()))
+        .collect();
+    Some(format!(
+        "also measured (shown, judged only by selection.limits): {}",
+        also.join("; ")
+    ))
+}
+
+/// How "what to try next" estimates a knob's effect.
+pub const EFFECT_METHOD: &str = "knob effects, largest first: BEST vs WORST value of the knob, the median over pairs of configs that passed the gate and differ in that knob alone (same cell) of BEST's objective / WORST's (above 1: BEST is better), ± the scaled MAD of those ratios, n pairs";
+
+/// A summary in a terminal table's cell: `median ± spread n=N` (`± ?`
+/// below `min_samples`); the column names the unit.
+fn summary_cell(s: &Summary, min_samples: usize) -> String {
+    if s.n < min_samples {
+        format!("{} ± ? n={}", num(s.median), s.n)
+    } else {
+        format!("{} ± {} n={}", num(s.median), num(s.spread), s.n)
+    }
+}
+
+pub fn render(a: &Analysis, all: bool, width: usize) -> String {
+    let mut out = String::new();
+    for l in super::render::header(a) {
+        put(&mut out, &l, width, "", "  ");
+    }
+    if let Some(l) = secondary_line(a) {
+        put(&mut out, &l, width, "", "  ");
+    }
+    if !a.classes.is_empty() {
+        let _ = writeln!(out, "\nWHAT SHIPS");
+    }
+    for class in &a.classes {
+        let _ = writeln!(out);
+        // The label (GPUs, CPU model) on a line of its own: however long,
+        // it wraps without hiding the class id or the hosts.
+        put(
+            &mut out,
+            &format!(
+                "host class {} · {} host{}: {}",
+                class.host_class,
+                class.hosts.len(),
+                if class.hosts.len() == 1 { "" } else { "s" },
+                class.hosts.join(", ")
+            ),
+            width,
+            "",
+            "  ",
+        );
+        put(&mut out, &class.label, width, "  ", "  ");
+        if class.buckets.is_empty() {
+            put(&mut out, "no bucket has a decision yet", width, "  ", "  ");
+        }
+        for b in &class.buckets {
+            ships(&mut out, a, b, width);
+        }
+    }
+    for class in &a.classes {
+        evidence(&mut out, a, class, all, width);
+    }
+    for class in &a.classes {
+        next(&mut out, a, class, width);
+    }
+    let foot = super::render::footer(a);
+    if !foot.is_empty() {
+        let _ = writeln!(out);
+    }
+    for l in foot {
+        put(&mut out, &l, width, "", "  ");
+    }
+    out
+}
+
+/// One bucket's line in "what ships": the config, the level, the speedup
+/// with its spread and n, and why.
+fn ships(out: &mut String, a: &Analysis, b: &BucketReport, width: usize) {
+    let min_samples = a.judging.selection.min_samples as usize;
+    let level = b.level.as_str().to_uppercase();
+    let cells = match b.cells.as_slice() {
+        [only] if *only == b.label => String::new(),
+        [only] => format!(" (cell {only})"),
+        all => format!(" (cells {})", all.join(", ")),
+    };
+    let what = match &b.winner {
+        Some(w) => w.label.clone(),
+        None => "the baseline".to_string(),
+    };
+    let _ = writeln!(out);
+    put(
+        out,
+        &format!("{}{cells}: ships {what} · {level}", b.label),
+        width,
+        "  ",
+        "      ",
+    );
+    if b.winner.is_some() {
+        for l in winner_numbers(b, min_samples) {
+            put(out, &l, width, "    ", "      ");
+        }
+    } else {
+        put(out, &b.decision, width, "    ", "      ");
+    }
+    put(
+        out,
+        &format!("{level}: {}", b.level_reason),
+        width,
+        "    ",
+        "      ",
+    );
+    for r in &b.refusals {
+        if !b.decision.contains(&r.reason) || b.winner.is_some() {
+            put(
+                out,
+                &format!(
+                    "refused {} (at {}): {}",
+                    r.config_label, r.cell_label, r.reason
+                ),
+                width,
+                "    ",
+                "      ",
+            );
+        }
+    }
+}
+
+/// A bucket winner's numbers: its speedup with the spread and n it rests
+/// on, then the final round's when it ran. Empty without a winner.
+pub fn winner_numbers(b: &BucketReport, min_samples: usize) -> Vec<String> {
+    let Some(w) = &b.winner else {
+        return Vec::new();
+    };
+    let at: Vec<(&ConfigReport, &ConfigReport)> = b
+        .per_cell
+        .iter()
+        .filter_map(|c| Some((c.winner.as_ref()?, c.baseline.as_ref()?)))
+        .collect();
+    // The spread the bucket's rule used: the mean of the cells' combined
+    // spreads, unknown when one is.
+    let spreads: Option<Vec<f64>> = at.iter().map(|(w, _)| w.combined_spread).collect();
+    let spread = spreads
+        .filter(|s| !s.is_empty())
+        .map(|s| s.iter().sum::<f64>() / s.len() as f64);
+    let n = |r: &ConfigReport| r.summary.map(|s| s.n).unwrap_or(0);
+    let (nw, nb) = at
+        .iter()
+        .fold((0, 0), |(x, y), (w, b)| (x + n(w), y + n(b)));
+    let over = if at.len() > 1 {
+        format!(
+            " over {} cells; geometric mean, lowest cell {:.3}×",
+            at.len(),
+            w.min_cell_speedup
+        )
+    } else {
+        String::new()
+    };
+    let mut out = vec![format!(
+        "{:.3}× the baseline {} (n={nw} vs {nb}{over}); a win needed more than {:.1}%",
+        w.speedup,
+        pm_pct(spread),
+        b.threshold.unwrap_or(0.0) * 100.0
+    )];
+    if let Some(c) = &w.confirmation {
+        let sides = c.winner.zip(c.baseline);
+        let spread = sides
+            .filter(|(w, b)| !c.spread_unknown && w.n >= min_samples && b.n >= min_samples)
+            .map(|(w, b)| w.relative_spread() + b.relative_spread());
+        let (nw, nb) = sides.map(|(w, b)| (w.n, b.n)).unwrap_or((0, 0));
+        let outcome = match (&c.failure, c.confirmed) {
+            (Some(f), _) => format!("failed: {f}"),
+            (None, true) => "confirmed".to_string(),
+            (None, false) if c.spread_unknown => "too few samples to decide".to_string(),
+            (None, false) => "not confirmed".to_string(),
+        };
+        out.push(format!(
+            "final round: {:.3}× {} (n={nw} vs {nb}), {outcome}",
+            c.speedup,
+            pm_pct(spread)
+        ));
+    }
+    out
+}
+
+/// The rows of a cell's table: role, config, each metric, vs baseline,
+/// and a note (with `--all`, rejected rows' reasons).
+fn cell_table(a: &Analysis, cell: &CellReport, all: bool, width: usize) -> (Table, usize) {
+    let min_samples = a.judging.selection.min_samples as usize;
+    let rows = super::render::rows(cell, all);
+    let shown: Vec<_> = rows
+        .into_iter()
+        .filter(|(role, _, _)| all || *role != "rejected")
+        .collect();
+    let notes = shown
+        .iter()
+        .any(|(role, _, note)| !note.is_empty() && (*role == "rejected" || *role == "baseline"));
+    let mut head = vec!["role".to_string(), "config".to_string()];
+    let unit = |u: &str| {
+        if u.is_empty() {
+            String::new()
+        } else {
+            format!(" [{u}]")
+        }
+    };
+    head.push(format!("{}{}", a.objective.name, unit(&a.objective.unit)));
+    for m in &a.metrics {
+        head.push(format!("{}{}", m.name, unit(&m.unit)));
+    }
+    head.push("vs baseline".to_string());
+    if notes {
+        head.push("note".to_string());
+    }
+    let mut t = table(width);
+    t.set_header(head);
+    for (role, r, note) in &shown {
+        let mut row = vec![role.to_string(), r.label.clone()];
+        row.push(match r.summary {
+            Some(s) => summary_cell(&s, min_samples),
+            None => format!("— ({} trials)", r.trials),
+        });
+        for m in &a.metrics {
+            row.push(
+                r.metrics
+                    .get(&m.name)
+                    .map(|s| summary_cell(s, min_samples))
+                    .unwrap_or_else(|| "—".to_string()),
+            );
+        }
+        row.push(match (*role, r.speedup) {
+            ("baseline", Some(_)) => "1× (itself)".to_string(),
+            (_, Some(s)) => format!("{s:.3}× {}", pm_pct(r.combined_spread)),
+            (_, None) => "—".to_string(),
+        });
+        if notes {
+            row.push(note.clone());
+        }
+        t.add_row(cells_for_people(row));
+    }
+    let hidden = cell.eligible.len()
+        - shown
+            .iter()
+            .filter(|(role, _, _)| *role != "baseline" && *role != "rejected")
+            .count();
+    (t, hidden)
+}
+
+fn evidence(out: &mut String, a: &Analysis, class: &ClassReport, all: bool, width: usize) {
+    let _ = writeln!(out, "\nEVIDENCE on {}", class.host_class);
+    put(
+        out,
+        &format!(
+            "per cell: config: the knobs that differ from the baseline; each metric: median ± spread (1.4826·MAD) and n samples pooled over the class's hosts; vs baseline: per-host ratios merged by their median ± the combined relative spread{}",
+            if a.metrics.is_empty() {
+                ""
+            } else {
+                "; secondary metrics are shown, not judged"
+            }
+        ),
+        width,
+        "",
+        "  ",
+    );
+    if let Some((title, header, rows)) = search_table(class) {
+        let _ = writeln!(out);
+        put(out, &title, width, "", "  ");
+        let mut t = table(width);
+        t.set_header(header);
+        for row in rows {
+            t.add_row(cells_for_people(row));
+        }
+        let _ = writeln!(out, "{t}");
+    }
+    for cell in &class.cells {
+        let _ = writeln!(out);
+        put(
+            out,
+            &format!("cell {} · {}", cell.cell_label, cell.decision),
+            width,
+            "",
+            "  ",
+        );
+        for n in &cell.notes {
+            put(out, &format!("note: {n}"), width, "", "  ");
+        }
+        if cell.baseline.is_none() && cell.eligible.is_empty() && cell.rejected.is_empty() {
+            continue;
+        }
+        let (t, hidden) = cell_table(a, cell, all, width);
+        let _ = writeln!(out, "{t}");
+        if hidden > 0 {
+            let _ = writeln!(out, "({hidden} more eligible configs; --all shows them)");
+        }
+    }
+    if !all {
+        rejections(out, class, &a.baseline, width);
+    }
+}
+
+/// Rejected configs of a class that failed the same way, and the knob
+/// values they all share.
+struct Group<'a> {
+    class: &'static str,
+    cause: String,
+    /// (cell, config) rejected so.
+    members: Vec<(&'a str, &'a ConfigReport)>,
+}
+
+/// Digests in a cause (`output digest 96243b2e2fcf ≠ baseline's …`) differ
+/// from config to config; what they say does not.
+fn general_cause(cause: &str) -> String {
+    cause
+        .split(' ')
+        .map(|w| {
+            let hex = w.trim_matches(|c: char| !c.is_ascii_alphanumeric());
+            if hex.len() >= 12 && hex.bytes().all(|b| b.is_ascii_hexdigit()) {
+                w.replace(hex, "…")
+            } else {
+                w.to_string()
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+fn groups(class: &ClassReport) -> Vec<Group<'_>> {
+    let mut by_cause: BTreeMap<(&'static str, String), Vec<(&str, &ConfigReport)>> =
+        BTreeMap::new();
+    for cell in &class.cells {
+        for r in &cell.rejected {
+            let Some(rej) = &r.rejection else { continue };
+            by_cause
+                .entry((rej.class.as_str(), general_cause(&rej.cause)))
+                .or_default()
+                .push((cell.cell_label.as_str(), r));
+        }
+    }
+    let mut out: Vec<Group> = by_cause
+        .into_iter()
+        .map(|((class, cause), members)| Group {
+            class,
+            cause,
+            members,
+        })
+        .collect();
+    // The largest groups first.
+    out.sort_by_key(|g| std::cmp::Reverse(configs_of(&g.members).len()));
+    out
+}
+
+fn configs_of<'a>(members: &[(&str, &'a ConfigReport)]) -> BTreeSet<&'a str> {
+    members.iter().map(|(_, r)| r.label.as_str()).collect()
+}
+
+/// The `knob=value` pairs every config of `members` has, but for values
+/// at the baseline's default.
+fn shared(
+    members: &[(&str, &ConfigReport)],
+    baseline: &serde_json::Value,
+) -> Vec<(String, serde_json::Value)> {
+    let mut common: Option<BTreeMap<String, serde_json::Value>> = None;
+    for (_, r) in members {
+        let Some(obj) = r.config.as_object() else {
+            return Vec::new();
+        };
+        let this: BTreeMap<String, serde_json::Value> =
+            obj.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+        common = Some(match common {
+            None => this,
+            Some(c) => c
+                .into_iter()
+                .filter(|(k, v)| this.get(k) == Some(v))
+                .collect(),
+        });
+    }
+    common
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|(k, v)| baseline.get(k) != Some(v))
+        .collect()
+}
+
+fn rejections(out: &mut String, class: &ClassReport, baseline: &serde_json::Value, width: usize) {
+    let groups = groups(class);
+    if groups.is_empty() {
+        return;
+    }
+    let total: BTreeSet<&str> = groups.iter().flat_map(|g| configs_of(&g.members)).collect();
+    let _ = writeln!(out);
+    put(
+        out,
+        &format!(
+            "rejected on {}: {} config{}, grouped by how they failed (--all lists each one at each cell):",
+            class.host_class,
+            total.len(),
+            if total.len() == 1 { "" } else { "s" }
+        ),
+        width,
+        "",
+        "  ",
+    );
+    let all_cells: BTreeSet<&str> = class
+        .cells
+        .iter()
+        .filter(|c| c.baseline.is_some() || !c.eligible.is_empty() || !c.rejected.is_empty())
+        .map(|c| c.cell_label.as_str())
+        .collect();
+    // Every config tried at a cell of the class, to say whether a group
+    // holds all the configs with its shared values.
+    let tried: Vec<&serde_json::Value> = class
+        .cells
+        .iter()
+        .flat_map(|c| c.baseline.iter().chain(&c.eligible).chain(&c.rejected))
+        .map(|r| &r.config)
+        .collect();
+    for g in &groups {
+        let configs = configs_of(&g.members);
+        let cells: BTreeSet<&str> = g.members.iter().map(|(c, _)| *c).collect();
+        let pairs = shared(&g.members, baseline);
+        let label = if configs.len() == 1 {
+            configs
+                .iter()
+                .next()
+                .map(|s| s.to_string())
+                .unwrap_or_default()
+        } else if pairs.is_empty() {
+            "configs sharing no changed knob".to_string()
+        } else {
+            pairs
+                .iter()
+                .map(|(k, v)| format!("{k}={}", value_text(v)))
+                .collect::<Vec<_>>()
+                .join(" ")
+        };
+        let at = if all_cells.len() <= 1 {
+            String::new()
+        } else if cells == all_cells {
+            " at every cell".to_string()
+        } else {
+            let cells: Vec<&str> = cells.into_iter().collect();
+            let s = if cells.len() == 1 { "" } else { "s" };
+            format!(" at cell{s} {}", cells.join(", "))
+        };
+        let count = if configs.len() == 1 {
+            String::new()
+        } else {
+            let with: BTreeSet<String> = tried
+                .iter()
+                .filter(|c| pairs.iter().all(|(k, v)| c.get(k) == Some(v)))
+                .map(|c| c.to_string())
+                .collect();
+            if !pairs.is_empty() && with.len() == configs.len() {
+                format!(", {} configs (every one tried with {label})", configs.len())
+            } else if !pairs.is_empty() {
+                format!(
+                    ", {} of the {} configs tried with {label}",
+                    configs.len(),
+                    with.len()
+                )
+            } else {
+                format!(", {} configs", configs.len())
+            }
+        };
+        put(
+            out,
+            &format!("- {label}: {}{at}{count}: {}", g.class, g.cause),
+            width,
+            "",
+            "    ",
+        );
+        if configs.len() > 1 && pairs.is_empty() {
+            put(
+                out,
+                &configs.iter().copied().collect::<Vec<_>>().join("; "),
+                width,
+                "    ",
+                "    ",
+            );
+        }
+    }
+}
+
+/// A knob effect's ratio as `1.85× ± 0.12 (n=6 pairs)`.
+pub fn effect_text(ratio: f64, spread: Option<f64>, pairs: usize) -> String {
+    let spread = match spread {
+        Some(s) => format!("± {}", num(s)),
+        None => "± ?".to_string(),
+    };
+    let pairs = if pairs == 1 {
+        "n=1 pair".to_string()
+    } else {
+        format!("n={pairs} pairs")
+    };
+    format!("{ratio:.3}× {spread} ({pairs})")
+}
+
+/// The sentences of "what to try next", in order, shared with Markdown.
+pub fn next_lines(a: &Analysis, next: &NextSteps) -> Vec<String> {
+    let mut out = Vec::new();
+    if next.effects.is_empty() && next.edges.is_empty() && next.untried.is_empty() {
+        return out;
+    }
+    let min = a.judging.selection.min_samples;
+    for e in &next.effects {
+        let line = match (e.ratio, &e.best, &e.worst) {
+            (Some(r), Some(best), Some(worst)) => format!(
+                "{}: {} vs {}: {}{}",
+                e.knob,
+                value_text(best),
+                value_text(worst),
+                effect_text(r, e.spread, e.pairs),
+                if e.spread.is_none() {
+                    format!(", fewer than {min}: spread unknown")
+                } else {
+                    String::new()
+                }
+            ),
+            _ => format!(
+                "{}: no estimate ({})",
+                e.knob,
+                e.no_estimate.as_deref().unwrap_or("no pair")
+            ),
+        };
+        out.push(line);
+    }
+    // One line per edge, with every bucket that ships it.
+    let mut edges: BTreeMap<(String, String, &str, bool), Vec<&str>> = BTreeMap::new();
+    for e in &next.edges {
+        edges
+            .entry((
+                e.knob.clone(),
+                value_text(&e.value),
+                e.side,
+                e.edge_of_range,
+            ))
+            .or_default()
+            .push(e.bucket.as_str());
+    }
+    for ((knob, value, side, of_range), buckets) in edges {
+        let more = if side == "largest" {
+            "larger"
+        } else {
+            "smaller"
+        };
+        let (which, then) = if of_range {
+            (
+                format!("the {side} value of {knob}'s range"),
+                format!("a {more} one might do better: widen the range"),
+            )
+        } else {
+            (
+                format!("the {side} value of {knob} tried"),
+                format!("{more} values of its range were never tried"),
+            )
+        };
+        // A study without cell axes has one bucket: no need to name it.
+        let place = match buckets.as_slice() {
+            [only] if only.starts_with('(') => String::new(),
+            all => format!(" in {}", all.join(" and ")),
+        };
+        out.push(format!("{knob}={value} ships{place}, {which}: {then}"));
+    }
+    for u in &next.untried {
+        let values: Vec<String> = u.values.iter().map(value_text).collect();
+        let causes: Vec<&str> = u
+            .possible_causes
+            .iter()
+            .map(|c| match *c {
+                "constraint" => "a constraint names the knob",
+                "search" => "the search did not pick them",
+                "budget" => "budget.max_trials may have cut the grid",
+                "pending" => "trials are still to run",
+                other => other,
+            })
+            .collect();
+        out.push(format!(
+            "never tried: {}={} (possible causes: {})",
+            u.knob,
+            values.join(", "),
+            causes.join("; ")
+        ));
+    }
+    out
+}
+
+fn next(out: &mut String, a: &Analysis, class: &ClassReport, width: usize) {
+    let lines = next_lines(a, &class.next);
+    if lines.is_empty() {
+        return;
+    }
+    let _ = writeln!(out, "\nWHAT TO TRY NEXT on {}", class.host_class);
+    put(out, EFFECT_METHOD, width, "", "  ");
+    for l in lines {
+        put(out, &format!("- {l}"), width, "", "    ");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn wrap_fits_the_width_and_cuts_what_cannot_fit() {
+        let text = "a win needs more than 2% and more than the combined spread";
+        let lines = wrap(text, 20, "", "  ");
+        assert_eq!(
+            lines,
+            [
+                "a win needs more",
+                "  than 2% and more",
+                "  than the combined",
+                "  spread"
+            ]
+        );
+        let long = format!("digest {} ok", "f".repeat(30));
+        let lines = wrap(&long, 12, "- ", "    ");
+        assert!(lines.iter().all(|l| l.chars().count() <= 12), "{lines:?}");
+        assert_eq!(lines.concat().matches('f').count(), 30, "{lines:?}");
+        assert_eq!(wrap("", 40, "  ", "  "), ["  "]);
+    }
+
+    #[test]
+    fn small_percentages_keep_two_significant_digits() {
+        assert_eq!(pct_text(0.0), "0.0%");
+        assert_eq!(pct_text(0.0297), "3.0%");
+        assert_eq!(pct_text(0.0023), "0.23%");
+        assert_eq!(pct_text(0.00074), "0.074%");
+        assert_eq!(pm_pct(None), "± ?");
+    }
+
+    #[test]
+    fn causes_differ_only_by_digests_group_together() {
+        let a =
+            general_cause("output digest dbf69d7cd2c9 ≠ baseline's 96243b2e2fcf (out.txt differs)");
+        let b =
+            general_cause("output digest 95b4a9cb2362 ≠ baseline's 415d4dddb403 (out.txt differs)");
+        assert_eq!(a, b);
+        assert_eq!(a, "output digest … ≠ baseline's … (out.txt differs)");
+        assert_eq!(general_cause("exit code 101"), "exit code 101");
+    }
+}

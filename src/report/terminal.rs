@@ -458,24 +458,89 @@ fn general_cause(cause: &str) -> String {
         .join(" ")
 }
 
+/// A number in a cause that is not part of a word (`i32`, `f64` and
+/// `chunk_us` stay as they are): a median, a sample count, a chunk index,
+/// a cell's size.
+fn numbers() -> &'static regex::Regex {
+    static RE: std::sync::OnceLock<regex::Regex> = std::sync::OnceLock::new();
+    RE.get_or_init(|| {
+        regex::Regex::new(r"(^|[^A-Za-z0-9_.])([0-9]+(?:\.[0-9]+)?)").expect("a valid pattern")
+    })
+}
+
+/// A cause as its words, with each number taken out (`\0` in its place),
+/// and the numbers in order.
+fn cause_shape(cause: &str) -> (String, Vec<&str>) {
+    let mut shape = String::with_capacity(cause.len());
+    let mut found = Vec::new();
+    let mut last = 0;
+    for c in numbers().captures_iter(cause) {
+        let Some(n) = c.get(2) else { continue };
+        shape.push_str(&cause[last..n.start()]);
+        shape.push('\0');
+        found.push(n.as_str());
+        last = n.end();
+    }
+    shape.push_str(&cause[last..]);
+    (shape, found)
+}
+
+/// The causes of a group, which share their words, as one text: each
+/// number that differs among them as its range (`median 76.3–100.8`).
+fn merged_cause(shape: &str, causes: &[Vec<&str>]) -> String {
+    let mut out = String::new();
+    for (i, part) in shape.split('\0').enumerate() {
+        if i > 0 {
+            let values: Vec<&str> = causes
+                .iter()
+                .filter_map(|c| c.get(i - 1).copied())
+                .collect();
+            let key = |v: &&str| v.parse::<f64>().unwrap_or(f64::NAN);
+            let lo = values.iter().min_by(|a, b| key(a).total_cmp(&key(b)));
+            let hi = values.iter().max_by(|a, b| key(a).total_cmp(&key(b)));
+            match (lo, hi) {
+                (Some(lo), Some(hi)) if lo == hi => out.push_str(lo),
+                (Some(lo), Some(hi)) => {
+                    let _ = write!(out, "{lo}–{hi}");
+                }
+                _ => out.push('?'),
+            }
+        }
+        out.push_str(part);
+    }
+    out
+}
+
 fn groups(class: &ClassReport) -> Vec<Group<'_>> {
-    let mut by_cause: BTreeMap<(&'static str, String), Vec<(&str, &ConfigReport)>> =
-        BTreeMap::new();
+    // Keyed by the failure class and the cause's words: causes that differ
+    // only in digests or numbers (a chunk index, a median, the cell's n)
+    // are one way of failing.
+    type Members<'a> = Vec<(&'a str, &'a ConfigReport, Vec<String>)>;
+    let mut by_cause: BTreeMap<(&'static str, String), Members<'_>> = BTreeMap::new();
     for cell in &class.cells {
         for r in &cell.rejected {
             let Some(rej) = &r.rejection else { continue };
+            let general = general_cause(&rej.cause);
+            let (shape, found) = cause_shape(&general);
+            let found = found.into_iter().map(str::to_string).collect();
             by_cause
-                .entry((rej.class.as_str(), general_cause(&rej.cause)))
+                .entry((rej.class.as_str(), shape))
                 .or_default()
-                .push((cell.cell_label.as_str(), r));
+                .push((cell.cell_label.as_str(), r, found));
         }
     }
     let mut out: Vec<Group> = by_cause
         .into_iter()
-        .map(|((class, cause), members)| Group {
-            class,
-            cause,
-            members,
+        .map(|((class, shape), members)| {
+            let found: Vec<Vec<&str>> = members
+                .iter()
+                .map(|(_, _, f)| f.iter().map(String::as_str).collect())
+                .collect();
+            Group {
+                class,
+                cause: merged_cause(&shape, &found),
+                members: members.into_iter().map(|(c, r, _)| (c, r)).collect(),
+            }
         })
         .collect();
     // The largest groups first.
@@ -772,5 +837,24 @@ mod tests {
         assert_eq!(a, b);
         assert_eq!(a, "output digest … ≠ baseline's … (out.txt differs)");
         assert_eq!(general_cause("exit code 101"), "exit code 101");
+    }
+
+    #[test]
+    fn causes_that_differ_in_their_numbers_show_each_as_a_range() {
+        let a = "chunk_us: median 76.3 over 9 samples, above the limit max 60";
+        let b = "chunk_us: median 100.75 over 9 samples, above the limit max 60";
+        let (shape_a, na) = cause_shape(a);
+        let (shape_b, nb) = cause_shape(b);
+        assert_eq!(shape_a, shape_b);
+        assert_eq!(
+            merged_cause(&shape_a, &[na, nb]),
+            "chunk_us: median 76.3–100.75 over 9 samples, above the limit max 60"
+        );
+        // Numbers inside words are words: i32 and i64 fail differently.
+        let (i32_shape, _) = cause_shape("accum i32 overflows at n=500000");
+        let (i64_shape, _) = cause_shape("accum i64 overflows at n=500000");
+        assert_ne!(i32_shape, i64_shape);
+        let (one, n) = cause_shape("exit code 101");
+        assert_eq!(merged_cause(&one, &[n]), "exit code 101");
     }
 }

@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use serde::Serialize;
 
 use super::inputs::{Resolved, changed_text, ledger_url, resolution_notes, resolve, study_arg};
-use super::{CliError, failed, say, say_err};
+use super::{CliError, failed, print_json, say, say_err, schema};
 use crate::cli::StatusArgs;
 use crate::ledger::Ledger;
 use crate::plan::{ClassInfo, Plan, PlanHost, Progress};
@@ -35,6 +35,16 @@ struct ClassStatus {
     /// cell, or the cell's baseline failed.
     skipped: Option<u64>,
     planned: Option<u64>,
+}
+
+/// `status --format json` (docs/json.md).
+#[derive(Serialize)]
+struct StatusDoc<'a> {
+    schema: &'static str,
+    study: &'a str,
+    ledger: &'a str,
+    classes: &'a [&'a ClassStatus],
+    unreadable_objects: usize,
 }
 
 /// Count, per host class, what the ledger holds of the study and what is
@@ -204,9 +214,14 @@ pub async fn run(a: StatusArgs) -> Result<(), CliError> {
         }
     }
     let rows: Vec<&ClassStatus> = classes.values().collect();
-    if a.json {
-        println!("{}", serde_json::to_string_pretty(&rows).map_err(failed)?);
-        return Ok(());
+    if a.output.json(a.json) {
+        return print_json(&StatusDoc {
+            schema: schema::STATUS,
+            study: &study_id,
+            ledger: ledger.url(),
+            classes: &rows,
+            unreadable_objects: scan.corrupt.len(),
+        });
     }
     say!("study {study_id} · ledger {}", ledger.url());
     if rows.is_empty() {

@@ -356,13 +356,27 @@ fn search_table(class: &crate::report::analysis::ClassReport) -> Option<SearchTa
     Some((title, header, rows))
 }
 
+/// The JSON report: the analysis under its schema name (docs/json.md).
+#[derive(serde::Serialize)]
+struct JsonReport<'a> {
+    schema: &'static str,
+    #[serde(flatten)]
+    analysis: &'a Analysis,
+}
+
 pub fn render(a: &Analysis, format: Format, all: bool) -> String {
     match format {
         // Text for people: values from studies and hosts are shown escaped
         // (crate::term); cells are escaped one by one, the rest as a block.
         Format::Table => crate::term::escape_block(&render_table(a, all)).into_owned(),
         Format::Markdown => crate::term::escape_block(&render_markdown(a, all)).into_owned(),
-        Format::Json => serde_json::to_string_pretty(a).unwrap_or_default() + "\n",
+        Format::Json => {
+            let doc = JsonReport {
+                schema: crate::commands::schema::REPORT,
+                analysis: a,
+            };
+            serde_json::to_string_pretty(&doc).unwrap_or_default() + "\n"
+        }
         Format::Csv => render_csv(a),
         Format::Measurements => render_measurements(a, &|_| None, &|_| true),
     }

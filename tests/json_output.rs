@@ -185,7 +185,10 @@ fn report_as_json() {
     assert!(is_u64(&baseline["n"]), "{doc}");
     assert!(is_number(&baseline["median"]), "{doc}");
     assert!(is_number(&baseline["spread"]), "{doc}");
-    assert!(doc["classes"][0]["buckets"][0]["level"].is_string(), "{doc}");
+    assert!(
+        doc["classes"][0]["buckets"][0]["level"].is_string(),
+        "{doc}"
+    );
 }
 
 #[test]
@@ -282,7 +285,11 @@ fn ledger_check_as_json_names_the_damage_and_exits_1() {
     assert!(damaged[0]["reason"].is_string(), "{doc}");
     assert_eq!(doc["studies"][0]["unreadable"], 1, "{doc}");
     // The error still says it, on stderr.
-    assert!(out.stderr.contains("1 unreadable objects"), "{}", out.text());
+    assert!(
+        out.stderr.contains("1 unreadable objects"),
+        "{}",
+        out.text()
+    );
 }
 
 #[test]
@@ -428,11 +435,7 @@ fn quiet_says_no_notes_but_still_the_errors() {
 
     // A quiet launch: no progress, no summary, no per-bucket lines.
     let out = env.launch(&["--quiet", "--progress", "plain"]);
-    assert!(
-        out.code == Some(0) || out.code == Some(3),
-        "{}",
-        out.text()
-    );
+    assert!(out.code == Some(0) || out.code == Some(3), "{}", out.text());
     assert!(!out.stderr.contains("ran 6 trials"), "{}", out.text());
     assert!(!out.stderr.contains("launching study"), "{}", out.text());
     assert!(!out.stderr.contains("ships"), "{}", out.text());
@@ -444,7 +447,11 @@ fn verbose_raises_the_log_level() {
     let env = Env::new(STUDY);
     let plain = env.tunectl_run(&["fingerprint"]);
     assert_eq!(plain.code, Some(0), "{}", plain.text());
-    assert!(!plain.stderr.contains("local probe finished"), "{}", plain.text());
+    assert!(
+        !plain.stderr.contains("local probe finished"),
+        "{}",
+        plain.text()
+    );
     let verbose = env.tunectl_run(&["-vv", "fingerprint"]);
     assert_eq!(verbose.code, Some(0), "{}", verbose.text());
     assert!(

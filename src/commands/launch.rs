@@ -7,7 +7,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::hosts::{ssh_control_dir, transport_for};
 use super::inputs::{Resolved, fork_id, ledger_url, load_inputs, resolution_notes, resolve};
-use super::notify::{self, LaunchEnd};
+use super::notify::{self, LaunchEnd, OutcomeSchema};
 use super::plan;
 use super::{CliError, failed, note, print_json, say_err, schema};
 use crate::cli::LaunchArgs;
@@ -24,19 +24,16 @@ use crate::spec::{Host, Inventory, Study, Transport};
 /// Probe, plan and run the study's trials, then write the verdicts; then
 /// run the notify command, if any, with the outcome.
 pub async fn run(a: LaunchArgs) -> Result<(), CliError> {
-    let started = std::time::Instant::now();
-    let mut end = LaunchEnd::default();
+    let mut end = LaunchEnd {
+        started: Some(std::time::Instant::now()),
+        ..Default::default()
+    };
     let result = launch(&a, &mut end).await;
     if let Some(command) = end.notify.clone() {
         notify::run(&command, &end.outcome(&result)).await;
     }
     if a.output.json(false) {
-        // The notify document (whose `schema` is its own version number,
-        // kept for the commands that read it) under this schema's name.
-        let mut doc = serde_json::to_value(end.outcome(&result)).map_err(failed)?;
-        doc["schema"] = schema::LAUNCH.into();
-        doc["elapsed_seconds"] = started.elapsed().as_secs_f64().into();
-        print_json(&doc)?;
+        print_json(&end.outcome_as(&result, OutcomeSchema::Named(schema::LAUNCH)))?;
     }
     result
 }

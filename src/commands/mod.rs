@@ -26,7 +26,8 @@ pub mod report;
 pub mod status;
 pub mod validate;
 
-pub use output::{FormatArgs, OutputFormat, print_json, schema};
+pub use crate::schema;
+pub use output::{FormatArgs, OutputFormat, print_json};
 mod output;
 
 // The output macros are defined after the modules and imported by path

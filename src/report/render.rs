@@ -372,7 +372,7 @@ pub fn render(a: &Analysis, format: Format, all: bool) -> String {
         Format::Markdown => crate::term::escape_block(&render_markdown(a, all)).into_owned(),
         Format::Json => {
             let doc = JsonReport {
-                schema: crate::commands::schema::REPORT,
+                schema: crate::schema::REPORT,
                 analysis: a,
             };
             serde_json::to_string_pretty(&doc).unwrap_or_default() + "\n"

@@ -7,7 +7,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
-use crate::commands::{self, CliError, say_err};
+use crate::commands::{self, CliError, FormatArgs, say_err};
 use crate::exec::progress::ProgressMode;
 use crate::report::Format;
 
@@ -15,37 +15,166 @@ use crate::report::Format;
 #[command(
     name = "tunectl",
     version,
-    about = "Find the fastest knob settings per class of machine that neither crash nor change output"
+    about = "Find the fastest knob settings per class of machine that neither crash nor change output",
+    after_help = help::TOP
 )]
 pub struct Cli {
+    /// Say only warnings and errors on stderr: no notes, no progress.
+    #[arg(long, short, global = true, conflicts_with = "verbose")]
+    quiet: bool,
+    /// More log detail on stderr: `-v` info, `-vv` debug, `-vvv` trace
+    /// (instead of `TUNECTL_LOG`).
+    #[arg(long, short, global = true, action = clap::ArgAction::Count)]
+    verbose: u8,
     #[command(subcommand)]
     command: Command,
+}
+
+/// What `--help` shows after the options: examples and exit codes
+/// (docs/cli.md has the whole story).
+mod help {
+    pub const TOP: &str = "\
+Examples:
+  tunectl validate study.yaml inventory.yaml
+  tunectl plan study.yaml -i inventory.yaml
+  tunectl launch study.yaml -i inventory.yaml
+  tunectl report study.yaml
+  tunectl export study.yaml --out tuned/
+
+Every command that prints data takes `--format json` (schemas in docs/json.md).
+
+Exit codes: 0 success (rejected configs are results); 1 the study could not run \
+(ledger, host or internal error); 2 invalid input (study, inventory, arguments); \
+3 launch: not every bucket is a VERDICT; 4 launch: stalled; 130 interrupted.";
+
+    pub const PLAN: &str = "\
+Examples:
+  tunectl plan study.yaml
+  tunectl plan study.yaml -i inventory.yaml --show 10
+  tunectl plan study.yaml --format json | jq .total_trials
+
+Exit codes: 0 the plan was printed; 1 the ledger could not be read or this \
+machine not probed; 2 invalid study, inventory or arguments.";
+
+    pub const LAUNCH: &str = "\
+Examples:
+  tunectl launch study.yaml
+  tunectl launch study.yaml -i inventory.yaml --ledger s3://bucket/tunectl
+  tunectl launch study.yaml --shard 2/4 --progress plain
+  tunectl launch study.yaml --format json > outcome.json
+
+Exit codes: 0 every bucket is a VERDICT; 1 the study could not run or did not \
+finish (ledger, hosts, trial-time cap); 2 invalid input, a changed spec \
+(see --fork) or a spend not acknowledged (see --yes); 3 finished, but not \
+every bucket is a VERDICT; 4 stalled; 130 interrupted.";
+
+    pub const REPORT: &str = "\
+Examples:
+  tunectl report study.yaml
+  tunectl report my-study --ledger s3://bucket/tunectl --all
+  tunectl report study.yaml --format json | jq '.classes[].buckets[].decision'
+
+Exit codes: 0 the report was printed; 1 the ledger could not be read or holds \
+no such study; 2 invalid study file or arguments.";
+
+    pub const EXPORT: &str = "\
+Examples:
+  tunectl export study.yaml --out tuned/
+  tunectl export my-study --ledger s3://bucket/tunectl --format json
+
+Exit codes: 0 the tuned files were written; 1 no results yet, or the ledger \
+could not be read or a file not written; 2 invalid input, or --out holds \
+another study's tuned files.";
+
+    pub const APPLY: &str = "\
+Examples:
+  tunectl apply --tuned tuned/ --cell batch=8 -- ./serve --batch {{ batch }}
+  tunectl apply --tuned tuned/ --cell batch=8 --print
+
+Exit codes: the command's own when it runs; 1 /bin/sh could not be started; \
+2 invalid input (tuned file, --cell, template, no command without --print).";
+
+    pub const STATUS: &str = "\
+Examples:
+  tunectl status study.yaml
+  tunectl status my-study --ledger s3://bucket/tunectl --format json
+
+Exit codes: 0 the status was printed; 1 the ledger could not be read or holds \
+no such study; 2 invalid study file or arguments.";
+
+    pub const LEDGER_CHECK: &str = "\
+Examples:
+  tunectl ledger check --ledger ./ledgers
+  tunectl ledger check study.yaml --format json
+
+Exit codes: 0 no damage found; 1 damage found, or the ledger could not be \
+checked; 2 invalid arguments.";
+
+    pub const FINGERPRINT: &str = "\
+Examples:
+  tunectl fingerprint
+  tunectl fingerprint --study study.yaml --format json
+  tunectl fingerprint -i inventory.yaml
+
+Exit codes: 0 printed; 1 this machine could not be probed, or a host of the \
+inventory did not answer; 2 invalid study, inventory or arguments.";
+
+    pub const VALIDATE: &str = "\
+Examples:
+  tunectl validate study.yaml inventory.yaml
+  tunectl validate study.yaml --format json
+
+Exit codes: 0 every file is valid; 2 a file has a problem (each is listed as \
+file:line:column: key.path: message).";
+
+    pub const COMPLETIONS: &str = "\
+Examples:
+  tunectl completions bash > ~/.local/share/bash-completion/completions/tunectl
+  tunectl completions zsh > ~/.zfunc/_tunectl
+
+Exit codes: 0 printed; 2 unknown shell.";
+
+    pub const MAN: &str = "\
+Examples:
+  tunectl man | man -l -
+
+Exit codes: 0 printed; 1 it could not be written.";
 }
 
 #[derive(Subcommand, Debug)]
 pub enum Command {
     /// Show what a launch would run, where, and at what cost. Spends nothing.
+    #[command(after_help = help::PLAN)]
     Plan(PlanArgs),
     /// Run a study's trials and record every attempt in the ledger.
+    #[command(after_help = help::LAUNCH)]
     Launch(LaunchArgs),
     /// Per host class and cell: baseline, winner, rejected configs.
+    #[command(after_help = help::REPORT)]
     Report(ReportArgs),
     /// Write one tuned file per host class: the knobs that ship per bucket.
+    #[command(after_help = help::EXPORT)]
     Export(ExportArgs),
     /// Run a command with the tuned knobs of this host's class (else the defaults).
+    #[command(after_help = help::APPLY)]
     Apply(ApplyArgs),
     /// Per host class: trials done, failed, lost, running and pending.
+    #[command(after_help = help::STATUS)]
     Status(StatusArgs),
     /// Inspect the ledger itself.
     #[command(subcommand)]
     Ledger(LedgerCommand),
     /// Probe this machine and print its fingerprint and host class.
+    #[command(after_help = help::FINGERPRINT)]
     Fingerprint(FingerprintArgs),
     /// Validate study and inventory files.
+    #[command(after_help = help::VALIDATE)]
     Validate(ValidateArgs),
     /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
+    #[command(after_help = help::COMPLETIONS)]
     Completions(CompletionsArgs),
     /// Print the manual page (roff), e.g. `tunectl man | man -l -`.
+    #[command(after_help = help::MAN)]
     Man,
 }
 
@@ -68,8 +197,10 @@ pub struct PlanArgs {
     /// Spend nothing and write nothing (always the case for `plan`).
     #[arg(long)]
     pub dry_run: bool,
-    /// Print the plan as JSON.
-    #[arg(long)]
+    #[command(flatten)]
+    pub output: FormatArgs,
+    /// Same as `--format json`.
+    #[arg(long, conflicts_with = "format")]
     pub json: bool,
     /// How many configs to show with their rendered commands.
     #[arg(long, default_value_t = 5)]
@@ -82,9 +213,12 @@ pub struct PlanArgs {
 
 #[derive(clap::Args, Debug)]
 pub struct LaunchArgs {
+    /// The study file.
     pub study: PathBuf,
+    /// Inventory file (default: this machine, one slot).
     #[arg(long, short)]
     pub inventory: Option<PathBuf>,
+    /// Ledger URL or path (default: the study's `ledger`, the inventory's, or ./ledgers).
     #[arg(long, env = "TUNECTL_LEDGER")]
     pub ledger: Option<String>,
     /// Only use these inventory hosts (repeatable).
@@ -96,6 +230,7 @@ pub struct LaunchArgs {
     /// Keep the directories of successful attempts too (failed ones are always kept).
     #[arg(long)]
     pub keep_workdirs: bool,
+    /// How progress is shown on stderr (`--quiet` means `quiet`).
     #[arg(long, value_enum, default_value_t = ProgressMode::Auto)]
     pub progress: ProgressMode,
     /// Start a new study (id `<name>-<spec hash>`) when the spec differs from the ledger's.
@@ -131,14 +266,20 @@ pub struct LaunchArgs {
     /// or remote hosts run without one.
     #[arg(long)]
     pub yes: bool,
+    // `text` prints nothing on stdout (progress and the summary go to
+    // stderr); `json` the outcome document.
+    #[command(flatten)]
+    pub output: FormatArgs,
 }
 
 #[derive(clap::Args, Debug)]
 pub struct ReportArgs {
     /// A study file, or a study id in the ledger.
     pub study: String,
+    /// Ledger URL or path (default: the study file's `ledger`, or ./ledgers).
     #[arg(long, env = "TUNECTL_LEDGER")]
     pub ledger: Option<String>,
+    /// Output format (`json`: docs/json.md).
     #[arg(long, value_enum, default_value_t = Format::Table)]
     pub format: Format,
     /// Show every eligible config, not only the baseline, the best and the
@@ -160,11 +301,14 @@ pub struct ReportArgs {
 pub struct ExportArgs {
     /// A study file, or a study id in the ledger.
     pub study: String,
+    /// Ledger URL or path (default: the study file's `ledger`, or ./ledgers).
     #[arg(long, env = "TUNECTL_LEDGER")]
     pub ledger: Option<String>,
     /// Directory for the tuned files (created if missing).
     #[arg(long, default_value = "tuned")]
     pub out: PathBuf,
+    #[command(flatten)]
+    pub output: FormatArgs,
 }
 
 #[derive(clap::Args, Debug)]
@@ -188,9 +332,13 @@ pub struct ApplyArgs {
 pub struct StatusArgs {
     /// A study file (pending counts need it), or a study id in the ledger.
     pub study: String,
+    /// Ledger URL or path (default: the study file's `ledger`, or ./ledgers).
     #[arg(long, env = "TUNECTL_LEDGER")]
     pub ledger: Option<String>,
-    #[arg(long, conflicts_with = "watch")]
+    #[command(flatten)]
+    pub output: FormatArgs,
+    /// Same as `--format json`.
+    #[arg(long, conflicts_with_all = ["format", "watch"])]
     pub json: bool,
     /// Keep showing the status, refreshed every `--interval`, with an ETA
     /// and each bucket's leader so far, until nothing is running or
@@ -207,6 +355,7 @@ pub struct StatusArgs {
 pub enum LedgerCommand {
     /// List objects that cannot be read as what their key says (they are
     /// ignored and their trials run again). Exits 1 when there are any.
+    #[command(after_help = help::LEDGER_CHECK)]
     Check(LedgerCheckArgs),
 }
 
@@ -214,8 +363,11 @@ pub enum LedgerCommand {
 pub struct LedgerCheckArgs {
     /// A study file or id; every study in the ledger when omitted.
     pub study: Option<String>,
+    /// Ledger URL or path (default: the study file's `ledger`, or ./ledgers).
     #[arg(long, env = "TUNECTL_LEDGER")]
     pub ledger: Option<String>,
+    #[command(flatten)]
+    pub output: FormatArgs,
 }
 
 #[derive(clap::Args, Debug)]
@@ -223,8 +375,11 @@ pub struct FingerprintArgs {
     /// Also probe the tool versions this study asks for.
     #[arg(long)]
     pub study: Option<PathBuf>,
-    /// Print JSON instead of YAML.
-    #[arg(long)]
+    // `text` prints YAML.
+    #[command(flatten)]
+    pub output: FormatArgs,
+    /// Same as `--format json`.
+    #[arg(long, conflicts_with = "format")]
     pub json: bool,
     /// Probe every host of this inventory (local, ssh) instead of this
     /// machine, and group them into host classes.
@@ -237,16 +392,25 @@ pub struct ValidateArgs {
     /// Study or inventory files (an inventory has a `hosts` key).
     #[arg(required = true)]
     pub files: Vec<PathBuf>,
+    #[command(flatten)]
+    pub output: FormatArgs,
 }
 
 /// Parse the arguments, run the command, exit with its code.
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
+    commands::set_quiet(cli.quiet);
+    // `-v` overrides TUNECTL_LOG; `--quiet` keeps warnings, so it leaves
+    // the level alone.
+    let filter = match cli.verbose {
+        0 => tracing_subscriber::EnvFilter::try_from_env("TUNECTL_LOG")
+            .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        1 => tracing_subscriber::EnvFilter::new("info"),
+        2 => tracing_subscriber::EnvFilter::new("debug"),
+        _ => tracing_subscriber::EnvFilter::new("trace"),
+    };
     let _ = tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("TUNECTL_LOG")
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
-        )
+        .with_env_filter(filter)
         .with_writer(std::io::stderr)
         .try_init();
     let runtime = match tokio::runtime::Runtime::new() {

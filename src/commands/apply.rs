@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use super::{CliError, failed, say_err};
+use super::{CliError, failed, note, say_err};
 use crate::cli::ApplyArgs;
 use crate::{fingerprint, tuned};
 
@@ -57,7 +57,7 @@ pub async fn run(a: ApplyArgs) -> Result<(), CliError> {
             .iter()
             .map(|(k, v)| format!("{}={v}", tuned::knob_var(k)))
             .collect();
-        say_err!(
+        note!(
             "note: set in the environment, these win over the {}: {}",
             choice.source.as_str(),
             set.join(" ")
@@ -77,7 +77,7 @@ pub async fn run(a: ApplyArgs) -> Result<(), CliError> {
         return Ok(());
     }
     if choice.warning.is_none() {
-        say_err!("tunectl apply: {}", choice.reason);
+        note!("tunectl apply: {}", choice.reason);
     }
     let Some(command) = command else {
         return Ok(());

@@ -1,10 +1,34 @@
 //! `tunectl export`: one tuned file per host class, the knobs that ship per
 //! bucket.
 
+use serde::Serialize;
+
 use super::inputs::{Use, load_analysis};
-use super::{CliError, failed, say, say_err};
+use super::{CliError, failed, note, print_json, say, schema};
 use crate::cli::ExportArgs;
 use crate::tuned;
+
+/// `export --format json` (docs/json.md): what was written.
+#[derive(Serialize)]
+struct ExportDoc {
+    schema: &'static str,
+    study: String,
+    spec_hash: String,
+    out: String,
+    files: Vec<WrittenFile>,
+}
+
+/// One tuned file and what its buckets ship.
+#[derive(Serialize)]
+struct WrittenFile {
+    path: String,
+    host_class: String,
+    label: String,
+    buckets: usize,
+    with_winner: usize,
+    keeping_baseline: usize,
+    pending: usize,
+}
 
 /// Tuned files in `dir` of a study other than `study` or of another spec:
 /// `file (study <id>, spec <hash12>)`. Files that are not tuned files are
@@ -50,6 +74,8 @@ pub async fn run(a: ExportArgs) -> Result<(), CliError> {
             analysis.study_id
         )));
     }
+    let json = a.output.json(false);
+    let mut written = Vec::new();
     for class in &analysis.classes {
         let (name, text) = tuned::export(&analysis, class);
         let path = a.out.join(&name);
@@ -58,7 +84,9 @@ pub async fn run(a: ExportArgs) -> Result<(), CliError> {
         std::fs::write(&tmp, text)
             .and_then(|()| std::fs::rename(&tmp, &path))
             .map_err(|e| failed(format!("{}: cannot write: {e}", path.display())))?;
-        say!("{}", path.display());
+        if !json {
+            say!("{}", path.display());
+        }
         let pending = class
             .buckets
             .iter()
@@ -69,13 +97,31 @@ pub async fn run(a: ExportArgs) -> Result<(), CliError> {
             .iter()
             .filter(|b| !tuned::is_pending(b) && b.winner.is_some())
             .count();
-        say_err!(
-            "{} · {}: {} buckets ({won} with a winner, {} keeping the baseline, {pending} pending)",
+        let keeping = class.buckets.len() - won - pending;
+        note!(
+            "{} · {}: {} buckets ({won} with a winner, {keeping} keeping the baseline, {pending} pending)",
             class.host_class,
             class.label,
             class.buckets.len(),
-            class.buckets.len() - won - pending,
         );
+        written.push(WrittenFile {
+            path: path.display().to_string(),
+            host_class: class.host_class.clone(),
+            label: class.label.clone(),
+            buckets: class.buckets.len(),
+            with_winner: won,
+            keeping_baseline: keeping,
+            pending,
+        });
+    }
+    if json {
+        print_json(&ExportDoc {
+            schema: schema::EXPORT,
+            study: analysis.study_id.clone(),
+            spec_hash: analysis.spec_hash.clone(),
+            out: a.out.display().to_string(),
+            files: written,
+        })?;
     }
     Ok(())
 }

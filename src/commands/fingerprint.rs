@@ -6,7 +6,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use super::hosts::{ssh_control_dir, transport_for};
-use super::{CliError, failed};
+use super::{CliError, failed, print_json, schema};
 use crate::cli::FingerprintArgs;
 use crate::spec::{Inventory, Study};
 use crate::{fingerprint, yaml_out};
@@ -17,18 +17,20 @@ pub async fn run(a: FingerprintArgs) -> Result<(), CliError> {
         Some(p) => Study::load(p)?.tools,
         None => BTreeMap::new(),
     };
+    let json = a.output.json(a.json);
     if let Some(path) = &a.inventory {
-        return fingerprint_inventory(path, &tools, a.json).await;
+        return fingerprint_inventory(path, &tools, json).await;
     }
     let fp = fingerprint::probe_local(&tools).await.map_err(failed)?;
-    let doc = serde_json::json!({
+    let mut doc = serde_json::json!({
         "host_class": fp.host_class(),
         "class_label": fp.class_label(),
         "fingerprint_hash": fp.hash(),
         "fingerprint": fp,
     });
-    if a.json {
-        println!("{}", serde_json::to_string_pretty(&doc).map_err(failed)?);
+    if json {
+        doc["schema"] = schema::FINGERPRINT.into();
+        print_json(&doc)?;
     } else {
         print!("{}", crate::term::escape_block(&yaml_out::to_yaml(&doc)));
     }
@@ -77,12 +79,13 @@ async fn fingerprint_inventory(
             Err(e) => down.push(serde_json::json!({"host": name, "error": e})),
         }
     }
-    let doc = serde_json::json!({
+    let mut doc = serde_json::json!({
         "classes": classes.into_values().collect::<Vec<_>>(),
         "unreachable": down,
     });
     if json {
-        println!("{}", serde_json::to_string_pretty(&doc).map_err(failed)?);
+        doc["schema"] = schema::FINGERPRINT_INVENTORY.into();
+        print_json(&doc)?;
     } else {
         print!("{}", crate::term::escape_block(&yaml_out::to_yaml(&doc)));
     }

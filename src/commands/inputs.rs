@@ -4,7 +4,7 @@
 
 use std::path::Path;
 
-use super::{CliError, failed, say_err};
+use super::{CliError, failed, note, say_err};
 use crate::ledger::{DEFAULT_LEDGER, Ledger, StudyRecord};
 use crate::report;
 use crate::spec::{Inventory, Study};
@@ -117,7 +117,7 @@ pub async fn resolve(ledger: &Ledger, study: &Study) -> Result<Resolved, CliErro
 /// `judges`) is judged by settings other than those of the study's launch.
 pub fn resolution_notes(file: &str, study: &Study, record: &StudyRecord, fork: bool, judges: bool) {
     if fork {
-        say_err!(
+        note!(
             "note: {file} is study `{}` in this ledger (`{}` there has another spec; `--fork` recorded this one)",
             record.study_id,
             study.id()
@@ -125,7 +125,7 @@ pub fn resolution_notes(file: &str, study: &Study, record: &StudyRecord, fork: b
     }
     let changed = record.spec.judging().changed_since_launch;
     if judges && !changed.is_empty() {
-        say_err!(
+        note!(
             "note: judging `{}` by {file}'s settings, changed since it was launched: {}; the measurements are the ones recorded",
             record.study_id,
             changed.join("; ")

@@ -7,9 +7,9 @@ use tokio_util::sync::CancellationToken;
 
 use super::hosts::{ssh_control_dir, transport_for};
 use super::inputs::{Resolved, fork_id, ledger_url, load_inputs, resolution_notes, resolve};
-use super::notify::{self, LaunchEnd};
+use super::notify::{self, LaunchEnd, OutcomeSchema};
 use super::plan;
-use super::{CliError, failed, say_err};
+use super::{CliError, failed, note, print_json, say_err, schema};
 use crate::cli::LaunchArgs;
 use crate::exec::events::LaunchSummary;
 use crate::exec::progress;
@@ -24,10 +24,16 @@ use crate::spec::{Host, Inventory, Study, Transport};
 /// Probe, plan and run the study's trials, then write the verdicts; then
 /// run the notify command, if any, with the outcome.
 pub async fn run(a: LaunchArgs) -> Result<(), CliError> {
-    let mut end = LaunchEnd::default();
+    let mut end = LaunchEnd {
+        started: Some(std::time::Instant::now()),
+        ..Default::default()
+    };
     let result = launch(&a, &mut end).await;
     if let Some(command) = end.notify.clone() {
         notify::run(&command, &end.outcome(&result)).await;
+    }
+    if a.output.json(false) {
+        print_json(&end.outcome_as(&result, OutcomeSchema::Named(schema::LAUNCH)))?;
     }
     result
 }
@@ -69,7 +75,7 @@ async fn launch(a: &LaunchArgs, end: &mut LaunchEnd) -> Result<(), CliError> {
         Resolved::New => study.id().to_string(),
         Resolved::Changed { .. } if a.fork => {
             let id = fork_id(&study);
-            say_err!(
+            note!(
                 "forking: this spec differs from the ledger's `{}`; recording it as study `{id}`",
                 study.id()
             );
@@ -131,8 +137,13 @@ async fn launch(a: &LaunchArgs, end: &mut LaunchEnd) -> Result<(), CliError> {
         }
     });
     let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
-    let reporter = tokio::spawn(progress::report(a.progress, rx));
-    say_err!("launching study {study_id} · ledger {}", ledger.url());
+    let progress_mode = if super::quiet() {
+        progress::ProgressMode::Quiet
+    } else {
+        a.progress
+    };
+    let reporter = tokio::spawn(progress::report(progress_mode, rx));
+    note!("launching study {study_id} · ledger {}", ledger.url());
     let options = launch::LaunchOptions {
         no_cooldown: a.no_cooldown,
         store_logs: a.store_logs,
@@ -173,7 +184,7 @@ async fn launch(a: &LaunchArgs, end: &mut LaunchEnd) -> Result<(), CliError> {
             break;
         }
         if round + 1 < MAX_LAUNCH_ROUNDS {
-            say_err!(
+            note!(
                 "hosts {} changed class mid-launch: probing again to tune their new class",
                 this.changed_hosts.join(", ")
             );
@@ -220,7 +231,7 @@ async fn launch(a: &LaunchArgs, end: &mut LaunchEnd) -> Result<(), CliError> {
                         class.host_class, bucket.label, bucket.level_reason
                     ));
                 }
-                say_err!(
+                note!(
                     "{} · {}: ships {} [{}] · {}",
                     class.host_class,
                     bucket.label,
@@ -237,7 +248,7 @@ async fn launch(a: &LaunchArgs, end: &mut LaunchEnd) -> Result<(), CliError> {
         .await
         .map_err(failed)?;
     }
-    say_err!(
+    note!(
         "{} · `tunectl report {}` shows the evidence",
         progress::summary_line(&summary),
         a.study.display()
@@ -342,7 +353,7 @@ async fn check_spend(
             // Nothing to estimate from but the timeouts: the cap is the
             // acknowledgement, and the launch stops at it.
             None if worst > cap.as_secs_f64() => {
-                say_err!(
+                note!(
                     "note: {what}; budget.max_trial_time {} stops the launch if it gets there",
                     fmt_secs(cap.as_secs_f64())
                 );
@@ -408,7 +419,7 @@ async fn load_prior(
     let prior = crate::exec::prior::Prior::load(source, &id, study, &space, &metric, budget)
         .await
         .map_err(|e| CliError::Invalid(format!("--seed-from {from}: {e}")))?;
-    say_err!(
+    note!(
         "seeding from {}: what it knows about {} host class(es) of these knobs",
         prior.source,
         prior.classes()

@@ -1,9 +1,49 @@
 //! `tunectl ledger ...`: inspect the ledger itself.
 
+use serde::Serialize;
+
 use super::inputs::{ledger_url, study_arg};
-use super::{CliError, failed, say};
+use super::{CliError, failed, print_json, say, schema};
 use crate::cli::LedgerCheckArgs;
 use crate::ledger::Ledger;
+
+/// `ledger check --format json` (docs/json.md).
+#[derive(Serialize)]
+struct CheckDoc<'a> {
+    schema: &'static str,
+    ledger: &'a str,
+    /// No damage found (the exit code is 0).
+    clean: bool,
+    studies: Vec<StudyCheck>,
+}
+
+#[derive(Serialize)]
+struct StudyCheck {
+    study: String,
+    readable_attempts: usize,
+    voided: usize,
+    unreadable: usize,
+    missing: usize,
+    /// What is wrong with `<study>/study.json`, if anything.
+    study_record_problem: Option<String>,
+    damaged: Vec<Damaged>,
+}
+
+#[derive(Serialize)]
+struct Damaged {
+    key: String,
+    kind: DamageKind,
+    reason: String,
+}
+
+#[derive(Serialize, Clone, Copy)]
+#[serde(rename_all = "lowercase")]
+enum DamageKind {
+    /// There, but not readable as what its key says.
+    Unreadable,
+    /// Named by the arrival log or the index, but not there.
+    Missing,
+}
 
 /// `ledger check`: list what cannot be read as what its key says (exit 1
 /// when there is any).
@@ -26,31 +66,63 @@ pub async fn check(a: LedgerCheckArgs) -> Result<(), CliError> {
         // readable study record.
         None => ledger.study_prefixes().await.map_err(failed)?,
     };
+    let json = a.output.json(false);
     let (mut unreadable, mut missing, mut records) = (0, 0, 0);
+    let mut studies = Vec::new();
     for id in &ids {
         let record = ledger.study_record_problem(id).await.map_err(failed)?;
         // Every object listed and read, whatever the index says.
         let checked = ledger.check_study(id).await.map_err(failed)?;
         let scan = &checked.scan;
-        say!(
-            "{id}: {} attempts readable, {} voided, {} unreadable, {} missing",
-            scan.attempts.len(),
-            scan.voided,
-            scan.corrupt.len(),
-            checked.missing.len()
-        );
-        if let Some(problem) = &record {
-            say!("  {id}/study.json: {problem}");
-            records += 1;
+        let mut damaged: Vec<(&crate::ledger::CorruptObject, DamageKind)> = scan
+            .corrupt
+            .iter()
+            .map(|c| (c, DamageKind::Unreadable))
+            .chain(checked.missing.iter().map(|c| (c, DamageKind::Missing)))
+            .collect();
+        damaged.sort_by(|x, y| x.0.key.cmp(&y.0.key));
+        if !json {
+            say!(
+                "{id}: {} attempts readable, {} voided, {} unreadable, {} missing",
+                scan.attempts.len(),
+                scan.voided,
+                scan.corrupt.len(),
+                checked.missing.len()
+            );
+            if let Some(problem) = &record {
+                say!("  {id}/study.json: {problem}");
+            }
+            for (c, _) in &damaged {
+                say!("  {}: {}", c.key, c.reason);
+            }
         }
-        let mut damaged: Vec<&crate::ledger::CorruptObject> =
-            scan.corrupt.iter().chain(&checked.missing).collect();
-        damaged.sort_by(|x, y| x.key.cmp(&y.key));
-        for c in damaged {
-            say!("  {}: {}", c.key, c.reason);
-        }
+        records += usize::from(record.is_some());
         unreadable += scan.corrupt.len();
         missing += checked.missing.len();
+        studies.push(StudyCheck {
+            study: id.clone(),
+            readable_attempts: scan.attempts.len(),
+            voided: scan.voided,
+            unreadable: scan.corrupt.len(),
+            missing: checked.missing.len(),
+            study_record_problem: record,
+            damaged: damaged
+                .into_iter()
+                .map(|(c, kind)| Damaged {
+                    key: c.key.clone(),
+                    kind,
+                    reason: c.reason.clone(),
+                })
+                .collect(),
+        });
+    }
+    if json {
+        print_json(&CheckDoc {
+            schema: schema::LEDGER_CHECK,
+            ledger: ledger.url(),
+            clean: records + unreadable + missing == 0,
+            studies,
+        })?;
     }
     let mut found = Vec::new();
     if records > 0 {

@@ -9,6 +9,7 @@
 //! interrupted.
 
 use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use crate::spec::Diagnostics;
 
@@ -24,6 +25,10 @@ pub mod plan;
 pub mod report;
 pub mod status;
 pub mod validate;
+
+pub use crate::schema;
+pub use output::{FormatArgs, OutputFormat, print_json};
+mod output;
 
 // The output macros are defined after the modules and imported by path
 // (`use super::say`), so each module says what it uses.
@@ -43,7 +48,32 @@ macro_rules! say_err {
     };
 }
 
-pub(crate) use {say, say_err};
+/// [`say_err!`] for what is neither a warning nor an error (what was
+/// chosen, what was written, how far a launch got): not said under
+/// `--quiet`.
+macro_rules! note {
+    ($($arg:tt)*) => {
+        if !$crate::commands::quiet() {
+            $crate::commands::say_err!($($arg)*)
+        }
+    };
+}
+
+pub(crate) use {note, say, say_err};
+
+/// `--quiet`, set once by [`crate::cli::main`] before any command runs.
+static QUIET: AtomicBool = AtomicBool::new(false);
+
+/// Say no notes and no progress on stderr from now on (warnings and
+/// errors still).
+pub fn set_quiet(quiet: bool) {
+    QUIET.store(quiet, Ordering::Relaxed);
+}
+
+/// Whether `--quiet` was given.
+pub fn quiet() -> bool {
+    QUIET.load(Ordering::Relaxed)
+}
 
 /// What went wrong, mapped to an exit code.
 #[derive(Debug)]

@@ -32,6 +32,8 @@ pub struct LaunchEnd {
     pub summary: Option<LaunchSummary>,
     /// Every bucket's decision, as written to the verdict records.
     pub buckets: Vec<BucketOutcome>,
+    /// When the launch started.
+    pub started: Option<std::time::Instant>,
 }
 
 /// One bucket's decision.
@@ -64,16 +66,19 @@ impl BucketOutcome {
     }
 }
 
-/// The document on the command's stdin (docs/cli.md, `launch --notify`).
+/// The document on the command's stdin (docs/cli.md, `launch --notify`),
+/// and that of `launch --format json` (docs/json.md).
 #[derive(Debug, Serialize)]
 pub struct Outcome<'a> {
-    pub schema: u32,
+    pub schema: OutcomeSchema,
     pub study: &'a str,
     pub name: &'a str,
     pub ledger: &'a str,
     /// `verdict`, `draft`, `stalled`, `interrupted`, `failed` or `invalid`.
     pub outcome: &'static str,
     pub exit_code: u8,
+    /// Seconds since the launch started; `null` when it did not get there.
+    pub elapsed_seconds: Option<f64>,
     /// What went wrong, as the launch said it; `null` on exit 0.
     pub message: Option<String>,
     /// The launch's counts; `null` when it ended before running anything.
@@ -81,6 +86,15 @@ pub struct Outcome<'a> {
     pub buckets: &'a [BucketOutcome],
     /// The command that shows the evidence.
     pub report: &'a str,
+}
+
+/// The notify document's `schema` is its version number (1), which the
+/// commands written for it read; `launch --format json`'s is its name.
+#[derive(Debug, Clone, Copy, Serialize)]
+#[serde(untagged)]
+pub enum OutcomeSchema {
+    Notify(u32),
+    Named(&'static str),
 }
 
 #[derive(Debug, Serialize)]
@@ -99,8 +113,14 @@ pub struct Counts {
 }
 
 impl LaunchEnd {
-    /// The outcome of a launch that ended with `result`.
+    /// The outcome of a launch that ended with `result`, for the notify
+    /// command.
     pub fn outcome(&self, result: &Result<(), CliError>) -> Outcome<'_> {
+        self.outcome_as(result, OutcomeSchema::Notify(1))
+    }
+
+    /// The outcome of a launch that ended with `result`, under `schema`.
+    pub fn outcome_as(&self, result: &Result<(), CliError>, schema: OutcomeSchema) -> Outcome<'_> {
         let (outcome, message) = match result {
             Ok(()) => ("verdict", None),
             Err(e) => {
@@ -115,12 +135,13 @@ impl LaunchEnd {
             }
         };
         Outcome {
-            schema: 1,
+            schema,
             study: &self.study_id,
             name: &self.name,
             ledger: &self.ledger,
             outcome,
             exit_code: result.as_ref().err().map_or(0, CliError::code),
+            elapsed_seconds: self.started.map(|s| s.elapsed().as_secs_f64()),
             message,
             summary: self.summary.as_ref().map(|s| Counts {
                 ran: s.ran,
@@ -219,6 +240,7 @@ mod tests {
             report: "tunectl report s.yaml".into(),
             summary: None,
             buckets: Vec::new(),
+            started: None,
         }
     }
 
@@ -251,6 +273,10 @@ mod tests {
         let text = std::fs::read_to_string(&out).expect("written");
         let (json, env) = text.rsplit_once('}').expect("JSON then a line");
         let doc: serde_json::Value = serde_json::from_str(&format!("{json}}}")).expect("JSON");
+        assert_eq!(
+            doc["schema"], 1,
+            "the notify document keeps its version number"
+        );
         assert_eq!(doc["outcome"], "draft");
         assert_eq!(doc["exit_code"], 3);
         assert_eq!(doc["message"], "2 drafts");

@@ -6,7 +6,7 @@ use std::time::Duration;
 use serde::Serialize;
 
 use super::inputs::{Resolved, fork_id, ledger_url, load_inputs, resolve};
-use super::{CliError, failed};
+use super::{CliError, failed, print_json, schema};
 use crate::cli::PlanArgs;
 use crate::fingerprint;
 use crate::ledger::Ledger;
@@ -20,6 +20,7 @@ fn fmt_secs(s: f64) -> String {
 
 #[derive(Serialize)]
 struct PlanView {
+    schema: &'static str,
     /// The id a launch records under (a fork's when `launch --fork` is
     /// needed or already recorded this spec).
     study: String,
@@ -30,7 +31,8 @@ struct PlanView {
     ledger: String,
     strategy: crate::spec::Strategy,
     knobs: usize,
-    grid_configs: String,
+    /// Configs in the full grid (may exceed 2^53).
+    grid_configs: u128,
     repeats: u32,
     warmup: u32,
     cells: Vec<CellView>,
@@ -398,6 +400,7 @@ pub async fn run(a: PlanArgs) -> Result<(), CliError> {
         })
         .collect();
     let view = PlanView {
+        schema: schema::PLAN,
         study: study_id.clone(),
         name: study.id().to_string(),
         spec_hash: study.spec_hash(),
@@ -408,7 +411,7 @@ pub async fn run(a: PlanArgs) -> Result<(), CliError> {
             .unwrap_or(url.clone()),
         strategy: study.strategy.clone(),
         knobs: study.knobs.len(),
-        grid_configs: study.grid_size().to_string(),
+        grid_configs: study.grid_size(),
         repeats: plan.repeats,
         warmup: plan.warmup,
         cells: (0..plan.cells.len())
@@ -436,8 +439,8 @@ pub async fn run(a: PlanArgs) -> Result<(), CliError> {
         notes: plan.notes.clone(),
         search: plan.search.clone(),
     };
-    if a.json {
-        println!("{}", serde_json::to_string_pretty(&view).map_err(failed)?);
+    if a.output.json(a.json) {
+        print_json(&view)?;
     } else {
         print!("{}", crate::term::escape_block(&render_plan(&view)));
     }

@@ -5,7 +5,7 @@ use std::collections::{HashMap, HashSet};
 use std::path::Path;
 
 use super::inputs::{Use, load_analysis};
-use super::{CliError, say_err};
+use super::{CliError, note};
 use crate::cli::ReportArgs;
 use crate::plan::Plan;
 use crate::report;
@@ -78,7 +78,7 @@ pub async fn run(a: ReportArgs) -> Result<(), CliError> {
                     cell.rejected.retain(|r| in_shard(&r.config));
                 }
             }
-            say_err!(
+            note!(
                 "note: shard {sh}: only this shard's configs are listed; decisions (fastest, what ships) are those of the whole ledger"
             );
             report::render::render_sized(&analysis, a.format, a.all, width)

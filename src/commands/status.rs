@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use serde::Serialize;
 
 use super::inputs::{Resolved, changed_text, ledger_url, resolution_notes, resolve, study_arg};
-use super::{CliError, failed, say, say_err};
+use super::{CliError, failed, print_json, say, say_err, schema};
 use crate::cli::StatusArgs;
 use crate::ledger::lease::LeaseRecord;
 use crate::ledger::{HostRecord, Ledger, Scan};
@@ -40,6 +40,16 @@ struct ClassStatus {
     /// cell, or the cell's baseline failed.
     skipped: Option<u64>,
     planned: Option<u64>,
+}
+
+/// `status --format json` (docs/json.md).
+#[derive(Serialize)]
+struct StatusDoc<'a> {
+    schema: &'static str,
+    study: &'a str,
+    ledger: &'a str,
+    classes: &'a [&'a ClassStatus],
+    unreadable_objects: usize,
 }
 
 /// Per host class (by id), what the ledger holds of study `study_id` and,
@@ -176,6 +186,12 @@ fn count(
 /// Count, per host class, what the ledger holds of the study and what is
 /// left.
 pub async fn run(a: StatusArgs) -> Result<(), CliError> {
+    if a.watch && a.output.json(a.json) {
+        return Err(CliError::Invalid(
+            "`--watch` is a live view for people and `--format json` one document: give one of them"
+                .to_string(),
+        ));
+    }
     let (name, study) = study_arg(&a.study)?;
     let url = ledger_url(a.ledger.as_deref(), study.as_ref(), None);
     let Some(ledger) = Ledger::open_existing(&url).map_err(failed)? else {
@@ -233,9 +249,14 @@ pub async fn run(a: StatusArgs) -> Result<(), CliError> {
     let leases = ledger.live_leases(&study_id).await.map_err(failed)?;
     let classes = count(&study_id, study.as_ref(), &scan, &hosts, &leases);
     let rows: Vec<&ClassStatus> = classes.values().collect();
-    if a.json {
-        println!("{}", serde_json::to_string_pretty(&rows).map_err(failed)?);
-        return Ok(());
+    if a.output.json(a.json) {
+        return print_json(&StatusDoc {
+            schema: schema::STATUS,
+            study: &study_id,
+            ledger: ledger.url(),
+            classes: &rows,
+            unreadable_objects: scan.corrupt.len(),
+        });
     }
     say!("study {study_id} · ledger {}", ledger.url());
     if rows.is_empty() {

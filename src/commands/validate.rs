@@ -1,24 +1,89 @@
 //! `tunectl validate`: check study and inventory files.
 
-use super::{CliError, say_err};
+use serde::Serialize;
+
+use super::{CliError, note, print_json, schema};
 use crate::cli::ValidateArgs;
-use crate::spec::{Diagnostics, Inventory, Study};
+use crate::spec::{Diagnostic, Diagnostics, Inventory, Study};
+
+/// `validate --format json` (docs/json.md).
+#[derive(Serialize)]
+struct ValidateDoc {
+    schema: &'static str,
+    /// Every file is valid (the exit code is 0).
+    valid: bool,
+    files: Vec<FileCheck>,
+}
+
+#[derive(Serialize)]
+struct FileCheck {
+    path: String,
+    /// `study` or `inventory` (a file with a top-level `hosts:` key).
+    kind: &'static str,
+    valid: bool,
+    problems: Vec<Problem>,
+}
+
+#[derive(Serialize)]
+struct Problem {
+    file: String,
+    /// 1-based; 0 when the problem concerns the whole file.
+    line: usize,
+    /// 1-based; 0 when unknown.
+    column: usize,
+    /// Key path such as `knobs.threads.default`; empty for the whole file.
+    field: String,
+    message: String,
+}
+
+impl From<&Diagnostic> for Problem {
+    fn from(d: &Diagnostic) -> Problem {
+        Problem {
+            file: d.file.display().to_string(),
+            line: d.line,
+            column: d.column,
+            field: d.field.clone(),
+            message: d.message.clone(),
+        }
+    }
+}
 
 /// Every problem of every file, or a line per valid file.
 pub fn run(a: ValidateArgs) -> Result<(), CliError> {
     let mut all = Diagnostics::default();
+    let mut files = Vec::new();
     for f in &a.files {
         let text = std::fs::read_to_string(f).unwrap_or_default();
         let is_inventory = text.lines().any(|l| l.starts_with("hosts:"));
-        let r = if is_inventory {
-            Inventory::load(f).map(|_| "inventory")
+        let (kind, r) = if is_inventory {
+            ("inventory", Inventory::load(f).map(|_| ()))
         } else {
-            Study::load(f).map(|_| "study")
+            ("study", Study::load(f).map(|_| ()))
         };
-        match r {
-            Ok(kind) => say_err!("{}: valid {kind}", f.display()),
-            Err(d) => all.extend(d),
-        }
+        let problems: Vec<Problem> = match r {
+            Ok(()) => {
+                note!("{}: valid {kind}", f.display());
+                Vec::new()
+            }
+            Err(d) => {
+                let problems = d.iter().map(Problem::from).collect();
+                all.extend(d);
+                problems
+            }
+        };
+        files.push(FileCheck {
+            path: f.display().to_string(),
+            kind,
+            valid: problems.is_empty(),
+            problems,
+        });
+    }
+    if a.output.json(false) {
+        print_json(&ValidateDoc {
+            schema: schema::VALIDATE,
+            valid: all.is_empty(),
+            files,
+        })?;
     }
     if all.is_empty() {
         Ok(())

@@ -345,6 +345,14 @@ pub(super) fn search_table(class: &crate::report::analysis::ClassReport) -> Opti
     Some((title, header, rows))
 }
 
+/// The JSON report: the analysis under its schema name (docs/json.md).
+#[derive(serde::Serialize)]
+struct JsonReport<'a> {
+    schema: &'static str,
+    #[serde(flatten)]
+    analysis: &'a Analysis,
+}
+
 /// [`render_sized`] at the width of [`terminal::width`] without `--width`.
 pub fn render(a: &Analysis, format: Format, all: bool) -> String {
     render_sized(a, format, all, super::terminal::width(None))
@@ -359,7 +367,13 @@ pub fn render_sized(a: &Analysis, format: Format, all: bool, width: usize) -> St
             crate::term::escape_block(&super::terminal::render(a, all, width)).into_owned()
         }
         Format::Markdown => crate::term::escape_block(&render_markdown(a, all)).into_owned(),
-        Format::Json => serde_json::to_string_pretty(a).unwrap_or_default() + "\n",
+        Format::Json => {
+            let doc = JsonReport {
+                schema: crate::schema::REPORT,
+                analysis: a,
+            };
+            serde_json::to_string_pretty(&doc).unwrap_or_default() + "\n"
+        }
         Format::Csv => render_csv(a),
         Format::Measurements => render_measurements(a, &|_| None, &|_| true),
     }

@@ -377,16 +377,20 @@ impl Env {
         serde_json::from_str(&text).expect("report JSON")
     }
 
-    /// `tunectl status STUDY --json --ledger LEDGER`.
+    /// The rows (`classes`) of `tunectl status STUDY --format json
+    /// --ledger LEDGER`, one per host class.
     pub fn status_json(&self) -> Json {
         let text = self.tunectl_ok(&[
             "status",
             &self.study_arg(),
-            "--json",
+            "--format",
+            "json",
             "--ledger",
             &self.ledger,
         ]);
-        serde_json::from_str(&text).expect("status JSON")
+        let doc: Json = serde_json::from_str(&text).expect("status JSON");
+        assert_eq!(doc["schema"], "tunectl.status/1", "{doc}");
+        doc["classes"].clone()
     }
 
     /// The fake's runs, in order (see [`fake::runs`]).

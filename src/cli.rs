@@ -421,7 +421,14 @@ pub fn main() -> ExitCode {
         }
     };
     match runtime.block_on(run(cli)) {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(()) => match crate::term::stdout_failure() {
+            // What the command printed is incomplete: not a success.
+            Some(e) => {
+                say_err!("error: cannot write to standard output: {e}");
+                ExitCode::from(1)
+            }
+            None => ExitCode::SUCCESS,
+        },
         Err(e) => e.exit(),
     }
 }
@@ -439,14 +446,19 @@ async fn run(cli: Cli) -> Result<(), CliError> {
         Command::Validate(a) => commands::validate::run(a),
         Command::Completions(a) => {
             let mut cmd = <Cli as clap::CommandFactory>::command();
-            clap_complete::generate(a.shell, &mut cmd, "tunectl", &mut std::io::stdout());
+            let mut script = Vec::new();
+            clap_complete::generate(a.shell, &mut cmd, "tunectl", &mut script);
+            crate::term::out(&String::from_utf8_lossy(&script));
             Ok(())
         }
         Command::Man => {
             let cmd = <Cli as clap::CommandFactory>::command();
+            let mut page = Vec::new();
             clap_mangen::Man::new(cmd)
-                .render(&mut std::io::stdout())
-                .map_err(|e| commands::failed(format!("cannot write the manual page: {e}")))
+                .render(&mut page)
+                .map_err(|e| commands::failed(format!("cannot write the manual page: {e}")))?;
+            crate::term::out(&String::from_utf8_lossy(&page));
+            Ok(())
         }
     }
 }

@@ -71,3 +71,31 @@ mod tests {
         );
     }
 }
+
+/// The first error writing to stdout other than a closed pipe, for the
+/// exit status (see [`out`]).
+static STDOUT_FAILED: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+
+/// Write `text` to stdout as it is. A reader that went away (`tunectl
+/// report | head`) is not an error: the rest is dropped and the command
+/// goes on (a launch must not die because its output is no longer read).
+/// Any other failure (a full disk under `> file`) is kept, and the command
+/// exits 1 naming it ([`stdout_failure`]).
+pub fn out(text: &str) {
+    use std::io::Write as _;
+    let mut stdout = std::io::stdout().lock();
+    let written = stdout
+        .write_all(text.as_bytes())
+        .and_then(|()| stdout.flush());
+    if let Err(e) = written
+        && e.kind() != std::io::ErrorKind::BrokenPipe
+    {
+        let _ = STDOUT_FAILED.set(e.to_string());
+    }
+}
+
+/// Why stdout could not be written, when it could not (a closed pipe
+/// aside).
+pub fn stdout_failure() -> Option<&'static str> {
+    STDOUT_FAILED.get().map(String::as_str)
+}

@@ -97,3 +97,43 @@ fn quiet_and_verbose_are_global_flags() {
         assert!(arg.is_global_set(), "--{id} is not global");
     }
 }
+
+/// `tunectl man | head` and the like: a reader that leaves early is no
+/// error (nothing on stderr, exit 0); a stdout that cannot be written (a
+/// full disk) is one, named, with exit 1.
+#[test]
+fn a_closed_pipe_is_quiet_and_a_full_disk_is_an_error() {
+    let exe = assert_cmd::cargo::cargo_bin("tunectl");
+    for args in [&["man"][..], &["completions", "bash"], &["--help"]] {
+        // The read end is closed before tunectl writes a byte.
+        let (reader, writer) = std::io::pipe().expect("pipe");
+        drop(reader);
+        let out = std::process::Command::new(&exe)
+            .args(args)
+            .stdout(writer)
+            .stderr(std::process::Stdio::piped())
+            .output()
+            .expect("run tunectl");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        // clap's own --help exits 0 on a closed pipe as well.
+        assert_eq!(out.status.code(), Some(0), "{args:?}: {stderr}");
+        assert!(
+            !stderr.contains("Broken pipe") && !stderr.contains("panicked"),
+            "{args:?}: {stderr}"
+        );
+    }
+    let Ok(full) = std::fs::OpenOptions::new().write(true).open("/dev/full") else {
+        return;
+    };
+    let out = std::process::Command::new(&exe)
+        .arg("man")
+        .stdout(full)
+        .output()
+        .expect("run tunectl");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("cannot write to standard output"),
+        "{stderr}"
+    );
+}

@@ -64,16 +64,13 @@ pub async fn run(a: ApplyArgs) -> Result<(), CliError> {
         );
     }
     if a.print {
-        print!(
-            "{}",
-            crate::term::escape_block(&tuned::print_yaml(
-                &choice,
-                &host,
-                &cell,
-                &env,
-                command.as_deref()
-            ))
-        );
+        crate::term::out(&crate::term::escape_block(&tuned::print_yaml(
+            &choice,
+            &host,
+            &cell,
+            &env,
+            command.as_deref(),
+        )));
         return Ok(());
     }
     if choice.warning.is_none() {

@@ -32,7 +32,7 @@ pub async fn run(a: FingerprintArgs) -> Result<(), CliError> {
         doc["schema"] = schema::FINGERPRINT.into();
         print_json(&doc)?;
     } else {
-        print!("{}", crate::term::escape_block(&yaml_out::to_yaml(&doc)));
+        crate::term::out(&crate::term::escape_block(&yaml_out::to_yaml(&doc)));
     }
     Ok(())
 }
@@ -87,7 +87,7 @@ async fn fingerprint_inventory(
         doc["schema"] = schema::FINGERPRINT_INVENTORY.into();
         print_json(&doc)?;
     } else {
-        print!("{}", crate::term::escape_block(&yaml_out::to_yaml(&doc)));
+        crate::term::out(&crate::term::escape_block(&yaml_out::to_yaml(&doc)));
     }
     if down.is_empty() {
         Ok(())

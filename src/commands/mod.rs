@@ -34,10 +34,10 @@ mod output;
 // (`use super::say`), so each module says what it uses.
 /// A line for people on stdout: control characters in it (from a study, a
 /// host, a trial) are shown escaped ([`crate::term`]). JSON goes out with
-/// `println!` and its own escaping.
+/// its own escaping. Both through [`crate::term::out`].
 macro_rules! say {
     ($($arg:tt)*) => {
-        println!("{}", $crate::term::escape_block(&format!($($arg)*)))
+        $crate::term::out(&format!("{}\n", $crate::term::escape_block(&format!($($arg)*))))
     };
 }
 

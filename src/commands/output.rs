@@ -36,6 +36,6 @@ impl FormatArgs {
 /// `doc` as pretty JSON on stdout, one document.
 pub fn print_json(doc: &impl Serialize) -> Result<(), CliError> {
     let text = serde_json::to_string_pretty(doc).map_err(failed)?;
-    println!("{text}");
+    crate::term::out(&format!("{text}\n"));
     Ok(())
 }

@@ -442,7 +442,7 @@ pub async fn run(a: PlanArgs) -> Result<(), CliError> {
     if a.output.json(a.json) {
         print_json(&view)?;
     } else {
-        print!("{}", crate::term::escape_block(&render_plan(&view)));
+        crate::term::out(&crate::term::escape_block(&render_plan(&view)));
     }
     Ok(())
 }

@@ -388,7 +388,7 @@ impl View {
                     Some(_) => String::new(),
                 };
                 let text = format!("{header}-- {now}\n{}", body.join("\n"));
-                println!("{}", crate::term::escape_block(&text));
+                crate::term::out(&format!("{}\n", crate::term::escape_block(&text)));
             }
             None => {}
         }

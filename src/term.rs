@@ -53,25 +53,6 @@ pub fn escape_block(s: &str) -> Cow<'_, str> {
     escaped(s, true)
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn control_characters_are_shown_not_obeyed() {
-        assert_eq!(escape("plain · text ±"), "plain · text ±");
-        assert!(matches!(escape("plain"), Cow::Borrowed(_)));
-        assert_eq!(escape("a\x1b[31mred\x07"), "a\\x1b[31mred\\x07");
-        assert_eq!(escape("two\nlines\r"), "two\\nlines\\r");
-        assert_eq!(escape("c1 \u{9b}2J del \x7f"), "c1 \\x9b2J del \\x7f");
-        assert_eq!(escape("evil\u{202e}txt"), "evil\\u202etxt");
-        assert_eq!(
-            escape_block("a\n\tb\x1b]0;x\x07\r"),
-            "a\n\tb\\x1b]0;x\\x07\\r"
-        );
-    }
-}
-
 /// The first error writing to stdout other than a closed pipe, for the
 /// exit status (see [`out`]).
 static STDOUT_FAILED: std::sync::OnceLock<String> = std::sync::OnceLock::new();
@@ -98,4 +79,23 @@ pub fn out(text: &str) {
 /// aside).
 pub fn stdout_failure() -> Option<&'static str> {
     STDOUT_FAILED.get().map(String::as_str)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn control_characters_are_shown_not_obeyed() {
+        assert_eq!(escape("plain · text ±"), "plain · text ±");
+        assert!(matches!(escape("plain"), Cow::Borrowed(_)));
+        assert_eq!(escape("a\x1b[31mred\x07"), "a\\x1b[31mred\\x07");
+        assert_eq!(escape("two\nlines\r"), "two\\nlines\\r");
+        assert_eq!(escape("c1 \u{9b}2J del \x7f"), "c1 \\x9b2J del \\x7f");
+        assert_eq!(escape("evil\u{202e}txt"), "evil\\u202etxt");
+        assert_eq!(
+            escape_block("a\n\tb\x1b]0;x\x07\r"),
+            "a\n\tb\\x1b]0;x\\x07\\r"
+        );
+    }
 }

@@ -20,6 +20,9 @@ pub enum Format {
     /// and no decision: the rows of `--shard` reports concatenate to a full
     /// run's.
     Measurements,
+    /// One self-contained HTML page: what ships, charts and the evidence
+    /// tables (see `report::html`).
+    Html,
 }
 
 /// A budget: whole numbers as integers (`81`), others as [`num`].
@@ -41,7 +44,7 @@ pub fn num(x: f64) -> String {
     format!("{x:.decimals$}")
 }
 
-fn value_cell(r: &ConfigReport, unit: &str) -> String {
+pub(super) fn value_cell(r: &ConfigReport, unit: &str) -> String {
     match r.summary {
         // Too few samples for a spread (selection.min_samples).
         Some(s) if r.relative_spread.is_none() => {
@@ -57,14 +60,14 @@ fn value_cell(r: &ConfigReport, unit: &str) -> String {
     }
 }
 
-fn n_cell(r: &ConfigReport) -> String {
+pub(super) fn n_cell(r: &ConfigReport) -> String {
     match r.summary {
         Some(s) => format!("{} ({} trials)", s.n, r.trials),
         None => format!("0 ({} trials)", r.trials),
     }
 }
 
-fn speedup_cell(r: &ConfigReport) -> String {
+pub(super) fn speedup_cell(r: &ConfigReport) -> String {
     r.speedup
         .map(|s| format!("{s:.3}×"))
         .unwrap_or_else(|| "—".to_string())
@@ -72,7 +75,7 @@ fn speedup_cell(r: &ConfigReport) -> String {
 
 /// Rows shown for a cell: baseline, winner (or best eligible), the rest of
 /// the eligible configs when `all`, then every rejected config.
-fn rows(cell: &CellReport, all: bool) -> Vec<(&'static str, &ConfigReport, String)> {
+pub(super) fn rows(cell: &CellReport, all: bool) -> Vec<(&'static str, &ConfigReport, String)> {
     let mut out = Vec::new();
     if let Some(b) = &cell.baseline {
         let note = match &b.rejection {
@@ -103,7 +106,7 @@ fn rows(cell: &CellReport, all: bool) -> Vec<(&'static str, &ConfigReport, Strin
     out
 }
 
-fn header(a: &Analysis) -> Vec<String> {
+pub(super) fn header(a: &Analysis) -> Vec<String> {
     let context = if a.context.is_empty() {
         "(none given)".to_string()
     } else {
@@ -205,7 +208,7 @@ fn trim_float(x: f64) -> String {
     s.trim_end_matches('0').trim_end_matches('.').to_string()
 }
 
-fn class_line(c: &ClassReport) -> String {
+pub(super) fn class_line(c: &ClassReport) -> String {
     format!(
         "host class {} · {} · {} host{}: {}",
         c.host_class,
@@ -221,7 +224,7 @@ fn bucket_rows(class: &ClassReport) -> Vec<[String; 6]> {
     class.buckets.iter().map(bucket_row).collect()
 }
 
-fn bucket_row(b: &BucketReport) -> [String; 6] {
+pub(super) fn bucket_row(b: &BucketReport) -> [String; 6] {
     let ships = match &b.winner {
         Some(w) => w.label.clone(),
         None => "baseline".to_string(),
@@ -263,7 +266,7 @@ fn bucket_row(b: &BucketReport) -> [String; 6] {
     ]
 }
 
-const BUCKET_HEADER: [&str; 6] = [
+pub(super) const BUCKET_HEADER: [&str; 6] = [
     "bucket",
     "cells",
     "ships",
@@ -272,7 +275,7 @@ const BUCKET_HEADER: [&str; 6] = [
     "decision",
 ];
 
-fn footer(a: &Analysis) -> Vec<String> {
+pub(super) fn footer(a: &Analysis) -> Vec<String> {
     let mut out = Vec::new();
     if a.voided_attempts > 0 || a.anchors > 0 {
         out.push(format!(
@@ -305,9 +308,9 @@ fn footer(a: &Analysis) -> Vec<String> {
 }
 
 /// The screening runs of an adaptive search: title, header, rows.
-type SearchTable = (String, Vec<String>, Vec<Vec<String>>);
+pub(super) type SearchTable = (String, Vec<String>, Vec<Vec<String>>);
 
-fn search_table(class: &crate::report::analysis::ClassReport) -> Option<SearchTable> {
+pub(super) fn search_table(class: &crate::report::analysis::ClassReport) -> Option<SearchTable> {
     let first = class.search.first()?;
     let m = &first.metric;
     let title = format!(
@@ -365,6 +368,7 @@ pub fn render(a: &Analysis, format: Format, all: bool) -> String {
         Format::Json => serde_json::to_string_pretty(a).unwrap_or_default() + "\n",
         Format::Csv => render_csv(a),
         Format::Measurements => render_measurements(a, &|_| None, &|_| true),
+        Format::Html => super::html::render_html(a, all),
     }
 }
 

@@ -208,7 +208,17 @@ fn the_quickstart_report_opens_in_a_browser_with_its_charts_and_tables() {
         .expect("the quickstart study");
     let env = Env::new(&study);
     quickstart_workload(&env.study_dir());
-    env.launch_ok(&[]);
+    // A real workload: on a busy machine its drift watch may cool down for
+    // minutes, past the harness's limit for one command.
+    let launch = assert_cmd::Command::from_std(env.launch_cmd(&[]))
+        .timeout(Duration::from_secs(600))
+        .output()
+        .expect("launch");
+    let stderr = String::from_utf8_lossy(&launch.stderr);
+    assert!(
+        support::ran_to_the_end(launch.status.code(), &stderr),
+        "launch failed:\n{stderr}"
+    );
     let json = env.report_json();
     let class = json["classes"][0]["host_class"]
         .as_str()

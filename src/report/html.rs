@@ -140,12 +140,10 @@ fn chart(
     let mut svg = String::new();
     let tips = {
         let root = SVGBackend::with_string(&mut svg, (WIDTH, height)).into_drawing_area();
-        let drawn = root
-            .fill(&WHITE)
+        root.fill(&WHITE)
             .map_err(|e| e.to_string())
             .and_then(|()| draw(&root))
-            .and_then(|tips| root.present().map(|()| tips).map_err(|e| e.to_string()));
-        drawn
+            .and_then(|tips| root.present().map(|()| tips).map_err(|e| e.to_string()))
     };
     match tips {
         Ok(tips) => finish(Drawn { svg, tips }, id, class, title),
@@ -529,7 +527,7 @@ fn speedup_legend(cell: &CellReport) -> String {
     reasons.dedup();
     let mut items = vec![
         format!(
-            "<li><span class=\"swatch\" style=\"background:{}\"></span>winner (ships at this cell)</li>",
+            "<li><span class=\"swatch\" style=\"background:{}\"></span>fastest here (wins this cell; what ships is decided per bucket, above)</li>",
             css_color(&WINNER)
         ),
         format!(
@@ -589,7 +587,7 @@ fn speedup_chart(a: &Analysis, class: &ClassReport, cell: &CellReport, id: &str)
     let threshold_of =
         |r: &ConfigReport| r.combined_spread.map(|cs| 1.0 + a.min_improvement.max(cs));
     let spread_ends = |r: &ConfigReport| match (r.speedup, r.combined_spread) {
-        (Some(s), Some(cs)) => vec![s * (1.0 - cs), s * (1.0 + cs)],
+        (Some(s), Some(cs)) => vec![(s * (1.0 - cs)).max(0.0), s * (1.0 + cs)],
         (Some(s), None) => vec![s],
         _ => vec![],
     };
@@ -686,9 +684,10 @@ fn speedup_chart(a: &Analysis, class: &ClassReport, cell: &CellReport, id: &str)
                 } else {
                     ELIGIBLE
                 };
+                // A speedup is positive: a spread over 100% ends at 0.
                 ch.draw_series(std::iter::once(ErrorBar::new_horizontal(
                     y,
-                    s * (1.0 - cs),
+                    (s * (1.0 - cs)).max(0.0),
                     s,
                     s * (1.0 + cs),
                     color.stroke_width(1),

@@ -9,7 +9,8 @@
 # (apt; munged is started), with which the Slurm tests start their own
 # single-machine clusters (scripts/slurm.sh); and onnxruntime, onnx and
 # numpy (PyPI, in .cache/onnxruntime-venv) for the onnxruntime example's
-# end-to-end test.
+# end-to-end test; and headless Chromium (apt) that opens the HTML reports
+# (scripts/chromium.sh).
 set -eu
 cd "$(dirname "$0")/.."
 
@@ -53,6 +54,12 @@ slurm_install
 # when .cache/onnxruntime-venv already imports them).
 echo "== onnxruntime, onnx and numpy (for the onnxruntime example)" >&2
 ./examples/onnxruntime/setup.sh >/dev/null
+
+# The HTML report's test opens the pages it renders in headless Chromium
+# (tests/html_report.rs).
+. ./scripts/chromium.sh
+echo "== Chromium (headless, for the HTML report test)" >&2
+chromium_install
 
 echo "== cargo test" >&2
 cargo test --locked --all-targets

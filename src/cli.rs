@@ -295,6 +295,10 @@ pub struct ReportArgs {
     /// shards 1/n .. n/n concatenated equal those of the full grid.
     #[arg(long, value_parser = crate::search::Shard::parse)]
     pub shard: Option<crate::search::Shard>,
+    /// Write the report to FILE instead of stdout (any format; `html` is
+    /// one self-contained page).
+    #[arg(short = 'o', long, value_name = "FILE")]
+    pub output: Option<PathBuf>,
 }
 
 #[derive(clap::Args, Debug)]

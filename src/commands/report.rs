@@ -50,8 +50,7 @@ pub async fn run(a: ReportArgs) -> Result<(), CliError> {
             }
             _ => report::render::render_sized(&analysis, a.format, a.all, width),
         };
-        print!("{text}");
-        return Ok(());
+        return emit(a.output.as_deref(), &text);
     };
     let (Some((pos, space, mine)), Some(s)) = (&order, &study) else {
         return Err(CliError::Invalid(format!(
@@ -84,6 +83,17 @@ pub async fn run(a: ReportArgs) -> Result<(), CliError> {
             report::render::render_sized(&analysis, a.format, a.all, width)
         }
     };
-    print!("{text}");
-    Ok(())
+    emit(a.output.as_deref(), &text)
+}
+
+/// The report on stdout, or in `output` when given.
+fn emit(output: Option<&Path>, text: &str) -> Result<(), CliError> {
+    match output {
+        None => {
+            crate::term::out(text);
+            Ok(())
+        }
+        Some(path) => std::fs::write(path, text)
+            .map_err(|e| CliError::Failed(format!("cannot write {}: {e}", path.display()))),
+    }
 }

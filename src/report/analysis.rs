@@ -156,6 +156,10 @@ pub struct Analysis {
     /// The judging settings the decisions used (those stored at the first
     /// launch, or a study file's: see `changed_since_launch`).
     pub judging: Judging,
+    /// The study's secondary metrics (`metrics:`), for charts that need
+    /// their units and directions.
+    #[serde(skip)]
+    pub secondary: Vec<MetricInfo>,
 }
 
 fn is_zero(n: &usize) -> bool {
@@ -190,6 +194,10 @@ pub struct ClassReport {
     /// Where the study could go next: the knobs that moved the objective
     /// most, winners at the edge of a knob's range, values never tried.
     pub next: super::levers::NextSteps,
+    /// The class's baseline anchors and screening runs, in attempt order
+    /// (attempt ids sort by time): what the HTML report charts over time.
+    #[serde(skip)]
+    pub trace: Vec<AttemptRecord>,
 }
 
 /// The screening runs of an adaptive search at one cell and one budget,
@@ -466,6 +474,13 @@ impl Serialize for ConfigReport {
     }
 }
 
+impl ConfigReport {
+    /// The objective's raw samples (of the sweep) by host.
+    pub fn samples(&self) -> &BTreeMap<String, Vec<f64>> {
+        &self.by_host
+    }
+}
+
 /// Settings read from the frozen spec.
 struct Rules {
     higher: bool,
@@ -605,6 +620,7 @@ pub fn analyze_where(
     let mut anchors = 0;
     let mut unknown_roles = 0;
     let mut rungs: BTreeMap<&str, Vec<&AttemptRecord>> = BTreeMap::new();
+    let mut traces: BTreeMap<&str, Vec<AttemptRecord>> = BTreeMap::new();
     // class → cell index → config index → attempts
     let mut tree: BTreeMap<&str, BTreeMap<u32, BTreeMap<u64, Group>>> = BTreeMap::new();
     for a in terminal.values() {
@@ -616,6 +632,10 @@ pub fn analyze_where(
             RoleKind::Rung => {
                 tree.entry(a.host_class.as_str()).or_default();
                 rungs.entry(a.host_class.as_str()).or_default().push(a);
+                traces
+                    .entry(a.host_class.as_str())
+                    .or_default()
+                    .push((*a).clone());
                 continue;
             }
             // Measured for a purpose this tunectl does not know: no
@@ -634,7 +654,13 @@ pub fn analyze_where(
             .entry(a.config_index)
             .or_default();
         match a.role {
-            RoleKind::Anchor => anchors += 1,
+            RoleKind::Anchor => {
+                anchors += 1;
+                traces
+                    .entry(a.host_class.as_str())
+                    .or_default()
+                    .push((*a).clone());
+            }
             RoleKind::Confirm => group.confirm.push(a),
             _ => group.sweep.push(a),
         }
@@ -776,6 +802,11 @@ pub fn analyze_where(
                 rules.tolerance.as_ref(),
             ),
             next,
+            trace: {
+                let mut t = traces.remove(class_id).unwrap_or_default();
+                t.sort_by(|a, b| a.attempt_id.cmp(&b.attempt_id));
+                t
+            },
         });
     }
     let all_verdicts = !classes.is_empty()
@@ -809,6 +840,11 @@ pub fn analyze_where(
         confirm_repeats: rules.confirm_repeats,
         min_hosts: rules.min_hosts,
         judging: spec.judging(),
+        secondary: serde_json::from_value::<Vec<FrozenMetric>>(spec.json()["metrics"].clone())
+            .unwrap_or_default()
+            .iter()
+            .map(MetricInfo::of)
+            .collect(),
     }
 }
 

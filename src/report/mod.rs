@@ -5,6 +5,7 @@
 
 pub mod analysis;
 pub mod buckets;
+pub mod html;
 pub mod levers;
 pub mod render;
 pub mod terminal;

@@ -18,6 +18,9 @@ pub enum Format {
     /// and no decision: the rows of `--shard` reports concatenate to a full
     /// run's.
     Measurements,
+    /// One self-contained HTML page: what ships, charts and the evidence
+    /// tables (see `report::html`).
+    Html,
 }
 
 /// A budget: whole numbers as integers (`81`), others as [`num`].
@@ -39,7 +42,7 @@ pub fn num(x: f64) -> String {
     format!("{x:.decimals$}")
 }
 
-fn value_cell(r: &ConfigReport, unit: &str) -> String {
+pub(super) fn value_cell(r: &ConfigReport, unit: &str) -> String {
     match r.summary {
         // Too few samples for a spread (selection.min_samples).
         Some(s) if r.relative_spread.is_none() => {
@@ -55,7 +58,7 @@ fn value_cell(r: &ConfigReport, unit: &str) -> String {
     }
 }
 
-fn n_cell(r: &ConfigReport) -> String {
+pub(super) fn n_cell(r: &ConfigReport) -> String {
     match r.summary {
         Some(s) => format!("{} ({} trials)", s.n, r.trials),
         None => format!("0 ({} trials)", r.trials),
@@ -64,7 +67,7 @@ fn n_cell(r: &ConfigReport) -> String {
 
 /// Speedup ± the combined spread (`± ?` when unknown); the baseline is
 /// itself.
-fn speedup_cell(role: &str, r: &ConfigReport) -> String {
+pub(super) fn speedup_cell(role: &str, r: &ConfigReport) -> String {
     match r.speedup {
         Some(_) if role == "baseline" => "1× (itself)".to_string(),
         Some(s) => format!("{s:.3}× {}", super::terminal::pm_pct(r.combined_spread)),
@@ -227,7 +230,7 @@ fn bucket_rows(class: &ClassReport, min_samples: usize) -> Vec<[String; 6]> {
         .collect()
 }
 
-fn bucket_row(b: &BucketReport, min_samples: usize) -> [String; 6] {
+pub(super) fn bucket_row(b: &BucketReport, min_samples: usize) -> [String; 6] {
     let ships = match &b.winner {
         Some(w) => w.label.clone(),
         None => "baseline".to_string(),
@@ -252,7 +255,7 @@ fn bucket_row(b: &BucketReport, min_samples: usize) -> [String; 6] {
     ]
 }
 
-const BUCKET_HEADER: [&str; 6] = [
+pub(super) const BUCKET_HEADER: [&str; 6] = [
     "bucket",
     "cells",
     "ships",
@@ -294,7 +297,7 @@ pub(super) fn footer(a: &Analysis) -> Vec<String> {
 }
 
 /// The screening runs of an adaptive search: title, header, rows.
-type SearchTable = (String, Vec<String>, Vec<Vec<String>>);
+pub(super) type SearchTable = (String, Vec<String>, Vec<Vec<String>>);
 
 pub(super) fn search_table(class: &crate::report::analysis::ClassReport) -> Option<SearchTable> {
     let first = class.search.first()?;
@@ -376,6 +379,7 @@ pub fn render_sized(a: &Analysis, format: Format, all: bool, width: usize) -> St
         }
         Format::Csv => render_csv(a),
         Format::Measurements => render_measurements(a, &|_| None, &|_| true),
+        Format::Html => super::html::render_html(a, all),
     }
 }
 

@@ -61,5 +61,11 @@ echo "== onnxruntime, onnx and numpy (for the onnxruntime example)" >&2
 echo "== Chromium (headless, for the HTML report test)" >&2
 chromium_install
 
+# The test build links some twenty binaries (about 2 GB in target/): say
+# how much room there is, so that a linker killed by a full disk is told
+# apart from a failing test.
+echo "== free disk space where target/ is built" >&2
+df -h . >&2 || true
+
 echo "== cargo test" >&2
 cargo test --locked --all-targets

@@ -352,6 +352,95 @@ fn a_study_over_the_fleet_picks_winners_per_host_class_on_pinned_gpus() {
     }
 }
 
+/// One inventory entry for the whole fleet: a host pattern
+/// (`127.X.Y.[a-b]`, one port) expands to the four loopback hosts, each
+/// probed on its own. The launch decides each class on its own hosts as
+/// four entries do, and `plan` then lists the expanded hosts by class.
+#[test]
+fn a_host_pattern_expands_to_the_fleet_and_each_host_gets_its_class() {
+    let fleet = Fleet::start_on_one_port(&FOUR);
+    let d = dirs();
+    let study = d.root.join("study.yaml");
+    write(&study, &study_yaml("pattern", ""));
+    let inv = d.root.join("inventory.yaml");
+    write(&inv, &fleet.pattern_inventory_yaml("gpu", 2));
+    let ledger = d.root.join("ledger");
+    let stderr = launch(&study, &inv, &ledger, &[]);
+    assert!(stderr.contains("0 lost"), "{stderr}");
+
+    let report = report_json(&study, &ledger);
+    assert_eq!(
+        report["classes"].as_array().map(Vec::len),
+        Some(2),
+        "{report}"
+    );
+    for b in class_of(&report, H100)["buckets"]
+        .as_array()
+        .expect("buckets")
+    {
+        assert_eq!(b["winner"]["label"], "tile=128", "{b}");
+    }
+    for b in class_of(&report, A100)["buckets"]
+        .as_array()
+        .expect("buckets")
+    {
+        assert!(
+            b["winner"].is_null(),
+            "nothing beats the A100 baseline: {b}"
+        );
+    }
+
+    let out = tunectl()
+        .args(["plan", "--dry-run", "--format", "json", "--inventory"])
+        .arg(&inv)
+        .arg("--ledger")
+        .arg(&ledger)
+        .arg(&study)
+        .timeout(Duration::from_secs(60))
+        .output()
+        .expect("plan");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let plan: Json = serde_json::from_slice(&out.stdout).expect("plan JSON");
+    let mut by_class: Vec<(String, Vec<String>)> = plan["classes"]
+        .as_array()
+        .expect("classes")
+        .iter()
+        .map(|c| {
+            let mut hosts: Vec<String> = c["hosts"]
+                .as_array()
+                .expect("hosts")
+                .iter()
+                .filter_map(|h| h.as_str().map(str::to_string))
+                .collect();
+            hosts.sort();
+            (c["label"].as_str().unwrap_or_default().to_string(), hosts)
+        })
+        .collect();
+    by_class.sort();
+    let names = |idx: [usize; 2]| {
+        let mut v: Vec<String> = idx
+            .iter()
+            .map(|&i| fleet.pattern_host_name("gpu", i))
+            .collect();
+        v.sort();
+        v
+    };
+    assert_eq!(by_class.len(), 2, "{plan}");
+    for (label, hosts) in &by_class {
+        let want = if label.contains(H100) {
+            names([0, 1])
+        } else {
+            assert!(label.contains(A100), "{label}");
+            names([2, 3])
+        };
+        assert_eq!(hosts, &want, "{plan}");
+    }
+}
+
 fn walk(dir: &Path) -> Vec<PathBuf> {
     let mut out = Vec::new();
     let mut stack = vec![dir.to_path_buf()];

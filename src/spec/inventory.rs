@@ -13,6 +13,7 @@ use marked_yaml::types::MarkedMappingNode;
 use serde::Serialize;
 
 use super::diag::Diagnostics;
+use super::hostpattern;
 use super::yaml::{self, Walker, index, join};
 
 #[derive(Debug, Clone, Serialize)]
@@ -114,6 +115,9 @@ fn ser_opt_secs<S: serde::Serializer>(d: &Option<Duration>, s: S) -> Result<S::O
 
 pub const DEFAULT_DEVICE_ENV: &str = "CUDA_VISIBLE_DEVICES";
 
+/// At most this many hosts in one inventory, host patterns expanded.
+pub const MAX_INVENTORY_HOSTS: usize = 10_000;
+
 /// The variable that pins a slot's device on a host without `device_env`,
 /// by the vendor of the GPUs its fingerprint shows: `HIP_VISIBLE_DEVICES`
 /// when all are AMD (HIP reads it; ROCm's runtime-level
@@ -208,21 +212,69 @@ fn parse_inventory(w: &mut Walker, root: &Node) -> Option<Inventory> {
         return None;
     }
     let mut hosts: Vec<Host> = Vec::new();
+    // Host name → its index in `hosts`: patterns make inventories large.
+    let mut names: std::collections::HashMap<String, usize> = std::collections::HashMap::new();
     for (i, item) in seq.iter().enumerate() {
         let field = index("hosts", i);
-        if let Some(h) = parse_host(w, item, &field) {
-            if hosts.iter().any(|x| x.name == h.name) {
-                let at = item
-                    .as_mapping()
-                    .and_then(|m| m.get_node("name"))
-                    .unwrap_or(item);
+        let Some(h) = parse_host(w, item, &field) else {
+            continue;
+        };
+        let node = |key: &str| {
+            item.as_mapping()
+                .and_then(|m| m.get_node(key))
+                .unwrap_or(item)
+        };
+        let pattern = match &h.transport {
+            Transport::Ssh(s) => Some(s.host.clone()),
+            _ => None,
+        };
+        // An ssh host pattern is one entry per host it names, each called
+        // `<name>-<the numbers it took>`, with the entry's settings.
+        let expanded = match pattern.as_deref().map(hostpattern::expand) {
+            None | Some(Ok(None)) => vec![h],
+            Some(Ok(Some(list))) => list
+                .into_iter()
+                .map(|e| {
+                    let mut one = h.clone();
+                    one.name = format!("{}-{}", h.name, e.tag);
+                    if let Transport::Ssh(s) = &mut one.transport {
+                        s.host = e.host;
+                    }
+                    one
+                })
+                .collect(),
+            Some(Err(e)) => {
                 w.error_at(
-                    at,
-                    &join(&field, "name"),
-                    format!("duplicate host name `{}`", h.name),
+                    node("host"),
+                    &join(&field, "host"),
+                    format!("host pattern {e}"),
                 );
                 continue;
             }
+        };
+        if hosts.len() + expanded.len() > MAX_INVENTORY_HOSTS {
+            w.error_at(
+                node("host"),
+                &join(&field, "host"),
+                format!("the inventory names more than {MAX_INVENTORY_HOSTS} hosts"),
+            );
+            break;
+        }
+        for h in expanded {
+            if let Some(other) = names.get(&h.name).map(|&i| &hosts[i]) {
+                let why = match &h.transport {
+                    Transport::Ssh(s) if Some(&s.host) != pattern.as_ref() => format!(
+                        "duplicate host name `{}` (host `{}` of the pattern `{}`; another entry is named so)",
+                        h.name,
+                        s.host,
+                        pattern.as_deref().unwrap_or_default()
+                    ),
+                    _ => format!("duplicate host name `{}`", other.name),
+                };
+                w.error_at(node("name"), &join(&field, "name"), why);
+                continue;
+            }
+            names.insert(h.name.clone(), hosts.len());
             hosts.push(h);
         }
     }
@@ -677,4 +729,47 @@ fn parse_slurm(w: &mut Walker, map: &MarkedMappingNode, field: &str) -> Option<S
         shared_dir: shared_dir?,
         batch_template: batch_template?,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_host_pattern_is_one_host_per_name_it_expands_to() {
+        let text = "hosts:\n  - name: local\n    transport: local\n  - name: gpu\n    transport: ssh\n    host: admin@gpu[01-03].example.org\n    port: 2222\n    slots: 2\n";
+        let inv = Inventory::from_text(Path::new("inv.yaml"), text).expect("loads");
+        let names: Vec<&str> = inv.hosts.iter().map(|h| h.name.as_str()).collect();
+        assert_eq!(names, ["local", "gpu-01", "gpu-02", "gpu-03"]);
+        for (h, want) in inv.hosts[1..].iter().zip(["01", "02", "03"]) {
+            let Transport::Ssh(s) = &h.transport else {
+                panic!("{h:?}")
+            };
+            assert_eq!(s.host, format!("admin@gpu{want}.example.org"));
+            // The entry's settings are every host's.
+            assert_eq!((s.port, h.slots), (Some(2222), 2));
+        }
+    }
+
+    #[test]
+    fn a_bad_pattern_and_a_name_it_takes_twice_are_named_with_their_place() {
+        let text = "hosts:\n  - name: gpu\n    transport: ssh\n    host: gpu[9-1]\n";
+        let e = Inventory::from_text(Path::new("inv.yaml"), text)
+            .expect_err("refused")
+            .to_string();
+        assert!(
+            e.contains("inv.yaml:4:11: hosts[0].host: host pattern `[9-1]`")
+                && e.contains("runs backwards"),
+            "{e}"
+        );
+        let text = "hosts:\n  - name: gpu-2\n    transport: ssh\n    host: b\n  - name: gpu\n    transport: ssh\n    host: a[1-3]\n";
+        let e = Inventory::from_text(Path::new("inv.yaml"), text)
+            .expect_err("refused")
+            .to_string();
+        assert!(
+            e.contains("inv.yaml:5:")
+                && e.contains("duplicate host name `gpu-2` (host `a2` of the pattern `a[1-3]`"),
+            "{e}"
+        );
+    }
 }

@@ -3,6 +3,7 @@
 
 pub mod diag;
 pub mod frozen;
+pub mod hostpattern;
 pub mod inventory;
 pub mod result;
 pub mod shell;

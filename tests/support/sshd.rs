@@ -97,6 +97,18 @@ impl Fleet {
     /// port, and wait until each accepts TCP connections. Panics (with the
     /// reason, and sshd's log where there is one) if a host cannot start.
     pub fn start(specs: &[HostSpec]) -> Fleet {
+        Fleet::start_with(specs, false)
+    }
+
+    /// [`Fleet::start`], every host on the first host's port: the fleet's
+    /// addresses are consecutive (`127.X.Y.a` … `127.X.Y.a+n-1`), so one
+    /// host pattern with one port names them all
+    /// ([`Fleet::pattern_inventory_yaml`]).
+    pub fn start_on_one_port(specs: &[HostSpec]) -> Fleet {
+        Fleet::start_with(specs, true)
+    }
+
+    fn start_with(specs: &[HostSpec], one_port: bool) -> Fleet {
         require_openssh();
         assert!(
             !specs.is_empty() && specs.len() <= 253,
@@ -120,7 +132,7 @@ impl Fleet {
         let client_pub = read(&with_ext(&client_key, "pub"));
         write(&authorized, &client_pub);
 
-        let mut hosts = Vec::with_capacity(specs.len());
+        let mut hosts: Vec<SshdHost> = Vec::with_capacity(specs.len());
         for (i, (spec, addr)) in specs.iter().zip(pick_addresses(specs.len())).enumerate() {
             let root = dir.path().join(format!("h{i}"));
             for sub in ["bin", "home"] {
@@ -162,7 +174,10 @@ impl Fleet {
             let mut last = String::new();
             let mut started = None;
             for _ in 0..START_TRIES {
-                let port = free_port(&addr);
+                let port = match hosts.first() {
+                    Some(first) if one_port => first.port,
+                    _ => free_port(&addr),
+                };
                 match launch(&config, &addr, port, &log) {
                     Launch::Ready(child) => {
                         started = Some((port, child));
@@ -233,6 +248,46 @@ impl Fleet {
             ));
         }
         out
+    }
+
+    /// An inventory with one `transport: ssh` entry named `name` whose
+    /// `host` is a pattern naming every host of a fleet started with
+    /// [`Fleet::start_on_one_port`] (`127.X.Y.[a-b]`): its hosts are
+    /// `<name>-<last octet>`.
+    pub fn pattern_inventory_yaml(&self, name: &str, slots: u32) -> String {
+        let port = self.hosts[0].port;
+        assert!(
+            self.hosts.iter().all(|h| h.port == port),
+            "pattern_inventory_yaml: the fleet was not started on one port"
+        );
+        let octets: Vec<&str> = self
+            .hosts
+            .iter()
+            .map(|h| h.addr.rsplit('.').next().unwrap_or_default())
+            .collect();
+        let prefix = self.hosts[0]
+            .addr
+            .rsplit_once('.')
+            .map(|(p, _)| p)
+            .unwrap_or_default();
+        format!(
+            "hosts:\n  - name: {}\n    transport: ssh\n    host: \"{prefix}.[{}-{}]\"\n    port: {port}\n    user: {}\n    identity_file: {}\n    known_hosts_file: {}\n    slots: {slots}\n",
+            yaml_quote(name),
+            octets[0],
+            octets[octets.len() - 1],
+            yaml_quote(&self.user),
+            yaml_quote(&self.client_key.to_string_lossy()),
+            yaml_quote(&self.known_hosts.to_string_lossy()),
+        )
+    }
+
+    /// The inventory name a host pattern gives host `i`
+    /// ([`Fleet::pattern_inventory_yaml`]).
+    pub fn pattern_host_name(&self, name: &str, i: usize) -> String {
+        format!(
+            "{name}-{}",
+            self.hosts[i].addr.rsplit('.').next().unwrap_or_default()
+        )
     }
 
     /// A new known_hosts file naming every host with a freshly generated key

@@ -276,6 +276,29 @@ fn ctrl_c_ends_the_watch_with_exit_0_and_the_launch_goes_on() {
     launch.signal(libc::SIGINT);
     let out = env.finish(launch);
     assert_eq!(out.code, Some(130), "{}", out.text());
+    // The study is interrupted: trials wait and no launch runs them. The
+    // watch says so and goes on (a launch may resume the study).
+    let mut cmd = env.tunectl();
+    cmd.args([
+        "status",
+        &env.study_arg(),
+        "--watch",
+        "--interval",
+        "200ms",
+        "--ledger",
+        env.ledger_url(),
+    ]);
+    let watch = env.spawn(cmd);
+    std::thread::sleep(Duration::from_millis(1500));
+    watch.signal(libc::SIGINT);
+    let out = env.finish(watch);
+    assert_eq!(out.code, Some(0), "{}", out.text());
+    assert!(
+        out.stdout.contains("running 0 · pending 9")
+            && out.stdout.contains("no launch is running this study"),
+        "{}",
+        out.text()
+    );
 }
 
 #[test]
@@ -283,6 +306,9 @@ fn the_watch_is_refused_with_json_and_the_interval_needs_it() {
     let env = Env::new(STUDY);
     let out = env.tunectl_run(&["status", &env.study_arg(), "--watch", "--json"]);
     assert_eq!(out.code, Some(2), "{}", out.text());
+    let out = env.tunectl_run(&["status", &env.study_arg(), "--watch", "--format", "json"]);
+    assert_eq!(out.code, Some(2), "{}", out.text());
+    assert!(out.stderr.contains("give one of them"), "{}", out.text());
     let out = env.tunectl_run(&["status", &env.study_arg(), "--interval", "1s"]);
     assert_eq!(out.code, Some(2), "{}", out.text());
     let out = env.tunectl_run(&["status", &env.study_arg(), "--watch", "--interval", "10ms"]);

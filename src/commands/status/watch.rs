@@ -229,6 +229,8 @@ struct Frame {
     body: Vec<String>,
     /// Nothing of any class runs or waits (and some class is known).
     settled: bool,
+    /// Nothing of any class runs (some may wait).
+    idle: bool,
 }
 
 fn frame(
@@ -294,6 +296,7 @@ fn frame(
     }
     Frame {
         body,
+        idle: classes.iter().all(|c| c.running == 0),
         settled: !classes.is_empty()
             && classes
                 .iter()
@@ -438,7 +441,16 @@ pub(super) async fn run(w: Watched) -> Result<(), CliError> {
             r = refresh(&mut tick) => r,
         };
         match refreshed {
-            Ok((frame, writers)) => {
+            Ok((mut frame, writers)) => {
+                // Trials wait, and no launch is there to run them: an
+                // interrupted study. Say so; a launch may resume it while
+                // the watch goes on.
+                if frame.idle && !frame.settled && writers == 0 {
+                    frame.body.push(
+                        "no launch is running this study: what is pending waits for `tunectl launch`, which resumes it (the watch goes on)"
+                            .to_string(),
+                    );
+                }
                 view.show(frame.body);
                 if ending.over(frame.settled, writers, lease_ttl) {
                     break false;

@@ -439,6 +439,58 @@ fn a_host_pattern_expands_to_the_fleet_and_each_host_gets_its_class() {
         };
         assert_eq!(hosts, &want, "{plan}");
     }
+
+    // The same fleet from a hosts file (one address a line): probed host
+    // by host, grouped into the same two classes.
+    let list: String = (0..FOUR.len())
+        .map(|i| format!("{}\n", fleet.hosts[i].addr))
+        .collect();
+    write(&d.root.join("fleet.txt"), &format!("# the fleet\n{list}"));
+    let from_file = fleet
+        .pattern_inventory_yaml("rack", 1)
+        .lines()
+        .map(|l| {
+            if l.trim_start().starts_with("host:") {
+                "    hosts_file: fleet.txt".to_string()
+            } else {
+                l.to_string()
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("\n");
+    let inv2 = d.root.join("from-file.yaml");
+    write(&inv2, &from_file);
+    let out = tunectl()
+        .args(["fingerprint", "--format", "json", "--inventory"])
+        .arg(&inv2)
+        .timeout(Duration::from_secs(60))
+        .output()
+        .expect("fingerprint");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let doc: Json = serde_json::from_slice(&out.stdout).expect("JSON");
+    let classes = doc["classes"].as_array().expect("classes");
+    assert_eq!(classes.len(), 2, "{doc}");
+    for (model, idx) in [(H100, [0, 1]), (A100, [2, 3])] {
+        let c = classes
+            .iter()
+            .find(|c| c["class_label"].as_str().is_some_and(|l| l.contains(model)))
+            .unwrap_or_else(|| panic!("no {model} class: {doc}"));
+        let names: Vec<&str> = c["hosts"]
+            .as_array()
+            .expect("hosts")
+            .iter()
+            .filter_map(|h| h["host"].as_str())
+            .collect();
+        let want: Vec<String> = idx
+            .iter()
+            .map(|&i| format!("rack-{}", fleet.hosts[i].addr))
+            .collect();
+        assert_eq!(names, want, "{doc}");
+    }
 }
 
 fn walk(dir: &Path) -> Vec<PathBuf> {

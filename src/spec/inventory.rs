@@ -118,6 +118,9 @@ pub const DEFAULT_DEVICE_ENV: &str = "CUDA_VISIBLE_DEVICES";
 /// At most this many hosts in one inventory, host patterns expanded.
 pub const MAX_INVENTORY_HOSTS: usize = 10_000;
 
+/// A `hosts_file` larger than this is refused (10,000 hosts of 100 bytes).
+const MAX_HOSTS_FILE_BYTES: u64 = 1 << 20;
+
 /// The variable that pins a slot's device on a host without `device_env`,
 /// by the vendor of the GPUs its fingerprint shows: `HIP_VISIBLE_DEVICES`
 /// when all are AMD (HIP reads it; ROCm's runtime-level
@@ -224,6 +227,44 @@ fn parse_inventory(w: &mut Walker, root: &Node) -> Option<Inventory> {
                 .and_then(|m| m.get_node(key))
                 .unwrap_or(item)
         };
+        let from_file = item
+            .as_mapping()
+            .and_then(|m| m.get_node("hosts_file"))
+            .filter(|_| matches!(h.transport, Transport::Ssh(_)));
+        if let Some(file_node) = from_file {
+            let Some(list) = hosts_of_file(w, file_node, &join(&field, "hosts_file")) else {
+                continue;
+            };
+            if hosts.len() + list.len() > MAX_INVENTORY_HOSTS {
+                w.error_at(
+                    file_node,
+                    &join(&field, "hosts_file"),
+                    format!("the inventory names more than {MAX_INVENTORY_HOSTS} hosts"),
+                );
+                break;
+            }
+            for (dest, tag, line) in list {
+                let mut one = h.clone();
+                one.name = format!("{}-{tag}", h.name);
+                if let Transport::Ssh(s) = &mut one.transport {
+                    s.host = dest.clone();
+                }
+                if names.contains_key(&one.name) {
+                    w.error_at(
+                        file_node,
+                        &join(&field, "hosts_file"),
+                        format!(
+                            "duplicate host name `{}` (host `{dest}` on line {line} of the hosts file)",
+                            one.name
+                        ),
+                    );
+                    continue;
+                }
+                names.insert(one.name.clone(), hosts.len());
+                hosts.push(one);
+            }
+            continue;
+        }
         let pattern = match &h.transport {
             Transport::Ssh(s) => Some(s.host.clone()),
             _ => None,
@@ -322,6 +363,7 @@ const COMMON_KEYS: &[&str] = &[
 ];
 const SSH_KEYS: &[&str] = &[
     "host",
+    "hosts_file",
     "port",
     "user",
     "identity_file",
@@ -495,6 +537,99 @@ fn text_problem(text: &str, kind: Text) -> Option<String> {
     None
 }
 
+/// The hosts of a `hosts_file` (at `node`; a relative path is taken from
+/// the inventory's directory): one ssh destination (`[user@]host[:port]`)
+/// a line, `#` comments and blank lines skipped; each with the tag that
+/// names it (its host part) and its line. A problem in the file is named
+/// by the file's own path and line.
+fn hosts_of_file(w: &mut Walker, node: &Node, field: &str) -> Option<Vec<(String, String, usize)>> {
+    let given = w.string(node, field)?;
+    let path = match given.strip_prefix("~/") {
+        Some(rest) => match std::env::var_os("HOME") {
+            Some(home) => PathBuf::from(home).join(rest),
+            None => PathBuf::from(&given),
+        },
+        None => PathBuf::from(&given),
+    };
+    let path = if path.is_relative() {
+        w.file().parent().map(|d| d.join(&path)).unwrap_or(path)
+    } else {
+        path
+    };
+    // Only a regular file, and not a huge one: a FIFO or /dev/zero named
+    // here must not hang the loader.
+    let read = || -> Result<String, String> {
+        let meta = std::fs::metadata(&path).map_err(|e| e.to_string())?;
+        if !meta.is_file() {
+            return Err("not a regular file".to_string());
+        }
+        if meta.len() > MAX_HOSTS_FILE_BYTES {
+            return Err(format!("larger than {MAX_HOSTS_FILE_BYTES} bytes"));
+        }
+        let mut text = String::new();
+        std::io::Read::read_to_string(
+            &mut std::io::Read::take(
+                std::fs::File::open(&path).map_err(|e| e.to_string())?,
+                MAX_HOSTS_FILE_BYTES,
+            ),
+            &mut text,
+        )
+        .map_err(|e| e.to_string())?;
+        Ok(text)
+    };
+    let text = match read() {
+        Ok(t) => t,
+        Err(e) => {
+            w.error_at(node, field, format!("cannot read {}: {e}", path.display()));
+            return None;
+        }
+    };
+    let mut out = Vec::new();
+    let mut bad = false;
+    for (i, raw) in text.lines().enumerate() {
+        let line = raw.split('#').next().unwrap_or_default().trim();
+        if line.is_empty() {
+            continue;
+        }
+        let problem = text_problem(line, Text::Destination)
+            .or_else(|| destination_problem(line))
+            .or_else(|| {
+                line.contains(char::is_whitespace)
+                    .then(|| "one host a line (this one holds a space)".to_string())
+            });
+        // The host part names it: `user@gpu01.example.org:2222` is
+        // `gpu01.example.org`.
+        let rest = line.strip_prefix("ssh://").unwrap_or(line);
+        let host = rest.rsplit_once('@').map_or(rest, |(_, h)| h);
+        let host = match host.rsplit_once(':') {
+            Some((h, port)) if port.bytes().all(|b| b.is_ascii_digit()) => h,
+            _ => host,
+        };
+        let tag = host.to_string();
+        let problem = problem.or_else(|| {
+            (!yaml::is_valid_name(&tag))
+                .then(|| format!("`{tag}` cannot name a host (letters, digits, `-`, `_` and `.`)"))
+        });
+        if let Some(p) = problem {
+            w.diags.push(super::diag::Diagnostic {
+                file: path.clone(),
+                line: i + 1,
+                column: 1,
+                field: field.to_string(),
+                message: p,
+            });
+            bad = true;
+            continue;
+        }
+        out.push((line.to_string(), tag, i + 1));
+    }
+    if out.is_empty() && !bad {
+        w.error_at(node, field, format!("{} lists no hosts", path.display()));
+        return None;
+    }
+    (!bad).then_some(out)
+}
+
 /// Record a problem when `value` (read from `map[key]`) is not acceptable
 /// as `kind`.
 fn checked(
@@ -529,9 +664,24 @@ fn destination_problem(dest: &str) -> Option<String> {
 }
 
 fn parse_ssh(w: &mut Walker, map: &MarkedMappingNode, field: &str) -> Option<SshHost> {
-    let host = w
-        .required(map, field, "host")
-        .and_then(|n| w.string(n, &join(field, "host")));
+    // With `hosts_file`, the hosts come from that file (read by
+    // `hosts_of_file`); `host` stays empty here.
+    let host = match (map.get_node("host"), map.get_node("hosts_file")) {
+        (Some(_), Some(f)) => {
+            w.error_at(
+                f,
+                &join(field, "hosts_file"),
+                "give `host` or `hosts_file`, not both",
+            );
+            None
+        }
+        (None, Some(f)) => w
+            .string(f, &join(field, "hosts_file"))
+            .map(|_| String::new()),
+        _ => w
+            .required(map, field, "host")
+            .and_then(|n| w.string(n, &join(field, "host"))),
+    };
     let port = match map.get_node("port") {
         Some(n) => {
             let f = join(field, "port");
@@ -749,6 +899,66 @@ mod tests {
             // The entry's settings are every host's.
             assert_eq!((s.port, h.slots), (Some(2222), 2));
         }
+    }
+
+    #[test]
+    fn a_hosts_file_names_one_host_a_line_and_its_problems_by_its_own_line() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        std::fs::write(
+            dir.path().join("fleet.txt"),
+            "# the A100 rack\ngpu01.example.org\n\ntuner@gpu02.example.org:2222  # spare\n",
+        )
+        .expect("write");
+        let inv = dir.path().join("inv.yaml");
+        let text =
+            "hosts:\n  - name: rack\n    transport: ssh\n    hosts_file: fleet.txt\n    slots: 4\n";
+        let loaded = Inventory::from_text(&inv, text).expect("loads");
+        let got: Vec<(String, String)> = loaded
+            .hosts
+            .iter()
+            .map(|h| match &h.transport {
+                Transport::Ssh(s) => (h.name.clone(), s.host.clone()),
+                other => panic!("{other:?}"),
+            })
+            .collect();
+        assert_eq!(
+            got,
+            [
+                ("rack-gpu01.example.org".into(), "gpu01.example.org".into()),
+                (
+                    "rack-gpu02.example.org".into(),
+                    "tuner@gpu02.example.org:2222".into()
+                ),
+            ]
+        );
+        assert!(loaded.hosts.iter().all(|h| h.slots == 4));
+
+        std::fs::write(
+            dir.path().join("fleet.txt"),
+            "ok.example.org\n-oProxyCommand=x\n",
+        )
+        .expect("write");
+        let e = Inventory::from_text(&inv, text)
+            .expect_err("refused")
+            .to_string();
+        let at = format!(
+            "{}:2:1: hosts[0].hosts_file:",
+            dir.path().join("fleet.txt").display()
+        );
+        assert!(e.contains(&at) && e.contains("option"), "{e}");
+
+        let e = Inventory::from_text(&inv, &text.replace("fleet.txt", "missing.txt"))
+            .expect_err("refused")
+            .to_string();
+        assert!(
+            e.contains("inv.yaml:4:") && e.contains("cannot read"),
+            "{e}"
+        );
+        let both = text.replace("    slots: 4", "    host: a\n    slots: 4");
+        let e = Inventory::from_text(&inv, &both)
+            .expect_err("refused")
+            .to_string();
+        assert!(e.contains("not both"), "{e}");
     }
 
     #[test]

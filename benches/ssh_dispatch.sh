@@ -28,13 +28,21 @@
 #   job running on the host: mkdir a fresh directory, cd, run the command with
 #   sh -c and TUNECTL_RESULT set, cat the result, remove the directory. Every
 #   job is a new ssh connection (key exchange, authentication).
-# - parallel-cm: the same, with the ssh command of each sshlogin using
-#   ControlMaster=auto, ControlPersist and a ControlPath: jobs reuse one
-#   master connection per host (the first job of each host opens it).
+# - parallel-cm: the same job over master connections opened before the
+#   clock starts (one `ssh -fN -o ControlMaster=yes` per host), every job's
+#   ssh with ControlMaster=no and the master's ControlPath, so that every job
+#   is multiplexed (with ControlMaster=auto, jobs that start together race
+#   for the socket and the losers print "ControlSocket ... already exists,
+#   disabling multiplexing" and connect on their own: a handicapped peer).
+#   A round fails if any job's ssh says it did not multiplex.
+# - parallel-cm-bare: GNU parallel in its best form: the bare command (`true`)
+#   over the same pre-opened masters, no directory, no result file.
 #
-# Wall time includes connecting (tunectl's master connections and probes;
-# parallel's first connections). Rounds are interleaved (tunectl, parallel,
-# parallel-cm, tunectl, ...); the table shows the median and the minimum.
+# Wall time includes connecting on tunectl's side (its master connections
+# and probes) and parallel's first connections for `parallel`, but not the
+# masters of the -cm runs, which are opened before their clock starts.
+# Rounds are interleaved (tunectl, parallel, parallel-cm, parallel-cm-bare,
+# tunectl, ...); the table shows the median and the minimum.
 set -euo pipefail
 
 TRIALS=${TRIALS:-400}
@@ -119,7 +127,7 @@ Host h$i
   BatchMode yes
 EOF
     echo "$SLOTS/ssh -F $tmp/ssh_config h$i" >>"$tmp/logins"
-    echo "$SLOTS/ssh -F $tmp/ssh_config -o ControlMaster=auto -o ControlPersist=120 -o ControlPath=$tmp/cm/%C h$i" >>"$tmp/logins-cm"
+    echo "$SLOTS/ssh -F $tmp/ssh_config -o ControlMaster=no -o ControlPath=$tmp/cm/%C h$i" >>"$tmp/logins-cm"
     inv="$inv
   - name: h$i
     transport: ssh
@@ -145,6 +153,8 @@ measurement: {warmup: 0, repeats: 1, anchor_every: 0, confirm_repeats: 0}
 EOF
 
 # One parallel job, on the host: what tunectl's wrapper does, minus ledger.
+# JOB_BARE: the command alone.
+JOB_BARE=true
 JOB='d=$HOME/pjobs/{#}; mkdir -p "$d" && cd "$d" && TUNECTL_RESULT="$d/r.json" sh -c '"'"'printf "{\"metrics\":{\"t\":1}}" > "$TUNECTL_RESULT"'"'"' && cat r.json && cd / && rm -rf "$d"'
 
 now() { date +%s%N; }
@@ -160,34 +170,62 @@ run_tunectl() {
         { echo "tunectl did not run $TRIALS ok trials:" >&2; cat "$tmp/tunectl-$r.out" >&2; exit 1; }
     times[tunectl]+="$(( (t1 - t0) / 1000000 )) "
 }
-run_parallel() { # name loginfile
-    local name=$1 logins=$2 t0 t1 n
+run_parallel() { # name loginfile job
+    local name=$1 logins=$2 job=$3 t0 t1 n
     t0=$(now)
-    parallel --sshloginfile "$logins" --halt now,fail=1 "$JOB" ::: $(seq "$TRIALS") >"$tmp/$name.out"
+    parallel --sshloginfile "$logins" --halt now,fail=1 --joblog "$tmp/$name.joblog" \
+        "$job" ::: $(seq "$TRIALS") >"$tmp/$name.out" 2>"$tmp/$name.err"
     t1=$(now)
-    n=$(grep -o metrics "$tmp/$name.out" | wc -l)
-    [[ $n == "$TRIALS" ]] || { echo "$name: $n results, expected $TRIALS" >&2; exit 1; }
+    # Every job ran and exited 0 (the joblog's 7th column), and none of
+    # them connected without the master when it was meant to multiplex.
+    n=$(awk 'NR > 1 && $7 == 0' "$tmp/$name.joblog" | wc -l)
+    [[ $n == "$TRIALS" ]] || { echo "$name: $n jobs ok, expected $TRIALS" >&2; exit 1; }
+    if [[ $job == "$JOB" ]]; then
+        n=$(grep -o metrics "$tmp/$name.out" | wc -l)
+        [[ $n == "$TRIALS" ]] || { echo "$name: $n results, expected $TRIALS" >&2; exit 1; }
+    fi
+    if grep -qi "multiplexing\|ControlSocket\|mux_client" "$tmp/$name.err"; then
+        echo "$name: a job did not multiplex:" >&2
+        sort -u "$tmp/$name.err" | head -5 >&2
+        exit 1
+    fi
     times[$name]+="$(( (t1 - t0) / 1000000 )) "
+}
+close_masters() {
+    for s in "$tmp"/cm/*; do [[ -S $s ]] && ssh -o ControlPath="$s" -O exit x 2>/dev/null; done
+    return 0
+}
+open_masters() { # one master per host, checked, before the clock starts
+    local i
+    for i in $(seq "$HOSTS"); do
+        ssh -F "$tmp/ssh_config" -o ControlMaster=yes -o ControlPersist=600 \
+            -o ControlPath="$tmp/cm/%C" -fN "h$i"
+        ssh -F "$tmp/ssh_config" -o ControlPath="$tmp/cm/%C" -O check "h$i" 2>/dev/null ||
+            { echo "no master connection to h$i" >&2; exit 1; }
+    done
 }
 
 echo "hosts up: $HOSTS x $SLOTS slots; $TRIALS trials; $ROUNDS rounds" >&2
 for r in $(seq "$ROUNDS"); do
     echo "round $r" >&2
     run_tunectl "$r"
-    run_parallel parallel "$tmp/logins"
-    # Masters opened by the previous round are closed: each round starts cold.
-    for s in "$tmp"/cm/*; do [[ -S $s ]] && ssh -o ControlPath="$s" -O exit x 2>/dev/null; done
-    run_parallel parallel-cm "$tmp/logins-cm"
-    for s in "$tmp"/cm/*; do [[ -S $s ]] && ssh -o ControlPath="$s" -O exit x 2>/dev/null; done
+    run_parallel parallel "$tmp/logins" "$JOB"
+    # Fresh masters for each -cm run, opened outside its clock.
+    open_masters
+    run_parallel parallel-cm "$tmp/logins-cm" "$JOB"
+    close_masters
+    open_masters
+    run_parallel parallel-cm-bare "$tmp/logins-cm" "$JOB_BARE"
+    close_masters
 done
 
 stats() { # "ms ms ms" -> "median min"
     tr ' ' '\n' <<<"$1" | grep . | sort -n | awk '{a[NR]=$1} END {m=(NR%2)?a[(NR+1)/2]:(a[NR/2]+a[NR/2+1])/2; print m, a[1]}'
 }
-read -r cm_med _ < <(stats "${times[parallel-cm]}")
-printf '| runner | wall median (s) | wall min (s) | per trial (ms of slot time) | vs parallel-cm (median) | rounds (ms) |\n'
+read -r cm_med _ < <(stats "${times[parallel-cm-bare]}")
+printf '| runner | wall median (s) | wall min (s) | per trial (ms of slot time) | vs parallel-cm-bare (median) | rounds (ms) |\n'
 printf '|---|---|---|---|---|---|\n'
-for name in tunectl parallel parallel-cm; do
+for name in tunectl parallel parallel-cm parallel-cm-bare; do
     read -r med min < <(stats "${times[$name]}")
     awk -v n="$name" -v med="$med" -v min="$min" -v cm="$cm_med" -v t="$TRIALS" -v s=$((HOSTS * SLOTS)) -v all="${times[$name]}" \
         'BEGIN { printf "| %s | %.2f | %.2f | %.1f | %.2fx | %s|\n", n, med/1000, min/1000, med*s/t, med/cm, all }'

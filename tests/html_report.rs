@@ -174,40 +174,13 @@ fn charts(dom: &str, class: &str) -> Vec<String> {
     out
 }
 
-/// Build the quickstart workload (release, the target dir
-/// tests/quickstart_ledgers.rs shares) into `dir/bin/quickstart`.
-fn quickstart_workload(dir: &Path) {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let target = Path::new(env!("CARGO_TARGET_TMPDIR")).join("quickstart-example");
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_string());
-    let status = Command::new(cargo)
-        .args([
-            "build",
-            "--release",
-            "--example",
-            "quickstart",
-            "--target-dir",
-        ])
-        .arg(&target)
-        .current_dir(root)
-        .status()
-        .expect("cargo build");
-    assert!(status.success(), "building the quickstart example failed");
-    std::fs::create_dir_all(dir.join("bin")).expect("bin dir");
-    std::fs::copy(
-        target.join("release/examples/quickstart"),
-        dir.join("bin/quickstart"),
-    )
-    .expect("copy workload");
-}
-
 #[test]
 fn the_quickstart_report_opens_in_a_browser_with_its_charts_and_tables() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let study = std::fs::read_to_string(root.join("examples/quickstart/study.yaml"))
         .expect("the quickstart study");
     let env = Env::new(&study);
-    quickstart_workload(&env.study_dir());
+    support::quickstart_workload(&env.study_dir());
     // A real workload: on a busy machine its drift watch may cool down for
     // minutes, past the harness's limit for one command.
     let launch = assert_cmd::Command::from_std(env.launch_cmd(&[]))

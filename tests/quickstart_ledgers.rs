@@ -53,27 +53,7 @@ fn create_bucket(endpoint: &str, bucket: &str) {
 /// study out in `dir` as `examples/quickstart/run.sh` does.
 fn quickstart_in(dir: &Path) -> PathBuf {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let target = Path::new(env!("CARGO_TARGET_TMPDIR")).join("quickstart-example");
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_string());
-    let status = std::process::Command::new(cargo)
-        .args([
-            "build",
-            "--release",
-            "--example",
-            "quickstart",
-            "--target-dir",
-        ])
-        .arg(&target)
-        .current_dir(root)
-        .status()
-        .expect("cargo build");
-    assert!(status.success(), "building the quickstart example failed");
-    std::fs::create_dir_all(dir.join("bin")).expect("bin dir");
-    std::fs::copy(
-        target.join("release/examples/quickstart"),
-        dir.join("bin/quickstart"),
-    )
-    .expect("copy workload");
+    support::quickstart_workload(dir);
     let study = dir.join("study.yaml");
     std::fs::copy(root.join("examples/quickstart/study.yaml"), &study).expect("copy study");
     study

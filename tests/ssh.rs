@@ -216,15 +216,12 @@ fn setup(fleet: &Fleet, d: &Dirs, slots: u32, name: &str, trial_extra: &str) -> 
     (study, inv)
 }
 
-#[test]
-fn fingerprints_group_the_fleet_into_host_classes() {
-    let fleet = Fleet::start(&FOUR);
-    let d = dirs();
-    let inv = d.root.join("inventory.yaml");
-    write(&inv, &fleet.inventory_yaml(2, ""));
+/// `tunectl fingerprint --inventory <inv>`: per host class, its label and
+/// the names of its hosts (in inventory order), in the JSON's order.
+fn probed_classes(inv: &Path) -> Vec<(String, Vec<String>)> {
     let out = tunectl()
-        .args(["fingerprint", "--json", "--inventory"])
-        .arg(&inv)
+        .args(["fingerprint", "--format", "json", "--inventory"])
+        .arg(inv)
         .timeout(Duration::from_secs(60))
         .output()
         .expect("fingerprint");
@@ -234,28 +231,48 @@ fn fingerprints_group_the_fleet_into_host_classes() {
         String::from_utf8_lossy(&out.stderr)
     );
     let doc: Json = serde_json::from_slice(&out.stdout).expect("JSON");
-    let classes = doc["classes"].as_array().expect("classes");
-    assert_eq!(classes.len(), 2, "two host classes: {doc}");
+    doc["classes"]
+        .as_array()
+        .expect("classes")
+        .iter()
+        .map(|c| {
+            let hosts = c["hosts"]
+                .as_array()
+                .expect("hosts")
+                .iter()
+                .filter_map(|h| h["host"].as_str().map(str::to_string))
+                .collect();
+            (
+                c["class_label"].as_str().unwrap_or_default().to_string(),
+                hosts,
+            )
+        })
+        .collect()
+}
+
+/// The class of `probed_classes` whose label names `model`.
+fn hosts_of_model(classes: &[(String, Vec<String>)], model: &str) -> (String, Vec<String>) {
+    classes
+        .iter()
+        .find(|(label, _)| label.contains(model))
+        .cloned()
+        .unwrap_or_else(|| panic!("no {model} class: {classes:?}"))
+}
+
+#[test]
+fn fingerprints_group_the_fleet_into_host_classes() {
+    let fleet = Fleet::start(&FOUR);
+    let d = dirs();
+    let inv = d.root.join("inventory.yaml");
+    write(&inv, &fleet.inventory_yaml(2, ""));
+    let classes = probed_classes(&inv);
+    assert_eq!(classes.len(), 2, "two host classes: {classes:?}");
     for (model, count, hosts) in [
         (H100, 2, ["h100-a", "h100-b"]),
         (A100, 1, ["a100-a", "a100-b"]),
     ] {
-        let c = classes
-            .iter()
-            .find(|c| c["class_label"].as_str().is_some_and(|l| l.contains(model)))
-            .unwrap_or_else(|| panic!("no {model} class: {doc}"));
-        assert!(
-            c["class_label"]
-                .as_str()
-                .is_some_and(|l| l.starts_with(&format!("{count}× "))),
-            "{c}"
-        );
-        let names: Vec<&str> = c["hosts"]
-            .as_array()
-            .expect("hosts")
-            .iter()
-            .filter_map(|h| h["host"].as_str())
-            .collect();
+        let (label, names) = hosts_of_model(&classes, model);
+        assert!(label.starts_with(&format!("{count}× ")), "{label}");
         assert_eq!(names, hosts);
     }
 }
@@ -460,36 +477,14 @@ fn a_host_pattern_expands_to_the_fleet_and_each_host_gets_its_class() {
         .join("\n");
     let inv2 = d.root.join("from-file.yaml");
     write(&inv2, &from_file);
-    let out = tunectl()
-        .args(["fingerprint", "--format", "json", "--inventory"])
-        .arg(&inv2)
-        .timeout(Duration::from_secs(60))
-        .output()
-        .expect("fingerprint");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let doc: Json = serde_json::from_slice(&out.stdout).expect("JSON");
-    let classes = doc["classes"].as_array().expect("classes");
-    assert_eq!(classes.len(), 2, "{doc}");
+    let classes = probed_classes(&inv2);
+    assert_eq!(classes.len(), 2, "{classes:?}");
     for (model, idx) in [(H100, [0, 1]), (A100, [2, 3])] {
-        let c = classes
-            .iter()
-            .find(|c| c["class_label"].as_str().is_some_and(|l| l.contains(model)))
-            .unwrap_or_else(|| panic!("no {model} class: {doc}"));
-        let names: Vec<&str> = c["hosts"]
-            .as_array()
-            .expect("hosts")
-            .iter()
-            .filter_map(|h| h["host"].as_str())
-            .collect();
         let want: Vec<String> = idx
             .iter()
             .map(|&i| format!("rack-{}", fleet.hosts[i].addr))
             .collect();
-        assert_eq!(names, want, "{doc}");
+        assert_eq!(hosts_of_model(&classes, model).1, want);
     }
 }
 

@@ -124,3 +124,31 @@ pub fn path_with(dir: &Path) -> String {
         std::env::var("PATH").unwrap_or_default()
     )
 }
+
+/// Build the quickstart workload (examples/quickstart/main.rs, release,
+/// in a target dir the test binaries share) into `dir/bin/quickstart`, as
+/// `examples/quickstart/run.sh` lays it out.
+pub fn quickstart_workload(dir: &Path) {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let target = Path::new(env!("CARGO_TARGET_TMPDIR")).join("quickstart-example");
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_string());
+    let status = std::process::Command::new(cargo)
+        .args([
+            "build",
+            "--release",
+            "--example",
+            "quickstart",
+            "--target-dir",
+        ])
+        .arg(&target)
+        .current_dir(root)
+        .status()
+        .expect("cargo build");
+    assert!(status.success(), "building the quickstart example failed");
+    std::fs::create_dir_all(dir.join("bin")).expect("bin dir");
+    std::fs::copy(
+        target.join("release/examples/quickstart"),
+        dir.join("bin/quickstart"),
+    )
+    .expect("copy workload");
+}

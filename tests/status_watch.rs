@@ -233,15 +233,9 @@ fn by_study_id_the_watch_outlasts_the_pauses_between_trials() {
     assert!(paused >= 2, "no pause between trials seen:\n{out}");
 }
 
-#[test]
-fn ctrl_c_ends_the_watch_with_exit_0_and_the_launch_goes_on() {
-    let env = Env::new(&STUDY.replace(r#"FAKE_SLEEP: "0.5""#, r#"FAKE_SLEEP: "30""#));
-    let mut launch = env.spawn(env.launch_cmd(&[]));
-    let marker = env.study_dir().join("sleeping");
-    if !wait_for(Duration::from_secs(60), || marker.exists()) {
-        let _ = env.finish(launch);
-        panic!("the first trial never started");
-    }
+/// `status --watch` for its first refreshes (1.5 s at 200 ms), then
+/// Ctrl-C.
+fn watch_briefly(env: &Env) -> support::env::Out {
     let mut cmd = env.tunectl();
     cmd.args([
         "status",
@@ -253,10 +247,22 @@ fn ctrl_c_ends_the_watch_with_exit_0_and_the_launch_goes_on() {
         env.ledger_url(),
     ]);
     let watch = env.spawn(cmd);
-    // Its first refreshes, then Ctrl-C: the trial still sleeps.
     std::thread::sleep(Duration::from_millis(1500));
     watch.signal(libc::SIGINT);
-    let out = env.finish(watch);
+    env.finish(watch)
+}
+
+#[test]
+fn ctrl_c_ends_the_watch_with_exit_0_and_the_launch_goes_on() {
+    let env = Env::new(&STUDY.replace(r#"FAKE_SLEEP: "0.5""#, r#"FAKE_SLEEP: "30""#));
+    let mut launch = env.spawn(env.launch_cmd(&[]));
+    let marker = env.study_dir().join("sleeping");
+    if !wait_for(Duration::from_secs(60), || marker.exists()) {
+        let _ = env.finish(launch);
+        panic!("the first trial never started");
+    }
+    // Its first refreshes, then Ctrl-C: the trial still sleeps.
+    let out = watch_briefly(&env);
     assert_eq!(out.code, Some(0), "{}", out.text());
     assert!(
         out.stdout.contains("running 1 · pending 8"),
@@ -278,20 +284,7 @@ fn ctrl_c_ends_the_watch_with_exit_0_and_the_launch_goes_on() {
     assert_eq!(out.code, Some(130), "{}", out.text());
     // The study is interrupted: trials wait and no launch runs them. The
     // watch says so and goes on (a launch may resume the study).
-    let mut cmd = env.tunectl();
-    cmd.args([
-        "status",
-        &env.study_arg(),
-        "--watch",
-        "--interval",
-        "200ms",
-        "--ledger",
-        env.ledger_url(),
-    ]);
-    let watch = env.spawn(cmd);
-    std::thread::sleep(Duration::from_millis(1500));
-    watch.signal(libc::SIGINT);
-    let out = env.finish(watch);
+    let out = watch_briefly(&env);
     assert_eq!(out.code, Some(0), "{}", out.text());
     assert!(
         out.stdout.contains("running 0 · pending 9")

@@ -162,10 +162,13 @@ declare -A times
 run_tunectl() {
     local r=$1 t0 t1
     t0=$(now)
+    # Exit 3: the buckets are DRAFTs, as they must be with one sample a
+    # trial (repeats 1); every trial ran, which is what is measured here.
+    local rc=0
     "$TUNECTL" launch "$tmp/study.yaml" --inventory "$tmp/inventory.yaml" \
-        --ledger "$tmp/ledger-$r" --progress quiet --yes >"$tmp/tunectl-$r.out" 2>&1 ||
-        { cat "$tmp/tunectl-$r.out" >&2; exit 1; }
+        --ledger "$tmp/ledger-$r" --progress quiet --yes >"$tmp/tunectl-$r.out" 2>&1 || rc=$?
     t1=$(now)
+    [[ $rc == 0 || $rc == 3 ]] || { cat "$tmp/tunectl-$r.out" >&2; exit 1; }
     grep -q "^ran $TRIALS trials ($TRIALS ok" "$tmp/tunectl-$r.out" ||
         { echo "tunectl did not run $TRIALS ok trials:" >&2; cat "$tmp/tunectl-$r.out" >&2; exit 1; }
     times[tunectl]+="$(( (t1 - t0) / 1000000 )) "
@@ -178,7 +181,7 @@ run_parallel() { # name loginfile job
     t1=$(now)
     # Every job ran and exited 0 (the joblog's 7th column), and none of
     # them connected without the master when it was meant to multiplex.
-    n=$(awk 'NR > 1 && $7 == 0' "$tmp/$name.joblog" | wc -l)
+    n=$(awk -F'\t' 'NR > 1 && $7 == 0' "$tmp/$name.joblog" | wc -l)
     [[ $n == "$TRIALS" ]] || { echo "$name: $n jobs ok, expected $TRIALS" >&2; exit 1; }
     if [[ $job == "$JOB" ]]; then
         n=$(grep -o metrics "$tmp/$name.out" | wc -l)

@@ -622,6 +622,11 @@ impl Transport for SshTransport {
         if let Some(r) = reader {
             r.abort();
         }
+        // The attempt is over: close the session's input first. The
+        // remote shell reads its script from that input, so it exits (and
+        // its stderr ends) only then; waiting for stderr with the input
+        // still open cost every attempt the 2 s below.
+        drop(input);
         let wrapper_err = match err_reader {
             Some(r) => match tokio::time::timeout(Duration::from_secs(2), r).await {
                 Ok(Ok(b)) => String::from_utf8_lossy(&b).trim().to_string(),
@@ -629,7 +634,6 @@ impl Transport for SshTransport {
             },
             None => String::new(),
         };
-        drop(input);
         let _ = tokio::time::timeout(Duration::from_secs(2), child.wait()).await;
 
         if !got.ended {

@@ -1794,7 +1794,7 @@ fn a_limit_on_a_secondary_metric_rejects_the_fastest_config_and_re_judges_when_r
     assert_eq!(rejected[0]["rejection"]["class"], "limit");
     assert_eq!(
         rejected[0]["rejection"]["detail"],
-        "lat: median 300 over 9 samples, above the limit max 200"
+        "lat: median 300 ms over 9 samples, above the limit max 200 ms"
     );
     // Secondary metrics are reported beside the objective, with n.
     assert_eq!(rejected[0]["metrics"]["lat"]["median"], 300.0);

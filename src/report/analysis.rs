@@ -156,10 +156,6 @@ pub struct Analysis {
     /// The judging settings the decisions used (those stored at the first
     /// launch, or a study file's: see `changed_since_launch`).
     pub judging: Judging,
-    /// The study's secondary metrics (`metrics:`), for charts that need
-    /// their units and directions.
-    #[serde(skip)]
-    pub secondary: Vec<MetricInfo>,
 }
 
 fn is_zero(n: &usize) -> bool {
@@ -493,6 +489,8 @@ struct Rules {
     min_samples: usize,
     /// `selection.limits`: bounds on secondary metrics.
     limits: BTreeMap<String, crate::spec::study::Limit>,
+    /// Each declared secondary metric's unit, for the limits' messages.
+    units: BTreeMap<String, String>,
 }
 
 /// A candidate compared with the baseline, host by host.
@@ -601,6 +599,10 @@ pub fn analyze_where(
         min_hosts: spec.selection.min_hosts,
         min_samples: spec.selection.min_samples as usize,
         limits: spec.selection.limits.clone(),
+        units: secondary_declared(spec)
+            .into_iter()
+            .map(|m| (m.name, m.unit))
+            .collect(),
     };
     let context: BTreeMap<String, String> = spec
         .context
@@ -840,11 +842,6 @@ pub fn analyze_where(
         confirm_repeats: rules.confirm_repeats,
         min_hosts: rules.min_hosts,
         judging: spec.judging(),
-        secondary: serde_json::from_value::<Vec<FrozenMetric>>(spec.json()["metrics"].clone())
-            .unwrap_or_default()
-            .iter()
-            .map(MetricInfo::of)
-            .collect(),
     }
 }
 
@@ -984,7 +981,7 @@ fn analyze_cell(
     }
     if let Some(g) = base_group
         && base_report.as_ref().is_some_and(|r| r.rejection.is_none())
-        && let Some(detail) = limit_broken(&g.sweep, &rules.limits)
+        && let Some(detail) = limit_broken(&g.sweep, rules)
     {
         notes.push(CellNote::BaselineOverLimit { detail });
     }
@@ -1014,7 +1011,7 @@ fn analyze_cell(
         );
         let mut r = r;
         if r.rejection.is_none() {
-            r.rejection = limit_broken(&g.sweep, &rules.limits).map(|detail| Rejection {
+            r.rejection = limit_broken(&g.sweep, rules).map(|detail| Rejection {
                 class: FailureClass::Limit,
                 cause: detail.clone(),
                 detail,
@@ -1159,11 +1156,15 @@ fn pick_among_ties<'a>(
 /// break, judged on the median of the metric's samples pooled over the
 /// class's hosts; a metric with no sample cannot be shown to keep its
 /// bound, and counts as broken.
-fn limit_broken(
-    attempts: &[&AttemptRecord],
-    limits: &BTreeMap<String, crate::spec::study::Limit>,
-) -> Option<String> {
-    for (metric, limit) in limits {
+fn limit_broken(attempts: &[&AttemptRecord], rules: &Rules) -> Option<String> {
+    for (metric, limit) in &rules.limits {
+        // `median 76.3 us … max 60 us`; a unit-less metric shows none.
+        let unit = rules
+            .units
+            .get(metric)
+            .filter(|u| !u.is_empty())
+            .map(|u| format!(" {u}"))
+            .unwrap_or_default();
         let samples: Vec<f64> = samples_by_host(attempts, metric)
             .into_values()
             .flatten()
@@ -1175,7 +1176,7 @@ fn limit_broken(
         };
         if let Some(why) = limit.broken_by(median) {
             return Some(format!(
-                "{metric}: median {} over {} samples, {why}",
+                "{metric}: median {}{unit} over {} samples, {why}{unit}",
                 short_number(median),
                 samples.len()
             ));

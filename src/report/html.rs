@@ -429,13 +429,13 @@ fn class_section(out: &mut String, a: &Analysis, class: &ClassReport, all: bool)
     }
 
     // 6. Trade-offs against secondary metrics.
-    if !a.secondary.is_empty() {
+    if !a.metrics.is_empty() {
         let _ = writeln!(
             out,
             "<h3>Trade-offs: objective against secondary metrics</h3>"
         );
         for (i, cell) in class.cells.iter().enumerate() {
-            for (j, m) in a.secondary.iter().enumerate() {
+            for (j, m) in a.metrics.iter().enumerate() {
                 if let Some(svg) = pareto_chart(a, class, cell, m, &format!("pareto-{cid}-{i}-{j}"))
                 {
                     figure(out, svg, "");

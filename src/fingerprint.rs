@@ -36,6 +36,9 @@ use sha2::{Digest, Sha256};
 use crate::spec::shell::single_quote;
 
 pub mod accel;
+mod classkey;
+
+pub use classkey::{ClassField, ClassKey};
 
 /// Version of the [`Fingerprint`] JSON layout, stored in [`Fingerprint::schema`].
 pub const SCHEMA_VERSION: u32 = 1;

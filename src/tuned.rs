@@ -14,7 +14,7 @@ use marked_yaml::Node;
 use serde::Deserialize;
 use serde_json::{Map, Value as Json};
 
-use crate::fingerprint::Fingerprint;
+use crate::fingerprint::{ClassKey, Fingerprint};
 use crate::report::analysis::{Analysis, BucketReport, ClassReport, ConfigReport};
 use crate::report::buckets;
 use crate::spec::{TrialVars, Value};
@@ -299,7 +299,26 @@ pub fn export(analysis: &Analysis, class: &ClassReport) -> (String, String) {
         .with("study", &analysis.study_id)
         .with("spec_hash", &analysis.spec_hash)
         .with("host_class", &class.host_class)
-        .with("class_label", &class.label)
+        .with("class_label", &class.label);
+    // Only for a study that chose its class key: files of other studies
+    // read as they always did.
+    let body = match &analysis.class_key {
+        Some(fields) => body.with(
+            "class_key",
+            Yaml::map().with("fields", fields.clone()).with(
+                "tools",
+                Yaml::Map(
+                    analysis
+                        .class_tools
+                        .iter()
+                        .map(|(k, v)| (k.clone(), Yaml::from(v)))
+                        .collect(),
+                ),
+            ),
+        ),
+        None => body,
+    };
+    let body = body
         .with("hosts", class.hosts.clone())
         .with("fingerprint", fingerprint)
         .with(
@@ -419,6 +438,10 @@ pub struct TunedFile {
     pub spec_hash: String,
     pub host_class: String,
     pub class_label: String,
+    /// The class key the study chose, when not the default: `apply`
+    /// classes its host by it.
+    #[serde(default)]
+    pub class_key: Option<TunedClassKey>,
     pub baseline: Map<String, Json>,
     /// Every knob's domain (see [`compact_domain`]); `None` in a file
     /// written before tuned files carried them.
@@ -426,6 +449,28 @@ pub struct TunedFile {
     pub domains: Option<Map<String, Json>>,
     #[serde(default)]
     pub buckets: Vec<TunedBucket>,
+}
+
+/// A tuned file's `class_key`: the fields, and the commands of the tools
+/// they read (run by `apply` to class this host, as a launch's probe does).
+#[derive(Debug, Clone, Deserialize)]
+pub struct TunedClassKey {
+    pub fields: ClassKey,
+    #[serde(default)]
+    pub tools: BTreeMap<String, String>,
+}
+
+impl TunedClassKey {
+    /// A key's `tool:<name>` without a command here cannot be probed: say
+    /// so rather than class the host by a version read as unknown.
+    pub fn check(&self) -> Result<(), String> {
+        match self.fields.tools().find(|t| !self.tools.contains_key(*t)) {
+            Some(t) => Err(format!(
+                "class_key.fields names `tool:{t}` but class_key.tools has no command for `{t}`"
+            )),
+            None => Ok(()),
+        }
+    }
 }
 
 /// One bucket of a tuned file.
@@ -545,6 +590,9 @@ pub fn load(path: &Path) -> Result<Vec<(PathBuf, TunedFile)>, String> {
         let text = std::fs::read_to_string(&f)
             .map_err(|e| format!("{}: cannot read: {e}", f.display()))?;
         let t = parse(&f, &text)?;
+        if let Some(key) = &t.class_key {
+            key.check().map_err(|e| format!("{}: {e}", f.display()))?;
+        }
         if let Some((first, ft)) = out.first()
             && (ft.study != t.study || ft.spec_hash != t.spec_hash)
         {

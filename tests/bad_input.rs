@@ -150,6 +150,57 @@ fingerprint:
         ],
     },
     Case {
+        name: "a class key naming an unknown field",
+        file: "study.yaml",
+        text: r#"name: s
+knobs:
+  x: {kind: int, values: [1, 2], default: 1}
+trial: {command: "echo {{ x }}"}
+objective: {metric: t, better: higher}
+fingerprint:
+  tools: {torch: "python3 -c 'import torch; print(torch.__version__)'"}
+  class_key: [gpu_model, cuda]
+"#,
+        run: Run::PlanStudy,
+        expect: &[
+            "study.yaml:8:26: fingerprint.class_key[1]: unknown class field `cuda` (known: gpu_model, gpu_memory, gpu_count, driver_major, driver_version, cpu_model, cpu_count, cuda_version, cuda_major, rocm_version, arch, os, or `tool:<name>`",
+        ],
+    },
+    Case {
+        name: "a class key naming a tool the study does not record",
+        file: "study.yaml",
+        text: r#"name: s
+knobs:
+  x: {kind: int, values: [1, 2], default: 1}
+trial: {command: "echo {{ x }}"}
+objective: {metric: t, better: higher}
+fingerprint:
+  tools: {torch: "python3 -c 'import torch; print(torch.__version__)'"}
+  class_key: {add: ["tool:nvcc"]}
+"#,
+        run: Run::PlanStudy,
+        expect: &[
+            "study.yaml:8:21: fingerprint.class_key.add[0]: `tool:nvcc` names no tool of `fingerprint.tools` (declare `nvcc` there",
+        ],
+    },
+    Case {
+        name: "a class key dropping a field the default key lacks",
+        file: "study.yaml",
+        text: r#"name: s
+knobs:
+  x: {kind: int, values: [1, 2], default: 1}
+trial: {command: "echo {{ x }}"}
+objective: {metric: t, better: higher}
+fingerprint:
+  tools: {torch: "python3 -c 'import torch; print(torch.__version__)'"}
+  class_key: {drop: [cpu_model, cuda_version]}
+"#,
+        run: Run::PlanStudy,
+        expect: &[
+            "study.yaml:8:33: fingerprint.class_key.drop[1]: `cuda_version` is not in the default key (gpu_model, gpu_memory, gpu_count, driver_major, cpu_model), so there is nothing to drop",
+        ],
+    },
+    Case {
         name: "a trial file outside the study directory",
         file: "study.yaml",
         text: r#"name: s

@@ -694,3 +694,78 @@ fn block(lines: &[(usize, &str)], pos: &mut usize, indent: usize) -> Json {
         Json::Object(map)
     }
 }
+
+/// A study that chooses its class key: the CPU model left out, the
+/// version of a tool (a FAKE one: it prints `$FAKE_TOOLVER`) added.
+fn keyed_study() -> String {
+    format!(
+        "{STUDY}fingerprint:\n  tools:\n    fakever: echo \"v${{FAKE_TOOLVER:-none}}\"\n  class_key:\n    drop: [cpu_model]\n    add: [\"tool:fakever\"]\n"
+    )
+}
+
+#[test]
+fn a_studys_class_key_classes_the_launch_the_export_and_apply_alike() {
+    let env = with_workload(Env::in_target_tmp("export_apply_key-", &keyed_study()))
+        .with_var("FAKE_TOOLVER", "1.2");
+    env.launch_verdict(&[]);
+    let files = export(&env);
+    assert_eq!(files.len(), 1, "{files:?}");
+    let text = read(&files[0]);
+    let file = yaml_to_json(&text);
+    assert_eq!(
+        file["class_key"]["fields"],
+        json!([
+            "gpu_model",
+            "gpu_memory",
+            "gpu_count",
+            "driver_major",
+            "tool:fakever"
+        ]),
+        "{text}"
+    );
+    assert_eq!(
+        file["class_key"]["tools"]["fakever"],
+        json!("echo \"v${FAKE_TOOLVER:-none}\""),
+        "{text}"
+    );
+    // The class is the key's, not the default one `tunectl fingerprint`
+    // shows, and its label names the tool, not the CPU it left out.
+    let class = top(&text, "host_class");
+    assert_ne!(class, this_class(&env, false));
+    let label = top(&text, "class_label");
+    assert!(label.ends_with(", fakever v1.2"), "{label}");
+    assert!(!label.contains("cpus"), "{label}");
+
+    // apply probes the tool as the launch did: the same version is this class.
+    let (yaml, _) = print(&env, env.tunectl(), &["--cell", "n=1"]);
+    assert_eq!(top(&yaml, "source"), "tuned", "{yaml}");
+    assert_eq!(top(&yaml, "host_class"), class, "{yaml}");
+
+    // Another version of the tool is another class: the defaults, with the
+    // reason naming both classes.
+    let mut other = env.tunectl();
+    other.env("FAKE_TOOLVER", "2.0");
+    let (yaml, stderr) = print(&env, other, &["--cell", "n=1"]);
+    assert_eq!(top(&yaml, "source"), "defaults", "{yaml}");
+    assert_ne!(top(&yaml, "host_class"), class, "{yaml}");
+    assert!(stderr.contains(&format!("is for {class}")), "{stderr}");
+    assert!(stderr.contains("fakever v2.0"), "{stderr}");
+
+    // A tuned file whose key reads a tool it has no command for is refused.
+    let broken = text.replace("    fakever: ", "    other: ");
+    assert_ne!(broken, text);
+    std::fs::write(&files[0], broken).expect("write");
+    let mut cmd = env.tunectl();
+    cmd.args(["apply", "--tuned"])
+        .arg(tuned(&env))
+        .arg("--print");
+    let out = env.run(cmd);
+    assert_eq!(out.code, Some(2), "{}", out.text());
+    assert!(
+        out.stderr.contains(
+            "class_key.fields names `tool:fakever` but class_key.tools has no command for `fakever`"
+        ),
+        "{}",
+        out.stderr
+    );
+}

@@ -29,10 +29,15 @@ pub async fn run(a: ApplyArgs) -> Result<(), CliError> {
             axes.join(", ")
         )));
     }
+    // All files are of one study (`load` checks), so of one class key.
+    let (key, tools) = match files.first().and_then(|(_, f)| f.class_key.as_ref()) {
+        Some(k) => (k.fields.clone(), k.tools.clone()),
+        None => (fingerprint::ClassKey::default(), BTreeMap::new()),
+    };
     let host = tuned::ThisHost {
-        class: fingerprint::probe_local(&BTreeMap::new())
+        class: fingerprint::probe_local(&tools)
             .await
-            .map(|fp| (fp.host_class(), fp.class_label()))
+            .map(|fp| (fp.host_class_under(&key), fp.class_label_under(&key)))
             .map_err(|e| e.to_string()),
     };
     let mut choice = tuned::choose(&files, &host, &cell);

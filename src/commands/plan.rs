@@ -134,8 +134,8 @@ async fn plan_hosts(
                     local_fp = Some(fingerprint::probe_local(&study.tools).await.ok());
                 }
                 local_fp.clone().flatten().map(|fp| ClassInfo {
-                    id: fp.host_class(),
-                    label: fp.class_label(),
+                    id: fp.host_class_under(&study.class_key),
+                    label: fp.class_label_under(&study.class_key),
                 })
             }
             _ => known

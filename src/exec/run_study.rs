@@ -172,8 +172,8 @@ pub async fn probe_hosts(
                 )));
             }
         };
-        let class = fp.host_class();
-        let label = fp.class_label();
+        let class = fp.host_class_under(&study.class_key);
+        let label = fp.class_label_under(&study.class_key);
         ledger
             .write_host(
                 study_id,
@@ -654,9 +654,9 @@ impl<'a> Launch<'a> {
                 if changes.is_empty() {
                     changes.push("its fingerprint hash".to_string());
                 }
-                self.with_sched(|s| {
-                    s.host_changed(host_index, changes, old.class_label(), new.class_label())
-                });
+                let key = &self.study.class_key;
+                let (old, new) = (old.class_label_under(key), new.class_label_under(key));
+                self.with_sched(|s| s.host_changed(host_index, changes, old, new));
                 self.notify.notify_waiters();
                 HostGate::Leave
             }

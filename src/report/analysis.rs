@@ -138,6 +138,15 @@ pub struct Analysis {
     /// for the tuned files: `apply` checks values against them.
     #[serde(skip)]
     pub domains: serde_json::Map<String, serde_json::Value>,
+    /// The study's `fingerprint.class_key` as the frozen spec stores it
+    /// (a list of field names), when the study chose one: tuned files
+    /// carry it so that `apply` classes its host the same way. `None`:
+    /// the default key.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub class_key: Option<serde_json::Value>,
+    /// The commands of the tools that key reads (`tool:<name>` fields).
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub class_tools: BTreeMap<String, String>,
     pub classes: Vec<ClassReport>,
     pub corrupt_objects: Vec<CorruptObject>,
     /// Attempts ignored because they belong to another spec.
@@ -832,6 +841,8 @@ pub fn analyze_where(
         context,
         baseline: spec_baseline(spec),
         domains: spec_domains(spec),
+        class_key: spec.json().get("class_key").cloned(),
+        class_tools: spec_class_tools(spec),
         classes,
         corrupt_objects: scan.corrupt.clone(),
         foreign_attempts: foreign,
@@ -2047,6 +2058,25 @@ fn secondary_declared(spec: &FrozenSpec) -> Vec<MetricInfo> {
         .unwrap_or_default()
         .iter()
         .map(MetricInfo::of)
+        .collect()
+}
+
+/// The commands of the tools that the spec's class key reads.
+fn spec_class_tools(spec: &FrozenSpec) -> BTreeMap<String, String> {
+    let json = spec.json();
+    let fields = json
+        .get("class_key")
+        .and_then(serde_json::Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    let tools = json.get("tools").and_then(serde_json::Value::as_object);
+    fields
+        .iter()
+        .filter_map(|f| f.as_str()?.strip_prefix("tool:"))
+        .filter_map(|name| {
+            let command = tools?.get(name)?.as_str()?;
+            Some((name.to_owned(), command.to_owned()))
+        })
         .collect()
 }
 

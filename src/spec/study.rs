@@ -17,6 +17,7 @@ use super::result::{ResultSpec, parse_result};
 use super::template::{self, TemplateCheck};
 use super::value::Value;
 use super::yaml::{self, Walker, index, is_identifier, join};
+use crate::fingerprint::{ClassField, ClassKey};
 
 /// Largest domain a single knob may expand to.
 pub const MAX_KNOB_VALUES: usize = 1_000_000;
@@ -412,6 +413,12 @@ pub struct Study {
     /// Bucket rule per cell axis (every axis present).
     pub buckets: BTreeMap<String, BucketRule>,
     pub tools: BTreeMap<String, String>,
+    /// `fingerprint.class_key`: the facts that make a host class. Left out
+    /// of the frozen spec when it is the default, so that older studies
+    /// keep their identity; any other key is a new study (its classes are
+    /// other classes).
+    #[serde(skip_serializing_if = "ClassKey::is_default")]
+    pub class_key: ClassKey,
     pub ledger: Option<String>,
     /// The file it was loaded from.
     #[serde(skip)]
@@ -618,9 +625,9 @@ fn parse_study(w: &mut Walker, root: &Node, path: &Path, dir: &Path) -> Option<S
         Some(n) => parse_budget(w, n, strategy.as_ref()),
         None => Some(Budget::default()),
     };
-    let tools = match map.get_node("fingerprint") {
+    let (tools, class_key) = match map.get_node("fingerprint") {
         Some(n) => parse_fingerprint(w, n),
-        None => BTreeMap::new(),
+        None => (BTreeMap::new(), ClassKey::default()),
     };
     let ledger = map.get_node("ledger").and_then(|n| w.string(n, "ledger"));
 
@@ -661,6 +668,7 @@ fn parse_study(w: &mut Walker, root: &Node, path: &Path, dir: &Path) -> Option<S
         selection: selection?,
         buckets,
         tools,
+        class_key,
         ledger,
         source: path.to_path_buf(),
         dir: dir.to_path_buf(),
@@ -2191,14 +2199,86 @@ fn parse_budget(w: &mut Walker, node: &Node, strategy: Option<&Strategy>) -> Opt
     })
 }
 
-fn parse_fingerprint(w: &mut Walker, node: &Node) -> BTreeMap<String, String> {
+/// The `fingerprint:` section: the tools to record, and the class key.
+fn parse_fingerprint(w: &mut Walker, node: &Node) -> (BTreeMap<String, String>, ClassKey) {
     let Some(map) = w.mapping(node, "fingerprint") else {
-        return BTreeMap::new();
+        return (BTreeMap::new(), ClassKey::default());
     };
-    w.check_keys(map, "fingerprint", &["tools"]);
-    let Some(tools_node) = map.get_node("tools") else {
-        return BTreeMap::new();
+    w.check_keys(map, "fingerprint", &["tools", "class_key"]);
+    let tools = match map.get_node("tools") {
+        Some(n) => parse_tools(w, n),
+        None => BTreeMap::new(),
     };
+    let key = match map.get_node("class_key") {
+        Some(n) => parse_class_key(w, n, &tools),
+        None => ClassKey::default(),
+    };
+    (tools, key)
+}
+
+/// `fingerprint.class_key`: the whole key as a list of fields, or
+/// `{add: [...], drop: [...]}` relative to the default key.
+fn parse_class_key(w: &mut Walker, node: &Node, tools: &BTreeMap<String, String>) -> ClassKey {
+    const FIELD: &str = "fingerprint.class_key";
+    let fields = |w: &mut Walker, list: &Node, field: &str| -> Vec<ClassField> {
+        let Some(seq) = w.sequence(list, field) else {
+            return Vec::new();
+        };
+        let mut out = Vec::new();
+        for (i, item) in seq.iter().enumerate() {
+            let at = index(field, i);
+            let Some(text) = w.string(item, &at) else {
+                continue;
+            };
+            match text.parse::<ClassField>() {
+                Ok(ClassField::Tool(name)) if !tools.contains_key(&name) => w.error_at(
+                    item,
+                    &at,
+                    format!(
+                        "`tool:{name}` names no tool of `fingerprint.tools` (declare `{name}` there, with the command that prints its version)"
+                    ),
+                ),
+                Ok(f) => out.push(f),
+                Err(e) => w.error_at(item, &at, e),
+            }
+        }
+        out
+    };
+    if node.as_sequence().is_some() {
+        return ClassKey::new(fields(w, node, FIELD));
+    }
+    let Some(map) = w.mapping(node, FIELD) else {
+        return ClassKey::default();
+    };
+    w.check_keys(map, FIELD, &["add", "drop"]);
+    let default = ClassKey::default();
+    let mut key: Vec<ClassField> = default.fields().to_vec();
+    if let Some(n) = map.get_node("drop") {
+        let field = join(FIELD, "drop");
+        let drop = fields(w, n, &field);
+        if let Some(seq) = n.as_sequence() {
+            for (i, (f, item)) in drop.iter().zip(seq.iter()).enumerate() {
+                if !default.has(f) {
+                    w.error_at(
+                        item,
+                        &index(&field, i),
+                        format!(
+                            "`{f}` is not in the default key ({}), so there is nothing to drop",
+                            default.describe()
+                        ),
+                    );
+                }
+            }
+        }
+        key.retain(|f| !drop.contains(f));
+    }
+    if let Some(n) = map.get_node("add") {
+        key.extend(fields(w, n, &join(FIELD, "add")));
+    }
+    ClassKey::new(key)
+}
+
+fn parse_tools(w: &mut Walker, tools_node: &Node) -> BTreeMap<String, String> {
     let tools = w
         .string_map(tools_node, "fingerprint.tools")
         .unwrap_or_default();

@@ -486,6 +486,35 @@ fn a_host_pattern_expands_to_the_fleet_and_each_host_gets_its_class() {
             .collect();
         assert_eq!(hosts_of_model(&classes, model).1, want);
     }
+
+    // And from the `Host` aliases of an ssh client configuration: ssh reads
+    // each alias's address, port, user, key and known hosts from the file
+    // (`ssh -F`); the inventory says nothing but which aliases to take.
+    let mut config = String::new();
+    for (i, h) in fleet.hosts.iter().enumerate() {
+        config.push_str(&format!("Host gpu-{i}\n  HostName {}\n", h.addr));
+    }
+    config.push_str(&format!(
+        "Host gpu-*\n  Port {}\n  User {}\n  IdentityFile {}\n  IdentitiesOnly yes\n  UserKnownHostsFile {}\nHost elsewhere\n  HostName 192.0.2.1\n",
+        fleet.hosts[0].port,
+        fleet.user,
+        fleet.client_key.display(),
+        fleet.known_hosts.display()
+    ));
+    write(&d.root.join("ssh_config"), &config);
+    let inv3 = d.root.join("from-ssh-config.yaml");
+    write(
+        &inv3,
+        "hosts:\n  - name: lab\n    transport: ssh\n    ssh_config: ssh_config\n    ssh_config_hosts: \"gpu-*\"\n    slots: 1\n",
+    );
+    let classes = probed_classes(&inv3);
+    assert_eq!(classes.len(), 2, "{classes:?}");
+    for (model, want) in [
+        (H100, ["lab-gpu-0", "lab-gpu-1"]),
+        (A100, ["lab-gpu-2", "lab-gpu-3"]),
+    ] {
+        assert_eq!(hosts_of_model(&classes, model).1, want);
+    }
 }
 
 fn walk(dir: &Path) -> Vec<PathBuf> {

@@ -181,6 +181,9 @@ impl SshTransport {
         if let Some(k) = &self.cfg.known_hosts_file {
             b.user_known_hosts_file(expand_home(k));
         }
+        if let Some(c) = &self.cfg.ssh_config {
+            b.config_file(c);
+        }
         if let Some(j) = &self.cfg.proxy_jump {
             b.jump_hosts(j.split(',').map(str::trim).filter(|s| !s.is_empty()));
         }

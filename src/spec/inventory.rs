@@ -11,6 +11,7 @@ use std::time::Duration;
 use marked_yaml::Node;
 use marked_yaml::types::MarkedMappingNode;
 use serde::Serialize;
+use ssh2_config::HostClause;
 
 use super::diag::Diagnostics;
 use super::hostpattern;
@@ -79,6 +80,9 @@ pub struct SshHost {
     pub strict_host_key_checking: HostKeyChecking,
     pub workdir: Option<String>,
     pub max_sessions: u32,
+    /// `ssh_config`: the ssh client configuration file to connect with
+    /// (`ssh -F`), as a path on this machine; `None`: ssh's own files.
+    pub ssh_config: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -227,6 +231,49 @@ fn parse_inventory(w: &mut Walker, root: &Node) -> Option<Inventory> {
                 .and_then(|m| m.get_node(key))
                 .unwrap_or(item)
         };
+        let from_config = item
+            .as_mapping()
+            .and_then(|m| m.get_node("ssh_config_hosts"))
+            .filter(|_| matches!(h.transport, Transport::Ssh(_)));
+        if let Some(select) = from_config {
+            let config = match &h.transport {
+                Transport::Ssh(s) => s.ssh_config.clone(),
+                _ => None,
+            };
+            let f = join(&field, "ssh_config_hosts");
+            let Some(aliases) = hosts_of_ssh_config(w, select, &f, config.as_deref()) else {
+                continue;
+            };
+            if hosts.len() + aliases.len() > MAX_INVENTORY_HOSTS {
+                w.error_at(
+                    select,
+                    &f,
+                    format!("the inventory names more than {MAX_INVENTORY_HOSTS} hosts"),
+                );
+                break;
+            }
+            for alias in aliases {
+                let mut one = h.clone();
+                one.name = format!("{}-{alias}", h.name);
+                if let Transport::Ssh(s) = &mut one.transport {
+                    s.host = alias.clone();
+                }
+                if names.contains_key(&one.name) {
+                    w.error_at(
+                        select,
+                        &f,
+                        format!(
+                            "duplicate host name `{}` (ssh config host `{alias}`)",
+                            one.name
+                        ),
+                    );
+                    continue;
+                }
+                names.insert(one.name.clone(), hosts.len());
+                hosts.push(one);
+            }
+            continue;
+        }
         let from_file = item
             .as_mapping()
             .and_then(|m| m.get_node("hosts_file"))
@@ -364,6 +411,8 @@ const COMMON_KEYS: &[&str] = &[
 const SSH_KEYS: &[&str] = &[
     "host",
     "hosts_file",
+    "ssh_config",
+    "ssh_config_hosts",
     "port",
     "user",
     "identity_file",
@@ -544,40 +593,8 @@ fn text_problem(text: &str, kind: Text) -> Option<String> {
 /// by the file's own path and line.
 fn hosts_of_file(w: &mut Walker, node: &Node, field: &str) -> Option<Vec<(String, String, usize)>> {
     let given = w.string(node, field)?;
-    let path = match given.strip_prefix("~/") {
-        Some(rest) => match std::env::var_os("HOME") {
-            Some(home) => PathBuf::from(home).join(rest),
-            None => PathBuf::from(&given),
-        },
-        None => PathBuf::from(&given),
-    };
-    let path = if path.is_relative() {
-        w.file().parent().map(|d| d.join(&path)).unwrap_or(path)
-    } else {
-        path
-    };
-    // Only a regular file, and not a huge one: a FIFO or /dev/zero named
-    // here must not hang the loader.
-    let read = || -> Result<String, String> {
-        let meta = std::fs::metadata(&path).map_err(|e| e.to_string())?;
-        if !meta.is_file() {
-            return Err("not a regular file".to_string());
-        }
-        if meta.len() > MAX_HOSTS_FILE_BYTES {
-            return Err(format!("larger than {MAX_HOSTS_FILE_BYTES} bytes"));
-        }
-        let mut text = String::new();
-        std::io::Read::read_to_string(
-            &mut std::io::Read::take(
-                std::fs::File::open(&path).map_err(|e| e.to_string())?,
-                MAX_HOSTS_FILE_BYTES,
-            ),
-            &mut text,
-        )
-        .map_err(|e| e.to_string())?;
-        Ok(text)
-    };
-    let text = match read() {
+    let path = local_path(w, &given);
+    let text = match read_small(&path) {
         Ok(t) => t,
         Err(e) => {
             w.error_at(node, field, format!("cannot read {}: {e}", path.display()));
@@ -630,6 +647,166 @@ fn hosts_of_file(w: &mut Walker, node: &Node, field: &str) -> Option<Vec<(String
     (!bad).then_some(out)
 }
 
+/// A path on this machine named in the inventory: `~/` is this machine's
+/// home, a relative path is taken from the inventory's directory.
+fn local_path(w: &Walker, given: &str) -> PathBuf {
+    let path = match given.strip_prefix("~/") {
+        Some(rest) => match std::env::var_os("HOME") {
+            Some(home) => PathBuf::from(home).join(rest),
+            None => PathBuf::from(given),
+        },
+        None => PathBuf::from(given),
+    };
+    if path.is_relative() {
+        w.file().parent().map(|d| d.join(&path)).unwrap_or(path)
+    } else {
+        path
+    }
+}
+
+/// The text of a regular file of at most [`MAX_HOSTS_FILE_BYTES`]: a FIFO
+/// or `/dev/zero` named in an inventory must not hang the loader.
+fn read_small(path: &Path) -> Result<String, String> {
+    let meta = std::fs::metadata(path).map_err(|e| e.to_string())?;
+    if !meta.is_file() {
+        return Err("not a regular file".to_string());
+    }
+    if meta.len() > MAX_HOSTS_FILE_BYTES {
+        return Err(format!("larger than {MAX_HOSTS_FILE_BYTES} bytes"));
+    }
+    let mut text = String::new();
+    std::io::Read::read_to_string(
+        &mut std::io::Read::take(
+            std::fs::File::open(path).map_err(|e| e.to_string())?,
+            MAX_HOSTS_FILE_BYTES,
+        ),
+        &mut text,
+    )
+    .map_err(|e| e.to_string())?;
+    Ok(text)
+}
+
+/// The `Host` aliases of an ssh client configuration (`config`, else
+/// `~/.ssh/config`) that the ssh patterns of `ssh_config_hosts` (at
+/// `node`, e.g. `gpu-* !gpu-old`) select, in the file's order. Only
+/// concrete aliases count: a `Host` pattern (`*`, `?`) names no host.
+fn hosts_of_ssh_config(
+    w: &mut Walker,
+    node: &Node,
+    field: &str,
+    config: Option<&Path>,
+) -> Option<Vec<String>> {
+    let select = w.string(node, field)?;
+    let clauses: Vec<HostClause> = select
+        .split_whitespace()
+        .map(|p| match p.strip_prefix('!') {
+            Some(rest) => HostClause::new(rest.to_string(), true),
+            None => HostClause::new(p.to_string(), false),
+        })
+        .collect();
+    if !clauses.iter().any(|c| !c.negated) {
+        w.error_at(
+            node,
+            field,
+            "name at least one ssh pattern to select (e.g. `gpu-*`)",
+        );
+        return None;
+    }
+    let path = match config {
+        Some(p) => p.to_path_buf(),
+        None => match std::env::var_os("HOME") {
+            Some(home) => PathBuf::from(home).join(".ssh/config"),
+            None => {
+                w.error_at(
+                    node,
+                    field,
+                    "no HOME to find ~/.ssh/config in: name the file with `ssh_config`",
+                );
+                return None;
+            }
+        },
+    };
+    let parsed = read_small(&path).and_then(|text| {
+        ssh2_config::SshConfig::default()
+            .parse(
+                &mut std::io::Cursor::new(text),
+                ssh2_config::ParseRule::ALLOW_UNKNOWN_FIELDS
+                    | ssh2_config::ParseRule::ALLOW_UNSUPPORTED_FIELDS,
+            )
+            .map_err(|e| e.to_string())
+    });
+    let parsed = match parsed {
+        Ok(p) => p,
+        Err(e) => {
+            w.error_at(
+                node,
+                field,
+                format!("cannot read the ssh config {}: {e}", path.display()),
+            );
+            return None;
+        }
+    };
+    // As ssh matches `Host` lines: a negated pattern that matches excludes.
+    let selected = |alias: &str| {
+        !clauses.iter().any(|c| c.negated && c.intersects(alias))
+            && clauses.iter().any(|c| !c.negated && c.intersects(alias))
+    };
+    let mut out: Vec<String> = Vec::new();
+    let mut bad = Vec::new();
+    for host in parsed.get_hosts() {
+        for clause in &host.pattern {
+            let alias = &clause.pattern;
+            if clause.negated
+                || alias.contains(['*', '?'])
+                || !selected(alias)
+                || out.contains(alias)
+            {
+                continue;
+            }
+            if yaml::is_valid_name(alias) && destination_problem(alias).is_none() {
+                out.push(alias.clone());
+            } else {
+                bad.push(alias.clone());
+            }
+        }
+    }
+    if let Some(alias) = bad.first() {
+        w.error_at(
+            node,
+            field,
+            format!(
+                "the ssh config {} has the host `{alias}`, which cannot name a host (letters, digits, `-`, `_` and `.`)",
+                path.display()
+            ),
+        );
+        return None;
+    }
+    if out.is_empty() {
+        let all: Vec<String> = parsed
+            .get_hosts()
+            .iter()
+            .flat_map(|h| &h.pattern)
+            .filter(|c| !c.negated && !c.pattern.contains(['*', '?']))
+            .map(|c| c.pattern.clone())
+            .collect();
+        w.error_at(
+            node,
+            field,
+            format!(
+                "no `Host` of the ssh config {} matches `{select}` (its hosts: {})",
+                path.display(),
+                if all.is_empty() {
+                    "none".to_string()
+                } else {
+                    all.join(", ")
+                }
+            ),
+        );
+        return None;
+    }
+    Some(out)
+}
+
 /// Record a problem when `value` (read from `map[key]`) is not acceptable
 /// as `kind`.
 fn checked(
@@ -666,21 +843,46 @@ fn destination_problem(dest: &str) -> Option<String> {
 fn parse_ssh(w: &mut Walker, map: &MarkedMappingNode, field: &str) -> Option<SshHost> {
     // With `hosts_file`, the hosts come from that file (read by
     // `hosts_of_file`); `host` stays empty here.
-    let host = match (map.get_node("host"), map.get_node("hosts_file")) {
-        (Some(_), Some(f)) => {
+    // With `hosts_file` or `ssh_config_hosts`, the hosts come from that
+    // file (read by `hosts_of_file` or `hosts_of_ssh_config`); `host`
+    // stays empty here.
+    let sources: Vec<(&str, &Node)> = ["host", "hosts_file", "ssh_config_hosts"]
+        .into_iter()
+        .filter_map(|k| Some((k, map.get_node(k)?)))
+        .collect();
+    let host = match sources.as_slice() {
+        [_, (second, n), ..] => {
             w.error_at(
-                f,
-                &join(field, "hosts_file"),
-                "give `host` or `hosts_file`, not both",
+                n,
+                &join(field, second),
+                "give one of `host`, `hosts_file` and `ssh_config_hosts`",
             );
             None
         }
-        (None, Some(f)) => w
-            .string(f, &join(field, "hosts_file"))
-            .map(|_| String::new()),
-        _ => w
+        [("host", n)] => w.string(n, &join(field, "host")),
+        [(key, n)] => w.string(n, &join(field, key)).map(|_| String::new()),
+        [] => w
             .required(map, field, "host")
             .and_then(|n| w.string(n, &join(field, "host"))),
+    };
+    let ssh_config = match map.get_node("ssh_config") {
+        Some(n) => {
+            let f = join(field, "ssh_config");
+            match w.string(n, &f) {
+                Some(given) => {
+                    let path = local_path(w, &given);
+                    match read_small(&path) {
+                        Ok(_) => Some(Some(path)),
+                        Err(e) => {
+                            w.error_at(n, &f, format!("cannot read {}: {e}", path.display()));
+                            None
+                        }
+                    }
+                }
+                None => None,
+            }
+        }
+        None => Some(None),
     };
     let port = match map.get_node("port") {
         Some(n) => {
@@ -796,6 +998,7 @@ fn parse_ssh(w: &mut Walker, map: &MarkedMappingNode, field: &str) -> Option<Ssh
         strict_host_key_checking: strict?,
         workdir: workdir?,
         max_sessions: max_sessions?,
+        ssh_config: ssh_config?,
     })
 }
 
@@ -958,7 +1161,75 @@ mod tests {
         let e = Inventory::from_text(&inv, &both)
             .expect_err("refused")
             .to_string();
-        assert!(e.contains("not both"), "{e}");
+        assert!(e.contains("give one of `host`, `hosts_file`"), "{e}");
+    }
+
+    #[test]
+    fn ssh_config_hosts_select_the_concrete_aliases_of_an_ssh_config() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        std::fs::write(
+            dir.path().join("more.conf"),
+            "Host gpu-c\n  HostName 10.0.0.3\n",
+        )
+        .expect("write");
+        std::fs::write(
+            dir.path().join("ssh_config"),
+            format!(
+                "Include {}\n\
+                 Host gpu-a gpu-b\n  HostName 10.0.0.1\n  SomeFutureOption yes\n\
+                 Host gpu-*\n  User tuner\n\
+                 Host gpu-old bastion\n  HostName 10.0.0.9\n",
+                dir.path().join("more.conf").display()
+            ),
+        )
+        .expect("write");
+        let inv = dir.path().join("inv.yaml");
+        let text = "hosts:\n  - name: lab\n    transport: ssh\n    ssh_config: ssh_config\n    ssh_config_hosts: \"gpu-* !gpu-old\"\n    slots: 2\n";
+        let loaded = Inventory::from_text(&inv, text).expect("loads");
+        let mut got: Vec<(String, String, Option<PathBuf>)> = loaded
+            .hosts
+            .iter()
+            .map(|h| match &h.transport {
+                Transport::Ssh(s) => (h.name.clone(), s.host.clone(), s.ssh_config.clone()),
+                other => panic!("{other:?}"),
+            })
+            .collect();
+        got.sort();
+        let config = Some(dir.path().join("ssh_config"));
+        assert_eq!(
+            got,
+            [
+                ("lab-gpu-a".into(), "gpu-a".into(), config.clone()),
+                ("lab-gpu-b".into(), "gpu-b".into(), config.clone()),
+                ("lab-gpu-c".into(), "gpu-c".into(), config.clone()),
+            ]
+        );
+
+        let e = Inventory::from_text(&inv, &text.replace("gpu-* !gpu-old", "cpu-*"))
+            .expect_err("refused")
+            .to_string();
+        assert!(
+            e.contains("inv.yaml:5:23: hosts[0].ssh_config_hosts: no `Host` of the ssh config")
+                && e.contains("matches `cpu-*` (its hosts: gpu-c, gpu-a, gpu-b, gpu-old, bastion)"),
+            "{e}"
+        );
+        let e = Inventory::from_text(
+            &inv,
+            &text.replace("ssh_config: ssh_config", "ssh_config: nope"),
+        )
+        .expect_err("refused")
+        .to_string();
+        assert!(
+            e.contains("inv.yaml:4:17: hosts[0].ssh_config: cannot read"),
+            "{e}"
+        );
+        let e = Inventory::from_text(
+            &inv,
+            &text.replace("    slots: 2", "    host: a\n    slots: 2"),
+        )
+        .expect_err("refused")
+        .to_string();
+        assert!(e.contains("give one of"), "{e}");
     }
 
     #[test]

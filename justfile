@@ -19,6 +19,7 @@ fmt:
 bench:
     ./benches/dispatch.sh
     ./benches/ssh_dispatch.sh
+    ./benches/busy_share.sh
     cargo bench --bench slurm_calls
     ./benches/plan_scale.sh
     ./benches/fs_inodes.py

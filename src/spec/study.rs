@@ -348,6 +348,24 @@ pub struct Fidelity {
     /// `b + fixed_cost`, in the search's virtual schedule and the plan's
     /// cost. Default 0.
     pub fixed_cost: f64,
+    /// `fidelity.continuation`: the trial command can continue a config's
+    /// previous rung from a checkpoint (`$TUNECTL_CHECKPOINT_DIR`,
+    /// `$TUNECTL_RESUME_FROM_BUDGET`), so a promoted rung costs only the
+    /// budget it adds. Default false: every rung runs from zero. Left out
+    /// of the frozen spec when false, so that older studies keep their
+    /// hash.
+    #[serde(skip_serializing_if = "is_false")]
+    pub continuation: bool,
+    /// `fidelity.prune`: rung trials report intermediate values
+    /// (`$TUNECTL_PROGRESS_FILE`) and one that ASHA would not promote at a
+    /// rung budget it has passed is stopped and recorded as pruned. Default
+    /// false. Left out of the frozen spec when false.
+    #[serde(skip_serializing_if = "is_false")]
+    pub prune: bool,
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
 }
 
 impl Study {
@@ -1944,6 +1962,8 @@ const FIDELITY_KEYS: &[&str] = &[
     "integer",
     "metric",
     "fixed_cost",
+    "continuation",
+    "prune",
 ];
 
 /// Default `fidelity.eta`: each rung keeps the top third.
@@ -2017,6 +2037,14 @@ fn parse_fidelity(
             }
         }),
         None => Some(0.0),
+    };
+    let continuation = match map.get_node("continuation") {
+        Some(n) => w.bool(n, "fidelity.continuation"),
+        None => Some(false),
+    };
+    let prune = match map.get_node("prune") {
+        Some(n) => w.bool(n, "fidelity.prune"),
+        None => Some(false),
     };
     let proxy = match map.get_node("metric") {
         Some(n) => {
@@ -2097,6 +2125,8 @@ fn parse_fidelity(
         integer,
         proxy: proxy?,
         fixed_cost: fixed_cost?,
+        continuation: continuation?,
+        prune: prune?,
     })
 }
 
@@ -2814,7 +2844,7 @@ metrics: [{name: loss, better: lower}]
         );
         assert_eq!(
             problem("fidelity: {unit: samples, min_budget: 1, max_budget: 9, rate: 2}\n"),
-            "s.yaml:8:57: fidelity.rate: unknown key `rate` (expected one of: unit, min_budget, max_budget, eta, integer, metric, fixed_cost)"
+            "s.yaml:8:57: fidelity.rate: unknown key `rate` (expected one of: unit, min_budget, max_budget, eta, integer, metric, fixed_cost, continuation, prune)"
         );
         assert_eq!(
             problem("fidelity: {unit: '', min_budget: 1, max_budget: 9}\n"),

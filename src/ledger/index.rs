@@ -238,6 +238,7 @@ pub fn encode(study: &str, c: &View) -> Result<Vec<u8>, String> {
                 AttemptStatus::Ok => 0,
                 AttemptStatus::Failed => 1,
                 AttemptStatus::Lost => 2,
+                AttemptStatus::Pruned => 3,
             },
             failure,
             exit,
@@ -368,6 +369,7 @@ fn convert(
             0 => AttemptStatus::Ok,
             1 => AttemptStatus::Failed,
             2 => AttemptStatus::Lost,
+            3 => AttemptStatus::Pruned,
             other => return Err(format!("attempt {i} has status {other}")),
         };
         let mut m = BTreeMap::new();
@@ -436,6 +438,7 @@ fn convert(
             stderr_tail: String::new(),
             stderr_head: String::new(),
             lost_reason: None,
+            pruned: None,
         });
     }
     Ok(records)

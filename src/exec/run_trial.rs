@@ -472,7 +472,8 @@ impl<'a> Runner<'a> {
         if job.role == Role::Rung && fidelity.is_some_and(|f| f.prune) {
             env.push(("TUNECTL_PROGRESS_FILE".into(), progress_file.clone()));
         }
-        // Read while the trial runs only where it runs: on this machine.
+        // Read while the trial runs only where it runs: on this machine
+        // (elsewhere it is read back when the trial ends).
         let watched = job
             .prune
             .clone()
@@ -498,7 +499,15 @@ impl<'a> Runner<'a> {
                 .iter()
                 .flat_map(|t| t.files.clone())
                 .collect(),
-            result_files: study.result.as_ref().map(|r| r.files()).unwrap_or_default(),
+            result_files: {
+                let mut files = study.result.as_ref().map(|r| r.files()).unwrap_or_default();
+                // Brought back by every transport, to be judged the same
+                // way wherever the rung ran.
+                if job.prune.is_some() {
+                    files.push(PROGRESS_FILE.to_string());
+                }
+                files
+            },
             streams: study
                 .result
                 .as_ref()
@@ -550,12 +559,24 @@ impl<'a> Runner<'a> {
             _ = renew => unreachable!("the renewal loop never ends"),
             _ = watch => unreachable!("the progress watch never ends"),
         };
-        // Stopped by its prune rule (not by Ctrl-C or a lost lease first).
-        let pruned = pruned
+        // Stopped by its prune rule (not by Ctrl-C or a lost lease first),
+        // or, having ended on its own, its progress says it would have been
+        // (read back from any host).
+        let stopped = pruned
             .lock()
             .ok()
             .and_then(|mut p| p.take())
             .filter(|_| outcome.cancelled && outcome.host_lost.is_none());
+        let pruned = stopped.or_else(|| {
+            let rule = job.prune.as_ref()?;
+            if outcome.cancelled || outcome.host_lost.is_some() || outcome.setup_error.is_some() {
+                return None;
+            }
+            match outcome.result_files.get(PROGRESS_FILE)? {
+                Ok(bytes) => first_prune(rule, bytes),
+                Err(_) => None,
+            }
+        });
         let finished_at = chrono::Utc::now();
         if self.spend.add(outcome.elapsed) {
             self.events.emit(LaunchEvent::BudgetSpent {
@@ -744,12 +765,9 @@ const MAX_PROGRESS_BYTES: u64 = 4 * 1024 * 1024;
 const PROGRESS_POLL: Duration = Duration::from_millis(100);
 
 /// Read a running trial's progress file (`budget value` lines, appended)
-/// until a line makes `rule` stop it: returns where. Lines that are not
-/// two numbers, and a last line without its newline (still being
-/// written), are passed over; a file that is not a regular one is never
-/// read.
+/// until a line makes `rule` stop it: returns where. A file that is not a
+/// regular one is never read.
 async fn watch_progress(rule: &PruneRule, path: &std::path::Path) -> Option<PrunedAt> {
-    let mut done_lines = 0usize;
     loop {
         tokio::time::sleep(PROGRESS_POLL).await;
         let regular = tokio::fs::symlink_metadata(path)
@@ -761,22 +779,29 @@ async fn watch_progress(rule: &PruneRule, path: &std::path::Path) -> Option<Prun
         let Ok(bytes) = tokio::fs::read(path).await else {
             continue;
         };
-        let text = String::from_utf8_lossy(&bytes);
-        let complete = text.rfind('\n').map_or("", |end| &text[..end]);
-        for line in complete.lines().skip(done_lines) {
-            done_lines += 1;
-            let Some((budget, value)) = progress_line(line) else {
-                continue;
-            };
-            if let Some(rung_budget) = rule.prunes(budget, value) {
-                return Some(PrunedAt {
-                    rung_budget,
-                    budget,
-                    value,
-                });
-            }
+        if let Some(at) = first_prune(rule, &bytes) {
+            return Some(at);
         }
     }
+}
+
+/// The first complete line of a progress file that makes `rule` stop the
+/// trial. Lines that are not two numbers, and a last line without its
+/// newline (still being written), are passed over. The same lines give the
+/// same answer whether read while the trial runs or after it ended, so
+/// whether a rung is pruned depends on what it reported, not on when the
+/// file was read.
+fn first_prune(rule: &PruneRule, bytes: &[u8]) -> Option<PrunedAt> {
+    let text = String::from_utf8_lossy(bytes);
+    let complete = text.rfind('\n').map_or("", |end| &text[..end]);
+    complete.lines().find_map(|line| {
+        let (budget, value) = progress_line(line)?;
+        rule.prunes(budget, value).map(|rung_budget| PrunedAt {
+            rung_budget,
+            budget,
+            value,
+        })
+    })
 }
 
 /// `budget value`: two finite numbers separated by white space.

@@ -210,6 +210,8 @@ pub struct SearchRow {
     /// Configs run (the baseline included).
     pub trials: u64,
     pub failed: u64,
+    /// Stopped early by `fidelity.prune` (neither failed nor ranked).
+    pub pruned: u64,
     /// Ran, but their output differs from the baseline's at this budget.
     pub output_changed: u64,
     /// The baseline's value at this budget (n = 1).
@@ -630,6 +632,11 @@ pub fn analyze_where(
             foreign += 1;
             continue;
         }
+        // Only a rung is ever pruned; anything else recorded so is no
+        // evidence (never a sample, never a failure).
+        if a.status == AttemptStatus::Pruned && a.role != RoleKind::Rung {
+            continue;
+        }
         match &a.role {
             RoleKind::Rung => {
                 tree.entry(a.host_class.as_str()).or_default();
@@ -883,9 +890,13 @@ fn search_rows(
                 .get(&metric.name)
                 .and_then(|s| crate::stats::median(s))
         };
-        let (mut failed, mut changed) = (0, 0);
+        let (mut failed, mut changed, mut pruned) = (0, 0, 0);
         let mut best: Option<(String, f64)> = None;
         for a in &attempts {
+            if a.status == AttemptStatus::Pruned {
+                pruned += 1;
+                continue;
+            }
             if a.status != AttemptStatus::Ok {
                 failed += 1;
                 continue;
@@ -923,6 +934,7 @@ fn search_rows(
             metric: metric.clone(),
             trials: attempts.len() as u64,
             failed,
+            pruned,
             output_changed: changed,
             baseline: base.and_then(value),
             best,

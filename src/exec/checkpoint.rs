@@ -143,7 +143,11 @@ impl CheckpointRun {
     /// becomes the committed state. The claim goes first and comes back
     /// last, so an interruption in between leaves no claim at all.
     pub fn commit(&self, budget: f64, spec_hash: &str, trial_key: &str, attempt_id: &str) {
-        if !self.commits || self.commit_at(budget, spec_hash, trial_key, attempt_id).is_err() {
+        if !self.commits
+            || self
+                .commit_at(budget, spec_hash, trial_key, attempt_id)
+                .is_err()
+        {
             // Not kept (or could not be): the next rung starts from zero.
             self.discard();
         }
@@ -283,19 +287,27 @@ mod tests {
         r.commit(1.0, "h", "t", "a1");
         let base = root.path().join("k");
         std::fs::write(base.join(COMMITTED), "{not json").unwrap();
-        assert_eq!(c.prepare("k", "b", 3.0, "h", true).unwrap().resume_from, None);
+        assert_eq!(
+            c.prepare("k", "b", 3.0, "h", true).unwrap().resume_from,
+            None
+        );
         // A claim without its state (removed by hand, another machine's
         // copy of the claim): from zero too.
         let r = c.prepare("k", "a1", 1.0, "h", true).unwrap();
         r.restore().unwrap();
         r.commit(1.0, "h", "t", "a1");
         std::fs::remove_dir_all(base.join("state")).unwrap();
-        assert_eq!(c.prepare("k", "b", 3.0, "h", true).unwrap().resume_from, None);
+        assert_eq!(
+            c.prepare("k", "b", 3.0, "h", true).unwrap().resume_from,
+            None
+        );
         // The baseline's rungs never commit.
-        let r = c.prepare("k", "base", 1.0, "h", false).unwrap();
+        let r = c.prepare("b", "base", 1.0, "h", false).unwrap();
         r.restore().unwrap();
         r.commit(1.0, "h", "t", "base");
-        assert!(!base.join(COMMITTED).exists() && !r.dir.exists());
+        let base = root.path().join("b");
+        assert!(!base.join(COMMITTED).exists() && !base.join("state").exists());
+        assert!(!r.dir.exists());
     }
 
     #[test]
@@ -305,7 +317,10 @@ mod tests {
         let k = checkpoint_key("s", &cfg, &cell, "c1");
         assert_eq!(k.len(), 64);
         assert_ne!(k, checkpoint_key("s", &cfg, &cell, "c2"));
-        assert_ne!(k, checkpoint_key("s", &serde_json::json!({"a": 2}), &cell, "c1"));
+        assert_ne!(
+            k,
+            checkpoint_key("s", &serde_json::json!({"a": 2}), &cell, "c1")
+        );
         assert_eq!(k, checkpoint_key("s", &cfg, &cell, "c1"));
     }
 }

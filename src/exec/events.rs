@@ -536,6 +536,7 @@ impl LaunchSummary {
         self.ran += o.ran;
         self.ok += o.ok;
         self.failed += o.failed;
+        self.pruned += o.pruned;
         self.lost += o.lost;
         self.skipped += o.skipped;
         self.anchors += o.anchors;

@@ -407,6 +407,9 @@ pub struct PruneRule {
     /// Budget and the values seen there, budgets increasing.
     levels: Vec<(f64, Vec<f64>)>,
     better: Option<Better>,
+    /// The job's own budget: a value reached there is its result, ranked
+    /// at its own rung, never a reason to stop it.
+    until: f64,
 }
 
 impl PruneRule {
@@ -416,6 +419,7 @@ impl PruneRule {
         for level in &mut self.levels {
             level.0 = f(level.0);
         }
+        self.until = f(self.until);
         self
     }
 
@@ -423,10 +427,11 @@ impl PruneRule {
     /// the budget of the rung it falls short at, or `None` to go on. ASHA's
     /// own rule: with `n` results at that rung, the job's value (tied
     /// values rank it first) must be in the top `floor((n + 1) / eta)`;
-    /// when that is 0 there is too little evidence to stop anything.
+    /// when that is 0 there is too little evidence to stop anything. A
+    /// value at or past the job's own budget never stops it.
     pub fn prunes(&self, budget: f64, value: f64) -> Option<f64> {
         let better = self.better?;
-        if !value.is_finite() {
+        if !value.is_finite() || budget.is_nan() || budget >= self.until {
             return None;
         }
         let (at, seen) = self.levels.iter().rev().find(|(b, _)| *b <= budget)?;
@@ -553,6 +558,7 @@ impl Search {
             eta,
             levels,
             better: Some(better),
+            until: job.budget,
         }
     }
 
@@ -908,6 +914,7 @@ mod tests {
                 (3.0, vec![5.0]),
             ],
             better: Some(Better::Higher),
+            until: 9.0,
         };
         // 6 results at budget 1 and the job's: the top floor(7/3) = 2 go
         // on. 55 is second, 45 third.
@@ -920,6 +927,8 @@ mod tests {
         // One result at budget 3: floor(2/3) = 0, too little to stop on.
         assert_eq!(rule.prunes(3.0, 0.0), None);
         assert_eq!(rule.prunes(2.0, f64::NAN), None);
+        // At (or past) its own budget a value is the job's result.
+        assert_eq!(rule.prunes(9.0, 0.0), None);
         let lower = PruneRule {
             better: Some(Better::Lower),
             ..rule.clone()
@@ -929,6 +938,8 @@ mod tests {
         // Budgets as the trial sees them.
         let mapped = rule.map_budgets(|b| b * 10.0);
         assert_eq!(mapped.prunes(2.0, 0.0), None);
+        assert_eq!(mapped.prunes(29.0, 0.0), Some(10.0));
+        assert_eq!(mapped.prunes(89.0, 0.0), None);
         assert_eq!(mapped.prunes(10.0, 45.0), Some(10.0));
         assert!(PruneRule::default().is_empty());
     }

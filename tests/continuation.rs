@@ -302,6 +302,18 @@ fn each_rung_continues_its_config_s_previous_rung() {
     assert!(runs.iter().any(|r| r.1 > 0), "no rung resumed");
     assert!(runs.iter().filter(|r| r.0 == (0, 0, 0)).all(|r| r.1 == 0));
     assert!(!states.contains_key(&(0, 0, 0)));
+    // Their records say where they resumed from.
+    let attempts = all_attempts(&ledger);
+    let resumed: Vec<&Json> = attempts
+        .iter()
+        .filter(|a| a["resumed_from"].is_number())
+        .collect();
+    assert!(!resumed.is_empty());
+    for a in resumed {
+        assert_eq!(a["role"], "rung");
+        assert_eq!(a["is_baseline"], false);
+        assert!(a["resumed_from"].as_f64() < a["fidelity"].as_f64(), "{a}");
+    }
     // A config's first rung warms up first: its counted run still got an
     // empty directory (else it would have failed), not the warm-up's.
     assert!(

@@ -662,6 +662,7 @@ impl<'a> Runner<'a> {
                 })
                 .filter(|_| j.status == AttemptStatus::Lost)
                 .map(scrub),
+            resumed_from: checkpoint.as_ref().and_then(|c| c.resume_from),
             pruned,
         };
         // Once the ledger has failed, an attempt that was already running

@@ -438,6 +438,7 @@ fn convert(
             stderr_tail: String::new(),
             stderr_head: String::new(),
             lost_reason: None,
+            resumed_from: None,
             pruned: None,
         });
     }

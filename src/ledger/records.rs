@@ -208,6 +208,10 @@ pub struct AttemptRecord {
     /// Why a `lost` attempt was lost (its host dropped...).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lost_reason: Option<String>,
+    /// The budget a continued rung resumed from (`fidelity.continuation`):
+    /// it ran only from there to `fidelity`. `None`: it ran from zero.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resumed_from: Option<f64>,
     /// Where a `pruned` attempt was stopped.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pruned: Option<PrunedAt>,

@@ -2202,6 +2202,7 @@ mod tests {
             stdout_tail: String::new(),
             stderr_head: String::new(),
             lost_reason: None,
+            resumed_from: None,
             pruned: None,
             stderr_tail: String::new(),
         }

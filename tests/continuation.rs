@@ -421,6 +421,12 @@ fn a_rung_without_its_checkpoint_starts_from_zero() {
 fn rungs_that_asha_would_not_promote_are_pruned_and_reported() {
     let env = ckpt_env("ck-prune", "continuation: true, prune: true");
     let ledger = env.ledger();
+    let plan = env.tunectl_ok(&["plan", "--dry-run", &env.study_arg()]);
+    assert!(
+        plan.contains("  continuation: a promoted rung continues"),
+        "{plan}"
+    );
+    assert!(plan.contains("  pruning: a rung whose progress"), "{plan}");
     let stderr = launch(&env, &ledger, "work");
     assert_clean(&ledger);
     let attempts = all_attempts(&ledger);

@@ -203,10 +203,8 @@ pub async fn outlook(
                         .run_s
                         .map(|r| r.max(a.duration_s / f64::from(a.warmup_runs + 1)))?;
                     // A run at a smaller budget, scaled to one at the full
-                    // budget (run time taken as proportional to budget; a
-                    // continued rung ran only the budget it added).
-                    let b = a.fidelity.map(|b| b - a.resumed_from.unwrap_or(0.0));
-                    Some(match (b, study.objective_budget()) {
+                    // budget (run time taken as proportional to budget).
+                    Some(match (a.fidelity, study.objective_budget()) {
                         (Some(b), Some(max)) if b + fixed > 0.0 => {
                             run * (max + fixed) / (b + fixed)
                         }

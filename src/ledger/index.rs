@@ -121,14 +121,16 @@ struct File {
 struct OutputValues(#[serde(with = "super::records::values_serde")] BTreeMap<String, Vec<f64>>);
 
 /// Drop what no scan reads: the rendered command, the output tails, the
-/// lost reason, the start and finish times (read the attempt object for
-/// those).
+/// lost reason, where a rung resumed from and where it was pruned, the
+/// start and finish times (read the attempt object for those).
 pub fn slim(mut r: AttemptRecord) -> AttemptRecord {
     r.command = String::new();
     r.stdout_tail = String::new();
     r.stderr_tail = String::new();
     r.stderr_head = String::new();
     r.lost_reason = None;
+    r.resumed_from = None;
+    r.pruned = None;
     r.started_at = String::new();
     r.finished_at = String::new();
     r

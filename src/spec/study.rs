@@ -631,6 +631,25 @@ fn parse_study(w: &mut Walker, root: &Node, path: &Path, dir: &Path) -> Option<S
         }),
         None => Some(Strategy::Grid),
     };
+    // Continuation and pruning act between the rungs of a hyperband search;
+    // any other strategy runs each config once, at one budget.
+    if let (Some(Some(f)), Some(s), Some(node)) = (&fidelity, &strategy, fidelity_node)
+        && !matches!(s, Strategy::Hyperband { .. })
+        && let Some(fidelity_map) = node.as_mapping()
+    {
+        for (key, on) in [("continuation", f.continuation), ("prune", f.prune)] {
+            if on && let Some(n) = fidelity_map.get_node(key) {
+                w.error_at(
+                    n,
+                    &join("fidelity", key),
+                    format!(
+                        "`{key}: true` acts between the rungs of a hyperband search; `strategy.kind: {}` runs each config once, at one budget",
+                        s.name()
+                    ),
+                );
+            }
+        }
+    }
     let objective_command = parse_objective_command(w, map, strategy.as_ref());
     let budget = match map.get_node("budget") {
         Some(n) => parse_budget(w, n, strategy.as_ref()),
@@ -2845,6 +2864,17 @@ metrics: [{name: loss, better: lower}]
         assert_eq!(
             problem("fidelity: {unit: samples, min_budget: 1, max_budget: 9, rate: 2}\n"),
             "s.yaml:8:57: fidelity.rate: unknown key `rate` (expected one of: unit, min_budget, max_budget, eta, integer, metric, fixed_cost, continuation, prune)"
+        );
+        assert_eq!(
+            problem("fidelity: {unit: s, min_budget: 1, max_budget: 9, prune: 1}\n"),
+            "s.yaml:8:58: fidelity.prune: expected true or false, found the integer 1"
+        );
+        // Continuation and pruning are hyperband's.
+        assert_eq!(
+            problem(
+                "fidelity: {unit: s, min_budget: 1, max_budget: 9, continuation: true}\nstrategy: {kind: tpe, count: 5}\n"
+            ),
+            "s.yaml:8:65: fidelity.continuation: `continuation: true` acts between the rungs of a hyperband search; `strategy.kind: tpe` runs each config once, at one budget"
         );
         assert_eq!(
             problem("fidelity: {unit: '', min_budget: 1, max_budget: 9}\n"),

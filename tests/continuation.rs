@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use serde_json::Value as Json;
 use support::env::Env;
+use support::sshd::{Fleet, HostSpec};
 use support::{ledger_files, ran_to_the_end};
 
 /// The CKPT trial, `ckpt-trial.sh` in the study directory. Knobs a, b, c
@@ -22,7 +23,8 @@ use support::{ledger_files, ran_to_the_end};
 /// A rung (`$TUNECTL_ROLE` rung) starts from `F` =
 /// `$TUNECTL_RESUME_FROM_BUDGET` (0 when unset) and:
 /// - exits 9 when its checkpoint directory is missing, holds anything when
-///   `F` is 0, or holds a state at another budget than `F` (`at`): a wrong
+///   `F` is 0 (unless it is the attempt's own directory, as on an SSH
+///   host), or holds a state at another budget than `F` (`at`): a wrong
 ///   resume fails the rung, and the tests look for failed rungs;
 /// - appends `KNOBS F B PHASE` to `work.log` beside the script (every run,
 ///   kept or not), and `F B` to `work.log` in the checkpoint directory (the
@@ -55,7 +57,11 @@ if [ "$role" = rung ]; then
     from=${TUNECTL_RESUME_FROM_BUDGET:-0}
     [ -d "$ck" ] || { echo "ckpt: $ck is missing" >&2; exit 9; }
     if [ "$from" = 0 ]; then
-        if [ -n "$(ls -A "$ck")" ]; then echo "ckpt: a fresh rung got a used directory" >&2; exit 9; fi
+        # Off the local host the directory is the attempt's own, which a
+        # warm-up may have written to; on it, a fresh rung's is empty.
+        if [ "$ck" != "${TUNECTL_TRIAL_DIR:-}" ] && [ -n "$(ls -A "$ck")" ]; then
+            echo "ckpt: a fresh rung got a used directory" >&2; exit 9
+        fi
     else
         at=$(cat "$ck/at" 2>/dev/null || echo none)
         if [ "$at" != "$from" ]; then echo "ckpt: resume from $from but the state is at $at" >&2; exit 9; fi
@@ -486,4 +492,37 @@ fn rungs_that_asha_would_not_promote_are_pruned_and_reported() {
     let out = env.run(cmd);
     assert!(ran_to_the_end(out.code, &out.stderr), "{}", out.text());
     assert_eq!(rung_outcomes(&again), rung_outcomes(&ledger));
+}
+
+#[test]
+fn rungs_on_an_ssh_host_run_from_zero_and_decide_the_same() {
+    // Checkpoints stay on the local host: an SSH host's rungs get their own
+    // attempt directory, never a resume, and the search decides as it does
+    // with continuation (its virtual clock charges the same).
+    let fleet = Fleet::start(&[HostSpec {
+        name: "remote",
+        gpu_name: "NVIDIA H100 80GB HBM3",
+        gpu_count: 2,
+    }]);
+    let env = ckpt_env("ck-ssh", "continuation: true");
+    let reference = env.path().join("ledger-ref");
+    launch(&env, &reference, "work-ref");
+    std::fs::remove_file(env.study_dir().join("work.log")).expect("clear work.log");
+    env.write("inventory.yaml", &fleet.inventory_yaml(2, ""));
+    let ledger = env.ledger();
+    let mut cmd = launch_cmd(&env, &ledger, "work");
+    cmd.args(["--no-cooldown", "--yes"]);
+    let out = env.run(cmd);
+    assert!(ran_to_the_end(out.code, &out.stderr), "{}", out.text());
+    assert_clean(&ledger);
+    let runs = work_runs(&env);
+    assert!(runs.iter().any(|r| r.2 > 1 && r.0 != (0, 0, 0)), "{runs:?}");
+    assert!(runs.iter().all(|r| r.1 == 0), "{runs:?}");
+    assert!(
+        all_attempts(&ledger)
+            .iter()
+            .all(|a| a.get("resumed_from").is_none())
+    );
+    assert!(!env.path().join("work").exists());
+    assert_eq!(rung_outcomes(&ledger), rung_outcomes(&reference));
 }

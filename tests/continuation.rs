@@ -488,10 +488,14 @@ fn rungs_that_asha_would_not_promote_are_pruned_and_reported() {
     // the same study again, its trials twice as slow, prunes the same.
     let again = env.path().join("ledger-again");
     let mut cmd = launch_cmd(&env, &again, "work-again");
-    cmd.env("CK_STEP", "0.04");
+    cmd.env("CK_STEP", "0.04").args(["--format", "json"]);
     let out = env.run(cmd);
     assert!(ran_to_the_end(out.code, &out.stderr), "{}", out.text());
     assert_eq!(rung_outcomes(&again), rung_outcomes(&ledger));
+    // The launch's JSON outcome counts them too.
+    let doc: Json = serde_json::from_str(&out.stdout).expect("launch JSON");
+    assert_eq!(doc["summary"]["pruned"], pruned.len() as u64, "{doc}");
+    assert_eq!(doc["summary"]["failed"], 0, "{doc}");
 }
 
 #[test]

@@ -822,3 +822,38 @@ pub fn budget_value(budget: Option<f64>) -> Option<Value> {
         Value::Float(b)
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::spec::Better;
+
+    #[test]
+    fn a_progress_file_prunes_at_its_first_line_asha_would_not_promote() {
+        // 5 results at budget 1: the top floor(6/3) = 2 go on.
+        let rule = PruneRule::new(
+            3,
+            Better::Higher,
+            9.0,
+            vec![(1.0, vec![10.0, 20.0, 30.0, 40.0, 50.0])],
+        );
+        // Below every rung budget, malformed or not numbers: passed over.
+        let file = b"0.5 1\nnot a line\n2 x\n1 2 3\n2 inf\n";
+        assert_eq!(first_prune(&rule, file), None);
+        // Second best at 1, then fifth at 2: stopped there.
+        let file = b"1 45\n2 35\n3 60\n";
+        assert_eq!(
+            first_prune(&rule, file),
+            Some(PrunedAt {
+                rung_budget: 1.0,
+                budget: 2.0,
+                value: 35.0
+            })
+        );
+        // A last line without its newline is still being written.
+        assert_eq!(first_prune(&rule, b"1 45\n2 35"), None);
+        // At the job's own budget a value is its result.
+        assert_eq!(first_prune(&rule, b"9 0\n"), None);
+        assert_eq!(first_prune(&rule, b"\xff\xfe\n"), None);
+    }
+}

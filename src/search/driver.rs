@@ -413,6 +413,22 @@ pub struct PruneRule {
 }
 
 impl PruneRule {
+    /// A rule for a job at budget `until` from the values seen at smaller
+    /// budgets (`levels`: budget and values, in any order).
+    pub fn new(eta: u32, better: Better, until: f64, levels: Vec<(f64, Vec<f64>)>) -> PruneRule {
+        let mut levels: Vec<(f64, Vec<f64>)> = levels
+            .into_iter()
+            .filter(|(b, values)| *b < until && !values.is_empty())
+            .collect();
+        levels.sort_by(|a, b| a.0.total_cmp(&b.0));
+        PruneRule {
+            eta,
+            levels,
+            better: Some(better),
+            until,
+        }
+    }
+
     /// The same rule with every budget passed through `f` (to the units
     /// the trial reports in, e.g. rounded budgets).
     pub fn map_budgets(mut self, f: impl Fn(f64) -> f64) -> PruneRule {
@@ -547,19 +563,12 @@ impl Search {
         let Some((eta, better)) = self.prune else {
             return PruneRule::default();
         };
-        let mut levels: Vec<(f64, Vec<f64>)> = self
+        let levels = self
             .seen
             .iter()
             .map(|(bits, values)| (f64::from_bits(*bits), values.clone()))
-            .filter(|(b, values)| *b < job.budget && !values.is_empty())
             .collect();
-        levels.sort_by(|a, b| a.0.total_cmp(&b.0));
-        PruneRule {
-            eta,
-            levels,
-            better: Some(better),
-            until: job.budget,
-        }
+        PruneRule::new(eta, better, job.budget, levels)
     }
 
     /// Count `fixed` budget units for every job besides its budget on the

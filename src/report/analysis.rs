@@ -2292,6 +2292,46 @@ mod tests {
     /// An attempt of a role this tunectl does not know is counted and set
     /// aside: it is no evidence for or against any config.
     #[test]
+    fn a_pruned_attempt_is_never_a_sample() {
+        // Only rungs are pruned; a ledger that says otherwise (copied,
+        // forged) must not change a verdict, whatever numbers it carries.
+        let base = vec![
+            attempt(0, "baseline", 0, &[100.0, 101.0, 99.0], "d", false),
+            attempt(1, "a=2", 0, &[150.0, 151.0, 149.0], "d", false),
+        ];
+        let mut with = base.clone();
+        for (index, label) in [(2, "a=3"), (1, "a=2")] {
+            let mut p = attempt(index, label, 7, &[9000.0, 9001.0, 8999.0], "d", false);
+            p.status = AttemptStatus::Pruned;
+            with.push(p);
+        }
+        // What was measured and decided; a record not counted may still
+        // leave its trial pending (never a reason to ship more).
+        let judge = |attempts: Vec<AttemptRecord>| {
+            let scan = Scan {
+                attempts,
+                ..Default::default()
+            };
+            let a = serde_json::to_value(analyze(&study(), &scan, &[])).expect("json");
+            let class = &a["classes"][0];
+            let cell = &class["cells"][0];
+            let bucket = &class["buckets"][0];
+            [
+                cell["eligible"].clone(),
+                cell["winner"].clone(),
+                cell["rejected"].clone(),
+                cell["baseline"].clone(),
+                bucket["winner"].clone(),
+                bucket["per_cell"].clone(),
+                class["search"].clone(),
+            ]
+        };
+        let (with, base) = (judge(with), judge(base));
+        assert_eq!(with, base);
+        assert_eq!(base[1]["label"], "a=2");
+    }
+
+    #[test]
     fn an_unknown_role_is_ignored() {
         let mut probe = attempt(1, "a=2", 1, &[1.0, 1.0, 1.0], "other", false);
         probe.role = RoleKind::Unknown("probe".into());

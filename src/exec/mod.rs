@@ -14,6 +14,10 @@
 //! Transports: [`local`] (this machine), [`ssh`] and [`slurm`]; the last
 //! two run the same POSIX agent on the host and read its report, the
 //! protocol of [`wire`].
+//!
+//! [`checkpoint`] keeps the rungs' checkpoints of `fidelity.continuation`
+//! on this machine; only the local transport has any
+//! ([`Transport::checkpoint_root`]).
 
 pub mod attempt;
 pub mod checkpoint;

@@ -125,6 +125,13 @@ pub struct SearchPlan {
     /// The screening, in runs at max budget (each run costing its budget
     /// plus the fixed cost).
     pub search_runs: f64,
+    /// `fidelity.continuation`: promoted rungs continue from a checkpoint
+    /// (the counts and costs above still count every rung in full).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub continuation: bool,
+    /// `fidelity.prune`: rungs may be stopped early from their progress.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub prune: bool,
 }
 
 impl SearchPlan {
@@ -241,6 +248,8 @@ impl SearchPlan {
             iterations,
             fixed_cost,
             search_runs,
+            continuation: f.is_some_and(|f| f.continuation),
+            prune: f.is_some_and(|f| f.prune),
         }))
     }
 

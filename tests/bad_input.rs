@@ -600,6 +600,26 @@ fidelity:
         ],
     },
     Case {
+        name: "continuation without hyperband",
+        file: "study.yaml",
+        text: r#"name: s
+knobs:
+  x: {kind: int, values: [1, 2, 4], default: 1}
+trial: {command: "echo {{ x }} {{ budget }}"}
+objective: {metric: t, better: higher}
+fidelity:
+  unit: samples
+  min_budget: 100
+  max_budget: 900
+  continuation: true
+strategy: {kind: grid}
+"#,
+        run: Run::PlanStudy,
+        expect: &[
+            "study.yaml:10:17: fidelity.continuation: `continuation: true` acts between the rungs of a hyperband search; `strategy.kind: grid` runs each config once, at one budget",
+        ],
+    },
+    Case {
         name: "inventory: unknown transport",
         file: "inventory.yaml",
         text: "hosts:\n  - name: a\n    transport: rsh\n",

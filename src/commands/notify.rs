@@ -102,6 +102,8 @@ pub struct Counts {
     pub ran: u64,
     pub ok: u64,
     pub failed: u64,
+    /// Rung trials stopped early by `fidelity.prune` (among `ran`).
+    pub pruned: u64,
     pub lost: u64,
     pub already_in_ledger: u64,
     pub skipped: u64,
@@ -147,6 +149,7 @@ impl LaunchEnd {
                 ran: s.ran,
                 ok: s.ok,
                 failed: s.failed,
+                pruned: s.pruned,
                 lost: s.lost,
                 already_in_ledger: s.already_done,
                 skipped: s.skipped,

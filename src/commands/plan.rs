@@ -715,4 +715,16 @@ fn render_search_plan(o: &mut String, sp: &crate::plan::SearchPlan, repeats: u32
             " (fidelity.fixed_cost 0)".to_string()
         }
     );
+    if sp.continuation {
+        let _ = writeln!(
+            o,
+            "  continuation: a promoted rung continues its config's previous rung from a checkpoint on the local host (elsewhere it runs from zero); the virtual clock charges it only the budget it adds, the counts and costs above every rung in full"
+        );
+    }
+    if sp.prune {
+        let _ = writeln!(
+            o,
+            "  pruning: a rung whose progress ranks where ASHA would not promote it is stopped and recorded as pruned"
+        );
+    }
 }

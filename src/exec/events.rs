@@ -396,6 +396,8 @@ pub struct LaunchSummary {
     pub ran: u64,
     pub ok: u64,
     pub failed: u64,
+    /// Rung trials stopped early by `fidelity.prune` (among `ran`).
+    pub pruned: u64,
     pub lost: u64,
     pub already_done: u64,
     pub skipped: u64,
@@ -479,6 +481,10 @@ impl LaunchSummary {
                         self.ran += 1;
                         self.failed += 1;
                     }
+                    AttemptStatus::Pruned => {
+                        self.ran += 1;
+                        self.pruned += 1;
+                    }
                     AttemptStatus::Lost => self.lost += 1,
                 }
             }
@@ -530,6 +536,7 @@ impl LaunchSummary {
         self.ran += o.ran;
         self.ok += o.ok;
         self.failed += o.failed;
+        self.pruned += o.pruned;
         self.lost += o.lost;
         self.skipped += o.skipped;
         self.anchors += o.anchors;

@@ -571,6 +571,12 @@ impl Transport for LocalTransport {
             .to_string()
     }
 
+    fn checkpoint_root(&self, study: &str) -> Option<PathBuf> {
+        // Beside the attempts' directories (`<short key>-<attempt id>`),
+        // which never take this name.
+        Some(self.work_root.join(study).join("checkpoints"))
+    }
+
     async fn run_attempt(&self, spec: &AttemptSpec, cancel: &CancellationToken) -> AttemptOutcome {
         let started = std::time::Instant::now();
         let dir = PathBuf::from(&spec.trial_dir);
@@ -590,6 +596,19 @@ impl Transport for LocalTransport {
             .map(|_| Phase::Warmup)
             .chain(std::iter::once(Phase::Measure));
         for phase in runs {
+            // Every run starts from the committed checkpoint: a warm-up
+            // must not advance the state the counted run resumes from.
+            if let Some(c) = spec.checkpoint.clone() {
+                let restored = tokio::task::spawn_blocking(move || c.restore())
+                    .await
+                    .map_err(std::io::Error::other)
+                    .and_then(|r| r);
+                if let Err(e) = restored {
+                    outcome.setup_error =
+                        Some(format!("cannot prepare the checkpoint directory: {e}"));
+                    break;
+                }
+            }
             // Nothing a previous run wrote may pass for this run's output.
             let _ = tokio::fs::remove_file(&result_path).await;
             for name in spec.outputs.iter().chain(&spec.result_files) {
@@ -794,6 +813,7 @@ mod tests {
                 trial_dir,
                 result_path,
                 keep_logs: true,
+                checkpoint: None,
             };
             self.transport
                 .run_attempt(&spec, &CancellationToken::new())
@@ -1032,6 +1052,7 @@ exit 1
             result_path: format!("{trial_dir}/{RESULT_FILE}"),
             trial_dir,
             keep_logs: false,
+            checkpoint: None,
         };
         let outcome = fake
             .transport

@@ -14,8 +14,13 @@
 //! Transports: [`local`] (this machine), [`ssh`] and [`slurm`]; the last
 //! two run the same POSIX agent on the host and read its report, the
 //! protocol of [`wire`].
+//!
+//! [`checkpoint`] keeps the rungs' checkpoints of `fidelity.continuation`
+//! on this machine; only the local transport has any
+//! ([`Transport::checkpoint_root`]).
 
 pub mod attempt;
+pub mod checkpoint;
 pub mod events;
 pub mod extract;
 pub mod local;
@@ -69,6 +74,9 @@ pub struct AttemptSpec {
     pub result_path: String,
     /// Keep the full stdout and stderr of every run (`--store-logs`).
     pub keep_logs: bool,
+    /// The checkpoint directory restored before each run
+    /// (`fidelity.continuation`, on this machine only).
+    pub checkpoint: Option<checkpoint::CheckpointRun>,
 }
 
 /// What happened, as raw facts.
@@ -151,4 +159,11 @@ pub trait Transport: Send + Sync {
     }
     /// Close connections at the end of a launch.
     async fn close(&self) {}
+    /// Where this host keeps the checkpoints of `fidelity.continuation`
+    /// for a study, when they are on this machine (the local host). `None`:
+    /// rungs on this host never resume (they start from zero), and their
+    /// progress files are not read while they run.
+    fn checkpoint_root(&self, _study: &str) -> Option<std::path::PathBuf> {
+        None
+    }
 }

@@ -57,7 +57,11 @@ impl Prior {
         let usable: Vec<&AttemptRecord> = terminal
             .values()
             .copied()
-            .filter(|a| a.role != RoleKind::Anchor && a.status != AttemptStatus::Lost)
+            .filter(|a| {
+                // A pruned rung says neither how good nor that it failed.
+                a.role != RoleKind::Anchor
+                    && !matches!(a.status, AttemptStatus::Lost | AttemptStatus::Pruned)
+            })
             .collect();
         // The baseline's reference output per (class, cell, budget).
         let mut reference: BTreeMap<(String, String, Option<u64>), &AttemptRecord> =

@@ -48,7 +48,11 @@ fn counts_line(c: &LaunchSummary) -> String {
         format!("failed {}", c.failed),
         format!("running {}", c.running),
     ];
-    for (name, n) in [("lost", c.lost), ("skipped", c.skipped)] {
+    for (name, n) in [
+        ("pruned", c.pruned),
+        ("lost", c.lost),
+        ("skipped", c.skipped),
+    ] {
         if n > 0 {
             counts.push(format!("{name} {n}"));
         }
@@ -148,10 +152,15 @@ pub fn summary_line(s: &LaunchSummary) -> String {
         ));
     }
     format!(
-        "ran {} trials ({} ok, {} failed{}), {} lost, {} already in the ledger, {} skipped{}",
+        "ran {} trials ({} ok, {} failed{}{}), {} lost, {} already in the ledger, {} skipped{}",
         s.ran,
         s.ok,
         s.failed,
+        if s.pruned > 0 {
+            format!(", {} pruned", s.pruned)
+        } else {
+            String::new()
+        },
         if among.is_empty() {
             String::new()
         } else {
@@ -175,6 +184,7 @@ pub fn unrecorded_line(u: &UnrecordedAttempt) -> String {
         (AttemptStatus::Failed, Some(f)) => format!("failed: {}", f.as_str()),
         (AttemptStatus::Failed, None) => "failed".to_string(),
         (AttemptStatus::Lost, _) => "lost".to_string(),
+        (AttemptStatus::Pruned, _) => "pruned".to_string(),
     };
     format!(
         "trial {} · {} @ {} · attempt {} on host {} ({status})",

@@ -578,6 +578,7 @@ impl<'a> Launch<'a> {
                     budget: setup.budget_of(unit),
                     key: setup.key_of(class, unit),
                     warm,
+                    prune: s.prune_rule(class, unit),
                 }
             }) else {
                 return;
@@ -711,6 +712,7 @@ impl<'a> Launch<'a> {
                 role,
                 budget: setup.objective_budget,
                 warm: false,
+                prune: None,
             }
         })?;
         let TrialResult::Done(ran) = self.runner.run(host, job).await else {

@@ -18,16 +18,19 @@ use tokio_util::sync::CancellationToken;
 
 use super::AttemptSpec;
 use super::attempt::{RESULT_FILE, judge_with};
+use super::checkpoint::{CheckpointRun, Checkpoints, checkpoint_key};
 use super::events::{Emitter, LaunchEvent, Rejection, UnrecordedAttempt, Written};
 use super::run_study::LaunchHost;
 use super::schedule::Ran;
 use super::schedule::drift::Reading;
 use crate::gate::Classifier;
 use crate::ledger::lease::{Held, Lease, lease_ttl, renew_every};
+use crate::ledger::records::PrunedAt;
 use crate::ledger::records::{self, AttemptRecord, AttemptStatus};
 use crate::ledger::{CorruptObject, Ledger, new_attempt_id};
 use crate::plan::Plan;
 use crate::scrub::{scrub_secrets, secret_values};
+use crate::search::PruneRule;
 use crate::space;
 use crate::spec::{CommandRenderer, Study, TrialVars, Value};
 use crate::trial::Role;
@@ -58,6 +61,9 @@ pub struct TrialJob {
     pub key: String,
     /// Run the study's warm-ups first.
     pub warm: bool,
+    /// When to stop this rung early from its progress file
+    /// (`fidelity.prune`); `None` for every other trial.
+    pub prune: Option<PruneRule>,
 }
 
 /// The trial time a launch may spend (`budget.max_trial_time`), shared by
@@ -378,6 +384,35 @@ impl<'a> Runner<'a> {
         env
     }
 
+    /// The checkpoint directory of a rung under `fidelity.continuation`,
+    /// on a host that keeps checkpoints on this machine. A candidate's rung
+    /// continues its config's last committed rung; the baseline's rungs
+    /// run from zero and commit nothing (they are the gate's reference at
+    /// each budget, and run side by side).
+    fn checkpoint_for(
+        &self,
+        host: &LaunchHost,
+        job: &TrialJob,
+        attempt_id: &str,
+    ) -> Option<CheckpointRun> {
+        let fidelity = self.study.fidelity.as_ref()?;
+        if !fidelity.continuation || job.role != Role::Rung {
+            return None;
+        }
+        let budget = job.budget?;
+        let root = host.transport.checkpoint_root(self.study_id)?;
+        let key = checkpoint_key(
+            self.study_id,
+            &self.plan.space.config_json(self.study, job.config),
+            &space::cell_json(self.study, &self.plan.cells[job.cell as usize]),
+            &self.class_ids[job.class],
+        );
+        let continues = job.config != self.plan.space.baseline();
+        Checkpoints::new(root)
+            .prepare(&key, attempt_id, budget, &self.spec_hash, continues)
+            .ok()
+    }
+
     /// Run a trial whose lease this launcher holds, renewing it meanwhile.
     async fn run_leased(
         &self,
@@ -415,6 +450,36 @@ impl<'a> Runner<'a> {
         };
         let mut env = self.contract_env(host, &job, &attempt_id, &trial_dir, &result_path);
         env.extend(extra_env);
+        let checkpoint = self.checkpoint_for(host, &job, &attempt_id);
+        let fidelity = study.fidelity.as_ref();
+        if job.role == Role::Rung && fidelity.is_some_and(|f| f.continuation) {
+            // Off this machine a rung gets its own fresh directory and
+            // never a resume: it runs from zero.
+            let dir = checkpoint
+                .as_ref()
+                .map_or(trial_dir.clone(), |c| c.dir.display().to_string());
+            env.push(("TUNECTL_CHECKPOINT_DIR".into(), dir));
+            if let Some(from) = checkpoint.as_ref().and_then(|c| c.resume_from) {
+                env.push((
+                    "TUNECTL_RESUME_FROM_BUDGET".into(),
+                    budget_value(Some(from))
+                        .map(|v| v.to_string())
+                        .unwrap_or_default(),
+                ));
+            }
+        }
+        let progress_file = format!("{trial_dir}/{PROGRESS_FILE}");
+        if job.role == Role::Rung && fidelity.is_some_and(|f| f.prune) {
+            env.push(("TUNECTL_PROGRESS_FILE".into(), progress_file.clone()));
+        }
+        // Read while the trial runs only where it runs: on this machine
+        // (elsewhere it is read back when the trial ends).
+        let watched = job
+            .prune
+            .clone()
+            .filter(|r| !r.is_empty())
+            .filter(|_| host.transport.checkpoint_root(self.study_id).is_some())
+            .map(|rule| (rule, std::path::PathBuf::from(&progress_file)));
         let spec = AttemptSpec {
             study_id: self.study_id.to_string(),
             trial_key: job.key.clone(),
@@ -434,7 +499,15 @@ impl<'a> Runner<'a> {
                 .iter()
                 .flat_map(|t| t.files.clone())
                 .collect(),
-            result_files: study.result.as_ref().map(|r| r.files()).unwrap_or_default(),
+            result_files: {
+                let mut files = study.result.as_ref().map(|r| r.files()).unwrap_or_default();
+                // Brought back by every transport, to be judged the same
+                // way wherever the rung ran.
+                if job.prune.is_some() {
+                    files.push(PROGRESS_FILE.to_string());
+                }
+                files
+            },
             streams: study
                 .result
                 .as_ref()
@@ -444,6 +517,7 @@ impl<'a> Runner<'a> {
             trial_dir,
             result_path,
             keep_logs: self.store_logs,
+            checkpoint: checkpoint.clone(),
         };
         let started_at = chrono::Utc::now();
         self.events.emit(LaunchEvent::TrialStarted);
@@ -467,10 +541,42 @@ impl<'a> Runner<'a> {
                 }
             }
         };
+        let pruned: Mutex<Option<PrunedAt>> = Mutex::new(None);
+        let watch = async {
+            let Some((rule, path)) = watched else {
+                return std::future::pending::<()>().await;
+            };
+            if let Some(at) = watch_progress(&rule, &path).await {
+                if let Ok(mut p) = pruned.lock() {
+                    *p = Some(at);
+                }
+                attempt_cancel.cancel();
+            }
+            std::future::pending::<()>().await
+        };
         let outcome = tokio::select! {
             o = host.transport.run_attempt(&spec, &attempt_cancel) => o,
             _ = renew => unreachable!("the renewal loop never ends"),
+            _ = watch => unreachable!("the progress watch never ends"),
         };
+        // Stopped by its prune rule (not by Ctrl-C or a lost lease first),
+        // or, having ended on its own, its progress says it would have been
+        // (read back from any host).
+        let stopped = pruned
+            .lock()
+            .ok()
+            .and_then(|mut p| p.take())
+            .filter(|_| outcome.cancelled && outcome.host_lost.is_none());
+        let pruned = stopped.or_else(|| {
+            let rule = job.prune.as_ref()?;
+            if outcome.cancelled || outcome.host_lost.is_some() || outcome.setup_error.is_some() {
+                return None;
+            }
+            match outcome.result_files.get(PROGRESS_FILE)? {
+                Ok(bytes) => first_prune(rule, bytes),
+                Err(_) => None,
+            }
+        });
         let finished_at = chrono::Utc::now();
         if self.spend.add(outcome.elapsed) {
             self.events.emit(LaunchEvent::BudgetSpent {
@@ -478,13 +584,23 @@ impl<'a> Runner<'a> {
                 cap_s: self.spend.cap().map_or(0.0, |c| c.as_secs_f64()),
             });
         }
-        let j = judge_with(
+        let mut j = judge_with(
             &outcome,
             &study.objective.name,
             study.result.as_ref(),
             &self.classifier,
             study.trial.timeout.as_secs_f64(),
         );
+        if pruned.is_some() {
+            // No metrics, no digest: a pruned trial is no sample of
+            // anything.
+            j.status = AttemptStatus::Pruned;
+            j.failure = None;
+            j.metrics.clear();
+            j.digest = None;
+            j.outputs.clear();
+            j.output_values.clear();
+        }
         let run = outcome.run.as_ref();
         let scrub = |text: String| scrub_secrets(text, &self.secrets);
         // A batch task started by an earlier launcher keeps its own id.
@@ -546,6 +662,8 @@ impl<'a> Runner<'a> {
                 })
                 .filter(|_| j.status == AttemptStatus::Lost)
                 .map(scrub),
+            resumed_from: checkpoint.as_ref().and_then(|c| c.resume_from),
+            pruned,
         };
         // Once the ledger has failed, an attempt that was already running
         // gets one try: it is worth no more waiting.
@@ -555,6 +673,23 @@ impl<'a> Runner<'a> {
             crate::ledger::ATTEMPT_WRITE_TRIES
         };
         let written = self.ledger.write_attempt_tries(&record, tries).await;
+        // The state becomes the next rung's only once its attempt is
+        // recorded ok; anything else leaves the last committed one.
+        if let Some(c) = checkpoint {
+            match (written.is_ok() && j.status == AttemptStatus::Ok, job.budget) {
+                (true, Some(budget)) => {
+                    let (spec_hash, key, id) =
+                        (self.spec_hash.clone(), job.key.clone(), attempt_id.clone());
+                    let _ = tokio::task::spawn_blocking(move || {
+                        c.commit(budget, &spec_hash, &key, &id)
+                    })
+                    .await;
+                }
+                _ => {
+                    let _ = tokio::task::spawn_blocking(move || c.discard()).await;
+                }
+            }
+        }
         for (name, bytes) in &outcome.logs {
             let text = scrub(String::from_utf8_lossy(bytes).into_owned());
             if let Err(e) = self
@@ -621,6 +756,63 @@ impl<'a> Runner<'a> {
     }
 }
 
+/// Name of the progress file in the trial directory (`fidelity.prune`).
+pub const PROGRESS_FILE: &str = "tunectl-progress.txt";
+
+/// Largest progress file read: lines of two numbers.
+const MAX_PROGRESS_BYTES: u64 = 4 * 1024 * 1024;
+
+/// How often a running rung's progress file is read.
+const PROGRESS_POLL: Duration = Duration::from_millis(100);
+
+/// Read a running trial's progress file (`budget value` lines, appended)
+/// until a line makes `rule` stop it: returns where. A file that is not a
+/// regular one is never read.
+async fn watch_progress(rule: &PruneRule, path: &std::path::Path) -> Option<PrunedAt> {
+    loop {
+        tokio::time::sleep(PROGRESS_POLL).await;
+        let regular = tokio::fs::symlink_metadata(path)
+            .await
+            .is_ok_and(|m| m.is_file() && m.len() <= MAX_PROGRESS_BYTES);
+        if !regular {
+            continue;
+        }
+        let Ok(bytes) = tokio::fs::read(path).await else {
+            continue;
+        };
+        if let Some(at) = first_prune(rule, &bytes) {
+            return Some(at);
+        }
+    }
+}
+
+/// The first complete line of a progress file that makes `rule` stop the
+/// trial. Lines that are not two numbers, and a last line without its
+/// newline (still being written), are passed over. The same lines give the
+/// same answer whether read while the trial runs or after it ended, so
+/// whether a rung is pruned depends on what it reported, not on when the
+/// file was read.
+fn first_prune(rule: &PruneRule, bytes: &[u8]) -> Option<PrunedAt> {
+    let text = String::from_utf8_lossy(bytes);
+    let complete = text.rfind('\n').map_or("", |end| &text[..end]);
+    complete.lines().find_map(|line| {
+        let (budget, value) = progress_line(line)?;
+        rule.prunes(budget, value).map(|rung_budget| PrunedAt {
+            rung_budget,
+            budget,
+            value,
+        })
+    })
+}
+
+/// `budget value`: two finite numbers separated by white space.
+fn progress_line(line: &str) -> Option<(f64, f64)> {
+    let mut words = line.split_whitespace();
+    let budget: f64 = words.next()?.parse().ok()?;
+    let value: f64 = words.next()?.parse().ok()?;
+    (words.next().is_none() && budget.is_finite() && value.is_finite()).then_some((budget, value))
+}
+
 /// A budget as a trial receives it: an integer when it is whole.
 pub fn budget_value(budget: Option<f64>) -> Option<Value> {
     let b = budget?;
@@ -629,4 +821,39 @@ pub fn budget_value(budget: Option<f64>) -> Option<Value> {
     } else {
         Value::Float(b)
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::spec::Better;
+
+    #[test]
+    fn a_progress_file_prunes_at_its_first_line_asha_would_not_promote() {
+        // 5 results at budget 1: the top floor(6/3) = 2 go on.
+        let rule = PruneRule::new(
+            3,
+            Better::Higher,
+            9.0,
+            vec![(1.0, vec![10.0, 20.0, 30.0, 40.0, 50.0])],
+        );
+        // Below every rung budget, malformed or not numbers: passed over.
+        let file = b"0.5 1\nnot a line\n2 x\n1 2 3\n2 inf\n";
+        assert_eq!(first_prune(&rule, file), None);
+        // Second best at 1, then fifth at 2: stopped there.
+        let file = b"1 45\n2 35\n3 60\n";
+        assert_eq!(
+            first_prune(&rule, file),
+            Some(PrunedAt {
+                rung_budget: 1.0,
+                budget: 2.0,
+                value: 35.0
+            })
+        );
+        // A last line without its newline is still being written.
+        assert_eq!(first_prune(&rule, b"1 45\n2 35"), None);
+        // At the job's own budget a value is its result.
+        assert_eq!(first_prune(&rule, b"9 0\n"), None);
+        assert_eq!(first_prune(&rule, b"\xff\xfe\n"), None);
+    }
 }

@@ -1074,6 +1074,7 @@ impl SlurmTransport {
                     trial_dir: t.trial_dir.clone(),
                     result_path: String::new(),
                     keep_logs: false,
+                    checkpoint: None,
                 };
                 if let Ok(mut ids) = inner.adopted_ids.lock() {
                     ids.insert(id.clone(), t.attempt_id.clone());

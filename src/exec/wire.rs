@@ -868,6 +868,7 @@ mod tests {
             trial_dir: dir.into(),
             result_path: format!("{dir}/tunectl-result.json"),
             keep_logs: true,
+            checkpoint: None,
         }
     }
 

@@ -121,14 +121,16 @@ struct File {
 struct OutputValues(#[serde(with = "super::records::values_serde")] BTreeMap<String, Vec<f64>>);
 
 /// Drop what no scan reads: the rendered command, the output tails, the
-/// lost reason, the start and finish times (read the attempt object for
-/// those).
+/// lost reason, where a rung resumed from and where it was pruned, the
+/// start and finish times (read the attempt object for those).
 pub fn slim(mut r: AttemptRecord) -> AttemptRecord {
     r.command = String::new();
     r.stdout_tail = String::new();
     r.stderr_tail = String::new();
     r.stderr_head = String::new();
     r.lost_reason = None;
+    r.resumed_from = None;
+    r.pruned = None;
     r.started_at = String::new();
     r.finished_at = String::new();
     r
@@ -238,6 +240,7 @@ pub fn encode(study: &str, c: &View) -> Result<Vec<u8>, String> {
                 AttemptStatus::Ok => 0,
                 AttemptStatus::Failed => 1,
                 AttemptStatus::Lost => 2,
+                AttemptStatus::Pruned => 3,
             },
             failure,
             exit,
@@ -368,6 +371,7 @@ fn convert(
             0 => AttemptStatus::Ok,
             1 => AttemptStatus::Failed,
             2 => AttemptStatus::Lost,
+            3 => AttemptStatus::Pruned,
             other => return Err(format!("attempt {i} has status {other}")),
         };
         let mut m = BTreeMap::new();
@@ -436,6 +440,8 @@ fn convert(
             stderr_tail: String::new(),
             stderr_head: String::new(),
             lost_reason: None,
+            resumed_from: None,
+            pruned: None,
         });
     }
     Ok(records)

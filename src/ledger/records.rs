@@ -47,6 +47,10 @@ pub enum AttemptStatus {
     /// Never finished for reasons not of the trial's making (launcher
     /// interrupted, host lost): the trial runs again.
     Lost,
+    /// A rung trial the search stopped early (`fidelity.prune`): its
+    /// intermediate value ranked where ASHA would not promote it. Terminal,
+    /// never a failure of the config and never a measured sample.
+    Pruned,
 }
 
 impl AttemptStatus {
@@ -204,6 +208,24 @@ pub struct AttemptRecord {
     /// Why a `lost` attempt was lost (its host dropped...).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lost_reason: Option<String>,
+    /// The budget a continued rung resumed from (`fidelity.continuation`):
+    /// it ran only from there to `fidelity`. `None`: it ran from zero.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resumed_from: Option<f64>,
+    /// Where a `pruned` attempt was stopped.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pruned: Option<PrunedAt>,
+}
+
+/// The intermediate value a rung trial was pruned on.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PrunedAt {
+    /// The rung budget it fell short at (as trials receive budgets).
+    pub rung_budget: f64,
+    /// The budget of the progress line (`budget value`) that decided.
+    pub budget: f64,
+    /// Its value on the proxy metric.
+    pub value: f64,
 }
 
 /// Numbers that JSON cannot write (NaN, infinities) as strings.

@@ -219,6 +219,8 @@ pub struct SearchRow {
     /// Configs run (the baseline included).
     pub trials: u64,
     pub failed: u64,
+    /// Stopped early by `fidelity.prune` (neither failed nor ranked).
+    pub pruned: u64,
     /// Ran, but their output differs from the baseline's at this budget.
     pub output_changed: u64,
     /// The baseline's value at this budget (n = 1).
@@ -639,6 +641,11 @@ pub fn analyze_where(
             foreign += 1;
             continue;
         }
+        // Only a rung is ever pruned; anything else recorded so is no
+        // evidence (never a sample, never a failure).
+        if a.status == AttemptStatus::Pruned && a.role != RoleKind::Rung {
+            continue;
+        }
         match &a.role {
             RoleKind::Rung => {
                 tree.entry(a.host_class.as_str()).or_default();
@@ -894,9 +901,13 @@ fn search_rows(
                 .get(&metric.name)
                 .and_then(|s| crate::stats::median(s))
         };
-        let (mut failed, mut changed) = (0, 0);
+        let (mut failed, mut changed, mut pruned) = (0, 0, 0);
         let mut best: Option<(String, f64)> = None;
         for a in &attempts {
+            if a.status == AttemptStatus::Pruned {
+                pruned += 1;
+                continue;
+            }
             if a.status != AttemptStatus::Ok {
                 failed += 1;
                 continue;
@@ -934,6 +945,7 @@ fn search_rows(
             metric: metric.clone(),
             trials: attempts.len() as u64,
             failed,
+            pruned,
             output_changed: changed,
             baseline: base.and_then(value),
             best,
@@ -2220,6 +2232,8 @@ mod tests {
             stdout_tail: String::new(),
             stderr_head: String::new(),
             lost_reason: None,
+            resumed_from: None,
+            pruned: None,
             stderr_tail: String::new(),
         }
     }
@@ -2307,6 +2321,46 @@ mod tests {
 
     /// An attempt of a role this tunectl does not know is counted and set
     /// aside: it is no evidence for or against any config.
+    #[test]
+    fn a_pruned_attempt_is_never_a_sample() {
+        // Only rungs are pruned; a ledger that says otherwise (copied,
+        // forged) must not change a verdict, whatever numbers it carries.
+        let base = vec![
+            attempt(0, "baseline", 0, &[100.0, 101.0, 99.0], "d", false),
+            attempt(1, "a=2", 0, &[150.0, 151.0, 149.0], "d", false),
+        ];
+        let mut with = base.clone();
+        for (index, label) in [(2, "a=3"), (1, "a=2")] {
+            let mut p = attempt(index, label, 7, &[9000.0, 9001.0, 8999.0], "d", false);
+            p.status = AttemptStatus::Pruned;
+            with.push(p);
+        }
+        // What was measured and decided; a record not counted may still
+        // leave its trial pending (never a reason to ship more).
+        let judge = |attempts: Vec<AttemptRecord>| {
+            let scan = Scan {
+                attempts,
+                ..Default::default()
+            };
+            let a = serde_json::to_value(analyze(&study(), &scan, &[])).expect("json");
+            let class = &a["classes"][0];
+            let cell = &class["cells"][0];
+            let bucket = &class["buckets"][0];
+            [
+                cell["eligible"].clone(),
+                cell["winner"].clone(),
+                cell["rejected"].clone(),
+                cell["baseline"].clone(),
+                bucket["winner"].clone(),
+                bucket["per_cell"].clone(),
+                class["search"].clone(),
+            ]
+        };
+        let (with, base) = (judge(with), judge(base));
+        assert_eq!(with, base);
+        assert_eq!(base[1]["label"], "a=2");
+    }
+
     #[test]
     fn an_unknown_role_is_ignored() {
         let mut probe = attempt(1, "a=2", 1, &[1.0, 1.0, 1.0], "other", false);

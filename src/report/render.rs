@@ -318,7 +318,9 @@ pub(super) fn search_table(class: &crate::report::analysis::ClassReport) -> Opti
     } else {
         format!("budget ({})", first.budget_unit)
     };
-    let header = vec![
+    // The pruned column only where a search prunes (`fidelity.prune`).
+    let pruning = class.search.iter().any(|r| r.pruned > 0);
+    let mut header = vec![
         "cell".to_string(),
         budget_head,
         "configs run".to_string(),
@@ -327,11 +329,14 @@ pub(super) fn search_table(class: &crate::report::analysis::ClassReport) -> Opti
         format!("baseline {}", m.name),
         format!("best {} (config)", m.name),
     ];
+    if pruning {
+        header.insert(4, "pruned".to_string());
+    }
     let rows = class
         .search
         .iter()
         .map(|r| {
-            vec![
+            let mut row = vec![
                 r.cell_label.clone(),
                 r.budget.map(budget).unwrap_or_else(|| "-".to_string()),
                 r.trials.to_string(),
@@ -342,7 +347,11 @@ pub(super) fn search_table(class: &crate::report::analysis::ClassReport) -> Opti
                     .as_ref()
                     .map(|(label, v)| format!("{} ({label})", num(*v)))
                     .unwrap_or_else(|| "-".to_string()),
-            ]
+            ];
+            if pruning {
+                row.insert(4, r.pruned.to_string());
+            }
+            row
         })
         .collect();
     Some((title, header, rows))

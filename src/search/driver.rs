@@ -17,6 +17,22 @@
 //! long job at a large budget holds up no decision until its virtual end:
 //! short jobs go on being handed out beside it.
 //!
+//! **Continuation.** With `fidelity.continuation`, a promoted config's
+//! rung continues its previous rung from a checkpoint: on the virtual
+//! clock it takes only the budget it adds (`r_i - r_{i-1}`, plus the fixed
+//! cost). The charge is what the plan says, not what happened: a rung that
+//! had to start from zero (its checkpoint lost) still takes the planned
+//! length, so decisions stay a function of the results alone.
+//!
+//! **Pruning.** With `fidelity.prune`, each job handed out carries a
+//! [`PruneRule`]: the values the engine had seen at every smaller budget
+//! when the job started (on the virtual clock, so the rule is the same
+//! whatever order results arrive in). A running trial's intermediate value
+//! at budget `b` is held against the results at the largest of those
+//! budgets `<= b`; when ASHA would not promote it from there, the trial is
+//! stopped and reported as [`Outcome::Failed`] (never ranked, never
+//! promoted).
+//!
 //! **Resume.** A relaunch replays the search from the start: each job whose
 //! trial the ledger already holds gets its recorded result at once, so the
 //! replay hands out the same jobs and runs only those not finished.
@@ -368,6 +384,90 @@ impl Engine {
     }
 }
 
+impl Engine {
+    /// The budget a job continues from under `fidelity.continuation`: its
+    /// config's previous rung in the same bracket.
+    fn resumes_from(&self, job: &Job) -> Option<f64> {
+        match self {
+            Engine::Hyperband(h) if job.rung > 0 => {
+                h.brackets.budget_for_rung(job.bracket, job.rung - 1)
+            }
+            _ => None,
+        }
+    }
+}
+
+/// When a running job is stopped early (`fidelity.prune`): the results the
+/// engine had seen, per budget smaller than the job's, when it started.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct PruneRule {
+    /// `eta`: a config goes on from a budget when it ranks in the top
+    /// `floor(n / eta)` of the `n` results there (itself included).
+    eta: u32,
+    /// Budget and the values seen there, budgets increasing.
+    levels: Vec<(f64, Vec<f64>)>,
+    better: Option<Better>,
+    /// The job's own budget: a value reached there is its result, ranked
+    /// at its own rung, never a reason to stop it.
+    until: f64,
+}
+
+impl PruneRule {
+    /// A rule for a job at budget `until` from the values seen at smaller
+    /// budgets (`levels`: budget and values, in any order).
+    pub fn new(eta: u32, better: Better, until: f64, levels: Vec<(f64, Vec<f64>)>) -> PruneRule {
+        let mut levels: Vec<(f64, Vec<f64>)> = levels
+            .into_iter()
+            .filter(|(b, values)| *b < until && !values.is_empty())
+            .collect();
+        levels.sort_by(|a, b| a.0.total_cmp(&b.0));
+        PruneRule {
+            eta,
+            levels,
+            better: Some(better),
+            until,
+        }
+    }
+
+    /// The same rule with every budget passed through `f` (to the units
+    /// the trial reports in, e.g. rounded budgets).
+    pub fn map_budgets(mut self, f: impl Fn(f64) -> f64) -> PruneRule {
+        for level in &mut self.levels {
+            level.0 = f(level.0);
+        }
+        self.until = f(self.until);
+        self
+    }
+
+    /// Whether a value `value` reached at `budget` means the job stops:
+    /// the budget of the rung it falls short at, or `None` to go on. ASHA's
+    /// own rule: with `n` results at that rung, the job's value (tied
+    /// values rank it first) must be in the top `floor((n + 1) / eta)`;
+    /// when that is 0 there is too little evidence to stop anything. A
+    /// value at or past the job's own budget never stops it.
+    pub fn prunes(&self, budget: f64, value: f64) -> Option<f64> {
+        let better = self.better?;
+        if !value.is_finite() || budget.is_nan() || budget >= self.until {
+            return None;
+        }
+        let (at, seen) = self.levels.iter().rev().find(|(b, _)| *b <= budget)?;
+        let ahead = seen
+            .iter()
+            .filter(|v| match better {
+                Better::Higher => **v > value,
+                Better::Lower => **v < value,
+            })
+            .count();
+        let keep = (seen.len() + 1) / self.eta.max(2) as usize;
+        (keep > 0 && ahead >= keep).then_some(*at)
+    }
+
+    /// Whether this rule can ever stop a job.
+    pub fn is_empty(&self) -> bool {
+        self.levels.is_empty() || self.better.is_none()
+    }
+}
+
 /// What the scheduler does next for a search.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Step {
@@ -393,14 +493,27 @@ pub struct Search {
     now: f64,
     /// A trial's cost besides its budget, in budget units.
     fixed_cost: f64,
+    /// `fidelity.continuation`: a promoted rung takes only the budget it
+    /// adds.
+    continuation: bool,
+    /// `fidelity.prune`: `eta` and the metric's direction.
+    prune: Option<(u32, Better)>,
+    /// Values the engine has seen, by budget (bits), for [`PruneRule`]s.
+    seen: BTreeMap<u64, Vec<f64>>,
+    /// The prune rule of each job handed out (empty without pruning).
+    rules: Vec<PruneRule>,
 }
 
-/// A job's length on the virtual clock: its budget plus the fixed cost of
-/// a trial (a run's time is taken as `fixed + budget` in budget units), or
-/// 1 for a job without a budget.
-fn duration(job: &Job, fixed: f64) -> f64 {
+/// A job's length on the virtual clock: the budget it adds (its budget,
+/// less `from` when it continues a rung at budget `from`) plus the fixed
+/// cost of a trial (a run's time is taken as `fixed + budget` in budget
+/// units), or 1 for a job without a budget.
+pub fn duration(job: &Job, from: Option<f64>, fixed: f64) -> f64 {
     if job.budget.is_finite() && job.budget > 0.0 {
-        job.budget + fixed
+        let from = from
+            .filter(|f| f.is_finite() && *f > 0.0 && *f < job.budget)
+            .unwrap_or(0.0);
+        job.budget - from + fixed
     } else {
         1.0
     }
@@ -417,7 +530,45 @@ impl Search {
             running: Vec::new(),
             now: 0.0,
             fixed_cost: 0.0,
+            continuation: false,
+            prune: None,
+            seen: BTreeMap::new(),
+            rules: Vec::new(),
         }
+    }
+
+    /// Charge a promoted rung only the budget it adds on the virtual clock
+    /// (`fidelity.continuation`).
+    pub fn with_continuation(mut self, on: bool) -> Search {
+        self.continuation = on;
+        self
+    }
+
+    /// Give every job a [`PruneRule`] (`fidelity.prune`), with `eta` and
+    /// the proxy metric's direction.
+    pub fn with_pruning(mut self, eta: u32, better: Better) -> Search {
+        self.prune = Some((eta, better));
+        self
+    }
+
+    /// The prune rule of job `index` (empty when pruning is off or nothing
+    /// was seen at a smaller budget when it started).
+    pub fn prune_rule(&self, index: usize) -> PruneRule {
+        self.rules.get(index).cloned().unwrap_or_default()
+    }
+
+    /// The rule for a job starting now: what the engine has seen below its
+    /// budget.
+    fn rule_for(&self, job: &Job) -> PruneRule {
+        let Some((eta, better)) = self.prune else {
+            return PruneRule::default();
+        };
+        let levels = self
+            .seen
+            .iter()
+            .map(|(bits, values)| (f64::from_bits(*bits), values.clone()))
+            .collect();
+        PruneRule::new(eta, better, job.budget, levels)
     }
 
     /// Count `fixed` budget units for every job besides its budget on the
@@ -438,10 +589,17 @@ impl Search {
                 && let Some(job) = self.engine.next_job()
             {
                 let index = self.issued.len();
+                let from = if self.continuation {
+                    self.engine.resumes_from(&job)
+                } else {
+                    None
+                };
+                let rule = self.rule_for(&job);
                 self.issued.push(job);
                 self.results.push(None);
+                self.rules.push(rule);
                 self.running
-                    .push((self.now + duration(&job, self.fixed_cost), index));
+                    .push((self.now + duration(&job, from, self.fixed_cost), index));
                 return Ok(Step::Run(index, job));
             }
             // Every virtual worker is busy, or the engine can start nothing
@@ -463,7 +621,14 @@ impl Search {
                 // That job has not really finished yet.
                 return Ok(Step::Wait);
             };
-            self.engine.report(&self.issued[index], outcome)?;
+            let job = self.issued[index];
+            self.engine.report(&job, outcome)?;
+            if let Outcome::Value(v) = outcome
+                && v.is_finite()
+                && self.prune.is_some()
+            {
+                self.seen.entry(job.budget.to_bits()).or_default().push(v);
+            }
             self.running.swap_remove(at);
             self.now = end;
         }
@@ -548,6 +713,11 @@ mod tests {
     /// scrambled by `shuffle` (a seed), as from hosts of different speed.
     /// Returns the jobs in hand-out order and the finalists.
     fn drive(mut s: Search, slots: usize, shuffle: u64) -> (Vec<(u64, f64)>, Vec<u64>) {
+        drive_search(&mut s, slots, shuffle)
+    }
+
+    /// [`drive`], leaving the search for inspection.
+    fn drive_search(s: &mut Search, slots: usize, shuffle: u64) -> (Vec<(u64, f64)>, Vec<u64>) {
         let mut rng = ChaCha8Rng::seed_from_u64(shuffle);
         let mut running: Vec<(usize, Job)> = Vec::new();
         let mut jobs = Vec::new();
@@ -704,6 +874,101 @@ mod tests {
         for (c, b) in &three {
             assert!(seen.insert((*c, b.to_bits())), "{c} at {b} twice");
         }
+    }
+
+    #[test]
+    fn a_continued_rung_is_charged_only_the_budget_it_adds() {
+        let job = Job {
+            config: 1,
+            bracket: 2,
+            rung: 1,
+            budget: 3.0,
+        };
+        assert_eq!(duration(&job, None, 0.5), 3.5);
+        assert_eq!(duration(&job, Some(1.0), 0.5), 2.5);
+        // A "previous" budget that is not smaller charges the whole rung.
+        assert_eq!(duration(&job, Some(3.0), 0.0), 3.0);
+        assert_eq!(duration(&job, Some(f64::NAN), 0.0), 3.0);
+        // One worker: the clock ends at the sum of the charges. From
+        // scratch that is every job's budget; continued, each config's
+        // increments add up to its largest budget.
+        let sums = |jobs: &[(u64, f64)]| {
+            let all: f64 = jobs.iter().map(|j| j.1).sum();
+            let mut top: BTreeMap<u64, f64> = BTreeMap::new();
+            for (c, b) in jobs {
+                let t = top.entry(*c).or_insert(0.0);
+                *t = t.max(*b);
+            }
+            (all, top.values().sum::<f64>())
+        };
+        let mut plain = hyperband(5, 1);
+        let (jobs, finalists) = drive_search(&mut plain, 1, 2);
+        let (all, _) = sums(&jobs);
+        assert_eq!(plain.now, all);
+        let mut continued = hyperband(5, 1).with_continuation(true);
+        let (cjobs, cfinalists) = drive_search(&mut continued, 1, 2);
+        let (all, top) = sums(&cjobs);
+        assert_eq!(continued.now, top);
+        assert!(top < all, "{top} {all}");
+        // One worker decides in hand-out order either way: same search.
+        assert_eq!((cjobs, cfinalists), (jobs, finalists));
+    }
+
+    #[test]
+    fn a_prune_rule_stops_what_asha_would_not_promote() {
+        let rule = PruneRule {
+            eta: 3,
+            levels: vec![
+                (1.0, vec![10.0, 20.0, 30.0, 40.0, 50.0, 60.0]),
+                (3.0, vec![5.0]),
+            ],
+            better: Some(Better::Higher),
+            until: 9.0,
+        };
+        // 6 results at budget 1 and the job's: the top floor(7/3) = 2 go
+        // on. 55 is second, 45 third.
+        assert_eq!(rule.prunes(2.0, 55.0), None);
+        assert_eq!(rule.prunes(2.0, 45.0), Some(1.0));
+        // A tie ranks the job first.
+        assert_eq!(rule.prunes(1.0, 50.0), None);
+        // Below every budget seen: nothing to hold it against.
+        assert_eq!(rule.prunes(0.5, 0.0), None);
+        // One result at budget 3: floor(2/3) = 0, too little to stop on.
+        assert_eq!(rule.prunes(3.0, 0.0), None);
+        assert_eq!(rule.prunes(2.0, f64::NAN), None);
+        // At (or past) its own budget a value is the job's result.
+        assert_eq!(rule.prunes(9.0, 0.0), None);
+        let lower = PruneRule {
+            better: Some(Better::Lower),
+            ..rule.clone()
+        };
+        assert_eq!(lower.prunes(1.0, 15.0), None);
+        assert_eq!(lower.prunes(1.0, 25.0), Some(1.0));
+        // Budgets as the trial sees them.
+        let mapped = rule.map_budgets(|b| b * 10.0);
+        assert_eq!(mapped.prunes(2.0, 0.0), None);
+        assert_eq!(mapped.prunes(29.0, 0.0), Some(10.0));
+        assert_eq!(mapped.prunes(89.0, 0.0), None);
+        assert_eq!(mapped.prunes(10.0, 45.0), Some(10.0));
+        assert!(PruneRule::default().is_empty());
+    }
+
+    #[test]
+    fn prune_rules_do_not_depend_on_the_order_results_arrive_in() {
+        let rules = |shuffle: u64| {
+            let mut s = hyperband(7, 4).with_pruning(3, Better::Higher);
+            drive_search(&mut s, 4, shuffle);
+            (0..s.issued()).map(|i| s.prune_rule(i)).collect::<Vec<_>>()
+        };
+        let first = rules(1);
+        assert!(first.iter().any(|r| !r.is_empty()));
+        for shuffle in 2..5 {
+            assert_eq!(rules(shuffle), first);
+        }
+        // Without pruning, no job carries a rule.
+        let mut s = hyperband(7, 4);
+        drive_search(&mut s, 4, 1);
+        assert!((0..s.issued()).all(|i| s.prune_rule(i).is_empty()));
     }
 
     #[test]

@@ -21,7 +21,7 @@ pub mod hyperband;
 pub mod shard;
 pub mod tpe;
 
-pub use driver::{Engine, HyperbandEngine, Search, Source, Step, TpeEngine};
+pub use driver::{Engine, HyperbandEngine, PruneRule, Search, Source, Step, TpeEngine};
 pub use hyperband::{
     Asha, Bracket, Brackets, Job, Outcome, Rung, RungStatus, Scored, round_budget,
 };

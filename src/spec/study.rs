@@ -349,6 +349,24 @@ pub struct Fidelity {
     /// `b + fixed_cost`, in the search's virtual schedule and the plan's
     /// cost. Default 0.
     pub fixed_cost: f64,
+    /// `fidelity.continuation`: the trial command can continue a config's
+    /// previous rung from a checkpoint (`$TUNECTL_CHECKPOINT_DIR`,
+    /// `$TUNECTL_RESUME_FROM_BUDGET`), so a promoted rung costs only the
+    /// budget it adds. Default false: every rung runs from zero. Left out
+    /// of the frozen spec when false, so that older studies keep their
+    /// hash.
+    #[serde(skip_serializing_if = "is_false")]
+    pub continuation: bool,
+    /// `fidelity.prune`: rung trials report intermediate values
+    /// (`$TUNECTL_PROGRESS_FILE`) and one that ASHA would not promote at a
+    /// rung budget it has passed is stopped and recorded as pruned. Default
+    /// false. Left out of the frozen spec when false.
+    #[serde(skip_serializing_if = "is_false")]
+    pub prune: bool,
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
 }
 
 impl Study {
@@ -620,6 +638,25 @@ fn parse_study(w: &mut Walker, root: &Node, path: &Path, dir: &Path) -> Option<S
         }),
         None => Some(Strategy::Grid),
     };
+    // Continuation and pruning act between the rungs of a hyperband search;
+    // any other strategy runs each config once, at one budget.
+    if let (Some(Some(f)), Some(s), Some(node)) = (&fidelity, &strategy, fidelity_node)
+        && !matches!(s, Strategy::Hyperband { .. })
+        && let Some(fidelity_map) = node.as_mapping()
+    {
+        for (key, on) in [("continuation", f.continuation), ("prune", f.prune)] {
+            if on && let Some(n) = fidelity_map.get_node(key) {
+                w.error_at(
+                    n,
+                    &join("fidelity", key),
+                    format!(
+                        "`{key}: true` acts between the rungs of a hyperband search; `strategy.kind: {}` runs each config once, at one budget",
+                        s.name()
+                    ),
+                );
+            }
+        }
+    }
     let objective_command = parse_objective_command(w, map, strategy.as_ref());
     let budget = match map.get_node("budget") {
         Some(n) => parse_budget(w, n, strategy.as_ref()),
@@ -1952,6 +1989,8 @@ const FIDELITY_KEYS: &[&str] = &[
     "integer",
     "metric",
     "fixed_cost",
+    "continuation",
+    "prune",
 ];
 
 /// Default `fidelity.eta`: each rung keeps the top third.
@@ -2025,6 +2064,14 @@ fn parse_fidelity(
             }
         }),
         None => Some(0.0),
+    };
+    let continuation = match map.get_node("continuation") {
+        Some(n) => w.bool(n, "fidelity.continuation"),
+        None => Some(false),
+    };
+    let prune = match map.get_node("prune") {
+        Some(n) => w.bool(n, "fidelity.prune"),
+        None => Some(false),
     };
     let proxy = match map.get_node("metric") {
         Some(n) => {
@@ -2105,6 +2152,8 @@ fn parse_fidelity(
         integer,
         proxy: proxy?,
         fixed_cost: fixed_cost?,
+        continuation: continuation?,
+        prune: prune?,
     })
 }
 
@@ -2894,7 +2943,18 @@ metrics: [{name: loss, better: lower}]
         );
         assert_eq!(
             problem("fidelity: {unit: samples, min_budget: 1, max_budget: 9, rate: 2}\n"),
-            "s.yaml:8:57: fidelity.rate: unknown key `rate` (expected one of: unit, min_budget, max_budget, eta, integer, metric, fixed_cost)"
+            "s.yaml:8:57: fidelity.rate: unknown key `rate` (expected one of: unit, min_budget, max_budget, eta, integer, metric, fixed_cost, continuation, prune)"
+        );
+        assert_eq!(
+            problem("fidelity: {unit: s, min_budget: 1, max_budget: 9, prune: 1}\n"),
+            "s.yaml:8:58: fidelity.prune: expected true or false, found the integer 1"
+        );
+        // Continuation and pruning are hyperband's.
+        assert_eq!(
+            problem(
+                "fidelity: {unit: s, min_budget: 1, max_budget: 9, continuation: true}\nstrategy: {kind: tpe, count: 5}\n"
+            ),
+            "s.yaml:8:65: fidelity.continuation: `continuation: true` acts between the rungs of a hyperband search; `strategy.kind: tpe` runs each config once, at one budget"
         );
         assert_eq!(
             problem("fidelity: {unit: '', min_budget: 1, max_budget: 9}\n"),

@@ -10,12 +10,12 @@ use std::cmp::Reverse;
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
-use super::{Ran, Scheduler, Setup, Unit};
+use super::{Kind, Ran, Scheduler, Setup, Unit};
 use crate::exec::events::{LaunchEvent, SearchStop};
 use crate::ledger::Scan;
 use crate::ledger::records::{AttemptRecord, AttemptStatus};
 use crate::search::{
-    Brackets, Engine, HyperbandEngine, Outcome, Search, Source, Step, Tpe, TpeEngine,
+    Brackets, Engine, HyperbandEngine, Outcome, PruneRule, Search, Source, Step, Tpe, TpeEngine,
 };
 use crate::space;
 use crate::spec::Strategy;
@@ -208,8 +208,14 @@ impl Scheduler<'_> {
                 let brackets = Brackets::new(f.min_budget, f.max_budget, f.eta)?;
                 let source = Source::new(self.s.plan.space.size(), seed, accept);
                 let engine = HyperbandEngine::new(brackets, metric.better, iterations, source);
-                Ok(Search::new(Engine::Hyperband(Box::new(engine)), workers)
-                    .with_fixed_cost(f.fixed_cost))
+                let search = Search::new(Engine::Hyperband(Box::new(engine)), workers)
+                    .with_fixed_cost(f.fixed_cost)
+                    .with_continuation(f.continuation);
+                Ok(if f.prune {
+                    search.with_pruning(f.eta, metric.better)
+                } else {
+                    search
+                })
             }
             Strategy::Tpe { seed, count, .. } => {
                 let tpe = Tpe::for_study(study, metric.better, seed)?;
@@ -410,6 +416,24 @@ impl Scheduler<'_> {
         if more > 0 {
             self.out.push(LaunchEvent::More { count: more });
         }
+    }
+
+    /// The prune rule of a rung job (`fidelity.prune`), in budgets as
+    /// trials receive them; `None` for every other unit, the baseline's
+    /// rungs and studies without pruning.
+    pub fn prune_rule(&self, class: usize, unit: Unit) -> Option<PruneRule> {
+        let fidelity = self.s.study.fidelity.as_ref().filter(|f| f.prune)?;
+        if unit.kind != Kind::Rung || unit.pos == 0 {
+            return None;
+        }
+        let search = self.st.classes.get(class)?.searches.get(&unit.cell)?;
+        let index = *search.jobs.get(&(unit.pos - 1, unit.budget))?;
+        Some(
+            search
+                .search
+                .prune_rule(index)
+                .map_budgets(|b| fidelity.trial_budget(b)),
+        )
     }
 
     /// Book-keeping of a rung unit that ended (not lost with its host).

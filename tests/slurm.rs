@@ -713,3 +713,202 @@ result:
         ]
     );
 }
+
+/// A quickstart-like study for the mixed-partition tests: warm-ups,
+/// three repeats, drift anchors and a confirmation round, two cells in two
+/// buckets. The trial says which node ran it (`node=` on stdout).
+fn mixed_study(name: &str) -> String {
+    format!(
+        r#"name: {name}
+knobs:
+{KNOBS}cells:
+  n: [1, 2]
+trial:
+  command: "echo node=$SLURMD_NODENAME; {trial} --n {{{{ n }}}}"
+  timeout: 30s
+objective: {{metric: tp, better: higher}}
+measurement: {{warmup: 1, repeats: 3, anchor_every: 4, confirm_repeats: 3}}
+gate:
+  outputs: [out.txt]
+"#,
+        trial = fake_trial()
+    )
+}
+
+/// A slurm entry of the test inventory.
+fn slurm_entry(name: &str, constraint: Option<&str>, shared: &Path) -> String {
+    let constraint = constraint
+        .map(|c| format!("    constraint: {c}\n"))
+        .unwrap_or_default();
+    format!(
+        "  - name: {name}\n    transport: slurm\n{constraint}    gres: \"gpu:1\"\n    poll_interval: 1s\n    shared_dir: {}\n    max_jobs_in_flight: 20\n",
+        shared.display()
+    )
+}
+
+/// What a launch shipped per host class: class id → bucket label →
+/// (winner or `baseline`, level).
+fn shipped(s: &Setup) -> BTreeMap<String, BTreeMap<String, (String, String)>> {
+    let report = report_json(s);
+    let mut out = BTreeMap::new();
+    for c in report["classes"].as_array().expect("classes") {
+        let mut buckets = BTreeMap::new();
+        for b in c["buckets"].as_array().expect("buckets") {
+            buckets.insert(
+                b["label"].as_str().unwrap_or_default().to_string(),
+                (
+                    b["winner"]["label"]
+                        .as_str()
+                        .unwrap_or("baseline")
+                        .to_string(),
+                    b["level"].as_str().unwrap_or_default().to_string(),
+                ),
+            );
+        }
+        out.insert(
+            c["host_class"].as_str().unwrap_or_default().to_string(),
+            buckets,
+        );
+    }
+    out
+}
+
+/// The node an attempt ran on (its `node=` line).
+fn node_of(a: &Json) -> String {
+    a["stdout_tail"]
+        .as_str()
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix("node="))
+        .unwrap_or_default()
+        .to_string()
+}
+
+fn plan_json(cluster: &Cluster, s: &Setup) -> Json {
+    let mut c = std::process::Command::new(assert_cmd::cargo::cargo_bin("tunectl"));
+    c.args(["plan", "--dry-run", "--json", "--inventory"])
+        .arg(&s.inventory)
+        .arg("--ledger")
+        .arg(&s.ledger)
+        .arg(&s.study)
+        .env_remove("TUNECTL_LEDGER")
+        .current_dir(&s.root);
+    for (k, v) in cluster.env() {
+        c.env(k, v);
+    }
+    let out = c.output().expect("plan");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("plan JSON")
+}
+
+/// One entry for a partition with an H100 node and an A100 node, no
+/// `constraint`: the launch finds both node classes, steers each class's
+/// trials to its own node, and ships what two entries pinned by
+/// `constraint` ship, class by class, with no attempt lost.
+#[test]
+fn a_mixed_partition_is_tuned_per_node_class_in_one_entry() {
+    let started = Instant::now();
+    let cluster = Cluster::start(&NODES);
+    let mixed = setup(&cluster, "mixed", "", KNOBS, "");
+    std::fs::write(&mixed.study, mixed_study("mixed")).expect("study");
+    let shared = mixed.root.join("shared");
+    std::fs::write(
+        &mixed.inventory,
+        format!("hosts:\n{}", slurm_entry("gpus", None, &shared)),
+    )
+    .expect("inventory");
+
+    // Before any launch, plan lists the partition's two node types.
+    let plan = plan_json(&cluster, &mixed);
+    let hosts: Vec<&str> = plan["hosts"]
+        .as_array()
+        .expect("hosts")
+        .iter()
+        .filter_map(|h| h["host"].as_str())
+        .collect();
+    assert_eq!(hosts, vec!["gpus.h100", "gpus.a100"], "{plan}");
+    assert_eq!(plan["classes"].as_array().map(Vec::len), Some(2), "{plan}");
+
+    let t = Instant::now();
+    let stderr = launch(&cluster, &mixed, &[]);
+    eprintln!("mixed launch: {:?}", t.elapsed());
+    assert!(stderr.contains("host gpus.h100 (slurm nodes gpu-a)"), "{stderr}");
+    assert!(stderr.contains("host gpus.a100 (slurm nodes gpu-b)"), "{stderr}");
+    let (trials, lost) = one_terminal_each(&mixed, "mixed");
+    assert_eq!(lost, 0, "{stderr}");
+    // Every attempt ran on its class's node: the H100 class's on gpu-a,
+    // the A100 class's on gpu-b, anchors and confirmation rounds included.
+    let mut roles = std::collections::BTreeSet::new();
+    for a in attempts(&mixed, "mixed").values().flatten() {
+        let want = match a["host"].as_str() {
+            Some("gpus.h100") => "gpu-a",
+            Some("gpus.a100") => "gpu-b",
+            other => panic!("attempt on host {other:?}: {a}"),
+        };
+        assert_eq!(node_of(a), want, "{a}");
+        roles.insert(a["role"].as_str().unwrap_or_default().to_string());
+    }
+    for role in ["sweep", "anchor", "confirm"] {
+        assert!(roles.contains(role), "no {role} attempt: {roles:?}");
+    }
+    // Each part's arrays kept off the other class's node.
+    for c in calls(&mixed, "sbatch") {
+        assert!(
+            c.contains("--exclude=gpu-") || c.contains("--nodelist=gpu-"),
+            "an unsteered sbatch: {c}"
+        );
+    }
+    let report = report_json(&mixed);
+    for b in class_of(&report, "H100")["buckets"]
+        .as_array()
+        .expect("buckets")
+    {
+        assert_eq!(b["winner"]["label"], "tile=128", "{b}");
+        assert_eq!(b["level"], "verdict", "{b}");
+    }
+    for b in class_of(&report, "A100")["buckets"]
+        .as_array()
+        .expect("buckets")
+    {
+        assert!(b["winner"].is_null(), "{b}");
+        assert_eq!(b["level"], "verdict", "{b}");
+    }
+
+    // After the launch, plan shows the entry's two probed classes.
+    let plan = plan_json(&cluster, &mixed);
+    let classes = plan["classes"].as_array().expect("classes");
+    assert_eq!(classes.len(), 2, "{plan}");
+    assert!(classes.iter().all(|c| c["probed"] == true), "{plan}");
+    let nodes: Vec<String> = plan["hosts"]
+        .as_array()
+        .expect("hosts")
+        .iter()
+        .map(|h| h["nodes"].to_string())
+        .collect();
+    assert_eq!(nodes, vec!["[\"gpu-a\"]", "[\"gpu-b\"]"], "{plan}");
+
+    // The same study through two entries pinned by `constraint`.
+    let pinned = setup(&cluster, "pinned", "", KNOBS, "");
+    std::fs::write(&pinned.study, mixed_study("pinned")).expect("study");
+    let shared = pinned.root.join("shared");
+    std::fs::write(
+        &pinned.inventory,
+        format!(
+            "hosts:\n{}{}",
+            slurm_entry("h100s", Some("h100"), &shared),
+            slurm_entry("a100s", Some("a100"), &shared)
+        ),
+    )
+    .expect("inventory");
+    let t = Instant::now();
+    launch(&cluster, &pinned, &[]);
+    eprintln!("pinned launch: {:?}", t.elapsed());
+    let (pinned_trials, _) = one_terminal_each(&pinned, "pinned");
+    assert_eq!(shipped(&mixed), shipped(&pinned));
+    assert_eq!(trials, pinned_trials);
+    eprintln!("whole test: {:?}", started.elapsed());
+}

@@ -718,6 +718,15 @@ result:
 /// three repeats, drift anchors and a confirmation round, two cells in two
 /// buckets. The trial says which node ran it (`node=` on stdout).
 fn mixed_study(name: &str) -> String {
+    mixed_study_with(
+        name,
+        "measurement: {warmup: 1, repeats: 3, anchor_every: 4, confirm_repeats: 3}\n",
+    )
+}
+
+/// [`mixed_study`] with other measurement lines (`measurement`, `trial`'s
+/// `env`...).
+fn mixed_study_with(name: &str, measurement: &str) -> String {
     format!(
         r#"name: {name}
 knobs:
@@ -727,8 +736,7 @@ trial:
   command: "echo node=$SLURMD_NODENAME; {trial} --n {{{{ n }}}}"
   timeout: 30s
 objective: {{metric: tp, better: higher}}
-measurement: {{warmup: 1, repeats: 3, anchor_every: 4, confirm_repeats: 3}}
-gate:
+{measurement}gate:
   outputs: [out.txt]
 "#,
         trial = fake_trial()
@@ -782,6 +790,23 @@ fn node_of(a: &Json) -> String {
         .find_map(|l| l.strip_prefix("node="))
         .unwrap_or_default()
         .to_string()
+}
+
+/// Successful attempts other than anchors, per (class, role, config, cell,
+/// repeat). (How many repeats of a failing config start before its first
+/// failure is in depends on concurrency, not on a decision.)
+fn measured(s: &Setup, study: &str) -> std::collections::BTreeSet<String> {
+    attempts(s, study)
+        .values()
+        .flatten()
+        .filter(|a| a["status"] == "ok" && a["role"] != "anchor")
+        .map(|a| {
+            format!(
+                "{} {} {} {} {}",
+                a["host_class"], a["role"], a["config"], a["cell"], a["repeat"]
+            )
+        })
+        .collect()
 }
 
 fn plan_json(cluster: &Cluster, s: &Setup) -> Json {
@@ -907,8 +932,93 @@ fn a_mixed_partition_is_tuned_per_node_class_in_one_entry() {
     let t = Instant::now();
     launch(&cluster, &pinned, &[]);
     eprintln!("pinned launch: {:?}", t.elapsed());
-    let (pinned_trials, _) = one_terminal_each(&pinned, "pinned");
+    one_terminal_each(&pinned, "pinned");
     assert_eq!(shipped(&mixed), shipped(&pinned));
-    assert_eq!(trials, pinned_trials);
+    // The same sweep and confirmation trials per class (anchors follow
+    // the order trials end in, which concurrency changes).
+    assert!(trials > 0);
+    let (one, two) = (measured(&mixed, "mixed"), measured(&pinned, "pinned"));
+    assert!(
+        one == two,
+        "only with one entry: {:?}\nonly with two: {:?}",
+        one.difference(&two).collect::<Vec<_>>(),
+        two.difference(&one).collect::<Vec<_>>()
+    );
     eprintln!("whole test: {:?}", started.elapsed());
+}
+
+/// A node whose type hides its class: gpu-c carries the `h100` feature and
+/// gres type but holds an A100. Discovery probes one node of the type
+/// (gpu-a) and takes gpu-c for an H100; the H100 class's tasks that land
+/// on gpu-c are lost (their probe shows the A100) and run again, gpu-c is
+/// kept out of the H100 class's later jobs, and nothing it measured is
+/// classed as an H100.
+#[test]
+fn a_node_of_another_class_than_its_type_is_found_out_and_kept_out() {
+    let cluster = Cluster::start(&[
+        NODES[0],
+        NODES[1],
+        NodeSpec {
+            name: "gpu-c",
+            gpu_type: "h100",
+            gpus: 1,
+            gpu_name: "NVIDIA A100-SXM4-80GB",
+            cpus: 2,
+        },
+    ]);
+    let s = setup(&cluster, "hidden", "", KNOBS, "");
+    std::fs::write(
+        &s.study,
+        mixed_study_with(
+            "hidden",
+            "measurement: {warmup: 0, repeats: 2, anchor_every: 0, confirm_repeats: 1}\n\
+             selection: {min_samples: 2}\n",
+        )
+        .replace("  timeout: 30s\n", "  timeout: 30s\n  env: {FAKE_TRIAL_SLEEP: \"1\"}\n"),
+    )
+    .expect("study");
+    let shared = s.root.join("shared");
+    std::fs::write(
+        &s.inventory,
+        format!("hosts:\n{}", slurm_entry("gpus", None, &shared)),
+    )
+    .expect("inventory");
+    let t = Instant::now();
+    let stderr = launch(&cluster, &s, &[]);
+    eprintln!("launch: {:?}", t.elapsed());
+    assert!(
+        stderr.contains("host gpus.h100 (slurm nodes gpu-a, gpu-c)"),
+        "{stderr}"
+    );
+    let (_, lost) = one_terminal_each(&s, "hidden");
+    let all = attempts(&s, "hidden");
+    for a in all.values().flatten() {
+        if a["status"] == "lost" {
+            let why = a["lost_reason"].as_str().unwrap_or_default();
+            assert!(
+                why.contains("node gpu-c") && why.contains("kept out"),
+                "{a}"
+            );
+            assert_eq!(a["host"], "gpus.h100", "{a}");
+        } else if a["host"] == "gpus.h100" {
+            assert_eq!(node_of(a), "gpu-a", "{a}");
+        } else {
+            assert_ne!(node_of(a), "gpu-a", "{a}");
+        }
+    }
+    assert!(lost >= 1, "no task of the H100 class landed on gpu-c");
+    let report = report_json(&s);
+    assert_eq!(report["classes"].as_array().map(Vec::len), Some(2));
+    for b in class_of(&report, "H100")["buckets"]
+        .as_array()
+        .expect("buckets")
+    {
+        assert_eq!(b["winner"]["label"], "tile=128", "{b}");
+    }
+    for b in class_of(&report, "A100")["buckets"]
+        .as_array()
+        .expect("buckets")
+    {
+        assert!(b["winner"].is_null(), "{b}");
+    }
 }

@@ -42,7 +42,7 @@ use tokio_util::sync::CancellationToken;
 use super::local::RunOutput;
 use super::ssh::SshTransport;
 use super::wire::{self, AgentOptions, Collected, Frame};
-use super::{AttemptOutcome, AttemptSpec, Discovery, Part, Transport};
+use super::{AttemptOutcome, AttemptSpec, Discovery, HostState, Part, Transport};
 use nodes::NodeClasses;
 use crate::fingerprint::{self, Fingerprint};
 use crate::ledger::records::ExitInfo;
@@ -255,6 +255,18 @@ struct Inner {
     /// Set once a mixed partition's nodes are known: where this entry's
     /// (or part's) jobs may run.
     steer: Mutex<Option<Steering>>,
+    /// A steered part whose every node is down: since when, why, and
+    /// whether that was reported.
+    down: Mutex<Option<ClassDown>>,
+}
+
+/// Every node of a part's class is down (as `sinfo` says).
+#[derive(Clone)]
+struct ClassDown {
+    reason: String,
+    since: Instant,
+    next_check: Instant,
+    reported: bool,
 }
 
 /// One host class's share of a mixed partition.
@@ -304,6 +316,7 @@ impl SlurmTransport {
                 finished: Mutex::new(HashMap::new()),
                 adopted_ids: Mutex::new(HashMap::new()),
                 steer: Mutex::new(None),
+                down: Mutex::new(None),
             }),
         }
     }
@@ -663,6 +676,103 @@ impl Inner {
         Ok(map)
     }
 
+    /// For a steered part: `None` when a node of its class is up, else
+    /// why none is (`gpu-a down`). `sinfo` failing counts as up: only
+    /// Slurm's word takes a class down.
+    async fn class_down(&self) -> Option<String> {
+        let steer = self.steer.lock().ok().and_then(|s| s.clone())?;
+        let members = steer.nodes.lock().map(|m| m.of(&steer.class)).ok()?;
+        if members.is_empty() {
+            return None;
+        }
+        let out = self
+            .login
+            .sh(&format!(
+                "sinfo -h -N -n {} -o '%N|%T'",
+                quote_word(&members.join(","))
+            ))
+            .await
+            .ok()?;
+        let text = String::from_utf8_lossy(&out);
+        let mut states = Vec::new();
+        for line in text.lines() {
+            let Some((node, state)) = line.trim().split_once('|') else {
+                continue;
+            };
+            if nodes::state_is_up(state.trim()) {
+                return None;
+            }
+            states.push(format!("{node} {}", state.trim()));
+        }
+        states.sort();
+        states.dedup();
+        Some(if states.is_empty() {
+            format!("slurm: no node of the class is listed ({})", members.join(", "))
+        } else {
+            format!("slurm: every node of the class is down ({})", states.join(", "))
+        })
+    }
+
+    /// A steered part with tasks waiting in the queue checks that its
+    /// class still has a node up; when none is, the waiting tasks are
+    /// cancelled and lost (they run again when a node returns, like the
+    /// trials of an ssh host that dropped) and the part reports itself
+    /// down until `state` finds a node up.
+    async fn check_class_nodes(&self) {
+        let pending: Vec<String> = self
+            .inflight
+            .lock()
+            .map(|m| {
+                m.iter()
+                    .filter(|(_, t)| {
+                        t.tx.is_some()
+                            && t.state == "PENDING"
+                            && t.submitted.elapsed() > self.cfg.poll_interval
+                    })
+                    .map(|(id, _)| id.clone())
+                    .collect()
+            })
+            .unwrap_or_default();
+        if pending.is_empty() {
+            return;
+        }
+        let Some(reason) = self.class_down().await else {
+            return;
+        };
+        let now = Instant::now();
+        if let Ok(mut d) = self.down.lock()
+            && d.is_none()
+        {
+            *d = Some(ClassDown {
+                reason: reason.clone(),
+                since: now,
+                next_check: now + self.cfg.poll_interval,
+                reported: false,
+            });
+        }
+        let mut lost = Vec::new();
+        if let Ok(mut m) = self.inflight.lock() {
+            for id in &pending {
+                if let Some(t) = m.remove(id) {
+                    lost.push(t);
+                }
+            }
+        }
+        if let Ok(mut c) = self.to_cancel.lock() {
+            c.extend(pending);
+        }
+        for t in lost {
+            if let Some(tx) = t.tx {
+                let _ = tx.send(AttemptOutcome {
+                    host_lost: Some(format!("{reason}; the task was waiting in the queue")),
+                    trial_dir: Some(t.spec.trial_dir.clone()),
+                    ..Default::default()
+                });
+            }
+        }
+        self.cancel_requested().await;
+    }
+
     /// Cancel the tasks asked for (one `scancel`).
     async fn cancel_requested(&self) {
         let ids: Vec<String> = self
@@ -707,6 +817,7 @@ impl Inner {
                 }
             }
         }
+        self.check_class_nodes().await;
         if ended.is_empty() {
             return Ok(());
         }
@@ -1116,6 +1227,41 @@ impl Transport for SlurmTransport {
                 }
             }
         }
+    }
+
+    async fn state(&self) -> HostState {
+        let inner = &self.inner;
+        let Some(mut down) = inner.down.lock().ok().and_then(|d| d.clone()) else {
+            return HostState::Up { rejoined: false };
+        };
+        let now = Instant::now();
+        if now >= down.next_check {
+            match inner.class_down().await {
+                None => {
+                    if let Ok(mut d) = inner.down.lock() {
+                        *d = None;
+                    }
+                    return HostState::Up { rejoined: true };
+                }
+                Some(reason) => down.reason = reason,
+            }
+            down.next_check = Instant::now() + inner.cfg.poll_interval;
+        }
+        let first = !down.reported;
+        down.reported = true;
+        let retry_in = down.next_check.saturating_duration_since(Instant::now());
+        let out = HostState::Down {
+            reason: down.reason.clone(),
+            since: down.since,
+            retry_in,
+            first,
+        };
+        if let Ok(mut d) = inner.down.lock()
+            && d.is_some()
+        {
+            *d = Some(down);
+        }
+        out
     }
 
     async fn close(&self) {

@@ -169,7 +169,7 @@ fn strip_sockets(gres: &str) -> String {
 
 /// Whether a node in this `%T` state can take a job now. `idle*`: not
 /// responding.
-fn state_is_up(state: &str) -> bool {
+pub fn state_is_up(state: &str) -> bool {
     if state.ends_with('*') {
         return false;
     }

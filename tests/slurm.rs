@@ -861,8 +861,14 @@ fn a_mixed_partition_is_tuned_per_node_class_in_one_entry() {
     let t = Instant::now();
     let stderr = launch(&cluster, &mixed, &[]);
     eprintln!("mixed launch: {:?}", t.elapsed());
-    assert!(stderr.contains("host gpus.h100 (slurm nodes gpu-a)"), "{stderr}");
-    assert!(stderr.contains("host gpus.a100 (slurm nodes gpu-b)"), "{stderr}");
+    assert!(
+        stderr.contains("host gpus.h100 (slurm nodes gpu-a)"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("host gpus.a100 (slurm nodes gpu-b)"),
+        "{stderr}"
+    );
     let (trials, lost) = one_terminal_each(&mixed, "mixed");
     assert_eq!(lost, 0, "{stderr}");
     // Every attempt ran on its class's node: the H100 class's on gpu-a,
@@ -974,7 +980,10 @@ fn a_node_of_another_class_than_its_type_is_found_out_and_kept_out() {
             "measurement: {warmup: 0, repeats: 2, anchor_every: 0, confirm_repeats: 1}\n\
              selection: {min_samples: 2}\n",
         )
-        .replace("  timeout: 30s\n", "  timeout: 30s\n  env: {FAKE_TRIAL_SLEEP: \"1\"}\n"),
+        .replace(
+            "  timeout: 30s\n",
+            "  timeout: 30s\n  env: {FAKE_TRIAL_SLEEP: \"1\"}\n",
+        ),
     )
     .expect("study");
     let shared = s.root.join("shared");
@@ -1020,5 +1029,91 @@ fn a_node_of_another_class_than_its_type_is_found_out_and_kept_out() {
         .expect("buckets")
     {
         assert!(b["winner"].is_null(), "{b}");
+    }
+}
+
+/// A mixed partition's class whose only node goes down is a host that
+/// dropped: its running and waiting tasks are lost and queued again, the
+/// launch says the host dropped, and when the node is back the host
+/// rejoins and the class is tuned to the end; the other class never
+/// stops.
+#[test]
+fn a_mixed_partitions_class_drops_and_rejoins_with_its_node() {
+    let cluster = Cluster::start(&NODES);
+    let s = setup(&cluster, "churn", "", KNOBS, "");
+    std::fs::write(
+        &s.study,
+        mixed_study_with(
+            "churn",
+            "measurement: {warmup: 0, repeats: 2, anchor_every: 0, confirm_repeats: 1}\n\
+             selection: {min_samples: 2}\n",
+        )
+        .replace(
+            "  timeout: 30s\n",
+            "  timeout: 30s\n  env: {FAKE_TRIAL_SLEEP: \"2\"}\n",
+        ),
+    )
+    .expect("study");
+    let shared = s.root.join("shared");
+    std::fs::write(
+        &s.inventory,
+        format!("hosts:\n{}", slurm_entry("gpus", None, &shared)),
+    )
+    .expect("inventory");
+    let t = Instant::now();
+    let mut child = launch_cmd(&cluster, &s, &[])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("launch");
+    assert!(
+        wait_for(Duration::from_secs(120), || {
+            cluster
+                .run_ok("squeue", &["-h", "-r", "-t", "running", "-o", "%N|%i"])
+                .lines()
+                .any(|l| l.starts_with("gpu-a|") && !l.ends_with("_0"))
+        }),
+        "nothing ran on gpu-a"
+    );
+    cluster.node_down("gpu-a");
+    // Long enough for the class's re-queued tasks to wait and be seen
+    // waiting on a node that is down.
+    std::thread::sleep(Duration::from_secs(6));
+    cluster.node_resume("gpu-a");
+    let (ok, stderr) = child_output(&mut child, Duration::from_secs(300));
+    eprintln!("launch: {:?}", t.elapsed());
+    assert!(ok, "{stderr}");
+    assert!(
+        stderr.contains("host `gpus.h100` dropped (slurm: every node of the class is down (gpu-a"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("host `gpus.h100` answers again"),
+        "{stderr}"
+    );
+    let (_, lost) = one_terminal_each(&s, "churn");
+    assert!(lost >= 1, "{stderr}");
+    for a in attempts(&s, "churn").values().flatten() {
+        if a["status"] == "lost" {
+            assert_eq!(a["host"], "gpus.h100", "{a}");
+            assert!(
+                a["lost_reason"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .starts_with("slurm: "),
+                "{a}"
+            );
+        } else if a["host"] == "gpus.h100" {
+            assert_eq!(node_of(a), "gpu-a", "{a}");
+        } else {
+            assert_eq!(node_of(a), "gpu-b", "{a}");
+        }
+    }
+    let report = report_json(&s);
+    for b in class_of(&report, "H100")["buckets"]
+        .as_array()
+        .expect("buckets")
+    {
+        assert_eq!(b["winner"]["label"], "tile=128", "{b}");
     }
 }

@@ -337,10 +337,8 @@ pub async fn run_study(
     }
     // From here on, hosts are those that answered, in inventory order.
     let plan_hosts: Vec<PlanHost> = probed.iter().map(|p| p.plan_host.clone()).collect();
-    let (hosts, fingerprints): (Vec<LaunchHost>, Vec<Fingerprint>) = probed
-        .into_iter()
-        .map(|p| (p.host, p.fingerprint))
-        .unzip();
+    let (hosts, fingerprints): (Vec<LaunchHost>, Vec<Fingerprint>) =
+        probed.into_iter().map(|p| (p.host, p.fingerprint)).unzip();
     let plan = Plan::build_shard(study, &plan_hosts, options.shard).map_err(LaunchError::Other)?;
     for n in &plan.notes {
         emitter.emit(LaunchEvent::PlanNote { text: n.clone() });

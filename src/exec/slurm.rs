@@ -43,11 +43,11 @@ use super::local::RunOutput;
 use super::ssh::SshTransport;
 use super::wire::{self, AgentOptions, Collected, Frame};
 use super::{AttemptOutcome, AttemptSpec, Discovery, HostState, Part, Transport};
-use nodes::NodeClasses;
 use crate::fingerprint::{self, Fingerprint};
 use crate::ledger::records::ExitInfo;
 use crate::spec::inventory::SlurmHost;
 use crate::spec::shell::quote_word;
+use nodes::NodeClasses;
 
 /// The default batch script (templates/slurm-array.sh).
 pub const DEFAULT_TEMPLATE: &str = include_str!("../../templates/slurm-array.sh");
@@ -356,7 +356,10 @@ impl SlurmTransport {
             .login
             .sh(&nodes::sinfo_command(partition))
             .await?;
-        Ok(nodes::parse_sinfo(&String::from_utf8_lossy(&out), partition))
+        Ok(nodes::parse_sinfo(
+            &String::from_utf8_lossy(&out),
+            partition,
+        ))
     }
 
     /// `sbatch` and poll calls made so far (for the benchmark).
@@ -614,10 +617,7 @@ impl Inner {
             let states = self.query().await?;
             let state = states.get(&id).map(|s| s.0.clone());
             if state.as_deref().is_some_and(is_final) || state.is_none() {
-                let reports = self
-                    .login
-                    .read_files(std::slice::from_ref(&frames))
-                    .await?;
+                let reports = self.login.read_files(std::slice::from_ref(&frames)).await?;
                 let bytes = reports.get(&frames).cloned().unwrap_or_default();
                 let mut got = Collected::default();
                 for f in parse_frames(&bytes).await.unwrap_or_default() {
@@ -707,9 +707,15 @@ impl Inner {
         states.sort();
         states.dedup();
         Some(if states.is_empty() {
-            format!("slurm: no node of the class is listed ({})", members.join(", "))
+            format!(
+                "slurm: no node of the class is listed ({})",
+                members.join(", ")
+            )
         } else {
-            format!("slurm: every node of the class is down ({})", states.join(", "))
+            format!(
+                "slurm: every node of the class is down ({})",
+                states.join(", ")
+            )
         })
     }
 
@@ -946,7 +952,10 @@ async fn judge_task(
         let fp = fingerprint::parse_probe_output(&String::from_utf8_lossy(probe));
         let class = fp.host_class();
         let learned = steer.is_some_and(|s| {
-            !task.node.is_empty() && s.nodes.lock().is_ok_and(|mut m| m.learn(&task.node, &class))
+            !task.node.is_empty()
+                && s.nodes
+                    .lock()
+                    .is_ok_and(|mut m| m.learn(&task.node, &class))
         });
         if class != expected.host_class() {
             let next = if steer.is_some() {

@@ -137,7 +137,7 @@ pub enum Discovery {
     /// One host class: probe it ([`Transport::probe`]).
     Probe,
     /// One host class, already probed.
-    Probed(Fingerprint),
+    Probed(Box<Fingerprint>),
     /// Several host classes (a Slurm partition with nodes of several
     /// kinds): each part is a host of its own, already probed.
     Parts(Vec<Part>),

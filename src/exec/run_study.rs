@@ -161,7 +161,7 @@ pub async fn probe_hosts(
             }
             Discovery::Probed(fp) => {
                 h.transport.prepare(study_id).await?;
-                Ok(vec![(None, Vec::new(), fp)])
+                Ok(vec![(None, Vec::new(), *fp)])
             }
             Discovery::Parts(parts) => {
                 let mut out = Vec::new();

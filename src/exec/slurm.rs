@@ -1397,7 +1397,7 @@ impl SlurmTransport {
                 });
             }
             self.start();
-            return Ok(Discovery::Probed(fp));
+            return Ok(Discovery::Probed(Box::new(fp)));
         }
         let mut parts: Vec<Part> = Vec::new();
         for (fp, ts) in classes {

@@ -167,14 +167,29 @@ fn strip_sockets(gres: &str) -> String {
     out
 }
 
-/// Whether a node in this `%T` state can take a job now. `idle*`: not
-/// responding.
+/// Whether a node in this `%T` state may take a job now or soon: every
+/// state but those that keep new jobs off it (down, drained or draining,
+/// failing, not responding: a `*` suffix). A busy, reserved, planned or
+/// powered-down node (resumed on demand) counts as up: taking a class for
+/// down when it is only busy would lose its waiting tasks for nothing.
 pub fn state_is_up(state: &str) -> bool {
     if state.ends_with('*') {
         return false;
     }
     let s = state.trim_end_matches(['~', '#', '!', '%', '$', '@', '^', '-']);
-    matches!(s, "idle" | "mixed" | "allocated" | "completing")
+    !matches!(
+        s,
+        "down"
+            | "drained"
+            | "draining"
+            | "drain"
+            | "fail"
+            | "failing"
+            | "future"
+            | "inval"
+            | "unknown"
+            | "not_responding"
+    )
 }
 
 /// Which host class each node of a mixed entry is of, as far as known
@@ -240,6 +255,34 @@ mod tests {
         assert_eq!(other.len(), 1);
         assert_eq!(other[0].tag(), "gpu-d");
         assert!(parse_sinfo(text, Some("nope")).is_empty());
+    }
+
+    #[test]
+    fn only_states_that_keep_jobs_off_a_node_are_down() {
+        for up in [
+            "idle",
+            "mixed",
+            "allocated",
+            "planned",
+            "reserved",
+            "idle~",
+            "completing",
+            "maint",
+        ] {
+            assert!(state_is_up(up), "{up}");
+        }
+        for down in [
+            "down",
+            "down*",
+            "idle*",
+            "drained",
+            "draining",
+            "fail",
+            "inval",
+            "allocated*",
+        ] {
+            assert!(!state_is_up(down), "{down}");
+        }
     }
 
     #[test]

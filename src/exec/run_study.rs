@@ -25,7 +25,7 @@ use super::schedule::drift::Reading;
 use super::schedule::{
     AnchorStep, Burst, HostGate, Kind, Next, Scheduler, Setup, Void, VoidReason,
 };
-use super::{Discovery, HostState, Transport};
+use super::{Discovery, HostState, Part, Transport};
 use crate::fingerprint::Fingerprint;
 use crate::ledger::records::{
     self, AttemptStatus, DropRecord, HostRecord, StudyRecord, VoidRecord,
@@ -151,25 +151,28 @@ pub async fn probe_hosts(
     hosts: Vec<LaunchHost>,
     events: &Emitter,
 ) -> Result<Vec<Probed>, LaunchError> {
+    /// What a host turned out to be.
+    enum Found {
+        Whole(Box<Fingerprint>),
+        Parts(Vec<Part>),
+    }
     let found = futures::future::join_all(hosts.iter().map(|h| async {
-        let discovery = h.transport.discover(study_id, &study.tools).await?;
-        match discovery {
+        match h.transport.discover(study_id, &study.tools).await? {
             Discovery::Probe => {
                 h.transport.prepare(study_id).await?;
-                let fp = h.transport.probe(&study.tools).await?;
-                Ok(vec![(None, Vec::new(), fp)])
+                Ok(Found::Whole(Box::new(
+                    h.transport.probe(&study.tools).await?,
+                )))
             }
             Discovery::Probed(fp) => {
                 h.transport.prepare(study_id).await?;
-                Ok(vec![(None, Vec::new(), *fp)])
+                Ok(Found::Whole(fp))
             }
             Discovery::Parts(parts) => {
-                let mut out = Vec::new();
-                for p in parts {
+                for p in &parts {
                     p.transport.prepare(study_id).await?;
-                    out.push((Some((p.suffix, p.transport)), p.nodes, p.fingerprint));
                 }
-                Ok::<_, String>(out)
+                Ok::<_, String>(Found::Parts(parts))
             }
         }
     }))
@@ -192,38 +195,29 @@ pub async fn probe_hosts(
                 )));
             }
         };
-        let all_nodes: usize = found.iter().map(|(_, n, _)| n.len()).sum();
-        let parts = found.len();
-        let mut whole = Some(h);
-        let mut made = Vec::new();
-        for (part, nodes, fp) in found {
-            let host = match part {
-                None => match whole.take() {
-                    Some(h) => h,
-                    None => continue,
-                },
-                Some((suffix, transport)) => {
-                    let Some(h) = whole.as_ref() else {
-                        continue;
-                    };
-                    // A part's share of the entry's jobs in flight, by its
-                    // nodes; at least one.
-                    let share = (u64::from(h.slots) * nodes.len() as u64)
-                        .checked_div(all_nodes as u64)
-                        .unwrap_or(u64::from(h.slots) / parts as u64)
-                        .max(1);
-                    LaunchHost {
-                        name: format!("{}.{suffix}", h.name),
-                        transport_name: h.transport_name.clone(),
-                        slots: u32::try_from(share).unwrap_or(h.slots),
-                        devices: h.devices.clone(),
-                        device_env: h.device_env.clone(),
-                        transport,
-                    }
-                }
-            };
-            made.push((host, nodes, fp));
-        }
+        let made: Vec<(LaunchHost, Vec<String>, Fingerprint)> = match found {
+            Found::Whole(fp) => vec![(h, Vec::new(), *fp)],
+            Found::Parts(parts) => {
+                let all_nodes = parts.iter().map(|p| p.nodes.len()).sum::<usize>().max(1) as u64;
+                parts
+                    .into_iter()
+                    .map(|p| {
+                        // A part's share of the entry's jobs in flight, by
+                        // its nodes; at least one.
+                        let share = (u64::from(h.slots) * p.nodes.len() as u64 / all_nodes).max(1);
+                        let host = LaunchHost {
+                            name: format!("{}.{}", h.name, p.suffix),
+                            transport_name: h.transport_name.clone(),
+                            slots: u32::try_from(share).unwrap_or(h.slots),
+                            devices: h.devices.clone(),
+                            device_env: h.device_env.clone(),
+                            transport: p.transport,
+                        };
+                        (host, p.nodes, p.fingerprint)
+                    })
+                    .collect()
+            }
+        };
         for (host, nodes, fp) in made {
             let class = fp.host_class();
             let label = fp.class_label();

@@ -713,3 +713,433 @@ result:
         ]
     );
 }
+
+/// Every trial has exactly one terminal attempt, but a lost repeat of a
+/// config that failed at its cell and class: it is not run again (a
+/// config that fails is not repeated). Returns the lost attempts.
+fn one_terminal_each_but_failed(s: &Setup, study: &str) -> usize {
+    let all = attempts(s, study);
+    let config_at = |a: &Json| format!("{} {} {}", a["host_class"], a["config"], a["cell"]);
+    let failed: std::collections::BTreeSet<String> = all
+        .values()
+        .flatten()
+        .filter(|a| a["status"] == "failed")
+        .map(config_at)
+        .collect();
+    let mut lost = 0;
+    for (key, list) in &all {
+        let terminal = list.iter().filter(|a| a["status"] != "lost").count();
+        lost += list.len() - terminal;
+        let of_failed = list.first().is_some_and(|a| failed.contains(&config_at(a)));
+        assert!(
+            terminal == 1 || (terminal == 0 && of_failed),
+            "trial {key}: {list:?}"
+        );
+    }
+    lost
+}
+
+/// A quickstart-like study for the mixed-partition tests: warm-ups,
+/// three repeats, drift anchors and a confirmation round, two cells in two
+/// buckets. The trial says which node ran it (`node=` on stdout).
+fn mixed_study(name: &str) -> String {
+    mixed_study_with(
+        name,
+        "measurement: {warmup: 1, repeats: 3, anchor_every: 4, confirm_repeats: 3}\n",
+    )
+}
+
+/// [`mixed_study`] with other measurement lines (`measurement`, `trial`'s
+/// `env`...).
+fn mixed_study_with(name: &str, measurement: &str) -> String {
+    format!(
+        r#"name: {name}
+knobs:
+{KNOBS}cells:
+  n: [1, 2]
+trial:
+  command: "echo node=$SLURMD_NODENAME; {trial} --n {{{{ n }}}}"
+  timeout: 30s
+objective: {{metric: tp, better: higher}}
+{measurement}gate:
+  outputs: [out.txt]
+"#,
+        trial = fake_trial()
+    )
+}
+
+/// A slurm entry of the test inventory.
+fn slurm_entry(name: &str, constraint: Option<&str>, shared: &Path) -> String {
+    let constraint = constraint
+        .map(|c| format!("    constraint: {c}\n"))
+        .unwrap_or_default();
+    format!(
+        "  - name: {name}\n    transport: slurm\n{constraint}    gres: \"gpu:1\"\n    poll_interval: 1s\n    shared_dir: {}\n    max_jobs_in_flight: 20\n",
+        shared.display()
+    )
+}
+
+/// What a launch shipped per host class: class id → bucket label →
+/// (winner or `baseline`, level).
+fn shipped(s: &Setup) -> BTreeMap<String, BTreeMap<String, (String, String)>> {
+    let report = report_json(s);
+    let mut out = BTreeMap::new();
+    for c in report["classes"].as_array().expect("classes") {
+        let mut buckets = BTreeMap::new();
+        for b in c["buckets"].as_array().expect("buckets") {
+            buckets.insert(
+                b["label"].as_str().unwrap_or_default().to_string(),
+                (
+                    b["winner"]["label"]
+                        .as_str()
+                        .unwrap_or("baseline")
+                        .to_string(),
+                    b["level"].as_str().unwrap_or_default().to_string(),
+                ),
+            );
+        }
+        out.insert(
+            c["host_class"].as_str().unwrap_or_default().to_string(),
+            buckets,
+        );
+    }
+    out
+}
+
+/// The node an attempt ran on (its `node=` line).
+fn node_of(a: &Json) -> String {
+    a["stdout_tail"]
+        .as_str()
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix("node="))
+        .unwrap_or_default()
+        .to_string()
+}
+
+/// Successful attempts other than anchors, per (class, role, config, cell,
+/// repeat). (How many repeats of a failing config start before its first
+/// failure is in depends on concurrency, not on a decision.)
+fn measured(s: &Setup, study: &str) -> std::collections::BTreeSet<String> {
+    attempts(s, study)
+        .values()
+        .flatten()
+        .filter(|a| a["status"] == "ok" && a["role"] != "anchor")
+        .map(|a| {
+            format!(
+                "{} {} {} {} {}",
+                a["host_class"], a["role"], a["config"], a["cell"], a["repeat"]
+            )
+        })
+        .collect()
+}
+
+fn plan_json(cluster: &Cluster, s: &Setup) -> Json {
+    let mut c = std::process::Command::new(assert_cmd::cargo::cargo_bin("tunectl"));
+    c.args(["plan", "--dry-run", "--json", "--inventory"])
+        .arg(&s.inventory)
+        .arg("--ledger")
+        .arg(&s.ledger)
+        .arg(&s.study)
+        .env_remove("TUNECTL_LEDGER")
+        .current_dir(&s.root);
+    for (k, v) in cluster.env() {
+        c.env(k, v);
+    }
+    let out = c.output().expect("plan");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("plan JSON")
+}
+
+/// One entry for a partition with an H100 node and an A100 node, no
+/// `constraint`: the launch finds both node classes, steers each class's
+/// trials to its own node, and ships what two entries pinned by
+/// `constraint` ship, class by class, with no attempt lost.
+#[test]
+fn a_mixed_partition_is_tuned_per_node_class_in_one_entry() {
+    let started = Instant::now();
+    let cluster = Cluster::start(&NODES);
+    let mixed = setup(&cluster, "mixed", "", KNOBS, "");
+    std::fs::write(&mixed.study, mixed_study("mixed")).expect("study");
+    let shared = mixed.root.join("shared");
+    std::fs::write(
+        &mixed.inventory,
+        format!("hosts:\n{}", slurm_entry("gpus", None, &shared)),
+    )
+    .expect("inventory");
+
+    // Before any launch, plan lists the partition's two node types.
+    let plan = plan_json(&cluster, &mixed);
+    let hosts: Vec<&str> = plan["hosts"]
+        .as_array()
+        .expect("hosts")
+        .iter()
+        .filter_map(|h| h["host"].as_str())
+        .collect();
+    assert_eq!(hosts, vec!["gpus.h100", "gpus.a100"], "{plan}");
+    assert_eq!(plan["classes"].as_array().map(Vec::len), Some(2), "{plan}");
+
+    let t = Instant::now();
+    let stderr = launch(&cluster, &mixed, &[]);
+    eprintln!("mixed launch: {:?}", t.elapsed());
+    assert!(
+        stderr.contains("host gpus.h100 (slurm nodes gpu-a)"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("host gpus.a100 (slurm nodes gpu-b)"),
+        "{stderr}"
+    );
+    let (trials, lost) = one_terminal_each(&mixed, "mixed");
+    assert_eq!(lost, 0, "{stderr}");
+    // Every attempt ran on its class's node: the H100 class's on gpu-a,
+    // the A100 class's on gpu-b, anchors and confirmation rounds included.
+    let mut roles = std::collections::BTreeSet::new();
+    for a in attempts(&mixed, "mixed").values().flatten() {
+        let want = match a["host"].as_str() {
+            Some("gpus.h100") => "gpu-a",
+            Some("gpus.a100") => "gpu-b",
+            other => panic!("attempt on host {other:?}: {a}"),
+        };
+        assert_eq!(node_of(a), want, "{a}");
+        roles.insert(a["role"].as_str().unwrap_or_default().to_string());
+    }
+    for role in ["sweep", "anchor", "confirm"] {
+        assert!(roles.contains(role), "no {role} attempt: {roles:?}");
+    }
+    // Each part's arrays kept off the other class's node.
+    for c in calls(&mixed, "sbatch") {
+        assert!(
+            c.contains("--exclude=gpu-") || c.contains("--nodelist=gpu-"),
+            "an unsteered sbatch: {c}"
+        );
+    }
+    let report = report_json(&mixed);
+    for b in class_of(&report, "H100")["buckets"]
+        .as_array()
+        .expect("buckets")
+    {
+        assert_eq!(b["winner"]["label"], "tile=128", "{b}");
+        assert_eq!(b["level"], "verdict", "{b}");
+    }
+    for b in class_of(&report, "A100")["buckets"]
+        .as_array()
+        .expect("buckets")
+    {
+        assert!(b["winner"].is_null(), "{b}");
+        assert_eq!(b["level"], "verdict", "{b}");
+    }
+
+    // After the launch, plan shows the entry's two probed classes.
+    let plan = plan_json(&cluster, &mixed);
+    let classes = plan["classes"].as_array().expect("classes");
+    assert_eq!(classes.len(), 2, "{plan}");
+    assert!(classes.iter().all(|c| c["probed"] == true), "{plan}");
+    let nodes: Vec<String> = plan["hosts"]
+        .as_array()
+        .expect("hosts")
+        .iter()
+        .map(|h| h["nodes"].to_string())
+        .collect();
+    assert_eq!(nodes, vec!["[\"gpu-a\"]", "[\"gpu-b\"]"], "{plan}");
+
+    // The same study through two entries pinned by `constraint`.
+    let pinned = setup(&cluster, "pinned", "", KNOBS, "");
+    std::fs::write(&pinned.study, mixed_study("pinned")).expect("study");
+    let shared = pinned.root.join("shared");
+    std::fs::write(
+        &pinned.inventory,
+        format!(
+            "hosts:\n{}{}",
+            slurm_entry("h100s", Some("h100"), &shared),
+            slurm_entry("a100s", Some("a100"), &shared)
+        ),
+    )
+    .expect("inventory");
+    let t = Instant::now();
+    launch(&cluster, &pinned, &[]);
+    eprintln!("pinned launch: {:?}", t.elapsed());
+    one_terminal_each(&pinned, "pinned");
+    assert_eq!(shipped(&mixed), shipped(&pinned));
+    // The same sweep and confirmation trials per class (anchors follow
+    // the order trials end in, which concurrency changes).
+    assert!(trials > 0);
+    let (one, two) = (measured(&mixed, "mixed"), measured(&pinned, "pinned"));
+    assert!(
+        one == two,
+        "only with one entry: {:?}\nonly with two: {:?}",
+        one.difference(&two).collect::<Vec<_>>(),
+        two.difference(&one).collect::<Vec<_>>()
+    );
+    eprintln!("whole test: {:?}", started.elapsed());
+}
+
+/// A node whose type hides its class: gpu-c carries the `h100` feature and
+/// gres type but holds an A100. Discovery probes one node of the type
+/// (gpu-a) and takes gpu-c for an H100; the H100 class's tasks that land
+/// on gpu-c are lost (their probe shows the A100) and run again, gpu-c is
+/// kept out of the H100 class's later jobs, and nothing it measured is
+/// classed as an H100.
+#[test]
+fn a_node_of_another_class_than_its_type_is_found_out_and_kept_out() {
+    let cluster = Cluster::start(&[
+        NODES[0],
+        NODES[1],
+        NodeSpec {
+            name: "gpu-c",
+            gpu_type: "h100",
+            gpus: 1,
+            gpu_name: "NVIDIA A100-SXM4-80GB",
+            cpus: 2,
+        },
+    ]);
+    let s = setup(&cluster, "hidden", "", KNOBS, "");
+    std::fs::write(
+        &s.study,
+        mixed_study_with(
+            "hidden",
+            "measurement: {warmup: 0, repeats: 2, anchor_every: 0, confirm_repeats: 1}\n\
+             selection: {min_samples: 2}\n",
+        )
+        .replace(
+            "  timeout: 30s\n",
+            "  timeout: 30s\n  env: {FAKE_TRIAL_SLEEP: \"1\"}\n",
+        ),
+    )
+    .expect("study");
+    let shared = s.root.join("shared");
+    std::fs::write(
+        &s.inventory,
+        format!("hosts:\n{}", slurm_entry("gpus", None, &shared)),
+    )
+    .expect("inventory");
+    let t = Instant::now();
+    let stderr = launch(&cluster, &s, &[]);
+    eprintln!("launch: {:?}", t.elapsed());
+    assert!(
+        stderr.contains("host gpus.h100 (slurm nodes gpu-a, gpu-c)"),
+        "{stderr}"
+    );
+    let lost = one_terminal_each_but_failed(&s, "hidden");
+    let all = attempts(&s, "hidden");
+    for a in all.values().flatten() {
+        if a["status"] == "lost" {
+            let why = a["lost_reason"].as_str().unwrap_or_default();
+            assert!(
+                why.contains("node gpu-c") && why.contains("kept out"),
+                "{a}"
+            );
+            assert_eq!(a["host"], "gpus.h100", "{a}");
+        } else if a["host"] == "gpus.h100" {
+            assert_eq!(node_of(a), "gpu-a", "{a}");
+        } else {
+            assert_ne!(node_of(a), "gpu-a", "{a}");
+        }
+    }
+    assert!(lost >= 1, "no task of the H100 class landed on gpu-c");
+    let report = report_json(&s);
+    assert_eq!(report["classes"].as_array().map(Vec::len), Some(2));
+    for b in class_of(&report, "H100")["buckets"]
+        .as_array()
+        .expect("buckets")
+    {
+        assert_eq!(b["winner"]["label"], "tile=128", "{b}");
+    }
+    for b in class_of(&report, "A100")["buckets"]
+        .as_array()
+        .expect("buckets")
+    {
+        assert!(b["winner"].is_null(), "{b}");
+    }
+}
+
+/// A mixed partition's class whose only node goes down is a host that
+/// dropped: its running and waiting tasks are lost and queued again, the
+/// launch says the host dropped, and when the node is back the host
+/// rejoins and the class is tuned to the end; the other class never
+/// stops.
+#[test]
+fn a_mixed_partitions_class_drops_and_rejoins_with_its_node() {
+    let cluster = Cluster::start(&NODES);
+    let s = setup(&cluster, "churn", "", KNOBS, "");
+    std::fs::write(
+        &s.study,
+        mixed_study_with(
+            "churn",
+            "measurement: {warmup: 0, repeats: 2, anchor_every: 0, confirm_repeats: 1}\n\
+             selection: {min_samples: 2}\n",
+        )
+        .replace(
+            "  timeout: 30s\n",
+            "  timeout: 30s\n  env: {FAKE_TRIAL_SLEEP: \"2\"}\n",
+        ),
+    )
+    .expect("study");
+    let shared = s.root.join("shared");
+    std::fs::write(
+        &s.inventory,
+        format!("hosts:\n{}", slurm_entry("gpus", None, &shared)),
+    )
+    .expect("inventory");
+    let t = Instant::now();
+    let mut child = launch_cmd(&cluster, &s, &[])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("launch");
+    assert!(
+        wait_for(Duration::from_secs(120), || {
+            cluster
+                .run_ok("squeue", &["-h", "-r", "-t", "running", "-o", "%N|%i"])
+                .lines()
+                .any(|l| l.starts_with("gpu-a|") && !l.ends_with("_0"))
+        }),
+        "nothing ran on gpu-a"
+    );
+    cluster.node_down("gpu-a");
+    // Long enough for the class's re-queued tasks to wait and be seen
+    // waiting on a node that is down.
+    std::thread::sleep(Duration::from_secs(6));
+    cluster.node_resume("gpu-a");
+    let (ok, stderr) = child_output(&mut child, Duration::from_secs(300));
+    eprintln!("launch: {:?}", t.elapsed());
+    assert!(ok, "{stderr}");
+    assert!(
+        stderr.contains("host `gpus.h100` dropped (slurm: every node of the class is down (gpu-a"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("host `gpus.h100` answers again"),
+        "{stderr}"
+    );
+    let lost = one_terminal_each_but_failed(&s, "churn");
+    let all = attempts(&s, "churn");
+    assert!(lost >= 1, "{stderr}");
+    for a in all.values().flatten() {
+        if a["status"] == "lost" {
+            assert_eq!(a["host"], "gpus.h100", "{a}");
+            assert!(
+                a["lost_reason"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .starts_with("slurm: "),
+                "{a}"
+            );
+        } else if a["host"] == "gpus.h100" {
+            assert_eq!(node_of(a), "gpu-a", "{a}");
+        } else {
+            assert_eq!(node_of(a), "gpu-b", "{a}");
+        }
+    }
+    let report = report_json(&s);
+    for b in class_of(&report, "H100")["buckets"]
+        .as_array()
+        .expect("buckets")
+    {
+        assert_eq!(b["winner"]["label"], "tile=128", "{b}");
+    }
+}

@@ -23,52 +23,67 @@ pub fn transport_for(
             control_dir.to_path_buf(),
             keep_workdirs,
         )),
-        Transport::Slurm(cfg) => {
-            let login = match cfg.login.as_str() {
-                "local" => crate::exec::slurm::Login::Local,
-                name => match inv.host(name).map(|l| &l.transport) {
-                    Some(Transport::Ssh(ssh)) => crate::exec::slurm::Login::Ssh(Arc::new(
-                        SshTransport::new(name, ssh.clone(), control_dir.to_path_buf(), false),
-                    )),
-                    _ => {
-                        return Err(CliError::Invalid(format!(
-                            "host `{}`: login `{name}` is not an ssh host of the inventory",
-                            h.name
-                        )));
-                    }
-                },
-            };
-            let template = match &cfg.batch_template {
-                Some(p) => {
-                    let base = inv
-                        .source
-                        .as_deref()
-                        .and_then(Path::parent)
-                        .unwrap_or(Path::new("."));
-                    let path = base.join(p);
-                    Some(std::fs::read_to_string(&path).map_err(|e| {
-                        CliError::Invalid(format!(
-                            "host `{}`: batch_template {}: {e}",
-                            h.name,
-                            path.display()
-                        ))
-                    })?)
-                }
-                None => None,
-            };
-            Arc::new(crate::exec::slurm::SlurmTransport::new(
-                &h.name,
-                cfg.clone(),
-                login,
-                template,
-                keep_workdirs,
-            ))
-        }
+        Transport::Slurm(_) => Arc::new(slurm_transport(h, inv, control_dir, keep_workdirs)?),
         Transport::Local => Arc::new(LocalTransport {
             work_root: work_root.to_path_buf(),
             keep_workdirs,
         }),
     })
+}
+
+/// The transport of a slurm entry of the inventory (its login host and
+/// batch template resolved).
+pub fn slurm_transport(
+    h: &crate::spec::Host,
+    inv: &Inventory,
+    control_dir: &Path,
+    keep_workdirs: bool,
+) -> Result<crate::exec::slurm::SlurmTransport, CliError> {
+    let Transport::Slurm(cfg) = &h.transport else {
+        return Err(CliError::Invalid(format!(
+            "host `{}` is not a slurm entry",
+            h.name
+        )));
+    };
+    let login = match cfg.login.as_str() {
+        "local" => crate::exec::slurm::Login::Local,
+        name => match inv.host(name).map(|l| &l.transport) {
+            Some(Transport::Ssh(ssh)) => crate::exec::slurm::Login::Ssh(Arc::new(
+                SshTransport::new(name, ssh.clone(), control_dir.to_path_buf(), false),
+            )),
+            _ => {
+                return Err(CliError::Invalid(format!(
+                    "host `{}`: login `{name}` is not an ssh host of the inventory",
+                    h.name
+                )));
+            }
+        },
+    };
+    let template = match &cfg.batch_template {
+        Some(p) => {
+            let base = inv
+                .source
+                .as_deref()
+                .and_then(Path::parent)
+                .unwrap_or(Path::new("."));
+            let path = base.join(p);
+            Some(std::fs::read_to_string(&path).map_err(|e| {
+                CliError::Invalid(format!(
+                    "host `{}`: batch_template {}: {e}",
+                    h.name,
+                    path.display()
+                ))
+            })?)
+        }
+        None => None,
+    };
+    Ok(crate::exec::slurm::SlurmTransport::new(
+        &h.name,
+        cfg.clone(),
+        login,
+        template,
+        keep_workdirs,
+    ))
 }
 
 /// Where SSH master connections keep their control sockets: a short

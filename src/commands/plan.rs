@@ -104,6 +104,9 @@ struct HostView {
     slots: u32,
     host_class: String,
     trials_share: u64,
+    /// A mixed Slurm partition's part: its nodes.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    nodes: Vec<String>,
 }
 
 #[derive(Serialize)]
@@ -115,19 +118,46 @@ struct ConfigView {
     command: String,
 }
 
+/// The hosts a plan shows, with the nodes of a mixed Slurm partition's
+/// parts (host name → nodes).
 async fn plan_hosts(
     inv: &Inventory,
     study: &Study,
     study_id: &str,
     ledger: Option<&Ledger>,
-) -> Vec<PlanHost> {
+) -> (Vec<PlanHost>, BTreeMap<String, Vec<String>>) {
     let known = match ledger {
         Some(l) => l.hosts(study_id).await.map(|(h, _)| h).unwrap_or_default(),
         None => Vec::new(),
     };
     let mut local_fp: Option<Option<fingerprint::Fingerprint>> = None;
     let mut out = Vec::new();
+    let mut nodes = BTreeMap::new();
     for h in &inv.hosts {
+        if let Transport::Slurm(cfg) = &h.transport {
+            let parts = match slurm_parts(&known, &h.name) {
+                Some(p) => p,
+                None if cfg.constraint.is_none() => unprobed_parts(h, inv).await,
+                None => Vec::new(),
+            };
+            if !parts.is_empty() {
+                let all: usize = parts.iter().map(|p| p.1.len()).sum();
+                for (name, part_nodes, class) in parts {
+                    let share = (u64::from(h.concurrency()) * part_nodes.len() as u64)
+                        .checked_div(all as u64)
+                        .unwrap_or(1)
+                        .max(1);
+                    out.push(PlanHost {
+                        name: name.clone(),
+                        transport: h.transport.name().to_string(),
+                        slots: u32::try_from(share).unwrap_or(1),
+                        class,
+                    });
+                    nodes.insert(name, part_nodes);
+                }
+                continue;
+            }
+        }
         let class = match h.transport {
             Transport::Local => {
                 if local_fp.is_none() {
@@ -154,6 +184,79 @@ async fn plan_hosts(
             class,
         });
     }
+    (out, nodes)
+}
+
+type PartView = (String, Vec<String>, Option<ClassInfo>);
+
+/// The parts (`<entry>.<tag>`: name, nodes, class) of a mixed Slurm
+/// partition as its last launch recorded them; `None` when that launch
+/// found one class (or none was recorded).
+fn slurm_parts(known: &[crate::ledger::records::HostRecord], entry: &str) -> Option<Vec<PartView>> {
+    let prefix = format!("{entry}.");
+    let whole = known
+        .iter()
+        .filter(|r| r.host == entry)
+        .map(|r| r.probed_at.as_str())
+        .max();
+    let mut parts: BTreeMap<&str, &crate::ledger::records::HostRecord> = BTreeMap::new();
+    for r in known.iter().filter(|r| r.host.starts_with(&prefix)) {
+        if whole.is_some_and(|w| r.probed_at.as_str() < w) {
+            continue;
+        }
+        match parts.get(r.host.as_str()) {
+            Some(had) if had.probed_at >= r.probed_at => {}
+            _ => {
+                parts.insert(r.host.as_str(), r);
+            }
+        }
+    }
+    if parts.is_empty() {
+        return None;
+    }
+    // In the order of their first node, as the launch found them.
+    let mut parts: Vec<&crate::ledger::records::HostRecord> = parts.into_values().collect();
+    parts.sort_by(|a, b| a.nodes.first().cmp(&b.nodes.first()));
+    Some(
+        parts
+            .into_iter()
+            .map(|r| {
+                (
+                    r.host.clone(),
+                    r.nodes.clone(),
+                    Some(ClassInfo {
+                        id: r.host_class.clone(),
+                        label: r.class_label.clone(),
+                    }),
+                )
+            })
+            .collect(),
+    )
+}
+
+/// A Slurm entry not launched yet: one unprobed part per node type of its
+/// partition, as `sinfo` lists them (none when it lists one type, or
+/// cannot be asked within 20 s).
+async fn unprobed_parts(h: &crate::spec::Host, inv: &Inventory) -> Vec<PartView> {
+    let Ok(control_dir) = super::hosts::ssh_control_dir() else {
+        return Vec::new();
+    };
+    let Ok(transport) = super::hosts::slurm_transport(h, inv, &control_dir, false) else {
+        return Vec::new();
+    };
+    let types = tokio::time::timeout(Duration::from_secs(20), transport.node_types()).await;
+    let types = match types {
+        Ok(Ok(t)) if t.len() > 1 => t,
+        _ => return Vec::new(),
+    };
+    let mut out: Vec<PartView> = Vec::new();
+    for t in types {
+        let mut name = format!("{}.{}", h.name, t.tag());
+        if out.iter().any(|p| p.0 == name) {
+            name = format!("{name}-{}", t.nodes.first().cloned().unwrap_or_default());
+        }
+        out.push((name, t.nodes, None));
+    }
     out
 }
 
@@ -161,6 +264,8 @@ async fn plan_hosts(
 /// ledger already holds of it.
 pub struct Outlook {
     pub hosts: Vec<PlanHost>,
+    /// The nodes of a mixed Slurm partition's parts, by host name.
+    pub nodes: BTreeMap<String, Vec<String>>,
     pub plan: Plan,
     /// Trial keys of the study with any attempt.
     pub held: BTreeMap<String, usize>,
@@ -181,7 +286,7 @@ pub async fn outlook(
     ledger: Option<&Ledger>,
     shard: Option<crate::search::Shard>,
 ) -> Result<Outlook, CliError> {
-    let hosts = plan_hosts(inv, study, study_id, ledger).await;
+    let (hosts, nodes) = plan_hosts(inv, study, study_id, ledger).await;
     let plan = Plan::build_shard(study, &hosts, shard).map_err(CliError::Invalid)?;
     plan.check_acyclic().map_err(failed)?;
     let (held, scan) = match ledger {
@@ -217,6 +322,7 @@ pub async fn outlook(
     let typical = crate::stats::median(&timings);
     Ok(Outlook {
         hosts,
+        nodes,
         plan,
         held,
         in_plan,
@@ -299,6 +405,7 @@ pub async fn run(a: PlanArgs) -> Result<(), CliError> {
     };
     let Outlook {
         hosts,
+        nodes,
         plan,
         held,
         in_plan,
@@ -396,6 +503,7 @@ pub async fn run(a: PlanArgs) -> Result<(), CliError> {
                 slots: h.slots,
                 host_class: class.map(|c| c.id.clone()).unwrap_or_default(),
                 trials_share: share,
+                nodes: nodes.get(&h.name).cloned().unwrap_or_default(),
             }
         })
         .collect();
@@ -616,9 +724,14 @@ fn render_plan(v: &PlanView) -> String {
     let _ = writeln!(o, "  ({})", v.typical_run_source);
     let _ = writeln!(o, "\nhosts:");
     for h in &v.hosts {
+        let nodes = if h.nodes.is_empty() {
+            String::new()
+        } else {
+            format!(" · nodes {}", h.nodes.join(", "))
+        };
         let _ = writeln!(
             o,
-            "  {:<20} {:<6} {} slots · ~{} trials",
+            "  {:<20} {:<6} {} slots · ~{} trials{nodes}",
             h.host, h.transport, h.slots, h.trials_share,
         );
     }

@@ -39,6 +39,8 @@ pub enum LaunchEvent {
         host: String,
         class: String,
         label: String,
+        /// A mixed Slurm partition's part: its nodes.
+        nodes: Vec<String>,
     },
     /// A remote host did not answer its probe: the study goes on without it.
     HostUnreachable {

@@ -140,6 +140,27 @@ pub enum HostState {
     },
 }
 
+/// What a host is, found before it is probed.
+pub enum Discovery {
+    /// One host class: probe it ([`Transport::probe`]).
+    Probe,
+    /// One host class, already probed.
+    Probed(Box<Fingerprint>),
+    /// Several host classes (a Slurm partition with nodes of several
+    /// kinds): each part is a host of its own, already probed.
+    Parts(Vec<Part>),
+}
+
+/// One host class's share of a host that holds several.
+pub struct Part {
+    /// The part's host name is `<host>.<suffix>`.
+    pub suffix: String,
+    /// The nodes of the part when it was found (sorted).
+    pub nodes: Vec<String>,
+    pub fingerprint: Fingerprint,
+    pub transport: std::sync::Arc<dyn Transport>,
+}
+
 #[async_trait]
 pub trait Transport: Send + Sync {
     /// Where an attempt runs on this host (a path that does not exist yet).
@@ -152,6 +173,17 @@ pub trait Transport: Send + Sync {
     /// launchers...).
     async fn prepare(&self, _study_id: &str) -> Result<(), String> {
         Ok(())
+    }
+    /// Find out, before probing, whether this host holds machines of
+    /// several host classes (set for `study_id`, probing with `tools`,
+    /// classing machines by `class_key`).
+    async fn discover(
+        &self,
+        _study_id: &str,
+        _tools: &BTreeMap<String, String>,
+        _class_key: &crate::fingerprint::ClassKey,
+    ) -> Result<Discovery, String> {
+        Ok(Discovery::Probe)
     }
     /// Whether the host can take a trial now (reconnecting when due).
     async fn state(&self) -> HostState {

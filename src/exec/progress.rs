@@ -311,9 +311,21 @@ pub fn describe(ev: &LaunchEvent) -> Vec<String> {
         } => one(format!(
             "{count} configs known to fail on {class} (from {source}) are not tried there"
         )),
-        LaunchEvent::HostReady { host, class, label } => {
-            one(format!("host {host}: class {class} ({label})"))
-        }
+        LaunchEvent::HostReady {
+            host,
+            class,
+            label,
+            nodes,
+        } if nodes.is_empty() => one(format!("host {host}: class {class} ({label})")),
+        LaunchEvent::HostReady {
+            host,
+            class,
+            label,
+            nodes,
+        } => one(format!(
+            "host {host} (slurm nodes {}): class {class} ({label})",
+            nodes.join(", ")
+        )),
         LaunchEvent::HostUnreachable { host, reason } => one(format!(
             "warning: host `{host}` does not answer ({reason}); the study goes on without it"
         )),

@@ -25,7 +25,7 @@ use super::schedule::drift::Reading;
 use super::schedule::{
     AnchorStep, Burst, HostGate, Kind, Next, Scheduler, Setup, Void, VoidReason,
 };
-use super::{HostState, Transport};
+use super::{Discovery, HostState, Part, Transport};
 use crate::fingerprint::Fingerprint;
 use crate::ledger::records::{
     self, AttemptStatus, DropRecord, HostRecord, StudyRecord, VoidRecord,
@@ -133,31 +133,56 @@ pub async fn register_study(
 
 /// A host that answered its probe.
 pub struct Probed {
-    /// Index in the launch's host list.
-    pub index: usize,
+    pub host: LaunchHost,
     pub plan_host: PlanHost,
     pub fingerprint: Fingerprint,
 }
 
-/// Probe hosts (all at once), register them in the ledger, and return
-/// those that answered. The local machine failing its probe is an error; a
-/// remote host that does not answer is reported and left out.
+/// Discover and probe hosts (all at once), register them in the ledger,
+/// and return those that answered, in inventory order. A host of several
+/// host classes (a mixed Slurm partition) comes back as one host per
+/// class, `<host>.<tag>`, sharing its slots by node count. The local
+/// machine failing its probe is an error; a remote host that does not
+/// answer is reported and left out.
 pub async fn probe_hosts(
     study: &Study,
     study_id: &str,
     ledger: &Ledger,
-    hosts: &[LaunchHost],
+    hosts: Vec<LaunchHost>,
     events: &Emitter,
 ) -> Result<Vec<Probed>, LaunchError> {
-    let probes = futures::future::join_all(hosts.iter().map(|h| async {
-        h.transport.prepare(study_id).await?;
-        h.transport.probe(&study.tools).await
+    /// What a host turned out to be.
+    enum Found {
+        Whole(Box<Fingerprint>),
+        Parts(Vec<Part>),
+    }
+    let found = futures::future::join_all(hosts.iter().map(|h| async {
+        match h.transport
+            .discover(study_id, &study.tools, &study.class_key)
+            .await? {
+            Discovery::Probe => {
+                h.transport.prepare(study_id).await?;
+                Ok(Found::Whole(Box::new(
+                    h.transport.probe(&study.tools).await?,
+                )))
+            }
+            Discovery::Probed(fp) => {
+                h.transport.prepare(study_id).await?;
+                Ok(Found::Whole(fp))
+            }
+            Discovery::Parts(parts) => {
+                for p in &parts {
+                    p.transport.prepare(study_id).await?;
+                }
+                Ok::<_, String>(Found::Parts(parts))
+            }
+        }
     }))
     .await;
     let mut out = Vec::new();
-    for (index, (h, probe)) in hosts.iter().zip(probes).enumerate() {
-        let fp = match probe {
-            Ok(fp) => fp,
+    for (h, found) in hosts.into_iter().zip(found) {
+        let found = match found {
+            Ok(f) => f,
             Err(e) if h.transport_name != "local" => {
                 events.emit(LaunchEvent::HostUnreachable {
                     host: h.name.clone(),
@@ -172,38 +197,65 @@ pub async fn probe_hosts(
                 )));
             }
         };
-        let class = fp.host_class_under(&study.class_key);
-        let label = fp.class_label_under(&study.class_key);
-        ledger
-            .write_host(
-                study_id,
-                &HostRecord {
-                    schema: records::SCHEMA,
-                    host: h.name.clone(),
-                    transport: h.transport_name.clone(),
-                    fingerprint_hash: fp.hash(),
-                    host_class: class.clone(),
-                    class_label: label.clone(),
-                    probed_at: chrono::Utc::now().to_rfc3339(),
-                    fingerprint: fp.clone(),
+        let made: Vec<(LaunchHost, Vec<String>, Fingerprint)> = match found {
+            Found::Whole(fp) => vec![(h, Vec::new(), *fp)],
+            Found::Parts(parts) => {
+                let all_nodes = parts.iter().map(|p| p.nodes.len()).sum::<usize>().max(1) as u64;
+                parts
+                    .into_iter()
+                    .map(|p| {
+                        // A part's share of the entry's jobs in flight, by
+                        // its nodes; at least one.
+                        let share = (u64::from(h.slots) * p.nodes.len() as u64 / all_nodes).max(1);
+                        let host = LaunchHost {
+                            name: format!("{}.{}", h.name, p.suffix),
+                            transport_name: h.transport_name.clone(),
+                            slots: u32::try_from(share).unwrap_or(h.slots),
+                            devices: h.devices.clone(),
+                            device_env: h.device_env.clone(),
+                            transport: p.transport,
+                        };
+                        (host, p.nodes, p.fingerprint)
+                    })
+                    .collect()
+            }
+        };
+        for (host, nodes, fp) in made {
+            let class = fp.host_class_under(&study.class_key);
+            let label = fp.class_label_under(&study.class_key);
+            ledger
+                .write_host(
+                    study_id,
+                    &HostRecord {
+                        schema: records::SCHEMA,
+                        host: host.name.clone(),
+                        transport: host.transport_name.clone(),
+                        fingerprint_hash: fp.hash(),
+                        host_class: class.clone(),
+                        class_label: label.clone(),
+                        probed_at: chrono::Utc::now().to_rfc3339(),
+                        nodes: nodes.clone(),
+                        fingerprint: fp.clone(),
+                    },
+                )
+                .await?;
+            events.emit(LaunchEvent::HostReady {
+                host: host.name.clone(),
+                class: class.clone(),
+                label: label.clone(),
+                nodes,
+            });
+            out.push(Probed {
+                plan_host: PlanHost {
+                    name: host.name.clone(),
+                    transport: host.transport_name.clone(),
+                    slots: host.slots,
+                    class: Some(ClassInfo { id: class, label }),
                 },
-            )
-            .await?;
-        events.emit(LaunchEvent::HostReady {
-            host: h.name.clone(),
-            class: class.clone(),
-            label: label.clone(),
-        });
-        out.push(Probed {
-            index,
-            plan_host: PlanHost {
-                name: h.name.clone(),
-                transport: h.transport_name.clone(),
-                slots: h.slots,
-                class: Some(ClassInfo { id: class, label }),
-            },
-            fingerprint: fp,
-        });
+                host,
+                fingerprint: fp,
+            });
+        }
     }
     Ok(out)
 }
@@ -266,7 +318,7 @@ pub async fn run_study(
 ) -> Result<LaunchSummary, LaunchError> {
     let emitter = Emitter::new(events);
     let record = register_study(study, study_id, ledger).await?;
-    let probed = probe_hosts(study, study_id, ledger, &hosts, &emitter).await?;
+    let probed = probe_hosts(study, study_id, ledger, hosts, &emitter).await?;
     if probed.is_empty() {
         let why: Vec<String> = emitter
             .summary()
@@ -280,12 +332,9 @@ pub async fn run_study(
         )));
     }
     // From here on, hosts are those that answered, in inventory order.
-    let mut all_hosts: Vec<Option<LaunchHost>> = hosts.into_iter().map(Some).collect();
-    let hosts: Vec<LaunchHost> = probed
-        .iter()
-        .filter_map(|p| all_hosts.get_mut(p.index).and_then(|h| h.take()))
-        .collect();
     let plan_hosts: Vec<PlanHost> = probed.iter().map(|p| p.plan_host.clone()).collect();
+    let (hosts, fingerprints): (Vec<LaunchHost>, Vec<Fingerprint>) =
+        probed.into_iter().map(|p| (p.host, p.fingerprint)).unzip();
     let plan = Plan::build_shard(study, &plan_hosts, options.shard).map_err(LaunchError::Other)?;
     for n in &plan.notes {
         emitter.emit(LaunchEvent::PlanNote { text: n.clone() });
@@ -339,17 +388,17 @@ pub async fn run_study(
         plan: &plan,
         ledger,
         class_ids,
-        fingerprints: probed.iter().map(|p| p.fingerprint.hash()).collect(),
+        fingerprints: fingerprints.iter().map(Fingerprint::hash).collect(),
         devices: hosts
             .iter()
-            .zip(&probed)
-            .map(|(h, p)| slot_devices(h, &p.fingerprint))
+            .zip(&fingerprints)
+            .map(|(h, fp)| slot_devices(h, fp))
             .collect(),
         owner: format!(
             "{}-{}-{}",
-            probed
+            fingerprints
                 .first()
-                .and_then(|p| p.fingerprint.hostname.clone())
+                .and_then(|fp| fp.hostname.clone())
                 .unwrap_or_else(|| "launcher".to_string()),
             std::process::id(),
             &new_attempt_id()[..22]

@@ -18,6 +18,17 @@
 //! one died finds them again ([`Transport::prepare`]) and adopts them:
 //! finished tasks are recorded from their reports, running ones awaited,
 //! none submitted again.
+//!
+//! A partition with nodes of several host classes (and no `constraint`)
+//! is split before probing ([`Transport::discover`]): `sinfo` lists its
+//! node types, one node of each is probed (`--nodelist`), and each class
+//! becomes a part of its own, a host `<entry>.<tag>`, whose jobs exclude
+//! the nodes of every other class (`--exclude`). Each task probes its node
+//! again: one that lands on a node of another class (a node that joined,
+//! or whose type hid its class) is lost and runs again, and that node is
+//! excluded from the class's jobs from then on ([`nodes::NodeClasses`]).
+
+pub mod nodes;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -31,11 +42,12 @@ use tokio_util::sync::CancellationToken;
 use super::local::RunOutput;
 use super::ssh::SshTransport;
 use super::wire::{self, AgentOptions, Collected, Frame};
-use super::{AttemptOutcome, AttemptSpec, Transport};
-use crate::fingerprint::{self, Fingerprint};
+use super::{AttemptOutcome, AttemptSpec, Discovery, HostState, Part, Transport};
+use crate::fingerprint::{self, ClassKey, Fingerprint};
 use crate::ledger::records::ExitInfo;
 use crate::spec::inventory::SlurmHost;
 use crate::spec::shell::quote_word;
+use nodes::NodeClasses;
 
 /// The default batch script (templates/slurm-array.sh).
 pub const DEFAULT_TEMPLATE: &str = include_str!("../../templates/slurm-array.sh");
@@ -58,6 +70,7 @@ const COMMAND_LIMIT: Duration = Duration::from_secs(120);
 const VANISH_GRACE: Duration = Duration::from_secs(30);
 
 /// Where client commands run and files are read and written.
+#[derive(Clone)]
 pub enum Login {
     Local,
     Ssh(Arc<SshTransport>),
@@ -221,6 +234,9 @@ struct Inner {
     study: RwLock<Option<String>>,
     tools: Mutex<BTreeMap<String, String>>,
     expected: Mutex<Option<Fingerprint>>,
+    /// The study's class key: what makes a task's node of this entry's
+    /// class (set by `discover`; the default key before).
+    class_key: Mutex<ClassKey>,
     queue: Mutex<Vec<Pending>>,
     /// `jobid_taskid` → task.
     inflight: Mutex<HashMap<String, Task>>,
@@ -239,6 +255,30 @@ struct Inner {
     finished: Mutex<HashMap<String, AttemptOutcome>>,
     /// Attempt ids of adopted tasks, by `jobid_taskid`.
     adopted_ids: Mutex<HashMap<String, String>>,
+    /// Set once a mixed partition's nodes are known: where this entry's
+    /// (or part's) jobs may run.
+    steer: Mutex<Option<Steering>>,
+    /// A steered part whose every node is down: since when, why, and
+    /// whether that was reported.
+    down: Mutex<Option<ClassDown>>,
+}
+
+/// Every node of a part's class is down (as `sinfo` says).
+#[derive(Clone)]
+struct ClassDown {
+    reason: String,
+    since: Instant,
+    next_check: Instant,
+    reported: bool,
+}
+
+/// One host class's share of a mixed partition.
+#[derive(Clone)]
+struct Steering {
+    /// The class's id.
+    class: String,
+    /// Every node of the entry whose class is known, shared by its parts.
+    nodes: Arc<Mutex<NodeClasses>>,
 }
 
 /// A Slurm partition (an inventory entry) as a transport.
@@ -265,6 +305,7 @@ impl SlurmTransport {
                 study: RwLock::new(None),
                 tools: Mutex::new(BTreeMap::new()),
                 expected: Mutex::new(None),
+                class_key: Mutex::new(ClassKey::default()),
                 queue: Mutex::new(Vec::new()),
                 inflight: Mutex::new(HashMap::new()),
                 adopted: Mutex::new(HashMap::new()),
@@ -278,8 +319,54 @@ impl SlurmTransport {
                 batches: AtomicU64::new(0),
                 finished: Mutex::new(HashMap::new()),
                 adopted_ids: Mutex::new(HashMap::new()),
+                steer: Mutex::new(None),
+                down: Mutex::new(None),
             }),
         }
+    }
+
+    /// A part of this entry for one host class, already probed: its own
+    /// queue, arrays and poller, its jobs steered by `steering`.
+    fn part(&self, suffix: &str, fingerprint: Fingerprint, steering: Steering) -> SlurmTransport {
+        let inner = &self.inner;
+        let part = SlurmTransport::new(
+            &format!("{}.{suffix}", inner.name),
+            inner.cfg.clone(),
+            inner.login.clone(),
+            Some(inner.template.clone()),
+            inner.keep_workdirs,
+        );
+        let p = &part.inner;
+        copy_lock(&inner.root, &p.root);
+        copy_lock(&inner.study, &p.study);
+        if let (Ok(from), Ok(mut to)) = (inner.tools.lock(), p.tools.lock()) {
+            *to = from.clone();
+        }
+        if let Ok(mut e) = p.expected.lock() {
+            *e = Some(fingerprint);
+        }
+        if let (Ok(from), Ok(mut to)) = (inner.class_key.lock(), p.class_key.lock()) {
+            *to = from.clone();
+        }
+        if let Ok(mut s) = p.steer.lock() {
+            *s = Some(steering);
+        }
+        part
+    }
+
+    /// The node types of the entry's partition, as `sinfo` lists them now
+    /// (for `plan`: no job is submitted).
+    pub async fn node_types(&self) -> Result<Vec<nodes::NodeType>, String> {
+        let partition = self.inner.cfg.partition.as_deref();
+        let out = self
+            .inner
+            .login
+            .sh(&nodes::sinfo_command(partition))
+            .await?;
+        Ok(nodes::parse_sinfo(
+            &String::from_utf8_lossy(&out),
+            partition,
+        ))
     }
 
     /// `sbatch` and poll calls made so far (for the benchmark).
@@ -291,7 +378,18 @@ impl SlurmTransport {
     }
 }
 
+fn copy_lock(from: &RwLock<Option<String>>, to: &RwLock<Option<String>>) {
+    if let (Ok(f), Ok(mut t)) = (from.read(), to.write()) {
+        *t = f.clone();
+    }
+}
+
 impl Inner {
+    /// The study's class key (the default one before `discover`).
+    fn class_key(&self) -> ClassKey {
+        self.class_key.lock().map(|k| k.clone()).unwrap_or_default()
+    }
+
     /// The study being launched (`probe` before one is set: a bare
     /// `tunectl fingerprint`).
     fn study_id(&self) -> String {
@@ -387,7 +485,7 @@ impl Inner {
         let study = self.study_id();
         let ctx = minijinja::context! {
             job_name => self.job_name(),
-            comment => format!("tunectl:study={study}:batch={batch_id}"),
+            comment => format!("tunectl:study={study}:batch={batch_id}:host={}", self.name),
             array => array,
             batch_dir => batch_dir,
             batch_dir_sh => quote_word(batch_dir),
@@ -404,11 +502,35 @@ impl Inner {
             .map_err(|e| format!("cannot render the batch template: {e}"))
     }
 
-    /// Submit one array of `specs`; returns the job id.
+    /// `sbatch` options that steer a job: a probe to its node
+    /// (`--nodelist`), a mixed partition's part away from the nodes of
+    /// other classes (`--exclude`). On the command line, so that they hold
+    /// whatever the batch template says.
+    fn steering_args(&self, probe_node: Option<&str>) -> Vec<String> {
+        if let Some(n) = probe_node {
+            return vec![format!("--nodelist={n}")];
+        }
+        let Some(steer) = self.steer.lock().ok().and_then(|s| s.clone()) else {
+            return Vec::new();
+        };
+        let others = steer
+            .nodes
+            .lock()
+            .map(|m| m.others(&steer.class))
+            .unwrap_or_default();
+        if others.is_empty() {
+            return Vec::new();
+        }
+        vec![format!("--exclude={}", others.join(","))]
+    }
+
+    /// Submit one array of `specs` (none: a probe job, on `probe_node`
+    /// when given); returns the job id and the batch directory.
     async fn submit(
         &self,
         specs: &[&AttemptSpec],
         probe_only: bool,
+        probe_node: Option<&str>,
     ) -> Result<(String, String), String> {
         let root = self.root().await?;
         let study = self.study_id();
@@ -466,12 +588,15 @@ impl Inner {
         files.push((format!("{batch_dir}/batch.sh"), script));
         self.login.write_files(&files).await?;
         self.sbatch_calls.fetch_add(1, Ordering::Relaxed);
+        let mut args: Vec<String> = self
+            .steering_args(probe_node)
+            .iter()
+            .map(|a| quote_word(a))
+            .collect();
+        args.push(quote_word(&format!("{batch_dir}/batch.sh")));
         let out = self
             .login
-            .sh(&format!(
-                "sbatch --parsable {}",
-                quote_word(&format!("{batch_dir}/batch.sh"))
-            ))
+            .sh(&format!("sbatch --parsable {}", args.join(" ")))
             .await
             .map_err(|e| format!("sbatch failed: {e}"))?;
         let text = String::from_utf8_lossy(&out);
@@ -485,6 +610,54 @@ impl Inner {
             return Err(format!("sbatch answered `{}`, not a job id", text.trim()));
         }
         Ok((job, batch_dir))
+    }
+
+    /// Run a probe job (on `node` when given) and read its fingerprint.
+    async fn probe_on(
+        &self,
+        tools: &BTreeMap<String, String>,
+        node: Option<&str>,
+    ) -> Result<Fingerprint, String> {
+        let (job, batch_dir) = self.submit(&[], true, node).await?;
+        let frames = format!("{batch_dir}/t0.frames");
+        let id = format!("{job}_0");
+        let start = Instant::now();
+        // Polled like everything else: one query per interval.
+        let step = self.cfg.poll_interval;
+        loop {
+            tokio::time::sleep(step).await;
+            let states = self.query().await?;
+            let state = states.get(&id).map(|s| s.0.clone());
+            if state.as_deref().is_some_and(is_final) || state.is_none() {
+                let reports = self.login.read_files(std::slice::from_ref(&frames)).await?;
+                let bytes = reports.get(&frames).cloned().unwrap_or_default();
+                let mut got = Collected::default();
+                for f in parse_frames(&bytes).await.unwrap_or_default() {
+                    got.absorb(f);
+                }
+                if let Some(p) = got.files.get("probe") {
+                    let mut fp = fingerprint::parse_probe_output(&String::from_utf8_lossy(p));
+                    for name in tools.keys() {
+                        fp.tools.entry(name.clone()).or_insert(None);
+                    }
+                    return Ok(fp);
+                }
+                if state.is_some() || start.elapsed() > VANISH_GRACE {
+                    return Err(format!(
+                        "the probe job {job} ended ({}) without a fingerprint",
+                        state.unwrap_or_else(|| "vanished".to_string())
+                    ));
+                }
+            }
+            if start.elapsed() > PROBE_WAIT {
+                let _ = self.login.sh(&format!("scancel {job}")).await;
+                return Err(format!(
+                    "the probe job {job} did not run within {} s (state {})",
+                    PROBE_WAIT.as_secs(),
+                    state.unwrap_or_default()
+                ));
+            }
+        }
     }
 
     /// One `squeue` for every job of the study: `jobid_taskid` → (state,
@@ -513,6 +686,109 @@ impl Inner {
             );
         }
         Ok(map)
+    }
+
+    /// For a steered part: `None` when a node of its class is up, else
+    /// why none is (`gpu-a down`). `sinfo` failing counts as up: only
+    /// Slurm's word takes a class down.
+    async fn class_down(&self) -> Option<String> {
+        let steer = self.steer.lock().ok().and_then(|s| s.clone())?;
+        let members = steer.nodes.lock().map(|m| m.of(&steer.class)).ok()?;
+        if members.is_empty() {
+            return None;
+        }
+        let out = self
+            .login
+            .sh(&format!(
+                "sinfo -h -N -n {} -o '%N|%T'",
+                quote_word(&members.join(","))
+            ))
+            .await
+            .ok()?;
+        let text = String::from_utf8_lossy(&out);
+        let mut states = Vec::new();
+        for line in text.lines() {
+            let Some((node, state)) = line.trim().split_once('|') else {
+                continue;
+            };
+            if nodes::state_is_up(state.trim()) {
+                return None;
+            }
+            states.push(format!("{node} {}", state.trim()));
+        }
+        states.sort();
+        states.dedup();
+        Some(if states.is_empty() {
+            format!(
+                "slurm: no node of the class is listed ({})",
+                members.join(", ")
+            )
+        } else {
+            format!(
+                "slurm: every node of the class is down ({})",
+                states.join(", ")
+            )
+        })
+    }
+
+    /// A steered part with tasks waiting in the queue checks that its
+    /// class still has a node up; when none is, the waiting tasks are
+    /// cancelled and lost (they run again when a node returns, like the
+    /// trials of an ssh host that dropped) and the part reports itself
+    /// down until `state` finds a node up.
+    async fn check_class_nodes(&self) {
+        let pending: Vec<String> = self
+            .inflight
+            .lock()
+            .map(|m| {
+                m.iter()
+                    .filter(|(_, t)| {
+                        t.tx.is_some()
+                            && t.state == "PENDING"
+                            && t.submitted.elapsed() > self.cfg.poll_interval
+                    })
+                    .map(|(id, _)| id.clone())
+                    .collect()
+            })
+            .unwrap_or_default();
+        if pending.is_empty() {
+            return;
+        }
+        let Some(reason) = self.class_down().await else {
+            return;
+        };
+        let now = Instant::now();
+        if let Ok(mut d) = self.down.lock()
+            && d.is_none()
+        {
+            *d = Some(ClassDown {
+                reason: reason.clone(),
+                since: now,
+                next_check: now + self.cfg.poll_interval,
+                reported: false,
+            });
+        }
+        let mut lost = Vec::new();
+        if let Ok(mut m) = self.inflight.lock() {
+            for id in &pending {
+                if let Some(t) = m.remove(id) {
+                    lost.push(t);
+                }
+            }
+        }
+        if let Ok(mut c) = self.to_cancel.lock() {
+            c.extend(pending);
+        }
+        for t in lost {
+            if let Some(tx) = t.tx {
+                let _ = tx.send(AttemptOutcome {
+                    host_lost: Some(format!("{reason}; the task was waiting in the queue")),
+                    trial_dir: Some(t.spec.trial_dir.clone()),
+                    ..Default::default()
+                });
+            }
+        }
+        self.cancel_requested().await;
     }
 
     /// Cancel the tasks asked for (one `scancel`).
@@ -559,18 +835,21 @@ impl Inner {
                 }
             }
         }
+        self.check_class_nodes().await;
         if ended.is_empty() {
             return Ok(());
         }
         let paths: Vec<String> = ended.iter().map(|(_, f)| f.clone()).collect();
         let reports = self.login.read_files(&paths).await?;
         let expected = self.expected.lock().ok().and_then(|e| e.clone());
+        let steer = self.steer.lock().ok().and_then(|s| s.clone());
+        let key = self.class_key();
         for (id, frames_path) in ended {
             let Some(task) = self.inflight.lock().ok().and_then(|mut m| m.remove(&id)) else {
                 continue;
             };
             let bytes = reports.get(&frames_path).cloned().unwrap_or_default();
-            let outcome = judge_task(&task, &bytes, expected.as_ref()).await;
+            let outcome = judge_task(&task, &bytes, expected.as_ref(), steer.as_ref(), &key).await;
             match task.tx {
                 Some(tx) => {
                     let _ = tx.send(outcome);
@@ -658,7 +937,13 @@ fn unreported(state: &str, node: &str, cancelling: bool) -> Unreported {
 }
 
 /// The outcome of a task that ended, from its report and its Slurm state.
-async fn judge_task(task: &Task, report: &[u8], expected: Option<&Fingerprint>) -> AttemptOutcome {
+async fn judge_task(
+    task: &Task,
+    report: &[u8],
+    expected: Option<&Fingerprint>,
+    steer: Option<&Steering>,
+    key: &ClassKey,
+) -> AttemptOutcome {
     let mut outcome = AttemptOutcome {
         trial_dir: Some(task.spec.trial_dir.clone()),
         ..Default::default()
@@ -674,16 +959,36 @@ async fn judge_task(task: &Task, report: &[u8], expected: Option<&Fingerprint>) 
         format!(" (node {})", task.node)
     };
     // Classed by the node that ran it: a task on a node of another class
-    // than planned counts for nothing here.
+    // than planned is lost and runs again. A mixed partition's part learns
+    // the node's class, so that its later jobs keep off that node (and the
+    // part of that class may use it).
     if let (Some(expected), Some(probe)) = (expected, got.files.get("probe")) {
         let fp = fingerprint::parse_probe_output(&String::from_utf8_lossy(probe));
-        if fp.host_class() != expected.host_class() {
+        let class = fp.host_class_under(key);
+        let learned = steer.is_some_and(|s| {
+            !task.node.is_empty()
+                && s.nodes
+                    .lock()
+                    .is_ok_and(|mut m| m.learn(&task.node, &class))
+        });
+        if class != expected.host_class_under(key) {
+            let next = if steer.is_some() {
+                format!(
+                    "; node {} is kept out of this class's jobs from now on",
+                    task.node
+                )
+            } else {
+                "; pin the class with `constraint` or `gres`".to_string()
+            };
             outcome.host_lost = Some(format!(
-                "slurm: ran on a node of another host class{node}: {} (expected {}); pin the class with `constraint` or `gres`",
-                fp.class_label(),
-                expected.class_label()
+                "slurm: ran on a node of another host class{node}: {} (expected {}){next}",
+                fp.class_label_under(key),
+                expected.class_label_under(key)
             ));
             return outcome;
+        }
+        if learned {
+            tracing::info!(node = %task.node, class = %fp.class_label_under(key), "a node joined the class");
         }
     }
     if task.cancelling && !got.ended {
@@ -775,7 +1080,7 @@ async fn submitter(inner: Arc<Inner>) {
             continue;
         }
         let specs: Vec<&AttemptSpec> = batch.iter().map(|p| &p.spec).collect();
-        match inner.submit(&specs, false).await {
+        match inner.submit(&specs, false, None).await {
             Ok((job, batch_dir)) => {
                 if let Ok(mut m) = inner.inflight.lock() {
                     for (i, p) in batch.into_iter().enumerate() {
@@ -848,53 +1153,21 @@ impl Transport for SlurmTransport {
         if let Ok(mut t) = inner.tools.lock() {
             *t = tools.clone();
         }
-        let (job, batch_dir) = inner.submit(&[], true).await?;
-        let frames = format!("{batch_dir}/t0.frames");
-        let id = format!("{job}_0");
-        let start = Instant::now();
-        // Polled like everything else: one query per interval.
-        let step = inner.cfg.poll_interval;
-        loop {
-            tokio::time::sleep(step).await;
-            let states = inner.query().await?;
-            let state = states.get(&id).map(|s| s.0.clone());
-            if state.as_deref().is_some_and(is_final) || state.is_none() {
-                let reports = inner
-                    .login
-                    .read_files(std::slice::from_ref(&frames))
-                    .await?;
-                let bytes = reports.get(&frames).cloned().unwrap_or_default();
-                let mut got = Collected::default();
-                for f in parse_frames(&bytes).await.unwrap_or_default() {
-                    got.absorb(f);
-                }
-                if let Some(p) = got.files.get("probe") {
-                    let mut fp = fingerprint::parse_probe_output(&String::from_utf8_lossy(p));
-                    for name in tools.keys() {
-                        fp.tools.entry(name.clone()).or_insert(None);
-                    }
-                    if let Ok(mut e) = inner.expected.lock() {
-                        *e = Some(fp.clone());
-                    }
-                    self.start();
-                    return Ok(fp);
-                }
-                if state.is_some() || start.elapsed() > VANISH_GRACE {
-                    return Err(format!(
-                        "the probe job {job} ended ({}) without a fingerprint",
-                        state.unwrap_or_else(|| "vanished".to_string())
-                    ));
-                }
-            }
-            if start.elapsed() > PROBE_WAIT {
-                let _ = inner.login.sh(&format!("scancel {job}")).await;
-                return Err(format!(
-                    "the probe job {job} did not run within {} s (state {})",
-                    PROBE_WAIT.as_secs(),
-                    state.unwrap_or_default()
-                ));
-            }
+        let fp = inner.probe_on(tools, None).await?;
+        if let Ok(mut e) = inner.expected.lock() {
+            *e = Some(fp.clone());
         }
+        self.start();
+        Ok(fp)
+    }
+
+    async fn discover(
+        &self,
+        study_id: &str,
+        tools: &BTreeMap<String, String>,
+        key: &ClassKey,
+    ) -> Result<Discovery, String> {
+        self.discover_classes(study_id, tools, key).await
     }
 
     async fn run_attempt(&self, spec: &AttemptSpec, cancel: &CancellationToken) -> AttemptOutcome {
@@ -980,6 +1253,41 @@ impl Transport for SlurmTransport {
         }
     }
 
+    async fn state(&self) -> HostState {
+        let inner = &self.inner;
+        let Some(mut down) = inner.down.lock().ok().and_then(|d| d.clone()) else {
+            return HostState::Up { rejoined: false };
+        };
+        let now = Instant::now();
+        if now >= down.next_check {
+            match inner.class_down().await {
+                None => {
+                    if let Ok(mut d) = inner.down.lock() {
+                        *d = None;
+                    }
+                    return HostState::Up { rejoined: true };
+                }
+                Some(reason) => down.reason = reason,
+            }
+            down.next_check = Instant::now() + inner.cfg.poll_interval;
+        }
+        let first = !down.reported;
+        down.reported = true;
+        let retry_in = down.next_check.saturating_duration_since(Instant::now());
+        let out = HostState::Down {
+            reason: down.reason.clone(),
+            since: down.since,
+            retry_in,
+            first,
+        };
+        if let Ok(mut d) = inner.down.lock()
+            && d.is_some()
+        {
+            *d = Some(down);
+        }
+        out
+    }
+
     async fn close(&self) {
         let inner = &self.inner;
         // Whatever still runs for this launcher (adopted tasks nobody
@@ -1019,6 +1327,126 @@ impl SlurmTransport {
         });
     }
 
+    /// [`Transport::discover`]: a partition without `constraint` whose
+    /// nodes are of several types is probed once per type (`--nodelist`,
+    /// all at once) and split into one part per host class found. A type
+    /// with no node up, or whose probe fails, is left out with a warning
+    /// (a task that lands on one of its nodes later is classed by its own
+    /// probe). `sinfo` failing leaves the entry whole.
+    async fn discover_classes(
+        &self,
+        study_id: &str,
+        tools: &BTreeMap<String, String>,
+        key: &ClassKey,
+    ) -> Result<Discovery, String> {
+        let inner = &self.inner;
+        if let Ok(mut k) = inner.class_key.lock() {
+            *k = key.clone();
+        }
+        if let Ok(mut s) = inner.study.write() {
+            *s = Some(study_id.to_string());
+        }
+        if let Ok(mut t) = inner.tools.lock() {
+            *t = tools.clone();
+        }
+        if inner.cfg.constraint.is_some() {
+            return Ok(Discovery::Probe);
+        }
+        let partition = inner.cfg.partition.as_deref();
+        let listed = match inner.login.sh(&nodes::sinfo_command(partition)).await {
+            Ok(out) => String::from_utf8_lossy(&out).into_owned(),
+            Err(e) => {
+                tracing::warn!(host = %inner.name, "cannot list the partition's nodes ({e}): probing one node for the whole entry");
+                return Ok(Discovery::Probe);
+            }
+        };
+        let types = nodes::parse_sinfo(&listed, partition);
+        if types.len() < 2 {
+            return Ok(Discovery::Probe);
+        }
+        let probes = futures::future::join_all(types.iter().map(|t| async move {
+            match t.up.first() {
+                Some(n) => inner.probe_on(tools, Some(n)).await,
+                None => Err("no node of this type is up".to_string()),
+            }
+        }))
+        .await;
+        let map = Arc::new(Mutex::new(NodeClasses::default()));
+        // Host classes in order of their first node type: (fingerprint,
+        // types).
+        let mut classes: Vec<(Fingerprint, Vec<&nodes::NodeType>)> = Vec::new();
+        let mut left_out = Vec::new();
+        for (t, probe) in types.iter().zip(probes) {
+            let fp = match probe {
+                Ok(fp) => fp,
+                Err(e) => {
+                    left_out.push(format!("{}: {e}", t.describe()));
+                    continue;
+                }
+            };
+            let class = fp.host_class_under(key);
+            if let Ok(mut m) = map.lock() {
+                for n in &t.nodes {
+                    m.learn(n, &class);
+                }
+            }
+            match classes.iter_mut().find(|(f, _)| f.host_class_under(key) == class) {
+                Some((_, ts)) => ts.push(t),
+                None => classes.push((fp, vec![t])),
+            }
+        }
+        for why in &left_out {
+            tracing::warn!(host = %inner.name, "node type left out: {why}");
+        }
+        if classes.is_empty() {
+            return Err(format!(
+                "no node type of the partition answered its probe: {}",
+                left_out.join("; ")
+            ));
+        }
+        if classes.len() == 1 {
+            let (fp, _) = classes.remove(0);
+            if let Ok(mut e) = inner.expected.lock() {
+                *e = Some(fp.clone());
+            }
+            if let Ok(mut s) = inner.steer.lock() {
+                *s = Some(Steering {
+                    class: fp.host_class_under(key),
+                    nodes: map,
+                });
+            }
+            self.start();
+            return Ok(Discovery::Probed(Box::new(fp)));
+        }
+        let mut parts: Vec<Part> = Vec::new();
+        for (fp, ts) in classes {
+            let mut suffix = ts.first().map(|t| t.tag()).unwrap_or_default();
+            if parts.iter().any(|p| p.suffix == suffix) {
+                let first = ts
+                    .first()
+                    .and_then(|t| t.nodes.first())
+                    .cloned()
+                    .unwrap_or_default();
+                suffix = format!("{suffix}-{first}");
+            }
+            let mut members: Vec<String> = ts.iter().flat_map(|t| t.nodes.clone()).collect();
+            members.sort();
+            let steering = Steering {
+                class: fp.host_class_under(key),
+                nodes: map.clone(),
+            };
+            let part = self.part(&suffix, fp.clone(), steering);
+            part.start();
+            parts.push(Part {
+                suffix,
+                nodes: members,
+                fingerprint: fp,
+                transport: Arc::new(part),
+            });
+        }
+        Ok(Discovery::Parts(parts))
+    }
+
     /// Find this study's jobs of earlier launchers and adopt their tasks.
     async fn adopt(&self) -> Result<(), String> {
         let inner = &self.inner;
@@ -1030,6 +1458,12 @@ impl SlurmTransport {
         let mut batches: BTreeMap<String, String> = BTreeMap::new();
         for (id, (_, _, comment)) in &states {
             let job = id.split('_').next().unwrap_or_default().to_string();
+            // Another entry's (or part's) jobs are its own to adopt; jobs
+            // of launchers that did not name the host are anyone's.
+            let host = comment.split(':').find_map(|p| p.strip_prefix("host="));
+            if host.is_some_and(|h| h != inner.name) {
+                continue;
+            }
             if let Some(b) = comment.split(':').find_map(|p| p.strip_prefix("batch=")) {
                 batches.insert(job, b.to_string());
             }
@@ -1199,7 +1633,7 @@ mod tests {
             .expect("render");
         for line in [
             "#SBATCH --job-name=tunectl-st",
-            "#SBATCH --comment=tunectl:study=st:batch=b1",
+            "#SBATCH --comment=tunectl:study=st:batch=b1:host=p",
             "#SBATCH --array=0-11%8",
             "#SBATCH --time=7",
             "#SBATCH --partition=gpu",

@@ -34,6 +34,10 @@ pub struct HostRecord {
     pub host_class: String,
     pub class_label: String,
     pub probed_at: String,
+    /// A mixed Slurm partition's part: the nodes of its class when it was
+    /// probed (absent for every other host).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub nodes: Vec<String>,
     pub fingerprint: Fingerprint,
 }
 

@@ -1,0 +1,327 @@
+//! The nodes of a Slurm partition, as `sinfo` lists them, grouped into
+//! node types (same features, same gres), and the map of which node is of
+//! which host class that steers a mixed partition's jobs.
+//!
+//! A node type is only a guess at a host class: tunectl probes one node of
+//! each type, and every task probes its node again, so a node whose
+//! hardware differs from its type's is found out by the first task that
+//! lands on it ([`NodeClasses`]).
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use crate::spec::shell::quote_word;
+
+/// Nodes of a partition with the same features and generic resources.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeType {
+    /// Sorted; empty when the nodes have none.
+    pub features: Vec<String>,
+    /// `%G` without its socket bindings (`gpu:h100:1`); empty for none.
+    pub gres: String,
+    /// Sorted node names.
+    pub nodes: Vec<String>,
+    /// Those that can take a job now (not down, drained or failing).
+    pub up: Vec<String>,
+}
+
+impl NodeType {
+    /// A short name for the type, for host names (`<entry>.<tag>`): its
+    /// features, else its GPU type, else its first node; only characters
+    /// that host names may hold.
+    pub fn tag(&self) -> String {
+        let gpu_type = self
+            .gres
+            .split(',')
+            .find_map(|g| {
+                let mut f = g.split(':');
+                (f.next() == Some("gpu"))
+                    .then(|| f.next())
+                    .flatten()
+                    .filter(|t| t.parse::<u64>().is_err())
+            })
+            .map(str::to_string);
+        let raw = if !self.features.is_empty() {
+            self.features.join("_")
+        } else if let Some(t) = gpu_type {
+            t
+        } else {
+            self.nodes.first().cloned().unwrap_or_default()
+        };
+        let tag: String = raw
+            .chars()
+            .map(|c| {
+                if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
+                    c
+                } else {
+                    '_'
+                }
+            })
+            .collect();
+        if tag.is_empty() {
+            "nodes".to_string()
+        } else {
+            tag
+        }
+    }
+
+    /// How the type reads in messages: `gpu-a, gpu-c (features h100, gres
+    /// gpu:h100:1)`.
+    pub fn describe(&self) -> String {
+        let mut what = Vec::new();
+        if !self.features.is_empty() {
+            what.push(format!("features {}", self.features.join(",")));
+        }
+        if !self.gres.is_empty() {
+            what.push(format!("gres {}", self.gres));
+        }
+        if what.is_empty() {
+            self.nodes.join(", ")
+        } else {
+            format!("{} ({})", self.nodes.join(", "), what.join(", "))
+        }
+    }
+}
+
+/// The `sinfo` call that lists a partition's nodes (the default partition
+/// when `partition` is `None`): one line per node and partition.
+pub fn sinfo_command(partition: Option<&str>) -> String {
+    let p = partition
+        .map(|p| format!(" -p {}", quote_word(p)))
+        .unwrap_or_default();
+    format!("sinfo -h -N{p} -o '%P|%N|%f|%G|%T'")
+}
+
+/// Node types of `sinfo_command`'s output, in order of their first node.
+/// Without a partition, the rows of the default one (`debug*`); a line
+/// that is not five fields is skipped.
+pub fn parse_sinfo(text: &str, partition: Option<&str>) -> Vec<NodeType> {
+    let mut by_type: BTreeMap<(Vec<String>, String), NodeType> = BTreeMap::new();
+    let mut seen = BTreeSet::new();
+    for line in text.lines() {
+        let f: Vec<&str> = line.trim().splitn(5, '|').collect();
+        let [part, node, features, gres, state] = f[..] else {
+            continue;
+        };
+        let wanted = match partition {
+            Some(p) => part.trim_end_matches('*') == p,
+            None => part.ends_with('*'),
+        };
+        let node = node.trim();
+        if !wanted || !node_name_ok(node) || !seen.insert(node.to_string()) {
+            continue;
+        }
+        let mut features: Vec<String> = none_if_null(features)
+            .split(',')
+            .filter(|s| !s.is_empty())
+            .map(str::to_string)
+            .collect();
+        features.sort();
+        features.dedup();
+        let gres = strip_sockets(none_if_null(gres));
+        let t = by_type
+            .entry((features.clone(), gres.clone()))
+            .or_insert_with(|| NodeType {
+                features,
+                gres,
+                nodes: Vec::new(),
+                up: Vec::new(),
+            });
+        t.nodes.push(node.to_string());
+        if state_is_up(state.trim()) {
+            t.up.push(node.to_string());
+        }
+    }
+    let mut types: Vec<NodeType> = by_type.into_values().collect();
+    for t in &mut types {
+        t.nodes.sort();
+        t.up.sort();
+    }
+    types.sort_by(|a, b| a.nodes.first().cmp(&b.nodes.first()));
+    types
+}
+
+/// A node name as tunectl passes it to `--nodelist`/`--exclude`.
+fn node_name_ok(n: &str) -> bool {
+    !n.is_empty()
+        && n.chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+}
+
+fn none_if_null(s: &str) -> &str {
+    let s = s.trim();
+    if s == "(null)" { "" } else { s }
+}
+
+/// `gpu:h100:1(S:0-1),tmp:2` → `gpu:h100:1,tmp:2`.
+fn strip_sockets(gres: &str) -> String {
+    let mut out = String::new();
+    let mut depth = 0u32;
+    for c in gres.chars() {
+        match c {
+            '(' => depth += 1,
+            ')' => depth = depth.saturating_sub(1),
+            _ if depth == 0 => out.push(c),
+            _ => {}
+        }
+    }
+    out
+}
+
+/// Whether a node in this `%T` state may take a job now or soon: every
+/// state but those that keep new jobs off it (down, drained or draining,
+/// failing, not responding: a `*` suffix). A busy, reserved, planned or
+/// powered-down node (resumed on demand) counts as up: taking a class for
+/// down when it is only busy would lose its waiting tasks for nothing.
+pub fn state_is_up(state: &str) -> bool {
+    if state.ends_with('*') {
+        return false;
+    }
+    let s = state.trim_end_matches(['~', '#', '!', '%', '$', '@', '^', '-']);
+    !matches!(
+        s,
+        "down"
+            | "drained"
+            | "draining"
+            | "drain"
+            | "fail"
+            | "failing"
+            | "future"
+            | "inval"
+            | "unknown"
+            | "not_responding"
+    )
+}
+
+/// Which host class each node of a mixed entry is of, as far as known
+/// (from the discovery probes and from every task's own probe), shared by
+/// the entry's parts: a part's jobs exclude the nodes of every other
+/// class.
+#[derive(Debug, Default)]
+pub struct NodeClasses {
+    /// Node → host class id.
+    class_of: BTreeMap<String, String>,
+}
+
+impl NodeClasses {
+    /// Record that `node` is of `class`; whether that is news (a node
+    /// never seen, or one whose class changed).
+    pub fn learn(&mut self, node: &str, class: &str) -> bool {
+        if !node_name_ok(node) {
+            return false;
+        }
+        self.class_of.insert(node.to_string(), class.to_string()) != Some(class.to_string())
+    }
+
+    /// Nodes known to be of another class than `class`, sorted.
+    pub fn others(&self, class: &str) -> Vec<String> {
+        self.class_of
+            .iter()
+            .filter(|(_, c)| c.as_str() != class)
+            .map(|(n, _)| n.clone())
+            .collect()
+    }
+
+    /// Nodes known to be of `class`, sorted.
+    pub fn of(&self, class: &str) -> Vec<String> {
+        self.class_of
+            .iter()
+            .filter(|(_, c)| c.as_str() == class)
+            .map(|(n, _)| n.clone())
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_mixed_partition_has_one_type_per_feature_and_gres() {
+        let text = "debug*|gpu-a|h100|gpu:h100:1(S:0)|idle\n\
+                    debug*|gpu-b|a100|gpu:a100:1|mixed\n\
+                    debug*|gpu-c|h100|gpu:h100:1(S:0)|down*\n\
+                    other|gpu-d|(null)|(null)|idle\n\
+                    garbage line\n";
+        let types = parse_sinfo(text, None);
+        assert_eq!(types.len(), 2, "{types:?}");
+        assert_eq!(types[0].nodes, vec!["gpu-a", "gpu-c"]);
+        assert_eq!(types[0].up, vec!["gpu-a"]);
+        assert_eq!(types[0].gres, "gpu:h100:1");
+        assert_eq!(types[0].tag(), "h100");
+        assert_eq!(types[1].nodes, vec!["gpu-b"]);
+        assert_eq!(types[1].up, vec!["gpu-b"]);
+        // A named partition: its rows only, default or not.
+        let other = parse_sinfo(text, Some("other"));
+        assert_eq!(other.len(), 1);
+        assert_eq!(other[0].tag(), "gpu-d");
+        assert!(parse_sinfo(text, Some("nope")).is_empty());
+    }
+
+    #[test]
+    fn only_states_that_keep_jobs_off_a_node_are_down() {
+        for up in [
+            "idle",
+            "mixed",
+            "allocated",
+            "planned",
+            "reserved",
+            "idle~",
+            "completing",
+            "maint",
+        ] {
+            assert!(state_is_up(up), "{up}");
+        }
+        for down in [
+            "down",
+            "down*",
+            "idle*",
+            "drained",
+            "draining",
+            "fail",
+            "inval",
+            "allocated*",
+        ] {
+            assert!(!state_is_up(down), "{down}");
+        }
+    }
+
+    #[test]
+    fn tags_fall_back_to_the_gpu_type_and_stay_host_name_safe() {
+        let t = NodeType {
+            features: Vec::new(),
+            gres: "gpu:a100:4".into(),
+            nodes: vec!["n1".into()],
+            up: Vec::new(),
+        };
+        assert_eq!(t.tag(), "a100");
+        let t = NodeType {
+            features: vec!["ib".into(), "x86/64".into()],
+            gres: String::new(),
+            nodes: vec!["n1".into()],
+            up: Vec::new(),
+        };
+        assert_eq!(t.tag(), "ib_x86_64");
+        let t = NodeType {
+            features: Vec::new(),
+            gres: "gpu:2".into(),
+            nodes: vec!["n7".into()],
+            up: Vec::new(),
+        };
+        assert_eq!(t.tag(), "n7");
+    }
+
+    #[test]
+    fn node_classes_steer_away_from_other_classes() {
+        let mut m = NodeClasses::default();
+        assert!(m.learn("gpu-a", "H"));
+        assert!(m.learn("gpu-b", "A"));
+        assert!(!m.learn("gpu-a", "H"));
+        assert_eq!(m.others("H"), vec!["gpu-b"]);
+        assert_eq!(m.of("H"), vec!["gpu-a"]);
+        // A node that turns out to be of another class moves.
+        assert!(m.learn("gpu-a", "A"));
+        assert_eq!(m.others("H"), vec!["gpu-a", "gpu-b"]);
+        // Never a name that could be an option or two words.
+        assert!(!m.learn("-x y", "A"));
+    }
+}

@@ -79,6 +79,9 @@ pub struct SshHost {
     pub strict_host_key_checking: HostKeyChecking,
     pub workdir: Option<String>,
     pub max_sessions: u32,
+    /// Run trials through one persistent agent per slot (one long-lived
+    /// session each); `false`: one session per attempt.
+    pub agent: bool,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -373,6 +376,7 @@ const SSH_KEYS: &[&str] = &[
     "strict_host_key_checking",
     "workdir",
     "max_sessions",
+    "agent",
 ];
 const SLURM_KEYS: &[&str] = &[
     "login",
@@ -733,6 +737,10 @@ fn parse_ssh(w: &mut Walker, map: &MarkedMappingNode, field: &str) -> Option<Ssh
         Some(n) => w.u32_in(n, &join(field, "max_sessions"), 1, 1000),
         None => Some(8),
     };
+    let agent = match map.get_node("agent") {
+        Some(n) => w.bool(n, &join(field, "agent")),
+        None => Some(true),
+    };
     checked(w, map, field, "host", host.as_deref(), Text::Destination);
     if let (Some(h), Some(n)) = (host.as_deref(), map.get_node("host"))
         && text_problem(h, Text::Destination).is_none()
@@ -796,6 +804,7 @@ fn parse_ssh(w: &mut Walker, map: &MarkedMappingNode, field: &str) -> Option<Ssh
         strict_host_key_checking: strict?,
         workdir: workdir?,
         max_sessions: max_sessions?,
+        agent: agent?,
     })
 }
 

@@ -1244,11 +1244,8 @@ fn the_agent_dying_mid_trial_loses_nothing() {
             trial = fake_trial(),
         ),
     );
-    std::fs::set_permissions(
-        &killer,
-        std::os::unix::fs::PermissionsExt::from_mode(0o755),
-    )
-    .expect("chmod");
+    std::fs::set_permissions(&killer, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+        .expect("chmod");
     let env = "  env: {FAKE_TRIAL_SLEEP: \"0.2\"}\n";
     let calm_study = d.root.join("calm.yaml");
     write(&calm_study, &study_yaml("agentdeath", env));
@@ -1312,7 +1309,14 @@ fn without_an_agent_each_attempt_gets_a_session_of_its_own() {
     let run = |inv: &Path, ledger: &Path| -> String {
         let out = tunectl()
             .env("TUNECTL_LOG", "tunectl=debug")
-            .args(["launch", "--yes", "--progress", "plain", "--no-cooldown", "--inventory"])
+            .args([
+                "launch",
+                "--yes",
+                "--progress",
+                "plain",
+                "--no-cooldown",
+                "--inventory",
+            ])
             .arg(inv)
             .arg("--ledger")
             .arg(ledger)
@@ -1355,7 +1359,10 @@ fn without_an_agent_each_attempt_gets_a_session_of_its_own() {
         .expect("chmod");
     let config = fleet.hosts[0].root.join("sshd_config");
     let text = std::fs::read_to_string(&config).expect("sshd_config");
-    write(&config, &format!("{text}ForceCommand {}\n", refuse.display()));
+    write(
+        &config,
+        &format!("{text}ForceCommand {}\n", refuse.display()),
+    );
     fleet.kill_host(0);
     fleet.restart_host(0);
     let stderr = run(&inv, &d.root.join("refused"));

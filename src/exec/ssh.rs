@@ -27,8 +27,8 @@ use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use openssh::{ControlPersist, KnownHosts, Session, SessionBuilder, Stdio};
 use openssh::{ChildStdin, ChildStdout};
+use openssh::{ControlPersist, KnownHosts, Session, SessionBuilder, Stdio};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::sync::{Semaphore, mpsc};
 use tokio_util::sync::CancellationToken;
@@ -622,7 +622,7 @@ impl SshTransport {
         // whatever it still runs).
         drop(stdin);
         drop(agent._child);
-        if !session.check().await.is_ok() {
+        if session.check().await.is_err() {
             let reason = "the connection to the host was lost".to_string();
             self.mark_down(&reason).await;
             if let Some(p) = pid
@@ -653,9 +653,7 @@ impl SshTransport {
                 } else {
                     format!(": {}", err.chars().take(500).collect::<String>())
                 };
-                outcome.host_lost = Some(format!(
-                    "the host's agent ended during the attempt{why}"
-                ));
+                outcome.host_lost = Some(format!("the host's agent ended during the attempt{why}"));
             }
         }
         AgentRun::Done

@@ -245,7 +245,10 @@ pub(crate) fn persistent_agent() -> String {
 /// One attempt's request to a persistent agent: its body as the function
 /// `tc_a`, started in the background ([`persistent_agent`]). The shell
 /// reads the whole definition before it runs it.
-pub(crate) fn persistent_request(spec: &AttemptSpec, opts: &AgentOptions) -> Result<String, String> {
+pub(crate) fn persistent_request(
+    spec: &AttemptSpec,
+    opts: &AgentOptions,
+) -> Result<String, String> {
     let body = attempt_body(spec, opts)?;
     Ok(format!(
         "tc_a() {{
@@ -474,7 +477,11 @@ pub(crate) async fn read_reply<R: tokio::io::AsyncRead + Unpin>(
         // One byte past the limit tells a line at the limit from a longer
         // one.
         let limit = MAX_HEADER_BYTES as u64 + 1;
-        match (&mut *reader).take(limit).read_until(b'\n', &mut line).await {
+        match (&mut *reader)
+            .take(limit)
+            .read_until(b'\n', &mut line)
+            .await
+        {
             Ok(0) => return false,
             Ok(_) => {}
             Err(e) => {
@@ -1179,9 +1186,19 @@ mod tests {
     /// killed with its group.
     #[tokio::test]
     async fn a_persistent_agent_runs_attempts_one_after_another() {
+        // The system's sh, and bash where there is one (the /bin/sh of
+        // many hosts).
+        for shell in ["/bin/sh", "/bin/bash"] {
+            if std::path::Path::new(shell).exists() {
+                persistent_agent_in(shell).await;
+            }
+        }
+    }
+
+    async fn persistent_agent_in(shell: &str) {
         use tokio::io::AsyncWriteExt;
         let root = tempfile::tempdir().expect("tempdir");
-        let mut child = tokio::process::Command::new("/bin/sh")
+        let mut child = tokio::process::Command::new(shell)
             .args(["-s", AGENT_MARK])
             .stdin(std::process::Stdio::piped())
             .stdout(std::process::Stdio::piped())

@@ -2,17 +2,25 @@
 //! ([`super::wire`]) over ssh sessions.
 //!
 //! One multiplexed master connection per host (the `openssh` crate, native
-//! mux), many sessions over it, at most `max_sessions` trials at once. Every
-//! remote step is a request script sent on a session's standard input to
-//! `exec /bin/sh -s`; an attempt's reply is read from the session's stdout
-//! as it comes.
+//! mux), many sessions over it, at most `max_sessions` trials at once.
+//! Trials run through persistent agents ([`super::wire::persistent_agent`]):
+//! one long-lived session per slot in use, `exec /bin/sh -s tunectl-agent`,
+//! sent the agent's functions once and then one request per attempt on its
+//! standard input; each reply is read from its stdout as it comes, up to its
+//! `end`. Other remote steps (probe, work directory, kills without an agent)
+//! are a request script on a session of their own. Where no agent can start
+//! (or `agent: false`), every attempt gets a session of its own running the
+//! whole wrapper script, as before the agents.
 //!
 //! The launcher times each run between its `run` and `rc` frames and kills
-//! its process group at the trial's timeout (or on Ctrl-C) over a session
-//! of its own; the agent's watchdog, a margin later, is the backstop. The
-//! session's input stays open and silent while the attempt runs: the
-//! agent's guard kills the run when it ends, so a launcher killed outright,
-//! or a session that died, leaves nothing running on the host.
+//! its process group at the trial's timeout (or on Ctrl-C) through the agent
+//! (`tc_kill`), or over a session of its own; the wrapper's watchdog, a
+//! margin later, is the backstop. The agent's input stays open and silent
+//! while an attempt runs: when it ends the agent's exit trap (without an
+//! agent: the wrapper's guard) kills the run, so a launcher killed outright,
+//! or a session that died, leaves nothing running on the host. An agent
+//! whose shell dies mid-attempt loses that attempt (it runs again, as with
+//! a lost host) and the host's next attempt starts a new agent.
 //!
 //! A reply that ends without `end` while the master connection is gone is
 //! a lost host: the attempt is lost (it runs again elsewhere), the host is
@@ -536,6 +544,7 @@ impl SshTransport {
         let mut give_up: Option<tokio::time::Instant> = None;
         let mut timed_out = false;
         let mut garbled: Option<String> = None;
+        let mut agent_ended = false;
         let mut stdin = agent.stdin;
         loop {
             let sleep_until = deadline.or(give_up);
@@ -560,7 +569,10 @@ impl SshTransport {
                         garbled = Some(e);
                         break;
                     }
-                    None => break,
+                    None => {
+                        agent_ended = true;
+                        break;
+                    }
                 },
                 _ = async {
                     match sleep_until {
@@ -644,6 +656,13 @@ impl SshTransport {
         }
         match garbled {
             Some(g) => outcome.setup_error = Some(g),
+            None if !agent_ended => {
+                outcome.setup_error = Some(if err.is_empty() {
+                    "the host's agent stopped reporting".to_string()
+                } else {
+                    format!("the host's agent stopped reporting: {err}")
+                });
+            }
             None => {
                 // The agent's shell died (killed on the host): the attempt
                 // is lost and runs again, as with a lost host, but the host

@@ -16,7 +16,11 @@
 //! the shell's own standard input (past the script) as descriptor 3 for the
 //! agent's guard. Over ssh the script is the session's standard input of
 //! `exec /bin/sh -s` (so the login shell only ever sees that, whatever shell
-//! it is); on Slurm it is the file `t<i>.sh` of the batch directory.
+//! it is); on Slurm it is the file `t<i>.sh` of the batch directory. A
+//! persistent agent over ssh ([`persistent_agent`]) is sent the functions
+//! once, and then each attempt's steps as one request
+//! ([`persistent_request`]) on the same input, its replies on the same
+//! output, one after the other.
 //!
 //! Every value in a request (paths, the command, the environment of the
 //! trial contract) is one shell word, quoted by

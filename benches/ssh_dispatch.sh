@@ -8,6 +8,8 @@
 #   benches/ssh_dispatch.sh                          # 400 trials, 4 hosts x 4 slots, 3 rounds
 #   TRIALS=400 HOSTS=4 SLOTS=4 ROUNDS=5 benches/ssh_dispatch.sh
 #   TUNECTL=/path/to/tunectl benches/ssh_dispatch.sh # skip the build
+#   TUNECTL_EARLIER=/path/to/old/tunectl ...          # also time an earlier build
+#   SKIP_PLAIN=1 ...                                 # leave out `parallel` without ControlMaster
 #
 # The hosts: one /usr/sbin/sshd per loopback address (127.0.0.2, .3, ...),
 # each with its own ed25519 host key made here, one client key, a known_hosts
@@ -158,25 +160,54 @@ JOB_BARE=true
 JOB='d=$HOME/pjobs/{#}; mkdir -p "$d" && cd "$d" && TUNECTL_RESULT="$d/r.json" sh -c '"'"'printf "{\"metrics\":{\"t\":1}}" > "$TUNECTL_RESULT"'"'"' && cat r.json && cd / && rm -rf "$d"'
 
 now() { date +%s%N; }
-declare -A times
-run_tunectl() {
-    local r=$1 t0 t1
+declare -A times cpu_own cpu_hosts
+# CPU of the hosts' side: every sshd listener's own time plus that of its
+# reaped descendants (per-connection sshd, sessions, shells, trials), in ms.
+# A connection's share is counted once it has closed and been reaped.
+tck=$(getconf CLK_TCK)
+host_cpu() {
+    local p t=0 f
+    for p in "${pids[@]}"; do
+        read -r -a f <"/proc/$p/stat"
+        # Fields 14-17 (utime stime cutime cstime); the comm field has no
+        # space here.
+        t=$((t + f[13] + f[14] + f[15] + f[16]))
+    done
+    echo $((t * 1000 / tck))
+}
+# `timed NAME CMD...`: run CMD under /usr/bin/time, add its user+sys CPU
+# (its waited-for children included) to cpu_own[NAME], in ms. (time(1)
+# puts a line before the figures when CMD exits non-zero: the last line.)
+timed() {
+    local name=$1
+    shift
+    /usr/bin/time -f '%U %S' -o "$tmp/time.$name" "$@"
+    local rc=$?
+    cpu_own[$name]+="$(awk '{u = $1; s = $2} END {printf "%d", (u + s) * 1000}' "$tmp/time.$name") "
+    return $rc
+}
+run_tunectl() { # round [name binary]
+    local r=$1 name=${2:-tunectl} bin=${3:-$TUNECTL} t0 t1
     t0=$(now)
     # Exit 3: the buckets are DRAFTs, as they must be with one sample a
     # trial (repeats 1); every trial ran, which is what is measured here.
-    local rc=0
-    "$TUNECTL" launch "$tmp/study.yaml" --inventory "$tmp/inventory.yaml" \
-        --ledger "$tmp/ledger-$r" --progress quiet --yes >"$tmp/tunectl-$r.out" 2>&1 || rc=$?
+    local rc=0 h0 h1
+    h0=$(host_cpu)
+    timed "$name" "$bin" launch "$tmp/study.yaml" --inventory "$tmp/inventory.yaml" \
+        --ledger "$tmp/ledger-$name-$r" --progress quiet --yes >"$tmp/$name-$r.out" 2>&1 || rc=$?
     t1=$(now)
-    [[ $rc == 0 || $rc == 3 ]] || { cat "$tmp/tunectl-$r.out" >&2; exit 1; }
-    grep -q "^ran $TRIALS trials ($TRIALS ok" "$tmp/tunectl-$r.out" ||
-        { echo "tunectl did not run $TRIALS ok trials:" >&2; cat "$tmp/tunectl-$r.out" >&2; exit 1; }
-    times[tunectl]+="$(( (t1 - t0) / 1000000 )) "
+    sleep 0.5 # the hosts reap the closed connections
+    h1=$(host_cpu)
+    cpu_hosts[$name]+="$((h1 - h0)) "
+    [[ $rc == 0 || $rc == 3 ]] || { cat "$tmp/$name-$r.out" >&2; exit 1; }
+    grep -q "^ran $TRIALS trials ($TRIALS ok" "$tmp/$name-$r.out" ||
+        { echo "$name did not run $TRIALS ok trials:" >&2; cat "$tmp/$name-$r.out" >&2; exit 1; }
+    times[$name]+="$(( (t1 - t0) / 1000000 )) "
 }
 run_parallel() { # name loginfile job
     local name=$1 logins=$2 job=$3 t0 t1 n
     t0=$(now)
-    parallel --sshloginfile "$logins" --halt now,fail=1 --joblog "$tmp/$name.joblog" \
+    timed "$name" parallel --sshloginfile "$logins" --halt now,fail=1 --joblog "$tmp/$name.joblog" \
         "$job" ::: $(seq "$TRIALS") >"$tmp/$name.out" 2>"$tmp/$name.err"
     t1=$(now)
     # Every job ran and exited 0 (the joblog's 7th column), and none of
@@ -212,14 +243,20 @@ echo "hosts up: $HOSTS x $SLOTS slots; $TRIALS trials; $ROUNDS rounds" >&2
 for r in $(seq "$ROUNDS"); do
     echo "round $r" >&2
     run_tunectl "$r"
-    run_parallel parallel "$tmp/logins" "$JOB"
-    # Fresh masters for each -cm run, opened outside its clock.
-    open_masters
-    run_parallel parallel-cm "$tmp/logins-cm" "$JOB"
-    close_masters
-    open_masters
-    run_parallel parallel-cm-bare "$tmp/logins-cm" "$JOB_BARE"
-    close_masters
+    [[ -z "${TUNECTL_EARLIER:-}" ]] || run_tunectl "$r" tunectl-earlier "$TUNECTL_EARLIER"
+    [[ -n "${SKIP_PLAIN:-}" ]] || run_parallel parallel "$tmp/logins" "$JOB"
+    # Fresh masters for each -cm run, opened outside its clock; the hosts'
+    # CPU is read around them (their connections are reaped once closed).
+    for name in parallel-cm parallel-cm-bare; do
+        h0=$(host_cpu)
+        open_masters
+        if [[ $name == parallel-cm ]]; then job=$JOB; else job=$JOB_BARE; fi
+        run_parallel "$name" "$tmp/logins-cm" "$job"
+        close_masters
+        sleep 0.5
+        h1=$(host_cpu)
+        cpu_hosts[$name]+="$((h1 - h0)) "
+    done
 done
 
 stats() { # "ms ms ms" -> "median min"
@@ -228,8 +265,24 @@ stats() { # "ms ms ms" -> "median min"
 read -r cm_med _ < <(stats "${times[parallel-cm-bare]}")
 printf '| runner | wall median (s) | wall min (s) | per trial (ms of slot time) | vs parallel-cm-bare (median) | rounds (ms) |\n'
 printf '|---|---|---|---|---|---|\n'
-for name in tunectl parallel parallel-cm parallel-cm-bare; do
+names="tunectl"
+[[ -z "${TUNECTL_EARLIER:-}" ]] || names="$names tunectl-earlier"
+[[ -n "${SKIP_PLAIN:-}" ]] || names="$names parallel"
+for name in $names parallel-cm parallel-cm-bare; do
     read -r med min < <(stats "${times[$name]}")
     awk -v n="$name" -v med="$med" -v min="$min" -v cm="$cm_med" -v t="$TRIALS" -v s=$((HOSTS * SLOTS)) -v all="${times[$name]}" \
         'BEGIN { printf "| %s | %.2f | %.2f | %.1f | %.2fx | %s|\n", n, med/1000, min/1000, med*s/t, med/cm, all }'
+done
+# Where the CPU went (medians): the runner's own process tree on this side
+# (for tunectl: the launcher, not its ssh masters, which run detached), and
+# everything under the hosts' sshd (for `parallel`, whose jobs connect on
+# their own, its connections are not counted there: left blank).
+printf '\n| runner | own CPU (s) | hosts'"'"' CPU (s) | own + hosts per trial (ms) |\n'
+printf '|---|---|---|---|\n'
+for name in $names parallel-cm parallel-cm-bare; do
+    read -r own _ < <(stats "${cpu_own[$name]}")
+    hosts=
+    [[ -n "${cpu_hosts[$name]:-}" ]] && read -r hosts _ < <(stats "${cpu_hosts[$name]}")
+    awk -v n="$name" -v own="$own" -v h="$hosts" -v t="$TRIALS" \
+        'BEGIN { if (h == "") printf "| %s | %.2f | | |\n", n, own/1000; else printf "| %s | %.2f | %.2f | %.1f |\n", n, own/1000, h/1000, (own+h)/t }'
 done

@@ -1240,3 +1240,164 @@ result:
         ]
     );
 }
+
+/// The persistent agent's shell killed on the host in the middle of a
+/// trial (by the trial itself, on the study's first run: it kills its
+/// ancestors that are the agent, `sh -s tunectl-agent`, and runs on): the
+/// attempt is recorded lost and runs again, the host stays in the launch
+/// (its next trials start a new agent), and the study decides what an
+/// undisturbed launch decides.
+#[test]
+fn the_agent_dying_mid_trial_loses_nothing() {
+    let fleet = Fleet::start(&FOUR[..1]);
+    let d = dirs();
+    let mark = d.root.join("killed");
+    let killer = d.root.join("kill-my-agent");
+    write(
+        &killer,
+        &format!(
+            "#!/bin/sh\n\
+             # First run only: kill the agent that started this run.\n\
+             if mkdir {mark} 2>/dev/null; then\n\
+             \x20 pids=\n\
+             \x20 p=$PPID\n\
+             \x20 while [ \"$p\" -gt 1 ]; do\n\
+             \x20   grep -q tunectl-agent /proc/$p/cmdline 2>/dev/null && pids=\"$pids $p\"\n\
+             \x20   p=$(cut -d' ' -f4 /proc/$p/stat)\n\
+             \x20 done\n\
+             \x20 echo $pids >{mark}/pids\n\
+             \x20 kill -s KILL $pids\n\
+             fi\n\
+             exec {trial} \"$@\"\n",
+            mark = mark.display(),
+            trial = fake_trial(),
+        ),
+    );
+    std::fs::set_permissions(&killer, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+        .expect("chmod");
+    let env = "  env: {FAKE_TRIAL_SLEEP: \"0.2\"}\n";
+    let calm_study = d.root.join("calm.yaml");
+    write(&calm_study, &study_yaml("agentdeath", env));
+    let study = d.root.join("study.yaml");
+    write(
+        &study,
+        &study_yaml("agentdeath", env).replace(&fake_trial(), &killer.display().to_string()),
+    );
+    let inv = d.root.join("inventory.yaml");
+    write(&inv, &fleet.inventory_yaml(2, ""));
+
+    let calm = d.root.join("calm");
+    launch(&calm_study, &inv, &calm, &[]);
+    let ledger = d.root.join("ledger");
+    let stderr = launch(&study, &inv, &ledger, &[]);
+
+    let killed: Vec<u32> = std::fs::read_to_string(mark.join("pids"))
+        .unwrap_or_default()
+        .split_whitespace()
+        .filter_map(|p| p.parse().ok())
+        .collect();
+    assert_eq!(
+        killed.len(),
+        2,
+        "the agent's shell and its attempt's subshell were the run's ancestors: {killed:?}"
+    );
+    for p in &killed {
+        assert!(sshd::wait_process_gone(*p, Duration::from_secs(5)), "{p}");
+    }
+    assert!(!stderr.contains("dropped"), "the host stays up: {stderr}");
+    let (_, lost) = assert_one_terminal_per_trial(&ledger, "agentdeath");
+    assert_eq!(lost, 1, "exactly the attempt whose agent died is lost");
+    let reasons: Vec<String> = ledger_files::attempts(&ledger, "agentdeath")
+        .values()
+        .flatten()
+        .filter(|a| a["status"] == "lost")
+        .filter_map(|a| a["lost_reason"].as_str().map(str::to_string))
+        .collect();
+    assert!(
+        reasons.iter().all(|r| r.contains("agent ended")),
+        "{reasons:?}"
+    );
+    assert_eq!(
+        decisions(&report_json(&study, &ledger)),
+        decisions(&report_json(&calm_study, &calm))
+    );
+}
+
+/// Without a persistent agent, every attempt runs on a session of its own,
+/// as before the agent existed: switched off in the inventory
+/// (`agent: false`), or on a host whose shell will not run it (here sshd
+/// forces a command that refuses the agent's); either way the study runs
+/// to its end.
+#[test]
+fn without_an_agent_each_attempt_gets_a_session_of_its_own() {
+    let mut fleet = Fleet::start(&FOUR[..1]);
+    let d = dirs();
+    let env = "  env: {FAKE_TRIAL_SLEEP: \"0.05\"}\n";
+    let study = d.root.join("study.yaml");
+    write(&study, &study_yaml("noagent", env));
+    let run = |inv: &Path, ledger: &Path| -> String {
+        let out = tunectl()
+            .env("TUNECTL_LOG", "tunectl=debug")
+            .args([
+                "launch",
+                "--yes",
+                "--progress",
+                "plain",
+                "--no-cooldown",
+                "--inventory",
+            ])
+            .arg(inv)
+            .arg("--ledger")
+            .arg(ledger)
+            .arg(&study)
+            .timeout(Duration::from_secs(240))
+            .output()
+            .expect("run tunectl launch");
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert!(ran_to_the_end(out.status.code(), &stderr), "{stderr}");
+        let (n, lost) = assert_one_terminal_per_trial(ledger, "noagent");
+        assert!(n > 0);
+        assert_eq!(lost, 0, "{stderr}");
+        stderr
+    };
+
+    // The default: one agent per slot.
+    let inv = d.root.join("inventory.yaml");
+    write(&inv, &fleet.inventory_yaml(2, ""));
+    let stderr = run(&inv, &d.root.join("default"));
+    assert!(stderr.contains("started a persistent agent"), "{stderr}");
+
+    // Switched off.
+    let off = d.root.join("off.yaml");
+    write(&off, &fleet.inventory_yaml(2, "agent: false"));
+    let stderr = run(&off, &d.root.join("off"));
+    assert!(!stderr.contains("persistent agent"), "{stderr}");
+
+    // A host that refuses it: the fallback is taken, and said at debug level.
+    let refuse = fleet.hosts[0].root.join("refuse-agent");
+    write(
+        &refuse,
+        "#!/bin/sh\n\
+         # A host that will not run tunectl's persistent agent.\n\
+         case $SSH_ORIGINAL_COMMAND in\n\
+         \x20 *tunectl-agent*) echo 'this host runs no agents' >&2; exit 1 ;;\n\
+         esac\n\
+         exec /bin/sh -c \"$SSH_ORIGINAL_COMMAND\"\n",
+    );
+    std::fs::set_permissions(&refuse, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+        .expect("chmod");
+    let config = fleet.hosts[0].root.join("sshd_config");
+    let text = std::fs::read_to_string(&config).expect("sshd_config");
+    write(
+        &config,
+        &format!("{text}ForceCommand {}\n", refuse.display()),
+    );
+    fleet.kill_host(0);
+    fleet.restart_host(0);
+    let stderr = run(&inv, &d.root.join("refused"));
+    assert!(
+        stderr.contains("no persistent agent") && stderr.contains("this host runs no agents"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("started a persistent agent"), "{stderr}");
+}

@@ -33,10 +33,16 @@ tc_guard() {
   tc_guard_pid=$!
   exec 3<&-
 }
+tc_count() {
+  # tc_n: the size of file $1. (A BSD wc pads it with spaces; no `tr`: each
+  # process counts, once per file and attempt.)
+  tc_n=$(wc -c <"$1")
+  tc_n=${tc_n##* }
+}
 tc_stream() {
   # Size, tail and (when $3 > 0) head of a stream; nothing for an empty one.
   [ -s "$2" ] || return 0
-  tc_n=$(wc -c <"$2" | tr -d ' ')
+  tc_count "$2"
   printf '@@tunectl size %s %s\n' "$1" "$tc_n"
   tc_k=$tc_n; [ "$tc_k" -gt TC_TAIL ] && tc_k=TC_TAIL
   printf '@@tunectl file %s_tail %s\n' "$1" "$tc_k"
@@ -51,7 +57,7 @@ tc_stream() {
 }
 tc_file() {
   if [ -f "$2" ]; then
-    tc_n=$(wc -c <"$2" | tr -d ' ')
+    tc_count "$2"
     [ "$tc_n" -gt "$3" ] && tc_n=$3
     printf '@@tunectl file %s %s\n' "$1" "$tc_n"
     head -c "$tc_n" <"$2"
@@ -61,10 +67,13 @@ tc_file() {
   fi
 }
 tc_why() {
-  # Why $1 is not read: nothing for a regular file (a symlink is followed
-  # only to one) of at most $2 bytes. Nothing else is opened: a FIFO would
-  # block, a device never end.
-  if [ ! -e "$1" ] && [ ! -L "$1" ]; then echo "was not written"; return 0; fi
+  # tc_w: why $1 is not read; empty for a regular file (a symlink is
+  # followed only to one) of at most $2 bytes, whose size is then in tc_n.
+  # Nothing else is opened: a FIFO would block, a device never end. (It
+  # sets variables rather than printing: a command substitution is one
+  # more process per file.)
+  tc_w=
+  if [ ! -e "$1" ] && [ ! -L "$1" ]; then tc_w="was not written"; return 0; fi
   tc_l=; [ -L "$1" ] && tc_l="a symlink to "
   if [ ! -f "$1" ]; then
     if [ ! -e "$1" ]; then tc_k="nothing (a dangling symlink)"
@@ -74,16 +83,15 @@ tc_why() {
     elif [ -b "$1" ]; then tc_k="a block device"
     elif [ -S "$1" ]; then tc_k="a socket"
     else tc_k="something else"; fi
-    echo "is $tc_l$tc_k, not a regular file"; return 0
+    tc_w="is $tc_l$tc_k, not a regular file"; return 0
   fi
-  tc_n=$(wc -c <"$1" | tr -d ' ')
-  if [ "$tc_n" -gt "$2" ]; then echo "is $tc_n bytes, over the limit of $3"; fi
+  tc_count "$1"
+  if [ "$tc_n" -gt "$2" ]; then tc_w="is $tc_n bytes, over the limit of $(tc_size "$2")"; fi
 }
 tc_rfile() {
   # A regular file of at most $3 bytes, else why not.
-  tc_w=$(tc_why "$2" "$3" "$(tc_size "$3")")
+  tc_why "$2" "$3"
   if [ -z "$tc_w" ]; then
-    tc_n=$(wc -c <"$2" | tr -d ' ')
     printf '@@tunectl file %s %s\n' "$1" "$tc_n"
     head -c "$tc_n" <"$2"
     printf '\n'
@@ -105,7 +113,7 @@ tc_sha() {
   fi | cut -d' ' -f1
 }
 tc_digest() {
-  tc_w=$(tc_why "$2" "$3" "$(tc_size "$3")")
+  tc_why "$2" "$3"
   if [ -z "$tc_w" ]; then
     tc_h=$(tc_sha "$2")
     if [ -n "$tc_h" ]; then

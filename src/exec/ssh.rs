@@ -2,17 +2,25 @@
 //! ([`super::wire`]) over ssh sessions.
 //!
 //! One multiplexed master connection per host (the `openssh` crate, native
-//! mux), many sessions over it, at most `max_sessions` trials at once. Every
-//! remote step is a request script sent on a session's standard input to
-//! `exec /bin/sh -s`; an attempt's reply is read from the session's stdout
-//! as it comes.
+//! mux), many sessions over it, at most `max_sessions` trials at once.
+//! Trials run through persistent agents ([`super::wire::persistent_agent`]):
+//! one long-lived session per slot in use, `exec /bin/sh -s tunectl-agent`,
+//! sent the agent's functions once and then one request per attempt on its
+//! standard input; each reply is read from its stdout as it comes, up to its
+//! `end`. Other remote steps (probe, work directory, kills without an agent)
+//! are a request script on a session of their own. Where no agent can start
+//! (or `agent: false`), every attempt gets a session of its own running the
+//! whole wrapper script, as before the agents.
 //!
 //! The launcher times each run between its `run` and `rc` frames and kills
-//! its process group at the trial's timeout (or on Ctrl-C) over a session
-//! of its own; the agent's watchdog, a margin later, is the backstop. The
-//! session's input stays open and silent while the attempt runs: the
-//! agent's guard kills the run when it ends, so a launcher killed outright,
-//! or a session that died, leaves nothing running on the host.
+//! its process group at the trial's timeout (or on Ctrl-C) through the agent
+//! (`tc_kill`), or over a session of its own; the wrapper's watchdog, a
+//! margin later, is the backstop. The agent's input stays open and silent
+//! while an attempt runs: when it ends the agent's exit trap (without an
+//! agent: the wrapper's guard) kills the run, so a launcher killed outright,
+//! or a session that died, leaves nothing running on the host. An agent
+//! whose shell dies mid-attempt loses that attempt (it runs again, as with
+//! a lost host) and the host's next attempt starts a new agent.
 //!
 //! A reply that ends without `end` while the master connection is gone is
 //! a lost host: the attempt is lost (it runs again elsewhere), the host is
@@ -22,17 +30,20 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
+use openssh::{ChildStdin, ChildStdout};
 use openssh::{ControlPersist, KnownHosts, Session, SessionBuilder, Stdio};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::sync::{Semaphore, mpsc};
 use tokio_util::sync::CancellationToken;
 
 use super::wire::{
-    AgentOptions, Collected, Frame, attempt_script, fill_outcome, read_frames, wrap, wrap_guarded,
+    AGENT_MARK, AGENT_READY, AgentOptions, Collected, Frame, attempt_script, fill_outcome,
+    persistent_agent, persistent_request, read_frames, read_reply, wrap, wrap_guarded,
 };
 use super::{AttemptOutcome, AttemptSpec, HostState, Transport};
 use crate::fingerprint::{self, Fingerprint, PROBE_TIMEOUT, TOOL_TIMEOUT};
@@ -63,6 +74,12 @@ const AFTER_KILL: Duration = Duration::from_secs(20);
 /// Limit for small remote commands (workdir, kill, reap).
 const SMALL_COMMAND: Duration = Duration::from_secs(30);
 
+/// How long a persistent agent may take to greet once started.
+const AGENT_START: Duration = Duration::from_secs(20);
+
+/// The last bytes of an agent's stderr kept for messages.
+const AGENT_STDERR_BYTES: usize = 4096;
+
 /// A host over SSH as a transport.
 pub struct SshTransport {
     name: String,
@@ -83,6 +100,41 @@ pub struct SshTransport {
     /// Process groups of attempts lost with the connection, killed when the
     /// host answers again.
     orphans: Mutex<Vec<Orphan>>,
+    /// Idle persistent agents (at most one per slot in use).
+    agents: Mutex<Vec<Agent>>,
+    /// No persistent agent on this host (switched off in the inventory, or
+    /// one could not start): one session per attempt.
+    agent_off: AtomicBool,
+}
+
+/// A persistent agent: `sh -s` on one session of the master connection,
+/// running one attempt at a time (see [`persistent_agent`]).
+struct Agent {
+    /// The master connection it belongs to: an agent of an earlier
+    /// connection is never reused.
+    session: Arc<Session>,
+    /// Holds the session open; dropping it closes the agent's input.
+    _child: openssh::Child<Arc<Session>>,
+    stdin: ChildStdin,
+    stdout: BufReader<ChildStdout>,
+    /// The end of what the agent's shell printed on stderr.
+    stderr: Arc<Mutex<Vec<u8>>>,
+}
+
+impl Agent {
+    fn stderr_text(&self) -> String {
+        let bytes = self.stderr.lock().map(|b| b.clone()).unwrap_or_default();
+        String::from_utf8_lossy(&bytes).trim().to_string()
+    }
+}
+
+/// How an attempt went on a persistent agent.
+enum AgentRun {
+    /// The outcome is final.
+    Done,
+    /// No agent could start (the host's shell refuses it): run the attempt
+    /// on a session of its own.
+    NoAgent,
 }
 
 #[derive(Debug, Clone)]
@@ -104,6 +156,7 @@ struct Conn {
 impl SshTransport {
     pub fn new(name: &str, cfg: SshHost, control_dir: PathBuf, keep_workdirs: bool) -> Self {
         let permits = cfg.max_sessions.max(1) as usize;
+        let cfg_agent = cfg.agent;
         SshTransport {
             name: name.to_string(),
             cfg,
@@ -121,6 +174,8 @@ impl SshTransport {
             tools: Mutex::new(BTreeMap::new()),
             fingerprint: Mutex::new(None),
             orphans: Mutex::new(Vec::new()),
+            agents: Mutex::new(Vec::new()),
+            agent_off: AtomicBool::new(!cfg_agent),
         }
     }
 
@@ -223,6 +278,7 @@ impl SshTransport {
     /// The host dropped: forget the connection and plan the first retry.
     async fn mark_down(&self, reason: &str) {
         let old = self.current.write().ok().and_then(|mut s| s.take());
+        self.drop_agents();
         let mut conn = self.conn.lock().await;
         if conn.down.is_none() {
             conn.down = Some((reason.to_string(), Instant::now()));
@@ -291,6 +347,352 @@ impl SshTransport {
              exit 0\n"
         );
         run_script(session, &body, SMALL_COMMAND).await.map(|_| ())
+    }
+
+    /// Close every idle agent (their shells see their input end and exit).
+    fn drop_agents(&self) {
+        let idle = self
+            .agents
+            .lock()
+            .map(|mut a| std::mem::take(&mut *a))
+            .unwrap_or_default();
+        drop(idle);
+    }
+
+    /// An idle agent of this connection, if there is one.
+    fn take_agent(&self, session: &Arc<Session>) -> Option<Agent> {
+        let mut idle = self.agents.lock().ok()?;
+        idle.retain(|a| Arc::ptr_eq(&a.session, session));
+        idle.pop()
+    }
+
+    fn put_agent(&self, agent: Agent) {
+        let current = self.session();
+        if current.is_some_and(|s| Arc::ptr_eq(&s, &agent.session))
+            && let Ok(mut idle) = self.agents.lock()
+        {
+            idle.push(agent);
+        }
+    }
+
+    /// Start a persistent agent on a new session and wait for its greeting.
+    async fn start_agent(&self, session: &Arc<Session>) -> Result<Agent, String> {
+        let mut child =
+            Session::to_raw_command(session.clone(), format!("exec /bin/sh -s {AGENT_MARK}"))
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .await
+                .map_err(|e| format!("cannot start a session: {}", error_chain(&e)))?;
+        let (Some(mut stdin), Some(stdout), Some(mut err)) = (
+            child.stdin().take(),
+            child.stdout().take(),
+            child.stderr().take(),
+        ) else {
+            return Err("the session has no standard streams".to_string());
+        };
+        // Drained for the agent's life: a full stderr pipe would stop the
+        // shell. The end is kept for messages.
+        let stderr = Arc::new(Mutex::new(Vec::new()));
+        let kept = stderr.clone();
+        tokio::spawn(async move {
+            let mut buf = [0u8; 1024];
+            while let Ok(n) = err.read(&mut buf).await {
+                if n == 0 {
+                    break;
+                }
+                if let Ok(mut k) = kept.lock() {
+                    k.extend_from_slice(&buf[..n]);
+                    let over = k.len().saturating_sub(AGENT_STDERR_BYTES);
+                    k.drain(..over);
+                }
+            }
+        });
+        let mut stdout = BufReader::new(stdout);
+        let greet = async {
+            stdin
+                .write_all(persistent_agent().as_bytes())
+                .await
+                .map_err(|e| format!("cannot send the agent: {e}"))?;
+            stdin
+                .flush()
+                .await
+                .map_err(|e| format!("cannot send the agent: {e}"))?;
+            let mut line = Vec::new();
+            (&mut stdout)
+                .take(256)
+                .read_until(b'\n', &mut line)
+                .await
+                .map_err(|e| format!("reading from the agent: {e}"))?;
+            if line.strip_suffix(b"\n") == Some(AGENT_READY.as_bytes()) {
+                Ok(())
+            } else if line.is_empty() {
+                Err("the agent ended without greeting".to_string())
+            } else {
+                Err(format!(
+                    "the agent greeted with `{}`",
+                    String::from_utf8_lossy(&line).trim()
+                ))
+            }
+        };
+        let greeted = match tokio::time::timeout(AGENT_START, greet).await {
+            Ok(r) => r,
+            Err(_) => Err(format!(
+                "the agent did not greet within {} s",
+                AGENT_START.as_secs()
+            )),
+        };
+        let agent = Agent {
+            session: session.clone(),
+            _child: child,
+            stdin,
+            stdout,
+            stderr,
+        };
+        match greeted {
+            Ok(()) => {
+                tracing::debug!(host = %self.name, "started a persistent agent");
+                Ok(agent)
+            }
+            Err(e) => {
+                // Let its stderr arrive: it says why.
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                let err = agent.stderr_text();
+                Err(if err.is_empty() {
+                    e
+                } else {
+                    format!("{e}: {}", err.chars().take(500).collect::<String>())
+                })
+            }
+        }
+    }
+
+    /// Run an attempt on a persistent agent of this connection (an idle one,
+    /// or one started now).
+    async fn attempt_on_agent(
+        &self,
+        session: &Arc<Session>,
+        spec: &AttemptSpec,
+        cancel: &CancellationToken,
+        outcome: &mut AttemptOutcome,
+    ) -> AgentRun {
+        // As on a session of its own: the agent's watchdog is the backstop
+        // for a launcher that stopped watching; it records the run's group
+        // for the agent's exit trap (its input ended).
+        let opts = AgentOptions {
+            keep_workdirs: self.keep_workdirs,
+            self_timeout: true,
+            timeout_margin_s: u64::from(KILL_GRACE_S) + 3,
+            track_run: true,
+            ..Default::default()
+        };
+        let request = match persistent_request(spec, &opts) {
+            Ok(r) => r,
+            Err(e) => {
+                outcome.setup_error = Some(e);
+                return AgentRun::Done;
+            }
+        };
+        let mut agent = match self.take_agent(session) {
+            Some(a) => a,
+            None => match self.start_agent(session).await {
+                Ok(a) => a,
+                Err(e) => {
+                    if session.check().await.is_err() {
+                        self.mark_down(&e).await;
+                        outcome.host_lost =
+                            Some(format!("the connection to the host was lost ({e})"));
+                        return AgentRun::Done;
+                    }
+                    tracing::debug!(
+                        host = %self.name,
+                        "no persistent agent ({e}): one ssh session per attempt on this host"
+                    );
+                    self.agent_off.store(true, Ordering::Relaxed);
+                    return AgentRun::NoAgent;
+                }
+            },
+        };
+        let sent = async {
+            agent.stdin.write_all(request.as_bytes()).await?;
+            agent.stdin.flush().await
+        }
+        .await;
+        if let Err(e) = sent {
+            // Nothing ran: the attempt is lost (the host with it, when its
+            // connection is gone).
+            drop(agent);
+            if session.check().await.is_err() {
+                self.mark_down("the connection ended").await;
+                outcome.host_lost = Some(format!(
+                    "the connection to the host was lost (sending the attempt: {e})"
+                ));
+            } else {
+                outcome.host_lost =
+                    Some(format!("the host's agent ended (sending the attempt: {e})"));
+            }
+            return AgentRun::Done;
+        }
+
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        let mut stdout = agent.stdout;
+        let reader = tokio::spawn(async move {
+            let ended = read_reply(&mut stdout, tx).await;
+            (stdout, ended)
+        });
+        let mut got = Collected::default();
+        let mut pid: Option<u32> = None;
+        let mut deadline: Option<tokio::time::Instant> = None;
+        let mut give_up: Option<tokio::time::Instant> = None;
+        let mut timed_out = false;
+        let mut garbled: Option<String> = None;
+        let mut agent_ended = false;
+        let mut stdin = agent.stdin;
+        loop {
+            let sleep_until = deadline.or(give_up);
+            tokio::select! {
+                frame = rx.recv() => match frame {
+                    Some(Ok(frame)) => {
+                        match frame {
+                            Frame::Run { pid: p, .. } => {
+                                pid = Some(p);
+                                deadline = Some(tokio::time::Instant::now() + spec.timeout);
+                            }
+                            Frame::Rc { .. } => deadline = None,
+                            _ => {}
+                        }
+                        let end = frame == Frame::End;
+                        got.absorb_live(frame);
+                        if end {
+                            break;
+                        }
+                    }
+                    Some(Err(e)) => {
+                        garbled = Some(e);
+                        break;
+                    }
+                    None => {
+                        agent_ended = true;
+                        break;
+                    }
+                },
+                _ = async {
+                    match sleep_until {
+                        Some(t) => tokio::time::sleep_until(t).await,
+                        None => std::future::pending().await,
+                    }
+                } => {
+                    if deadline.is_some() {
+                        // Past its timeout: the agent kills the run's
+                        // group and reports it.
+                        timed_out = true;
+                        deadline = None;
+                        give_up = Some(tokio::time::Instant::now() + AFTER_KILL);
+                        if let Some(p) = pid {
+                            self.kill_through(session, &mut stdin, p).await;
+                        }
+                    } else {
+                        break;
+                    }
+                }
+                _ = cancel.cancelled(), if !outcome.cancelled => {
+                    outcome.cancelled = true;
+                    deadline = None;
+                    give_up = Some(tokio::time::Instant::now() + AFTER_KILL);
+                    if let Some(p) = pid {
+                        self.kill_through(session, &mut stdin, p).await;
+                    }
+                }
+            }
+        }
+
+        if got.ended {
+            // The reply is whole: the reader stopped right after `end`.
+            if let Ok((stdout, true)) = reader.await {
+                self.put_agent(Agent {
+                    session: agent.session,
+                    _child: agent._child,
+                    stdin,
+                    stdout,
+                    stderr: agent.stderr,
+                });
+            }
+            if let Some(m) = got.setup.take() {
+                outcome.setup_error = Some(m);
+                return AgentRun::Done;
+            }
+            let timed_out = timed_out || got.timed_out;
+            fill_outcome(outcome, spec, got, timed_out);
+            return AgentRun::Done;
+        }
+        reader.abort();
+        let err = {
+            // Its stderr may say why it ended.
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            let bytes = agent.stderr.lock().map(|b| b.clone()).unwrap_or_default();
+            String::from_utf8_lossy(&bytes).trim().to_string()
+        };
+        // Closing the agent's input ends it (and, through its exit trap,
+        // whatever it still runs).
+        drop(stdin);
+        drop(agent._child);
+        if session.check().await.is_err() {
+            let reason = "the connection to the host was lost".to_string();
+            self.mark_down(&reason).await;
+            if let Some(p) = pid
+                && let Ok(mut o) = self.orphans.lock()
+            {
+                o.push(Orphan {
+                    pgid: p,
+                    attempt_id: spec.attempt_id.clone(),
+                });
+            }
+            outcome.host_lost = Some(reason);
+            return AgentRun::Done;
+        }
+        if outcome.cancelled {
+            return AgentRun::Done;
+        }
+        if let Some(p) = pid {
+            let _ = self.kill_remote(session, p).await;
+        }
+        match garbled {
+            Some(g) => outcome.setup_error = Some(g),
+            None if !agent_ended => {
+                outcome.setup_error = Some(if err.is_empty() {
+                    "the host's agent stopped reporting".to_string()
+                } else {
+                    format!("the host's agent stopped reporting: {err}")
+                });
+            }
+            None => {
+                // The agent's shell died (killed on the host): the attempt
+                // is lost and runs again, as with a lost host, but the host
+                // stays up; the next attempt starts a new agent.
+                let why = if err.is_empty() {
+                    String::new()
+                } else {
+                    format!(": {}", err.chars().take(500).collect::<String>())
+                };
+                outcome.host_lost = Some(format!("the host's agent ended during the attempt{why}"));
+            }
+        }
+        AgentRun::Done
+    }
+
+    /// Stop a run through its agent (`tc_kill`), or over a session of its
+    /// own when the agent cannot be written to.
+    async fn kill_through(&self, session: &Arc<Session>, stdin: &mut ChildStdin, pid: u32) {
+        let line = format!("tc_kill {pid}\n");
+        let sent = async {
+            stdin.write_all(line.as_bytes()).await?;
+            stdin.flush().await
+        }
+        .await;
+        if sent.is_err() {
+            let _ = self.kill_remote(session, pid).await;
+        }
     }
 }
 
@@ -470,6 +872,7 @@ impl Transport for SshTransport {
     }
 
     async fn close(&self) {
+        self.drop_agents();
         let s = self.current.write().ok().and_then(|mut s| s.take());
         if let Some(s) = s
             && let Ok(s) = Arc::try_unwrap(s)
@@ -491,6 +894,25 @@ impl Transport for SshTransport {
             ));
             return outcome;
         };
+        if !self.agent_off.load(Ordering::Relaxed) {
+            let _permit = tokio::select! {
+                p = self.sessions.acquire() => p.ok(),
+                _ = cancel.cancelled() => {
+                    outcome.cancelled = true;
+                    return outcome;
+                }
+            };
+            match self
+                .attempt_on_agent(&session, spec, cancel, &mut outcome)
+                .await
+            {
+                AgentRun::Done => {
+                    outcome.elapsed = started.elapsed();
+                    return outcome;
+                }
+                AgentRun::NoAgent => {}
+            }
+        }
         // The agent bounds every run itself (the trial's timeout plus a
         // margin: this launcher kills at the timeout) and kills it when
         // this launcher or its connection goes away.

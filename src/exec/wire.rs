@@ -16,7 +16,11 @@
 //! the shell's own standard input (past the script) as descriptor 3 for the
 //! agent's guard. Over ssh the script is the session's standard input of
 //! `exec /bin/sh -s` (so the login shell only ever sees that, whatever shell
-//! it is); on Slurm it is the file `t<i>.sh` of the batch directory.
+//! it is); on Slurm it is the file `t<i>.sh` of the batch directory. A
+//! persistent agent over ssh ([`persistent_agent`]) is sent the functions
+//! once, and then each attempt's steps as one request
+//! ([`persistent_request`]) on the same input, its replies on the same
+//! output, one after the other.
 //!
 //! Every value in a request (paths, the command, the environment of the
 //! trial contract) is one shell word, quoted by
@@ -153,6 +157,9 @@ pub(crate) const MAX_HEADER_BYTES: usize = 64 * 1024;
 /// Shell functions of the agent (`TC_TAIL` stands for [`TAIL_BYTES`]).
 const AGENT_FUNCTIONS: &str = include_str!("agent.sh");
 
+/// The persistent agent's own functions ([`persistent_agent`]).
+const AGENT_LOOP: &str = include_str!("agent-loop.sh");
+
 /// Wrap a script body so that the shell reads all of it before running any
 /// of it, with standard input closed for whatever it runs.
 pub(crate) fn wrap(body: &str) -> String {
@@ -198,14 +205,70 @@ pub(crate) struct AgentOptions {
     pub probe: Option<String>,
     /// Time runs with the host's clock (`date +%s%N`).
     pub remote_clock: bool,
+    /// Record each run's process group leader in `.tunectl-run-pid`, for
+    /// a persistent agent ([`persistent_agent`]) to kill when its input
+    /// ends.
+    pub track_run: bool,
+}
+
+/// The agent's shell functions, as sent once to a host.
+fn agent_functions() -> String {
+    AGENT_FUNCTIONS.replace("TC_TAIL", &TAIL_BYTES.to_string())
 }
 
 /// The remote script of one attempt (see the module documentation).
 pub(crate) fn attempt_script(spec: &AttemptSpec, opts: &AgentOptions) -> Result<String, String> {
+    let mut s = agent_functions();
+    s.push_str(&attempt_body(spec, opts)?);
+    Ok(s)
+}
+
+/// Greeting of a persistent agent once it has read its functions.
+pub(crate) const AGENT_READY: &str = "@@tunectl agent 1";
+
+/// `$1` of a persistent agent's shell (`sh -s tunectl-agent`): it names the
+/// process on the host, and a host that refuses agents can tell it apart.
+pub(crate) const AGENT_MARK: &str = "tunectl-agent";
+
+/// The start of a persistent agent's input (see "Persistent agent" in
+/// docs/trial-contract.md). The shell (`sh -s`) reads its commands from
+/// the channel as they come: first these functions, then one request per
+/// attempt ([`persistent_request`]), each run in a background subshell so
+/// that the shell goes back to reading its input while the trial runs.
+/// That input is silent until the reply's `end` (the launcher sends the
+/// next request only then), except for `tc_kill <pid>` (a timeout or
+/// Ctrl-C). When it ends (the launcher or its connection is gone) the
+/// shell's exit trap stops the running attempt and kills its run's group.
+pub(crate) fn persistent_agent() -> String {
+    let mut s = agent_functions();
+    s.push_str(AGENT_LOOP);
+    let _ = writeln!(s, "printf '%s\\n' {}", quote_word(AGENT_READY));
+    s
+}
+
+/// One attempt's request to a persistent agent: its body as the function
+/// `tc_a`, started in the background ([`persistent_agent`]). The shell
+/// reads the whole definition before it runs it.
+pub(crate) fn persistent_request(
+    spec: &AttemptSpec,
+    opts: &AgentOptions,
+) -> Result<String, String> {
+    let body = attempt_body(spec, opts)?;
+    Ok(format!(
+        "tc_a() {{
+{body}
+}}
+tc_spawn {}
+",
+        quote_word(&spec.trial_dir)
+    ))
+}
+
+/// The steps of one attempt, without the agent's functions.
+fn attempt_body(spec: &AttemptSpec, opts: &AgentOptions) -> Result<String, String> {
     let keep_workdirs = opts.keep_workdirs;
     let mut s = String::new();
     let q = quote_word;
-    s.push_str(&AGENT_FUNCTIONS.replace("TC_TAIL", &TAIL_BYTES.to_string()));
     let _ = writeln!(s, "tc_dir={}", q(&spec.trial_dir));
     let _ = writeln!(s, "tc_result={}", q(&spec.result_path));
     if opts.self_timeout {
@@ -225,6 +288,11 @@ pub(crate) fn attempt_script(spec: &AttemptSpec, opts: &AgentOptions) -> Result<
     } else {
         s.push_str("tc_guard_pid=\n");
     }
+    s.push_str(if opts.guard_input || opts.track_run {
+        "tc_track=1\n"
+    } else {
+        "tc_track=\n"
+    });
     if let Some(probe) = &opts.probe {
         let _ = writeln!(
             s,
@@ -269,7 +337,7 @@ pub(crate) fn attempt_script(spec: &AttemptSpec, opts: &AgentOptions) -> Result<
     );
     s.push_str(
         "  tc_pid=$!\n\
-         \x20 [ -z \"$tc_guard_pid\" ] || echo \"$tc_pid\" >.tunectl-run-pid\n\
+         \x20 [ -z \"$tc_track\" ] || echo \"$tc_pid\" >.tunectl-run-pid\n\
          \x20 printf '@@tunectl run %s %s\\n' \"$tc_phase\" \"$tc_pid\"\n\
          \x20 tc_dog=\n\
          \x20 [ -z \"$tc_timeout\" ] || tc_watch\n\
@@ -324,7 +392,10 @@ pub(crate) fn attempt_script(spec: &AttemptSpec, opts: &AgentOptions) -> Result<
     }
     // The guard's work is done: stop it before the end frame, so that the
     // launcher closing the session afterwards kills nothing.
-    s.push_str("[ -z \"$tc_guard_pid\" ] || { kill -s TERM \"$tc_guard_pid\" 2>/dev/null; rm -f \"$tc_dir/.tunectl-run-pid\"; }\n");
+    s.push_str("[ -z \"$tc_guard_pid\" ] || kill -s TERM \"$tc_guard_pid\" 2>/dev/null\n");
+    // (A test first: a successful attempt's directory is gone already, and
+    // `rm` is one more process per attempt.)
+    s.push_str("[ -z \"$tc_track\" ] || [ ! -e \"$tc_dir/.tunectl-run-pid\" ] || rm -f \"$tc_dir/.tunectl-run-pid\"\n");
     s.push_str("printf '@@tunectl end\\n'\n");
     Ok(s)
 }
@@ -393,19 +464,33 @@ pub(crate) async fn read_frames<R: tokio::io::AsyncRead + Unpin>(
     reader: R,
     tx: mpsc::UnboundedSender<Result<Frame, String>>,
 ) {
-    let mut reader = BufReader::new(reader);
+    read_reply(&mut BufReader::new(reader), tx).await;
+}
+
+/// Read one reply's frames from a stream that goes on after it (a
+/// persistent agent's output): stops right after `end` (returns true)
+/// with the next reply's bytes left in `reader`; false when the stream
+/// ended or broke first.
+pub(crate) async fn read_reply<R: tokio::io::AsyncRead + Unpin>(
+    reader: &mut BufReader<R>,
+    tx: mpsc::UnboundedSender<Result<Frame, String>>,
+) -> bool {
     let mut line = Vec::new();
     loop {
         line.clear();
         // One byte past the limit tells a line at the limit from a longer
         // one.
         let limit = MAX_HEADER_BYTES as u64 + 1;
-        match (&mut reader).take(limit).read_until(b'\n', &mut line).await {
-            Ok(0) => return,
+        match (&mut *reader)
+            .take(limit)
+            .read_until(b'\n', &mut line)
+            .await
+        {
+            Ok(0) => return false,
             Ok(_) => {}
             Err(e) => {
                 let _ = tx.send(Err(format!("reading from the host: {e}")));
-                return;
+                return false;
             }
         }
         if line.len() > MAX_HEADER_BYTES {
@@ -413,7 +498,7 @@ pub(crate) async fn read_frames<R: tokio::io::AsyncRead + Unpin>(
                 "unexpected line from the host's wrapper: `{}` (longer than {MAX_HEADER_BYTES} bytes)",
                 String::from_utf8_lossy(&line[..200])
             )));
-            return;
+            return false;
         }
         let text = String::from_utf8_lossy(&line);
         let text = text.trim_end_matches('\n');
@@ -423,29 +508,32 @@ pub(crate) async fn read_frames<R: tokio::io::AsyncRead + Unpin>(
                 let _ = tx.send(Err(format!(
                     "the reply for `{tag}` announces {len} bytes, more than the {MAX_FRAME_BYTES} a report may hold"
                 )));
-                return;
+                return false;
             }
             Ok(Header::File { tag, len }) => {
                 let mut bytes = vec![0u8; len];
                 if let Err(e) = reader.read_exact(&mut bytes).await {
                     let _ = tx.send(Err(format!("the reply for `{tag}` was cut short: {e}")));
-                    return;
+                    return false;
                 }
                 let mut nl = [0u8; 1];
                 if reader.read_exact(&mut nl).await.is_err() || nl[0] != b'\n' {
                     let _ = tx.send(Err(format!("the reply for `{tag}` is garbled")));
-                    return;
+                    return false;
                 }
                 Frame::File { tag, bytes }
             }
             Err(e) => {
                 let _ = tx.send(Err(e));
-                return;
+                return false;
             }
         };
         let end = frame == Frame::End;
-        if tx.send(Ok(frame)).is_err() || end {
-            return;
+        if tx.send(Ok(frame)).is_err() {
+            return false;
+        }
+        if end {
+            return true;
         }
     }
 }
@@ -1094,6 +1182,152 @@ mod tests {
             !std::path::Path::new(&dir).exists(),
             "a success leaves no directory"
         );
+    }
+
+    /// A persistent agent in a local `sh`, as a host would run it: two
+    /// attempts one after the other over the same input and output (the
+    /// trial's output, frames included, never reaches the reply), a
+    /// `tc_kill` of a run, then a run left running when the input ends is
+    /// killed with its group.
+    #[tokio::test]
+    async fn a_persistent_agent_runs_attempts_one_after_another() {
+        // The system's sh, and bash where there is one (the /bin/sh of
+        // many hosts).
+        for shell in ["/bin/sh", "/bin/bash"] {
+            if std::path::Path::new(shell).exists() {
+                persistent_agent_in(shell).await;
+            }
+        }
+    }
+
+    async fn persistent_agent_in(shell: &str) {
+        use tokio::io::AsyncWriteExt;
+        let root = tempfile::tempdir().expect("tempdir");
+        let mut child = tokio::process::Command::new(shell)
+            .args(["-s", AGENT_MARK])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .expect("sh starts");
+        let mut stdin = child.stdin.take().expect("stdin");
+        let mut out = BufReader::new(child.stdout.take().expect("stdout"));
+        stdin
+            .write_all(persistent_agent().as_bytes())
+            .await
+            .expect("agent sent");
+        let mut line = String::new();
+        out.read_line(&mut line).await.expect("greeting");
+        assert_eq!(line.trim_end(), AGENT_READY);
+        let opts = AgentOptions {
+            track_run: true,
+            ..Default::default()
+        };
+        async fn reply<R: tokio::io::AsyncRead + Unpin>(out: &mut BufReader<R>) -> Collected {
+            let (tx, mut rx) = mpsc::unbounded_channel();
+            assert!(read_reply(out, tx).await, "a whole reply");
+            let mut got = Collected::default();
+            while let Some(f) = rx.recv().await {
+                got.absorb(f.expect("a frame"));
+            }
+            got
+        }
+        for i in 0..2 {
+            let dir = root.path().join(format!("t{i}")).display().to_string();
+            let mut a = spec(&dir);
+            a.warmup = 0;
+            a.tolerance_files.clear();
+            a.command = format!(
+                "printf '@@tunectl end\\n'; echo {i} > out.bin; printf '{{\"metrics\": {{\"t\": {i}}}}}' > \"$TUNECTL_RESULT\""
+            );
+            a.env = vec![("TUNECTL_RESULT".into(), a.result_path.clone())];
+            let request = persistent_request(&a, &opts).expect("a request");
+            stdin.write_all(request.as_bytes()).await.expect("sent");
+            let got = reply(&mut out).await;
+            let mut outcome = AttemptOutcome::default();
+            fill_outcome(&mut outcome, &a, got, false);
+            assert_eq!(
+                outcome.result.as_deref(),
+                Some(format!("{{\"metrics\": {{\"t\": {i}}}}}").as_bytes())
+            );
+            assert_eq!(outcome.run.expect("a run").stdout_tail, "@@tunectl end\n");
+            assert!(!std::path::Path::new(&dir).exists());
+        }
+
+        // A run stopped by `tc_kill`: the reply still comes, whole.
+        let dir = root.path().join("killed").display().to_string();
+        let mut a = spec(&dir);
+        a.warmup = 0;
+        a.command = "sleep 30".into();
+        stdin
+            .write_all(persistent_request(&a, &opts).expect("a request").as_bytes())
+            .await
+            .expect("sent");
+        let mut line = String::new();
+        out.read_line(&mut line).await.expect("run frame");
+        let pid = line
+            .trim_end()
+            .strip_prefix("@@tunectl run measure ")
+            .and_then(|p| p.parse::<u32>().ok())
+            .expect("a run frame");
+        stdin
+            .write_all(format!("tc_kill {pid}\n").as_bytes())
+            .await
+            .expect("kill sent");
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        assert!(read_reply(&mut out, tx).await, "a whole reply");
+        let mut frames = Vec::new();
+        while let Some(f) = rx.recv().await {
+            frames.push(f.expect("a frame"));
+        }
+        assert!(
+            frames.contains(&Frame::Rc {
+                rc: 128 + 15,
+                remote_ns: None
+            }),
+            "{frames:?}"
+        );
+
+        // The input ends while a run runs: the agent kills its group.
+        let dir = root.path().join("orphan").display().to_string();
+        let mut a = spec(&dir);
+        a.warmup = 0;
+        a.command = "sleep 30 & echo $! > sleeper; wait".into();
+        stdin
+            .write_all(persistent_request(&a, &opts).expect("a request").as_bytes())
+            .await
+            .expect("sent");
+        let mut line = String::new();
+        out.read_line(&mut line).await.expect("run frame");
+        let sleeper = std::path::Path::new(&dir).join("sleeper");
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let pid = loop {
+            if let Some(p) = std::fs::read_to_string(&sleeper)
+                .ok()
+                .and_then(|t| t.trim().parse::<i32>().ok())
+            {
+                break p;
+            }
+            assert!(Instant::now() < deadline, "the run never started");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        };
+        drop(stdin);
+        let status = tokio::time::timeout(Duration::from_secs(10), child.wait())
+            .await
+            .expect("the agent exits when its input ends")
+            .expect("status");
+        assert!(status.success() || status.code().is_some());
+        let deadline = Instant::now() + Duration::from_secs(10);
+        // Gone, or a zombie nobody reaped yet.
+        let alive = |pid: i32| {
+            std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                .ok()
+                .and_then(|t| t.rsplit(')').next().map(|r| r.trim_start().to_string()))
+                .is_some_and(|r| !r.starts_with('Z'))
+        };
+        while alive(pid) {
+            assert!(Instant::now() < deadline, "the run outlived its agent");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
     }
 
     /// `result:`'s files and the counted run's whole stdout come back

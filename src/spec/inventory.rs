@@ -83,6 +83,9 @@ pub struct SshHost {
     /// `ssh_config`: the ssh client configuration file to connect with
     /// (`ssh -F`), as a path on this machine; `None`: ssh's own files.
     pub ssh_config: Option<PathBuf>,
+    /// Run trials through one persistent agent per slot (one long-lived
+    /// session each); `false`: one session per attempt.
+    pub agent: bool,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -422,6 +425,7 @@ const SSH_KEYS: &[&str] = &[
     "strict_host_key_checking",
     "workdir",
     "max_sessions",
+    "agent",
 ];
 const SLURM_KEYS: &[&str] = &[
     "login",
@@ -935,6 +939,10 @@ fn parse_ssh(w: &mut Walker, map: &MarkedMappingNode, field: &str) -> Option<Ssh
         Some(n) => w.u32_in(n, &join(field, "max_sessions"), 1, 1000),
         None => Some(8),
     };
+    let agent = match map.get_node("agent") {
+        Some(n) => w.bool(n, &join(field, "agent")),
+        None => Some(true),
+    };
     checked(w, map, field, "host", host.as_deref(), Text::Destination);
     if let (Some(h), Some(n)) = (host.as_deref(), map.get_node("host"))
         && text_problem(h, Text::Destination).is_none()
@@ -999,6 +1007,7 @@ fn parse_ssh(w: &mut Walker, map: &MarkedMappingNode, field: &str) -> Option<Ssh
         workdir: workdir?,
         max_sessions: max_sessions?,
         ssh_config: ssh_config?,
+        agent: agent?,
     })
 }
 

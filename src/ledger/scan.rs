@@ -29,7 +29,7 @@ use object_store::path::Path as ObjPath;
 
 use super::index::{self, Contents, Unusable, View};
 use super::log::{self, Entry, Mark};
-use super::records::{self, AttemptRecord};
+use super::records::{self, AttemptRecord, SharedStr};
 use super::{CorruptObject, Ledger, LedgerError, Scan};
 
 /// `.void` markers: trial key → attempt ids.
@@ -70,6 +70,58 @@ enum Got {
     Void(String, String, String),
     /// Not there (yet).
     Missing(String),
+}
+
+/// Makes the records read from objects share what repeats between them,
+/// as records read from the index do (see [`records::SharedStr`]): each
+/// object read owns its strings and values until it passes through here.
+#[derive(Default)]
+struct Interner {
+    strings: HashSet<SharedStr>,
+    values: HashSet<Arc<serde_json::Value>>,
+    outputs: HashSet<Arc<BTreeMap<String, String>>>,
+}
+
+impl Interner {
+    fn string(&mut self, s: &mut SharedStr) {
+        match self.strings.get(s.as_str()) {
+            Some(have) => *s = have.clone(),
+            None => {
+                self.strings.insert(s.clone());
+            }
+        }
+    }
+
+    fn shared<T: Eq + std::hash::Hash>(set: &mut HashSet<Arc<T>>, v: &mut Arc<T>) {
+        match set.get(v) {
+            Some(have) => *v = Arc::clone(have),
+            None => {
+                set.insert(Arc::clone(v));
+            }
+        }
+    }
+
+    fn record(&mut self, mut r: AttemptRecord) -> AttemptRecord {
+        for s in [
+            &mut r.tunectl_version,
+            &mut r.study_id,
+            &mut r.spec_hash,
+            &mut r.config_label,
+            &mut r.cell_label,
+            &mut r.host,
+            &mut r.host_class,
+            &mut r.fingerprint,
+        ] {
+            self.string(s);
+        }
+        if let Some(d) = r.digest.as_mut() {
+            self.string(d);
+        }
+        Self::shared(&mut self.values, &mut r.config);
+        Self::shared(&mut self.values, &mut r.cell);
+        Self::shared(&mut self.outputs, &mut r.outputs);
+        r
+    }
 }
 
 fn has_void(voids: &Voids, a: &AttemptRecord) -> bool {
@@ -399,9 +451,12 @@ impl Ledger {
         k
     }
 
-    /// Read objects (attempts: GET; voids: HEAD) 32 at a time.
+    /// Read objects (attempts: GET; voids: HEAD) 32 at a time; the records
+    /// share what repeats between them as they arrive.
     async fn fetch(&self, keys: Vec<String>) -> Vec<Got> {
-        futures::stream::iter(keys.into_iter().map(|k| async move {
+        let mut interner = Interner::default();
+        let mut out = Vec::with_capacity(keys.len());
+        let mut reads = futures::stream::iter(keys.into_iter().map(|k| async move {
             let key = ObjPath::from(k.as_str());
             if let Some((trial, file)) = split_object(&k)
                 && let Some(id) = file.strip_suffix(".void")
@@ -427,9 +482,14 @@ impl Ledger {
                 }),
             }
         }))
-        .buffer_unordered(32)
-        .collect()
-        .await
+        .buffer_unordered(32);
+        while let Some(got) = reads.next().await {
+            out.push(match got {
+                Got::Record(r) => Got::Record(Box::new(interner.record(*r))),
+                other => other,
+            });
+        }
+        out
     }
 
     /// Entries of the arrival log listed from `keys`: per stream, the

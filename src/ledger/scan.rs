@@ -734,6 +734,61 @@ mod tests {
         );
     }
 
+    /// Records read from the objects (a full scan) and from the index agree
+    /// field for field, and both share what repeats between attempts: one
+    /// allocation per distinct config, cell, label, host and class, not one
+    /// per attempt.
+    #[tokio::test]
+    async fn objects_and_index_give_the_same_shared_records() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let url = dir.path().display().to_string();
+        let a = Ledger::open(&url).expect("open");
+        for n in 0..48u8 {
+            let status = if n % 7 == 0 { "failed" } else { "ok" };
+            let mut r = rec(&trial(n), &format!("20260101T000000.000000Z-{n:02}"), status);
+            r.config = Arc::new(serde_json::json!({"a": n % 3, "b": ["x", n % 3 == 1]}));
+            r.config_index = u64::from(n % 3);
+            r.config_label = format!("a={}", n % 3).into();
+            r.host = format!("h{}", n % 2).into();
+            r.digest = Some(format!("d{}", n % 4).into());
+            r.metrics.insert("t".into(), vec![f64::from(n), 1.5]);
+            a.write_attempt(&r).await.expect("write");
+        }
+        let full = Ledger::open(&url).expect("open");
+        let objects = full.scan_full(S).await.expect("full scan");
+        compact(&full).await;
+        let indexed = fresh(dir.path()).await;
+        assert_eq!(objects.attempts.len(), 48);
+        let json = |s: &Scan| -> Vec<serde_json::Value> {
+            s.attempts
+                .iter()
+                .map(|a| serde_json::to_value(a).expect("json"))
+                .collect()
+        };
+        assert_eq!(json(&objects), json(&indexed));
+        for scan in [&objects, &indexed] {
+            let first = |i: u64| {
+                scan.attempts
+                    .iter()
+                    .find(|a| a.config_index == i)
+                    .expect("config")
+            };
+            for x in &scan.attempts {
+                let f = first(x.config_index);
+                assert!(Arc::ptr_eq(&x.config, &f.config));
+                assert!(std::ptr::eq(x.config_label.as_str(), f.config_label.as_str()));
+                let c = &scan.attempts[0];
+                assert!(Arc::ptr_eq(&x.cell, &c.cell));
+                assert!(Arc::ptr_eq(&x.outputs, &c.outputs));
+                assert!(std::ptr::eq(x.host_class.as_str(), c.host_class.as_str()));
+                assert!(std::ptr::eq(x.spec_hash.as_str(), c.spec_hash.as_str()));
+            }
+            let hosts: HashSet<*const u8> =
+                scan.attempts.iter().map(|a| a.host.as_ptr()).collect();
+            assert_eq!(hosts.len(), 2);
+        }
+    }
+
     #[tokio::test]
     async fn an_entry_whose_object_is_not_there_yet_is_looked_for_again() {
         let dir = tempfile::tempdir().expect("tempdir");

@@ -745,7 +745,11 @@ mod tests {
         let a = Ledger::open(&url).expect("open");
         for n in 0..48u8 {
             let status = if n % 7 == 0 { "failed" } else { "ok" };
-            let mut r = rec(&trial(n), &format!("20260101T000000.000000Z-{n:02}"), status);
+            let mut r = rec(
+                &trial(n),
+                &format!("20260101T000000.000000Z-{n:02}"),
+                status,
+            );
             r.config = Arc::new(serde_json::json!({"a": n % 3, "b": ["x", n % 3 == 1]}));
             r.config_index = u64::from(n % 3);
             r.config_label = format!("a={}", n % 3).into();
@@ -776,15 +780,17 @@ mod tests {
             for x in &scan.attempts {
                 let f = first(x.config_index);
                 assert!(Arc::ptr_eq(&x.config, &f.config));
-                assert!(std::ptr::eq(x.config_label.as_str(), f.config_label.as_str()));
+                assert!(std::ptr::eq(
+                    x.config_label.as_str(),
+                    f.config_label.as_str()
+                ));
                 let c = &scan.attempts[0];
                 assert!(Arc::ptr_eq(&x.cell, &c.cell));
                 assert!(Arc::ptr_eq(&x.outputs, &c.outputs));
                 assert!(std::ptr::eq(x.host_class.as_str(), c.host_class.as_str()));
                 assert!(std::ptr::eq(x.spec_hash.as_str(), c.spec_hash.as_str()));
             }
-            let hosts: HashSet<*const u8> =
-                scan.attempts.iter().map(|a| a.host.as_ptr()).collect();
+            let hosts: HashSet<*const u8> = scan.attempts.iter().map(|a| a.host.as_ptr()).collect();
             assert_eq!(hosts.len(), 2);
         }
     }

@@ -28,7 +28,8 @@
 #    unreadable; `tunectl launch` of the study runs 0 trials.
 # 4. Loads the same 100,000 trials into Optuna (create_trial + add_trials),
 #    SQLite and JournalStorage; the load time is reported on its own.
-# 5. ROUNDS rounds, interleaved, each command under /usr/bin/time -v:
+# 5. ROUNDS rounds, interleaved, each command under /usr/bin/time -v (wall
+#    time, CPU time and peak RSS):
 #    tunectl report --format json / status / ledger check / launch (resume),
 #    each without the compacted index (removed first: the run lists and
 #    reads every object and writes the index) and with it (`ledger check`
@@ -37,9 +38,9 @@
 #    in a fresh process.
 #
 #    With BEFORE=/path/to/tunectl, the same rounds also time that binary's
-#    report (without and with its own index), status and resume launch on
-#    the same ledger (a build from before the arrival log and the compact
-#    index keeps its own index, <study>/index/attempts.json).
+#    report, status and resume launch, each without and with its own index,
+#    on the same ledger (a build from before the arrival log and the
+#    compact index keeps its own index, <study>/index/attempts.json).
 #
 # Targets (from the issues): tunectl's indexed report, status and resume
 # launch each at most 0.2 s and at least 50x faster than Optuna's fastest

@@ -348,7 +348,8 @@ if [[ -n "$OPTUNA_STORAGES" ]]; then
     echo
     echo "speed-up = Optuna / tunectl (medians). 'wall': whole processes. 'op': Optuna's in-process time"
     echo "(load_study + the call, without starting Python and importing optuna), the comparison least"
-    echo "favourable to tunectl."
+    echo "favourable to tunectl. 'cpu': user + system time of the whole processes (steadier than wall"
+    echo "time on a loaded machine)."
     tcols=("report, no index" "report, indexed" "status, no index" "status, indexed"
         "launch (resume), no index" "launch (resume), indexed")
     printf '%-52s' "optuna \\ tunectl"
@@ -358,12 +359,15 @@ if [[ -n "$OPTUNA_STORAGES" ]]; then
     for st in $OPTUNA_STORAGES; do
         for op in "${optuna_ops[@]}"; do
             o="optuna $st: $(op_name "$op")"
-            for kind in wall op; do
+            for kind in wall op cpu; do
                 printf '%-52s' "$o $kind"
                 ov=${median[$o]}
                 [[ $kind == op ]] && ov=$(med "${ops[$o]}")
+                [[ $kind == cpu ]] && ov=$(med "${cpus[$o]}")
                 for t in "${tcols[@]}"; do
-                    x=$(awk -v o="$ov" -v t="${median[$t]}" 'BEGIN{printf "%.1f", o / t}')
+                    tv=${median[$t]}
+                    [[ $kind == cpu ]] && tv=$(med "${cpus[$t]}")
+                    x=$(awk -v o="$ov" -v t="$tv" 'BEGIN{printf "%.1f", o / t}')
                     printf '%25sx' "$x"
                     if [[ $kind == op ]] &&
                         { [[ -z "${worst[$t]:-}" ]] || awk -v b="$x" -v w="${worst[$t]}" 'BEGIN{exit !(b < w)}'; }; then

@@ -28,7 +28,8 @@
 #    unreadable; `tunectl launch` of the study runs 0 trials.
 # 4. Loads the same 100,000 trials into Optuna (create_trial + add_trials),
 #    SQLite and JournalStorage; the load time is reported on its own.
-# 5. ROUNDS rounds, interleaved, each command under /usr/bin/time -v:
+# 5. ROUNDS rounds, interleaved, each command under /usr/bin/time -v (wall
+#    time, CPU time and peak RSS):
 #    tunectl report --format json / status / ledger check / launch (resume),
 #    each without the compacted index (removed first: the run lists and
 #    reads every object and writes the index) and with it (`ledger check`
@@ -37,15 +38,17 @@
 #    in a fresh process.
 #
 #    With BEFORE=/path/to/tunectl, the same rounds also time that binary's
-#    report (without and with its own index), status and resume launch on
-#    the same ledger (a build from before the arrival log and the compact
-#    index keeps its own index, <study>/index/attempts.json).
+#    report, status and resume launch, each without and with its own index,
+#    on the same ledger (a build from before the arrival log and the
+#    compact index keeps its own index, <study>/index/attempts.json).
 #
-# Target (from the issue): tunectl report, status and a resume launch at
-# least 20x faster than Optuna reading the same trials back. The verdict
-# printed at the end takes tunectl's indexed runs (the index is kept by
-# every scan; "no index" is the first read after it is lost) against
-# Optuna's study.trials and trials_dataframe() in-process times.
+# Targets (from the issues): tunectl's indexed report, status and resume
+# launch each at most 0.2 s and at least 50x faster than Optuna's fastest
+# read of the same trials (in-process time, whichever call and storage is
+# fastest: JournalStorage's get_trials(deepcopy=False) so far); the first
+# read without an index at most 1.5 s; peak RSS at most 128 MiB. The
+# verdicts printed at the end say which are met ("no index" is the first
+# read after the index is lost; the index is kept by every scan).
 set -euo pipefail
 
 ROUNDS=${ROUNDS:-3}
@@ -154,7 +157,7 @@ if [[ ! -e "$tmp/.generated" ]]; then
     cat "$tmp/gen-sweep.json" "$tmp/gen-confirm.json" >&2
     echo "checking: ledger check, then a launch that must run nothing" >&2
     "$TUNECTL" ledger check "$S" --ledger "$L" > "$tmp/check.out"
-    grep -q "^$S: $TOTAL attempts readable, 0 voided, 0 unreadable$" "$tmp/check.out" ||
+    grep -q "^$S: $TOTAL attempts readable, 0 voided, 0 unreadable\(, 0 missing\)\?$" "$tmp/check.out" ||
         { cat "$tmp/check.out" >&2; echo "ledger check did not read $TOTAL attempts" >&2; exit 1; }
     rm -rf "$L/$S/index"
     launch "$tmp/study.yaml" > /dev/null 2> "$tmp/resume.err"
@@ -189,7 +192,7 @@ for st in $OPTUNA_STORAGES; do
 done
 
 # ------------------------------------------------------------ measuring
-declare -A walls rss ops
+declare -A walls rss ops cpus
 run() { # $1 = row name, $2 = check, rest = command
     local name=$1 check=$2 t0 t1 w m
     shift 2
@@ -207,9 +210,13 @@ run() { # $1 = row name, $2 = check, rest = command
     esac || { echo "$name: unexpected output" >&2; head -c 2000 "$tmp/out" "$tmp/err" >&2; exit 1; }
     w=$(awk -v a="$t0" -v b="$t1" 'BEGIN{printf "%.3f", b - a}')
     m=$(awk -F': ' '/Maximum resident set size/ {print $2}' "$tmp/time.txt")
+    # CPU time (user + system) too: on a shared machine it moves less
+    # than the wall time with the load.
+    c=$(awk -F': ' '/User time|System time/ {s += $2} END {printf "%.3f", s}' "$tmp/time.txt")
     walls[$name]+="$w "
     rss[$name]+="$m "
-    printf '  %-44s %8.3f s %9d KB\n' "$name" "$w" "$m" >&2
+    cpus[$name]+="$c "
+    printf '  %-44s %8.3f s %8.3f s cpu %9d KB\n' "$name" "$w" "$c" "$m" >&2
 }
 cold() { rm -rf "$L/$S/index"; }
 optuna_ops=(trials get_trials dataframe)
@@ -254,6 +261,8 @@ for ((r = 1; r <= ROUNDS; r++)); do
         run "before: report, indexed" report "${b_report[@]}"
         run "before: status, indexed" status "${b_status[@]}"
         run "before: launch (resume), indexed" launch "${b_resume[@]}"
+        cold; run "before: status, no index" status "${b_status[@]}"
+        cold; run "before: launch (resume), no index" launch "${b_resume[@]}"
         cold
     fi
     for st in $OPTUNA_STORAGES; do
@@ -284,8 +293,8 @@ declare -A median
 rows=("report, no index" "report, indexed" "status, no index" "status, indexed"
     "ledger check, no index" "ledger check, indexed"
     "launch (resume), no index" "launch (resume), indexed"
-    "before: report, no index" "before: report, indexed" "before: status, indexed"
-    "before: launch (resume), indexed")
+    "before: report, no index" "before: report, indexed" "before: status, no index"
+    "before: status, indexed" "before: launch (resume), no index" "before: launch (resume), indexed")
 for st in $OPTUNA_STORAGES; do
     for op in "${optuna_ops[@]}"; do rows+=("optuna $st: $(op_name "$op")"); done
 done
@@ -323,24 +332,26 @@ print("optuna %s: add_trials of %d trials %.1f s (create_trial %.1f s, reading t
 EOF
 done
 echo
-echo "wall = whole process (median of $ROUNDS, min-max); optuna op = load_study + the call, in-process (median);" \
-    "RSS = max of /usr/bin/time -v"
-printf '%-46s %9s %17s %10s %9s\n' command "wall s" "min-max" "op s" "RSS MiB"
+echo "wall = whole process (median of $ROUNDS, min-max); cpu = user + system time (median);" \
+    "optuna op = load_study + the call, in-process (median); RSS = max of /usr/bin/time -v"
+printf '%-46s %9s %17s %8s %10s %9s\n' command "wall s" "min-max" "cpu s" "op s" "RSS MiB"
 for name in "${rows[@]}"; do
     [[ -n "${walls[$name]:-}" ]] || continue
     median[$name]=$(med "${walls[$name]}")
     op=-
     [[ -n "${ops[$name]:-}" ]] && op=$(printf '%.3f' "$(med "${ops[$name]}")")
-    printf '%-46s %9.3f %8.3f-%-8.3f %10s %9.1f\n' "$name" "${median[$name]}" "$(lo "${walls[$name]}")" \
-        "$(hi "${walls[$name]}")" "$op" "$(awk -v k="$(hi "${rss[$name]}")" 'BEGIN{print k/1024}')"
+    printf '%-46s %9.3f %8.3f-%-8.3f %8.3f %10s %9.1f\n' "$name" "${median[$name]}" "$(lo "${walls[$name]}")" \
+        "$(hi "${walls[$name]}")" "$(med "${cpus[$name]}")" "$op" "$(awk -v k="$(hi "${rss[$name]}")" 'BEGIN{print k/1024}')"
 done
 
 if [[ -n "$OPTUNA_STORAGES" ]]; then
     echo
     echo "speed-up = Optuna / tunectl (medians). 'wall': whole processes. 'op': Optuna's in-process time"
     echo "(load_study + the call, without starting Python and importing optuna), the comparison least"
-    echo "favourable to tunectl."
-    tcols=("report, no index" "report, indexed" "status, indexed" "launch (resume), indexed")
+    echo "favourable to tunectl. 'cpu': user + system time of the whole processes (steadier than wall"
+    echo "time on a loaded machine)."
+    tcols=("report, no index" "report, indexed" "status, no index" "status, indexed"
+        "launch (resume), no index" "launch (resume), indexed")
     printf '%-52s' "optuna \\ tunectl"
     for t in "${tcols[@]}"; do printf '%26s' "$t"; done
     echo
@@ -348,14 +359,17 @@ if [[ -n "$OPTUNA_STORAGES" ]]; then
     for st in $OPTUNA_STORAGES; do
         for op in "${optuna_ops[@]}"; do
             o="optuna $st: $(op_name "$op")"
-            for kind in wall op; do
+            for kind in wall op cpu; do
                 printf '%-52s' "$o $kind"
                 ov=${median[$o]}
                 [[ $kind == op ]] && ov=$(med "${ops[$o]}")
+                [[ $kind == cpu ]] && ov=$(med "${cpus[$o]}")
                 for t in "${tcols[@]}"; do
-                    x=$(awk -v o="$ov" -v t="${median[$t]}" 'BEGIN{printf "%.1f", o / t}')
+                    tv=${median[$t]}
+                    [[ $kind == cpu ]] && tv=$(med "${cpus[$t]}")
+                    x=$(awk -v o="$ov" -v t="$tv" 'BEGIN{printf "%.1f", o / t}')
                     printf '%25sx' "$x"
-                    if [[ $kind == op && $op != get_trials ]] &&
+                    if [[ $kind == op ]] &&
                         { [[ -z "${worst[$t]:-}" ]] || awk -v b="$x" -v w="${worst[$t]}" 'BEGIN{exit !(b < w)}'; }; then
                         worst[$t]=$x
                     fi
@@ -365,15 +379,31 @@ if [[ -n "$OPTUNA_STORAGES" ]]; then
         done
     done
     echo
-    echo "target: at least 20x faster than Optuna's study.trials and trials_dataframe() (smallest ratio, Optuna in-process):"
-    for t in "${tcols[@]}"; do
-        printf '  %-28s %s (%sx)\n' "$t" "$(awk -v w="${worst[$t]}" 'BEGIN{print (w >= 20) ? "met" : "NOT met"}')" "${worst[$t]}"
+    echo "target: indexed report, status and resume launch at least 50x faster than Optuna's fastest read"
+    echo "(the smallest ratio over every Optuna call and storage, Optuna in-process):"
+    for t in "report, indexed" "status, indexed" "launch (resume), indexed"; do
+        printf '  %-28s %s (%sx)\n' "$t" "$(awk -v w="${worst[$t]}" 'BEGIN{print (w >= 50) ? "met" : "NOT met"}')" "${worst[$t]}"
     done
 fi
+echo
+echo "targets: indexed <= 0.2 s, first read (no index) <= 1.5 s, peak RSS <= 128 MiB (medians; RSS the largest):"
+for t in "report" "status" "launch (resume)"; do
+    for kind in indexed "no index"; do
+        name="$t, $kind"
+        [[ -n "${median[$name]:-}" ]] || continue
+        limit=0.2
+        [[ $kind == "no index" ]] && limit=1.5
+        m=$(awk -v k="$(hi "${rss[$name]}")" 'BEGIN{printf "%.1f", k/1024}')
+        printf '  %-28s %8.3f s %s   %7s MiB %s\n' "$name" "${median[$name]}" \
+            "$(awk -v w="${median[$name]}" -v l="$limit" 'BEGIN{print (w <= l) ? "met" : "NOT met"}')" "$m" \
+            "$(awk -v m="$m" 'BEGIN{print (m <= 128) ? "met" : "NOT met"}')"
+    done
+done
 if [[ -n "${BEFORE:-}" ]]; then
     echo
     echo "speed-up over BEFORE (medians of the whole process):"
-    for t in "report, no index" "report, indexed" "status, indexed" "launch (resume), indexed"; do
+    for t in "report, no index" "report, indexed" "status, no index" "status, indexed" \
+        "launch (resume), no index" "launch (resume), indexed"; do
         [[ -n "${median["before: $t"]:-}" && -n "${median[$t]:-}" ]] || continue
         printf '  %-28s %8.3f s -> %8.3f s  %6.1fx\n' "$t" "${median["before: $t"]}" "${median[$t]}" \
             "$(awk -v b="${median["before: $t"]}" -v a="${median[$t]}" 'BEGIN{print b / a}')"

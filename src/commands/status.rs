@@ -82,8 +82,8 @@ fn count(
             continue;
         };
         key_class.insert(key, first.host_class.as_str());
-        let c = classes.entry(first.host_class.clone()).or_default();
-        c.host_class = first.host_class.clone();
+        let c = classes.entry(first.host_class.to_string()).or_default();
+        c.host_class = first.host_class.to_string();
         match first.role {
             crate::trial::RoleKind::Anchor => {
                 // An anchor lost with its host is not a missing trial.

@@ -71,7 +71,7 @@ impl Prior {
             .filter(|a| a.is_baseline && a.status == AttemptStatus::Ok)
         {
             let k = (
-                a.host_class.clone(),
+                a.host_class.to_string(),
                 crate::canon::canonical_json(&a.cell),
                 a.fidelity.map(f64::to_bits),
             );
@@ -94,7 +94,7 @@ impl Prior {
             let changed = a.status == AttemptStatus::Ok
                 && reference
                     .get(&(
-                        a.host_class.clone(),
+                        a.host_class.to_string(),
                         cell_key.clone(),
                         a.fidelity.map(f64::to_bits),
                     ))
@@ -102,8 +102,8 @@ impl Prior {
                         crate::gate::compare_outputs(r, a, tolerance.as_ref()).is_err()
                     });
             let entry = seen
-                .entry((a.host_class.clone(), cell_key, config))
-                .or_insert_with(|| (a.cell.clone(), Vec::new(), false));
+                .entry((a.host_class.to_string(), cell_key, config))
+                .or_insert_with(|| ((*a.cell).clone(), Vec::new(), false));
             if a.status == AttemptStatus::Failed || changed {
                 entry.2 = true;
             } else if a.fidelity.map(f64::to_bits) == budget.map(f64::to_bits)

@@ -25,8 +25,7 @@ use super::schedule::Ran;
 use super::schedule::drift::Reading;
 use crate::gate::Classifier;
 use crate::ledger::lease::{Held, Lease, lease_ttl, renew_every};
-use crate::ledger::records::PrunedAt;
-use crate::ledger::records::{self, AttemptRecord, AttemptStatus};
+use crate::ledger::records::{self, AttemptRecord, AttemptStatus, PrunedAt, SharedStr};
 use crate::ledger::{CorruptObject, Ledger, new_attempt_id};
 use crate::plan::Plan;
 use crate::scrub::{scrub_secrets, secret_values};
@@ -611,24 +610,24 @@ impl<'a> Runner<'a> {
             .unwrap_or(attempt_id);
         let record = AttemptRecord {
             schema: records::SCHEMA,
-            tunectl_version: records::VERSION.to_string(),
-            study_id: self.study_id.to_string(),
-            spec_hash: self.spec_hash.clone(),
+            tunectl_version: records::VERSION.into(),
+            study_id: self.study_id.into(),
+            spec_hash: self.spec_hash.as_str().into(),
             trial_key: job.key.clone(),
             attempt_id: attempt_id.clone(),
-            config: self.plan.space.config_json(study, job.config),
-            config_label: config_label.clone(),
+            config: Arc::new(self.plan.space.config_json(study, job.config)),
+            config_label: config_label.as_str().into(),
             config_index: job.config,
             is_baseline: job.config == self.plan.space.baseline(),
-            cell: space::cell_json(study, cell_values),
-            cell_label: cell_label.clone(),
+            cell: Arc::new(space::cell_json(study, cell_values)),
+            cell_label: cell_label.as_str().into(),
             cell_index: job.cell,
             repeat: job.repeat,
             role: job.role.kind(),
             fidelity: job.budget,
-            host: host.name.clone(),
-            host_class: self.class_ids[job.class].clone(),
-            fingerprint: self.fingerprints[job.host].clone(),
+            host: host.name.as_str().into(),
+            host_class: self.class_ids[job.class].as_str().into(),
+            fingerprint: self.fingerprints[job.host].as_str().into(),
             slot: job.slot,
             started_at: started_at.to_rfc3339(),
             finished_at: finished_at.to_rfc3339(),
@@ -644,8 +643,8 @@ impl<'a> Runner<'a> {
             }),
             exit: run.map(|r| r.exit.clone()),
             metrics: j.metrics.clone(),
-            digest: j.digest,
-            outputs: j.outputs,
+            digest: j.digest.map(SharedStr::from),
+            outputs: Arc::new(j.outputs),
             output_values: j.output_values,
             command,
             stdout_tail: scrub(run.map(|r| r.stdout_tail.clone()).unwrap_or_default()),

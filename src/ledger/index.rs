@@ -13,13 +13,14 @@
 //! instead.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
 
 use object_store::path::Path as ObjPath;
 use object_store::{ObjectStoreExt, PutPayload};
 use serde::{Deserialize, Serialize};
 
 use super::log::Mark;
-use super::records::{AttemptRecord, AttemptStatus, ExitInfo, Failure};
+use super::records::{AttemptRecord, AttemptStatus, ExitInfo, Failure, SharedStr};
 use super::{CorruptObject, Ledger, LedgerError};
 use crate::trial::RoleKind;
 
@@ -142,6 +143,10 @@ struct Tables {
     string_pos: HashMap<String, u32>,
     values: Vec<serde_json::Value>,
     value_pos: HashMap<String, u32>,
+    /// Positions of values records share (by address: the records are
+    /// borrowed for the whole encoding), so a shared config is written
+    /// out once, not once per attempt.
+    shared_pos: HashMap<usize, u32>,
 }
 
 impl Tables {
@@ -153,6 +158,16 @@ impl Tables {
         self.strings.push(text.to_string());
         self.string_pos.insert(text.to_string(), p);
         p
+    }
+
+    fn shared<T: Serialize>(&mut self, value: &Arc<T>) -> Result<u32, String> {
+        let at = Arc::as_ptr(value) as *const () as usize;
+        if let Some(p) = self.shared_pos.get(&at) {
+            return Ok(*p);
+        }
+        let p = self.v(serde_json::to_value(&**value).map_err(|e| e.to_string())?);
+        self.shared_pos.insert(at, p);
+        Ok(p)
     }
 
     fn v(&mut self, value: serde_json::Value) -> u32 {
@@ -212,18 +227,18 @@ pub fn encode(study: &str, c: &View) -> Result<Vec<u8>, String> {
                     .map_err(|e| e.to_string())?),
             )
         };
-        let outputs = t.v(serde_json::to_value(&r.outputs).map_err(|e| e.to_string())?);
+        let outputs = t.shared(&r.outputs)?;
         let metrics = r.metrics.iter().map(|(k, v)| (t.s(k), v.clone())).collect();
         rows.push(Row(
             r.trial_key.clone(),
             r.attempt_id.clone(),
             t.s(&r.tunectl_version),
             t.s(&r.spec_hash),
-            t.v(r.config.clone()),
+            t.shared(&r.config)?,
             t.s(&r.config_label),
             r.config_index,
             r.is_baseline,
-            t.v(r.cell.clone()),
+            t.shared(&r.cell)?,
             t.s(&r.cell_label),
             r.cell_index,
             r.repeat,
@@ -269,48 +284,52 @@ pub fn encode(study: &str, c: &View) -> Result<Vec<u8>, String> {
     serde_json::to_vec(&file).map_err(|e| e.to_string())
 }
 
-/// Typed values decoded once per table position.
-struct Lookup<'a> {
-    strings: &'a [String],
-    values: &'a [serde_json::Value],
+/// The index's tables, made shareable once: every record built from a
+/// row shares its strings, configs, cells and outputs with the others
+/// (a clone of a position is a reference count, not a copy), and typed
+/// values are decoded once per position.
+struct Lookup {
+    strings: Vec<SharedStr>,
+    values: Vec<Arc<serde_json::Value>>,
     failures: Vec<Option<Failure>>,
     exits: Vec<Option<ExitInfo>>,
-    outputs: Vec<Option<BTreeMap<String, String>>>,
+    outputs: Vec<Option<Arc<BTreeMap<String, String>>>>,
     output_values: Vec<Option<BTreeMap<String, Vec<f64>>>>,
 }
 
-impl<'a> Lookup<'a> {
-    fn new(strings: &'a [String], values: &'a [serde_json::Value]) -> Lookup<'a> {
+impl Lookup {
+    fn new(strings: Vec<String>, values: Vec<serde_json::Value>) -> Lookup {
+        let n = values.len();
         Lookup {
-            strings,
-            values,
-            failures: vec![None; values.len()],
-            exits: vec![None; values.len()],
-            outputs: vec![None; values.len()],
-            output_values: vec![None; values.len()],
+            strings: strings.into_iter().map(SharedStr::from).collect(),
+            values: values.into_iter().map(Arc::new).collect(),
+            failures: vec![None; n],
+            exits: vec![None; n],
+            outputs: vec![None; n],
+            output_values: vec![None; n],
         }
     }
 
-    fn s(&self, p: u32, row: usize) -> Result<String, String> {
+    fn s(&self, p: u32, row: usize) -> Result<SharedStr, String> {
         self.strings.get(p as usize).cloned().ok_or_else(|| {
             format!("attempt {row} refers to string {p}, which the index does not hold")
         })
     }
 
-    fn value(&self, p: u32, row: usize) -> Result<&'a serde_json::Value, String> {
-        self.values.get(p as usize).ok_or_else(|| {
+    fn value(&self, p: u32, row: usize) -> Result<Arc<serde_json::Value>, String> {
+        self.values.get(p as usize).cloned().ok_or_else(|| {
             format!("attempt {row} refers to value {p}, which the index does not hold")
         })
     }
 }
 
 /// `memo[p]`, decoded from `values[p]` the first time.
-fn typed<T: serde::de::DeserializeOwned + Clone>(
-    values: &[serde_json::Value],
+fn typed<T: Clone>(
+    values: &[Arc<serde_json::Value>],
     memo: &mut [Option<T>],
     p: u32,
     row: usize,
-    decode: impl Fn(serde_json::Value) -> Result<T, serde_json::Error>,
+    decode: impl Fn(&serde_json::Value) -> Result<T, serde_json::Error>,
 ) -> Result<T, String> {
     let missing = || format!("attempt {row} refers to value {p}, which the index does not hold");
     let slot = memo.get_mut(p as usize).ok_or_else(missing)?;
@@ -318,7 +337,7 @@ fn typed<T: serde::de::DeserializeOwned + Clone>(
         return Ok(v.clone());
     }
     let raw = values.get(p as usize).ok_or_else(missing)?;
-    let v = decode(raw.clone()).map_err(|e| format!("attempt {row}: value {p}: {e}"))?;
+    let v = decode(raw).map_err(|e| format!("attempt {row}: value {p}: {e}"))?;
     *slot = Some(v.clone());
     Ok(v)
 }
@@ -326,11 +345,12 @@ fn typed<T: serde::de::DeserializeOwned + Clone>(
 /// Rows into records.
 fn convert(
     study: &str,
-    strings: &[String],
-    values: &[serde_json::Value],
+    strings: Vec<String>,
+    values: Vec<serde_json::Value>,
     rows: Vec<Row>,
 ) -> Result<Vec<AttemptRecord>, String> {
     let mut t = Lookup::new(strings, values);
+    let study_id = SharedStr::from(study);
     let name_ok = |x: &str| !x.is_empty() && !x.contains('/');
     let mut records = Vec::with_capacity(rows.len());
     for (i, row) in rows.into_iter().enumerate() {
@@ -376,41 +396,41 @@ fn convert(
         };
         let mut m = BTreeMap::new();
         for (name, samples) in metrics {
-            m.insert(t.s(name, i)?, samples);
+            m.insert(t.s(name, i)?.to_string(), samples);
         }
         let failure = match failure {
-            Some(p) => Some(typed(
-                values,
-                &mut t.failures,
-                p,
-                i,
-                serde_json::from_value,
-            )?),
+            Some(p) => Some(typed(&t.values, &mut t.failures, p, i, |v| {
+                Failure::deserialize(v)
+            })?),
             None => None,
         };
         let exit = match exit {
-            Some(p) => Some(typed(values, &mut t.exits, p, i, serde_json::from_value)?),
+            Some(p) => Some(typed(&t.values, &mut t.exits, p, i, |v| {
+                ExitInfo::deserialize(v)
+            })?),
             None => None,
         };
-        let outputs = typed(values, &mut t.outputs, outputs, i, serde_json::from_value)?;
+        let outputs = typed(&t.values, &mut t.outputs, outputs, i, |v| {
+            BTreeMap::<String, String>::deserialize(v).map(Arc::new)
+        })?;
         let output_values = match output_values {
-            Some(p) => typed(values, &mut t.output_values, p, i, |v| {
-                serde_json::from_value::<OutputValues>(v).map(|o| o.0)
+            Some(p) => typed(&t.values, &mut t.output_values, p, i, |v| {
+                OutputValues::deserialize(v).map(|o| o.0)
             })?,
             None => BTreeMap::new(),
         };
         records.push(AttemptRecord {
             schema: super::records::SCHEMA,
             tunectl_version: t.s(version, i)?,
-            study_id: study.to_string(),
+            study_id: study_id.clone(),
             spec_hash: t.s(spec_hash, i)?,
             trial_key,
             attempt_id,
-            config: t.value(config, i)?.clone(),
+            config: t.value(config, i)?,
             config_label: t.s(config_label, i)?,
             config_index,
             is_baseline,
-            cell: t.value(cell, i)?.clone(),
+            cell: t.value(cell, i)?,
             cell_label: t.s(cell_label, i)?,
             cell_index,
             repeat,
@@ -476,7 +496,7 @@ pub fn decode(study: &str, bytes: &[u8]) -> Result<Contents, String> {
         attempts,
         ..
     } = file;
-    let records = convert(study, &strings, &values, attempts)?;
+    let records = convert(study, strings, values, attempts)?;
     Ok(Contents {
         streams,
         unresolved: unresolved.into_iter().collect(),

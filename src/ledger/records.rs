@@ -1,6 +1,9 @@
 //! The objects stored in the ledger. Every one carries a schema version.
 
 use std::collections::BTreeMap;
+use std::fmt;
+use std::ops::Deref;
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
@@ -10,6 +13,133 @@ use crate::trial::{Phase, RoleKind};
 
 pub const SCHEMA: u32 = 1;
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");
+
+/// A string that repeats between attempt records (spec hash, labels, host,
+/// host class, fingerprint, digest): a scan of 100,000 attempts holds each
+/// distinct one once and shares it, instead of 100,000 copies. Written and
+/// read as a plain JSON string.
+#[derive(Clone, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct SharedStr(Arc<str>);
+
+impl SharedStr {
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl Deref for SharedStr {
+    type Target = str;
+    fn deref(&self) -> &str {
+        &self.0
+    }
+}
+
+impl AsRef<str> for SharedStr {
+    fn as_ref(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::borrow::Borrow<str> for SharedStr {
+    fn borrow(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for SharedStr {
+    fn fmt(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        fmt::Debug::fmt(&*self.0, f)
+    }
+}
+
+impl fmt::Display for SharedStr {
+    fn fmt(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        fmt::Display::fmt(&*self.0, f)
+    }
+}
+
+impl From<String> for SharedStr {
+    fn from(s: String) -> SharedStr {
+        SharedStr(Arc::from(s))
+    }
+}
+
+impl From<&str> for SharedStr {
+    fn from(s: &str) -> SharedStr {
+        SharedStr(Arc::from(s))
+    }
+}
+
+impl From<&String> for SharedStr {
+    fn from(s: &String) -> SharedStr {
+        SharedStr(Arc::from(s.as_str()))
+    }
+}
+
+impl From<SharedStr> for String {
+    fn from(s: SharedStr) -> String {
+        s.0.to_string()
+    }
+}
+
+impl PartialEq<str> for SharedStr {
+    fn eq(&self, other: &str) -> bool {
+        *self.0 == *other
+    }
+}
+
+impl PartialEq<&str> for SharedStr {
+    fn eq(&self, other: &&str) -> bool {
+        *self.0 == **other
+    }
+}
+
+impl PartialEq<String> for SharedStr {
+    fn eq(&self, other: &String) -> bool {
+        *self.0 == **other
+    }
+}
+
+impl PartialEq<SharedStr> for String {
+    fn eq(&self, other: &SharedStr) -> bool {
+        **self == *other.0
+    }
+}
+
+impl PartialEq<SharedStr> for str {
+    fn eq(&self, other: &SharedStr) -> bool {
+        *self == *other.0
+    }
+}
+
+impl PartialEq<SharedStr> for &str {
+    fn eq(&self, other: &SharedStr) -> bool {
+        **self == *other.0
+    }
+}
+
+impl Serialize for SharedStr {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&self.0)
+    }
+}
+
+impl<'de> Deserialize<'de> for SharedStr {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<SharedStr, D::Error> {
+        // From the parser's buffer: the shared copy is the only one.
+        struct V;
+        impl serde::de::Visitor<'_> for V {
+            type Value = SharedStr;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a string")
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<SharedStr, E> {
+                Ok(SharedStr::from(v))
+            }
+        }
+        d.deserialize_str(V)
+    }
+}
 
 /// `<study>/study.json`: the frozen spec and its hash.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -153,17 +283,18 @@ pub struct PlanRecord {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct AttemptRecord {
     pub schema: u32,
-    pub tunectl_version: String,
-    pub study_id: String,
-    pub spec_hash: String,
+    pub tunectl_version: SharedStr,
+    pub study_id: SharedStr,
+    pub spec_hash: SharedStr,
     pub trial_key: String,
     pub attempt_id: String,
-    pub config: serde_json::Value,
-    pub config_label: String,
+    /// Shared between the attempts of one config (see [`SharedStr`]).
+    pub config: Arc<serde_json::Value>,
+    pub config_label: SharedStr,
     pub config_index: u64,
     pub is_baseline: bool,
-    pub cell: serde_json::Value,
-    pub cell_label: String,
+    pub cell: Arc<serde_json::Value>,
+    pub cell_label: SharedStr,
     pub cell_index: u32,
     pub repeat: u32,
     /// `sweep`, `anchor`, `confirm` or `rung` (see `trial::Role`); `sweep`
@@ -171,9 +302,9 @@ pub struct AttemptRecord {
     #[serde(default)]
     pub role: RoleKind,
     pub fidelity: Option<f64>,
-    pub host: String,
-    pub host_class: String,
-    pub fingerprint: String,
+    pub host: SharedStr,
+    pub host_class: SharedStr,
+    pub fingerprint: SharedStr,
     pub slot: u32,
     pub started_at: String,
     pub finished_at: String,
@@ -189,9 +320,9 @@ pub struct AttemptRecord {
     pub metrics: BTreeMap<String, Vec<f64>>,
     /// The output digest the gate compares (sha256 over the declared
     /// outputs, except the tolerance files, and the trial's own `digest`).
-    pub digest: Option<String>,
+    pub digest: Option<SharedStr>,
     /// sha256 of each declared output file.
-    pub outputs: BTreeMap<String, String>,
+    pub outputs: Arc<BTreeMap<String, String>>,
     /// The numbers of each tolerance file (`gate.tolerance.files`),
     /// flattened; compared with the baseline's within tolerance. NaN and
     /// infinities are stored as the strings `"NaN"`, `"Infinity"`,

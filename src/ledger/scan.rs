@@ -29,7 +29,7 @@ use object_store::path::Path as ObjPath;
 
 use super::index::{self, Contents, Unusable, View};
 use super::log::{self, Entry, Mark};
-use super::records::{self, AttemptRecord};
+use super::records::{self, AttemptRecord, SharedStr};
 use super::{CorruptObject, Ledger, LedgerError, Scan};
 
 /// `.void` markers: trial key → attempt ids.
@@ -70,6 +70,58 @@ enum Got {
     Void(String, String, String),
     /// Not there (yet).
     Missing(String),
+}
+
+/// Makes the records read from objects share what repeats between them,
+/// as records read from the index do (see [`records::SharedStr`]): each
+/// object read owns its strings and values until it passes through here.
+#[derive(Default)]
+struct Interner {
+    strings: HashSet<SharedStr>,
+    values: HashSet<Arc<serde_json::Value>>,
+    outputs: HashSet<Arc<BTreeMap<String, String>>>,
+}
+
+impl Interner {
+    fn string(&mut self, s: &mut SharedStr) {
+        match self.strings.get(s.as_str()) {
+            Some(have) => *s = have.clone(),
+            None => {
+                self.strings.insert(s.clone());
+            }
+        }
+    }
+
+    fn shared<T: Eq + std::hash::Hash>(set: &mut HashSet<Arc<T>>, v: &mut Arc<T>) {
+        match set.get(v) {
+            Some(have) => *v = Arc::clone(have),
+            None => {
+                set.insert(Arc::clone(v));
+            }
+        }
+    }
+
+    fn record(&mut self, mut r: AttemptRecord) -> AttemptRecord {
+        for s in [
+            &mut r.tunectl_version,
+            &mut r.study_id,
+            &mut r.spec_hash,
+            &mut r.config_label,
+            &mut r.cell_label,
+            &mut r.host,
+            &mut r.host_class,
+            &mut r.fingerprint,
+        ] {
+            self.string(s);
+        }
+        if let Some(d) = r.digest.as_mut() {
+            self.string(d);
+        }
+        Self::shared(&mut self.values, &mut r.config);
+        Self::shared(&mut self.values, &mut r.cell);
+        Self::shared(&mut self.outputs, &mut r.outputs);
+        r
+    }
 }
 
 fn has_void(voids: &Voids, a: &AttemptRecord) -> bool {
@@ -399,9 +451,12 @@ impl Ledger {
         k
     }
 
-    /// Read objects (attempts: GET; voids: HEAD) 32 at a time.
+    /// Read objects (attempts: GET; voids: HEAD) 32 at a time; the records
+    /// share what repeats between them as they arrive.
     async fn fetch(&self, keys: Vec<String>) -> Vec<Got> {
-        futures::stream::iter(keys.into_iter().map(|k| async move {
+        let mut interner = Interner::default();
+        let mut out = Vec::with_capacity(keys.len());
+        let mut reads = futures::stream::iter(keys.into_iter().map(|k| async move {
             let key = ObjPath::from(k.as_str());
             if let Some((trial, file)) = split_object(&k)
                 && let Some(id) = file.strip_suffix(".void")
@@ -427,9 +482,14 @@ impl Ledger {
                 }),
             }
         }))
-        .buffer_unordered(32)
-        .collect()
-        .await
+        .buffer_unordered(32);
+        while let Some(got) = reads.next().await {
+            out.push(match got {
+                Got::Record(r) => Got::Record(Box::new(interner.record(*r))),
+                other => other,
+            });
+        }
+        out
     }
 
     /// Entries of the arrival log listed from `keys`: per stream, the
@@ -672,6 +732,67 @@ mod tests {
                 .iter()
                 .all(|a| a.command.is_empty() && a.stdout_tail.is_empty())
         );
+    }
+
+    /// Records read from the objects (a full scan) and from the index agree
+    /// field for field, and both share what repeats between attempts: one
+    /// allocation per distinct config, cell, label, host and class, not one
+    /// per attempt.
+    #[tokio::test]
+    async fn objects_and_index_give_the_same_shared_records() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let url = dir.path().display().to_string();
+        let a = Ledger::open(&url).expect("open");
+        for n in 0..48u8 {
+            let status = if n % 7 == 0 { "failed" } else { "ok" };
+            let mut r = rec(
+                &trial(n),
+                &format!("20260101T000000.000000Z-{n:02}"),
+                status,
+            );
+            r.config = Arc::new(serde_json::json!({"a": n % 3, "b": ["x", n % 3 == 1]}));
+            r.config_index = u64::from(n % 3);
+            r.config_label = format!("a={}", n % 3).into();
+            r.host = format!("h{}", n % 2).into();
+            r.digest = Some(format!("d{}", n % 4).into());
+            r.metrics.insert("t".into(), vec![f64::from(n), 1.5]);
+            a.write_attempt(&r).await.expect("write");
+        }
+        let full = Ledger::open(&url).expect("open");
+        let objects = full.scan_full(S).await.expect("full scan");
+        compact(&full).await;
+        let indexed = fresh(dir.path()).await;
+        assert_eq!(objects.attempts.len(), 48);
+        let json = |s: &Scan| -> Vec<serde_json::Value> {
+            s.attempts
+                .iter()
+                .map(|a| serde_json::to_value(a).expect("json"))
+                .collect()
+        };
+        assert_eq!(json(&objects), json(&indexed));
+        for scan in [&objects, &indexed] {
+            let first = |i: u64| {
+                scan.attempts
+                    .iter()
+                    .find(|a| a.config_index == i)
+                    .expect("config")
+            };
+            for x in &scan.attempts {
+                let f = first(x.config_index);
+                assert!(Arc::ptr_eq(&x.config, &f.config));
+                assert!(std::ptr::eq(
+                    x.config_label.as_str(),
+                    f.config_label.as_str()
+                ));
+                let c = &scan.attempts[0];
+                assert!(Arc::ptr_eq(&x.cell, &c.cell));
+                assert!(Arc::ptr_eq(&x.outputs, &c.outputs));
+                assert!(std::ptr::eq(x.host_class.as_str(), c.host_class.as_str()));
+                assert!(std::ptr::eq(x.spec_hash.as_str(), c.spec_hash.as_str()));
+            }
+            let hosts: HashSet<*const u8> = scan.attempts.iter().map(|a| a.host.as_ptr()).collect();
+            assert_eq!(hosts.len(), 2);
+        }
     }
 
     #[tokio::test]

@@ -796,7 +796,7 @@ pub fn analyze_where(
         // An adaptive search's screening runs tried configs too.
         let screened: Vec<&serde_json::Value> = rungs
             .get(class_id)
-            .map(|r| r.iter().map(|a| &a.config).collect())
+            .map(|r| r.iter().map(|a| &*a.config).collect())
             .unwrap_or_default();
         let next = super::levers::next_steps(
             spec,
@@ -934,12 +934,12 @@ fn search_rows(
                     }
                 };
                 if better {
-                    best = Some((a.config_label.clone(), v));
+                    best = Some((a.config_label.to_string(), v));
                 }
             }
         }
         out.push(SearchRow {
-            cell_label: first.cell_label.clone(),
+            cell_label: first.cell_label.to_string(),
             budget: first.fidelity,
             budget_unit: budget_unit.clone(),
             metric: metric.clone(),
@@ -966,9 +966,9 @@ fn analyze_cell(
 ) -> CellReport {
     let any = configs.values().flat_map(|g| g.sweep.first()).next();
     let cell = any
-        .map(|a| a.cell.clone())
+        .map(|a| (*a.cell).clone())
         .unwrap_or(serde_json::Value::Null);
-    let cell_label = any.map(|a| a.cell_label.clone()).unwrap_or_default();
+    let cell_label = any.map(|a| a.cell_label.to_string()).unwrap_or_default();
     let base_group = configs
         .values()
         .find(|g| g.sweep.iter().any(|a| a.is_baseline));
@@ -1243,7 +1243,7 @@ fn samples_by_host(attempts: &[&AttemptRecord], objective: &str) -> BTreeMap<Str
             match out.get_mut(a.host.as_str()) {
                 Some(v) => v.extend(samples.iter().copied()),
                 None => {
-                    out.insert(a.host.clone(), samples.clone());
+                    out.insert(a.host.to_string(), samples.clone());
                 }
             }
         }
@@ -1299,8 +1299,8 @@ fn config_report(
     let comparison = base_by_host.and_then(|b| compare(b, &by_host, higher, min_samples));
     let knobs_changed = knobs_changed(first);
     ConfigReport {
-        label: first.config_label.clone(),
-        config: first.config.clone(),
+        label: first.config_label.to_string(),
+        config: (*first.config).clone(),
         knobs_changed,
         trials: attempts.len(),
         hosts: by_host.len(),
@@ -1312,7 +1312,7 @@ fn config_report(
         combined_spread: comparison.and_then(|c| c.spread),
         rejection,
         metrics: secondary_metrics(&attempts, objective),
-        order: (knobs_changed as u64, first.config_label.clone()),
+        order: (knobs_changed as u64, first.config_label.to_string()),
         by_host,
         min_samples,
     }
@@ -2015,7 +2015,7 @@ fn confirm(
                         class,
                         detail,
                         repeat: a.repeat,
-                        host: a.host.clone(),
+                        host: a.host.to_string(),
                     }),
                 });
             }
@@ -2124,8 +2124,8 @@ mod tests {
         let mut seen: BTreeMap<(String, u32), (serde_json::Value, String, HashSet<u64>)> =
             BTreeMap::new();
         for a in scan.attempts.iter().filter(|a| a.role == RoleKind::Sweep) {
-            seen.entry((a.host_class.clone(), a.cell_index))
-                .or_insert_with(|| (a.cell.clone(), a.cell_label.clone(), HashSet::new()))
+            seen.entry((a.host_class.to_string(), a.cell_index))
+                .or_insert_with(|| ((*a.cell).clone(), a.cell_label.to_string(), HashSet::new()))
                 .2
                 .insert(a.config_index);
         }
@@ -2148,6 +2148,7 @@ mod tests {
         super::analyze_planned(study, scan, hosts, &plans)
     }
     use crate::ledger::records::{Failure, SCHEMA};
+    use std::sync::Arc;
 
     /// The tests' frozen spec, with `extra` sections.
     fn spec(extra: serde_json::Value) -> FrozenSpec {
@@ -2190,11 +2191,11 @@ mod tests {
             spec_hash: "h".into(),
             trial_key: format!("{index}-{r}"),
             attempt_id: "a".into(),
-            config: serde_json::json!({}),
+            config: Arc::new(serde_json::json!({})),
             config_label: label.into(),
             config_index: index,
             is_baseline: label == "baseline",
-            cell: serde_json::json!({"n": 1}),
+            cell: Arc::new(serde_json::json!({"n": 1})),
             cell_label: "n=1".into(),
             cell_index: 0,
             repeat: r,
@@ -2225,8 +2226,8 @@ mod tests {
             } else {
                 BTreeMap::from([("tp".to_string(), samples.to_vec())])
             },
-            digest: (!failed).then(|| digest.to_string()),
-            outputs: BTreeMap::new(),
+            digest: (!failed).then(|| digest.into()),
+            outputs: Arc::default(),
             output_values: BTreeMap::new(),
             command: String::new(),
             stdout_tail: String::new(),
@@ -2257,7 +2258,7 @@ mod tests {
         }));
         let at = |index: u64, label: &str, a: i64, ms: f64| {
             let mut x = attempt(index, label, 0, &[ms, ms * 1.01, ms * 0.99], "d", false);
-            x.config = serde_json::json!({ "a": a });
+            x.config = Arc::new(serde_json::json!({ "a": a }));
             x
         };
         let scan = Scan {
@@ -2466,8 +2467,8 @@ mod tests {
     /// An attempt at cell `n`, with a role.
     fn at(index: u64, label: &str, n: u64, r: u32, v: f64, role: &str) -> AttemptRecord {
         let mut a = attempt(index, label, r, &[v, v * 1.001, v * 0.999], "d", false);
-        a.cell = serde_json::json!({"n": n});
-        a.cell_label = format!("n={n}");
+        a.cell = Arc::new(serde_json::json!({"n": n}));
+        a.cell_label = format!("n={n}").into();
         a.cell_index = n as u32;
         a.role = RoleKind::from(role);
         a.trial_key = format!("{index}-{n}-{r}-{role}");
@@ -2489,8 +2490,8 @@ mod tests {
     fn a_bucket_does_not_hide_a_real_win_behind_the_baselines_noise() {
         let noisy = |index: u64, label: &str, n: u64, v: &[f64]| {
             let mut a = attempt(index, label, 0, v, "d", false);
-            a.cell = serde_json::json!({"n": n});
-            a.cell_label = format!("n={n}");
+            a.cell = Arc::new(serde_json::json!({"n": n}));
+            a.cell_label = format!("n={n}").into();
             a.cell_index = n as u32;
             a.trial_key = format!("{index}-{n}");
             a
@@ -2613,7 +2614,7 @@ mod tests {
             let mut b = attempt(0, "baseline", 0, &[100.0 * scale], "d", false);
             let mut c = attempt(1, "a=2", 0, &[110.0 * scale], "d", false);
             for x in [&mut b, &mut c] {
-                x.host = host.to_string();
+                x.host = host.into();
                 x.trial_key = format!("{}-{host}", x.trial_key);
             }
             attempts.push(b);

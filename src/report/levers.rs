@@ -13,7 +13,7 @@
 //! objective relative to the geometric mean of its context, median over
 //! contexts. Only configs that passed the gate count.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
 use serde::Serialize;
 use serde_json::Value;
@@ -131,12 +131,24 @@ pub fn next_steps(
         key(b).total_cmp(&key(a)).then_with(|| a.knob.cmp(&b.knob))
     });
 
-    let tried_values = |knob: &str| -> Vec<&Value> {
-        let mut out: Vec<&Value> = tried.iter().filter_map(|c| c.get(knob)).collect();
-        out.sort_by_key(|v| v.to_string());
-        out.dedup();
-        out
-    };
+    // The distinct values each knob was tried at, in their JSON text's
+    // order: found once per knob (a class can have tens of thousands of
+    // tried configs), each value's text computed once.
+    let tried_by_knob: HashMap<&str, Vec<&Value>> = knobs
+        .iter()
+        .map(|k| {
+            let mut seen: HashSet<&Value> = HashSet::new();
+            let mut out: Vec<&Value> = tried
+                .iter()
+                .filter_map(|c| c.get(&k.name))
+                .filter(|v| seen.insert(*v))
+                .collect();
+            out.sort_by_cached_key(|v| v.to_string());
+            (k.name.as_str(), out)
+        })
+        .collect();
+    let tried_values =
+        |knob: &str| -> Vec<&Value> { tried_by_knob.get(knob).cloned().unwrap_or_default() };
 
     let mut edges = Vec::new();
     for b in buckets {
@@ -246,8 +258,12 @@ fn effect(
     min_samples: usize,
 ) -> KnobEffect {
     // (cell, the other knobs' values) → value of `knob` → performance
-    // (more is better).
-    let mut contexts: BTreeMap<(String, String), BTreeMap<String, (Value, f64)>> = BTreeMap::new();
+    // (more is better). The other knobs are the config's (name, value)
+    // pairs in key order, borrowed: equal exactly when their canonical
+    // JSON is. Nothing below depends on the order of the contexts (medians
+    // and spreads of what they give).
+    type Context<'a> = (&'a str, Vec<(&'a String, &'a Value)>);
+    let mut contexts: HashMap<Context, BTreeMap<String, (Value, f64)>> = HashMap::new();
     for (cell, r) in measured {
         let (Some(obj), Some(s)) = (r.config.as_object(), r.summary) else {
             continue;
@@ -255,14 +271,11 @@ fn effect(
         let Some(value) = obj.get(knob) else {
             continue;
         };
-        let mut others = obj.clone();
-        others.remove(knob);
+        let mut others: Vec<(&String, &Value)> = obj.iter().filter(|(k, _)| *k != knob).collect();
+        others.sort_by(|a, b| a.0.cmp(b.0));
         let perf = if higher { s.median } else { 1.0 / s.median };
         contexts
-            .entry((
-                cell.to_string(),
-                crate::canon::canonical_json(&others.into()),
-            ))
+            .entry((cell, others))
             .or_default()
             .insert(value.to_string(), (value.clone(), perf));
     }

@@ -105,7 +105,7 @@ impl Scheduler<'_> {
         for a in scan.terminal().values() {
             if a.role == RoleKind::Rung && a.spec_hash == self.s.spec_hash {
                 rungs
-                    .entry((a.host_class.clone(), a.cell_index))
+                    .entry((a.host_class.to_string(), a.cell_index))
                     .or_default()
                     .insert(a.trial_key.clone(), Arc::new((*a).clone()));
             }

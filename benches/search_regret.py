@@ -15,7 +15,8 @@ every tunectl run's picks.
 TPESampler(seed=seed) with HyperbandPruner(min_resource, max_resource,
 reduction_factor=eta) on the same synthetic model (the formulas below are
 the Rust ones, term for term; docs/benchmarks.md has them), sequentially
-(one worker), until its trial-seconds reach 1/3 of grid's. Each trial
+(one worker), until its trial-seconds reach the largest budget
+(`OPTUNA_UPTO` of grid's, default 1: all of grid's). Each trial
 suggests the knobs as categorical parameters, then reports the model's
 noisy measurement at every rung budget (`trial.report(value, step=b)`,
 `trial.should_prune()`); a pruned trial pays the seconds of the budget it
@@ -250,7 +251,7 @@ def optuna_run(args):
             "consumed": consumed, "wall_s": wall, "points": points}
 
 
-def optuna_main(rust_path, out_path, jobs, crash):
+def optuna_main(rust_path, out_path, jobs, crash, upto):
     import optuna
 
     doc = load(rust_path)
@@ -260,7 +261,7 @@ def optuna_main(rust_path, out_path, jobs, crash):
     tasks = []
     for var in doc["variants"]:
         fractions = {label: f * var["grid_seconds"] for label, f in doc["settings"]["fractions"]
-                     if f <= 1 / 3 + 1e-9}
+                     if f <= upto + 1e-9}
         for run in var["runs"]:
             budgets = dict(fractions, hb1=run["hb1"])
             tasks.append((rust_path, var["variant"], run["seed"], budgets, crash))
@@ -323,8 +324,8 @@ def table_main(rust_path, optuna_path):
         order = {label: f for label, f in s["fractions"]}
         order["hb1"] = hb1
         labels = sorted({k[0] for k in rows}, key=lambda l: order[l])
-        strategies = ["grid", "random", "hyperband", "hyperband (1 iteration)", "tpe", "optuna",
-                      "optuna+finalists"]
+        strategies = ["grid", "random", "hyperband", "hyperband (1 iteration)", "hyperband+continuation",
+                      "hyperband+continuation+prune", "tpe", "optuna", "optuna+finalists"]
         print(f"\n### {name}: {var['configs_within_hit']} of {len(var['values'])} configs within "
               f"{hit:.0%} of the optimum, {var['crashing_configs']} crash; grid {grid:,.0f} "
               f"trial-seconds; hb1 = {hb1:.3f} of grid (mean)\n")
@@ -346,21 +347,29 @@ def table_main(rust_path, optuna_path):
                       f"| {100 * st['mean']:.2f} %{note} "
                       f"| {100 * st['median']:.2f} % | {100 * st['hit']:.0f} % | {100 * st['incumbent']:.0f} % "
                       f"| {100 * st['evaluated']:.0f} % |")
-        # Verdicts, one worker.
-        for strat in ("hyperband", "tpe"):
+        # Verdicts, per strategy and worker count, against Optuna's one worker.
+        workers = sorted({k[2] for k in rows if k[1] == "tpe"})
+        for strat, nw in ((s_, w_) for s_ in ("hyperband", "hyperband+continuation",
+                                               "hyperband+continuation+prune", "tpe")
+                          for w_ in workers):
             ok = [l for l in labels if order[l] <= 1 / 3 + 1e-9
-                  and summary.get((l, strat, 1)) and summary[(l, strat, 1)]["hit"] >= 0.9]
+                  and summary.get((l, strat, nw)) and summary[(l, strat, nw)]["hit"] >= 0.9]
             first = min(ok, key=lambda l: order[l]) if ok else None
-            verdicts.append(f"{name}: {strat} (1 worker) within {hit:.0%} in >= 90 % of seeds "
-                            + (f"from budget {first} ({summary[(first, strat, 1)]['spent'] / grid:.3f} of grid): met"
+            verdicts.append(f"{name}: {strat} ({nw} workers) within {hit:.0%} in >= 90 % of seeds "
+                            + (f"from budget {first} ({summary[(first, strat, nw)]['spent'] / grid:.3f} of grid): met"
                                if first else "at no budget <= 1/3 of grid: NOT met"))
+            t19 = summary.get(("1/9", strat, nw))
+            if t19 is not None:
+                verdicts.append(f"{name}: {strat} ({nw} workers) at 1/9 within {hit:.0%} in "
+                                f"{round(t19['hit'] * n)} of {n} seeds: "
+                                + ("met" if t19["hit"] >= 0.95 - 1e-9 else "NOT met") + " (target >= 95 %)")
             for label in labels:
                 o = summary.get((label, "optuna", 1))
-                t = summary.get((label, strat, 1))
+                t = summary.get((label, strat, nw))
                 if o is None or t is None:
                     continue
                 tr = {r["seed"]: p for r in runs for p in r["points"]
-                      if p["strategy"] == strat and p["workers"] == 1 and p["budget"] == label}
+                      if p["strategy"] == strat and p["workers"] == nw and p["budget"] == label}
                 orr = {r["seed"]: r["points"][label]["optuna"] for r in opt["runs"] if r["variant"] == name}
                 w = l = e = 0
                 for seed, p in tr.items():
@@ -374,7 +383,7 @@ def table_main(rust_path, optuna_path):
                     else:
                         e += 1
                 verdicts.append(
-                    f"{name}: at {label}, {strat} mean regret {100 * t['mean']:.2f} % vs optuna "
+                    f"{name}: at {label}, {strat} ({nw}w) mean regret {100 * t['mean']:.2f} % vs optuna "
                     f"{100 * o['mean']:.2f} % (median {100 * t['median']:.2f} % vs {100 * o['median']:.2f} %; "
                     f"within {hit:.0%} {100 * t['hit']:.0f} % vs {100 * o['hit']:.0f} %); per seed "
                     f"better/equal/worse {w}/{e}/{l}: "
@@ -387,7 +396,7 @@ def table_main(rust_path, optuna_path):
         failed = [r["failed"] for r in opt["runs"]]
         print(f"\nOptuna {opt['optuna']} (Python {opt['python']}), crashes told as {dict(fail='FAIL', prune='PRUNED')[opt['crash']]}: "
               f"{min(trials)}-{max(trials)} trials per run ({min(failed)}-{max(failed)} of them crashes) "
-              f"to 1/3 of grid, {sum(r['wall_s'] for r in opt['runs']):.0f} s of CPU in its runs "
+              f"to its last budget, {sum(r['wall_s'] for r in opt['runs']):.0f} s of CPU in its runs "
               f"({opt['wall_s']:.0f} s wall with {opt['jobs']} processes)")
 
 
@@ -401,7 +410,8 @@ def main(argv):
         crash = os.environ.get("OPTUNA_CRASH", "fail")
         if crash not in ("fail", "prune"):
             sys.exit("OPTUNA_CRASH: fail or prune")
-        optuna_main(argv[1], argv[2], jobs, crash)
+        upto = float(os.environ.get("OPTUNA_UPTO", "1"))
+        optuna_main(argv[1], argv[2], jobs, crash, upto)
     elif len(argv) >= 2 and argv[0] == "table":
         table_main(argv[1], argv[2] if len(argv) > 2 else None)
     else:

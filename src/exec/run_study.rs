@@ -157,9 +157,11 @@ pub async fn probe_hosts(
         Parts(Vec<Part>),
     }
     let found = futures::future::join_all(hosts.iter().map(|h| async {
-        match h.transport
+        match h
+            .transport
             .discover(study_id, &study.tools, &study.class_key)
-            .await? {
+            .await?
+        {
             Discovery::Probe => {
                 h.transport.prepare(study_id).await?;
                 Ok(Found::Whole(Box::new(

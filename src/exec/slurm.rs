@@ -1390,7 +1390,10 @@ impl SlurmTransport {
                     m.learn(n, &class);
                 }
             }
-            match classes.iter_mut().find(|(f, _)| f.host_class_under(key) == class) {
+            match classes
+                .iter_mut()
+                .find(|(f, _)| f.host_class_under(key) == class)
+            {
                 Some((_, ts)) => ts.push(t),
                 None => classes.push((fp, vec![t])),
             }

@@ -12,9 +12,9 @@
 #   SKIP_PLAIN=1 ...                                 # leave out `parallel` without ControlMaster
 #
 # The hosts: one /usr/sbin/sshd per loopback address (127.0.0.2, .3, ...),
-# each with its own ed25519 host key made here, one client key, a known_hosts
-# file, HOME set per host by the sshd config (so no shell start-up files run),
-# MaxSessions 100. Needs openssh-server (installed with apt when missing and
+# started by benches/lib/sshd_fleet.sh: each with its own ed25519 host key
+# made here, one client key, a known_hosts file, HOME set per host by the
+# sshd config (so no shell start-up files run), MaxSessions 100. Needs openssh-server (installed with apt when missing and
 # run as root) and GNU parallel (likewise).
 #
 # Every trial is the same no-op that honours the trial contract: it writes
@@ -73,50 +73,26 @@ need parallel parallel
 need ssh openssh-client
 
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/tsd.XXXXXX")
-pids=()
+# shellcheck source=benches/lib/sshd_fleet.sh
+. "$here/benches/lib/sshd_fleet.sh"
 cleanup() {
-    for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+    sshd_fleet_stop
     for s in "$tmp"/cm/*; do [[ -S $s ]] && ssh -o ControlPath="$s" -O exit x 2>/dev/null; done
     rm -rf "$tmp"
 }
 trap cleanup EXIT
-mkdir -p /run/sshd "$tmp/cm"
+mkdir -p "$tmp/cm"
 chmod 700 "$tmp/cm"
 
-ssh-keygen -q -t ed25519 -N '' -C tunectl-bench-client -f "$tmp/id"
-: >"$tmp/known_hosts"
+sshd_fleet_start "$tmp" "$HOSTS"
 : >"$tmp/logins"
 : >"$tmp/logins-cm"
 : >"$tmp/ssh_config"
 user=$(id -un)
 inv="hosts:"
 for i in $(seq 1 "$HOSTS"); do
-    addr="127.0.0.$((i + 1))"
-    h="$tmp/h$i"
-    mkdir -p "$h/home"
-    ssh-keygen -q -t ed25519 -N '' -C "tunectl-bench-host$i" -f "$h/key"
-    port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("'"$addr"'", 0)); print(s.getsockname()[1])')
-    cat >"$h/sshd_config" <<EOF
-ListenAddress $addr
-HostKey $h/key
-PidFile none
-AuthorizedKeysFile $tmp/id.pub
-PermitRootLogin prohibit-password
-PasswordAuthentication no
-KbdInteractiveAuthentication no
-UsePAM no
-StrictModes no
-MaxSessions 100
-MaxStartups 100
-SetEnv PATH=/usr/local/bin:/usr/bin:/bin HOME=$h/home
-EOF
-    /usr/sbin/sshd -D -e -f "$h/sshd_config" -p "$port" 2>"$h/log" &
-    pids+=($!)
-    for _ in $(seq 100); do
-        (exec 3<>"/dev/tcp/$addr/$port") 2>/dev/null && break
-        sleep 0.05
-    done
-    echo "[$addr]:$port $(cut -d' ' -f1,2 "$h/key.pub")" >>"$tmp/known_hosts"
+    addr=${SSHD_ADDR[i]}
+    port=${SSHD_PORT[i]}
     cat >>"$tmp/ssh_config" <<EOF
 Host h$i
   HostName $addr
@@ -167,7 +143,7 @@ declare -A times cpu_own cpu_hosts
 tck=$(getconf CLK_TCK)
 host_cpu() {
     local p t=0 f
-    for p in "${pids[@]}"; do
+    for p in "${SSHD_PIDS[@]}"; do
         read -r -a f <"/proc/$p/stat"
         # Fields 14-17 (utime stime cutime cstime); the comm field has no
         # space here.

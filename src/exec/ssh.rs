@@ -554,17 +554,7 @@ impl SshTransport {
             tokio::select! {
                 frame = rx.recv() => match frame {
                     Some(Ok(frame)) => {
-                        match frame {
-                            Frame::Run { pid: p, .. } => {
-                                pid = Some(p);
-                                deadline = Some(tokio::time::Instant::now() + spec.timeout);
-                            }
-                            Frame::Rc { .. } => deadline = None,
-                            _ => {}
-                        }
-                        let end = frame == Frame::End;
-                        got.absorb_live(frame);
-                        if end {
+                        if take_frame(frame, &mut got, &mut pid, &mut deadline, spec.timeout) {
                             break;
                         }
                     }
@@ -995,17 +985,7 @@ impl Transport for SshTransport {
             tokio::select! {
                 frame = rx.recv() => match frame {
                     Some(Ok(frame)) => {
-                        match frame {
-                            Frame::Run { pid: p, .. } => {
-                                pid = Some(p);
-                                deadline = Some(tokio::time::Instant::now() + spec.timeout);
-                            }
-                            Frame::Rc { .. } => deadline = None,
-                            _ => {}
-                        }
-                        let end = frame == Frame::End;
-                        got.absorb_live(frame);
-                        if end {
+                        if take_frame(frame, &mut got, &mut pid, &mut deadline, spec.timeout) {
                             break;
                         }
                     }
@@ -1101,6 +1081,29 @@ impl Transport for SshTransport {
         outcome.elapsed = started.elapsed();
         outcome
     }
+}
+
+/// Take one frame of a running attempt into `got`: the counted run's
+/// start (its process group, and the timeout counting from then) and end.
+/// Whether the attempt's report is over.
+fn take_frame(
+    frame: Frame,
+    got: &mut Collected,
+    pid: &mut Option<u32>,
+    deadline: &mut Option<tokio::time::Instant>,
+    timeout: Duration,
+) -> bool {
+    match frame {
+        Frame::Run { pid: p, .. } => {
+            *pid = Some(p);
+            *deadline = Some(tokio::time::Instant::now() + timeout);
+        }
+        Frame::Rc { .. } => *deadline = None,
+        _ => {}
+    }
+    let end = frame == Frame::End;
+    got.absorb_live(frame);
+    end
 }
 
 /// Run the fingerprint probe over a connection.

@@ -736,6 +736,20 @@ fn a_studys_class_key_classes_the_launch_the_export_and_apply_alike() {
     assert!(label.ends_with(", fakever v1.2"), "{label}");
     assert!(!label.contains("cpus"), "{label}");
 
+    // plan names the key, and classes this host by it as the launch did.
+    let plan = env.tunectl_ok(&[
+        "plan",
+        &env.study_arg(),
+        "--dry-run",
+        "--ledger",
+        env.ledger_url(),
+    ]);
+    assert!(
+        plan.contains("host classes (class key: gpu_model, gpu_memory, gpu_count, driver_major, tool:fakever):"),
+        "{plan}"
+    );
+    assert!(plan.contains(&format!("{class} · ")), "{plan}");
+
     // apply probes the tool as the launch did: the same version is this class.
     let (yaml, _) = print(&env, env.tunectl(), &["--cell", "n=1"]);
     assert_eq!(top(&yaml, "source"), "tuned", "{yaml}");

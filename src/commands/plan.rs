@@ -36,6 +36,9 @@ struct PlanView {
     repeats: u32,
     warmup: u32,
     cells: Vec<CellView>,
+    /// The study's `fingerprint.class_key`, when it is not the default.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    class_key: Option<crate::fingerprint::ClassKey>,
     classes: Vec<ClassView>,
     hosts: Vec<HostView>,
     dag: BTreeMap<&'static str, u64>,
@@ -518,6 +521,7 @@ pub async fn run(a: PlanArgs) -> Result<(), CliError> {
             .map(|l| l.url().to_string())
             .unwrap_or(url.clone()),
         strategy: study.strategy.clone(),
+        class_key: (!study.class_key.is_default()).then(|| study.class_key.clone()),
         knobs: study.knobs.len(),
         grid_configs: study.grid_size(),
         repeats: plan.repeats,
@@ -694,7 +698,14 @@ fn render_plan(v: &PlanView) -> String {
             c.cell, c.configs, c.pruned_by_constraints, c.trials_per_class
         );
     }
-    let _ = writeln!(o, "\nhost classes:");
+    match &v.class_key {
+        Some(key) => {
+            let _ = writeln!(o, "\nhost classes (class key: {}):", key.describe());
+        }
+        None => {
+            let _ = writeln!(o, "\nhost classes:");
+        }
+    }
     for c in &v.classes {
         let _ = writeln!(
             o,

@@ -40,8 +40,6 @@ cleanup() { sshd_fleet_stop; [[ -n "${KEEP:-}" ]] && echo "kept $tmp" >&2 || rm 
 trap cleanup EXIT
 sshd_fleet_start "$tmp" 4
 
-user=$(id -un)
-inv="hosts:"
 for i in 1 2 3 4; do
     if ((i <= 2)); then gpu="NVIDIA H100 80GB HBM3" factor=1.0; else gpu="NVIDIA A100-SXM4-80GB" factor=1.4; fi
     cat >"$tmp/h$i/bin/nvidia-smi" <<SMI
@@ -51,18 +49,8 @@ FAKE_GPU_NAME='$gpu' FAKE_GPU_COUNT=$SLOTS exec /bin/sh '$here/tests/fixtures/fa
 SMI
     chmod +x "$tmp/h$i/bin/nvidia-smi"
     echo "$factor" >"$tmp/h$i/home/factor"
-    inv="$inv
-  - name: h$i
-    transport: ssh
-    host: ${SSHD_ADDR[i]}
-    port: ${SSHD_PORT[i]}
-    user: $user
-    identity_file: $tmp/id
-    known_hosts_file: $tmp/known_hosts
-    slots: $SLOTS
-    max_sessions: $((SLOTS + 2))"
 done
-printf '%s\n' "$inv" >"$tmp/inventory.yaml"
+sshd_fleet_inventory "$tmp" "$SLOTS" >"$tmp/inventory.yaml"
 
 # The FAKE trial: sleeps budget x cost(tile, split) x the host's factor,
 # with 3% noise, and reports the time it slept. Costs run from 4 to 40 ms

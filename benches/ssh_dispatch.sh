@@ -89,7 +89,6 @@ sshd_fleet_start "$tmp" "$HOSTS"
 : >"$tmp/logins-cm"
 : >"$tmp/ssh_config"
 user=$(id -un)
-inv="hosts:"
 for i in $(seq 1 "$HOSTS"); do
     addr=${SSHD_ADDR[i]}
     port=${SSHD_PORT[i]}
@@ -106,18 +105,8 @@ Host h$i
 EOF
     echo "$SLOTS/ssh -F $tmp/ssh_config h$i" >>"$tmp/logins"
     echo "$SLOTS/ssh -F $tmp/ssh_config -o ControlMaster=no -o ControlPath=$tmp/cm/%C h$i" >>"$tmp/logins-cm"
-    inv="$inv
-  - name: h$i
-    transport: ssh
-    host: $addr
-    port: $port
-    user: $user
-    identity_file: $tmp/id
-    known_hosts_file: $tmp/known_hosts
-    slots: $SLOTS
-    max_sessions: $((SLOTS + 2))"
 done
-printf '%s\n' "$inv" >"$tmp/inventory.yaml"
+sshd_fleet_inventory "$tmp" "$SLOTS" >"$tmp/inventory.yaml"
 
 CMD='printf '"'"'{"metrics":{"t":1}}'"'"' > "$TUNECTL_RESULT"'
 cat >"$tmp/study.yaml" <<EOF

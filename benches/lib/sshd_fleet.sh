@@ -55,6 +55,28 @@ CONF
     done
 }
 
+# sshd_fleet_inventory DIR SLOTS > FILE: an inventory with one ssh entry
+# per host started (named h1, h2, ...), each with SLOTS slots and
+# max_sessions SLOTS + 2 (one spare for probes and kills).
+sshd_fleet_inventory() { # DIR SLOTS
+    local dir=$1 slots=$2 i user
+    user=$(id -un)
+    echo "hosts:"
+    for i in "${!SSHD_ADDR[@]}"; do
+        cat <<ENTRY
+  - name: h$i
+    transport: ssh
+    host: ${SSHD_ADDR[i]}
+    port: ${SSHD_PORT[i]}
+    user: $user
+    identity_file: $dir/id
+    known_hosts_file: $dir/known_hosts
+    slots: $slots
+    max_sessions: $((slots + 2))
+ENTRY
+    done
+}
+
 sshd_fleet_stop() {
     local p
     for p in "${SSHD_PIDS[@]}"; do kill "$p" 2>/dev/null || true; done

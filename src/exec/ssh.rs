@@ -567,12 +567,7 @@ impl SshTransport {
                         break;
                     }
                 },
-                _ = async {
-                    match sleep_until {
-                        Some(t) => tokio::time::sleep_until(t).await,
-                        None => std::future::pending().await,
-                    }
-                } => {
+                _ = sleep_until_or_never(sleep_until) => {
                     if deadline.is_some() {
                         // Past its timeout: the agent kills the run's
                         // group and reports it.
@@ -995,12 +990,7 @@ impl Transport for SshTransport {
                     }
                     None => break,
                 },
-                _ = async {
-                    match sleep_until {
-                        Some(t) => tokio::time::sleep_until(t).await,
-                        None => std::future::pending().await,
-                    }
-                } => {
+                _ = sleep_until_or_never(sleep_until) => {
                     if deadline.is_some() {
                         // The run is past its timeout: kill its group and
                         // read the agent's report of it.
@@ -1080,6 +1070,14 @@ impl Transport for SshTransport {
         fill_outcome(&mut outcome, spec, got, timed_out);
         outcome.elapsed = started.elapsed();
         outcome
+    }
+}
+
+/// Sleep until `t`; without one, never wake.
+async fn sleep_until_or_never(t: Option<tokio::time::Instant>) {
+    match t {
+        Some(t) => tokio::time::sleep_until(t).await,
+        None => std::future::pending().await,
     }
 }
 

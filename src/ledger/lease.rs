@@ -1,7 +1,7 @@
 //! Leases: who runs a trial now, so that two launchers on one study never
 //! run it twice.
 //!
-//! A lease is a chain of generations, `<study>/leases/<trial-key>/<gen>.json`,
+//! A lease is a chain of generations, `<study>/leases/<trial-key>.<gen>.json`,
 //! each created with a conditional create (`PutMode::Create`), which every
 //! store honours (S3 `If-None-Match`, GCS and Azure preconditions, the local
 //! filesystem's atomic link). Taking a free trial creates generation 1;
@@ -12,6 +12,12 @@
 //! same protocol is correct on every store. Expiry compares wall clocks:
 //! launchers' clocks must agree to well within the lease time (default
 //! 2 minutes).
+//!
+//! The generations sit side by side in `leases/`, not in a folder per
+//! trial: a local ledger would otherwise make (and keep) one directory per
+//! trial, an inode that costs more than the lease itself on some file
+//! systems. Finding a trial's generations lists `leases/`, which holds only
+//! the leases of trials running now (released ones are deleted).
 
 use std::time::Duration;
 
@@ -80,49 +86,92 @@ pub enum Held {
 }
 
 fn key(study: &str, trial: &str, generation: u64) -> ObjPath {
-    ObjPath::from(format!("{study}/leases/{trial}/{generation:012}.json"))
+    ObjPath::from(format!("{study}/leases/{trial}.{generation:012}.json"))
+}
+
+/// `(trial key, generation)` of a lease object's name, `None` for anything
+/// else under `leases/`.
+fn parse_name(name: &str) -> Option<(&str, u64)> {
+    let (trial, generation) = name.strip_suffix(".json")?.rsplit_once('.')?;
+    if trial.is_empty() || generation.len() != 12 {
+        return None;
+    }
+    Some((trial, generation.parse().ok()?))
 }
 
 impl Ledger {
+    /// Every lease generation in a study's `leases/`, by trial, oldest
+    /// generation first.
+    async fn lease_generations(
+        &self,
+        study: &str,
+    ) -> Result<std::collections::BTreeMap<String, Vec<(u64, ObjPath)>>, LedgerError> {
+        let prefix = ObjPath::from(format!("{study}/leases"));
+        let mut by_trial: std::collections::BTreeMap<String, Vec<(u64, ObjPath)>> =
+            Default::default();
+        let mut listing = self.store.list(Some(&prefix));
+        while let Some(meta) = listing
+            .try_next()
+            .await
+            .map_err(|e| self.io_err("list", &prefix, e))?
+        {
+            let k = meta.location;
+            // Directly in `leases/`: anything deeper is not a lease.
+            if k.parts().count() != 3 {
+                continue;
+            }
+            if let Some((trial, generation)) = k.filename().and_then(parse_name) {
+                by_trial
+                    .entry(trial.to_string())
+                    .or_default()
+                    .push((generation, k.clone()));
+            }
+        }
+        for gens in by_trial.values_mut() {
+            gens.sort_by_key(|(g, _)| *g);
+        }
+        Ok(by_trial)
+    }
+
     /// The newest generation of a trial's lease.
     async fn latest_lease(
         &self,
         study: &str,
         trial: &str,
     ) -> Result<Option<LeaseRecord>, LedgerError> {
-        let prefix = ObjPath::from(format!("{study}/leases/{trial}"));
-        let mut keys: Vec<ObjPath> = self
-            .store
-            .list(Some(&prefix))
-            .map_ok(|m| m.location)
-            .try_collect()
-            .await
-            .map_err(|e| self.io_err("list", &prefix, e))?;
-        keys.sort_by(|a, b| a.as_ref().cmp(b.as_ref()));
-        for k in keys.iter().rev() {
-            if let Some(bytes) = self.get(k).await? {
-                match serde_json::from_slice::<LeaseRecord>(&bytes) {
-                    Ok(r) => return Ok(Some(r)),
-                    // A torn or garbage generation: the next one takes over.
-                    Err(_) => {
-                        let generation = k
-                            .filename()
-                            .and_then(|f| f.trim_end_matches(".json").parse::<u64>().ok())
-                            .unwrap_or(0);
-                        return Ok(Some(LeaseRecord {
-                            schema: super::records::SCHEMA,
-                            trial_key: trial.to_string(),
-                            owner: String::new(),
-                            host: String::new(),
-                            generation,
-                            expires_at: String::new(),
-                            written_at: String::new(),
-                        }));
-                    }
-                }
-            }
+        let mut all = self.lease_generations(study).await?;
+        let Some((generation, k)) = all.remove(trial).and_then(|mut g| g.pop()) else {
+            return Ok(None);
+        };
+        let Some(bytes) = self.get(&k).await? else {
+            // Released between the listing and the read: free again, but
+            // the next generation keeps counting up.
+            return Ok(Some(LeaseRecord {
+                generation,
+                ..Self::vacant(trial)
+            }));
+        };
+        Ok(Some(match serde_json::from_slice::<LeaseRecord>(&bytes) {
+            Ok(r) => r,
+            // A torn or garbage generation: the next one takes over.
+            Err(_) => LeaseRecord {
+                generation,
+                ..Self::vacant(trial)
+            },
+        }))
+    }
+
+    /// A generation that holds nothing: no owner, expired.
+    fn vacant(trial: &str) -> LeaseRecord {
+        LeaseRecord {
+            schema: super::records::SCHEMA,
+            trial_key: trial.to_string(),
+            owner: String::new(),
+            host: String::new(),
+            generation: 0,
+            expires_at: String::new(),
+            written_at: String::new(),
         }
-        Ok(None)
     }
 
     async fn create_generation(
@@ -221,46 +270,22 @@ impl Ledger {
     /// Give a lease up: its generations are deleted (best effort; an
     /// undeleted lease simply expires).
     pub async fn release_lease(&self, lease: &Lease) {
-        let prefix = ObjPath::from(format!("{}/leases/{}", lease.study, lease.record.trial_key));
-        let keys: Vec<ObjPath> = match self
-            .store
-            .list(Some(&prefix))
-            .map_ok(|m| m.location)
-            .try_collect()
-            .await
-        {
-            Ok(k) => k,
-            Err(_) => return,
+        let Ok(mut all) = self.lease_generations(&lease.study).await else {
+            return;
         };
-        for k in keys {
+        for (_, k) in all.remove(&lease.record.trial_key).unwrap_or_default() {
             let _ = self.store.delete(&k).await;
         }
     }
 
     /// The live leases of a study: trials running now somewhere.
     pub async fn live_leases(&self, study: &str) -> Result<Vec<LeaseRecord>, LedgerError> {
-        let prefix = ObjPath::from(format!("{study}/leases"));
-        let keys: Vec<ObjPath> = self
-            .store
-            .list(Some(&prefix))
-            .map_ok(|m| m.location)
-            .try_collect()
-            .await
-            .map_err(|e| self.io_err("list", &prefix, e))?;
-        let mut newest: std::collections::BTreeMap<String, ObjPath> = Default::default();
-        for k in keys {
-            let parts: Vec<String> = k.parts().map(|p| p.as_ref().to_string()).collect();
-            if parts.len() == 4 {
-                let slot = newest.entry(parts[2].clone()).or_insert_with(|| k.clone());
-                if k.as_ref() > slot.as_ref() {
-                    *slot = k;
-                }
-            }
-        }
+        let all = self.lease_generations(study).await?;
         let now = chrono::Utc::now();
         let mut out = Vec::new();
-        for k in newest.values() {
-            if let Some(bytes) = self.get(k).await?
+        for gens in all.values() {
+            if let Some((_, k)) = gens.last()
+                && let Some(bytes) = self.get(k).await?
                 && let Ok(r) = serde_json::from_slice::<LeaseRecord>(&bytes)
                 && !r.expired(now)
             {
@@ -315,6 +340,57 @@ mod tests {
         assert_eq!(ledger.live_leases("s").await.expect("io").len(), 1);
         ledger.release_lease(&b).await;
         assert!(ledger.live_leases("s").await.expect("io").is_empty());
+    }
+
+    #[test]
+    fn lease_names_parse_back() {
+        let k = key("s", "abc", 7);
+        assert_eq!(k.as_ref(), "s/leases/abc.000000000007.json");
+        assert_eq!(k.filename().and_then(parse_name), Some(("abc", 7)));
+        for name in [
+            "abc.json",
+            "abc.7.json",
+            ".000000000007.json",
+            "abc.000000000007",
+        ] {
+            assert_eq!(parse_name(name), None, "{name}");
+        }
+    }
+
+    /// Only the leases directly in `leases/` count: a trial's generations
+    /// of another trial or deeper objects are none of its own.
+    #[tokio::test]
+    async fn a_lease_is_found_among_others_and_nothing_deeper_counts() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let ledger = Ledger::open(&dir.path().display().to_string()).expect("ledger");
+        let ttl = Duration::from_secs(60);
+        let a = ledger
+            .acquire_lease("s", "k1", "A", "h", ttl)
+            .await
+            .expect("io");
+        assert!(a.is_ok());
+        let b = ledger
+            .acquire_lease("s", "k2", "B", "h", ttl)
+            .await
+            .expect("io");
+        assert!(b.is_ok());
+        // An object under a folder (the layout of older versions) is not read.
+        std::fs::create_dir_all(dir.path().join("s/leases/k3")).expect("mkdir");
+        std::fs::write(dir.path().join("s/leases/k3/000000000001.json"), b"{}").expect("write");
+        let held = ledger
+            .acquire_lease("s", "k1", "C", "h", ttl)
+            .await
+            .expect("io");
+        assert!(matches!(held, Err(Held::By { ref owner, .. }) if owner == "A"));
+        let live = ledger.live_leases("s").await.expect("io");
+        let mut owners: Vec<&str> = live.iter().map(|l| l.owner.as_str()).collect();
+        owners.sort();
+        assert_eq!(owners, ["A", "B"]);
+        ledger.release_lease(&a.expect("lease")).await;
+        let live = ledger.live_leases("s").await.expect("io");
+        assert_eq!(live.len(), 1);
+        assert_eq!(live[0].trial_key, "k2");
+        assert!(!dir.path().join("s/leases/k1").exists());
     }
 
     #[tokio::test]

@@ -13,7 +13,7 @@
 //! <study>/drops/<class>/<cell-hash>-<host>.json
 //! <study>/plan/<class>/<cell-index>.json                   derived
 //! <study>/verdicts/<class>/<bucket>.json                   derived
-//! <study>/leases/<trial-key>/<generation>.json             lease.rs
+//! <study>/leases/<trial-key>.<generation>.json             lease.rs
 //! <study>/log/<stream>/<n>-<trial-key>-<attempt>.json      written before the attempt (log.rs)
 //! <study>/index/compact.json                               derived (index.rs, scan.rs)
 //! ```

@@ -23,6 +23,11 @@
 #             TUNECTL_RESULT pointing at a per-job file in one shared directory
 #             (no per-job directory, no output grouping): GNU parallel's own
 #             lower bound, the most favourable comparison for it.
+# - parallel-true: `parallel -jSLOTS --ungroup true ::: 0..TRIALS-1`: GNU
+#             parallel starting the bare no-op `true`, no result file, no
+#             directory, no output grouping (the issue's bare peer).
+# - xargs-true: `xargs -PSLOTS -n1 true` over the same TRIALS arguments: the
+#             cheapest parallel fork/exec loop there is.
 # - serial:   a bash loop doing the same per-job work as `parallel`, one at a
 #             time (slots = 1): the cost of the processes alone.
 #
@@ -92,7 +97,12 @@ run_tunectl() {
     local d=$1
     "$TUNECTL" launch "$tmp/study.yaml" --inventory "$tmp/inventory.yaml" \
         --ledger "$d/ledger" --workdir "$d/work" --progress quiet \
-        > "$d.out" 2> "$d.err" || { cat "$d.err" >&2; return 1; }
+        > "$d.out" 2> "$d.err" || {
+        # Exit 3: every bucket is a DRAFT, as it must be with one sample
+        # per config (docs/cli.md); the dispatch itself went through.
+        local rc=$?
+        [[ $rc == 3 ]] || { cat "$d.err" >&2; return 1; }
+    }
 }
 
 run_parallel() {
@@ -103,6 +113,14 @@ run_parallel() {
 run_parallel_bare() {
     (cd "$1" && parallel -j"$SLOTS" --ungroup --halt now,fail=1 \
         'TUNECTL_RESULT=r{}.json sh -c "$CMD"' ::: $(seq 0 $((TRIALS - 1))))
+}
+
+run_parallel_true() {
+    (cd "$1" && parallel -j"$SLOTS" --ungroup --halt now,fail=1 true ::: $(seq 0 $((TRIALS - 1))))
+}
+
+run_xargs_true() {
+    (cd "$1" && seq 0 $((TRIALS - 1)) | xargs -P"$SLOTS" -n1 true)
 }
 
 run_serial() {
@@ -123,11 +141,12 @@ check() {
             [[ $(find "$d/ledger" -name '*.json' -path '*/trials/*' | wc -l) == "$TRIALS" ]] ;;
         parallel | serial) [[ -z "$(ls -A "$d")" ]] ;;
         parallel-bare) [[ $(find "$d" -name 'r*.json' | wc -l) == "$TRIALS" ]] ;;
+        parallel-true | xargs-true) true ;;
     esac || { echo "$n: wrong outcome in $d" >&2; return 1; }
 }
 
 declare -A walls med min
-names=(tunectl parallel parallel-bare serial)
+names=(tunectl parallel parallel-bare parallel-true xargs-true serial)
 fstype=$(df -T "$tmp" | awk 'NR == 2 {print $2}')
 echo "dispatch: $TRIALS no-op trials, $SLOTS slots, $ROUNDS rounds, $(nproc) cpus, files in $tmp ($fstype)" >&2
 for ((r = 1; r <= ROUNDS; r++)); do
@@ -139,6 +158,8 @@ for ((r = 1; r <= ROUNDS; r++)); do
             tunectl) run_tunectl "$d" ;;
             parallel) run_parallel "$d" ;;
             parallel-bare) run_parallel_bare "$d" ;;
+            parallel-true) run_parallel_true "$d" ;;
+            xargs-true) run_xargs_true "$d" ;;
             serial) run_serial "$d" ;;
         esac
         t1=$(now)
@@ -166,6 +187,8 @@ ratio() { awk -v a="$1" -v b="$2" 'BEGIN{printf "%.2f", a/b}'; }
 echo
 echo "overhead ratio tunectl / parallel:      $(ratio "${med[tunectl]}" "${med[parallel]}") (median), $(ratio "${min[tunectl]}" "${min[parallel]}") (min)"
 echo "overhead ratio tunectl / parallel-bare: $(ratio "${med[tunectl]}" "${med[parallel-bare]}") (median), $(ratio "${min[tunectl]}" "${min[parallel-bare]}") (min)"
+echo "overhead ratio tunectl / parallel-true: $(ratio "${med[tunectl]}" "${med[parallel-true]}") (median), $(ratio "${min[tunectl]}" "${min[parallel-true]}") (min); target <= 0.5"
+echo "overhead ratio tunectl / xargs-true:    $(ratio "${med[tunectl]}" "${med[xargs-true]}") (median), $(ratio "${min[tunectl]}" "${min[xargs-true]}") (min); target <= 1.5"
 if awk -v a="${med[tunectl]}" -v b="${med[parallel]}" 'BEGIN{exit !(a <= b)}'; then
     echo "target (tunectl per-trial overhead <= GNU parallel's): met"
 else

@@ -72,6 +72,9 @@ impl LeaseRecord {
 pub struct Lease {
     pub study: String,
     pub record: LeaseRecord,
+    /// The generation this launcher took it with: its own generations are
+    /// this one to `record.generation` (renewals add one each).
+    pub first_generation: u64,
 }
 
 /// Why a trial could not be leased.
@@ -237,6 +240,7 @@ impl Ledger {
         if self.create_generation(&record, study).await? {
             Ok(Ok(Lease {
                 study: study.to_string(),
+                first_generation: record.generation,
                 record,
             }))
         } else {
@@ -267,13 +271,13 @@ impl Ledger {
         }
     }
 
-    /// Give a lease up: its generations are deleted (best effort; an
-    /// undeleted lease simply expires).
+    /// Give a lease up: the generations this launcher wrote are deleted,
+    /// by name, without a listing (best effort: an undeleted lease simply
+    /// expires). Generations of an expired owner it took over from stay:
+    /// expired, they hold nothing.
     pub async fn release_lease(&self, lease: &Lease) {
-        let Ok(mut all) = self.lease_generations(&lease.study).await else {
-            return;
-        };
-        for (_, k) in all.remove(&lease.record.trial_key).unwrap_or_default() {
+        for generation in lease.first_generation..=lease.record.generation {
+            let k = key(&lease.study, &lease.record.trial_key, generation);
             let _ = self.store.delete(&k).await;
         }
     }
@@ -340,6 +344,22 @@ mod tests {
         assert_eq!(ledger.live_leases("s").await.expect("io").len(), 1);
         ledger.release_lease(&b).await;
         assert!(ledger.live_leases("s").await.expect("io").is_empty());
+        // A's expired generations stay; the trial can be taken again, with
+        // the generation after them.
+        let c = ledger
+            .acquire_lease("s", "k", "C", "h3", Duration::from_secs(60))
+            .await
+            .expect("io")
+            .expect("free again");
+        assert_eq!(c.record.generation, 3);
+        ledger.release_lease(&c).await;
+        ledger.release_lease(&lease).await;
+        assert!(
+            !dir.path()
+                .join("s/leases")
+                .read_dir()
+                .is_ok_and(|mut d| d.next().is_some())
+        );
     }
 
     #[test]

@@ -950,9 +950,9 @@ mod tests {
         // The configs started after the first 30 (by then the budget-1
         // model has results) are nearer the top with the model than drawn
         // uniformly (a uniform config is 4 · 5.8 ≈ 23 away in squared
-        // positions). Measured: 19.1 against 22.6 on average: a third are
+        // positions). Measured: 16.9 against 22.6 on average: a third are
         // uniform draws anyway, and the model soon moves up to budgets with
-        // only a few results, where it knows little.
+        // only ten results, where it knows little.
         let late = |started: &[u64]| -> f64 {
             let tail = &started[30..];
             tail.iter().map(|&c| 100.0 - bowl(c, 1.0)).sum::<f64>() / tail.len() as f64
@@ -966,7 +966,7 @@ mod tests {
             model += late(&with);
             uniform += late(&without);
         }
-        assert!(model * 1.1 < uniform, "model {model}, uniform {uniform}");
+        assert!(model * 1.2 < uniform, "model {model}, uniform {uniform}");
     }
 
     #[test]

@@ -8,10 +8,16 @@
 //!   budget, whatever bracket or iteration it came from; a failure (crash,
 //!   pruned run) is a failed observation, ranked bad.
 //! - A new config comes from the model of the **largest budget with at
-//!   least `d + 1` successful results** (`d`: knobs with more than one
-//!   value; BOHB's `min_points_in_model`), so the model moves up to larger
-//!   budgets as soon as they have enough results; with no such budget, from
-//!   the uniform draw order (the stream plain Hyperband uses).
+//!   least `max(d + 1, 10)` successful results** (`d`: knobs with more
+//!   than one value). `d + 1` is BOHB's `min_points_in_model`; 10 is the
+//!   `n_startup` of [`TpeOptions`], the observations TPE takes before it
+//!   trusts its model, so that a budget with a handful of results (its
+//!   good group one config) does not steer the search. On the
+//!   search_regret benchmark (docs/benchmarks.md) 10 did better than
+//!   `d + 1` = 6 at almost every budget, on both proxies. The model moves
+//!   up to larger budgets as soon as they have enough results; with no such
+//!   budget, new configs come from the uniform draw order (the stream
+//!   plain Hyperband uses).
 //! - A fixed share of new configs ([`RANDOM_FRACTION`], BOHB's 1/3) is
 //!   drawn uniformly anyway, so the model cannot lock the search out of a
 //!   region it judged early and wrongly (a misleading proxy at small
@@ -88,12 +94,13 @@ impl ModelProposer {
         // Validate the domains once, as the models will be built.
         let size = Tpe::new(domains.clone(), better, seed)?.size();
         let d = domains.iter().filter(|d| d.values() > 1).count();
+        let min_points = (d + 1).max(TpeOptions::default().n_startup);
         Ok(ModelProposer {
             domains,
             size,
             better,
             seed,
-            min_points: d + 1,
+            min_points,
             random_fraction: RANDOM_FRACTION,
             options: TpeOptions::default(),
             coin: ChaCha8Rng::seed_from_u64(seed ^ COIN_STREAM),
@@ -299,9 +306,15 @@ mod tests {
     #[test]
     fn the_largest_budget_with_enough_results_proposes() {
         let space = Tpe::new(domains(), Better::Lower, 0).unwrap();
-        let mut p = ModelProposer::new(domains(), Better::Lower, 3)
-            .unwrap()
-            .with_random_fraction(0.0);
+        let p = ModelProposer::new(domains(), Better::Lower, 3).unwrap();
+        // max(d + 1, 10): 10 for 4 knobs; d + 1 for 12 knobs (one of them
+        // with a single value, which does not count).
+        assert_eq!(p.min_points(), 10);
+        let mut many = vec![KnobDomain::Ordinal { values: 2 }; 12];
+        many.push(KnobDomain::Categorical { values: 1 });
+        let wide = ModelProposer::new(many, Better::Lower, 3).unwrap();
+        assert_eq!(wide.min_points(), 13);
+        let mut p = p.with_random_fraction(0.0).with_min_points(5);
         assert_eq!(p.min_points(), 5);
         // Nothing seen: uniform.
         assert_eq!(
@@ -348,7 +361,8 @@ mod tests {
         let d = vec![KnobDomain::Ordinal { values: 3 }; 2];
         let mut p = ModelProposer::new(d, Better::Higher, 1)
             .unwrap()
-            .with_random_fraction(0.0);
+            .with_random_fraction(0.0)
+            .with_min_points(3);
         for c in 0..5u64 {
             p.note_drawn(c).unwrap();
             p.observe(c, 1.0, Outcome::Value(c as f64)).unwrap();

@@ -254,6 +254,40 @@ fn plan_dry_run_shows_the_brackets_and_the_cost_against_a_grid() {
 }
 
 #[test]
+fn plan_dry_run_names_the_tpe_proposer_and_its_first_configs() {
+    // Before any result the proposer follows the seeded draw order, so the
+    // first configs listed are those of `proposer: random`.
+    let first = |proposer: &str| {
+        let env = search_env(
+            &hyperband_study_with("hb-plan-tpe", 4, &format!(", proposer: {proposer}")),
+            1,
+        );
+        let study = env.study().display().to_string();
+        let ledger = env.ledger().display().to_string();
+        let text = env.tunectl_ok(&["plan", "--dry-run", &study, "--ledger", &ledger]);
+        // The labels (`#1 a=2 b=1 c=3`), not the commands' temporary paths.
+        let listed: Vec<String> = text
+            .split("first configs")
+            .nth(1)
+            .unwrap_or_else(|| panic!("no first configs in:\n{text}"))
+            .lines()
+            .filter(|l| l.trim_start().starts_with('#'))
+            .map(str::to_string)
+            .collect();
+        (text, listed)
+    };
+    let (text, tpe) = first("tpe");
+    assert!(
+        text.contains("hyperband (seed 4, new configs proposed by tpe, top 3"),
+        "{text}"
+    );
+    let (text, random) = first("random");
+    assert!(text.contains("hyperband (seed 4, top 3"), "{text}");
+    assert!(tpe.len() > 2, "{tpe:?}");
+    assert_eq!(tpe, random);
+}
+
+#[test]
 fn hyperband_finds_the_optimum_on_a_third_of_grid_budget() {
     let env = search_env(&hyperband_study("hb", 1), 1);
     let ledger = env.ledger();
@@ -488,6 +522,40 @@ fn a_killed_search_resumes_without_rerunning_or_double_counting() {
     // the two that were running (one per slot) appear twice.
     let twice = seen.values().filter(|n| **n > 1).count();
     assert!(twice <= 2, "{seen:?}");
+}
+
+#[test]
+fn a_killed_search_with_the_tpe_proposer_resumes_with_the_same_proposals() {
+    // The models are rebuilt by the replay from the ledger's results, so
+    // the resumed search proposes what the uninterrupted one did.
+    let env = search_env(
+        &hyperband_study_with("hb-tpe-resume", 3, ", proposer: tpe, iterations: 2"),
+        2,
+    );
+    let reference = env.path().join("ledger-ref");
+    launch(&env, &reference, &[("FAKE_JITTER", "1")], &[]);
+    let id = study_id(&reference);
+    let ledger = env.ledger();
+    let total = runs(&env).len();
+    std::fs::remove_file(env.study_dir().join("runs.log")).expect("clear runs.log");
+    let running = spawn_launch(&env, &ledger, "work");
+    // Past the first iteration's rung 0, so that models are in use.
+    let started = support::wait_for(Duration::from_secs(90), || runs(&env).len() >= 60);
+    assert!(started, "the launch did not get going");
+    running.signal(libc::SIGINT);
+    env.finish(running);
+    let before = runs(&env).len();
+    assert!(
+        before < total,
+        "finished before the interrupt: {before} of {total} runs"
+    );
+    launch(&env, &ledger, &[("FAKE_JITTER", "1")], &[]);
+    assert_eq!(rung_jobs(&ledger, &id), rung_jobs(&reference, &id));
+    assert_eq!(
+        shipped(&report_json(&env, &ledger)),
+        shipped(&report_json(&env, &reference))
+    );
+    assert_no_trial_counted_twice(&ledger, &id);
 }
 
 #[test]

@@ -1,7 +1,8 @@
 //! Adaptive search on a synthetic noisy cost model: regret of the config
 //! each strategy picks, against the trial-seconds it spent, for grid,
 //! random, Hyperband (plain, with `fidelity.continuation`, and with
-//! `fidelity.prune` too) and TPE, the last two through
+//! `fidelity.prune` too; each also with `strategy.proposer: tpe`, new
+//! configs from TPE models) and TPE, the last two through
 //! `tunectl::search::Search` as `tunectl launch` runs them (its virtual
 //! clock, its continuation charge and its prune rule). Not a timed test: it
 //! simulates trials (no process runs) and prints a table for

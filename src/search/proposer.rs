@@ -3,7 +3,7 @@
 //! "BOHB: Robust and Efficient Hyperparameter Optimization at Scale", ICML
 //! 2018) over this crate's [`Tpe`].
 //!
-//! Choices, each where it is made:
+//! Choices:
 //! - One TPE model per budget, fed every result the search saw at that
 //!   budget, whatever bracket or iteration it came from; a failure (crash,
 //!   pruned run) is a failed observation, ranked bad.

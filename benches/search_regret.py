@@ -325,7 +325,8 @@ def table_main(rust_path, optuna_path):
         order["hb1"] = hb1
         labels = sorted({k[0] for k in rows}, key=lambda l: order[l])
         strategies = ["grid", "random", "hyperband", "hyperband (1 iteration)", "hyperband+continuation",
-                      "hyperband+continuation+prune", "tpe", "optuna", "optuna+finalists"]
+                      "hyperband+continuation+prune", "hyperband+tpe", "hyperband+tpe+continuation",
+                      "hyperband+tpe+continuation+prune", "tpe", "optuna", "optuna+finalists"]
         print(f"\n### {name}: {var['configs_within_hit']} of {len(var['values'])} configs within "
               f"{hit:.0%} of the optimum, {var['crashing_configs']} crash; grid {grid:,.0f} "
               f"trial-seconds; hb1 = {hb1:.3f} of grid (mean)\n")
@@ -348,9 +349,11 @@ def table_main(rust_path, optuna_path):
                       f"| {100 * st['median']:.2f} % | {100 * st['hit']:.0f} % | {100 * st['incumbent']:.0f} % "
                       f"| {100 * st['evaluated']:.0f} % |")
         # Verdicts, per strategy and worker count, against Optuna's one worker.
-        workers = sorted({k[2] for k in rows if k[1] == "tpe"})
+        workers = sorted({k[2] for k in rows if k[1] not in ("grid", "random", "optuna", "optuna+finalists")})
         for strat, nw in ((s_, w_) for s_ in ("hyperband", "hyperband+continuation",
-                                               "hyperband+continuation+prune", "tpe")
+                                               "hyperband+continuation+prune", "hyperband+tpe",
+                                               "hyperband+tpe+continuation",
+                                               "hyperband+tpe+continuation+prune", "tpe")
                           for w_ in workers):
             ok = [l for l in labels if order[l] <= 1 / 3 + 1e-9
                   and summary.get((l, strat, nw)) and summary[(l, strat, nw)]["hit"] >= 0.9]

@@ -1,7 +1,8 @@
 //! Adaptive search on a synthetic noisy cost model: regret of the config
 //! each strategy picks, against the trial-seconds it spent, for grid,
 //! random, Hyperband (plain, with `fidelity.continuation`, and with
-//! `fidelity.prune` too) and TPE, the last two through
+//! `fidelity.prune` too; each also with `strategy.proposer: tpe`, new
+//! configs from TPE models) and TPE, the last two through
 //! `tunectl::search::Search` as `tunectl launch` runs them (its virtual
 //! clock, its continuation charge and its prune rule). Not a timed test: it
 //! simulates trials (no process runs) and prints a table for
@@ -10,6 +11,7 @@
 //!   cargo bench --bench search_regret
 //!   SEEDS=20 WORKERS="1 8" VARIANTS="faithful misleading" cargo bench --bench search_regret
 //!   SEARCH_REGRET_JSON=out.json cargo bench --bench search_regret   # also every run, as JSON
+//!   STRATEGIES="hyperband hyperband+tpe" cargo bench --bench search_regret   # some strategies only
 //!
 //! benches/search_regret.sh runs this, then Optuna on the same model
 //! (benches/search_regret.py, which implements the same formulas and checks
@@ -42,8 +44,8 @@ use rand::{RngExt, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde_json::{Value as Json, json};
 use tunectl::search::{
-    Brackets, Engine, HyperbandEngine, Job, KnobDomain, Outcome, PruneRule, Search, Source, Step,
-    Tpe, TpeEngine,
+    Brackets, Engine, HyperbandEngine, Job, KnobDomain, ModelProposer, Outcome, PruneRule, Search,
+    Source, Step, Tpe, TpeEngine, TpeOptions,
 };
 use tunectl::spec::Better;
 
@@ -415,17 +417,40 @@ fn make(name: &str, seed: u64, iterations: u32, workers: usize) -> Box<dyn Strat
             order: permutation(seed).into_iter(),
             board: Board::default(),
         }),
-        "hyperband" | HB_CONT | HB_PRUNE => {
-            let continuation = name != "hyperband";
+        "hyperband" | HB_CONT | HB_PRUNE | HB_TPE | HB_TPE_CONT | HB_TPE_PRUNE => {
+            let continuation = name.contains("+continuation");
             let brackets = Brackets::new(MIN_BUDGET, MAX_BUDGET, ETA).expect("brackets");
             let source = Source::new(space_size(), seed, Box::new(|_| true));
-            let engine = HyperbandEngine::new(brackets.clone(), Better::Lower, iterations, source);
+            let mut engine =
+                HyperbandEngine::new(brackets.clone(), Better::Lower, iterations, source);
+            if name.starts_with(HB_TPE) {
+                // `strategy.proposer: tpe`, as the launcher builds it.
+                let mut model =
+                    ModelProposer::new(domains(), Better::Lower, seed).expect("proposer");
+                // PROPOSER="fraction min_points gamma": other settings, to
+                // compare (the defaults are what a study gets).
+                let knobs: Vec<f64> = env_or("PROPOSER", "")
+                    .split_whitespace()
+                    .map(|x| x.parse().expect("PROPOSER: numbers"))
+                    .collect();
+                if let [fraction, points, gamma] = knobs[..] {
+                    model = model
+                        .with_random_fraction(fraction)
+                        .with_min_points(points as usize)
+                        .with_tpe_options(TpeOptions {
+                            gamma,
+                            ..TpeOptions::default()
+                        })
+                        .expect("proposer options");
+                }
+                engine = engine.with_model(model).expect("a model of the space");
+            }
             // As the launcher builds it (src/exec/schedule/search.rs).
             let search = Search::new(Engine::Hyperband(Box::new(engine)), workers)
                 .with_fixed_cost(FIXED_COST)
                 .with_continuation(continuation);
             Box::new(Driven {
-                search: if name == HB_PRUNE {
+                search: if name.ends_with("+prune") {
                     search.with_pruning(ETA, Better::Lower)
                 } else {
                     search
@@ -664,7 +689,21 @@ const FRACTIONS: [(&str, f64); 4] = [
 /// Hyperband with `fidelity.continuation`, and with `fidelity.prune` too.
 const HB_CONT: &str = "hyperband+continuation";
 const HB_PRUNE: &str = "hyperband+continuation+prune";
-const STRATEGIES: [&str; 6] = ["grid", "random", "hyperband", HB_CONT, HB_PRUNE, "tpe"];
+/// The same three with `strategy.proposer: tpe` (new configs from a model).
+const HB_TPE: &str = "hyperband+tpe";
+const HB_TPE_CONT: &str = "hyperband+tpe+continuation";
+const HB_TPE_PRUNE: &str = "hyperband+tpe+continuation+prune";
+const STRATEGIES: [&str; 9] = [
+    "grid",
+    "random",
+    "hyperband",
+    HB_CONT,
+    HB_PRUNE,
+    HB_TPE,
+    HB_TPE_CONT,
+    HB_TPE_PRUNE,
+    "tpe",
+];
 
 struct SeedRuns {
     seed: u64,
@@ -673,7 +712,7 @@ struct SeedRuns {
     points: Vec<(String, usize, String, Option<Point>)>,
 }
 
-fn run_seed(model: &Model, seed: u64, workers: &[usize]) -> SeedRuns {
+fn run_seed(model: &Model, seed: u64, workers: &[usize], only: &[String]) -> SeedRuns {
     // One Hyperband iteration with one worker: the `hb1` budget.
     let mut hb = make("hyperband", seed, 1, 1);
     let events = simulate(model, seed, hb.as_mut(), 1, f64::INFINITY);
@@ -687,7 +726,10 @@ fn run_seed(model: &Model, seed: u64, workers: &[usize]) -> SeedRuns {
     );
     let mut points = Vec::new();
     // With more workers, one iteration ends at its own budget.
-    for &p in workers.iter().filter(|&&p| p > 1) {
+    for &p in workers
+        .iter()
+        .filter(|&&p| p > 1 && (only.is_empty() || only.iter().any(|s| s == "hyperband")))
+    {
         let mut hb = make("hyperband", seed, 1, p);
         let events = simulate(model, seed, hb.as_mut(), p, f64::INFINITY);
         points.push((
@@ -697,7 +739,10 @@ fn run_seed(model: &Model, seed: u64, workers: &[usize]) -> SeedRuns {
             at_budget(model, seed, &events, f64::INFINITY),
         ));
     }
-    for name in STRATEGIES {
+    for name in STRATEGIES
+        .into_iter()
+        .filter(|n| only.is_empty() || only.iter().any(|s| s == n))
+    {
         for &p in workers {
             if p > 1 && (name == "grid" || name == "random") {
                 continue; // their picks do not depend on the worker count
@@ -752,6 +797,19 @@ fn main() {
             _ => panic!("VARIANTS: faithful, misleading"),
         })
         .collect();
+    // Strategies to run (all by default): their rows do not depend on each
+    // other, so a comparison can rerun some.
+    let only: Vec<String> = env_or("STRATEGIES", "")
+        .split_whitespace()
+        .map(str::to_string)
+        .collect();
+    for s in &only {
+        assert!(
+            STRATEGIES.contains(&s.as_str()),
+            "STRATEGIES: {}",
+            STRATEGIES.join(", ")
+        );
+    }
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
     let t0 = std::time::Instant::now();
     let mut json_variants = Vec::new();
@@ -769,7 +827,7 @@ fn main() {
                             if seed > seeds {
                                 break;
                             }
-                            mine.push(run_seed(&model, seed, &workers));
+                            mine.push(run_seed(&model, seed, &workers, &only));
                         }
                         mine
                     })

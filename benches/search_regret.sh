@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Adaptive search on a synthetic noisy cost model: regret of the picked
 # config against trial-seconds for tunectl's grid, random, Hyperband (ASHA;
-# also with `fidelity.continuation`, and with `fidelity.prune` too) and TPE
+# also with `fidelity.continuation`, and with `fidelity.prune` too; each also
+# with `strategy.proposer: tpe`) and TPE
 # (1 and 8 workers), and, in the same run, Optuna's TPESampler with its
 # HyperbandPruner on the same model and budgets.
 #

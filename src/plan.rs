@@ -152,6 +152,7 @@ impl SearchPlan {
                 finalists,
                 parallel,
                 iterations,
+                ..
             } => ("hyperband", seed, finalists, parallel, None, iterations),
             crate::spec::Strategy::Tpe {
                 seed,

@@ -27,6 +27,11 @@ const KNOBS: &str = r#"knobs:
 
 /// A hyperband study of the fake: budgets 1..27 samples, eta 3.
 fn hyperband_study(name: &str, seed: u64) -> String {
+    hyperband_study_with(name, seed, "")
+}
+
+/// [`hyperband_study`] with more `strategy:` fields (`extra`: `, key: value`).
+fn hyperband_study_with(name: &str, seed: u64, extra: &str) -> String {
     format!(
         r#"name: {name}
 {KNOBS}trial:
@@ -40,7 +45,7 @@ objective:
 fidelity: {{unit: samples, min_budget: 1, max_budget: 27, eta: 3}}
 measurement: {{warmup: 0, repeats: 3, anchor_every: 0, confirm_repeats: 3}}
 gate: {{outputs: [out.txt]}}
-strategy: {{kind: hyperband, seed: {seed}, finalists: 3}}
+strategy: {{kind: hyperband, seed: {seed}, finalists: 3{extra}}}
 "#
     )
 }
@@ -249,6 +254,40 @@ fn plan_dry_run_shows_the_brackets_and_the_cost_against_a_grid() {
 }
 
 #[test]
+fn plan_dry_run_names_the_tpe_proposer_and_its_first_configs() {
+    // Before any result the proposer follows the seeded draw order, so the
+    // first configs listed are those of `proposer: random`.
+    let first = |proposer: &str| {
+        let env = search_env(
+            &hyperband_study_with("hb-plan-tpe", 4, &format!(", proposer: {proposer}")),
+            1,
+        );
+        let study = env.study().display().to_string();
+        let ledger = env.ledger().display().to_string();
+        let text = env.tunectl_ok(&["plan", "--dry-run", &study, "--ledger", &ledger]);
+        // The labels (`#1 a=2 b=1 c=3`), not the commands' temporary paths.
+        let listed: Vec<String> = text
+            .split("first configs")
+            .nth(1)
+            .unwrap_or_else(|| panic!("no first configs in:\n{text}"))
+            .lines()
+            .filter(|l| l.trim_start().starts_with('#'))
+            .map(str::to_string)
+            .collect();
+        (text, listed)
+    };
+    let (text, tpe) = first("tpe");
+    assert!(
+        text.contains("hyperband (seed 4, new configs proposed by tpe, top 3"),
+        "{text}"
+    );
+    let (text, random) = first("random");
+    assert!(text.contains("hyperband (seed 4, top 3"), "{text}");
+    assert!(tpe.len() > 2, "{tpe:?}");
+    assert_eq!(tpe, random);
+}
+
+#[test]
 fn hyperband_finds_the_optimum_on_a_third_of_grid_budget() {
     let env = search_env(&hyperband_study("hb", 1), 1);
     let ledger = env.ledger();
@@ -416,6 +455,39 @@ fn the_same_study_makes_the_same_decisions_whatever_order_results_arrive_in() {
 }
 
 #[test]
+fn the_tpe_proposer_is_deterministic_and_proposes_from_the_results() {
+    // `proposer: tpe`: new configs come from models of the results, so the
+    // search differs from the uniform draws of the same seed, yet makes the
+    // same decisions whatever order results arrive in, never runs a
+    // (config, budget) twice, and ships a config near the optimum (3, 1,
+    // 2).
+    let env = search_env(
+        &hyperband_study_with("hb-tpe", 5, ", proposer: tpe, iterations: 2"),
+        3,
+    );
+    let (a, b) = (env.path().join("ledger-a"), env.path().join("ledger-b"));
+    launch(&env, &a, &[("FAKE_JITTER", "1")], &[]);
+    launch(&env, &b, &[("FAKE_JITTER", "1")], &[]);
+    let id = study_id(&a);
+    assert_eq!(rung_jobs(&a, &id), rung_jobs(&b, &id));
+    assert_eq!(
+        shipped(&report_json(&env, &a)),
+        shipped(&report_json(&env, &b))
+    );
+    assert_no_trial_counted_twice(&a, &id);
+    let uniform = search_env(
+        &hyperband_study_with("hb-tpe", 5, ", proposer: random, iterations: 2"),
+        3,
+    );
+    let c = uniform.path().join("ledger-c");
+    launch(&uniform, &c, &[], &[]);
+    assert_ne!(rung_jobs(&a, &id), rung_jobs(&c, &study_id(&c)));
+    // Within one position of the optimum on one knob (1 % slower at most).
+    let (x, y, z) = abc(&shipped(&report_json(&env, &a)));
+    assert!(true_tp(x, y, z) >= 990, "shipped ({x}, {y}, {z})");
+}
+
+#[test]
 fn a_killed_search_resumes_without_rerunning_or_double_counting() {
     let env = search_env(&hyperband_study("hb-resume", 2), 2);
     let reference = env.path().join("ledger-ref");
@@ -450,6 +522,40 @@ fn a_killed_search_resumes_without_rerunning_or_double_counting() {
     // the two that were running (one per slot) appear twice.
     let twice = seen.values().filter(|n| **n > 1).count();
     assert!(twice <= 2, "{seen:?}");
+}
+
+#[test]
+fn a_killed_search_with_the_tpe_proposer_resumes_with_the_same_proposals() {
+    // The models are rebuilt by the replay from the ledger's results, so
+    // the resumed search proposes what the uninterrupted one did.
+    let env = search_env(
+        &hyperband_study_with("hb-tpe-resume", 3, ", proposer: tpe, iterations: 2"),
+        2,
+    );
+    let reference = env.path().join("ledger-ref");
+    launch(&env, &reference, &[("FAKE_JITTER", "1")], &[]);
+    let id = study_id(&reference);
+    let ledger = env.ledger();
+    let total = runs(&env).len();
+    std::fs::remove_file(env.study_dir().join("runs.log")).expect("clear runs.log");
+    let running = spawn_launch(&env, &ledger, "work");
+    // Past the first iteration's rung 0, so that models are in use.
+    let started = support::wait_for(Duration::from_secs(90), || runs(&env).len() >= 60);
+    assert!(started, "the launch did not get going");
+    running.signal(libc::SIGINT);
+    env.finish(running);
+    let before = runs(&env).len();
+    assert!(
+        before < total,
+        "finished before the interrupt: {before} of {total} runs"
+    );
+    launch(&env, &ledger, &[("FAKE_JITTER", "1")], &[]);
+    assert_eq!(rung_jobs(&ledger, &id), rung_jobs(&reference, &id));
+    assert_eq!(
+        shipped(&report_json(&env, &ledger)),
+        shipped(&report_json(&env, &reference))
+    );
+    assert_no_trial_counted_twice(&ledger, &id);
 }
 
 #[test]

@@ -561,7 +561,9 @@ pub async fn run(a: PlanArgs) -> Result<(), CliError> {
 
 /// The first configs an adaptive search tries at the first cell, in order:
 /// hyperband's seeded draw order, TPE's first suggestions (before any
-/// result). A launch hands them out in this order (`--seed-from` aside).
+/// result). A launch hands them out in this order (`--seed-from` aside)
+/// until results come in; then TPE, and hyperband with `proposer: tpe`,
+/// propose from them.
 fn first_search_configs(study: &Study, plan: &Plan, n: usize) -> Result<Vec<u64>, String> {
     let accept = space::search_filter(study, &plan.space, &plan.cells[0], HashSet::new())?;
     match study.strategy {
@@ -629,8 +631,18 @@ fn render_plan(v: &PlanView) -> String {
             format!("random (seed {seed}, {count} configs)")
         }
         crate::spec::Strategy::Hyperband {
-            seed, finalists, ..
-        } => format!("hyperband (seed {seed}, top {finalists} promoted to the objective)"),
+            seed,
+            finalists,
+            proposer,
+            ..
+        } => match proposer {
+            crate::spec::Proposer::Random => {
+                format!("hyperband (seed {seed}, top {finalists} promoted to the objective)")
+            }
+            crate::spec::Proposer::Tpe => format!(
+                "hyperband (seed {seed}, new configs proposed by tpe, top {finalists} promoted to the objective)"
+            ),
+        },
         crate::spec::Strategy::Tpe {
             seed,
             count,

@@ -44,6 +44,7 @@ use rand::{RngExt, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
 use super::hyperband::{Asha, Brackets, Job, Outcome, Scored};
+use super::proposer::{ModelProposer, Proposal};
 use super::tpe::Tpe;
 use crate::spec::Better;
 
@@ -60,6 +61,7 @@ const MAX_REJECTIONS: u64 = 1_000_000;
 /// fail on the host class).
 pub struct Source {
     order: Order,
+    size: u64,
     accept: Box<dyn Fn(u64) -> bool + Send>,
 }
 
@@ -81,7 +83,22 @@ impl Source {
                 size,
             }
         };
-        Source { order, accept }
+        Source {
+            order,
+            size,
+            accept,
+        }
+    }
+
+    /// Configs in the space the source draws from.
+    pub fn size(&self) -> u64 {
+        self.size
+    }
+
+    /// Whether the source would hand out `config` (constraints, known
+    /// failures, the baseline).
+    pub fn accepts(&self, config: u64) -> bool {
+        (self.accept)(config)
     }
 }
 
@@ -233,7 +250,9 @@ impl TpeEngine {
 }
 
 /// A [`Source`] shared by the iterations of a Hyperband search, so that no
-/// config enters two of them.
+/// config enters two of them; with a [`ModelProposer`], new configs are
+/// proposed from the results so far (`strategy.proposer: tpe`), and the
+/// source's uniform order serves the proposer's uniform draws.
 #[derive(Debug, Clone)]
 pub struct SharedSource(std::sync::Arc<std::sync::Mutex<SourceState>>);
 
@@ -242,19 +261,45 @@ struct SourceState {
     source: Source,
     seen: HashSet<u64>,
     done: bool,
+    model: Option<ModelProposer>,
+    /// Configs with a job running now: failed observations for the model
+    /// (its constant liar).
+    running: HashSet<u64>,
 }
 
 impl SharedSource {
-    fn new(source: Source) -> SharedSource {
+    fn new(source: Source, model: Option<ModelProposer>) -> SharedSource {
         SharedSource(std::sync::Arc::new(std::sync::Mutex::new(SourceState {
             source,
             seen: HashSet::new(),
             done: false,
+            model,
+            running: HashSet::new(),
         })))
     }
 
     fn is_done(&self) -> bool {
         self.0.lock().map(|s| s.done).unwrap_or(true)
+    }
+
+    /// A job of `config` was handed out.
+    fn started(&self, config: u64) {
+        if let Ok(mut st) = self.0.lock() {
+            st.running.insert(config);
+        }
+    }
+
+    /// A job's result, for the model.
+    fn finished(&self, job: &Job, outcome: Outcome) -> Result<(), String> {
+        let mut st = self
+            .0
+            .lock()
+            .map_err(|_| "the search's config source was poisoned".to_string())?;
+        st.running.remove(&job.config);
+        match st.model.as_mut() {
+            Some(model) => model.observe(job.config, job.budget, outcome),
+            None => Ok(()),
+        }
     }
 }
 
@@ -262,14 +307,31 @@ impl Iterator for SharedSource {
     type Item = u64;
 
     fn next(&mut self) -> Option<u64> {
-        let mut st = self.0.lock().ok()?;
-        // A config drawn again (random draws over a huge space) is skipped
-        // here, so that no (config, budget) runs twice across iterations.
+        let mut guard = self.0.lock().ok()?;
+        let st = &mut *guard;
+        if let Some(model) = st.model.as_mut() {
+            let (seen, source) = (&st.seen, &st.source);
+            let accept = |c: u64| !seen.contains(&c) && source.accepts(c);
+            // The model and the source index the same space (checked in
+            // `HyperbandEngine::with_model`), so it cannot refuse a config;
+            // were it to, the uniform order below still serves.
+            if let Ok(Proposal::Model { config, .. }) = model.propose(&st.running, &accept) {
+                st.seen.insert(config);
+                let _ = model.note_drawn(config);
+                return Some(config);
+            }
+        }
+        // A config drawn again (random draws over a huge space, or one the
+        // model proposed) is skipped here, so that no (config, budget)
+        // runs twice across iterations.
         for _ in 0..MAX_REJECTIONS {
             let Some(config) = st.source.next() else {
                 break;
             };
             if st.seen.insert(config) {
+                if let Some(model) = st.model.as_mut() {
+                    let _ = model.note_drawn(config);
+                }
                 return Some(config);
             }
         }
@@ -298,11 +360,37 @@ impl HyperbandEngine {
         HyperbandEngine {
             brackets,
             better,
-            source: SharedSource::new(source),
+            source: SharedSource::new(source, None),
             iterations: iterations.max(1),
             ashas: Vec::new(),
             owner: std::collections::HashMap::new(),
         }
+    }
+
+    /// New configs proposed by `model` from the results so far
+    /// (`strategy.proposer: tpe`, BOHB-like) instead of the source's
+    /// uniform order alone. Call before the first job; an error when the
+    /// model's space is not the source's.
+    pub fn with_model(self, model: ModelProposer) -> Result<Self, String> {
+        if !self.ashas.is_empty() {
+            return Err("the proposer must be set before the search starts".to_string());
+        }
+        {
+            let mut st = self
+                .source
+                .0
+                .lock()
+                .map_err(|_| "the search's config source was poisoned".to_string())?;
+            if model.size() != st.source.size() {
+                return Err(format!(
+                    "the proposer's model has {} configs, the search's space {}",
+                    model.size(),
+                    st.source.size()
+                ));
+            }
+            st.model = Some(model);
+        }
+        Ok(self)
     }
 
     fn next_job(&mut self) -> Option<Job> {
@@ -310,6 +398,7 @@ impl HyperbandEngine {
             for (i, asha) in self.ashas.iter_mut().enumerate() {
                 if let Some(job) = asha.next_job() {
                     self.owner.insert((job.config, job.bracket, job.rung), i);
+                    self.source.started(job.config);
                     return Some(job);
                 }
             }
@@ -329,7 +418,8 @@ impl HyperbandEngine {
             .owner
             .remove(&(job.config, job.bracket, job.rung))
             .ok_or_else(|| format!("config {} is not running", job.config))?;
-        self.ashas[i].report(job, outcome)
+        self.ashas[i].report(job, outcome)?;
+        self.source.finished(job, outcome)
     }
 
     fn is_done(&self) -> bool {
@@ -697,6 +787,27 @@ mod tests {
         )
     }
 
+    /// Hyperband with its new configs proposed by TPE models
+    /// (`strategy.proposer: tpe`), over `iterations` iterations.
+    fn hyperband_model(seed: u64, workers: usize, iterations: u32) -> Search {
+        let brackets = Brackets::new(1.0, 27.0, 3).unwrap();
+        let source = Source::new(125, seed, Box::new(|c| c != 0));
+        let model = ModelProposer::new(
+            vec![KnobDomain::Ordinal { values: 5 }; 3],
+            Better::Higher,
+            seed,
+        )
+        .unwrap();
+        let engine = HyperbandEngine::new(brackets, Better::Higher, iterations, source)
+            .with_model(model)
+            .unwrap();
+        Search::new(Engine::Hyperband(Box::new(engine)), workers)
+    }
+
+    fn hyperband_model_1(seed: u64, workers: usize) -> Search {
+        hyperband_model(seed, workers, 2)
+    }
+
     fn tpe(seed: u64, workers: usize) -> Search {
         let t = Tpe::new(
             vec![KnobDomain::Ordinal { values: 5 }; 3],
@@ -753,7 +864,11 @@ mod tests {
 
     #[test]
     fn decisions_do_not_depend_on_the_order_results_arrive_in() {
-        for make in [hyperband as fn(u64, usize) -> Search, tpe] {
+        for make in [
+            hyperband as fn(u64, usize) -> Search,
+            hyperband_model_1,
+            tpe,
+        ] {
             let (jobs, finalists) = drive(make(7, 4), 4, 1);
             for shuffle in 2..8 {
                 let (j, f) = drive(make(7, 4), 4, shuffle);
@@ -781,6 +896,132 @@ mod tests {
         for (c, b) in &jobs {
             assert!(seen.insert((*c, b.to_bits())), "{c} at {b} twice");
         }
+    }
+
+    /// 4 knobs of 6 positions (1,296 configs), higher is better: a bowl
+    /// with its top at (4, 1, 3, 5), read the same at every budget but for
+    /// a budget-dependent offset.
+    fn bowl(config: u64, budget: f64) -> f64 {
+        let d = [config / 216, config / 36 % 6, config / 6 % 6, config % 6];
+        let top = [4.0, 1.0, 3.0, 5.0];
+        let dist: f64 = (0..4).map(|k| (d[k] as f64 - top[k]).powi(2)).sum();
+        100.0 - dist + budget.ln()
+    }
+
+    /// Configs in the order a 2-iteration Hyperband (budgets 1 to 27)
+    /// starts them on [`bowl`], with or without the model, 4 workers.
+    fn started_on_bowl(seed: u64, model: bool) -> Vec<u64> {
+        let brackets = Brackets::new(1.0, 27.0, 3).unwrap();
+        let source = Source::new(1296, seed, Box::new(|_| true));
+        let mut engine = HyperbandEngine::new(brackets, Better::Higher, 2, source);
+        if model {
+            let domains = vec![KnobDomain::Ordinal { values: 6 }; 4];
+            let proposer = ModelProposer::new(domains, Better::Higher, seed).unwrap();
+            engine = engine.with_model(proposer).unwrap();
+        }
+        let mut s = Search::new(Engine::Hyperband(Box::new(engine)), 4);
+        let mut running: Vec<(usize, Job)> = Vec::new();
+        let mut started = Vec::new();
+        let mut seen = HashSet::new();
+        loop {
+            while running.len() < 4 {
+                match s.step().unwrap() {
+                    Step::Run(i, job) => {
+                        // No (config, budget) twice; a config starts once.
+                        assert!(seen.insert((job.config, job.budget.to_bits())));
+                        if job.rung == 0 {
+                            assert!(!started.contains(&job.config));
+                            started.push(job.config);
+                        }
+                        running.push((i, job));
+                    }
+                    Step::Wait => break,
+                    Step::Done => return started,
+                }
+            }
+            let (i, job) = running.remove(0);
+            s.report(i, Outcome::Value(bowl(job.config, job.budget)))
+                .unwrap();
+        }
+    }
+
+    #[test]
+    fn a_model_proposes_better_configs_than_uniform_draws_and_never_repeats() {
+        // The configs started after the first 30 (by then the budget-1
+        // model has results) are nearer the top with the model than drawn
+        // uniformly (a uniform config is 4 · 5.8 ≈ 23 away in squared
+        // positions). Measured: 16.9 against 22.6 on average: a third are
+        // uniform draws anyway, and the model soon moves up to budgets with
+        // only ten results, where it knows little.
+        let late = |started: &[u64]| -> f64 {
+            let tail = &started[30..];
+            tail.iter().map(|&c| 100.0 - bowl(c, 1.0)).sum::<f64>() / tail.len() as f64
+        };
+        let (mut model, mut uniform) = (0.0, 0.0);
+        for seed in 0..5u64 {
+            let with = started_on_bowl(seed, true);
+            let without = started_on_bowl(seed, false);
+            // Two iterations of 27 + 12 + 6 + 4 configs each.
+            assert_eq!((with.len(), without.len()), (98, 98));
+            model += late(&with);
+            uniform += late(&without);
+        }
+        assert!(model * 1.2 < uniform, "model {model}, uniform {uniform}");
+    }
+
+    #[test]
+    fn parallel_workers_are_never_given_the_same_config() {
+        // Eight workers, nothing reported yet: eight different configs, and
+        // a config the model proposes is never one that runs.
+        let mut s = hyperband_model(2, 8, 2);
+        let mut running: Vec<(usize, Job)> = Vec::new();
+        let mut rng = ChaCha8Rng::seed_from_u64(2);
+        let mut started = HashSet::new();
+        for _ in 0..400 {
+            while running.len() < 8 {
+                match s.step().unwrap() {
+                    Step::Run(i, job) => {
+                        assert!(
+                            running.iter().all(|(_, r)| r.config != job.config),
+                            "{} handed out while running",
+                            job.config
+                        );
+                        if job.rung == 0 {
+                            assert!(started.insert(job.config), "{} started twice", job.config);
+                        }
+                        running.push((i, job));
+                    }
+                    Step::Wait | Step::Done => break,
+                }
+            }
+            if running.is_empty() {
+                break;
+            }
+            let (i, job) = running.swap_remove(rng.random_range(0..running.len()));
+            s.report(i, Outcome::Value(value(job.config, job.budget)))
+                .unwrap();
+        }
+        assert!(started.len() > 49, "{} configs started", started.len());
+    }
+
+    #[test]
+    fn a_model_of_another_space_is_refused() {
+        let model = ModelProposer::new(
+            vec![KnobDomain::Ordinal { values: 4 }; 3],
+            Better::Higher,
+            0,
+        )
+        .unwrap();
+        let engine = HyperbandEngine::new(
+            Brackets::new(1.0, 27.0, 3).unwrap(),
+            Better::Higher,
+            1,
+            Source::new(125, 0, Box::new(|_| true)),
+        );
+        assert_eq!(
+            engine.with_model(model).unwrap_err(),
+            "the proposer's model has 64 configs, the search's space 125"
+        );
     }
 
     #[test]

@@ -11,6 +11,9 @@
 //! - [`tpe`]: [`Tpe`], a Tree-structured Parzen Estimator (Bergstra et al.,
 //!   NeurIPS 2011) over the knobs' value lists, warm-startable from earlier
 //!   observations.
+//! - [`proposer`]: [`ModelProposer`], Hyperband's new configs drawn from
+//!   per-budget TPE models of the results so far (BOHB-like), a third of
+//!   them uniform.
 //! - [`driver`]: [`Search`], one search as the scheduler drives it, with
 //!   decisions that do not depend on the order results arrive in.
 //! - [`shard`]: [`Shard`], `--shard i/n`, a deterministic split of an
@@ -18,6 +21,7 @@
 
 pub mod driver;
 pub mod hyperband;
+pub mod proposer;
 pub mod shard;
 pub mod tpe;
 
@@ -25,5 +29,6 @@ pub use driver::{Engine, HyperbandEngine, PruneRule, Search, Source, Step, TpeEn
 pub use hyperband::{
     Asha, Bracket, Brackets, Job, Outcome, Rung, RungStatus, Scored, round_budget,
 };
+pub use proposer::{ModelProposer, Proposal};
 pub use shard::Shard;
 pub use tpe::{KnobDomain, Tpe, TpeOptions};

@@ -341,7 +341,9 @@ impl Tpe {
     /// the first `min(ceil(gamma · n), max_good)` of them good, where `n`
     /// counts every observation; the rest and every failure bad. With
     /// `constant_liar`, each config in `pending` (running, not observed) is
-    /// a failure too: the worst value it could report.
+    /// a failure too: the worst value it could report. An excluded config
+    /// that is running counts as well: Hyperband's proposer excludes every
+    /// config the search has started, and those are the ones running.
     fn split(&self, pending: &HashSet<u64>) -> (Vec<u64>, Vec<u64>) {
         let mut ok: Vec<(f64, u64)> = Vec::new();
         let mut failed: Vec<u64> = Vec::new();
@@ -361,11 +363,7 @@ impl Tpe {
             let mut lies: Vec<u64> = pending
                 .iter()
                 .copied()
-                .filter(|c| {
-                    *c < self.size
-                        && !self.observations.contains_key(c)
-                        && !self.excluded.contains(c)
-                })
+                .filter(|c| *c < self.size && !self.observations.contains_key(c))
                 .collect();
             // Ordered, so that the model (and the suggestions) do not
             // depend on the set's iteration order.

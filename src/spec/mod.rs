@@ -16,7 +16,7 @@ pub use diag::{Diagnostic, Diagnostics};
 pub use frozen::FrozenSpec;
 pub use inventory::{Host, Inventory, Transport};
 pub use study::{
-    Better, BucketRule, DEFAULT_FINALISTS, Fidelity, Knob, KnobKind, Measurement, Metric,
+    Better, BucketRule, DEFAULT_FINALISTS, Fidelity, Knob, KnobKind, Measurement, Metric, Proposer,
     Selection, Strategy, Study, Tolerance,
 };
 pub use template::{CommandRenderer, TemplateCheck, TrialVars};

@@ -298,6 +298,10 @@ pub enum Strategy {
         /// configs, none tried twice; the next starts when those running
         /// have nothing to hand out.
         iterations: u32,
+        /// Where new configs come from. Left out of the frozen spec at its
+        /// default, so older studies keep their hashes.
+        #[serde(skip_serializing_if = "Proposer::is_random")]
+        proposer: Proposer,
     },
     /// Tree-structured Parzen Estimator: `count` configs suggested one by
     /// one (at `max_budget` when the study has a `fidelity:` section).
@@ -321,6 +325,32 @@ impl Strategy {
             Strategy::Random { .. } => "random",
             Strategy::Hyperband { .. } => "hyperband",
             Strategy::Tpe { .. } => "tpe",
+        }
+    }
+}
+
+/// Where a hyperband search takes the configs it starts
+/// (`strategy.proposer`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Proposer {
+    /// Drawn uniformly without replacement, in a seeded order.
+    #[default]
+    Random,
+    /// Proposed by TPE models of the results so far, per budget, a third
+    /// of them still drawn uniformly (BOHB-like).
+    Tpe,
+}
+
+impl Proposer {
+    pub fn is_random(&self) -> bool {
+        *self == Proposer::Random
+    }
+
+    pub fn name(&self) -> &'static str {
+        match self {
+            Proposer::Random => "random",
+            Proposer::Tpe => "tpe",
         }
     }
 }
@@ -635,6 +665,7 @@ fn parse_study(w: &mut Walker, root: &Node, path: &Path, dir: &Path) -> Option<S
             finalists: DEFAULT_FINALISTS,
             parallel: None,
             iterations: 1,
+            proposer: Proposer::Random,
         }),
         None => Some(Strategy::Grid),
     };
@@ -1832,6 +1863,7 @@ const STRATEGY_KEYS: &[&str] = &[
     "finalists",
     "parallel",
     "iterations",
+    "proposer",
 ];
 
 /// `has_fidelity`: whether the study has a `fidelity:` section (written,
@@ -1846,7 +1878,7 @@ fn parse_strategy(w: &mut Walker, node: &Node, has_fidelity: bool) -> Option<Str
         "grid" => (&[], "every config is a candidate"),
         "random" => (&["seed", "count"], ""),
         "hyperband" => (
-            &["seed", "finalists", "parallel", "iterations"],
+            &["seed", "finalists", "parallel", "iterations", "proposer"],
             "hyperband sizes itself by the brackets of its `fidelity:` section",
         ),
         "tpe" => (&["seed", "count", "finalists", "parallel"], ""),
@@ -1870,7 +1902,7 @@ fn parse_strategy(w: &mut Walker, node: &Node, has_fidelity: bool) -> Option<Str
                 .filter(|kind| match *k {
                     "seed" => true,
                     "count" => *kind != "hyperband",
-                    "iterations" => *kind == "hyperband",
+                    "iterations" | "proposer" => *kind == "hyperband",
                     _ => *kind != "random",
                 })
                 .collect();
@@ -1939,8 +1971,28 @@ fn parse_strategy(w: &mut Walker, node: &Node, has_fidelity: bool) -> Option<Str
         Some(n) => w.u32_in(n, "strategy.iterations", 1, MAX_ITERATIONS),
         None => Some(1),
     };
-    let (seed, count, finalists, parallel, iterations) =
-        (seed?, count?, finalists?, parallel?, iterations?);
+    let proposer = match map
+        .get_node("proposer")
+        .filter(|_| takes.contains(&"proposer"))
+    {
+        Some(n) => w
+            .string(n, "strategy.proposer")
+            .and_then(|p| match p.as_str() {
+                "random" => Some(Proposer::Random),
+                "tpe" => Some(Proposer::Tpe),
+                other => {
+                    w.error_at(
+                        n,
+                        "strategy.proposer",
+                        format!("unknown proposer `{other}` (expected random or tpe)"),
+                    );
+                    None
+                }
+            }),
+        None => Some(Proposer::Random),
+    };
+    let (seed, count, finalists, parallel, iterations, proposer) =
+        (seed?, count?, finalists?, parallel?, iterations?, proposer?);
     if !ok {
         return None;
     }
@@ -1952,6 +2004,7 @@ fn parse_strategy(w: &mut Walker, node: &Node, has_fidelity: bool) -> Option<Str
             finalists,
             parallel,
             iterations,
+            proposer,
         },
         _ => Strategy::Tpe {
             seed,
@@ -2757,6 +2810,7 @@ metrics: [{name: loss, better: lower}]
                 finalists: DEFAULT_FINALISTS,
                 parallel: None,
                 iterations: 1,
+                proposer: Proposer::Random,
             }
         );
         assert_eq!(s.objective_command, None);
@@ -2815,12 +2869,45 @@ metrics: [{name: loss, better: lower}]
                 finalists: 2,
                 parallel: Some(4),
                 iterations: 3,
+                proposer: Proposer::Random,
             }
         );
         // `iterations` is hyperband's alone.
         let e = problem("strategy: {kind: tpe, count: 5, iterations: 2}\n");
         assert!(
             e.contains("strategy.iterations") && e.contains("it applies to hyperband"),
+            "{e}"
+        );
+        // So is `proposer`, `random` or `tpe`; only `tpe` enters the frozen
+        // spec (older studies keep their hashes).
+        let fid = "fidelity: {unit: samples, min_budget: 1, max_budget: 9}\n";
+        let s = load(&format!(
+            "{fid}strategy: {{kind: hyperband, proposer: tpe}}\n"
+        ))
+        .expect("valid");
+        assert!(matches!(
+            s.strategy,
+            Strategy::Hyperband {
+                proposer: Proposer::Tpe,
+                ..
+            }
+        ));
+        assert_eq!(s.frozen().json()["strategy"]["proposer"], "tpe");
+        let s = load(&format!(
+            "{fid}strategy: {{kind: hyperband, proposer: random}}\n"
+        ))
+        .expect("valid");
+        assert!(s.frozen().json()["strategy"].get("proposer").is_none());
+        let e = problem(&format!(
+            "{fid}strategy: {{kind: hyperband, proposer: bohb}}\n"
+        ));
+        assert!(
+            e.contains("strategy.proposer") && e.contains("expected random or tpe"),
+            "{e}"
+        );
+        let e = problem("strategy: {kind: tpe, count: 5, proposer: tpe}\n");
+        assert!(
+            e.contains("strategy.proposer") && e.contains("it applies to hyperband"),
             "{e}"
         );
         let s = load("strategy: {kind: tpe, count: 5}\n").expect("valid");

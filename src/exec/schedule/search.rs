@@ -15,10 +15,11 @@ use crate::exec::events::{LaunchEvent, SearchStop};
 use crate::ledger::Scan;
 use crate::ledger::records::{AttemptRecord, AttemptStatus};
 use crate::search::{
-    Brackets, Engine, HyperbandEngine, Outcome, PruneRule, Search, Source, Step, Tpe, TpeEngine,
+    Brackets, Engine, HyperbandEngine, KnobDomain, ModelProposer, Outcome, PruneRule, Search,
+    Source, Step, Tpe, TpeEngine,
 };
 use crate::space;
-use crate::spec::Strategy;
+use crate::spec::{Proposer, Strategy};
 use crate::trial::RoleKind;
 
 /// The adaptive search of one cell on one class.
@@ -199,7 +200,10 @@ impl Scheduler<'_> {
             .unwrap_or(&study.objective);
         match study.strategy {
             Strategy::Hyperband {
-                seed, iterations, ..
+                seed,
+                iterations,
+                proposer,
+                ..
             } => {
                 let f = study
                     .fidelity
@@ -207,7 +211,12 @@ impl Scheduler<'_> {
                     .ok_or("hyperband needs a `fidelity:` section")?;
                 let brackets = Brackets::new(f.min_budget, f.max_budget, f.eta)?;
                 let source = Source::new(self.s.plan.space.size(), seed, accept);
-                let engine = HyperbandEngine::new(brackets, metric.better, iterations, source);
+                let mut engine = HyperbandEngine::new(brackets, metric.better, iterations, source);
+                if proposer == Proposer::Tpe {
+                    let domains = study.knobs.iter().map(KnobDomain::for_knob).collect();
+                    engine =
+                        engine.with_model(ModelProposer::new(domains, metric.better, seed)?)?;
+                }
                 let search = Search::new(Engine::Hyperband(Box::new(engine)), workers)
                     .with_fixed_cost(f.fixed_cost)
                     .with_continuation(f.continuation);

@@ -226,16 +226,58 @@ fn states(env: &Env, work: &str, ledger: &Path) -> BTreeMap<Abc, Vec<(u64, u64)>
         };
         let knobs: Json = serde_json::from_str(knobs.trim()).expect("knobs JSON");
         let log = std::fs::read_to_string(state.join("work.log")).expect("work.log");
-        let pieces = log
-            .lines()
-            .map(|l| {
-                let mut w = l
-                    .split_whitespace()
-                    .map(|x| x.parse::<u64>().expect("number"));
-                (w.next().expect("from"), w.next().expect("to"))
-            })
-            .collect();
-        out.insert(abc(&knobs), pieces);
+        out.insert(abc(&knobs), pieces(&log));
+    }
+    out
+}
+
+/// Work pieces of a state's `work.log`.
+fn pieces(log: &str) -> Vec<(u64, u64)> {
+    log.lines()
+        .map(|l| {
+            let mut w = l
+                .split_whitespace()
+                .map(|x| x.parse::<u64>().expect("number"));
+            (w.next().expect("from"), w.next().expect("to"))
+        })
+        .collect()
+}
+
+/// A checkpoint in the ledger: its key, its claim, its work pieces.
+type Stored = (String, Json, Vec<(u64, u64)>);
+
+/// The checkpoints stored in the ledger: per config, its checkpoint key,
+/// its claim, and the (from, to) pieces of work in its archive.
+fn stored_states(ledger: &Path) -> BTreeMap<Abc, Stored> {
+    let dir = ledger.join(study_id(ledger)).join("checkpoints");
+    let mut out = BTreeMap::new();
+    for entry in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let Some(key) = name.strip_suffix(".json") else {
+            continue;
+        };
+        let claim: Json =
+            serde_json::from_slice(&std::fs::read(entry.path()).expect("claim")).expect("claim");
+        let file = std::fs::File::open(dir.join(format!("{key}.tar"))).expect("archive");
+        let mut archive = tar::Archive::new(file);
+        let (mut knobs, mut log) = (None, String::new());
+        for e in archive.entries().expect("tar entries") {
+            let mut e = e.expect("tar entry");
+            let path = e.path().expect("entry path").into_owned();
+            let mut text = String::new();
+            match path.file_name().and_then(|n| n.to_str()) {
+                Some("knobs") => {
+                    std::io::Read::read_to_string(&mut e, &mut text).expect("knobs");
+                    knobs = Some(serde_json::from_str::<Json>(text.trim()).expect("knobs JSON"));
+                }
+                Some("work.log") => {
+                    std::io::Read::read_to_string(&mut e, &mut log).expect("work.log");
+                }
+                _ => {}
+            }
+        }
+        let knobs = knobs.expect("knobs in the archive");
+        out.insert(abc(&knobs), (key.to_string(), claim, pieces(&log)));
     }
     out
 }
@@ -308,6 +350,26 @@ fn each_rung_continues_its_config_s_previous_rung() {
     assert!(runs.iter().any(|r| r.1 > 0), "no rung resumed");
     assert!(runs.iter().filter(|r| r.0 == (0, 0, 0)).all(|r| r.1 == 0));
     assert!(!states.contains_key(&(0, 0, 0)));
+    // Each committed state is in the ledger too, as it is on the host,
+    // with its claim: the rung that committed it.
+    let stored = stored_states(&ledger);
+    let stored_pieces: BTreeMap<Abc, Vec<(u64, u64)>> = stored
+        .iter()
+        .map(|(c, (_, _, p))| (*c, p.clone()))
+        .collect();
+    assert_eq!(stored_pieces, states);
+    for (config, (_, claim, p)) in &stored {
+        assert_eq!(claim["budget"].as_f64(), p.last().map(|x| x.1 as f64));
+        let by = all_attempts(&ledger)
+            .into_iter()
+            .find(|a| a["attempt_id"] == claim["attempt_id"])
+            .expect("the claim's attempt is recorded");
+        assert_eq!(
+            (abc(&by["config"]), &by["status"]),
+            (*config, &Json::from("ok"))
+        );
+        assert_eq!(by["trial_key"], claim["trial_key"]);
+    }
     // Their records say where they resumed from.
     let attempts = all_attempts(&ledger);
     let resumed: Vec<&Json> = attempts
@@ -395,32 +457,85 @@ fn a_relaunch_after_ctrl_c_mid_rung_resumes_it_from_its_last_state() {
 }
 
 #[test]
-fn a_rung_without_its_checkpoint_starts_from_zero() {
-    // Relaunched elsewhere (another work directory: another machine, or a
-    // checkpoint lost), a promoted rung finds no state and gets no resume.
+fn a_relaunch_elsewhere_resumes_from_the_ledger_or_from_zero_when_its_copy_is_damaged() {
+    // Relaunched elsewhere (another work directory: another machine), a
+    // promoted rung continues from the archive its config's last rung
+    // stored in the ledger; a damaged archive or claim means from zero.
     let env = ckpt_env("ck-lost", "continuation: true");
     let reference = env.path().join("ledger-ref");
     launch(&env, &reference, "work-ref");
     std::fs::remove_file(env.study_dir().join("work.log")).expect("clear work.log");
     let ledger = env.ledger();
     interrupted_launch(&env, &ledger, "work-1");
+    let (config, from, to) = interrupted_rung(&env);
+    let stored = stored_states(&ledger);
+    assert!(stored.contains_key(&config), "{stored:?}");
+    // Damage the copies of two other configs that go further: an archive
+    // cut short, and the claim of another key put in place of one.
+    let goes_to = top_budgets(&reference);
+    let others: Vec<(&Abc, &String)> = stored
+        .iter()
+        .filter(|(c, (_, claim, _))| {
+            **c != config && goes_to.get(*c).map(|b| *b as f64) > claim["budget"].as_f64()
+        })
+        .map(|(c, (k, _, _))| (c, k))
+        .collect();
+    assert!(others.len() >= 2, "{stored:?} {goes_to:?}");
+    let dir = ledger.join(study_id(&ledger)).join("checkpoints");
+    let torn = dir.join(format!("{}.tar", others[0].1));
+    let bytes = std::fs::read(&torn).expect("archive");
+    std::fs::write(&torn, &bytes[..bytes.len() / 2]).expect("tear");
+    std::fs::copy(
+        dir.join(format!("{}.json", others[0].1)),
+        dir.join(format!("{}.json", others[1].1)),
+    )
+    .expect("misplace a claim");
+    let damaged = [*others[0].0, *others[1].0];
     let before = work_runs(&env);
-    launch(&env, &ledger, "work-2");
+    let stderr = launch(&env, &ledger, "work-2");
     // A wrong resume would have failed a rung.
     assert_clean(&ledger);
     let after: Vec<_> = work_runs(&env).into_iter().skip(before.len()).collect();
-    // A promoted rung whose config's earlier rung ran in work-1 started
-    // from zero here.
-    let restarted = after.iter().any(|r| {
-        r.1 == 0
-            && r.0 != (0, 0, 0)
-            && before
-                .iter()
-                .any(|e| e.0 == r.0 && e.3 == "measure" && e.2 < r.2)
-    });
-    assert!(restarted, "{after:?}");
+    // The interrupted rung continued from the ledger's copy ...
+    let again: Vec<_> = after
+        .iter()
+        .filter(|r| r.0 == config && r.2 == to)
+        .collect();
+    assert!(
+        !again.is_empty() && again.iter().all(|r| r.1 == from),
+        "{again:?}"
+    );
+    // ... and a damaged config's next rung started from zero, with a
+    // warning naming why.
+    for c in damaged {
+        let next = after.iter().find(|r| r.0 == c && r.3 == "measure");
+        assert_eq!(next.map(|r| r.1), Some(0), "{c:?}: {after:?}");
+    }
+    assert!(
+        stderr.contains("is not the archive its claim names"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("another study's or key's checkpoint claim"),
+        "{stderr}"
+    );
     assert_chains(&states(&env, "work-2", &ledger));
     assert_eq!(rung_outcomes(&ledger), rung_outcomes(&reference));
+}
+
+#[test]
+fn a_state_over_the_cap_stays_on_its_host() {
+    let env = ckpt_env("ck-cap", "continuation: true, checkpoint_max_bytes: 100");
+    let ledger = env.ledger();
+    let stderr = launch(&env, &ledger, "work");
+    assert_clean(&ledger);
+    // Nothing stored; the rungs still continued on the host that has it.
+    assert!(stored_states(&ledger).is_empty());
+    assert!(work_runs(&env).iter().any(|r| r.1 > 0));
+    assert!(
+        stderr.contains("over fidelity.checkpoint_max_bytes (100 bytes): kept on host local only"),
+        "{stderr}"
+    );
 }
 
 #[test]

@@ -29,7 +29,8 @@ use support::{ledger_files, ran_to_the_end};
 /// - appends `KNOBS F B PHASE` to `work.log` beside the script (every run,
 ///   kept or not), and `F B` to `work.log` in the checkpoint directory (the
 ///   work it did, in the state it leaves);
-/// - with `CK_SLEEP=S`, the first continued measured run (`F` > 0) writes
+/// - with `CK_SLEEP=S` (or `S` in `ck-sleep` beside the script), the first
+///   continued measured run (`F` > 0) writes
 ///   `KNOBS F B` to `sleeping` beside the script and sleeps S seconds after
 ///   it logged its work, before it records `at` (so an interruption leaves
 ///   half a rung);
@@ -68,6 +69,8 @@ if [ "$role" = rung ]; then
     fi
     echo "$TUNECTL_KNOBS $from $B $phase" >> "$here/work.log"
     echo "$from $B" >> "$ck/work.log"
+    # (On an SSH host the launcher's environment does not reach the trial.)
+    [ -n "${CK_SLEEP:-}" ] || CK_SLEEP=$(cat "$here/ck-sleep" 2>/dev/null || true)
     if [ -n "${CK_SLEEP:-}" ] && [ "$from" != 0 ] && [ "$phase" = measure ] \
         && mkdir "$here/slept" 2>/dev/null; then
         echo "$TUNECTL_KNOBS $from $B" > "$here/sleeping.tmp"
@@ -213,11 +216,12 @@ fn assert_clean(ledger: &Path) {
 /// Each config's committed checkpoint under `work`: the (from, to) pieces
 /// of work in its state, by config.
 fn states(env: &Env, work: &str, ledger: &Path) -> BTreeMap<Abc, Vec<(u64, u64)>> {
-    let root = env
-        .path()
-        .join(work)
-        .join(study_id(ledger))
-        .join("checkpoints");
+    states_under(&env.path().join(work), ledger)
+}
+
+/// [`states`] under a work directory.
+fn states_under(work: &Path, ledger: &Path) -> BTreeMap<Abc, Vec<(u64, u64)>> {
+    let root = work.join(study_id(ledger)).join("checkpoints");
     let mut out = BTreeMap::new();
     for entry in std::fs::read_dir(&root).into_iter().flatten().flatten() {
         let state = entry.path().join("state");
@@ -392,14 +396,16 @@ fn each_rung_continues_its_config_s_previous_rung() {
 
 /// A launch interrupted (SIGINT, as Ctrl-C) while a continued rung runs.
 fn interrupted_launch(env: &Env, ledger: &Path, work: &str) {
+    std::fs::write(env.study_dir().join("ck-sleep"), "30").expect("ck-sleep");
     let mut cmd = launch_cmd(env, ledger, work);
-    cmd.env("CK_SLEEP", "30");
+    cmd.args(["--no-cooldown", "--yes"]);
     let running = env.spawn(cmd);
     let sleeping = env.study_dir().join("sleeping");
     let started = support::wait_for(Duration::from_secs(60), || sleeping.exists());
     assert!(started, "no continued rung ran");
     running.signal(libc::SIGINT);
     let out = env.finish(running);
+    std::fs::remove_file(env.study_dir().join("ck-sleep")).expect("ck-sleep");
     assert_ne!(out.code, Some(0), "{}", out.text());
 }
 
@@ -613,35 +619,171 @@ fn rungs_that_asha_would_not_promote_are_pruned_and_reported() {
     assert_eq!(doc["summary"]["failed"], 0, "{doc}");
 }
 
-#[test]
-fn rungs_on_an_ssh_host_run_from_zero_and_decide_the_same() {
-    // Checkpoints stay on the local host: an SSH host's rungs get their own
-    // attempt directory, never a resume, and the search decides as it does
-    // with continuation (its virtual clock charges the same).
-    let fleet = Fleet::start(&[HostSpec {
-        name: "remote",
+/// Two SSH hosts of one host class.
+fn two_hosts() -> Fleet {
+    let spec = |name| HostSpec {
+        name,
         gpu_name: "NVIDIA H100 80GB HBM3",
         gpu_count: 2,
-    }]);
+    };
+    Fleet::start(&[spec("remote-a"), spec("remote-b")])
+}
+
+/// An inventory of host `i` of `fleet` alone (`extra` as for
+/// [`Fleet::inventory_yaml`]).
+fn host_inventory(fleet: &Fleet, i: usize, extra: &str) -> String {
+    let all = fleet.inventory_yaml(2, extra);
+    let entries: Vec<&str> = all
+        .trim_start_matches("hosts:\n")
+        .split("  - name: ")
+        .filter(|e| !e.is_empty())
+        .collect();
+    format!("hosts:\n  - name: {}", entries[i])
+}
+
+/// The work directory of host `i` (the default, under its `$HOME`).
+fn host_work(fleet: &Fleet, i: usize) -> std::path::PathBuf {
+    fleet.hosts[i].root.join("home/.cache/tunectl/work")
+}
+
+/// A launch over SSH that must run to its end; its stderr.
+fn launch_ssh(env: &Env, ledger: &Path) -> String {
+    let mut cmd = launch_cmd(env, ledger, "work");
+    cmd.args(["--no-cooldown", "--yes"]);
+    let out = env.run(cmd);
+    assert!(ran_to_the_end(out.code, &out.stderr), "{}", out.text());
+    out.stderr
+}
+
+/// Each config's state on the host is its whole work: one chain from 0 to
+/// the largest budget it reached, the same as the ledger's copy.
+fn assert_host_states(work: &Path, ledger: &Path) {
+    let states = states_under(work, ledger);
+    assert_chains(&states);
+    for (c, budget) in top_budgets(ledger) {
+        assert_eq!(states[&c].last().map(|p| p.1), Some(budget), "{c:?}");
+    }
+    let stored: BTreeMap<Abc, Vec<(u64, u64)>> = stored_states(ledger)
+        .into_iter()
+        .map(|(c, (_, _, p))| (c, p))
+        .collect();
+    assert_eq!(stored, states);
+}
+
+#[test]
+fn rungs_on_an_ssh_host_continue_from_its_own_copy() {
+    let fleet = two_hosts();
     let env = ckpt_env("ck-ssh", "continuation: true");
     let reference = env.path().join("ledger-ref");
     launch(&env, &reference, "work-ref");
     std::fs::remove_file(env.study_dir().join("work.log")).expect("clear work.log");
-    env.write("inventory.yaml", &fleet.inventory_yaml(2, ""));
+    env.write("inventory.yaml", &host_inventory(&fleet, 0, ""));
     let ledger = env.ledger();
-    let mut cmd = launch_cmd(&env, &ledger, "work");
-    cmd.args(["--no-cooldown", "--yes"]);
-    let out = env.run(cmd);
-    assert!(ran_to_the_end(out.code, &out.stderr), "{}", out.text());
+    launch_ssh(&env, &ledger);
     assert_clean(&ledger);
+    // Promoted rungs resumed on the host, and each config's state there
+    // holds exactly its largest budget's work.
     let runs = work_runs(&env);
-    assert!(runs.iter().any(|r| r.2 > 1 && r.0 != (0, 0, 0)), "{runs:?}");
-    assert!(runs.iter().all(|r| r.1 == 0), "{runs:?}");
+    assert!(runs.iter().any(|r| r.1 > 0), "{runs:?}");
+    assert!(runs.iter().filter(|r| r.0 == (0, 0, 0)).all(|r| r.1 == 0));
+    assert_host_states(&host_work(&fleet, 0), &ledger);
     assert!(
         all_attempts(&ledger)
             .iter()
-            .all(|a| a.get("resumed_from").is_none())
+            .any(|a| a["resumed_from"].is_number())
     );
+    // Nothing on this machine: the checkpoints live on the host.
     assert!(!env.path().join("work").exists());
+    assert_eq!(rung_outcomes(&ledger), rung_outcomes(&reference));
+}
+
+#[test]
+fn a_rung_on_another_ssh_host_resumes_from_the_ledger_without_agents() {
+    // Host a is interrupted mid-rung; the relaunch has only host b, of the
+    // same class: its rungs continue from the archives host a stored (over
+    // one ssh session per attempt: no persistent agents), except one whose
+    // archive is torn, which starts from zero.
+    let fleet = two_hosts();
+    let env = ckpt_env("ck-ssh-two", "continuation: true");
+    let reference = env.path().join("ledger-ref");
+    launch(&env, &reference, "work-ref");
+    std::fs::remove_file(env.study_dir().join("work.log")).expect("clear work.log");
+    let ledger = env.ledger();
+    env.write("inventory.yaml", &host_inventory(&fleet, 0, "agent: false"));
+    interrupted_launch(&env, &ledger, "work");
+    let (config, from, to) = interrupted_rung(&env);
+    let stored = stored_states(&ledger);
+    assert!(stored.contains_key(&config), "{stored:?}");
+    let goes_to = top_budgets(&reference);
+    let torn = stored.iter().find(|(c, (_, claim, _))| {
+        **c != config && goes_to.get(*c).map(|b| *b as f64) > claim["budget"].as_f64()
+    });
+    let (torn_config, (torn_key, _, _)) = torn.expect("another config that goes further");
+    let torn_file = ledger
+        .join(study_id(&ledger))
+        .join("checkpoints")
+        .join(format!("{torn_key}.tar"));
+    let bytes = std::fs::read(&torn_file).expect("archive");
+    std::fs::write(&torn_file, &bytes[..bytes.len() - 512]).expect("tear");
+    let torn_config = *torn_config;
+    let before = work_runs(&env);
+    env.write("inventory.yaml", &host_inventory(&fleet, 1, "agent: false"));
+    let stderr = launch_ssh(&env, &ledger);
+    assert_clean(&ledger);
+    let after: Vec<_> = work_runs(&env).into_iter().skip(before.len()).collect();
+    let again: Vec<_> = after
+        .iter()
+        .filter(|r| r.0 == config && r.2 == to)
+        .collect();
+    assert!(
+        !again.is_empty() && again.iter().all(|r| r.1 == from),
+        "{again:?}"
+    );
+    let next = after
+        .iter()
+        .find(|r| r.0 == torn_config && r.3 == "measure");
+    assert_eq!(next.map(|r| r.1), Some(0), "{torn_config:?}: {after:?}");
+    assert!(
+        stderr.contains("is not the archive its claim names"),
+        "{stderr}"
+    );
+    // Host b holds what it committed, and the ledger has each config's
+    // latest state.
+    assert_chains(&states_under(&host_work(&fleet, 1), &ledger));
+    let stored = stored_states(&ledger);
+    for (c, budget) in top_budgets(&ledger) {
+        assert_eq!(stored[&c].2.last().map(|p| p.1), Some(budget), "{c:?}");
+    }
+    assert_eq!(rung_outcomes(&ledger), rung_outcomes(&reference));
+}
+
+#[test]
+fn a_relaunch_after_ctrl_c_on_an_ssh_host_resumes_from_the_host_s_copy() {
+    let fleet = two_hosts();
+    let env = ckpt_env("ck-ssh-sigint", "continuation: true");
+    let reference = env.path().join("ledger-ref");
+    launch(&env, &reference, "work-ref");
+    std::fs::remove_file(env.study_dir().join("work.log")).expect("clear work.log");
+    let ledger = env.ledger();
+    env.write("inventory.yaml", &host_inventory(&fleet, 0, ""));
+    interrupted_launch(&env, &ledger, "work");
+    let (config, from, to) = interrupted_rung(&env);
+    // Only the host's own copy is left to continue from.
+    std::fs::remove_dir_all(ledger.join(study_id(&ledger)).join("checkpoints"))
+        .expect("remove the ledger's checkpoints");
+    launch_ssh(&env, &ledger);
+    assert_clean(&ledger);
+    let again: Vec<_> = work_runs(&env)
+        .into_iter()
+        .filter(|r| r.0 == config && r.2 == to)
+        .collect();
+    let measured = again.iter().filter(|r| r.3 == "measure").count();
+    assert_eq!(measured, 2, "{again:?}");
+    assert!(again.iter().all(|r| r.1 == from), "{again:?}");
+    let states = states_under(&host_work(&fleet, 0), &ledger);
+    assert_chains(&states);
+    for (c, budget) in top_budgets(&ledger) {
+        assert_eq!(states[&c].last().map(|p| p.1), Some(budget), "{c:?}");
+    }
     assert_eq!(rung_outcomes(&ledger), rung_outcomes(&reference));
 }

@@ -6,6 +6,8 @@
 mod support;
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::ffi::OsStr;
+use std::io::{Read, Write};
 use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
@@ -125,7 +127,7 @@ fn ckpt_env(name: &str, extra: &str) -> Env {
     env
 }
 
-fn launch_cmd(env: &Env, ledger: &Path, work: &str) -> Command {
+fn launch_cmd(env: &Env, ledger: impl AsRef<OsStr>, work: &str) -> Command {
     let mut cmd = env.tunectl();
     cmd.arg("launch")
         .arg(env.study())
@@ -140,7 +142,7 @@ fn launch_cmd(env: &Env, ledger: &Path, work: &str) -> Command {
 }
 
 /// A launch that must run to its end; its stderr.
-fn launch(env: &Env, ledger: &Path, work: &str) -> String {
+fn launch(env: &Env, ledger: impl AsRef<OsStr>, work: &str) -> String {
     let out = env.run(launch_cmd(env, ledger, work));
     assert!(
         ran_to_the_end(out.code, &out.stderr),
@@ -395,7 +397,7 @@ fn each_rung_continues_its_config_s_previous_rung() {
 }
 
 /// A launch interrupted (SIGINT, as Ctrl-C) while a continued rung runs.
-fn interrupted_launch(env: &Env, ledger: &Path, work: &str) {
+fn interrupted_launch(env: &Env, ledger: impl AsRef<OsStr>, work: &str) {
     std::fs::write(env.study_dir().join("ck-sleep"), "30").expect("ck-sleep");
     let mut cmd = launch_cmd(env, ledger, work);
     cmd.args(["--no-cooldown", "--yes"]);
@@ -527,6 +529,75 @@ fn a_relaunch_elsewhere_resumes_from_the_ledger_or_from_zero_when_its_copy_is_da
     );
     assert_chains(&states(&env, "work-2", &ledger));
     assert_eq!(rung_outcomes(&ledger), rung_outcomes(&reference));
+}
+
+/// Create a bucket on the S3 test server with a plain HTTP PUT (it takes
+/// any credentials), as tests/ledger_store.rs does.
+fn create_bucket(endpoint: &str, bucket: &str) {
+    let u = url::Url::parse(endpoint).expect("endpoint URL");
+    let host = u.host_str().expect("endpoint host").to_string();
+    let port = u.port_or_known_default().expect("endpoint port");
+    let mut s = std::net::TcpStream::connect((host.as_str(), port))
+        .unwrap_or_else(|e| panic!("cannot reach the S3 test server at {endpoint}: {e}"));
+    s.set_read_timeout(Some(Duration::from_secs(30)))
+        .expect("timeout");
+    write!(
+        s,
+        "PUT /{bucket} HTTP/1.1\r\nHost: {host}:{port}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+    )
+    .expect("send PUT");
+    let mut answer = String::new();
+    let _ = s.read_to_string(&mut answer);
+    let status = answer.lines().next().unwrap_or("");
+    assert!(
+        status.contains(" 200"),
+        "creating bucket {bucket}: {status}"
+    );
+}
+
+#[test]
+fn a_relaunch_elsewhere_resumes_from_an_s3_ledger() {
+    // The S3-compatible server of scripts/test.sh (skipped without it,
+    // outside CI).
+    let endpoint = match std::env::var("TUNECTL_TEST_S3_ENDPOINT") {
+        Ok(v) if !v.trim().is_empty() => v.trim().trim_end_matches('/').to_string(),
+        _ => {
+            assert!(
+                std::env::var_os("CI").is_none_or(|v| v.is_empty()),
+                "CI is set but TUNECTL_TEST_S3_ENDPOINT is not"
+            );
+            eprintln!("skipped: TUNECTL_TEST_S3_ENDPOINT is not set");
+            return;
+        }
+    };
+    let bucket = format!("tunectl-ck-{}", std::process::id());
+    create_bucket(&endpoint, &bucket);
+    let env = ckpt_env("ck-s3", "continuation: true")
+        .with_var("AWS_ACCESS_KEY_ID", "tunectl-test")
+        .with_var("AWS_SECRET_ACCESS_KEY", "tunectl-test-secret")
+        .with_var("AWS_REGION", "us-east-1")
+        .with_var("AWS_ALLOW_HTTP", "true")
+        .with_var("AWS_ENDPOINT_URL", &endpoint);
+    let url = format!("s3://{bucket}/ledgers");
+    interrupted_launch(&env, &url, "work-1");
+    let (config, from, to) = interrupted_rung(&env);
+    let before = work_runs(&env);
+    let mut cmd = launch_cmd(&env, &url, "work-2");
+    cmd.args(["--format", "json"]);
+    let out = env.run(cmd);
+    assert!(ran_to_the_end(out.code, &out.stderr), "{}", out.text());
+    let doc: Json = serde_json::from_str(&out.stdout).expect("launch JSON");
+    assert_eq!(doc["summary"]["failed"], 0, "{doc}");
+    // Nothing of it is in work-2: it came from the bucket.
+    let again: Vec<_> = work_runs(&env)
+        .into_iter()
+        .skip(before.len())
+        .filter(|r| r.0 == config && r.2 == to)
+        .collect();
+    assert!(
+        !again.is_empty() && again.iter().all(|r| r.1 == from),
+        "{again:?}"
+    );
 }
 
 #[test]

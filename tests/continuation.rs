@@ -14,6 +14,7 @@ use std::time::Duration;
 
 use serde_json::Value as Json;
 use support::env::Env;
+use support::slurm::{Cluster, NodeSpec};
 use support::sshd::{Fleet, HostSpec};
 use support::{ledger_files, ran_to_the_end};
 
@@ -857,4 +858,93 @@ fn a_relaunch_after_ctrl_c_on_an_ssh_host_resumes_from_the_host_s_copy() {
         assert_eq!(states[&c].last().map(|p| p.1), Some(budget), "{c:?}");
     }
     assert_eq!(rung_outcomes(&ledger), rung_outcomes(&reference));
+}
+
+/// One Slurm node with two FAKE H100s (tests/support/slurm.rs).
+const SLURM_NODE: [NodeSpec; 1] = [NodeSpec {
+    name: "gpu-a",
+    gpu_type: "h100",
+    gpus: 2,
+    gpu_name: "NVIDIA H100 80GB HBM3",
+    cpus: 4,
+}];
+
+/// An inventory of the node's partition, its shared directory `shared/`.
+fn slurm_inventory(env: &Env) -> String {
+    format!(
+        "hosts:\n  - name: h100s\n    transport: slurm\n    constraint: h100\n    gres: \"gpu:1\"\n    poll_interval: 1s\n    shared_dir: {}\n    max_jobs_in_flight: 20\n",
+        env.path().join("shared").display()
+    )
+}
+
+/// A launch through the cluster's partition.
+fn slurm_launch_cmd(env: &Env, cluster: &Cluster, ledger: &Path) -> Command {
+    let mut cmd = launch_cmd(env, ledger, "work");
+    cluster.apply_env(&mut cmd);
+    cmd.args(["--no-cooldown", "--yes"])
+        .env("TUNECTL_LEASE_TTL", "4s");
+    cmd
+}
+
+#[test]
+fn rungs_on_a_slurm_partition_continue_through_its_shared_directory() {
+    let cluster = Cluster::start(&SLURM_NODE);
+    let env = ckpt_env("ck-slurm", "continuation: true");
+    let reference = env.path().join("ledger-ref");
+    launch(&env, &reference, "work-ref");
+    std::fs::remove_file(env.study_dir().join("work.log")).expect("clear work.log");
+    env.write("inventory.yaml", &slurm_inventory(&env));
+    let ledger = env.ledger();
+    let out = env.run(slurm_launch_cmd(&env, &cluster, &ledger));
+    assert!(ran_to_the_end(out.code, &out.stderr), "{}", out.text());
+    assert_clean(&ledger);
+    let runs = work_runs(&env);
+    assert!(runs.iter().any(|r| r.1 > 0), "{runs:?}");
+    assert!(runs.iter().filter(|r| r.0 == (0, 0, 0)).all(|r| r.1 == 0));
+    assert_host_states(&env.path().join("shared"), &ledger);
+    assert_eq!(rung_outcomes(&ledger), rung_outcomes(&reference));
+}
+
+#[test]
+fn a_relaunch_adopts_a_continued_rung_s_batch_task_and_commits_what_it_ran() {
+    // The launcher is killed (SIGKILL: its batch tasks go on) while a
+    // continued rung runs; the relaunch adopts the task, records where it
+    // resumed from, and commits its state: the config's work stays one
+    // chain, and the rung never runs twice.
+    let cluster = Cluster::start(&SLURM_NODE);
+    let env = ckpt_env("ck-slurm-adopt", "continuation: true");
+    env.write("inventory.yaml", &slurm_inventory(&env));
+    std::fs::write(env.study_dir().join("ck-sleep"), "6").expect("ck-sleep");
+    let ledger = env.ledger();
+    let running = env.spawn(slurm_launch_cmd(&env, &cluster, &ledger));
+    let sleeping = env.study_dir().join("sleeping");
+    assert!(
+        support::wait_for(Duration::from_secs(180), || sleeping.exists()),
+        "no continued rung ran"
+    );
+    running.signal(libc::SIGKILL);
+    let _ = env.finish(running);
+    let (config, from, to) = interrupted_rung(&env);
+    let out = env.run(slurm_launch_cmd(&env, &cluster, &ledger));
+    assert!(ran_to_the_end(out.code, &out.stderr), "{}", out.text());
+    // Its state was committed as it ran (no checkpoint lost on the way).
+    assert!(!out.stderr.contains("warning: rung of"), "{}", out.stderr);
+    assert_clean(&ledger);
+    let measured: Vec<_> = work_runs(&env)
+        .into_iter()
+        .filter(|r| r.0 == config && r.2 == to && r.3 == "measure")
+        .collect();
+    assert_eq!(measured.len(), 1, "{measured:?}");
+    assert_eq!(measured[0].1, from);
+    let record = all_attempts(&ledger)
+        .into_iter()
+        .find(|a| {
+            a["status"] == "ok"
+                && a["role"] == "rung"
+                && abc(&a["config"]) == config
+                && a["fidelity"] == to as f64
+        })
+        .expect("the adopted rung's record");
+    assert_eq!(record["resumed_from"], from as f64, "{record}");
+    assert_host_states(&env.path().join("shared"), &ledger);
 }

@@ -2,9 +2,9 @@
 //! state for the next rung of the same config, and how that state follows
 //! the config from host to host.
 //!
-//! Every host that keeps checkpoints (the local host, an SSH host) holds
-//! one directory per (study, config, cell, host class) under its work
-//! directory, `<workdir>/<study>/checkpoints/<checkpoint-key>/`:
+//! Every host holds one directory per (study, config, cell, host class)
+//! under its work directory (a Slurm entry: its shared directory),
+//! `<workdir>/<study>/checkpoints/<checkpoint-key>/`:
 //!
 //! ```text
 //! committed.json      the claim: which rung's state `state/` holds
@@ -68,11 +68,15 @@ pub fn checkpoint_key(
 
 /// What a transport restores before each run of an attempt: `run_dir`
 /// (`$TUNECTL_CHECKPOINT_DIR`) becomes a fresh copy of `state_dir`, or an
-/// empty directory.
-#[derive(Debug, Clone, PartialEq)]
+/// empty directory. (A Slurm batch's manifest keeps it, so that a task
+/// adopted by a later launcher is committed as it ran.)
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct RunCheckpoint {
     pub run_dir: String,
     pub state_dir: Option<String>,
+    /// The budget of the state in `state_dir` (`$TUNECTL_RESUME_FROM_BUDGET`).
+    #[serde(default)]
+    pub resume_from: Option<f64>,
 }
 
 /// What a rung's checkpoint needs from its launch.
@@ -107,17 +111,20 @@ impl RungCheckpoint {
     /// `budget`; `None` when the host keeps no checkpoints. Problems on the
     /// way (the ledger's copy unreadable, a transfer that failed) are
     /// pushed to `warnings`: the rung then continues from what the host
-    /// holds, or from zero.
+    /// holds, or from zero. `adopting`: a task of an earlier launcher runs
+    /// this rung already (a Slurm batch found again); its state was chosen
+    /// then and must not change under it (see [`RungCheckpoint::adopted`]).
     pub async fn prepare(
         carry: &Carry<'_>,
         key: &str,
         attempt_id: &str,
         budget: f64,
         continues: bool,
+        adopting: bool,
         warnings: &mut Vec<String>,
     ) -> Option<RungCheckpoint> {
         let base = carry.transport.checkpoint_dir(carry.study_id, key)?;
-        let resume = if continues {
+        let resume = if continues && !adopting {
             choose(carry, key, &base, attempt_id, budget, warnings).await
         } else {
             None
@@ -127,12 +134,32 @@ impl RungCheckpoint {
             run: RunCheckpoint {
                 run_dir: format!("{base}/run-{attempt_id}"),
                 state_dir: resume.as_ref().map(|_| format!("{base}/state")),
+                resume_from: resume.as_ref().map(|c| c.budget),
             },
             base,
             attempt_id: attempt_id.to_string(),
             resume_from: resume.map(|c| c.budget),
             commits: continues,
         })
+    }
+
+    /// The checkpoint an adopted task (`attempt_id`) ran with, in place of
+    /// the one prepared for this launcher's attempt (which never ran):
+    /// `run` as its request said, or `None` when it had none (it commits
+    /// nothing).
+    pub fn adopted(mut self, attempt_id: &str, run: Option<RunCheckpoint>) -> RungCheckpoint {
+        match run {
+            Some(run) => {
+                self.attempt_id = attempt_id.to_string();
+                self.resume_from = run.resume_from;
+                self.run = run;
+            }
+            None => {
+                self.resume_from = None;
+                self.commits = false;
+            }
+        }
+        self
     }
 
     /// After an `ok` attempt was recorded: its working copy becomes the
@@ -461,6 +488,33 @@ pub fn discard(base: &Path, attempt_id: &str) {
     let _ = std::fs::remove_dir_all(base.join(format!("run-{attempt_id}")));
 }
 
+// The `Transport::checkpoint_*` steps for a directory on this machine (the
+// local host, a Slurm entry whose client commands run here), off the
+// runtime.
+
+pub async fn claim_here(base: &str) -> Result<Option<Claim>, String> {
+    let base = PathBuf::from(base);
+    tokio::task::spawn_blocking(move || read_claim(&base))
+        .await
+        .map_err(|e| e.to_string())
+}
+
+pub async fn commit_here(base: &str, attempt_id: &str, claim: &Claim) -> Result<u64, String> {
+    let (b, id, c) = (PathBuf::from(base), attempt_id.to_string(), claim.clone());
+    tokio::task::spawn_blocking(move || {
+        commit(&b, &id, &c)?;
+        packed_size(&b)
+    })
+    .await
+    .map_err(|e| e.to_string())?
+    .map_err(|e| e.to_string())
+}
+
+pub async fn discard_here(base: &str, attempt_id: &str) {
+    let (b, id) = (PathBuf::from(base), attempt_id.to_string());
+    let _ = tokio::task::spawn_blocking(move || discard(&b, &id)).await;
+}
+
 fn remove_dir_if_there(dir: &Path) -> io::Result<()> {
     match std::fs::remove_dir_all(dir) {
         Err(e) if e.kind() != io::ErrorKind::NotFound => Err(e),
@@ -520,6 +574,7 @@ mod tests {
         RunCheckpoint {
             run_dir: base.join(format!("run-{attempt}")).display().to_string(),
             state_dir: state.then(|| base.join("state").display().to_string()),
+            resume_from: None,
         }
     }
 

@@ -584,10 +584,7 @@ impl Transport for LocalTransport {
     }
 
     async fn checkpoint_claim(&self, base: &str) -> Result<Option<Claim>, String> {
-        let base = PathBuf::from(base);
-        tokio::task::spawn_blocking(move || checkpoint::read_claim(&base))
-            .await
-            .map_err(|e| e.to_string())
+        checkpoint::claim_here(base).await
     }
 
     async fn checkpoint_install(
@@ -606,14 +603,7 @@ impl Transport for LocalTransport {
         attempt_id: &str,
         claim: &Claim,
     ) -> Result<u64, String> {
-        let (b, id, c) = (PathBuf::from(base), attempt_id.to_string(), claim.clone());
-        tokio::task::spawn_blocking(move || {
-            checkpoint::commit(&b, &id, &c)?;
-            checkpoint::packed_size(&b)
-        })
-        .await
-        .map_err(|e| e.to_string())?
-        .map_err(|e| e.to_string())
+        checkpoint::commit_here(base, attempt_id, claim).await
     }
 
     async fn checkpoint_export(
@@ -625,8 +615,7 @@ impl Transport for LocalTransport {
     }
 
     async fn checkpoint_discard(&self, base: &str, attempt_id: &str) {
-        let (b, id) = (PathBuf::from(base), attempt_id.to_string());
-        let _ = tokio::task::spawn_blocking(move || checkpoint::discard(&b, &id)).await;
+        checkpoint::discard_here(base, attempt_id).await
     }
 
     async fn run_attempt(&self, spec: &AttemptSpec, cancel: &CancellationToken) -> AttemptOutcome {

@@ -16,8 +16,8 @@
 //! protocol of [`wire`].
 //!
 //! [`checkpoint`] keeps the rungs' checkpoints of `fidelity.continuation`
-//! on the hosts that keep them ([`Transport::checkpoint_dir`]: the local
-//! host and SSH hosts) and in the ledger.
+//! on the hosts ([`Transport::checkpoint_dir`]: the local host, SSH hosts,
+//! a Slurm entry's shared directory) and in the ledger.
 
 pub mod attempt;
 pub mod checkpoint;
@@ -119,6 +119,9 @@ pub struct AttemptOutcome {
     /// The attempt was started by an earlier launcher (a batch task found
     /// again): its id, which the record keeps.
     pub adopted_attempt: Option<String>,
+    /// The checkpoint that adopted task's request restored (`None`: none,
+    /// or a request of an older launcher that did not say).
+    pub adopted_checkpoint: Option<checkpoint::RunCheckpoint>,
 }
 
 /// Whether a host can take trials now.
@@ -242,4 +245,9 @@ pub trait Transport: Send + Sync {
     }
     /// Drop the working copy of `attempt_id` (best effort).
     async fn checkpoint_discard(&self, _base: &str, _attempt_id: &str) {}
+    /// Whether the next attempt of `trial_key` here is a task an earlier
+    /// launcher started (a Slurm batch found again), not a new run.
+    fn adopts(&self, _trial_key: &str) -> bool {
+        false
+    }
 }

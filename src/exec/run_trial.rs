@@ -425,12 +425,14 @@ impl<'a> Runner<'a> {
             &self.class_ids[job.class],
         );
         let continues = job.config != self.plan.space.baseline();
+        let adopting = host.transport.adopts(&job.key);
         RungCheckpoint::prepare(
             &self.carry(host),
             &key,
             attempt_id,
             budget,
             continues,
+            adopting,
             warnings,
         )
         .await
@@ -642,12 +644,14 @@ impl<'a> Runner<'a> {
         }
         let run = outcome.run.as_ref();
         let scrub = |text: String| scrub_secrets(text, &self.secrets);
-        // A batch task started by an earlier launcher keeps its own id.
-        let attempt_id = outcome
-            .adopted_attempt
-            .clone()
-            .filter(|a| !a.is_empty())
-            .unwrap_or(attempt_id);
+        // A batch task started by an earlier launcher keeps its own id,
+        // and the checkpoint it ran with.
+        let adopted = outcome.adopted_attempt.clone().filter(|a| !a.is_empty());
+        let checkpoint = match (&adopted, checkpoint) {
+            (Some(id), Some(c)) => Some(c.adopted(id, outcome.adopted_checkpoint.clone())),
+            (_, c) => c,
+        };
+        let attempt_id = adopted.unwrap_or(attempt_id);
         let record = AttemptRecord {
             schema: records::SCHEMA,
             tunectl_version: records::VERSION.into(),

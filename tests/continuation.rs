@@ -869,6 +869,17 @@ const SLURM_NODE: [NodeSpec; 1] = [NodeSpec {
     cpus: 4,
 }];
 
+/// The CKPT study for a Slurm partition: budgets up to 9 (every rung is a
+/// batch, polled each second: fewer rungs keep it within the launch's time
+/// limit on a busy machine).
+fn slurm_env(name: &str) -> Env {
+    let env = ckpt_env(name, "continuation: true");
+    let text = std::fs::read_to_string(env.study()).expect("study");
+    env.write_study(&text.replace("max_budget: 27", "max_budget: 9"));
+    env.write("inventory.yaml", &slurm_inventory(&env));
+    env
+}
+
 /// An inventory of the node's partition, its shared directory `shared/`.
 fn slurm_inventory(env: &Env) -> String {
     format!(
@@ -889,8 +900,12 @@ fn slurm_launch_cmd(env: &Env, cluster: &Cluster, ledger: &Path) -> Command {
 #[test]
 fn rungs_on_a_slurm_partition_continue_through_its_shared_directory() {
     let cluster = Cluster::start(&SLURM_NODE);
-    let env = ckpt_env("ck-slurm", "continuation: true");
+    let env = slurm_env("ck-slurm");
     let reference = env.path().join("ledger-ref");
+    env.write(
+        "inventory.yaml",
+        "hosts:\n  - name: local\n    transport: local\n    slots: 2\n",
+    );
     launch(&env, &reference, "work-ref");
     std::fs::remove_file(env.study_dir().join("work.log")).expect("clear work.log");
     env.write("inventory.yaml", &slurm_inventory(&env));
@@ -912,8 +927,7 @@ fn a_relaunch_adopts_a_continued_rung_s_batch_task_and_commits_what_it_ran() {
     // resumed from, and commits its state: the config's work stays one
     // chain, and the rung never runs twice.
     let cluster = Cluster::start(&SLURM_NODE);
-    let env = ckpt_env("ck-slurm-adopt", "continuation: true");
-    env.write("inventory.yaml", &slurm_inventory(&env));
+    let env = slurm_env("ck-slurm-adopt");
     std::fs::write(env.study_dir().join("ck-sleep"), "6").expect("ck-sleep");
     let ledger = env.ledger();
     let running = env.spawn(slurm_launch_cmd(&env, &cluster, &ledger));

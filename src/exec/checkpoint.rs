@@ -184,21 +184,32 @@ impl RungCheckpoint {
             attempt_id: self.attempt_id.clone(),
         };
         let t = carry.transport;
-        let size = match t
+        if let Err(e) = t
             .checkpoint_commit(&self.base, &self.attempt_id, &claim)
             .await
         {
+            warnings.push(format!(
+                "cannot keep its checkpoint on host {}: {e}; its next rung runs from zero",
+                carry.host
+            ));
+            carry
+                .ledger
+                .forget_checkpoint(carry.study_id, &self.key)
+                .await;
+            self.discard(carry).await;
+            return;
+        }
+        let size = match t.checkpoint_size(&self.base).await {
             Ok(size) => size,
             Err(e) => {
                 warnings.push(format!(
-                    "cannot keep its checkpoint on host {}: {e}; its next rung runs from zero",
+                    "cannot archive its checkpoint on host {}: {e}; kept there only",
                     carry.host
                 ));
                 carry
                     .ledger
                     .forget_checkpoint(carry.study_id, &self.key)
                     .await;
-                self.discard(carry).await;
                 return;
             }
         };
@@ -499,15 +510,21 @@ pub async fn claim_here(base: &str) -> Result<Option<Claim>, String> {
         .map_err(|e| e.to_string())
 }
 
-pub async fn commit_here(base: &str, attempt_id: &str, claim: &Claim) -> Result<u64, String> {
+pub async fn commit_here(base: &str, attempt_id: &str, claim: &Claim) -> Result<(), String> {
     let (b, id, c) = (PathBuf::from(base), attempt_id.to_string(), claim.clone());
-    tokio::task::spawn_blocking(move || {
-        commit(&b, &id, &c)?;
-        packed_size(&b)
-    })
-    .await
-    .map_err(|e| e.to_string())?
-    .map_err(|e| e.to_string())
+    tokio::task::spawn_blocking(move || commit(&b, &id, &c))
+        .await
+        .map_err(|e| e.to_string())?
+        .map_err(|e| e.to_string())
+}
+
+/// The archive's size, counted by packing it (reading the state once).
+pub async fn size_here(base: &str) -> Result<u64, String> {
+    let b = PathBuf::from(base);
+    tokio::task::spawn_blocking(move || packed_size(&b))
+        .await
+        .map_err(|e| e.to_string())?
+        .map_err(|e| e.to_string())
 }
 
 pub async fn discard_here(base: &str, attempt_id: &str) {
@@ -642,6 +659,67 @@ mod tests {
         std::fs::write(&tar, "garbage that is not a tar archive").unwrap();
         assert!(install(&b, "z", &claim(9.0, "z"), &tar).is_err());
         assert_eq!(read_claim(&b), Some(claim(3.0, "x")));
+    }
+
+    /// A state with a file, a subdirectory and a symbolic link.
+    fn sample_state(dir: &Path) {
+        std::fs::create_dir_all(dir.join("sub")).unwrap();
+        std::fs::write(dir.join("work"), "0 3").unwrap();
+        std::fs::write(dir.join("sub/w"), "weights").unwrap();
+        std::os::unix::fs::symlink("/nowhere", dir.join("link")).unwrap();
+    }
+
+    fn assert_sample(dir: &Path) {
+        assert_eq!(std::fs::read_to_string(dir.join("work")).unwrap(), "0 3");
+        assert_eq!(
+            std::fs::read_to_string(dir.join("sub/w")).unwrap(),
+            "weights"
+        );
+        assert_eq!(
+            std::fs::read_link(dir.join("link")).unwrap(),
+            Path::new("/nowhere")
+        );
+    }
+
+    #[test]
+    fn archives_of_a_host_s_tar_and_of_this_machine_read_both_ways() {
+        // An SSH host makes and unpacks archives with its own `tar`; this
+        // machine with the tar crate: a state goes either way whole.
+        let root = tempfile::tempdir().unwrap();
+        let theirs = root.path().join("theirs");
+        sample_state(&theirs.join("state"));
+        let tar = root.path().join("theirs.tar");
+        let made = std::process::Command::new("sh")
+            .arg("-c")
+            .arg("cd \"$1/state\" && tar -cf \"$2\" .")
+            .args([
+                "sh",
+                &theirs.display().to_string(),
+                &tar.display().to_string(),
+            ])
+            .status()
+            .unwrap();
+        assert!(made.success());
+        let ours = root.path().join("ours");
+        std::fs::create_dir_all(&ours).unwrap();
+        install(&ours, "a", &claim(3.0, "a"), &tar).unwrap();
+        assert_sample(&ours.join("state"));
+        let back = root.path().join("back.tar");
+        pack(&ours, std::fs::File::create(&back).unwrap()).unwrap();
+        let out = root.path().join("out");
+        std::fs::create_dir_all(&out).unwrap();
+        let read = std::process::Command::new("sh")
+            .arg("-c")
+            .arg("cd \"$1\" && tar -xf \"$2\"")
+            .args([
+                "sh",
+                &out.display().to_string(),
+                &back.display().to_string(),
+            ])
+            .status()
+            .unwrap();
+        assert!(read.success());
+        assert_sample(&out);
     }
 
     #[test]

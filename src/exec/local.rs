@@ -602,8 +602,12 @@ impl Transport for LocalTransport {
         base: &str,
         attempt_id: &str,
         claim: &Claim,
-    ) -> Result<u64, String> {
+    ) -> Result<(), String> {
         checkpoint::commit_here(base, attempt_id, claim).await
+    }
+
+    async fn checkpoint_size(&self, base: &str) -> Result<u64, String> {
+        checkpoint::size_here(base).await
     }
 
     async fn checkpoint_export(

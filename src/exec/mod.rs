@@ -225,13 +225,17 @@ pub trait Transport: Send + Sync {
         Err("this host keeps no checkpoints".to_string())
     }
     /// The working copy of `attempt_id` becomes the committed state of
-    /// `claim`; returns the size of its archive.
+    /// `claim`.
     async fn checkpoint_commit(
         &self,
         _base: &str,
         _attempt_id: &str,
         _claim: &Claim,
-    ) -> Result<u64, String> {
+    ) -> Result<(), String> {
+        Err("this host keeps no checkpoints".to_string())
+    }
+    /// The size of the committed state's archive in `base`.
+    async fn checkpoint_size(&self, _base: &str) -> Result<u64, String> {
         Err("this host keeps no checkpoints".to_string())
     }
     /// Write the committed state in `base` as a tar to `sink`; an error

@@ -1186,10 +1186,17 @@ impl Transport for SlurmTransport {
         base: &str,
         attempt_id: &str,
         claim: &Claim,
-    ) -> Result<u64, String> {
+    ) -> Result<(), String> {
         match &self.inner.login {
             Login::Local => checkpoint::commit_here(base, attempt_id, claim).await,
             Login::Ssh(t) => t.checkpoint_commit(base, attempt_id, claim).await,
+        }
+    }
+
+    async fn checkpoint_size(&self, base: &str) -> Result<u64, String> {
+        match &self.inner.login {
+            Login::Local => checkpoint::size_here(base).await,
+            Login::Ssh(t) => t.checkpoint_size(base).await,
         }
     }
 

@@ -936,17 +936,23 @@ if [ -d \"$b/state\" ] && [ -f \"$b/{COMMITTED}\" ]; then cat \"$b/{COMMITTED}\"
         base: &str,
         attempt_id: &str,
         claim: &Claim,
-    ) -> Result<u64, String> {
+    ) -> Result<(), String> {
         let session = self.connected()?;
         let body = format!(
-            "b={}; i=\"$b\"/run-{}\n[ -d \"$i\" ] || {{ echo \"no working copy $i\" >&2; exit 1; }}\n{}\ncd \"$b/state\" && tar -cf - . | wc -c\n",
+            "b={}; i=\"$b\"/run-{}\n[ -d \"$i\" ] || {{ echo \"no working copy $i\" >&2; exit 1; }}\n{}\n",
             quote_word(base),
             quote_word(attempt_id),
             replace_state_script(claim, attempt_id)?
         );
-        // Counting the archive reads the whole state once on the host.
-        let limit = SMALL_COMMAND * 10;
-        let out = run_script(&session, &body, limit).await?;
+        run_script(&session, &body, SMALL_COMMAND).await.map(|_| ())
+    }
+
+    async fn checkpoint_size(&self, base: &str) -> Result<u64, String> {
+        let session = self.connected()?;
+        // Counted on the host, sending nothing: an archive over the cap
+        // never travels. (It reads the whole state once.)
+        let body = format!("cd {}/state && tar -cf - . | wc -c\n", quote_word(base));
+        let out = run_script(&session, &body, SMALL_COMMAND * 10).await?;
         String::from_utf8_lossy(&out.stdout)
             .trim()
             .parse()
@@ -1229,10 +1235,10 @@ async fn stream_into(
     }
     .await;
     if let Err(e) = copied {
-        // Its input cut short, the remote command must not succeed: drop
-        // the session (the caller removes what it wrote).
+        // What was read is not to be installed: the caller removes what
+        // the command wrote, once it has ended.
         drop(stdin);
-        drop(child);
+        let _ = tokio::time::timeout(SMALL_COMMAND, finish_stream(child, err)).await;
         return Err(e.to_string());
     }
     drop(stdin);

@@ -438,6 +438,30 @@ impl<'a> Runner<'a> {
         .await
     }
 
+    /// Run `work` while renewing `lease` (a checkpoint brought to the host
+    /// may take longer than a lease lives); `None` when the lease was lost
+    /// meanwhile (`work` is dropped).
+    async fn holding<T>(
+        &self,
+        lease: &mut Option<Lease>,
+        work: impl std::future::Future<Output = T>,
+    ) -> Option<T> {
+        let Some(lease) = lease.as_mut() else {
+            return Some(work.await);
+        };
+        tokio::pin!(work);
+        loop {
+            tokio::select! {
+                out = &mut work => return Some(out),
+                _ = tokio::time::sleep(renew_every()) => {
+                    if !matches!(self.ledger.renew_lease(lease, lease_ttl()).await, Ok(true)) {
+                        return None;
+                    }
+                }
+            }
+        }
+    }
+
     /// Say what became of a rung's checkpoint, when it was not what the
     /// contract promises (carried to the next rung).
     fn checkpoint_warnings(&self, config: &str, cell: &str, warnings: Vec<String>) {
@@ -455,7 +479,7 @@ impl<'a> Runner<'a> {
         &self,
         host: &LaunchHost,
         job: TrialJob,
-        lease: Option<Lease>,
+        mut lease: Option<Lease>,
     ) -> TrialResult {
         let study = self.study;
         let attempt_id = new_attempt_id();
@@ -488,10 +512,22 @@ impl<'a> Runner<'a> {
         let mut env = self.contract_env(host, &job, &attempt_id, &trial_dir, &result_path);
         env.extend(extra_env);
         let mut warnings = Vec::new();
-        let checkpoint = self
-            .checkpoint_for(host, &job, &attempt_id, &mut warnings)
+        let prepared = self
+            .holding(
+                &mut lease,
+                self.checkpoint_for(host, &job, &attempt_id, &mut warnings),
+            )
             .await;
         self.checkpoint_warnings(&config_label, &cell_label, warnings);
+        let Some(checkpoint) = prepared else {
+            // Taken over while its checkpoint was brought to the host:
+            // the other launcher runs it.
+            self.events.emit(LaunchEvent::LeaseLost {
+                config: config_label,
+                cell: cell_label,
+            });
+            return TrialResult::Held(renew_every());
+        };
         let fidelity = study.fidelity.as_ref();
         if job.role == Role::Rung && fidelity.is_some_and(|f| f.continuation) {
             // On a host that keeps no checkpoints a rung gets its own

@@ -853,6 +853,7 @@ pub(crate) fn fill_outcome(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::exec::checkpoint::RunCheckpoint;
 
     #[test]
     fn headers_parse() {
@@ -1205,6 +1206,55 @@ mod tests {
             !std::path::Path::new(&dir).exists(),
             "a success leaves no directory"
         );
+    }
+
+    /// With a checkpoint, each run starts from a fresh copy of the
+    /// committed state (links kept as links): the warm-up's change is gone
+    /// before the counted run. A state that cannot be copied ends the runs
+    /// with a `setup` frame.
+    #[tokio::test]
+    async fn each_run_starts_from_a_fresh_copy_of_the_checkpoint() {
+        let root = tempfile::tempdir().expect("tempdir");
+        let state = root.path().join("state");
+        std::fs::create_dir_all(&state).expect("state");
+        std::fs::write(state.join("at"), "1").expect("at");
+        std::os::unix::fs::symlink("/nowhere", state.join("link")).expect("link");
+        let run_dir = root.path().join("run-a1").display().to_string();
+        let log = root.path().join("seen.log").display().to_string();
+        let mut spec = spec(&root.path().join("trial").display().to_string());
+        spec.outputs.clear();
+        spec.tolerance_files.clear();
+        spec.command =
+            format!("cd \"$CK\" && {{ cat at; readlink link; }} >>{log} && echo changed >at");
+        spec.env = vec![("CK".into(), run_dir.clone())];
+        spec.checkpoint = Some(RunCheckpoint {
+            run_dir: run_dir.clone(),
+            state_dir: Some(state.display().to_string()),
+            resume_from: Some(1.0),
+        });
+        let got = run_agent(&spec).await;
+        assert!(got.ended && got.setup.is_none());
+        assert_eq!(
+            std::fs::read_to_string(&log).expect("log"),
+            "1/nowhere\n1/nowhere\n"
+        );
+        assert_eq!(std::fs::read_to_string(state.join("at")).expect("at"), "1");
+        // No state to copy: the attempt does not run.
+        spec.checkpoint = Some(RunCheckpoint {
+            run_dir,
+            state_dir: Some(root.path().join("gone").display().to_string()),
+            resume_from: Some(1.0),
+        });
+        let got = run_agent(&spec).await;
+        assert!(got.ended);
+        assert!(
+            got.setup
+                .as_deref()
+                .is_some_and(|s| s.starts_with("cannot prepare the checkpoint directory")),
+            "{:?}",
+            got.setup
+        );
+        assert!(got.runs.is_empty());
     }
 
     /// A persistent agent in a local `sh`, as a host would run it: two

@@ -6,12 +6,15 @@
 mod support;
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::ffi::OsStr;
+use std::io::{Read, Write};
 use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
 use serde_json::Value as Json;
 use support::env::Env;
+use support::slurm::{Cluster, NodeSpec};
 use support::sshd::{Fleet, HostSpec};
 use support::{ledger_files, ran_to_the_end};
 
@@ -29,7 +32,8 @@ use support::{ledger_files, ran_to_the_end};
 /// - appends `KNOBS F B PHASE` to `work.log` beside the script (every run,
 ///   kept or not), and `F B` to `work.log` in the checkpoint directory (the
 ///   work it did, in the state it leaves);
-/// - with `CK_SLEEP=S`, the first continued measured run (`F` > 0) writes
+/// - with `CK_SLEEP=S` (or `S` in `ck-sleep` beside the script), the first
+///   continued measured run (`F` > 0) writes
 ///   `KNOBS F B` to `sleeping` beside the script and sleeps S seconds after
 ///   it logged its work, before it records `at` (so an interruption leaves
 ///   half a rung);
@@ -68,6 +72,8 @@ if [ "$role" = rung ]; then
     fi
     echo "$TUNECTL_KNOBS $from $B $phase" >> "$here/work.log"
     echo "$from $B" >> "$ck/work.log"
+    # (On an SSH host the launcher's environment does not reach the trial.)
+    [ -n "${CK_SLEEP:-}" ] || CK_SLEEP=$(cat "$here/ck-sleep" 2>/dev/null || true)
     if [ -n "${CK_SLEEP:-}" ] && [ "$from" != 0 ] && [ "$phase" = measure ] \
         && mkdir "$here/slept" 2>/dev/null; then
         echo "$TUNECTL_KNOBS $from $B" > "$here/sleeping.tmp"
@@ -122,7 +128,7 @@ fn ckpt_env(name: &str, extra: &str) -> Env {
     env
 }
 
-fn launch_cmd(env: &Env, ledger: &Path, work: &str) -> Command {
+fn launch_cmd(env: &Env, ledger: impl AsRef<OsStr>, work: &str) -> Command {
     let mut cmd = env.tunectl();
     cmd.arg("launch")
         .arg(env.study())
@@ -137,7 +143,7 @@ fn launch_cmd(env: &Env, ledger: &Path, work: &str) -> Command {
 }
 
 /// A launch that must run to its end; its stderr.
-fn launch(env: &Env, ledger: &Path, work: &str) -> String {
+fn launch(env: &Env, ledger: impl AsRef<OsStr>, work: &str) -> String {
     let out = env.run(launch_cmd(env, ledger, work));
     assert!(
         ran_to_the_end(out.code, &out.stderr),
@@ -213,11 +219,12 @@ fn assert_clean(ledger: &Path) {
 /// Each config's committed checkpoint under `work`: the (from, to) pieces
 /// of work in its state, by config.
 fn states(env: &Env, work: &str, ledger: &Path) -> BTreeMap<Abc, Vec<(u64, u64)>> {
-    let root = env
-        .path()
-        .join(work)
-        .join(study_id(ledger))
-        .join("checkpoints");
+    states_under(&env.path().join(work), ledger)
+}
+
+/// [`states`] under a work directory.
+fn states_under(work: &Path, ledger: &Path) -> BTreeMap<Abc, Vec<(u64, u64)>> {
+    let root = work.join(study_id(ledger)).join("checkpoints");
     let mut out = BTreeMap::new();
     for entry in std::fs::read_dir(&root).into_iter().flatten().flatten() {
         let state = entry.path().join("state");
@@ -226,16 +233,58 @@ fn states(env: &Env, work: &str, ledger: &Path) -> BTreeMap<Abc, Vec<(u64, u64)>
         };
         let knobs: Json = serde_json::from_str(knobs.trim()).expect("knobs JSON");
         let log = std::fs::read_to_string(state.join("work.log")).expect("work.log");
-        let pieces = log
-            .lines()
-            .map(|l| {
-                let mut w = l
-                    .split_whitespace()
-                    .map(|x| x.parse::<u64>().expect("number"));
-                (w.next().expect("from"), w.next().expect("to"))
-            })
-            .collect();
-        out.insert(abc(&knobs), pieces);
+        out.insert(abc(&knobs), pieces(&log));
+    }
+    out
+}
+
+/// Work pieces of a state's `work.log`.
+fn pieces(log: &str) -> Vec<(u64, u64)> {
+    log.lines()
+        .map(|l| {
+            let mut w = l
+                .split_whitespace()
+                .map(|x| x.parse::<u64>().expect("number"));
+            (w.next().expect("from"), w.next().expect("to"))
+        })
+        .collect()
+}
+
+/// A checkpoint in the ledger: its key, its claim, its work pieces.
+type Stored = (String, Json, Vec<(u64, u64)>);
+
+/// The checkpoints stored in the ledger: per config, its checkpoint key,
+/// its claim, and the (from, to) pieces of work in its archive.
+fn stored_states(ledger: &Path) -> BTreeMap<Abc, Stored> {
+    let dir = ledger.join(study_id(ledger)).join("checkpoints");
+    let mut out = BTreeMap::new();
+    for entry in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let Some(key) = name.strip_suffix(".json") else {
+            continue;
+        };
+        let claim: Json =
+            serde_json::from_slice(&std::fs::read(entry.path()).expect("claim")).expect("claim");
+        let file = std::fs::File::open(dir.join(format!("{key}.tar"))).expect("archive");
+        let mut archive = tar::Archive::new(file);
+        let (mut knobs, mut log) = (None, String::new());
+        for e in archive.entries().expect("tar entries") {
+            let mut e = e.expect("tar entry");
+            let path = e.path().expect("entry path").into_owned();
+            let mut text = String::new();
+            match path.file_name().and_then(|n| n.to_str()) {
+                Some("knobs") => {
+                    std::io::Read::read_to_string(&mut e, &mut text).expect("knobs");
+                    knobs = Some(serde_json::from_str::<Json>(text.trim()).expect("knobs JSON"));
+                }
+                Some("work.log") => {
+                    std::io::Read::read_to_string(&mut e, &mut log).expect("work.log");
+                }
+                _ => {}
+            }
+        }
+        let knobs = knobs.expect("knobs in the archive");
+        out.insert(abc(&knobs), (key.to_string(), claim, pieces(&log)));
     }
     out
 }
@@ -308,6 +357,26 @@ fn each_rung_continues_its_config_s_previous_rung() {
     assert!(runs.iter().any(|r| r.1 > 0), "no rung resumed");
     assert!(runs.iter().filter(|r| r.0 == (0, 0, 0)).all(|r| r.1 == 0));
     assert!(!states.contains_key(&(0, 0, 0)));
+    // Each committed state is in the ledger too, as it is on the host,
+    // with its claim: the rung that committed it.
+    let stored = stored_states(&ledger);
+    let stored_pieces: BTreeMap<Abc, Vec<(u64, u64)>> = stored
+        .iter()
+        .map(|(c, (_, _, p))| (*c, p.clone()))
+        .collect();
+    assert_eq!(stored_pieces, states);
+    for (config, (_, claim, p)) in &stored {
+        assert_eq!(claim["budget"].as_f64(), p.last().map(|x| x.1 as f64));
+        let by = all_attempts(&ledger)
+            .into_iter()
+            .find(|a| a["attempt_id"] == claim["attempt_id"])
+            .expect("the claim's attempt is recorded");
+        assert_eq!(
+            (abc(&by["config"]), &by["status"]),
+            (*config, &Json::from("ok"))
+        );
+        assert_eq!(by["trial_key"], claim["trial_key"]);
+    }
     // Their records say where they resumed from.
     let attempts = all_attempts(&ledger);
     let resumed: Vec<&Json> = attempts
@@ -329,15 +398,17 @@ fn each_rung_continues_its_config_s_previous_rung() {
 }
 
 /// A launch interrupted (SIGINT, as Ctrl-C) while a continued rung runs.
-fn interrupted_launch(env: &Env, ledger: &Path, work: &str) {
+fn interrupted_launch(env: &Env, ledger: impl AsRef<OsStr>, work: &str) {
+    std::fs::write(env.study_dir().join("ck-sleep"), "30").expect("ck-sleep");
     let mut cmd = launch_cmd(env, ledger, work);
-    cmd.env("CK_SLEEP", "30");
+    cmd.args(["--no-cooldown", "--yes"]);
     let running = env.spawn(cmd);
     let sleeping = env.study_dir().join("sleeping");
     let started = support::wait_for(Duration::from_secs(60), || sleeping.exists());
     assert!(started, "no continued rung ran");
     running.signal(libc::SIGINT);
     let out = env.finish(running);
+    std::fs::remove_file(env.study_dir().join("ck-sleep")).expect("ck-sleep");
     assert_ne!(out.code, Some(0), "{}", out.text());
 }
 
@@ -395,32 +466,154 @@ fn a_relaunch_after_ctrl_c_mid_rung_resumes_it_from_its_last_state() {
 }
 
 #[test]
-fn a_rung_without_its_checkpoint_starts_from_zero() {
-    // Relaunched elsewhere (another work directory: another machine, or a
-    // checkpoint lost), a promoted rung finds no state and gets no resume.
+fn a_relaunch_elsewhere_resumes_from_the_ledger_or_from_zero_when_its_copy_is_damaged() {
+    // Relaunched elsewhere (another work directory: another machine), a
+    // promoted rung continues from the archive its config's last rung
+    // stored in the ledger; a damaged archive or claim means from zero.
     let env = ckpt_env("ck-lost", "continuation: true");
     let reference = env.path().join("ledger-ref");
     launch(&env, &reference, "work-ref");
     std::fs::remove_file(env.study_dir().join("work.log")).expect("clear work.log");
     let ledger = env.ledger();
     interrupted_launch(&env, &ledger, "work-1");
+    let (config, from, to) = interrupted_rung(&env);
+    let stored = stored_states(&ledger);
+    assert!(stored.contains_key(&config), "{stored:?}");
+    // Damage the copies of two other configs that go further: an archive
+    // cut short, and the claim of another key put in place of one.
+    let goes_to = top_budgets(&reference);
+    let others: Vec<(&Abc, &String)> = stored
+        .iter()
+        .filter(|(c, (_, claim, _))| {
+            **c != config && goes_to.get(*c).map(|b| *b as f64) > claim["budget"].as_f64()
+        })
+        .map(|(c, (k, _, _))| (c, k))
+        .collect();
+    assert!(others.len() >= 2, "{stored:?} {goes_to:?}");
+    let dir = ledger.join(study_id(&ledger)).join("checkpoints");
+    let torn = dir.join(format!("{}.tar", others[0].1));
+    let bytes = std::fs::read(&torn).expect("archive");
+    std::fs::write(&torn, &bytes[..bytes.len() / 2]).expect("tear");
+    std::fs::copy(
+        dir.join(format!("{}.json", others[0].1)),
+        dir.join(format!("{}.json", others[1].1)),
+    )
+    .expect("misplace a claim");
+    let damaged = [*others[0].0, *others[1].0];
     let before = work_runs(&env);
-    launch(&env, &ledger, "work-2");
+    let stderr = launch(&env, &ledger, "work-2");
     // A wrong resume would have failed a rung.
     assert_clean(&ledger);
     let after: Vec<_> = work_runs(&env).into_iter().skip(before.len()).collect();
-    // A promoted rung whose config's earlier rung ran in work-1 started
-    // from zero here.
-    let restarted = after.iter().any(|r| {
-        r.1 == 0
-            && r.0 != (0, 0, 0)
-            && before
-                .iter()
-                .any(|e| e.0 == r.0 && e.3 == "measure" && e.2 < r.2)
-    });
-    assert!(restarted, "{after:?}");
+    // The interrupted rung continued from the ledger's copy ...
+    let again: Vec<_> = after
+        .iter()
+        .filter(|r| r.0 == config && r.2 == to)
+        .collect();
+    assert!(
+        !again.is_empty() && again.iter().all(|r| r.1 == from),
+        "{again:?}"
+    );
+    // ... and a damaged config's next rung started from zero, with a
+    // warning naming why.
+    for c in damaged {
+        let next = after.iter().find(|r| r.0 == c && r.3 == "measure");
+        assert_eq!(next.map(|r| r.1), Some(0), "{c:?}: {after:?}");
+    }
+    assert!(
+        stderr.contains("is not the archive its claim names"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("another study's or key's checkpoint claim"),
+        "{stderr}"
+    );
     assert_chains(&states(&env, "work-2", &ledger));
     assert_eq!(rung_outcomes(&ledger), rung_outcomes(&reference));
+}
+
+/// Create a bucket on the S3 test server with a plain HTTP PUT (it takes
+/// any credentials), as tests/ledger_store.rs does.
+fn create_bucket(endpoint: &str, bucket: &str) {
+    let u = url::Url::parse(endpoint).expect("endpoint URL");
+    let host = u.host_str().expect("endpoint host").to_string();
+    let port = u.port_or_known_default().expect("endpoint port");
+    let mut s = std::net::TcpStream::connect((host.as_str(), port))
+        .unwrap_or_else(|e| panic!("cannot reach the S3 test server at {endpoint}: {e}"));
+    s.set_read_timeout(Some(Duration::from_secs(30)))
+        .expect("timeout");
+    write!(
+        s,
+        "PUT /{bucket} HTTP/1.1\r\nHost: {host}:{port}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+    )
+    .expect("send PUT");
+    let mut answer = String::new();
+    let _ = s.read_to_string(&mut answer);
+    let status = answer.lines().next().unwrap_or("");
+    assert!(
+        status.contains(" 200"),
+        "creating bucket {bucket}: {status}"
+    );
+}
+
+#[test]
+fn a_relaunch_elsewhere_resumes_from_an_s3_ledger() {
+    // The S3-compatible server of scripts/test.sh (skipped without it,
+    // outside CI).
+    let endpoint = match std::env::var("TUNECTL_TEST_S3_ENDPOINT") {
+        Ok(v) if !v.trim().is_empty() => v.trim().trim_end_matches('/').to_string(),
+        _ => {
+            assert!(
+                std::env::var_os("CI").is_none_or(|v| v.is_empty()),
+                "CI is set but TUNECTL_TEST_S3_ENDPOINT is not"
+            );
+            eprintln!("skipped: TUNECTL_TEST_S3_ENDPOINT is not set");
+            return;
+        }
+    };
+    let bucket = format!("tunectl-ck-{}", std::process::id());
+    create_bucket(&endpoint, &bucket);
+    let env = ckpt_env("ck-s3", "continuation: true")
+        .with_var("AWS_ACCESS_KEY_ID", "tunectl-test")
+        .with_var("AWS_SECRET_ACCESS_KEY", "tunectl-test-secret")
+        .with_var("AWS_REGION", "us-east-1")
+        .with_var("AWS_ALLOW_HTTP", "true")
+        .with_var("AWS_ENDPOINT_URL", &endpoint);
+    let url = format!("s3://{bucket}/ledgers");
+    interrupted_launch(&env, &url, "work-1");
+    let (config, from, to) = interrupted_rung(&env);
+    let before = work_runs(&env);
+    let mut cmd = launch_cmd(&env, &url, "work-2");
+    cmd.args(["--format", "json"]);
+    let out = env.run(cmd);
+    assert!(ran_to_the_end(out.code, &out.stderr), "{}", out.text());
+    let doc: Json = serde_json::from_str(&out.stdout).expect("launch JSON");
+    assert_eq!(doc["summary"]["failed"], 0, "{doc}");
+    // Nothing of it is in work-2: it came from the bucket.
+    let again: Vec<_> = work_runs(&env)
+        .into_iter()
+        .skip(before.len())
+        .filter(|r| r.0 == config && r.2 == to)
+        .collect();
+    assert!(
+        !again.is_empty() && again.iter().all(|r| r.1 == from),
+        "{again:?}"
+    );
+}
+
+#[test]
+fn a_state_over_the_cap_stays_on_its_host() {
+    let env = ckpt_env("ck-cap", "continuation: true, checkpoint_max_bytes: 100");
+    let ledger = env.ledger();
+    let stderr = launch(&env, &ledger, "work");
+    assert_clean(&ledger);
+    // Nothing stored; the rungs still continued on the host that has it.
+    assert!(stored_states(&ledger).is_empty());
+    assert!(work_runs(&env).iter().any(|r| r.1 > 0));
+    assert!(
+        stderr.contains("over fidelity.checkpoint_max_bytes (100 bytes): kept on host local only"),
+        "{stderr}"
+    );
 }
 
 #[test]
@@ -498,35 +691,274 @@ fn rungs_that_asha_would_not_promote_are_pruned_and_reported() {
     assert_eq!(doc["summary"]["failed"], 0, "{doc}");
 }
 
-#[test]
-fn rungs_on_an_ssh_host_run_from_zero_and_decide_the_same() {
-    // Checkpoints stay on the local host: an SSH host's rungs get their own
-    // attempt directory, never a resume, and the search decides as it does
-    // with continuation (its virtual clock charges the same).
-    let fleet = Fleet::start(&[HostSpec {
-        name: "remote",
+/// Two SSH hosts of one host class.
+fn two_hosts() -> Fleet {
+    let spec = |name| HostSpec {
+        name,
         gpu_name: "NVIDIA H100 80GB HBM3",
         gpu_count: 2,
-    }]);
+    };
+    Fleet::start(&[spec("remote-a"), spec("remote-b")])
+}
+
+/// An inventory of host `i` of `fleet` alone (`extra` as for
+/// [`Fleet::inventory_yaml`]).
+fn host_inventory(fleet: &Fleet, i: usize, extra: &str) -> String {
+    let all = fleet.inventory_yaml(2, extra);
+    let entries: Vec<&str> = all
+        .trim_start_matches("hosts:\n")
+        .split("  - name: ")
+        .filter(|e| !e.is_empty())
+        .collect();
+    format!("hosts:\n  - name: {}", entries[i])
+}
+
+/// The work directory of host `i` (the default, under its `$HOME`).
+fn host_work(fleet: &Fleet, i: usize) -> std::path::PathBuf {
+    fleet.hosts[i].root.join("home/.cache/tunectl/work")
+}
+
+/// A launch over SSH that must run to its end; its stderr.
+fn launch_ssh(env: &Env, ledger: &Path) -> String {
+    let mut cmd = launch_cmd(env, ledger, "work");
+    cmd.args(["--no-cooldown", "--yes"]);
+    let out = env.run(cmd);
+    assert!(ran_to_the_end(out.code, &out.stderr), "{}", out.text());
+    out.stderr
+}
+
+/// Each config's state on the host is its whole work: one chain from 0 to
+/// the largest budget it reached, the same as the ledger's copy.
+fn assert_host_states(work: &Path, ledger: &Path) {
+    let states = states_under(work, ledger);
+    assert_chains(&states);
+    for (c, budget) in top_budgets(ledger) {
+        assert_eq!(states[&c].last().map(|p| p.1), Some(budget), "{c:?}");
+    }
+    let stored: BTreeMap<Abc, Vec<(u64, u64)>> = stored_states(ledger)
+        .into_iter()
+        .map(|(c, (_, _, p))| (c, p))
+        .collect();
+    assert_eq!(stored, states);
+}
+
+#[test]
+fn rungs_on_an_ssh_host_continue_from_its_own_copy() {
+    let fleet = two_hosts();
     let env = ckpt_env("ck-ssh", "continuation: true");
     let reference = env.path().join("ledger-ref");
     launch(&env, &reference, "work-ref");
     std::fs::remove_file(env.study_dir().join("work.log")).expect("clear work.log");
-    env.write("inventory.yaml", &fleet.inventory_yaml(2, ""));
+    env.write("inventory.yaml", &host_inventory(&fleet, 0, ""));
     let ledger = env.ledger();
-    let mut cmd = launch_cmd(&env, &ledger, "work");
-    cmd.args(["--no-cooldown", "--yes"]);
-    let out = env.run(cmd);
-    assert!(ran_to_the_end(out.code, &out.stderr), "{}", out.text());
+    launch_ssh(&env, &ledger);
     assert_clean(&ledger);
+    // Promoted rungs resumed on the host, and each config's state there
+    // holds exactly its largest budget's work.
     let runs = work_runs(&env);
-    assert!(runs.iter().any(|r| r.2 > 1 && r.0 != (0, 0, 0)), "{runs:?}");
-    assert!(runs.iter().all(|r| r.1 == 0), "{runs:?}");
+    assert!(runs.iter().any(|r| r.1 > 0), "{runs:?}");
+    assert!(runs.iter().filter(|r| r.0 == (0, 0, 0)).all(|r| r.1 == 0));
+    assert_host_states(&host_work(&fleet, 0), &ledger);
     assert!(
         all_attempts(&ledger)
             .iter()
-            .all(|a| a.get("resumed_from").is_none())
+            .any(|a| a["resumed_from"].is_number())
     );
+    // Nothing on this machine: the checkpoints live on the host.
     assert!(!env.path().join("work").exists());
     assert_eq!(rung_outcomes(&ledger), rung_outcomes(&reference));
+}
+
+#[test]
+fn a_rung_on_another_ssh_host_resumes_from_the_ledger_without_agents() {
+    // Host a is interrupted mid-rung; the relaunch has only host b, of the
+    // same class: its rungs continue from the archives host a stored (over
+    // one ssh session per attempt: no persistent agents), except one whose
+    // archive is torn, which starts from zero.
+    let fleet = two_hosts();
+    let env = ckpt_env("ck-ssh-two", "continuation: true");
+    let reference = env.path().join("ledger-ref");
+    launch(&env, &reference, "work-ref");
+    std::fs::remove_file(env.study_dir().join("work.log")).expect("clear work.log");
+    let ledger = env.ledger();
+    env.write("inventory.yaml", &host_inventory(&fleet, 0, "agent: false"));
+    interrupted_launch(&env, &ledger, "work");
+    let (config, from, to) = interrupted_rung(&env);
+    let stored = stored_states(&ledger);
+    assert!(stored.contains_key(&config), "{stored:?}");
+    let goes_to = top_budgets(&reference);
+    let torn = stored.iter().find(|(c, (_, claim, _))| {
+        **c != config && goes_to.get(*c).map(|b| *b as f64) > claim["budget"].as_f64()
+    });
+    let (torn_config, (torn_key, _, _)) = torn.expect("another config that goes further");
+    let torn_file = ledger
+        .join(study_id(&ledger))
+        .join("checkpoints")
+        .join(format!("{torn_key}.tar"));
+    let bytes = std::fs::read(&torn_file).expect("archive");
+    std::fs::write(&torn_file, &bytes[..bytes.len() - 512]).expect("tear");
+    let torn_config = *torn_config;
+    let before = work_runs(&env);
+    env.write("inventory.yaml", &host_inventory(&fleet, 1, "agent: false"));
+    let stderr = launch_ssh(&env, &ledger);
+    assert_clean(&ledger);
+    let after: Vec<_> = work_runs(&env).into_iter().skip(before.len()).collect();
+    let again: Vec<_> = after
+        .iter()
+        .filter(|r| r.0 == config && r.2 == to)
+        .collect();
+    assert!(
+        !again.is_empty() && again.iter().all(|r| r.1 == from),
+        "{again:?}"
+    );
+    let next = after
+        .iter()
+        .find(|r| r.0 == torn_config && r.3 == "measure");
+    assert_eq!(next.map(|r| r.1), Some(0), "{torn_config:?}: {after:?}");
+    assert!(
+        stderr.contains("is not the archive its claim names"),
+        "{stderr}"
+    );
+    // Host b holds what it committed, and the ledger has each config's
+    // latest state.
+    assert_chains(&states_under(&host_work(&fleet, 1), &ledger));
+    let stored = stored_states(&ledger);
+    for (c, budget) in top_budgets(&ledger) {
+        assert_eq!(stored[&c].2.last().map(|p| p.1), Some(budget), "{c:?}");
+    }
+    assert_eq!(rung_outcomes(&ledger), rung_outcomes(&reference));
+}
+
+#[test]
+fn a_relaunch_after_ctrl_c_on_an_ssh_host_resumes_from_the_host_s_copy() {
+    let fleet = two_hosts();
+    let env = ckpt_env("ck-ssh-sigint", "continuation: true");
+    let reference = env.path().join("ledger-ref");
+    launch(&env, &reference, "work-ref");
+    std::fs::remove_file(env.study_dir().join("work.log")).expect("clear work.log");
+    let ledger = env.ledger();
+    env.write("inventory.yaml", &host_inventory(&fleet, 0, ""));
+    interrupted_launch(&env, &ledger, "work");
+    let (config, from, to) = interrupted_rung(&env);
+    // Only the host's own copy is left to continue from.
+    std::fs::remove_dir_all(ledger.join(study_id(&ledger)).join("checkpoints"))
+        .expect("remove the ledger's checkpoints");
+    launch_ssh(&env, &ledger);
+    assert_clean(&ledger);
+    let again: Vec<_> = work_runs(&env)
+        .into_iter()
+        .filter(|r| r.0 == config && r.2 == to)
+        .collect();
+    let measured = again.iter().filter(|r| r.3 == "measure").count();
+    assert_eq!(measured, 2, "{again:?}");
+    assert!(again.iter().all(|r| r.1 == from), "{again:?}");
+    let states = states_under(&host_work(&fleet, 0), &ledger);
+    assert_chains(&states);
+    for (c, budget) in top_budgets(&ledger) {
+        assert_eq!(states[&c].last().map(|p| p.1), Some(budget), "{c:?}");
+    }
+    assert_eq!(rung_outcomes(&ledger), rung_outcomes(&reference));
+}
+
+/// One Slurm node with two FAKE H100s (tests/support/slurm.rs).
+const SLURM_NODE: [NodeSpec; 1] = [NodeSpec {
+    name: "gpu-a",
+    gpu_type: "h100",
+    gpus: 2,
+    gpu_name: "NVIDIA H100 80GB HBM3",
+    cpus: 4,
+}];
+
+/// The CKPT study for a Slurm partition: budgets up to 9 (every rung is a
+/// batch, polled each second: fewer rungs keep it within the launch's time
+/// limit on a busy machine).
+fn slurm_env(name: &str) -> Env {
+    let env = ckpt_env(name, "continuation: true");
+    let text = std::fs::read_to_string(env.study()).expect("study");
+    env.write_study(&text.replace("max_budget: 27", "max_budget: 9"));
+    env.write("inventory.yaml", &slurm_inventory(&env));
+    env
+}
+
+/// An inventory of the node's partition, its shared directory `shared/`.
+fn slurm_inventory(env: &Env) -> String {
+    format!(
+        "hosts:\n  - name: h100s\n    transport: slurm\n    constraint: h100\n    gres: \"gpu:1\"\n    poll_interval: 1s\n    shared_dir: {}\n    max_jobs_in_flight: 20\n",
+        env.path().join("shared").display()
+    )
+}
+
+/// A launch through the cluster's partition.
+fn slurm_launch_cmd(env: &Env, cluster: &Cluster, ledger: &Path) -> Command {
+    let mut cmd = launch_cmd(env, ledger, "work");
+    cluster.apply_env(&mut cmd);
+    cmd.args(["--no-cooldown", "--yes"])
+        .env("TUNECTL_LEASE_TTL", "4s");
+    cmd
+}
+
+#[test]
+fn rungs_on_a_slurm_partition_continue_through_its_shared_directory() {
+    let cluster = Cluster::start(&SLURM_NODE);
+    let env = slurm_env("ck-slurm");
+    let reference = env.path().join("ledger-ref");
+    env.write(
+        "inventory.yaml",
+        "hosts:\n  - name: local\n    transport: local\n    slots: 2\n",
+    );
+    launch(&env, &reference, "work-ref");
+    std::fs::remove_file(env.study_dir().join("work.log")).expect("clear work.log");
+    env.write("inventory.yaml", &slurm_inventory(&env));
+    let ledger = env.ledger();
+    let out = env.run(slurm_launch_cmd(&env, &cluster, &ledger));
+    assert!(ran_to_the_end(out.code, &out.stderr), "{}", out.text());
+    assert_clean(&ledger);
+    let runs = work_runs(&env);
+    assert!(runs.iter().any(|r| r.1 > 0), "{runs:?}");
+    assert!(runs.iter().filter(|r| r.0 == (0, 0, 0)).all(|r| r.1 == 0));
+    assert_host_states(&env.path().join("shared"), &ledger);
+    assert_eq!(rung_outcomes(&ledger), rung_outcomes(&reference));
+}
+
+#[test]
+fn a_relaunch_adopts_a_continued_rung_s_batch_task_and_commits_what_it_ran() {
+    // The launcher is killed (SIGKILL: its batch tasks go on) while a
+    // continued rung runs; the relaunch adopts the task, records where it
+    // resumed from, and commits its state: the config's work stays one
+    // chain, and the rung never runs twice.
+    let cluster = Cluster::start(&SLURM_NODE);
+    let env = slurm_env("ck-slurm-adopt");
+    std::fs::write(env.study_dir().join("ck-sleep"), "6").expect("ck-sleep");
+    let ledger = env.ledger();
+    let running = env.spawn(slurm_launch_cmd(&env, &cluster, &ledger));
+    let sleeping = env.study_dir().join("sleeping");
+    assert!(
+        support::wait_for(Duration::from_secs(180), || sleeping.exists()),
+        "no continued rung ran"
+    );
+    running.signal(libc::SIGKILL);
+    let _ = env.finish(running);
+    let (config, from, to) = interrupted_rung(&env);
+    let out = env.run(slurm_launch_cmd(&env, &cluster, &ledger));
+    assert!(ran_to_the_end(out.code, &out.stderr), "{}", out.text());
+    // Its state was committed as it ran (no checkpoint lost on the way).
+    assert!(!out.stderr.contains("warning: rung of"), "{}", out.stderr);
+    assert_clean(&ledger);
+    let measured: Vec<_> = work_runs(&env)
+        .into_iter()
+        .filter(|r| r.0 == config && r.2 == to && r.3 == "measure")
+        .collect();
+    assert_eq!(measured.len(), 1, "{measured:?}");
+    assert_eq!(measured[0].1, from);
+    let record = all_attempts(&ledger)
+        .into_iter()
+        .find(|a| {
+            a["status"] == "ok"
+                && a["role"] == "rung"
+                && abc(&a["config"]) == config
+                && a["fidelity"] == to as f64
+        })
+        .expect("the adopted rung's record");
+    assert_eq!(record["resumed_from"], from as f64, "{record}");
+    assert_host_states(&env.path().join("shared"), &ledger);
 }

@@ -854,7 +854,7 @@ fn render_search_plan(o: &mut String, sp: &crate::plan::SearchPlan, repeats: u32
     if sp.continuation {
         let _ = writeln!(
             o,
-            "  continuation: a promoted rung continues its config's previous rung from a checkpoint on the local host (elsewhere it runs from zero); the virtual clock charges it only the budget it adds, the counts and costs above every rung in full"
+            "  continuation: a promoted rung continues its config's previous rung from a checkpoint kept on its host and in the ledger; the virtual clock charges it only the budget it adds, the counts and costs above every rung in full"
         );
     }
     if sp.prune {

@@ -229,6 +229,14 @@ pub enum LaunchEvent {
         config: String,
         cell: String,
     },
+    /// A rung's checkpoint could not be read, brought to its host or
+    /// stored as `fidelity.continuation` means to: a rung runs from an
+    /// earlier state or from zero (never from a wrong one).
+    CheckpointNotCarried {
+        config: String,
+        cell: String,
+        detail: String,
+    },
     RenderFailed {
         config: String,
         cell: String,

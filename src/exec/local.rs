@@ -31,9 +31,10 @@ use tokio::process::Command;
 use tokio_util::sync::CancellationToken;
 
 use super::attempt::{MAX_OUTPUT_BYTES, MAX_RESULT_BYTES};
-use super::{AttemptOutcome, AttemptSpec, Transport};
+use super::{AttemptOutcome, AttemptSpec, Transport, checkpoint};
 use crate::fingerprint::{self, Fingerprint};
 use crate::gate::{self, MAX_VALUE_FILE_BYTES};
+use crate::ledger::checkpoint::Claim;
 use crate::ledger::records::ExitInfo;
 use crate::trial::Phase;
 
@@ -660,6 +661,50 @@ impl Transport for LocalTransport {
         Some(self.work_root.join(study).join("checkpoints"))
     }
 
+    fn checkpoint_dir(&self, study: &str, key: &str) -> Option<String> {
+        self.checkpoint_root(study)
+            .map(|root| root.join(key).display().to_string())
+    }
+
+    async fn checkpoint_claim(&self, base: &str) -> Result<Option<Claim>, String> {
+        checkpoint::claim_here(base).await
+    }
+
+    async fn checkpoint_install(
+        &self,
+        base: &str,
+        attempt_id: &str,
+        claim: &Claim,
+        archive: &mut (dyn AsyncRead + Send + Unpin),
+    ) -> Result<(), String> {
+        checkpoint::install_from(PathBuf::from(base), attempt_id, claim, archive).await
+    }
+
+    async fn checkpoint_commit(
+        &self,
+        base: &str,
+        attempt_id: &str,
+        claim: &Claim,
+    ) -> Result<(), String> {
+        checkpoint::commit_here(base, attempt_id, claim).await
+    }
+
+    async fn checkpoint_size(&self, base: &str) -> Result<u64, String> {
+        checkpoint::size_here(base).await
+    }
+
+    async fn checkpoint_export(
+        &self,
+        base: &str,
+        sink: &mut (dyn tokio::io::AsyncWrite + Send + Unpin),
+    ) -> Result<(), String> {
+        checkpoint::pack_to(PathBuf::from(base), sink).await
+    }
+
+    async fn checkpoint_discard(&self, base: &str, attempt_id: &str) {
+        checkpoint::discard_here(base, attempt_id).await
+    }
+
     async fn run_attempt(&self, spec: &AttemptSpec, cancel: &CancellationToken) -> AttemptOutcome {
         let started = std::time::Instant::now();
         let dir = PathBuf::from(&spec.trial_dir);
@@ -682,7 +727,7 @@ impl Transport for LocalTransport {
             // Every run starts from the committed checkpoint: a warm-up
             // must not advance the state the counted run resumes from.
             if let Some(c) = spec.checkpoint.clone() {
-                let restored = tokio::task::spawn_blocking(move || c.restore())
+                let restored = tokio::task::spawn_blocking(move || checkpoint::restore(&c))
                     .await
                     .map_err(std::io::Error::other)
                     .and_then(|r| r);

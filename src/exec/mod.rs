@@ -16,8 +16,8 @@
 //! protocol of [`wire`].
 //!
 //! [`checkpoint`] keeps the rungs' checkpoints of `fidelity.continuation`
-//! on this machine; only the local transport has any
-//! ([`Transport::checkpoint_root`]).
+//! on the hosts ([`Transport::checkpoint_dir`]: the local host, SSH hosts,
+//! a Slurm entry's shared directory) and in the ledger.
 
 pub mod attempt;
 pub mod checkpoint;
@@ -37,9 +37,11 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio_util::sync::CancellationToken;
 
 use crate::fingerprint::Fingerprint;
+use crate::ledger::checkpoint::Claim;
 use local::RunOutput;
 
 /// Everything a transport needs to carry out one attempt.
@@ -75,8 +77,8 @@ pub struct AttemptSpec {
     /// Keep the full stdout and stderr of every run (`--store-logs`).
     pub keep_logs: bool,
     /// The checkpoint directory restored before each run
-    /// (`fidelity.continuation`, on this machine only).
-    pub checkpoint: Option<checkpoint::CheckpointRun>,
+    /// (`fidelity.continuation`, on a host that keeps checkpoints).
+    pub checkpoint: Option<checkpoint::RunCheckpoint>,
 }
 
 /// What happened, as raw facts.
@@ -117,6 +119,9 @@ pub struct AttemptOutcome {
     /// The attempt was started by an earlier launcher (a batch task found
     /// again): its id, which the record keeps.
     pub adopted_attempt: Option<String>,
+    /// The checkpoint that adopted task's request restored (`None`: none,
+    /// or a request of an older launcher that did not say).
+    pub adopted_checkpoint: Option<checkpoint::RunCheckpoint>,
 }
 
 /// Whether a host can take trials now.
@@ -191,11 +196,62 @@ pub trait Transport: Send + Sync {
     }
     /// Close connections at the end of a launch.
     async fn close(&self) {}
-    /// Where this host keeps the checkpoints of `fidelity.continuation`
-    /// for a study, when they are on this machine (the local host). `None`:
-    /// rungs on this host never resume (they start from zero), and their
-    /// progress files are not read while they run.
+    /// The work directory of a study on this machine, for the local host
+    /// (rungs' progress files are read there while they run); `None`
+    /// elsewhere.
     fn checkpoint_root(&self, _study: &str) -> Option<std::path::PathBuf> {
         None
+    }
+    /// The directory where this host keeps the checkpoint `key` of
+    /// `fidelity.continuation` (layout in [`checkpoint`]). `None`: rungs
+    /// on this host get their attempt's own directory and start from zero.
+    fn checkpoint_dir(&self, _study: &str, _key: &str) -> Option<String> {
+        None
+    }
+    /// The claim of the committed state the host holds in `base`, if any.
+    async fn checkpoint_claim(&self, _base: &str) -> Result<Option<Claim>, String> {
+        Ok(None)
+    }
+    /// Install `archive` (a tar, checked as it is read: a read error means
+    /// it is not the claimed one) as the committed state of `claim` in
+    /// `base`; on any error the host's committed state is as it was.
+    async fn checkpoint_install(
+        &self,
+        _base: &str,
+        _attempt_id: &str,
+        _claim: &Claim,
+        _archive: &mut (dyn AsyncRead + Send + Unpin),
+    ) -> Result<(), String> {
+        Err("this host keeps no checkpoints".to_string())
+    }
+    /// The working copy of `attempt_id` becomes the committed state of
+    /// `claim`.
+    async fn checkpoint_commit(
+        &self,
+        _base: &str,
+        _attempt_id: &str,
+        _claim: &Claim,
+    ) -> Result<(), String> {
+        Err("this host keeps no checkpoints".to_string())
+    }
+    /// The size of the committed state's archive in `base`.
+    async fn checkpoint_size(&self, _base: &str) -> Result<u64, String> {
+        Err("this host keeps no checkpoints".to_string())
+    }
+    /// Write the committed state in `base` as a tar to `sink`; an error
+    /// when it could not be read whole.
+    async fn checkpoint_export(
+        &self,
+        _base: &str,
+        _sink: &mut (dyn AsyncWrite + Send + Unpin),
+    ) -> Result<(), String> {
+        Err("this host keeps no checkpoints".to_string())
+    }
+    /// Drop the working copy of `attempt_id` (best effort).
+    async fn checkpoint_discard(&self, _base: &str, _attempt_id: &str) {}
+    /// Whether the next attempt of `trial_key` here is a task an earlier
+    /// launcher started (a Slurm batch found again), not a new run.
+    fn adopts(&self, _trial_key: &str) -> bool {
+        false
     }
 }

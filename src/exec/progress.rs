@@ -514,6 +514,11 @@ pub fn describe(ev: &LaunchEvent) -> Vec<String> {
         LaunchEvent::LeaseError { error } => {
             one(format!("error: cannot take the lease of a trial: {error}"))
         }
+        LaunchEvent::CheckpointNotCarried {
+            config,
+            cell,
+            detail,
+        } => one(format!("warning: rung of {config} @ {cell}: {detail}")),
         LaunchEvent::LeaseLost { config, cell } => one(format!(
             "warning: lost the lease of {config} @ {cell}; stopping it (it will run again)"
         )),

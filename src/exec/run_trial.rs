@@ -18,12 +18,13 @@ use tokio_util::sync::CancellationToken;
 
 use super::AttemptSpec;
 use super::attempt::{RESULT_FILE, judge_with};
-use super::checkpoint::{CheckpointRun, Checkpoints, checkpoint_key};
+use super::checkpoint::{Carry, RungCheckpoint, checkpoint_key};
 use super::events::{Emitter, LaunchEvent, Rejection, UnrecordedAttempt, Written};
 use super::run_study::LaunchHost;
 use super::schedule::Ran;
 use super::schedule::drift::Reading;
 use crate::gate::Classifier;
+use crate::ledger::checkpoint::DEFAULT_CHECKPOINT_MAX_BYTES;
 use crate::ledger::lease::{Held, Lease, lease_ttl, renew_every};
 use crate::ledger::records::{self, AttemptRecord, AttemptStatus, PrunedAt, SharedStr};
 use crate::ledger::{CorruptObject, Ledger, new_attempt_id};
@@ -383,23 +384,40 @@ impl<'a> Runner<'a> {
         env
     }
 
+    /// What a rung's checkpoint needs on `host`.
+    fn carry<'h>(&'h self, host: &'h LaunchHost) -> Carry<'h> {
+        Carry {
+            ledger: self.ledger,
+            transport: host.transport.as_ref(),
+            host: &host.name,
+            study_id: self.study_id,
+            spec_hash: &self.spec_hash,
+            cap: self
+                .study
+                .fidelity
+                .as_ref()
+                .and_then(|f| f.checkpoint_max_bytes)
+                .unwrap_or(DEFAULT_CHECKPOINT_MAX_BYTES),
+        }
+    }
+
     /// The checkpoint directory of a rung under `fidelity.continuation`,
-    /// on a host that keeps checkpoints on this machine. A candidate's rung
-    /// continues its config's last committed rung; the baseline's rungs
-    /// run from zero and commit nothing (they are the gate's reference at
-    /// each budget, and run side by side).
-    fn checkpoint_for(
+    /// on a host that keeps checkpoints. A candidate's rung continues its
+    /// config's last committed rung; the baseline's rungs run from zero
+    /// and commit nothing (they are the gate's reference at each budget,
+    /// and run side by side).
+    async fn checkpoint_for(
         &self,
         host: &LaunchHost,
         job: &TrialJob,
         attempt_id: &str,
-    ) -> Option<CheckpointRun> {
+        warnings: &mut Vec<String>,
+    ) -> Option<RungCheckpoint> {
         let fidelity = self.study.fidelity.as_ref()?;
         if !fidelity.continuation || job.role != Role::Rung {
             return None;
         }
         let budget = job.budget?;
-        let root = host.transport.checkpoint_root(self.study_id)?;
         let key = checkpoint_key(
             self.study_id,
             &self.plan.space.config_json(self.study, job.config),
@@ -407,9 +425,53 @@ impl<'a> Runner<'a> {
             &self.class_ids[job.class],
         );
         let continues = job.config != self.plan.space.baseline();
-        Checkpoints::new(root)
-            .prepare(&key, attempt_id, budget, &self.spec_hash, continues)
-            .ok()
+        let adopting = host.transport.adopts(&job.key);
+        RungCheckpoint::prepare(
+            &self.carry(host),
+            &key,
+            attempt_id,
+            budget,
+            continues,
+            adopting,
+            warnings,
+        )
+        .await
+    }
+
+    /// Run `work` while renewing `lease` (a checkpoint brought to the host
+    /// may take longer than a lease lives); `None` when the lease was lost
+    /// meanwhile (`work` is dropped).
+    async fn holding<T>(
+        &self,
+        lease: &mut Option<Lease>,
+        work: impl std::future::Future<Output = T>,
+    ) -> Option<T> {
+        let Some(lease) = lease.as_mut() else {
+            return Some(work.await);
+        };
+        tokio::pin!(work);
+        loop {
+            tokio::select! {
+                out = &mut work => return Some(out),
+                _ = tokio::time::sleep(renew_every()) => {
+                    if !matches!(self.ledger.renew_lease(lease, lease_ttl()).await, Ok(true)) {
+                        return None;
+                    }
+                }
+            }
+        }
+    }
+
+    /// Say what became of a rung's checkpoint, when it was not what the
+    /// contract promises (carried to the next rung).
+    fn checkpoint_warnings(&self, config: &str, cell: &str, warnings: Vec<String>) {
+        for detail in warnings {
+            self.events.emit(LaunchEvent::CheckpointNotCarried {
+                config: config.to_string(),
+                cell: cell.to_string(),
+                detail,
+            });
+        }
     }
 
     /// Run a trial whose lease this launcher holds, renewing it meanwhile.
@@ -417,7 +479,7 @@ impl<'a> Runner<'a> {
         &self,
         host: &LaunchHost,
         job: TrialJob,
-        lease: Option<Lease>,
+        mut lease: Option<Lease>,
     ) -> TrialResult {
         let study = self.study;
         let attempt_id = new_attempt_id();
@@ -449,14 +511,30 @@ impl<'a> Runner<'a> {
         };
         let mut env = self.contract_env(host, &job, &attempt_id, &trial_dir, &result_path);
         env.extend(extra_env);
-        let checkpoint = self.checkpoint_for(host, &job, &attempt_id);
+        let mut warnings = Vec::new();
+        let prepared = self
+            .holding(
+                &mut lease,
+                self.checkpoint_for(host, &job, &attempt_id, &mut warnings),
+            )
+            .await;
+        self.checkpoint_warnings(&config_label, &cell_label, warnings);
+        let Some(checkpoint) = prepared else {
+            // Taken over while its checkpoint was brought to the host:
+            // the other launcher runs it.
+            self.events.emit(LaunchEvent::LeaseLost {
+                config: config_label,
+                cell: cell_label,
+            });
+            return TrialResult::Held(renew_every());
+        };
         let fidelity = study.fidelity.as_ref();
         if job.role == Role::Rung && fidelity.is_some_and(|f| f.continuation) {
-            // Off this machine a rung gets its own fresh directory and
-            // never a resume: it runs from zero.
+            // On a host that keeps no checkpoints a rung gets its own
+            // fresh directory and never a resume: it runs from zero.
             let dir = checkpoint
                 .as_ref()
-                .map_or(trial_dir.clone(), |c| c.dir.display().to_string());
+                .map_or(trial_dir.clone(), |c| c.run.run_dir.clone());
             env.push(("TUNECTL_CHECKPOINT_DIR".into(), dir));
             if let Some(from) = checkpoint.as_ref().and_then(|c| c.resume_from) {
                 env.push((
@@ -516,7 +594,7 @@ impl<'a> Runner<'a> {
             trial_dir,
             result_path,
             keep_logs: self.store_logs,
-            checkpoint: checkpoint.clone(),
+            checkpoint: checkpoint.as_ref().map(|c| c.run.clone()),
         };
         let started_at = chrono::Utc::now();
         self.events.emit(LaunchEvent::TrialStarted);
@@ -602,12 +680,14 @@ impl<'a> Runner<'a> {
         }
         let run = outcome.run.as_ref();
         let scrub = |text: String| scrub_secrets(text, &self.secrets);
-        // A batch task started by an earlier launcher keeps its own id.
-        let attempt_id = outcome
-            .adopted_attempt
-            .clone()
-            .filter(|a| !a.is_empty())
-            .unwrap_or(attempt_id);
+        // A batch task started by an earlier launcher keeps its own id,
+        // and the checkpoint it ran with.
+        let adopted = outcome.adopted_attempt.clone().filter(|a| !a.is_empty());
+        let checkpoint = match (&adopted, checkpoint) {
+            (Some(id), Some(c)) => Some(c.adopted(id, outcome.adopted_checkpoint.clone())),
+            (_, c) => c,
+        };
+        let attempt_id = adopted.unwrap_or(attempt_id);
         let record = AttemptRecord {
             schema: records::SCHEMA,
             tunectl_version: records::VERSION.into(),
@@ -673,20 +753,17 @@ impl<'a> Runner<'a> {
         };
         let written = self.ledger.write_attempt_tries(&record, tries).await;
         // The state becomes the next rung's only once its attempt is
-        // recorded ok; anything else leaves the last committed one.
+        // recorded ok (and only then goes to the ledger); anything else
+        // leaves the last committed one.
         if let Some(c) = checkpoint {
+            let carry = self.carry(host);
             match (written.is_ok() && j.status == AttemptStatus::Ok, job.budget) {
                 (true, Some(budget)) => {
-                    let (spec_hash, key, id) =
-                        (self.spec_hash.clone(), job.key.clone(), attempt_id.clone());
-                    let _ = tokio::task::spawn_blocking(move || {
-                        c.commit(budget, &spec_hash, &key, &id)
-                    })
-                    .await;
+                    let mut warnings = Vec::new();
+                    c.commit(&carry, budget, &job.key, &mut warnings).await;
+                    self.checkpoint_warnings(&config_label, &cell_label, warnings);
                 }
-                _ => {
-                    let _ = tokio::task::spawn_blocking(move || c.discard()).await;
-                }
+                _ => c.discard(&carry).await,
             }
         }
         for (name, bytes) in &outcome.logs {

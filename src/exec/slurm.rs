@@ -19,6 +19,12 @@
 //! finished tasks are recorded from their reports, running ones awaited,
 //! none submitted again.
 //!
+//! Rung checkpoints of `fidelity.continuation` live in the shared directory
+//! too (`<shared_dir>/<study>/checkpoints/<key>/`): a task restores and
+//! leaves the state there, and the login host moves archives to and from
+//! the ledger (here, or over its ssh connection). The manifest keeps each
+//! task's checkpoint, so an adopted task is committed as it ran.
+//!
 //! A partition with nodes of several host classes (and no `constraint`)
 //! is split before probing ([`Transport::discover`]): `sinfo` lists its
 //! node types, one node of each is probed (`--nodelist`), and each class
@@ -36,14 +42,17 @@ use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::{Notify, oneshot};
 use tokio_util::sync::CancellationToken;
 
+use super::checkpoint::{self, RunCheckpoint};
 use super::local::RunOutput;
 use super::ssh::SshTransport;
 use super::wire::{self, AgentOptions, Collected, Frame};
 use super::{AttemptOutcome, AttemptSpec, Discovery, HostState, Part, Transport};
 use crate::fingerprint::{self, ClassKey, Fingerprint};
+use crate::ledger::checkpoint::Claim;
 use crate::ledger::records::ExitInfo;
 use crate::spec::inventory::SlurmHost;
 use crate::spec::shell::quote_word;
@@ -215,6 +224,9 @@ struct ManifestTask {
     result_files: Vec<String>,
     #[serde(default)]
     streams: Vec<String>,
+    /// The checkpoint its request restores (absent from older manifests).
+    #[serde(default)]
+    checkpoint: Option<RunCheckpoint>,
 }
 
 #[derive(serde::Serialize, serde::Deserialize)]
@@ -572,6 +584,7 @@ impl Inner {
                     tolerance_files: spec.tolerance_files.clone(),
                     result_files: spec.result_files.clone(),
                     streams: spec.streams.clone(),
+                    checkpoint: spec.checkpoint.clone(),
                 });
             }
             files.push((
@@ -1141,6 +1154,77 @@ impl Transport for SlurmTransport {
         format!("{root}/{study}/work/{short_key}-{attempt_id}")
     }
 
+    fn checkpoint_dir(&self, study: &str, key: &str) -> Option<String> {
+        // In the shared directory: the login host moves archives, the
+        // nodes restore and save the state.
+        let root = self.inner.root.read().ok().and_then(|r| r.clone())?;
+        Some(format!("{root}/{study}/checkpoints/{key}"))
+    }
+
+    async fn checkpoint_claim(&self, base: &str) -> Result<Option<Claim>, String> {
+        match &self.inner.login {
+            Login::Local => checkpoint::claim_here(base).await,
+            Login::Ssh(t) => t.checkpoint_claim(base).await,
+        }
+    }
+
+    async fn checkpoint_install(
+        &self,
+        base: &str,
+        attempt_id: &str,
+        claim: &Claim,
+        archive: &mut (dyn AsyncRead + Send + Unpin),
+    ) -> Result<(), String> {
+        match &self.inner.login {
+            Login::Local => checkpoint::install_from(base.into(), attempt_id, claim, archive).await,
+            Login::Ssh(t) => t.checkpoint_install(base, attempt_id, claim, archive).await,
+        }
+    }
+
+    async fn checkpoint_commit(
+        &self,
+        base: &str,
+        attempt_id: &str,
+        claim: &Claim,
+    ) -> Result<(), String> {
+        match &self.inner.login {
+            Login::Local => checkpoint::commit_here(base, attempt_id, claim).await,
+            Login::Ssh(t) => t.checkpoint_commit(base, attempt_id, claim).await,
+        }
+    }
+
+    async fn checkpoint_size(&self, base: &str) -> Result<u64, String> {
+        match &self.inner.login {
+            Login::Local => checkpoint::size_here(base).await,
+            Login::Ssh(t) => t.checkpoint_size(base).await,
+        }
+    }
+
+    async fn checkpoint_export(
+        &self,
+        base: &str,
+        sink: &mut (dyn AsyncWrite + Send + Unpin),
+    ) -> Result<(), String> {
+        match &self.inner.login {
+            Login::Local => checkpoint::pack_to(base.into(), sink).await,
+            Login::Ssh(t) => t.checkpoint_export(base, sink).await,
+        }
+    }
+
+    async fn checkpoint_discard(&self, base: &str, attempt_id: &str) {
+        match &self.inner.login {
+            Login::Local => checkpoint::discard_here(base, attempt_id).await,
+            Login::Ssh(t) => t.checkpoint_discard(base, attempt_id).await,
+        }
+    }
+
+    fn adopts(&self, trial_key: &str) -> bool {
+        self.inner
+            .adopted
+            .lock()
+            .is_ok_and(|a| a.contains_key(trial_key))
+    }
+
     async fn prepare(&self, study_id: &str) -> Result<(), String> {
         if let Ok(mut s) = self.inner.study.write() {
             *s = Some(study_id.to_string());
@@ -1180,6 +1264,14 @@ impl Transport for SlurmTransport {
             .ok()
             .and_then(|mut a| a.remove(&spec.trial_key));
         let (tx, rx) = oneshot::channel();
+        // The checkpoint an adopted task's request restores.
+        let adopted_checkpoint = adopted.as_ref().and_then(|id| {
+            inner
+                .inflight
+                .lock()
+                .ok()
+                .and_then(|m| m.get(id).and_then(|t| t.spec.checkpoint.clone()))
+        });
         let waiting_id = match adopted {
             Some(id) => {
                 let done = inner.finished.lock().ok().and_then(|mut d| d.remove(&id));
@@ -1188,6 +1280,7 @@ impl Transport for SlurmTransport {
                         m.remove(&id);
                     }
                     outcome.adopted_attempt = Some(adopted_attempt_id(&id, inner));
+                    outcome.adopted_checkpoint = adopted_checkpoint;
                     return outcome;
                 }
                 if let Ok(mut m) = inner.inflight.lock()
@@ -1216,6 +1309,7 @@ impl Transport for SlurmTransport {
                     ..Default::default()
                 });
                 outcome.adopted_attempt = adopted_attempt;
+                outcome.adopted_checkpoint = adopted_checkpoint;
                 outcome
             }
             _ = cancel.cancelled() => {
@@ -1247,6 +1341,7 @@ impl Transport for SlurmTransport {
                 AttemptOutcome {
                     cancelled: true,
                     adopted_attempt,
+                    adopted_checkpoint,
                     ..Default::default()
                 }
             }
@@ -1511,7 +1606,7 @@ impl SlurmTransport {
                     trial_dir: t.trial_dir.clone(),
                     result_path: String::new(),
                     keep_logs: false,
-                    checkpoint: None,
+                    checkpoint: t.checkpoint.clone(),
                 };
                 if let Ok(mut ids) = inner.adopted_ids.lock() {
                     ids.insert(id.clone(), t.attempt_id.clone());

@@ -22,6 +22,11 @@
 //! whose shell dies mid-attempt loses that attempt (it runs again, as with
 //! a lost host) and the host's next attempt starts a new agent.
 //!
+//! Rung checkpoints of `fidelity.continuation` live under the host's work
+//! directory (layout in [`super::checkpoint`]); archives to and from the
+//! ledger stream through `tar` on a session of their own
+//! (`exec /bin/sh -c <script>`, its standard input or output the archive).
+//!
 //! A reply that ends without `end` while the master connection is gone is
 //! a lost host: the attempt is lost (it runs again elsewhere), the host is
 //! marked down and retried with back-off, and the process groups it was
@@ -37,16 +42,18 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use openssh::{ChildStdin, ChildStdout};
 use openssh::{ControlPersist, KnownHosts, Session, SessionBuilder, Stdio};
-use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader};
 use tokio::sync::{Semaphore, mpsc};
 use tokio_util::sync::CancellationToken;
 
+use super::checkpoint::COMMITTED;
 use super::wire::{
     AGENT_MARK, AGENT_READY, AgentOptions, Collected, Frame, attempt_script, fill_outcome,
     persistent_agent, persistent_request, read_frames, read_reply, wrap, wrap_guarded,
 };
 use super::{AttemptOutcome, AttemptSpec, HostState, Transport};
 use crate::fingerprint::{self, Fingerprint, PROBE_TIMEOUT, TOOL_TIMEOUT};
+use crate::ledger::checkpoint::Claim;
 use crate::spec::inventory::{HostKeyChecking, SshHost};
 use crate::spec::shell::quote_word;
 
@@ -207,6 +214,13 @@ impl SshTransport {
 
     fn session(&self) -> Option<Arc<Session>> {
         self.current.read().ok().and_then(|s| s.clone())
+    }
+
+    /// The live connection, or why there is none (the host is down: its
+    /// checkpoints wait for it).
+    fn connected(&self) -> Result<Arc<Session>, String> {
+        self.session()
+            .ok_or_else(|| format!("host `{}` is not connected", self.name))
     }
 
     /// Open the master connection and find the remote work root.
@@ -866,6 +880,107 @@ impl Transport for SshTransport {
         }
     }
 
+    fn checkpoint_dir(&self, study: &str, key: &str) -> Option<String> {
+        let root = self.workdir.read().ok().and_then(|w| w.clone())?;
+        Some(format!("{root}/{study}/checkpoints/{key}"))
+    }
+
+    async fn checkpoint_claim(&self, base: &str) -> Result<Option<Claim>, String> {
+        let session = self.connected()?;
+        let body = format!(
+            "b={}
+if [ -d \"$b/state\" ] && [ -f \"$b/{COMMITTED}\" ]; then cat \"$b/{COMMITTED}\"; fi\n",
+            quote_word(base)
+        );
+        let out = run_script(&session, &body, SMALL_COMMAND).await?;
+        // An unreadable claim is none, as on the local host.
+        Ok(serde_json::from_slice(&out.stdout).ok())
+    }
+
+    async fn checkpoint_install(
+        &self,
+        base: &str,
+        attempt_id: &str,
+        claim: &Claim,
+        archive: &mut (dyn AsyncRead + Send + Unpin),
+    ) -> Result<(), String> {
+        let session = self.connected()?;
+        let _permit = self.sessions.acquire().await.map_err(|e| e.to_string())?;
+        let incoming = format!("{base}/incoming-{attempt_id}");
+        let unpack = format!(
+            "i={}; rm -rf \"$i\" && mkdir -p \"$i\" && cd \"$i\" && exec tar -xf -",
+            quote_word(&incoming)
+        );
+        let streamed = stream_into(&session, &unpack, archive).await;
+        let installed = match streamed {
+            Ok(()) => {
+                let body = format!(
+                    "b={}; i={}\n{}",
+                    quote_word(base),
+                    quote_word(&incoming),
+                    replace_state_script(claim, attempt_id)?
+                );
+                run_script(&session, &body, SMALL_COMMAND).await.map(|_| ())
+            }
+            Err(e) => Err(e),
+        };
+        if installed.is_err() {
+            let body = format!("rm -rf {}\n", quote_word(&incoming));
+            let _ = run_script(&session, &body, SMALL_COMMAND).await;
+        }
+        installed
+    }
+
+    async fn checkpoint_commit(
+        &self,
+        base: &str,
+        attempt_id: &str,
+        claim: &Claim,
+    ) -> Result<(), String> {
+        let session = self.connected()?;
+        let body = format!(
+            "b={}; i=\"$b\"/run-{}\n[ -d \"$i\" ] || {{ echo \"no working copy $i\" >&2; exit 1; }}\n{}\n",
+            quote_word(base),
+            quote_word(attempt_id),
+            replace_state_script(claim, attempt_id)?
+        );
+        run_script(&session, &body, SMALL_COMMAND).await.map(|_| ())
+    }
+
+    async fn checkpoint_size(&self, base: &str) -> Result<u64, String> {
+        let session = self.connected()?;
+        // Counted on the host, sending nothing: an archive over the cap
+        // never travels. (It reads the whole state once.)
+        let body = format!("cd {}/state && tar -cf - . | wc -c\n", quote_word(base));
+        let out = run_script(&session, &body, SMALL_COMMAND * 10).await?;
+        String::from_utf8_lossy(&out.stdout)
+            .trim()
+            .parse()
+            .map_err(|_| "the host did not say the archive's size".to_string())
+    }
+
+    async fn checkpoint_export(
+        &self,
+        base: &str,
+        sink: &mut (dyn AsyncWrite + Send + Unpin),
+    ) -> Result<(), String> {
+        let session = self.connected()?;
+        let _permit = self.sessions.acquire().await.map_err(|e| e.to_string())?;
+        let pack = format!("cd {}/state && exec tar -cf - .", quote_word(base));
+        stream_from(&session, &pack, sink).await
+    }
+
+    async fn checkpoint_discard(&self, base: &str, attempt_id: &str) {
+        if let Ok(session) = self.connected() {
+            let body = format!(
+                "rm -rf {}/run-{}\n",
+                quote_word(base),
+                quote_word(attempt_id)
+            );
+            let _ = run_script(&session, &body, SMALL_COMMAND).await;
+        }
+    }
+
     async fn run_attempt(&self, spec: &AttemptSpec, cancel: &CancellationToken) -> AttemptOutcome {
         let started = Instant::now();
         let mut outcome = AttemptOutcome {
@@ -1070,6 +1185,122 @@ impl Transport for SshTransport {
         fill_outcome(&mut outcome, spec, got, timed_out);
         outcome.elapsed = started.elapsed();
         outcome
+    }
+}
+
+/// The lines that make `$i` the committed state of `claim` in `$b`: the
+/// claim goes first and comes back last (see [`super::checkpoint`]).
+fn replace_state_script(claim: &Claim, attempt_id: &str) -> Result<String, String> {
+    let json = serde_json::to_string(claim).map_err(|e| e.to_string())?;
+    Ok(format!(
+        "rm -f \"$b/{COMMITTED}\" && rm -rf \"$b/state\" && mv \"$i\" \"$b/state\" || exit 1\n\
+         t=\"$b/{COMMITTED}\".{}.tmp\n\
+         printf '%s' {} >\"$t\" && mv \"$t\" \"$b/{COMMITTED}\" || exit 1",
+        quote_word(attempt_id),
+        quote_word(&json)
+    ))
+}
+
+/// Run `command` (one `sh -c` script) on the host with `input` as its
+/// standard input; an error when the input cannot be read whole (an
+/// archive that is not its claim's) or the command fails.
+async fn stream_into(
+    session: &Arc<Session>,
+    command: &str,
+    input: &mut (dyn AsyncRead + Send + Unpin),
+) -> Result<(), String> {
+    let mut child = Session::to_raw_command(
+        session.clone(),
+        format!("exec /bin/sh -c {}", quote_word(command)),
+    )
+    .stdin(Stdio::piped())
+    .stdout(Stdio::null())
+    .stderr(Stdio::piped())
+    .spawn()
+    .await
+    .map_err(|e| format!("cannot start a session: {}", error_chain(&e)))?;
+    let err = child.stderr().take().map(|mut e| {
+        tokio::spawn(async move {
+            let mut buf = Vec::new();
+            let _ = (&mut e).take(16 * 1024).read_to_end(&mut buf).await;
+            buf
+        })
+    });
+    let Some(mut stdin) = child.stdin().take() else {
+        return Err("the session has no standard input".to_string());
+    };
+    let copied = async {
+        tokio::io::copy(input, &mut stdin).await?;
+        stdin.shutdown().await
+    }
+    .await;
+    if let Err(e) = copied {
+        // What was read is not to be installed: the caller removes what
+        // the command wrote, once it has ended.
+        drop(stdin);
+        let _ = tokio::time::timeout(SMALL_COMMAND, finish_stream(child, err)).await;
+        return Err(e.to_string());
+    }
+    drop(stdin);
+    finish_stream(child, err).await
+}
+
+/// Run `command` (one `sh -c` script) on the host and copy its standard
+/// output into `sink`; an error when it fails.
+async fn stream_from(
+    session: &Arc<Session>,
+    command: &str,
+    sink: &mut (dyn AsyncWrite + Send + Unpin),
+) -> Result<(), String> {
+    let mut child = Session::to_raw_command(
+        session.clone(),
+        format!("exec /bin/sh -c {}", quote_word(command)),
+    )
+    .stdin(Stdio::null())
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped())
+    .spawn()
+    .await
+    .map_err(|e| format!("cannot start a session: {}", error_chain(&e)))?;
+    let err = child.stderr().take().map(|mut e| {
+        tokio::spawn(async move {
+            let mut buf = Vec::new();
+            let _ = (&mut e).take(16 * 1024).read_to_end(&mut buf).await;
+            buf
+        })
+    });
+    let Some(mut stdout) = child.stdout().take() else {
+        return Err("the session has no standard output".to_string());
+    };
+    if let Err(e) = tokio::io::copy(&mut stdout, sink).await {
+        return Err(e.to_string());
+    }
+    drop(stdout);
+    finish_stream(child, err).await
+}
+
+/// Wait for a streaming session's command: an error with its stderr
+/// unless it exited 0.
+async fn finish_stream(
+    child: openssh::Child<Arc<Session>>,
+    err: Option<tokio::task::JoinHandle<Vec<u8>>>,
+) -> Result<(), String> {
+    let status = child.wait().await.map_err(|e| error_chain(&e))?;
+    let err = match err {
+        Some(e) => e.await.unwrap_or_default(),
+        None => Vec::new(),
+    };
+    if status.success() {
+        Ok(())
+    } else {
+        Err(format!(
+            "the host's command failed ({status}): {}",
+            String::from_utf8_lossy(&err)
+                .trim()
+                .chars()
+                .take(500)
+                .collect::<String>()
+        ))
     }
 }
 

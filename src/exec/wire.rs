@@ -42,7 +42,10 @@
 //!    and stderr in files of the trial directory: **nothing the trial
 //!    prints reaches the reply**, so a trial cannot forge a frame. With
 //!    [`AgentOptions::self_timeout`] a watchdog kills the run's group a
-//!    margin after its timeout. The first run that fails ends the runs;
+//!    margin after its timeout. The first run that fails ends the runs.
+//!    With a checkpoint (`AttemptSpec::checkpoint`), each run first gets
+//!    a fresh copy of the committed state (`cp -RP`) or an empty
+//!    directory; when that fails, a `setup` frame ends the runs;
 //! 5. size, tail (and, for stderr, head) of the last run's streams;
 //! 6. only when every run exited 0: the result file, the sha256 of each
 //!    declared output (computed on the host), the tolerance files, the
@@ -314,6 +317,20 @@ fn attempt_body(spec: &AttemptSpec, opts: &AgentOptions) -> Result<String, Strin
         .map(|_| Phase::Warmup.as_str())
         .chain(std::iter::once(Phase::Measure.as_str()))
         .collect();
+    // `fidelity.continuation`: every run starts from a fresh copy of the
+    // committed checkpoint (symbolic links copied as links), or an empty
+    // directory.
+    match &spec.checkpoint {
+        Some(c) => {
+            let _ = writeln!(
+                s,
+                "tc_ck_run={}\ntc_ck_state={}",
+                q(&c.run_dir),
+                c.state_dir.as_deref().map_or("''".to_string(), q)
+            );
+        }
+        None => s.push_str("tc_ck_run=\n"),
+    }
     let _ = writeln!(
         s,
         "tc_ok=1\ntc_first=1\nfor tc_phase in {}; do",
@@ -321,6 +338,12 @@ fn attempt_body(spec: &AttemptSpec, opts: &AgentOptions) -> Result<String, Strin
     );
     // The directory is new: only runs after the first can find old files.
     let _ = writeln!(s, "  [ $tc_first = 1 ] || {removals}\n  tc_first=0");
+    s.push_str(
+        "  if [ -n \"$tc_ck_run\" ]; then\n\
+         \x20   rm -rf \"$tc_ck_run\" && if [ -n \"$tc_ck_state\" ]; then cp -RP \"$tc_ck_state\" \"$tc_ck_run\"; else mkdir -p \"$tc_ck_run\"; fi \\\n\
+         \x20     || { printf '@@tunectl setup cannot prepare the checkpoint directory %s\\n' \"$tc_ck_run\"; tc_ok=0; break; }\n\
+         \x20 fi\n",
+    );
     s.push_str("  TUNECTL_PHASE=$tc_phase; export TUNECTL_PHASE\n");
     // Where no launcher watches the run, the host's clock times it (where
     // `date` has nanoseconds); otherwise the launcher times it between the
@@ -830,6 +853,7 @@ pub(crate) fn fill_outcome(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::exec::checkpoint::RunCheckpoint;
 
     #[test]
     fn headers_parse() {
@@ -1182,6 +1206,55 @@ mod tests {
             !std::path::Path::new(&dir).exists(),
             "a success leaves no directory"
         );
+    }
+
+    /// With a checkpoint, each run starts from a fresh copy of the
+    /// committed state (links kept as links): the warm-up's change is gone
+    /// before the counted run. A state that cannot be copied ends the runs
+    /// with a `setup` frame.
+    #[tokio::test]
+    async fn each_run_starts_from_a_fresh_copy_of_the_checkpoint() {
+        let root = tempfile::tempdir().expect("tempdir");
+        let state = root.path().join("state");
+        std::fs::create_dir_all(&state).expect("state");
+        std::fs::write(state.join("at"), "1").expect("at");
+        std::os::unix::fs::symlink("/nowhere", state.join("link")).expect("link");
+        let run_dir = root.path().join("run-a1").display().to_string();
+        let log = root.path().join("seen.log").display().to_string();
+        let mut spec = spec(&root.path().join("trial").display().to_string());
+        spec.outputs.clear();
+        spec.tolerance_files.clear();
+        spec.command =
+            format!("cd \"$CK\" && {{ cat at; readlink link; }} >>{log} && echo changed >at");
+        spec.env = vec![("CK".into(), run_dir.clone())];
+        spec.checkpoint = Some(RunCheckpoint {
+            run_dir: run_dir.clone(),
+            state_dir: Some(state.display().to_string()),
+            resume_from: Some(1.0),
+        });
+        let got = run_agent(&spec).await;
+        assert!(got.ended && got.setup.is_none());
+        assert_eq!(
+            std::fs::read_to_string(&log).expect("log"),
+            "1/nowhere\n1/nowhere\n"
+        );
+        assert_eq!(std::fs::read_to_string(state.join("at")).expect("at"), "1");
+        // No state to copy: the attempt does not run.
+        spec.checkpoint = Some(RunCheckpoint {
+            run_dir,
+            state_dir: Some(root.path().join("gone").display().to_string()),
+            resume_from: Some(1.0),
+        });
+        let got = run_agent(&spec).await;
+        assert!(got.ended);
+        assert!(
+            got.setup
+                .as_deref()
+                .is_some_and(|s| s.starts_with("cannot prepare the checkpoint directory")),
+            "{:?}",
+            got.setup
+        );
+        assert!(got.runs.is_empty());
     }
 
     /// A persistent agent in a local `sh`, as a host would run it: two

@@ -23,8 +23,15 @@ pub struct Checked {
 }
 
 /// Sub-prefixes only a study has.
-const STUDY_PARTS: [&str; 7] = [
-    "trials", "hosts", "log", "leases", "verdicts", "index", "drops",
+const STUDY_PARTS: [&str; 8] = [
+    "trials",
+    "hosts",
+    "log",
+    "leases",
+    "verdicts",
+    "index",
+    "drops",
+    "checkpoints",
 ];
 
 impl Ledger {

@@ -16,11 +16,13 @@
 //! <study>/leases/<trial-key>.<generation>.json             lease.rs
 //! <study>/log/<stream>/<n>-<trial-key>-<attempt>.json      written before the attempt (log.rs)
 //! <study>/index/compact.json                               derived (index.rs, scan.rs)
+//! <study>/checkpoints/<key>.tar, <key>.json                a rung's committed state (checkpoint.rs)
 //! ```
 //!
 //! docs/ledger.md has the whole layout and how scans read it.
 
 pub mod check;
+pub mod checkpoint;
 pub mod index;
 pub mod lease;
 pub mod log;

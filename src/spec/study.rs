@@ -393,6 +393,12 @@ pub struct Fidelity {
     /// false. Left out of the frozen spec when false.
     #[serde(skip_serializing_if = "is_false")]
     pub prune: bool,
+    /// `fidelity.checkpoint_max_bytes`: the largest checkpoint stored in
+    /// the ledger for a next rung on another host (default
+    /// [`crate::ledger::checkpoint::DEFAULT_CHECKPOINT_MAX_BYTES`]). Where
+    /// state is kept, not what a trial means: never in the frozen spec.
+    #[serde(skip)]
+    pub checkpoint_max_bytes: Option<u64>,
 }
 
 fn is_false(b: &bool) -> bool {
@@ -2044,6 +2050,7 @@ const FIDELITY_KEYS: &[&str] = &[
     "fixed_cost",
     "continuation",
     "prune",
+    "checkpoint_max_bytes",
 ];
 
 /// Default `fidelity.eta`: each rung keeps the top third.
@@ -2126,6 +2133,10 @@ fn parse_fidelity(
         Some(n) => w.bool(n, "fidelity.prune"),
         None => Some(false),
     };
+    let checkpoint_max_bytes = match map.get_node("checkpoint_max_bytes") {
+        Some(n) => parse_byte_size(w, n, "fidelity.checkpoint_max_bytes").map(Some),
+        None => Some(None),
+    };
     let proxy = match map.get_node("metric") {
         Some(n) => {
             let name = w.string(n, "fidelity.metric");
@@ -2207,7 +2218,40 @@ fn parse_fidelity(
         fixed_cost: fixed_cost?,
         continuation: continuation?,
         prune: prune?,
+        checkpoint_max_bytes: checkpoint_max_bytes?,
     })
+}
+
+/// A size in bytes: an integer, or a number with a unit (`512 MiB`,
+/// `2GiB`, `100 KiB`, `1000 B`).
+fn parse_byte_size(w: &mut Walker, n: &Node, field: &str) -> Option<u64> {
+    let bad = |w: &mut Walker, found: &str| {
+        w.error_at(
+            n,
+            field,
+            format!("expected a size in bytes (`268435456`, `256 MiB`, `1 GiB`), found `{found}`"),
+        );
+        None
+    };
+    let text = w.string(n, field)?;
+    let t = text.trim();
+    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (digits, unit) = t.split_at(split);
+    let scale: u64 = match unit.trim() {
+        "" | "B" => 1,
+        "KiB" => 1 << 10,
+        "MiB" => 1 << 20,
+        "GiB" => 1 << 30,
+        _ => return bad(w, t),
+    };
+    match digits
+        .parse::<u64>()
+        .ok()
+        .and_then(|v| v.checked_mul(scale))
+    {
+        Some(v) => Some(v),
+        None => bad(w, t),
+    }
 }
 
 /// The span of a top-level key (where a problem of its whole section is
@@ -3030,8 +3074,21 @@ metrics: [{name: loss, better: lower}]
         );
         assert_eq!(
             problem("fidelity: {unit: samples, min_budget: 1, max_budget: 9, rate: 2}\n"),
-            "s.yaml:8:57: fidelity.rate: unknown key `rate` (expected one of: unit, min_budget, max_budget, eta, integer, metric, fixed_cost, continuation, prune)"
+            "s.yaml:8:57: fidelity.rate: unknown key `rate` (expected one of: unit, min_budget, max_budget, eta, integer, metric, fixed_cost, continuation, prune, checkpoint_max_bytes)"
         );
+        assert_eq!(
+            problem(
+                "fidelity: {unit: s, min_budget: 1, max_budget: 9, checkpoint_max_bytes: 1 TB}\n"
+            ),
+            "s.yaml:8:73: fidelity.checkpoint_max_bytes: expected a size in bytes (`268435456`, `256 MiB`, `1 GiB`), found `1 TB`"
+        );
+        for (text, bytes) in [("1000", 1000), ("'256 MiB'", 256 << 20), ("2GiB", 2 << 30)] {
+            let yaml = format!(
+                "fidelity: {{unit: s, min_budget: 1, max_budget: 9, checkpoint_max_bytes: {text}}}\n"
+            );
+            let f = load(&yaml).expect("valid").fidelity.expect("fidelity");
+            assert_eq!(f.checkpoint_max_bytes, Some(bytes), "{text}");
+        }
         assert_eq!(
             problem("fidelity: {unit: s, min_budget: 1, max_budget: 9, prune: 1}\n"),
             "s.yaml:8:58: fidelity.prune: expected true or false, found the integer 1"

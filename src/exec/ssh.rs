@@ -1201,20 +1201,27 @@ fn replace_state_script(claim: &Claim, attempt_id: &str) -> Result<String, Strin
     ))
 }
 
-/// Run `command` (one `sh -c` script) on the host with `input` as its
-/// standard input; an error when the input cannot be read whole (an
-/// archive that is not its claim's) or the command fails.
-async fn stream_into(
+/// A host command streaming one way, as `openssh` started it, and the
+/// task that keeps the start of its stderr for the error message.
+type Streaming = (
+    openssh::Child<Arc<Session>>,
+    Option<tokio::task::JoinHandle<Vec<u8>>>,
+);
+
+/// Start `command` (one `sh -c` script) on its own session of the host,
+/// with stdin and stdout as given and stderr's first 16 KiB kept.
+async fn spawn_streaming(
     session: &Arc<Session>,
     command: &str,
-    input: &mut (dyn AsyncRead + Send + Unpin),
-) -> Result<(), String> {
+    stdin: Stdio,
+    stdout: Stdio,
+) -> Result<Streaming, String> {
     let mut child = Session::to_raw_command(
         session.clone(),
         format!("exec /bin/sh -c {}", quote_word(command)),
     )
-    .stdin(Stdio::piped())
-    .stdout(Stdio::null())
+    .stdin(stdin)
+    .stdout(stdout)
     .stderr(Stdio::piped())
     .spawn()
     .await
@@ -1226,6 +1233,18 @@ async fn stream_into(
             buf
         })
     });
+    Ok((child, err))
+}
+
+/// Run `command` (one `sh -c` script) on the host with `input` as its
+/// standard input; an error when the input cannot be read whole (an
+/// archive that is not its claim's) or the command fails.
+async fn stream_into(
+    session: &Arc<Session>,
+    command: &str,
+    input: &mut (dyn AsyncRead + Send + Unpin),
+) -> Result<(), String> {
+    let (mut child, err) = spawn_streaming(session, command, Stdio::piped(), Stdio::null()).await?;
     let Some(mut stdin) = child.stdin().take() else {
         return Err("the session has no standard input".to_string());
     };
@@ -1238,11 +1257,11 @@ async fn stream_into(
         // What was read is not to be installed: the caller removes what
         // the command wrote, once it has ended.
         drop(stdin);
-        let _ = tokio::time::timeout(SMALL_COMMAND, finish_stream(child, err)).await;
+        let _ = tokio::time::timeout(SMALL_COMMAND, finish_stream((child, err))).await;
         return Err(e.to_string());
     }
     drop(stdin);
-    finish_stream(child, err).await
+    finish_stream((child, err)).await
 }
 
 /// Run `command` (one `sh -c` script) on the host and copy its standard
@@ -1252,23 +1271,7 @@ async fn stream_from(
     command: &str,
     sink: &mut (dyn AsyncWrite + Send + Unpin),
 ) -> Result<(), String> {
-    let mut child = Session::to_raw_command(
-        session.clone(),
-        format!("exec /bin/sh -c {}", quote_word(command)),
-    )
-    .stdin(Stdio::null())
-    .stdout(Stdio::piped())
-    .stderr(Stdio::piped())
-    .spawn()
-    .await
-    .map_err(|e| format!("cannot start a session: {}", error_chain(&e)))?;
-    let err = child.stderr().take().map(|mut e| {
-        tokio::spawn(async move {
-            let mut buf = Vec::new();
-            let _ = (&mut e).take(16 * 1024).read_to_end(&mut buf).await;
-            buf
-        })
-    });
+    let (mut child, err) = spawn_streaming(session, command, Stdio::null(), Stdio::piped()).await?;
     let Some(mut stdout) = child.stdout().take() else {
         return Err("the session has no standard output".to_string());
     };
@@ -1276,15 +1279,12 @@ async fn stream_from(
         return Err(e.to_string());
     }
     drop(stdout);
-    finish_stream(child, err).await
+    finish_stream((child, err)).await
 }
 
 /// Wait for a streaming session's command: an error with its stderr
 /// unless it exited 0.
-async fn finish_stream(
-    child: openssh::Child<Arc<Session>>,
-    err: Option<tokio::task::JoinHandle<Vec<u8>>>,
-) -> Result<(), String> {
+async fn finish_stream((child, err): Streaming) -> Result<(), String> {
     let status = child.wait().await.map_err(|e| error_chain(&e))?;
     let err = match err {
         Some(e) => e.await.unwrap_or_default(),

@@ -7,7 +7,6 @@ mod support;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::ffi::OsStr;
-use std::io::{Read, Write};
 use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
@@ -532,47 +531,15 @@ fn a_relaunch_elsewhere_resumes_from_the_ledger_or_from_zero_when_its_copy_is_da
     assert_eq!(rung_outcomes(&ledger), rung_outcomes(&reference));
 }
 
-/// Create a bucket on the S3 test server with a plain HTTP PUT (it takes
-/// any credentials), as tests/ledger_store.rs does.
-fn create_bucket(endpoint: &str, bucket: &str) {
-    let u = url::Url::parse(endpoint).expect("endpoint URL");
-    let host = u.host_str().expect("endpoint host").to_string();
-    let port = u.port_or_known_default().expect("endpoint port");
-    let mut s = std::net::TcpStream::connect((host.as_str(), port))
-        .unwrap_or_else(|e| panic!("cannot reach the S3 test server at {endpoint}: {e}"));
-    s.set_read_timeout(Some(Duration::from_secs(30)))
-        .expect("timeout");
-    write!(
-        s,
-        "PUT /{bucket} HTTP/1.1\r\nHost: {host}:{port}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
-    )
-    .expect("send PUT");
-    let mut answer = String::new();
-    let _ = s.read_to_string(&mut answer);
-    let status = answer.lines().next().unwrap_or("");
-    assert!(
-        status.contains(" 200"),
-        "creating bucket {bucket}: {status}"
-    );
-}
-
 #[test]
 fn a_relaunch_elsewhere_resumes_from_an_s3_ledger() {
     // The S3-compatible server of scripts/test.sh (skipped without it,
     // outside CI).
-    let endpoint = match std::env::var("TUNECTL_TEST_S3_ENDPOINT") {
-        Ok(v) if !v.trim().is_empty() => v.trim().trim_end_matches('/').to_string(),
-        _ => {
-            assert!(
-                std::env::var_os("CI").is_none_or(|v| v.is_empty()),
-                "CI is set but TUNECTL_TEST_S3_ENDPOINT is not"
-            );
-            eprintln!("skipped: TUNECTL_TEST_S3_ENDPOINT is not set");
-            return;
-        }
+    let Some(endpoint) = support::s3::endpoint() else {
+        return;
     };
     let bucket = format!("tunectl-ck-{}", std::process::id());
-    create_bucket(&endpoint, &bucket);
+    support::s3::create_bucket(&endpoint, &bucket);
     let env = ckpt_env("ck-s3", "continuation: true")
         .with_var("AWS_ACCESS_KEY_ID", "tunectl-test")
         .with_var("AWS_SECRET_ACCESS_KEY", "tunectl-test-secret")

@@ -9,45 +9,12 @@
 
 mod support;
 
-use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use assert_cmd::Command;
 use serde_json::Value as Json;
 use support::{ran_to_the_end, sshd};
-
-fn s3_endpoint() -> Option<String> {
-    match std::env::var("TUNECTL_TEST_S3_ENDPOINT") {
-        Ok(v) if !v.trim().is_empty() => Some(v.trim().trim_end_matches('/').to_string()),
-        _ => {
-            assert!(
-                std::env::var_os("CI").is_none_or(|v| v.is_empty()),
-                "CI is set but TUNECTL_TEST_S3_ENDPOINT is not: run ./scripts/test.sh"
-            );
-            eprintln!("skipped: TUNECTL_TEST_S3_ENDPOINT is not set; run ./scripts/test.sh");
-            None
-        }
-    }
-}
-
-fn create_bucket(endpoint: &str, bucket: &str) {
-    let hostport = endpoint.trim_start_matches("http://");
-    let mut s = std::net::TcpStream::connect(hostport).expect("reach the S3 test server");
-    s.set_read_timeout(Some(Duration::from_secs(30)))
-        .expect("timeout");
-    write!(
-        s,
-        "PUT /{bucket} HTTP/1.1\r\nHost: {hostport}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
-    )
-    .expect("send PUT");
-    let mut answer = String::new();
-    let _ = s.read_to_string(&mut answer);
-    assert!(
-        answer.lines().next().unwrap_or("").contains(" 200"),
-        "creating bucket {bucket}: {answer}"
-    );
-}
 
 /// Build the quickstart workload (release, its own target dir) and lay the
 /// study out in `dir` as `examples/quickstart/run.sh` does.
@@ -156,13 +123,13 @@ fn the_latency_limit_holds(report: &Json) {
 
 #[test]
 fn the_quickstart_runs_on_s3_as_on_a_local_ledger() {
-    let Some(endpoint) = s3_endpoint() else {
+    let Some(endpoint) = support::s3::endpoint() else {
         return;
     };
     let tmp = tempfile::tempdir().expect("tempdir");
     let study = quickstart_in(tmp.path());
     let bucket = format!("quickstart-{}", std::process::id());
-    create_bucket(&endpoint, &bucket);
+    support::s3::create_bucket(&endpoint, &bucket);
 
     let local = tmp.path().join("ledger").display().to_string();
     let s3 = format!("s3://{bucket}/ledgers");

@@ -5,6 +5,7 @@
 //!   tunectl commands on the local host;
 //! - [`fake`]: the FAKE trial program and its documented profile;
 //! - [`ledger_files`]: a local ledger's attempt records, read from its files;
+//! - [`s3`]: the S3-compatible test server and its buckets;
 //! - [`sshd`], [`slurm`]: real sshd fleets and Slurm clusters on this machine
 //!   (`slurm` is also included by benches/slurm_calls.rs, so it stands alone).
 #![allow(dead_code)]
@@ -12,6 +13,7 @@
 pub mod env;
 pub mod fake;
 pub mod ledger_files;
+pub mod s3;
 pub mod slurm;
 pub mod sshd;
 

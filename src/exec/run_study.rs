@@ -952,9 +952,14 @@ impl<'a> Launch<'a> {
             .unwrap_or_default();
         let class_id = &self.plan.classes[class].id;
         let cells: HashSet<u32> = cells.iter().copied().collect();
-        let analysis = crate::report::analyze_where(&self.record, &scan, &hosts, &[], |a| {
-            a.host_class == *class_id && cells.contains(&a.cell_index)
-        });
+        let analysis = crate::report::analysis::analyze_scoped(
+            &self.record,
+            &scan,
+            &hosts,
+            &[],
+            crate::report::analysis::Scope::Decisions,
+            |a| a.host_class == *class_id && cells.contains(&a.cell_index),
+        );
         let report = analysis
             .classes
             .iter()

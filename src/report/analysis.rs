@@ -599,6 +599,32 @@ pub fn analyze_where(
     plans: &[PlanRecord],
     keep: impl Fn(&AttemptRecord) -> bool,
 ) -> Analysis {
+    analyze_scoped(study, scan, hosts, plans, Scope::Everything, keep)
+}
+
+/// How much of an [`Analysis`] to build.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scope {
+    /// What `report` shows: also each class's next levers and its trace of
+    /// anchors and rungs (the HTML report's charts).
+    Everything,
+    /// The decisions, with all they rest on (cells, buckets, search rows),
+    /// and neither next levers nor traces (left empty): what a launch needs
+    /// to confirm a draft winner and to write verdict records, which hold
+    /// neither. Each bucket's decision is the same as with `Everything`.
+    Decisions,
+}
+
+/// [`analyze_where`] building only what `scope` asks for.
+pub fn analyze_scoped(
+    study: &StudyRecord,
+    scan: &Scan,
+    hosts: &[HostRecord],
+    plans: &[PlanRecord],
+    scope: Scope,
+    keep: impl Fn(&AttemptRecord) -> bool,
+) -> Analysis {
+    let everything = scope == Scope::Everything;
     let spec = &study.spec;
     let objective = MetricInfo::of(&spec.objective);
     let rules = Rules {
@@ -650,10 +676,12 @@ pub fn analyze_where(
             RoleKind::Rung => {
                 tree.entry(a.host_class.as_str()).or_default();
                 rungs.entry(a.host_class.as_str()).or_default().push(a);
-                traces
-                    .entry(a.host_class.as_str())
-                    .or_default()
-                    .push((*a).clone());
+                if everything {
+                    traces
+                        .entry(a.host_class.as_str())
+                        .or_default()
+                        .push((*a).clone());
+                }
                 continue;
             }
             // Measured for a purpose this tunectl does not know: no
@@ -674,10 +702,12 @@ pub fn analyze_where(
         match a.role {
             RoleKind::Anchor => {
                 anchors += 1;
-                traces
-                    .entry(a.host_class.as_str())
-                    .or_default()
-                    .push((*a).clone());
+                if everything {
+                    traces
+                        .entry(a.host_class.as_str())
+                        .or_default()
+                        .push((*a).clone());
+                }
             }
             RoleKind::Confirm => group.confirm.push(a),
             _ => group.sweep.push(a),
@@ -798,15 +828,19 @@ pub fn analyze_where(
             .get(class_id)
             .map(|r| r.iter().map(|a| &*a.config).collect())
             .unwrap_or_default();
-        let next = super::levers::next_steps(
-            spec,
-            &cell_reports,
-            &screened,
-            &buckets,
-            trials_left,
-            rules.higher,
-            rules.min_samples,
-        );
+        let next = if everything {
+            super::levers::next_steps(
+                spec,
+                &cell_reports,
+                &screened,
+                &buckets,
+                trials_left,
+                rules.higher,
+                rules.min_samples,
+            )
+        } else {
+            Default::default()
+        };
         classes.push(ClassReport {
             host_class: class_id.to_string(),
             label,

@@ -11,6 +11,6 @@ pub mod render;
 pub mod terminal;
 pub mod verdicts;
 
-pub use analysis::{Analysis, analyze, analyze_planned, analyze_where};
+pub use analysis::{Analysis, analyze, analyze_planned};
 pub use render::{Format, render};
 pub use verdicts::{analyze_ledger, write_verdicts};

@@ -7,7 +7,7 @@
 use serde_json::{Value as J, json};
 
 use crate::ledger::{Ledger, LedgerError, StudyRecord};
-use crate::report::analysis::{Analysis, BucketReport, ClassReport, analyze_planned};
+use crate::report::analysis::{Analysis, BucketReport, ClassReport, Scope, analyze_scoped};
 use crate::spec::FrozenSpec;
 
 /// The analysis of study `id` (recorded as `record`) from what `ledger`
@@ -17,10 +17,21 @@ pub async fn analyze_ledger(
     id: &str,
     record: &StudyRecord,
 ) -> Result<Analysis, LedgerError> {
+    analyze_ledger_scoped(ledger, id, record, Scope::Everything).await
+}
+
+async fn analyze_ledger_scoped(
+    ledger: &Ledger,
+    id: &str,
+    record: &StudyRecord,
+    scope: Scope,
+) -> Result<Analysis, LedgerError> {
     let scan = ledger.scan(id).await?;
     let plans = ledger.plans(id).await?;
     let (hosts, _) = ledger.hosts(id).await?;
-    Ok(analyze_planned(record, &scan, &hosts, &plans))
+    Ok(analyze_scoped(record, &scan, &hosts, &plans, scope, |_| {
+        true
+    }))
 }
 
 /// The verdict record of one bucket of one host class: the bucket's
@@ -47,7 +58,9 @@ pub fn verdict_record(analysis: &Analysis, class: &ClassReport, bucket: &BucketR
 /// Derive study `study_id`'s analysis from `ledger` (judged by
 /// `judged_by`'s settings when given, else by those stored) and write the
 /// verdict record of every bucket of every host class, calling `written`
-/// after each. `Ok(None)`: the ledger holds no such study.
+/// after each. `Ok(None)`: the ledger holds no such study. The analysis
+/// returned holds the decisions only ([`Scope::Decisions`]): no next
+/// levers, no traces.
 pub async fn write_verdicts(
     ledger: &Ledger,
     study_id: &str,
@@ -60,7 +73,7 @@ pub async fn write_verdicts(
     if let Some(by) = judged_by {
         record.spec = record.spec.judged_by(by);
     }
-    let analysis = analyze_ledger(ledger, study_id, &record).await?;
+    let analysis = analyze_ledger_scoped(ledger, study_id, &record, Scope::Decisions).await?;
     for class in &analysis.classes {
         for bucket in &class.buckets {
             let value = verdict_record(&analysis, class, bucket);

@@ -21,7 +21,7 @@ use super::{ClassStatus, count};
 use crate::commands::{CliError, failed, say_err};
 use crate::ledger::records::{AttemptRecord, AttemptStatus};
 use crate::ledger::{Ledger, Scan, StudyRecord};
-use crate::report::analysis::{Analysis, BucketReport, ConfigReport, Level, analyze_planned};
+use crate::report::analysis::{Analysis, BucketReport, ConfigReport, Level, Scope, analyze_scoped};
 use crate::spec::Study;
 use crate::trial::RoleKind;
 
@@ -314,7 +314,8 @@ async fn read(w: &Watched) -> Result<(Frame, usize), CliError> {
     let classes: Vec<ClassStatus> = count(&w.study_id, w.study.as_ref(), &scan, &hosts, &leases)
         .into_values()
         .collect();
-    let analysis = analyze_planned(&w.record, &scan, &hosts, &plans);
+    // The watch shows decisions and live counts, never next levers.
+    let analysis = analyze_scoped(&w.record, &scan, &hosts, &plans, Scope::Decisions, |_| true);
     Ok((frame(w.study.as_ref(), &scan, &classes, &analysis), writers))
 }
 

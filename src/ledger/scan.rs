@@ -32,6 +32,8 @@ use super::log::{self, Entry, Mark};
 use super::records::{self, AttemptRecord, SharedStr};
 use super::{CorruptObject, Ledger, LedgerError, Scan};
 
+mod local;
+
 /// `.void` markers: trial key → attempt ids.
 type Voids = HashMap<String, HashSet<String>>;
 
@@ -315,6 +317,27 @@ impl Known {
     }
 }
 
+/// What a full scan does with a file listed under `<study>/trials/`.
+enum Listed<'a> {
+    /// A `.void` marker: (trial key, attempt id).
+    Void(&'a str, &'a str),
+    /// A stored log or other companion of an attempt: not read.
+    Companion,
+    /// An attempt object (or something else, which reads as unreadable).
+    Read,
+}
+
+fn listed_as(key: &str) -> Listed<'_> {
+    match split_object(key) {
+        Some((trial, file)) => match file.strip_suffix(".void") {
+            Some(attempt) => Listed::Void(trial, attempt),
+            None if !file.ends_with(".json") => Listed::Companion,
+            None => Listed::Read,
+        },
+        None => Listed::Read,
+    }
+}
+
 /// Is the record stored where its own fields say it belongs
 /// (`<study>/trials/<trial_key>/<attempt_id>.json`)?
 fn matches_location(key: &ObjPath, rec: &AttemptRecord) -> bool {
@@ -492,6 +515,47 @@ impl Ledger {
         out
     }
 
+    /// Every object key under `<study>/trials/`, and the attempt objects
+    /// among them read (see [`listed_as`]). A local ledger is walked and
+    /// read with plain file reads on threads of its own (`local.rs`);
+    /// any other store is listed, then read 32 objects at a time.
+    async fn list_and_read_trials(
+        &self,
+        study: &str,
+    ) -> Result<(Vec<String>, Vec<Got>), LedgerError> {
+        let reads = |k: &str| matches!(listed_as(k), Listed::Read);
+        if let Some(root) = &self.local_root {
+            let (root, owned, url) = (root.clone(), study.to_string(), self.url.clone());
+            let (keys, got) =
+                tokio::task::spawn_blocking(move || local::read_trials(&root, &owned, &url, reads))
+                    .await
+                    .map_err(|e| LedgerError::Io {
+                        url: self.url.clone(),
+                        op: "list",
+                        key: format!("{study}/trials"),
+                        message: e.to_string(),
+                    })??;
+            let mut interner = Interner::default();
+            let got = got
+                .into_iter()
+                .map(|g| match g {
+                    Got::Record(r) => Got::Record(Box::new(interner.record(*r))),
+                    other => other,
+                })
+                .collect();
+            return Ok((keys, got));
+        }
+        let all: Vec<String> = self
+            .list(&ObjPath::from(format!("{study}/trials")))
+            .await?
+            .into_iter()
+            .map(|k| k.as_ref().to_string())
+            .collect();
+        let keys = all.iter().filter(|k| reads(k)).cloned().collect();
+        let got = self.fetch(keys).await;
+        Ok((all, got))
+    }
+
     /// Entries of the arrival log listed from `keys`: per stream, the
     /// numbers seen (and which is the end), and the objects named; `false`
     /// when an entry names nothing tunectl can tell (not written by
@@ -539,31 +603,22 @@ impl Ledger {
             .map(|(s, ns)| (s.clone(), log::advance(Mark::default(), ns)))
             .collect();
 
-        let all = self.list(&ObjPath::from(format!("{study}/trials"))).await?;
+        let (all, got) = self.list_and_read_trials(study).await?;
         let mut voids = Voids::new();
         let mut present: HashSet<String> = HashSet::new();
-        let mut keys = Vec::new();
-        for k in all {
-            let text = k.as_ref().to_string();
-            let parts: Vec<&str> = text.split('/').collect();
-            match parts.last() {
-                Some(name) if parts.len() == 4 && name.ends_with(".void") => {
-                    let attempt = name.trim_end_matches(".void").to_string();
+        for text in all {
+            match listed_as(&text) {
+                Listed::Void(trial, attempt) => {
                     voids
-                        .entry(parts[2].to_string())
+                        .entry(trial.to_string())
                         .or_default()
-                        .insert(attempt);
-                    present.insert(text);
+                        .insert(attempt.to_string());
                 }
-                // Stored logs and other companions of an attempt.
-                Some(name) if parts.len() == 4 && !name.ends_with(".json") => {}
-                _ => {
-                    present.insert(text.clone());
-                    keys.push(text);
-                }
+                Listed::Companion => continue,
+                Listed::Read => {}
             }
+            present.insert(text);
         }
-        let got = self.fetch(keys).await;
         let mut records = Vec::new();
         let mut corrupt = Vec::new();
         let mut unresolved: BTreeSet<String> =
@@ -1090,5 +1145,116 @@ mod tests {
                 .collect()
         };
         assert_eq!(b(&unordered), b(&ordered));
+    }
+
+    /// The plain-file walk of a local ledger (`local.rs`) finds and reads
+    /// what the object store's own listing and reads find, odd files
+    /// included: a `.void` marker, a companion log, a staging file, an
+    /// unreadable object, a record copied under another trial's key, a
+    /// file directly under `trials/`, one nested deeper, and a trial
+    /// directory reached through a symbolic link.
+    #[tokio::test]
+    async fn a_local_walk_finds_what_the_store_listing_finds() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let url = dir.path().display().to_string();
+        let a = Ledger::open(&url).expect("open");
+        for n in 1..=4u8 {
+            let status = if n == 3 { "failed" } else { "ok" };
+            a.write_attempt(&rec(
+                &trial(n),
+                &format!("20260101T000000.000000Z-0{n}"),
+                status,
+            ))
+            .await
+            .expect("write");
+        }
+        a.write_void(
+            S,
+            &records::VoidRecord {
+                schema: 1,
+                trial_key: trial(2),
+                attempt_id: "20260101T000000.000000Z-02".into(),
+                reason: "drift".into(),
+                at: "now".into(),
+            },
+        )
+        .await
+        .expect("void");
+        let trials = dir.path().join(S).join("trials");
+        let put = |rel: &str, body: &[u8]| {
+            let p = trials.join(rel);
+            std::fs::create_dir_all(p.parent().expect("parent")).expect("mkdir");
+            std::fs::write(p, body).expect("write");
+        };
+        put(&format!("{}/x.log", trial(1)), b"a companion");
+        put(&format!("{}/y.json#7", trial(1)), b"a staging file");
+        put("staged.json#12", b"a staging file, read if it were listed");
+        put(&format!("{}/bad.json", trial(5)), b"{not json");
+        let copied = std::fs::read(
+            trials
+                .join(trial(1))
+                .join("20260101T000000.000000Z-01.json"),
+        )
+        .expect("read");
+        put(
+            &format!("{}/20260101T000000.000000Z-01.json", trial(6)),
+            &copied,
+        );
+        put("loose.json", b"{}");
+        put(&format!("{}/deeper/z.json", trial(4)), b"{}");
+        // A trial directory elsewhere, linked in.
+        let elsewhere = tempfile::tempdir().expect("tempdir");
+        let linked = elsewhere.path().join(trial(7));
+        std::fs::create_dir_all(&linked).expect("mkdir");
+        let mut r7 = rec(&trial(7), "20260101T000000.000000Z-07", "ok");
+        r7.metrics.insert("t".into(), vec![7.0]);
+        std::fs::write(
+            linked.join("20260101T000000.000000Z-07.json"),
+            serde_json::to_vec_pretty(&r7).expect("json"),
+        )
+        .expect("write");
+        std::os::unix::fs::symlink(&linked, trials.join(trial(7))).expect("symlink");
+
+        let walked = Ledger::open(&url).expect("open");
+        assert!(walked.local_root.is_some());
+        let walked = walked.scan_full(S).await.expect("walk");
+        let store =
+            object_store::local::LocalFileSystem::new_with_prefix(dir.path()).expect("store");
+        let listed = Ledger::with_store(Arc::new(store), url.clone());
+        let listed = listed.scan_full(S).await.expect("listing");
+
+        assert_eq!(ids(&walked), ids(&listed));
+        assert_eq!(
+            ids(&walked),
+            [1u8, 3, 4, 7]
+                .iter()
+                .map(|n| (trial(*n), format!("20260101T000000.000000Z-0{n}")))
+                .collect::<Vec<_>>()
+        );
+        assert_eq!((walked.voided, listed.voided), (1, 1));
+        let corrupt = |s: &Scan| -> Vec<(String, String)> {
+            s.corrupt
+                .iter()
+                .map(|c| (c.key.clone(), c.reason.clone()))
+                .collect()
+        };
+        assert_eq!(corrupt(&walked), corrupt(&listed));
+        let keys: Vec<String> = walked.corrupt.iter().map(|c| c.key.clone()).collect();
+        assert_eq!(
+            keys,
+            vec![
+                format!("{S}/trials/{}/deeper/z.json", trial(4)),
+                format!("{S}/trials/{}/bad.json", trial(5)),
+                format!("{S}/trials/{}/20260101T000000.000000Z-01.json", trial(6)),
+                format!("{S}/trials/loose.json"),
+            ]
+        );
+        // Field for field, the records agree.
+        for (w, l) in walked.attempts.iter().zip(&listed.attempts) {
+            assert_eq!(
+                serde_json::to_value(w).expect("json"),
+                serde_json::to_value(l).expect("json")
+            );
+        }
     }
 }

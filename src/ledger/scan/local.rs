@@ -1,0 +1,273 @@
+//! A full scan of a local ledger with plain file reads.
+//!
+//! The object store's local backend lists with one `statx` per file and
+//! reads each object through its own hand-off to tokio's blocking pool:
+//! for 100,000 attempts that is most of a first read's time, spent in
+//! the kernel and in waking threads. A local ledger is a directory, so a
+//! full scan here walks `<study>/trials/` with `read_dir` and reads every
+//! file on a few threads of its own, each thread working through whole
+//! trial directories.
+//!
+//! What it finds is what the backend's listing finds: every file under
+//! `<study>/trials/`, symbolic links followed, less the backend's staging
+//! files (names ending `#<digits>`), named by their path under the ledger
+//! root.
+
+use std::fs::File;
+use std::io::{ErrorKind, Read};
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+
+use object_store::path::Path as ObjPath;
+
+use super::{Got, Interner, check_record};
+use crate::ledger::index;
+use crate::ledger::{CorruptObject, LedgerError};
+
+/// Worker threads: a few more than the cores, so that a thread waiting
+/// on a cold disk does not leave a core idle.
+fn workers() -> usize {
+    std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(2)
+        .clamp(2, 8)
+}
+
+/// A file found under `<study>/trials/`: its object key and where it is.
+struct Found {
+    key: String,
+    path: PathBuf,
+}
+
+/// Files the object store's local backend does not list: its staging
+/// files, named `<name>#<digits>`.
+fn staged(name: &str) -> bool {
+    name.rsplit_once('#')
+        .is_some_and(|(_, n)| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+}
+
+/// Every file under `dir` (object key prefix `prefix`), depth first,
+/// symbolic links followed.
+fn walk(dir: &Path, prefix: &str, out: &mut Vec<Found>) -> std::io::Result<()> {
+    for entry in std::fs::read_dir(dir)? {
+        let entry = entry?;
+        let os_name = entry.file_name();
+        let Some(name) = os_name.to_str() else {
+            tracing::warn!(
+                path = %entry.path().display(),
+                "ignoring a ledger file whose name is not UTF-8"
+            );
+            continue;
+        };
+        let mut kind = entry.file_type()?;
+        if kind.is_symlink() {
+            match std::fs::metadata(entry.path()) {
+                Ok(m) => kind = m.file_type(),
+                // A dangling link names nothing.
+                Err(e) if e.kind() == ErrorKind::NotFound => continue,
+                Err(e) => return Err(e),
+            }
+        }
+        let key = format!("{prefix}/{name}");
+        if kind.is_dir() {
+            walk(&entry.path(), &key, out)?;
+        } else if kind.is_file() && !staged(name) {
+            out.push(Found {
+                key,
+                path: entry.path(),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// Open without updating the access time where the file system lets this
+/// process (it must own the file); the first refusal turns it off.
+fn open(path: &Path, noatime: &AtomicBool) -> std::io::Result<File> {
+    if noatime.load(Ordering::Relaxed) {
+        match std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NOATIME)
+            .open(path)
+        {
+            Err(e) if e.raw_os_error() == Some(libc::EPERM) => {
+                noatime.store(false, Ordering::Relaxed);
+            }
+            other => return other,
+        }
+    }
+    File::open(path)
+}
+
+/// What one file holds, as the store-backed scan would classify it.
+fn read_one(
+    found: Found,
+    url: &str,
+    noatime: &AtomicBool,
+    buf: &mut Vec<u8>,
+    interner: &mut Interner,
+) -> Got {
+    let Found { key, path } = found;
+    buf.clear();
+    let read = open(&path, noatime).and_then(|mut f| f.read_to_end(buf));
+    match read {
+        Ok(_) => match check_record(&ObjPath::from(key.as_str()), buf) {
+            Ok(rec) => Got::Record(Box::new(interner.record(index::slim(rec)))),
+            Err(reason) => Got::Corrupt(CorruptObject { key, reason }),
+        },
+        // Listed, then gone.
+        Err(e) if e.kind() == ErrorKind::NotFound => Got::Missing(key),
+        Err(e) => Got::Failed(CorruptObject {
+            reason: LedgerError::Io {
+                url: url.to_string(),
+                op: "read",
+                key: key.clone(),
+                message: format!("{}: {e}", path.display()),
+            }
+            .to_string(),
+            key,
+        }),
+    }
+}
+
+/// Every file under `<root>/<study>/trials/`: the keys of all of them,
+/// and what was read of those `reads(key)` accepts.
+pub(crate) fn read_trials(
+    root: &Path,
+    study: &str,
+    url: &str,
+    reads: impl Fn(&str) -> bool + Sync,
+) -> Result<(Vec<String>, Vec<Got>), LedgerError> {
+    let prefix = format!("{study}/trials");
+    let dir = root.join(&prefix);
+    let list_err = |e: std::io::Error| LedgerError::Io {
+        url: url.to_string(),
+        op: "list",
+        key: prefix.clone(),
+        message: format!("{}: {e}", dir.display()),
+    };
+    let top = match std::fs::read_dir(&dir) {
+        Ok(rd) => rd,
+        Err(e) if e.kind() == ErrorKind::NotFound => return Ok((Vec::new(), Vec::new())),
+        Err(e) => return Err(list_err(e)),
+    };
+    // The trial directories are the units of work; files directly under
+    // `trials/` (none that tunectl writes) are read with the first.
+    let mut dirs: Vec<(PathBuf, String)> = Vec::new();
+    let mut loose: Vec<Found> = Vec::new();
+    for entry in top {
+        let entry = entry.map_err(list_err)?;
+        let os_name = entry.file_name();
+        let Some(name) = os_name.to_str() else {
+            tracing::warn!(
+                path = %entry.path().display(),
+                "ignoring a ledger file whose name is not UTF-8"
+            );
+            continue;
+        };
+        let key = format!("{prefix}/{name}");
+        let mut kind = entry.file_type().map_err(list_err)?;
+        if kind.is_symlink() {
+            match std::fs::metadata(entry.path()) {
+                Ok(m) => kind = m.file_type(),
+                Err(e) if e.kind() == ErrorKind::NotFound => continue,
+                Err(e) => return Err(list_err(e)),
+            }
+        }
+        if kind.is_dir() {
+            dirs.push((entry.path(), key));
+        } else if kind.is_file() && !staged(name) {
+            loose.push(Found {
+                key,
+                path: entry.path(),
+            });
+        }
+    }
+
+    let next = AtomicUsize::new(0);
+    let noatime = AtomicBool::new(true);
+    let failure: Mutex<Option<LedgerError>> = Mutex::new(None);
+    // Each worker: (every key it found, what it read).
+    let work = |mut files: Vec<Found>| {
+        let mut keys = Vec::new();
+        let mut got = Vec::new();
+        let mut buf = Vec::with_capacity(8192);
+        // Records share what repeats as they are read (a worker's copies
+        // of each config, label and host; the caller makes them one).
+        let mut interner = Interner::default();
+        loop {
+            for f in files.drain(..) {
+                keys.push(f.key.clone());
+                if reads(&f.key) {
+                    got.push(read_one(f, url, &noatime, &mut buf, &mut interner));
+                }
+            }
+            let i = next.fetch_add(1, Ordering::Relaxed);
+            let Some((path, key)) = dirs.get(i) else {
+                break;
+            };
+            match walk(path, key, &mut files) {
+                Ok(()) => {}
+                // Removed while listed: nothing to read there.
+                Err(e) if e.kind() == ErrorKind::NotFound => files.clear(),
+                Err(e) => {
+                    let mut slot = failure.lock().unwrap_or_else(|p| p.into_inner());
+                    slot.get_or_insert(LedgerError::Io {
+                        url: url.to_string(),
+                        op: "list",
+                        key: key.clone(),
+                        message: format!("{}: {e}", path.display()),
+                    });
+                    // Stop every worker: the scan fails as a listing does.
+                    next.store(usize::MAX / 2, Ordering::Relaxed);
+                    break;
+                }
+            }
+        }
+        (keys, got)
+    };
+    let mut first = Some(loose);
+    let parts: Vec<(Vec<String>, Vec<Got>)> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..workers())
+            .map(|_| {
+                let files = first.take().unwrap_or_default();
+                s.spawn(|| work(files))
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| match h.join() {
+                Ok(part) => part,
+                // A worker's panic is this scan's: never a scan that
+                // silently misses what that worker read.
+                Err(panic) => std::panic::resume_unwind(panic),
+            })
+            .collect()
+    });
+    if let Some(e) = failure.into_inner().unwrap_or_else(|p| p.into_inner()) {
+        return Err(e);
+    }
+    let mut keys = Vec::new();
+    let mut got = Vec::new();
+    for (k, g) in parts {
+        keys.extend(k);
+        got.extend(g);
+    }
+    Ok((keys, got))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn staging_files_are_not_objects() {
+        assert!(staged("x.json#1"));
+        assert!(staged("a#0042"));
+        assert!(!staged("a#"));
+        assert!(!staged("a#b1"));
+        assert!(!staged("20260101T000000.000000Z-01.json"));
+    }
+}

@@ -2318,6 +2318,19 @@ mod tests {
         assert_eq!(next.untried.len(), 1);
         assert_eq!(next.untried[0].values, [serde_json::json!(4)]);
         assert_eq!(next.untried[0].possible_causes, ["budget"]);
+
+        // A launch's analysis decides the same and leaves the levers out.
+        let d = analyze_scoped(&study, &scan, &[], &[], Scope::Decisions, |_| true);
+        let a = analyze_scoped(&study, &scan, &[], &[], Scope::Everything, |_| true);
+        assert!(!a.classes[0].next.effects.is_empty());
+        let json = |x: &Analysis| {
+            let mut v = serde_json::to_value(x).expect("json");
+            v["classes"][0]["next"] = serde_json::Value::Null;
+            v
+        };
+        assert_eq!(json(&d), json(&a));
+        assert!(d.classes[0].next.effects.is_empty());
+        assert!(d.classes[0].buckets[0].winner.is_some());
     }
 
     #[test]

@@ -515,18 +515,19 @@ impl Ledger {
         out
     }
 
-    /// Every object key under `<study>/trials/`, and the attempt objects
-    /// among them read (see [`listed_as`]). A local ledger is walked and
-    /// read with plain file reads on threads of its own (`local.rs`);
-    /// any other store is listed, then read 32 objects at a time.
+    /// Every object key under `<study>/trials/`, the attempt records read
+    /// among them (see [`listed_as`]), and what else reading them found. A
+    /// local ledger is walked and read with plain file reads on threads of
+    /// its own (`local.rs`); any other store is listed, then read 32
+    /// objects at a time.
     async fn list_and_read_trials(
         &self,
         study: &str,
-    ) -> Result<(Vec<String>, Vec<Got>), LedgerError> {
+    ) -> Result<(Vec<String>, Vec<AttemptRecord>, Vec<Got>), LedgerError> {
         let reads = |k: &str| matches!(listed_as(k), Listed::Read);
         if let Some(root) = &self.local_root {
             let (root, owned, url) = (root.clone(), study.to_string(), self.url.clone());
-            let (keys, got) =
+            let (keys, records, got) =
                 tokio::task::spawn_blocking(move || local::read_trials(&root, &owned, &url, reads))
                     .await
                     .map_err(|e| LedgerError::Io {
@@ -535,15 +536,11 @@ impl Ledger {
                         key: format!("{study}/trials"),
                         message: e.to_string(),
                     })??;
+            // Each worker shared what repeats among its own records; one
+            // pass here makes every record share with all the others.
             let mut interner = Interner::default();
-            let got = got
-                .into_iter()
-                .map(|g| match g {
-                    Got::Record(r) => Got::Record(Box::new(interner.record(*r))),
-                    other => other,
-                })
-                .collect();
-            return Ok((keys, got));
+            let records = records.into_iter().map(|r| interner.record(r)).collect();
+            return Ok((keys, records, got));
         }
         let all: Vec<String> = self
             .list(&ObjPath::from(format!("{study}/trials")))
@@ -552,8 +549,15 @@ impl Ledger {
             .map(|k| k.as_ref().to_string())
             .collect();
         let keys = all.iter().filter(|k| reads(k)).cloned().collect();
-        let got = self.fetch(keys).await;
-        Ok((all, got))
+        let mut records = Vec::new();
+        let mut other = Vec::new();
+        for g in self.fetch(keys).await {
+            match g {
+                Got::Record(r) => records.push(*r),
+                g => other.push(g),
+            }
+        }
+        Ok((all, records, other))
     }
 
     /// Entries of the arrival log listed from `keys`: per stream, the
@@ -603,7 +607,7 @@ impl Ledger {
             .map(|(s, ns)| (s.clone(), log::advance(Mark::default(), ns)))
             .collect();
 
-        let (all, got) = self.list_and_read_trials(study).await?;
+        let (all, mut records, got) = self.list_and_read_trials(study).await?;
         let mut voids = Voids::new();
         let mut present: HashSet<String> = HashSet::new();
         for text in all {
@@ -619,7 +623,6 @@ impl Ledger {
             }
             present.insert(text);
         }
-        let mut records = Vec::new();
         let mut corrupt = Vec::new();
         let mut unresolved: BTreeSet<String> =
             named.into_iter().filter(|o| !present.contains(o)).collect();

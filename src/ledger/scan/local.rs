@@ -24,7 +24,7 @@ use object_store::path::Path as ObjPath;
 
 use super::{Got, Interner, check_record};
 use crate::ledger::index;
-use crate::ledger::{CorruptObject, LedgerError};
+use crate::ledger::{AttemptRecord, CorruptObject, LedgerError};
 
 /// Worker threads: a few more than the cores, so that a thread waiting
 /// on a cold disk does not leave a core idle.
@@ -101,20 +101,21 @@ fn open(path: &Path, noatime: &AtomicBool) -> std::io::Result<File> {
     File::open(path)
 }
 
-/// What one file holds, as the store-backed scan would classify it.
+/// What one file holds, as the store-backed scan would classify it; a
+/// record is returned as is, not boxed in a [`Got`].
 fn read_one(
     found: Found,
     url: &str,
     noatime: &AtomicBool,
     buf: &mut Vec<u8>,
     interner: &mut Interner,
-) -> Got {
+) -> Result<AttemptRecord, Got> {
     let Found { key, path } = found;
     buf.clear();
     let read = open(&path, noatime).and_then(|mut f| f.read_to_end(buf));
-    match read {
+    Err(match read {
         Ok(_) => match check_record(&ObjPath::from(key.as_str()), buf) {
-            Ok(rec) => Got::Record(Box::new(interner.record(index::slim(rec)))),
+            Ok(rec) => return Ok(interner.record(index::slim(rec))),
             Err(reason) => Got::Corrupt(CorruptObject { key, reason }),
         },
         // Listed, then gone.
@@ -129,17 +130,24 @@ fn read_one(
             .to_string(),
             key,
         }),
-    }
+    })
 }
 
+/// What reading `<study>/trials/` found: every key, the records read,
+/// and what else reading found.
+type Found3 = (Vec<String>, Vec<AttemptRecord>, Vec<Got>);
+
 /// Every file under `<root>/<study>/trials/`: the keys of all of them,
-/// and what was read of those `reads(key)` accepts.
+/// and what was read of those `reads(key)` accepts. Records come back in
+/// plain vectors, not one allocation each: the threads' own allocations
+/// are freed when they end, which keeps the peak memory of a first read
+/// near that of the store-backed one.
 pub(crate) fn read_trials(
     root: &Path,
     study: &str,
     url: &str,
     reads: impl Fn(&str) -> bool + Sync,
-) -> Result<(Vec<String>, Vec<Got>), LedgerError> {
+) -> Result<Found3, LedgerError> {
     let prefix = format!("{study}/trials");
     let dir = root.join(&prefix);
     let list_err = |e: std::io::Error| LedgerError::Io {
@@ -150,7 +158,7 @@ pub(crate) fn read_trials(
     };
     let top = match std::fs::read_dir(&dir) {
         Ok(rd) => rd,
-        Err(e) if e.kind() == ErrorKind::NotFound => return Ok((Vec::new(), Vec::new())),
+        Err(e) if e.kind() == ErrorKind::NotFound => return Ok(Default::default()),
         Err(e) => return Err(list_err(e)),
     };
     // The trial directories are the units of work; files directly under
@@ -189,9 +197,10 @@ pub(crate) fn read_trials(
     let next = AtomicUsize::new(0);
     let noatime = AtomicBool::new(true);
     let failure: Mutex<Option<LedgerError>> = Mutex::new(None);
-    // Each worker: (every key it found, what it read).
+    // Each worker: (every key it found, the records it read, what else).
     let work = |mut files: Vec<Found>| {
         let mut keys = Vec::new();
+        let mut records = Vec::new();
         let mut got = Vec::new();
         let mut buf = Vec::with_capacity(8192);
         // Records share what repeats as they are read (a worker's copies
@@ -201,7 +210,10 @@ pub(crate) fn read_trials(
             for f in files.drain(..) {
                 keys.push(f.key.clone());
                 if reads(&f.key) {
-                    got.push(read_one(f, url, &noatime, &mut buf, &mut interner));
+                    match read_one(f, url, &noatime, &mut buf, &mut interner) {
+                        Ok(r) => records.push(r),
+                        Err(g) => got.push(g),
+                    }
                 }
             }
             let i = next.fetch_add(1, Ordering::Relaxed);
@@ -226,10 +238,10 @@ pub(crate) fn read_trials(
                 }
             }
         }
-        (keys, got)
+        (keys, records, got)
     };
     let mut first = Some(loose);
-    let parts: Vec<(Vec<String>, Vec<Got>)> = std::thread::scope(|s| {
+    let parts: Vec<Found3> = std::thread::scope(|s| {
         let handles: Vec<_> = (0..workers())
             .map(|_| {
                 let files = first.take().unwrap_or_default();
@@ -249,13 +261,14 @@ pub(crate) fn read_trials(
     if let Some(e) = failure.into_inner().unwrap_or_else(|p| p.into_inner()) {
         return Err(e);
     }
-    let mut keys = Vec::new();
-    let mut got = Vec::new();
-    for (k, g) in parts {
-        keys.extend(k);
-        got.extend(g);
+    let mut out: Found3 = Default::default();
+    out.1.reserve_exact(parts.iter().map(|p| p.1.len()).sum());
+    for (k, r, g) in parts {
+        out.0.extend(k);
+        out.1.extend(r);
+        out.2.extend(g);
     }
-    Ok((keys, got))
+    Ok(out)
 }
 
 #[cfg(test)]

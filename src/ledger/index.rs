@@ -99,7 +99,8 @@ struct Row(
     Option<u32>,          // v output_values (NaN and infinities as strings)
 );
 
-#[derive(Debug, Deserialize)]
+/// An index file, decoded (see [`decode`]): its attempts are turned into
+/// records row by row as the JSON is parsed, never held as rows.
 struct File {
     schema: u32,
     study_id: String,
@@ -112,9 +113,148 @@ struct File {
     voids: Vec<(String, String)>,
     /// Unreadable attempt objects: (key, reason).
     corrupt: Vec<(String, String)>,
-    strings: Vec<String>,
-    values: Vec<serde_json::Value>,
-    attempts: Vec<Row>,
+    records: Vec<AttemptRecord>,
+}
+
+/// Reads an index file's JSON object; `study` is the study it must be.
+struct FileVisitor<'a> {
+    study: &'a str,
+    /// The file's size: no more rows than bytes can follow.
+    bytes: usize,
+}
+
+impl<'de> serde::de::Visitor<'de> for FileVisitor<'_> {
+    type Value = File;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("a ledger index object")
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<File, A::Error> {
+        use serde::de::Error;
+        let mut schema = None;
+        let mut study_id: Option<String> = None;
+        let mut streams = None;
+        let mut unresolved = None;
+        let mut voids = None;
+        let mut corrupt = None;
+        let mut strings: Option<Vec<String>> = None;
+        let mut values: Option<Vec<serde_json::Value>> = None;
+        let mut records = None;
+        let bytes_hint = self.bytes / 16;
+        let mut early: Option<Vec<Row>> = None;
+        let mut rows: Option<usize> = None;
+        while let Some(key) = map.next_key::<std::borrow::Cow<'de, str>>()? {
+            match key.as_ref() {
+                "schema" => {
+                    let v: u32 = map.next_value()?;
+                    // Another schema's rows may not be rows of this one:
+                    // stop before reading them.
+                    if v != INDEX_SCHEMA {
+                        return Err(A::Error::custom(format!(
+                            "index schema {v} (this tunectl reads {INDEX_SCHEMA})"
+                        )));
+                    }
+                    schema = Some(v);
+                }
+                "study_id" => {
+                    let v: String = map.next_value()?;
+                    if v != self.study {
+                        return Err(A::Error::custom(format!("the index is study `{v}`'s")));
+                    }
+                    study_id = Some(v);
+                }
+                "streams" => streams = Some(map.next_value()?),
+                "unresolved" => unresolved = Some(map.next_value()?),
+                "voids" => voids = Some(map.next_value()?),
+                "corrupt" => corrupt = Some(map.next_value()?),
+                "strings" => strings = Some(map.next_value()?),
+                "values" => values = Some(map.next_value()?),
+                "rows" => rows = map.next_value()?,
+                // The tables come first in every index tunectl writes, so
+                // rows become records as they are parsed; in any other
+                // order (a JSON tool rewrote the file) they wait as rows.
+                "attempts" => match (strings.take(), values.take()) {
+                    (Some(strings), Some(values)) => {
+                        records = Some(map.next_value_seed(Rows {
+                            lookup: Lookup::new(strings, values),
+                            study_id: SharedStr::from(self.study),
+                            // Bounded: a damaged count costs no memory.
+                            expected: rows.unwrap_or(0).min(bytes_hint),
+                        })?);
+                    }
+                    (s, v) => {
+                        (strings, values) = (s, v);
+                        early = Some(map.next_value::<Vec<Row>>()?);
+                    }
+                },
+                _ => {
+                    map.next_value::<serde::de::IgnoredAny>()?;
+                }
+            }
+        }
+        let missing = |f: &'static str| A::Error::missing_field(f);
+        if let Some(rows) = early {
+            let mut lookup = Lookup::new(
+                strings.ok_or_else(|| missing("strings"))?,
+                values.ok_or_else(|| missing("values"))?,
+            );
+            let study_id = SharedStr::from(self.study);
+            let mut out = Vec::with_capacity(rows.len());
+            for (i, row) in rows.into_iter().enumerate() {
+                out.push(convert(&mut lookup, &study_id, i, row).map_err(A::Error::custom)?);
+            }
+            records = Some(out);
+        }
+        Ok(File {
+            schema: schema.ok_or_else(|| missing("schema"))?,
+            study_id: study_id.ok_or_else(|| missing("study_id"))?,
+            streams: streams.ok_or_else(|| missing("streams"))?,
+            unresolved: unresolved.ok_or_else(|| missing("unresolved"))?,
+            voids: voids.ok_or_else(|| missing("voids"))?,
+            corrupt: corrupt.ok_or_else(|| missing("corrupt"))?,
+            records: records.ok_or_else(|| missing("attempts"))?,
+        })
+    }
+}
+
+/// The attempts array: each row made a record as soon as it is parsed.
+struct Rows {
+    lookup: Lookup,
+    study_id: SharedStr,
+    /// How many rows the index says follow.
+    expected: usize,
+}
+
+impl<'de> serde::de::DeserializeSeed<'de> for Rows {
+    type Value = Vec<AttemptRecord>;
+
+    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+        d.deserialize_seq(self)
+    }
+}
+
+impl<'de> serde::de::Visitor<'de> for Rows {
+    type Value = Vec<AttemptRecord>;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("an array of attempt rows")
+    }
+
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(
+        mut self,
+        mut seq: A,
+    ) -> Result<Vec<AttemptRecord>, A::Error> {
+        let mut out = Vec::with_capacity(self.expected);
+        while let Some(row) = seq.next_element::<Row>()? {
+            let i = out.len();
+            out.push(
+                convert(&mut self.lookup, &self.study_id, i, row)
+                    .map_err(serde::de::Error::custom)?,
+            );
+        }
+        Ok(out)
+    }
 }
 
 /// Output values with NaN and infinities, as attempt records store them.
@@ -203,6 +343,9 @@ struct FileOut<'a> {
     corrupt: Vec<(&'a str, &'a str)>,
     strings: Vec<String>,
     values: Vec<serde_json::Value>,
+    /// How many attempts follow: a reader sizes its records once (a hint;
+    /// indexes without it read as well).
+    rows: usize,
     attempts: Vec<Row>,
 }
 
@@ -279,6 +422,7 @@ pub fn encode(study: &str, c: &View) -> Result<Vec<u8>, String> {
             .collect(),
         strings: t.strings,
         values: t.values,
+        rows: rows.len(),
         attempts: rows,
     };
     serde_json::to_vec(&file).map_err(|e| e.to_string())
@@ -342,18 +486,15 @@ fn typed<T: Clone>(
     Ok(v)
 }
 
-/// Rows into records.
+/// Row `i` into a record.
 fn convert(
-    study: &str,
-    strings: Vec<String>,
-    values: Vec<serde_json::Value>,
-    rows: Vec<Row>,
-) -> Result<Vec<AttemptRecord>, String> {
-    let mut t = Lookup::new(strings, values);
-    let study_id = SharedStr::from(study);
+    t: &mut Lookup,
+    study_id: &SharedStr,
+    i: usize,
+    row: Row,
+) -> Result<AttemptRecord, String> {
     let name_ok = |x: &str| !x.is_empty() && !x.contains('/');
-    let mut records = Vec::with_capacity(rows.len());
-    for (i, row) in rows.into_iter().enumerate() {
+    {
         let Row(
             trial_key,
             attempt_id,
@@ -419,7 +560,7 @@ fn convert(
             })?,
             None => BTreeMap::new(),
         };
-        records.push(AttemptRecord {
+        Ok(AttemptRecord {
             schema: super::records::SCHEMA,
             tunectl_version: t.s(version, i)?,
             study_id: study_id.clone(),
@@ -462,24 +603,23 @@ fn convert(
             lost_reason: None,
             resumed_from: None,
             pruned: None,
-        });
+        })
     }
-    Ok(records)
 }
 
 /// Decode an index of `study`; `Err` says why it cannot be used.
 pub fn decode(study: &str, bytes: &[u8]) -> Result<Contents, String> {
-    let file: File =
-        serde_json::from_slice(bytes).map_err(|e| format!("not a valid index: {e}"))?;
-    if file.schema != INDEX_SCHEMA {
-        return Err(format!(
-            "index schema {} (this tunectl reads {INDEX_SCHEMA})",
-            file.schema
-        ));
-    }
-    if file.study_id != study {
-        return Err(format!("the index is study `{}`'s", file.study_id));
-    }
+    use serde::de::Deserializer as _;
+    let mut de = serde_json::Deserializer::from_slice(bytes);
+    let file = de
+        .deserialize_map(FileVisitor {
+            study,
+            bytes: bytes.len(),
+        })
+        .and_then(|f| de.end().map(|()| f))
+        .map_err(|e| format!("not a valid index: {e}"))?;
+    // Checked as they were read; kept as they stand for what they are.
+    debug_assert!(file.schema == INDEX_SCHEMA && file.study_id == study);
     let trials = format!("{study}/trials/");
     for u in &file.unresolved {
         if !u.starts_with(&trials) {
@@ -491,12 +631,9 @@ pub fn decode(study: &str, bytes: &[u8]) -> Result<Contents, String> {
         unresolved,
         voids,
         corrupt,
-        strings,
-        values,
-        attempts,
+        records,
         ..
     } = file;
-    let records = convert(study, strings, values, attempts)?;
     Ok(Contents {
         streams,
         unresolved: unresolved.into_iter().collect(),
@@ -628,6 +765,20 @@ mod tests {
         };
         let bytes = encode("s", &c).expect("encode");
         assert!(decode("other", &bytes).unwrap_err().contains("study `s`"));
+        // Rows that refer outside the tables are refused whether they come
+        // after the tables (as tunectl writes them, converted while
+        // parsed) or before them (as a JSON tool sorting keys writes them).
+        let text = String::from_utf8(bytes.clone()).expect("utf8");
+        assert!(text.find("\"strings\"") < text.find("\"attempts\""));
+        assert_eq!(decode("s", &bytes).map(|c| c.records.len()), Ok(3));
+        let mut rows: serde_json::Value = serde_json::from_str(&text).expect("json");
+        rows["attempts"][2][4] = serde_json::json!(9999);
+        let streamed = format!(
+            "{{\"schema\":{INDEX_SCHEMA},\"study_id\":\"s\",\"streams\":{{}},\"unresolved\":[],\"voids\":[],\"corrupt\":[],\"strings\":{},\"values\":{},\"attempts\":{}}}",
+            rows["strings"], rows["values"], rows["attempts"]
+        );
+        let e = decode("s", streamed.as_bytes()).unwrap_err();
+        assert!(e.contains("attempt 2 refers to value 9999"), "{e}");
         assert!(decode("s", &bytes[..bytes.len() / 2]).is_err());
         let text = String::from_utf8(bytes).expect("utf8");
         // A position outside the tables.

@@ -17,9 +17,8 @@ pub async fn run(a: ReportArgs) -> Result<(), CliError> {
     // Not freed: the process ends with this command, and freeing the
     // analysis of 100,000 attempts took a twentieth of an indexed report's
     // time.
-    let analysis = std::mem::ManuallyDrop::new(
-        load_analysis(&a.study, a.ledger.as_deref(), Use::Show).await?,
-    );
+    let analysis =
+        std::mem::ManuallyDrop::new(load_analysis(&a.study, a.ledger.as_deref(), Use::Show).await?);
     let width = report::terminal::width(a.width.map(usize::from));
     let study = Path::new(&a.study)
         .is_file()

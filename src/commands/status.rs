@@ -77,10 +77,7 @@ fn count(
     }
     let terminal = scan.terminal();
     let mut key_class: BTreeMap<&str, &str> = BTreeMap::new();
-    for (key, attempts) in scan.by_trial() {
-        let Some(first) = attempts.first() else {
-            continue;
-        };
+    for (key, first) in scan.first_attempts() {
         key_class.insert(key, first.host_class.as_str());
         let c = classes.entry(first.host_class.to_string()).or_default();
         c.host_class = first.host_class.to_string();

@@ -115,6 +115,22 @@ impl Scan {
         out
     }
 
+    /// Per trial key, its first attempt (the smallest attempt id), whatever
+    /// its status: [`Scan::by_trial`]'s first entries, without building a
+    /// vector per trial.
+    pub fn first_attempts(&self) -> BTreeMap<&str, &AttemptRecord> {
+        let mut out: BTreeMap<&str, &AttemptRecord> = BTreeMap::new();
+        for run in self.runs() {
+            if let Some(a) = run.iter().min_by(|a, b| a.attempt_id.cmp(&b.attempt_id)) {
+                let slot = out.entry(a.trial_key.as_str()).or_insert(a);
+                if a.attempt_id < slot.attempt_id {
+                    *slot = a;
+                }
+            }
+        }
+        out
+    }
+
     /// The attempt that counts for each trial: its first terminal attempt.
     /// Later terminal attempts of the same key (two launchers racing) are
     /// never counted twice.

@@ -1148,6 +1148,19 @@ mod tests {
                 .collect()
         };
         assert_eq!(b(&unordered), b(&ordered));
+        // The first attempts are by_trial's first entries, in any order.
+        let f = |s: &Scan| -> Vec<(String, String)> {
+            s.first_attempts()
+                .into_iter()
+                .map(|(k, a)| (k.to_string(), a.attempt_id.clone()))
+                .collect()
+        };
+        let firsts: Vec<(String, String)> = b(&ordered)
+            .into_iter()
+            .map(|(k, v)| (k, v[0].clone()))
+            .collect();
+        assert_eq!(f(&unordered), firsts);
+        assert_eq!(f(&ordered), firsts);
     }
 
     /// The plain-file walk of a local ledger (`local.rs`) finds and reads

@@ -23,7 +23,7 @@ use std::time::Duration;
 
 use futures::TryStreamExt;
 use object_store::path::Path as ObjPath;
-use object_store::{ObjectStoreExt, PutMode, PutOptions, PutPayload};
+use object_store::{PutMode, PutOptions, PutPayload};
 use serde::{Deserialize, Serialize};
 
 use super::{Ledger, LedgerError};
@@ -75,6 +75,15 @@ pub struct Lease {
     /// The generation this launcher took it with: its own generations are
     /// this one to `record.generation` (renewals add one each).
     pub first_generation: u64,
+}
+
+impl Lease {
+    /// The keys of the generations this launcher wrote.
+    pub fn own_generations(&self) -> Vec<ObjPath> {
+        (self.first_generation..=self.record.generation)
+            .map(|g| key(&self.study, &self.record.trial_key, g))
+            .collect()
+    }
 }
 
 /// Why a trial could not be leased.
@@ -184,6 +193,11 @@ impl Ledger {
     ) -> Result<bool, LedgerError> {
         let k = key(study, &record.trial_key, record.generation);
         let bytes = serde_json::to_vec(record).map_err(|e| self.io_err("encode", &k, e))?;
+        if self.local_root.is_some() {
+            // One try, as below; an existing generation is `false`.
+            let created = self.create_in_turn(vec![(k, bytes)], 1, false, Vec::new());
+            return Ok(created.await?.first() == Some(&true));
+        }
         let opts = PutOptions {
             mode: PutMode::Create,
             ..Default::default()
@@ -276,10 +290,9 @@ impl Ledger {
     /// expires). Generations of an expired owner it took over from stay:
     /// expired, they hold nothing.
     pub async fn release_lease(&self, lease: &Lease) {
-        for generation in lease.first_generation..=lease.record.generation {
-            let k = key(&lease.study, &lease.record.trial_key, generation);
-            let _ = self.store.delete(&k).await;
-        }
+        let _ = self
+            .create_in_turn(Vec::new(), 1, false, lease.own_generations())
+            .await;
     }
 
     /// The live leases of a study: trials running now somewhere.

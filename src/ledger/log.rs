@@ -193,6 +193,23 @@ impl Ledger {
         max_tries: u32,
         any_error: bool,
     ) -> Result<(), LedgerError> {
+        let (key, bytes) = self.log_entry(study, trial, file)?;
+        // `false` (it exists): an earlier try of this very create went
+        // through.
+        self.create_tries(&key, bytes, max_tries, any_error)
+            .await
+            .map(|_| ())
+    }
+
+    /// The next log entry of this process's stream naming
+    /// `<study>/trials/<trial>/<file>`: its key and body. Its number is
+    /// used up whether or not it is then written.
+    pub(crate) fn log_entry(
+        &self,
+        study: &str,
+        trial: &str,
+        file: &str,
+    ) -> Result<(ObjPath, Vec<u8>), LedgerError> {
         let (stream, n) = self.next_entry(study);
         let key = entry_key(study, &stream, n, &format!("{trial}-{file}"));
         let body = EntryBody {
@@ -200,11 +217,7 @@ impl Ledger {
             object: format!("{study}/trials/{trial}/{file}"),
         };
         let bytes = serde_json::to_vec(&body).map_err(|e| self.io_err("encode", &key, e))?;
-        // `false` (it exists): an earlier try of this very create went
-        // through.
-        self.create_tries(&key, bytes, max_tries, any_error)
-            .await
-            .map(|_| ())
+        Ok((key, bytes))
     }
 
     /// End this process's stream for a study: readers stop listing it. A

@@ -63,6 +63,40 @@ pub fn remove(path: &Path) -> Result<(), String> {
     }
 }
 
+/// Names in a folder of a local ledger, by name alone (see log.rs'
+/// `local_names`): files, or with `dirs` folders, named after `after`,
+/// staging files left out; a missing folder lists nothing.
+pub fn names(dir: &Path, after: Option<&str>, dirs: bool) -> std::io::Result<Vec<String>> {
+    let entries = match std::fs::read_dir(dir) {
+        Ok(e) => e,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(e),
+    };
+    let mut out = Vec::new();
+    for entry in entries {
+        let entry = entry?;
+        let Ok(name) = entry.file_name().into_string() else {
+            continue;
+        };
+        let staging = name
+            .split_once('#')
+            .is_some_and(|(_, n)| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()));
+        if staging || after.is_some_and(|a| name.as_str() <= a) {
+            continue;
+        }
+        // Follows symbolic links, as object_store's listing does.
+        let is_dir = match entry.file_type() {
+            Ok(t) if t.is_symlink() => std::fs::metadata(entry.path())?.is_dir(),
+            Ok(t) => t.is_dir(),
+            Err(e) => return Err(e),
+        };
+        if is_dir == dirs {
+            out.push(name);
+        }
+    }
+    Ok(out)
+}
+
 /// A fresh staging file beside `path`: `<path>#1`, `#2`, ... (the first
 /// free one), its folders made when missing.
 fn staging_file(path: &Path) -> Result<(std::fs::File, PathBuf), String> {

@@ -252,6 +252,8 @@ impl<'a> Runner<'a> {
         // under the trial's key that are not its records (a copy of
         // another trial's attempt) do not count, and are named once.
         let finished = match &lease {
+            // A local ledger saw nothing under the key once leased.
+            Some(l) if l.no_attempts => None,
             Some(_) => match self.ledger.terminal_attempt(self.study_id, &job.key).await {
                 Ok((done, skipped)) => {
                     self.name_objects(&skipped);

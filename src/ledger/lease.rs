@@ -75,6 +75,11 @@ pub struct Lease {
     /// The generation this launcher took it with: its own generations are
     /// this one to `record.generation` (renewals add one each).
     pub first_generation: u64,
+    /// Nothing was stored under the trial's key (no `trials/<key>/`
+    /// folder) just after the lease was taken, so the trial has no
+    /// attempt to look for. Known on a local ledger only: `false` says
+    /// nothing.
+    pub no_attempts: bool,
 }
 
 impl Lease {
@@ -327,16 +332,26 @@ impl Ledger {
         host: &str,
         ttl: Duration,
     ) -> Result<Result<Lease, Held>, LedgerError> {
+        let mut no_attempts = false;
         let taken = match &self.local_root {
             Some(root) => {
                 let (root, study_id) = (root.clone(), study.to_string());
                 let (trial, owner, host) = (trial.to_string(), owner.to_string(), host.to_string());
-                tokio::task::spawn_blocking(move || {
-                    acquire_local(&root, &study_id, &trial, &owner, &host, ttl)
+                let (taken, none) = tokio::task::spawn_blocking(move || {
+                    let taken = acquire_local(&root, &study_id, &trial, &owner, &host, ttl);
+                    // After the create, as the caller's look for a finished
+                    // attempt would be: a folder that is not there holds
+                    // none (one that is, or cannot be told, is read then).
+                    let folder = ObjPath::from(format!("{study_id}/trials/{trial}"));
+                    let none = taken.as_ref().is_ok_and(|t| t.is_ok())
+                        && std::fs::symlink_metadata(super::local::file_of(&root, &folder))
+                            .is_err_and(|e| e.kind() == std::io::ErrorKind::NotFound);
+                    (taken, none)
                 })
                 .await
-                .unwrap_or_else(|e| Err(("write", prefix(study), e.to_string())))
-                .map_err(|(op, k, e)| self.io_err(op, &k, e))?
+                .unwrap_or_else(|e| (Err(("write", prefix(study), e.to_string())), false));
+                no_attempts = none;
+                taken.map_err(|(op, k, e)| self.io_err(op, &k, e))?
             }
             None => {
                 self.acquire_in_store(study, trial, owner, host, ttl)
@@ -347,6 +362,7 @@ impl Ledger {
             study: study.to_string(),
             first_generation: record.generation,
             record,
+            no_attempts,
         }))
     }
 
@@ -577,6 +593,15 @@ mod tests {
             .await
             .expect("io");
         assert_eq!(d.expect("taken over").record.generation, 5);
+        // Only a local ledger that saw no `trials/<key>/` says so.
+        assert!(a.no_attempts);
+        assert!(!b.no_attempts, "object_store's path looks nothing up");
+        std::fs::create_dir_all(dir.path().join("s/trials/k3")).expect("mkdir");
+        let e = fast
+            .acquire_lease("s", "k3", "A", "h", ttl)
+            .await
+            .expect("io");
+        assert!(!e.expect("free").no_attempts);
     }
 
     #[tokio::test]

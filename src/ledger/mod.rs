@@ -1053,7 +1053,7 @@ mod tests {
         );
         assert_eq!(a, b);
         let file = dir.path().join("s/hosts/h/x.json#1");
-        assert!(a.contains(&format!("`s/hosts/h/x.json` failed")), "{a}");
+        assert!(a.contains("`s/hosts/h/x.json` failed"), "{a}");
         assert!(a.contains(&file.display().to_string()), "{a}");
     }
 

@@ -712,18 +712,44 @@ impl Transport for LocalTransport {
             trial_dir: Some(dir.display().to_string()),
             ..Default::default()
         };
-        if let Err(e) = tokio::fs::create_dir_all(&dir).await {
+        let result_path = PathBuf::from(&spec.result_path);
+        let stale: Vec<PathBuf> = std::iter::once(result_path.clone())
+            .chain(
+                spec.outputs
+                    .iter()
+                    .chain(&spec.result_files)
+                    .map(|name| dir.join(name)),
+            )
+            .collect();
+        // The directory and the first run's clean-up in one blocking call
+        // (a checkpoint is restored before the clean-up, so not then).
+        let cleared = spec.checkpoint.is_none();
+        let (d, first_stale) = (dir.clone(), stale.clone());
+        let made = tokio::task::spawn_blocking(move || {
+            std::fs::create_dir_all(&d)?;
+            if cleared {
+                for p in &first_stale {
+                    let _ = std::fs::remove_file(p);
+                }
+            }
+            Ok(())
+        })
+        .await
+        .map_err(std::io::Error::other)
+        .and_then(|r: std::io::Result<()>| r);
+        if let Err(e) = made {
             outcome.setup_error = Some(format!(
                 "cannot create trial directory {}: {e}",
                 dir.display()
             ));
             return outcome;
         }
-        let result_path = PathBuf::from(&spec.result_path);
         let runs = (0..spec.warmup)
             .map(|_| Phase::Warmup)
             .chain(std::iter::once(Phase::Measure));
-        for phase in runs {
+        // Removed with the results read, in the same blocking call.
+        let mut dir_removed = false;
+        for (n, phase) in runs.enumerate() {
             // Every run starts from the committed checkpoint: a warm-up
             // must not advance the state the counted run resumes from.
             if let Some(c) = spec.checkpoint.clone() {
@@ -738,9 +764,14 @@ impl Transport for LocalTransport {
                 }
             }
             // Nothing a previous run wrote may pass for this run's output.
-            let _ = tokio::fs::remove_file(&result_path).await;
-            for name in spec.outputs.iter().chain(&spec.result_files) {
-                let _ = tokio::fs::remove_file(dir.join(name)).await;
+            if n > 0 || !cleared {
+                let again = stale.clone();
+                let _ = tokio::task::spawn_blocking(move || {
+                    for p in &again {
+                        let _ = std::fs::remove_file(p);
+                    }
+                })
+                .await;
             }
             let mut env = spec.env.clone();
             env.push(("TUNECTL_PHASE".into(), phase.as_str().into()));
@@ -795,13 +826,17 @@ impl Transport for LocalTransport {
                 // Read within the trial's timeout, off the runtime.
                 let deadline = std::time::Instant::now() + spec.timeout;
                 let (d, r, sp) = (dir.clone(), result_path.clone(), spec.clone());
-                let got = tokio::task::spawn_blocking(move || {
+                // A run that went well leaves nothing else to read here
+                // (no logs kept): its directory goes now.
+                let remove = !spec.keep_logs && !self.keep_workdirs;
+                let (got, removed) = tokio::task::spawn_blocking(move || {
                     let mut got = AttemptOutcome::default();
                     collect_files(&d, &r, &sp, deadline, &mut got);
-                    got
+                    (got, remove && std::fs::remove_dir_all(&d).is_ok())
                 })
                 .await
                 .unwrap_or_default();
+                dir_removed = removed;
                 outcome.result = got.result;
                 outcome.result_error = got.result_error;
                 outcome.outputs = got.outputs;
@@ -835,7 +870,9 @@ impl Transport for LocalTransport {
                 .as_ref()
                 .is_some_and(|r| r.exit.code == Some(0) && !r.timed_out);
         if succeeded && !self.keep_workdirs {
-            let _ = tokio::fs::remove_dir_all(&dir).await;
+            if !dir_removed {
+                let _ = tokio::fs::remove_dir_all(&dir).await;
+            }
             outcome.trial_dir = None;
         }
         outcome

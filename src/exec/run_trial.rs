@@ -252,6 +252,8 @@ impl<'a> Runner<'a> {
         // under the trial's key that are not its records (a copy of
         // another trial's attempt) do not count, and are named once.
         let finished = match &lease {
+            // A local ledger saw nothing under the key once leased.
+            Some(l) if l.no_attempts => None,
             Some(_) => match self.ledger.terminal_attempt(self.study_id, &job.key).await {
                 Ok((done, skipped)) => {
                     self.name_objects(&skipped);
@@ -261,6 +263,7 @@ impl<'a> Runner<'a> {
             },
             None => None,
         };
+        let mut released = false;
         let result = match finished {
             Some(done) => TrialResult::Done(Ran {
                 status: done.status,
@@ -270,9 +273,12 @@ impl<'a> Runner<'a> {
                 host_lost: false,
                 record: Some(Arc::new(done)),
             }),
-            None => self.run_leased(host, job, lease.clone()).await,
+            None => {
+                self.run_leased(host, job, lease.clone(), lease.as_ref(), &mut released)
+                    .await
+            }
         };
-        if let Some(l) = &lease {
+        if let Some(l) = lease.as_ref().filter(|_| !released) {
             self.ledger.release_lease(l).await;
         }
         result
@@ -475,11 +481,15 @@ impl<'a> Runner<'a> {
     }
 
     /// Run a trial whose lease this launcher holds, renewing it meanwhile.
+    /// `release` is given up with the attempt's record when nothing else
+    /// is written after it, and then `released` says so.
     async fn run_leased(
         &self,
         host: &LaunchHost,
         job: TrialJob,
         mut lease: Option<Lease>,
+        release: Option<&Lease>,
+        released: &mut bool,
     ) -> TrialResult {
         let study = self.study;
         let attempt_id = new_attempt_id();
@@ -751,7 +761,16 @@ impl<'a> Runner<'a> {
         } else {
             crate::ledger::ATTEMPT_WRITE_TRIES
         };
-        let written = self.ledger.write_attempt_tries(&record, tries).await;
+        // With no checkpoint to commit and no log to store after the
+        // record, the lease goes in the same ledger call, right after the
+        // record is written (one thread hand-off on a local ledger, not
+        // two), as it would next in `run`.
+        let release = release.filter(|_| checkpoint.is_none() && outcome.logs.is_empty());
+        let written = self
+            .ledger
+            .write_attempt_releasing(&record, tries, release)
+            .await;
+        *released = release.is_some() && written.is_ok();
         // The state becomes the next rung's only once its attempt is
         // recorded ok (and only then goes to the ledger); anything else
         // leaves the last committed one.

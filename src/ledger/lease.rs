@@ -23,7 +23,7 @@ use std::time::Duration;
 
 use futures::TryStreamExt;
 use object_store::path::Path as ObjPath;
-use object_store::{ObjectStoreExt, PutMode, PutOptions, PutPayload};
+use object_store::{PutMode, PutOptions, PutPayload};
 use serde::{Deserialize, Serialize};
 
 use super::{Ledger, LedgerError};
@@ -75,6 +75,20 @@ pub struct Lease {
     /// The generation this launcher took it with: its own generations are
     /// this one to `record.generation` (renewals add one each).
     pub first_generation: u64,
+    /// Nothing was stored under the trial's key (no `trials/<key>/`
+    /// folder) just after the lease was taken, so the trial has no
+    /// attempt to look for. Known on a local ledger only: `false` says
+    /// nothing.
+    pub no_attempts: bool,
+}
+
+impl Lease {
+    /// The keys of the generations this launcher wrote.
+    pub fn own_generations(&self) -> Vec<ObjPath> {
+        (self.first_generation..=self.record.generation)
+            .map(|g| key(&self.study, &self.record.trial_key, g))
+            .collect()
+    }
 }
 
 /// Why a trial could not be leased.
@@ -102,6 +116,95 @@ fn parse_name(name: &str) -> Option<(&str, u64)> {
     Some((trial, generation.parse().ok()?))
 }
 
+fn prefix(study: &str) -> ObjPath {
+    ObjPath::from(format!("{study}/leases"))
+}
+
+/// The generation to take after `latest`, or who holds the trial.
+fn free_generation(latest: Option<LeaseRecord>, owner: &str) -> Result<u64, Held> {
+    match latest {
+        Some(l) if !l.expired(chrono::Utc::now()) && l.owner != owner => Err(held_by(Some(l))),
+        Some(l) => Ok(l.generation + 1),
+        None => Ok(1),
+    }
+}
+
+fn held_by(latest: Option<LeaseRecord>) -> Held {
+    Held::By {
+        owner: latest.as_ref().map(|l| l.owner.clone()).unwrap_or_default(),
+        host: latest.as_ref().map(|l| l.host.clone()).unwrap_or_default(),
+        expires_at: latest.map(|l| l.expires_at).unwrap_or_default(),
+    }
+}
+
+/// What failed in a local ledger: operation, key, message.
+type LocalError = (&'static str, ObjPath, String);
+
+/// [`Ledger::acquire_lease`] on a local ledger in one blocking call: the
+/// listing of `leases/` by name, the newest generation's read and the
+/// create (local.rs), instead of a thread hand-off for each.
+fn acquire_local(
+    root: &std::path::Path,
+    study: &str,
+    trial: &str,
+    owner: &str,
+    host: &str,
+    ttl: Duration,
+) -> Result<Result<LeaseRecord, Held>, LocalError> {
+    let latest = latest_local(root, study, trial)?;
+    let generation = match free_generation(latest, owner) {
+        Ok(g) => g,
+        Err(held) => return Ok(Err(held)),
+    };
+    let record = Ledger::lease_record(trial, owner, host, generation, ttl);
+    let k = key(study, trial, generation);
+    let bytes = serde_json::to_vec(&record).map_err(|e| ("encode", k.clone(), e.to_string()))?;
+    match super::local::create_new(&super::local::file_of(root, &k), &bytes) {
+        Ok(true) => Ok(Ok(record)),
+        // Someone created that generation first: they hold it.
+        Ok(false) => Ok(Err(held_by(latest_local(root, study, trial)?))),
+        Err(e) => Err(("write", k, e)),
+    }
+}
+
+/// [`Ledger::latest_lease`] on a local ledger.
+fn latest_local(
+    root: &std::path::Path,
+    study: &str,
+    trial: &str,
+) -> Result<Option<LeaseRecord>, LocalError> {
+    let dir = super::local::file_of(root, &prefix(study));
+    let names = super::local::names(&dir, None, false)
+        .map_err(|e| ("list", prefix(study), e.to_string()))?;
+    let Some((generation, name)) = names
+        .iter()
+        .filter_map(|n| {
+            parse_name(n)
+                .filter(|(t, _)| *t == trial)
+                .map(|(_, g)| (g, n))
+        })
+        .max()
+    else {
+        return Ok(None);
+    };
+    let vacant = LeaseRecord {
+        generation,
+        ..Ledger::vacant(trial)
+    };
+    let bytes = match std::fs::read(dir.join(name)) {
+        Ok(b) => b,
+        // Released between the listing and the read: free again, but the
+        // next generation keeps counting up.
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Some(vacant)),
+        Err(e) => {
+            let k = ObjPath::from(format!("{study}/leases/{name}"));
+            return Err(("read", k, e.to_string()));
+        }
+    };
+    // A torn or garbage generation: the next one takes over.
+    Ok(Some(serde_json::from_slice(&bytes).unwrap_or(vacant)))
+}
+
 impl Ledger {
     /// Every lease generation in a study's `leases/`, by trial, oldest
     /// generation first.
@@ -109,7 +212,7 @@ impl Ledger {
         &self,
         study: &str,
     ) -> Result<std::collections::BTreeMap<String, Vec<(u64, ObjPath)>>, LedgerError> {
-        let prefix = ObjPath::from(format!("{study}/leases"));
+        let prefix = prefix(study);
         let mut by_trial: std::collections::BTreeMap<String, Vec<(u64, ObjPath)>> =
             Default::default();
         let mut listing = self.store.list(Some(&prefix));
@@ -184,6 +287,11 @@ impl Ledger {
     ) -> Result<bool, LedgerError> {
         let k = key(study, &record.trial_key, record.generation);
         let bytes = serde_json::to_vec(record).map_err(|e| self.io_err("encode", &k, e))?;
+        if self.local_root.is_some() {
+            // One try, as below; an existing generation is `false`.
+            let created = self.create_in_turn(vec![(k, bytes)], 1, false, Vec::new());
+            return Ok(created.await?.first() == Some(&true));
+        }
         let opts = PutOptions {
             mode: PutMode::Create,
             ..Default::default()
@@ -224,33 +332,60 @@ impl Ledger {
         host: &str,
         ttl: Duration,
     ) -> Result<Result<Lease, Held>, LedgerError> {
+        let mut no_attempts = false;
+        let taken = match &self.local_root {
+            Some(root) => {
+                let (root, study_id) = (root.clone(), study.to_string());
+                let (trial, owner, host) = (trial.to_string(), owner.to_string(), host.to_string());
+                let (taken, none) = tokio::task::spawn_blocking(move || {
+                    let taken = acquire_local(&root, &study_id, &trial, &owner, &host, ttl);
+                    // After the create, as the caller's look for a finished
+                    // attempt would be: a folder that is not there holds
+                    // none (one that is, or cannot be told, is read then).
+                    let folder = ObjPath::from(format!("{study_id}/trials/{trial}"));
+                    let none = taken.as_ref().is_ok_and(|t| t.is_ok())
+                        && std::fs::symlink_metadata(super::local::file_of(&root, &folder))
+                            .is_err_and(|e| e.kind() == std::io::ErrorKind::NotFound);
+                    (taken, none)
+                })
+                .await
+                .unwrap_or_else(|e| (Err(("write", prefix(study), e.to_string())), false));
+                no_attempts = none;
+                taken.map_err(|(op, k, e)| self.io_err(op, &k, e))?
+            }
+            None => {
+                self.acquire_in_store(study, trial, owner, host, ttl)
+                    .await?
+            }
+        };
+        Ok(taken.map(|record| Lease {
+            study: study.to_string(),
+            first_generation: record.generation,
+            record,
+            no_attempts,
+        }))
+    }
+
+    /// [`Ledger::acquire_lease`] through the store: the generation made.
+    async fn acquire_in_store(
+        &self,
+        study: &str,
+        trial: &str,
+        owner: &str,
+        host: &str,
+        ttl: Duration,
+    ) -> Result<Result<LeaseRecord, Held>, LedgerError> {
         let latest = self.latest_lease(study, trial).await?;
-        if let Some(l) = &latest
-            && !l.expired(chrono::Utc::now())
-            && l.owner != owner
-        {
-            return Ok(Err(Held::By {
-                owner: l.owner.clone(),
-                host: l.host.clone(),
-                expires_at: l.expires_at.clone(),
-            }));
-        }
-        let generation = latest.map(|l| l.generation + 1).unwrap_or(1);
+        let generation = match free_generation(latest, owner) {
+            Ok(g) => g,
+            Err(held) => return Ok(Err(held)),
+        };
         let record = Self::lease_record(trial, owner, host, generation, ttl);
         if self.create_generation(&record, study).await? {
-            Ok(Ok(Lease {
-                study: study.to_string(),
-                first_generation: record.generation,
-                record,
-            }))
+            Ok(Ok(record))
         } else {
             // Someone created that generation first: they hold it.
-            let l = self.latest_lease(study, trial).await?;
-            Ok(Err(Held::By {
-                owner: l.as_ref().map(|l| l.owner.clone()).unwrap_or_default(),
-                host: l.as_ref().map(|l| l.host.clone()).unwrap_or_default(),
-                expires_at: l.map(|l| l.expires_at).unwrap_or_default(),
-            }))
+            Ok(Err(held_by(self.latest_lease(study, trial).await?)))
         }
     }
 
@@ -276,10 +411,9 @@ impl Ledger {
     /// expires). Generations of an expired owner it took over from stay:
     /// expired, they hold nothing.
     pub async fn release_lease(&self, lease: &Lease) {
-        for generation in lease.first_generation..=lease.record.generation {
-            let k = key(&lease.study, &lease.record.trial_key, generation);
-            let _ = self.store.delete(&k).await;
-        }
+        let _ = self
+            .create_in_turn(Vec::new(), 1, false, lease.own_generations())
+            .await;
     }
 
     /// The live leases of a study: trials running now somewhere.
@@ -411,6 +545,63 @@ mod tests {
         assert_eq!(live.len(), 1);
         assert_eq!(live[0].trial_key, "k2");
         assert!(!dir.path().join("s/leases/k1").exists());
+    }
+
+    /// A local ledger's leases, taken in one blocking call, and the same
+    /// folder through object_store see each other's generations.
+    #[tokio::test]
+    async fn local_and_object_store_leases_exclude_each_other() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let fast = Ledger::open(&dir.path().display().to_string()).expect("ledger");
+        assert!(fast.local_root.is_some());
+        let store =
+            object_store::local::LocalFileSystem::new_with_prefix(dir.path()).expect("store");
+        let slow = Ledger::with_store(std::sync::Arc::new(store), "slow".into());
+        let ttl = Duration::from_secs(60);
+        let a = fast
+            .acquire_lease("s", "k", "A", "h", ttl)
+            .await
+            .expect("io");
+        let a = a.expect("free");
+        let held = slow
+            .acquire_lease("s", "k", "B", "h", ttl)
+            .await
+            .expect("io");
+        assert!(matches!(held, Err(Held::By { ref owner, .. }) if owner == "A"));
+        let b = slow
+            .acquire_lease("s", "k2", "B", "h", ttl)
+            .await
+            .expect("io");
+        let b = b.expect("free");
+        let held = fast
+            .acquire_lease("s", "k2", "A", "h", ttl)
+            .await
+            .expect("io");
+        assert!(matches!(held, Err(Held::By { ref owner, .. }) if owner == "B"));
+        // Released by one, taken by the other at the next generation.
+        fast.release_lease(&a).await;
+        let c = slow
+            .acquire_lease("s", "k", "B", "h", ttl)
+            .await
+            .expect("io");
+        assert_eq!(c.expect("free again").record.generation, 1);
+        slow.release_lease(&b).await;
+        // A garbage newest generation holds nothing: the next one is taken.
+        std::fs::write(dir.path().join("s/leases/k2.000000000004.json"), b"torn").expect("write");
+        let d = fast
+            .acquire_lease("s", "k2", "A", "h", ttl)
+            .await
+            .expect("io");
+        assert_eq!(d.expect("taken over").record.generation, 5);
+        // Only a local ledger that saw no `trials/<key>/` says so.
+        assert!(a.no_attempts);
+        assert!(!b.no_attempts, "object_store's path looks nothing up");
+        std::fs::create_dir_all(dir.path().join("s/trials/k3")).expect("mkdir");
+        let e = fast
+            .acquire_lease("s", "k3", "A", "h", ttl)
+            .await
+            .expect("io");
+        assert!(!e.expect("free").no_attempts);
     }
 
     #[tokio::test]

@@ -193,6 +193,23 @@ impl Ledger {
         max_tries: u32,
         any_error: bool,
     ) -> Result<(), LedgerError> {
+        let (key, bytes) = self.log_entry(study, trial, file)?;
+        // `false` (it exists): an earlier try of this very create went
+        // through.
+        self.create_tries(&key, bytes, max_tries, any_error)
+            .await
+            .map(|_| ())
+    }
+
+    /// The next log entry of this process's stream naming
+    /// `<study>/trials/<trial>/<file>`: its key and body. Its number is
+    /// used up whether or not it is then written.
+    pub(crate) fn log_entry(
+        &self,
+        study: &str,
+        trial: &str,
+        file: &str,
+    ) -> Result<(ObjPath, Vec<u8>), LedgerError> {
         let (stream, n) = self.next_entry(study);
         let key = entry_key(study, &stream, n, &format!("{trial}-{file}"));
         let body = EntryBody {
@@ -200,11 +217,7 @@ impl Ledger {
             object: format!("{study}/trials/{trial}/{file}"),
         };
         let bytes = serde_json::to_vec(&body).map_err(|e| self.io_err("encode", &key, e))?;
-        // `false` (it exists): an earlier try of this very create went
-        // through.
-        self.create_tries(&key, bytes, max_tries, any_error)
-            .await
-            .map(|_| ())
+        Ok((key, bytes))
     }
 
     /// End this process's stream for a study: readers stop listing it. A
@@ -325,37 +338,9 @@ async fn local_names(
     after: Option<String>,
     dirs: bool,
 ) -> std::io::Result<Vec<String>> {
-    let listed = tokio::task::spawn_blocking(move || -> std::io::Result<Vec<String>> {
-        let entries = match std::fs::read_dir(&dir) {
-            Ok(e) => e,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-            Err(e) => return Err(e),
-        };
-        let mut out = Vec::new();
-        for entry in entries {
-            let entry = entry?;
-            let Ok(name) = entry.file_name().into_string() else {
-                continue;
-            };
-            let staging = name
-                .split_once('#')
-                .is_some_and(|(_, n)| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()));
-            if staging || after.as_deref().is_some_and(|a| name.as_str() <= a) {
-                continue;
-            }
-            // Follows symbolic links, as object_store's listing does.
-            let is_dir = match entry.file_type() {
-                Ok(t) if t.is_symlink() => std::fs::metadata(entry.path())?.is_dir(),
-                Ok(t) => t.is_dir(),
-                Err(e) => return Err(e),
-            };
-            if is_dir == dirs {
-                out.push(name);
-            }
-        }
-        Ok(out)
-    })
-    .await;
+    let listed =
+        tokio::task::spawn_blocking(move || super::local::names(&dir, after.as_deref(), dirs))
+            .await;
     listed.map_err(std::io::Error::other)?
 }
 

@@ -25,6 +25,7 @@ pub mod check;
 pub mod checkpoint;
 pub mod index;
 pub mod lease;
+mod local;
 pub mod log;
 pub mod records;
 pub mod scan;
@@ -385,6 +386,124 @@ impl Ledger {
         max_tries: u32,
         any_error: bool,
     ) -> Result<bool, LedgerError> {
+        let mut created = self
+            .create_in_turn(vec![(key.clone(), bytes)], max_tries, any_error, Vec::new())
+            .await?;
+        Ok(created.pop().unwrap_or(false))
+    }
+
+    /// Create objects one after the other, each as [`Ledger::create_tries`]
+    /// does; one that cannot be written stops the ones after it (a log
+    /// entry that failed means no object). Then delete `then_delete`, best
+    /// effort, unless a create failed or the last object existed already.
+    /// Returns, per object,
+    /// whether it was new.
+    ///
+    /// A local ledger does it all in one blocking call as long as nothing
+    /// fails (local.rs): one thread hand-off, not one per file operation.
+    async fn create_in_turn(
+        &self,
+        objects: Vec<(ObjPath, Vec<u8>)>,
+        max_tries: u32,
+        any_error: bool,
+        then_delete: Vec<ObjPath>,
+    ) -> Result<Vec<bool>, LedgerError> {
+        if let Some(root) = &self.local_root {
+            let files = objects
+                .iter()
+                .map(|(k, _)| k)
+                .chain(&then_delete)
+                .map(|k| local::file_of(root, k))
+                .collect();
+            return self.create_in_turn_local(objects, files, max_tries).await;
+        }
+        let mut created = Vec::with_capacity(objects.len());
+        for (key, bytes) in objects {
+            created.push(
+                self.create_once_tries(&key, bytes, max_tries, any_error)
+                    .await?,
+            );
+        }
+        if created.last() != Some(&false) {
+            for key in then_delete {
+                let _ = self.store.delete(&key).await;
+            }
+        }
+        Ok(created)
+    }
+
+    /// [`Ledger::create_in_turn`] on a local ledger, `files` being the
+    /// objects' files and then the ones to delete. Every local error is
+    /// retried (object_store's local backend reports none as a permission
+    /// error either).
+    async fn create_in_turn_local(
+        &self,
+        objects: Vec<(ObjPath, Vec<u8>)>,
+        files: Vec<std::path::PathBuf>,
+        max_tries: u32,
+    ) -> Result<Vec<bool>, LedgerError> {
+        let objects = Arc::new(objects);
+        let files = Arc::new(files);
+        let mut created: Vec<bool> = Vec::with_capacity(objects.len());
+        let mut delay = Duration::from_millis(100);
+        let mut tries = 0;
+        loop {
+            tries += 1;
+            let from = created.len();
+            let (objs, fs) = (objects.clone(), files.clone());
+            // From the first object not yet written: (new or not) of each
+            // one written now, and the error that stopped them, if any.
+            let done = tokio::task::spawn_blocking(move || {
+                let mut done = Vec::new();
+                for i in from..objs.len() {
+                    match local::create_new(&fs[i], &objs[i].1) {
+                        Ok(new) => done.push(new),
+                        Err(e) => return (done, Some(e)),
+                    }
+                }
+                if done.last() != Some(&false) {
+                    for f in &fs[objs.len()..] {
+                        // Best effort, as object_store's deletes are here.
+                        let _ = local::remove(f);
+                    }
+                }
+                (done, None)
+            })
+            .await;
+            let (done, error) = match done {
+                Ok(d) => d,
+                Err(e) => (Vec::new(), Some(e.to_string())),
+            };
+            if !done.is_empty() {
+                // The next object starts its tries afresh.
+                tries = 1;
+                delay = Duration::from_millis(100);
+            }
+            created.extend(done);
+            let Some(e) = error else {
+                return Ok(created);
+            };
+            let Some((key, _)) = objects.get(created.len()) else {
+                return Ok(created);
+            };
+            if tries >= max_tries {
+                return Err(self.io_err("write", key, e));
+            }
+            tracing::warn!(key = %key, error = %e, "ledger write failed; retrying");
+            tokio::time::sleep(delay).await;
+            delay *= 3;
+        }
+    }
+
+    /// One object's create through the store, retried as
+    /// [`Ledger::create_tries`] says.
+    async fn create_once_tries(
+        &self,
+        key: &ObjPath,
+        bytes: Vec<u8>,
+        max_tries: u32,
+        any_error: bool,
+    ) -> Result<bool, LedgerError> {
         let mut delay = Duration::from_millis(100);
         let mut tries = 0;
         loop {
@@ -511,6 +630,19 @@ impl Ledger {
         record: &AttemptRecord,
         max_tries: u32,
     ) -> Result<(), LedgerError> {
+        self.write_attempt_releasing(record, max_tries, None).await
+    }
+
+    /// [`Ledger::write_attempt_tries`], then, once the record is written,
+    /// give up `lease` as [`Ledger::release_lease`] does, in the same
+    /// blocking call on a local ledger. A record that cannot be written
+    /// leaves the lease alone.
+    pub async fn write_attempt_releasing(
+        &self,
+        record: &AttemptRecord,
+        max_tries: u32,
+        lease: Option<&lease::Lease>,
+    ) -> Result<(), LedgerError> {
         let key = ObjPath::from(format!(
             "{}/trials/{}/{}.json",
             record.study_id, record.trial_key, record.attempt_id
@@ -519,15 +651,18 @@ impl Ledger {
             serde_json::to_vec_pretty(record).map_err(|e| self.io_err("encode", &key, e))?;
         // The log entry first: a scan that trusts the index finds the
         // attempt through it (log.rs).
-        self.log_object_tries(
+        let entry = self.log_entry(
             &record.study_id,
             &record.trial_key,
             &format!("{}.json", record.attempt_id),
-            max_tries,
-            true,
-        )
-        .await?;
-        if !self.create_tries(&key, bytes, max_tries, true).await? {
+        )?;
+        let released = lease.map(lease::Lease::own_generations).unwrap_or_default();
+        let created = self
+            .create_in_turn(vec![entry, (key.clone(), bytes)], max_tries, true, released)
+            .await?;
+        // The entry's `false` (it exists): an earlier try of this very
+        // create went through. The record's: an attempt with its id.
+        if created.get(1) != Some(&true) {
             return Err(self.io_err("write", &key, "an attempt with this id already exists"));
         }
         Ok(())
@@ -769,4 +904,202 @@ pub fn new_attempt_id() -> String {
     let now = chrono::Utc::now();
     let nonce: u64 = rand::random();
     format!("{}-{:016x}", now.format("%Y%m%dT%H%M%S%.6fZ"), nonce)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(attempt: &str) -> AttemptRecord {
+        serde_json::from_value(serde_json::json!({
+            "schema": 1, "tunectl_version": "0.1.0", "study_id": "s", "spec_hash": "h",
+            "trial_key": "ab", "attempt_id": attempt,
+            "config": {"a": 1}, "config_label": "a=1", "config_index": 1,
+            "is_baseline": false, "cell": {}, "cell_label": "", "cell_index": 0,
+            "repeat": 0, "role": "sweep", "fidelity": null, "host": "h1",
+            "host_class": "hc-1", "fingerprint": "fp-1", "slot": 0,
+            "started_at": "t0", "finished_at": "t1", "duration_s": 1.0, "run_s": 0.5,
+            "warmup_runs": 0, "status": "ok", "failure": null,
+            "exit": {"code": 0, "signal": null}, "metrics": {"t": [1.0]},
+            "digest": null, "outputs": {}, "command": "cmd",
+            "stdout_tail": "", "stderr_tail": ""
+        }))
+        .expect("record")
+    }
+
+    /// Files under `dir`, relative, sorted (staging files included).
+    fn files(dir: &std::path::Path) -> Vec<String> {
+        fn walk(root: &std::path::Path, dir: &std::path::Path, out: &mut Vec<String>) {
+            for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+                let p = e.path();
+                if p.is_dir() {
+                    walk(root, &p, out);
+                } else if let Ok(rel) = p.strip_prefix(root) {
+                    out.push(rel.display().to_string());
+                }
+            }
+        }
+        let mut out = Vec::new();
+        walk(dir, dir, &mut out);
+        out.sort();
+        out
+    }
+
+    /// The same ledger folder through object_store alone (the path every
+    /// store but a local one takes).
+    fn through_object_store(dir: &std::path::Path) -> Ledger {
+        let store = LocalFileSystem::new_with_prefix(dir).expect("store");
+        Ledger::with_store(Arc::new(store), dir.display().to_string())
+    }
+
+    #[tokio::test]
+    async fn a_local_attempt_write_leaves_what_object_store_leaves() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let fast = Ledger::open(&dir.path().display().to_string()).expect("ledger");
+        assert!(fast.local_root.is_some());
+        fast.write_attempt(&record("a1")).await.expect("write");
+        let slow_dir = tempfile::tempdir().expect("tempdir");
+        let slow = through_object_store(slow_dir.path());
+        slow.write_attempt(&record("a1")).await.expect("write");
+        // Same names but the stream's (random), and the same bytes.
+        let strip = |names: Vec<String>| -> Vec<String> {
+            names
+                .into_iter()
+                .map(|n| match n.split('/').collect::<Vec<_>>().as_slice() {
+                    ["s", "log", _, entry] => format!("s/log/*/{entry}"),
+                    _ => n,
+                })
+                .collect()
+        };
+        assert_eq!(strip(files(dir.path())), strip(files(slow_dir.path())));
+        assert_eq!(files(dir.path()).len(), 2, "{:?}", files(dir.path()));
+        let read = |d: &std::path::Path| std::fs::read(d.join("s/trials/ab/a1.json"));
+        assert_eq!(
+            read(dir.path()).expect("fast"),
+            read(slow_dir.path()).expect("slow")
+        );
+        // And a scan finds it through its log entry.
+        let scan = fast.scan("s").await.expect("scan");
+        assert_eq!(scan.attempts.len(), 1);
+    }
+
+    #[tokio::test]
+    async fn an_existing_attempt_is_never_overwritten() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let ledger = Ledger::open(&dir.path().display().to_string()).expect("ledger");
+        let path = dir.path().join("s/trials/ab/a1.json");
+        std::fs::create_dir_all(path.parent().expect("parent")).expect("mkdir");
+        std::fs::write(&path, b"already here").expect("write");
+        let err = ledger
+            .write_attempt_tries(&record("a1"), 1)
+            .await
+            .expect_err("exists");
+        assert!(
+            err.to_string().contains(
+                "write `s/trials/ab/a1.json` failed: an attempt with this id already exists"
+            ),
+            "{err}"
+        );
+        assert_eq!(std::fs::read(&path).expect("read"), b"already here");
+        // Nor is a lease generation: the second launcher does not get it.
+        let ttl = Duration::from_secs(60);
+        let a = ledger
+            .acquire_lease("s", "k", "A", "h", ttl)
+            .await
+            .expect("io");
+        assert!(a.is_ok());
+        let gen1 = dir.path().join("s/leases/k.000000000001.json");
+        let before = std::fs::read(&gen1).expect("read");
+        let mut b = a.expect("lease");
+        b.record.owner = "B".into();
+        b.record.generation = 0;
+        assert!(!ledger.renew_lease(&mut b, ttl).await.expect("io"));
+        assert_eq!(std::fs::read(&gen1).expect("read"), before);
+    }
+
+    /// The log entry is written first and the object only after it: an
+    /// entry that cannot be written means no object; an object that
+    /// cannot be written leaves its entry (a scan looks for it again).
+    #[tokio::test]
+    async fn the_log_entry_comes_before_the_object() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let ledger = Ledger::open(&dir.path().display().to_string()).expect("ledger");
+        std::fs::create_dir_all(dir.path().join("s")).expect("mkdir");
+        std::fs::write(dir.path().join("s/log"), b"in the way").expect("write");
+        let err = ledger
+            .write_attempt_tries(&record("a1"), 1)
+            .await
+            .expect_err("no log");
+        assert!(err.to_string().contains("write `s/log/"), "{err}");
+        assert!(
+            !dir.path().join("s/trials").exists(),
+            "an object without its entry"
+        );
+
+        std::fs::remove_file(dir.path().join("s/log")).expect("rm");
+        std::fs::write(dir.path().join("s/trials"), b"in the way").expect("write");
+        let err = ledger
+            .write_attempt_tries(&record("a2"), 1)
+            .await
+            .expect_err("no trials");
+        assert!(
+            err.to_string().contains("write `s/trials/ab/a2.json`"),
+            "{err}"
+        );
+        let names = files(&dir.path().join("s/log"));
+        assert_eq!(names.len(), 1, "{names:?}");
+        assert!(names[0].ends_with("-ab-a2.json"), "{names:?}");
+    }
+
+    /// A folder that cannot be written: the error names the object and the
+    /// file, word for word as object_store's own local writes name them.
+    #[tokio::test]
+    async fn a_failed_local_write_reads_as_object_stores_does() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        std::fs::write(dir.path().join("s"), b"not a folder").expect("write");
+        let url = dir.path().display().to_string();
+        let fast = Ledger::open(&url).expect("ledger");
+        let slow = through_object_store(dir.path());
+        let key = ObjPath::from("s/hosts/h/x.json");
+        let a = fast.create_tries(&key, b"{}".to_vec(), 1, false).await;
+        let b = slow.create_tries(&key, b"{}".to_vec(), 1, false).await;
+        let (a, b) = (
+            a.expect_err("fast").to_string(),
+            b.expect_err("slow").to_string(),
+        );
+        assert_eq!(a, b);
+        let file = dir.path().join("s/hosts/h/x.json#1");
+        assert!(a.contains("`s/hosts/h/x.json` failed"), "{a}");
+        assert!(a.contains(&file.display().to_string()), "{a}");
+    }
+
+    #[tokio::test]
+    async fn a_lease_goes_with_its_record_and_stays_when_the_record_fails() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let ledger = Ledger::open(&dir.path().display().to_string()).expect("ledger");
+        let ttl = Duration::from_secs(60);
+        let lease = ledger
+            .acquire_lease("s", "ab", "A", "h", ttl)
+            .await
+            .expect("io")
+            .expect("free");
+        let gen1 = dir.path().join("s/leases/ab.000000000001.json");
+        assert!(gen1.exists());
+        std::fs::create_dir_all(dir.path().join("s/trials/ab")).expect("mkdir");
+        std::fs::write(dir.path().join("s/trials/ab/a1.json"), b"x").expect("write");
+        assert!(
+            ledger
+                .write_attempt_releasing(&record("a1"), 1, Some(&lease))
+                .await
+                .is_err()
+        );
+        assert!(gen1.exists(), "released without its record");
+        ledger
+            .write_attempt_releasing(&record("a2"), 1, Some(&lease))
+            .await
+            .expect("write");
+        assert!(dir.path().join("s/trials/ab/a2.json").exists());
+        assert!(!gen1.exists(), "not released");
+        assert!(ledger.live_leases("s").await.expect("io").is_empty());
+    }
 }

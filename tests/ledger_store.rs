@@ -495,6 +495,31 @@ fn reference(study: &str) -> (Decisions, BTreeSet<String>) {
     )
 }
 
+/// A trial that outlives a few renewals of its lease (each renewal is a
+/// new generation object) leaves none of them behind once recorded:
+/// otherwise `status` would count it as running until they expire.
+#[test]
+fn a_trial_that_renewed_its_lease_leaves_no_generation_behind() {
+    let Some(env) = OnStore::new(Backend::Local, STUDY) else {
+        return;
+    };
+    // The lease lives 2 s and is renewed every 0.5 s: 1.3 s is two
+    // renewals, at cell 1 of mode `fast` only.
+    let slow = [
+        ("FAKE_SLEEP", "1.3"),
+        ("FAKE_SLEEP_N", "1"),
+        ("FAKE_SLEEP_MODE", "fast"),
+    ];
+    let out = env.finish(env.spawn(env.launch_in(&env.study(), "work", &slow)));
+    assert!(ran_to_the_end(out.code, &out.stderr), "{}", out.text());
+    let leases: Vec<String> = env
+        .objects(&format!("{STUDY_ID}/leases"))
+        .into_iter()
+        .map(|(k, _)| k)
+        .collect();
+    assert!(leases.is_empty(), "leases left behind: {leases:?}");
+}
+
 /// Run a scenario against the local filesystem and against S3.
 macro_rules! on_both_stores {
     ($scenario:ident, $local:ident, $s3:ident) => {

@@ -163,6 +163,15 @@ pub struct RunnerSetup<'a> {
     pub spend: Arc<Spend>,
 }
 
+/// `held` renewed up to generation `to`: its release deletes every
+/// generation this launcher wrote, the renewals' included (a generation
+/// left behind would show the trial as running until it expires).
+fn renewed_to(held: &mut Option<Lease>, to: Option<u64>) {
+    if let (Some(h), Some(to)) = (held.as_mut(), to) {
+        h.record.generation = h.record.generation.max(to);
+    }
+}
+
 impl<'a> Runner<'a> {
     pub fn new(s: RunnerSetup<'a>) -> Result<Runner<'a>, String> {
         let objective_renderer = match &s.study.objective_command {
@@ -263,7 +272,9 @@ impl<'a> Runner<'a> {
             },
             None => None,
         };
-        let mut released = false;
+        // What this launcher gives up at the end: the lease as renewed
+        // while the trial ran, or nothing once it went with the record.
+        let mut held = lease.clone();
         let result = match finished {
             Some(done) => TrialResult::Done(Ran {
                 status: done.status,
@@ -273,12 +284,9 @@ impl<'a> Runner<'a> {
                 host_lost: false,
                 record: Some(Arc::new(done)),
             }),
-            None => {
-                self.run_leased(host, job, lease.clone(), lease.as_ref(), &mut released)
-                    .await
-            }
+            None => self.run_leased(host, job, lease, &mut held).await,
         };
-        if let Some(l) = lease.as_ref().filter(|_| !released) {
+        if let Some(l) = &held {
             self.ledger.release_lease(l).await;
         }
         result
@@ -481,15 +489,16 @@ impl<'a> Runner<'a> {
     }
 
     /// Run a trial whose lease this launcher holds, renewing it meanwhile.
-    /// `release` is given up with the attempt's record when nothing else
-    /// is written after it, and then `released` says so.
+    /// `held` is what the caller releases afterwards: it learns of every
+    /// renewal (each is a generation of the lease to delete), and becomes
+    /// `None` when the lease went with the attempt's record (nothing else
+    /// is written after it).
     async fn run_leased(
         &self,
         host: &LaunchHost,
         job: TrialJob,
         mut lease: Option<Lease>,
-        release: Option<&Lease>,
-        released: &mut bool,
+        held: &mut Option<Lease>,
     ) -> TrialResult {
         let study = self.study;
         let attempt_id = new_attempt_id();
@@ -529,6 +538,7 @@ impl<'a> Runner<'a> {
             )
             .await;
         self.checkpoint_warnings(&config_label, &cell_label, warnings);
+        renewed_to(held, lease.as_ref().map(|l| l.record.generation));
         let Some(checkpoint) = prepared else {
             // Taken over while its checkpoint was brought to the host:
             // the other launcher runs it.
@@ -609,6 +619,7 @@ impl<'a> Runner<'a> {
         let started_at = chrono::Utc::now();
         self.events.emit(LaunchEvent::TrialStarted);
         let attempt_cancel = self.cancel.child_token();
+        let renewed = std::sync::atomic::AtomicU64::new(0);
         let renew = async {
             let Some(mut lease) = lease else {
                 return std::future::pending::<()>().await;
@@ -616,7 +627,9 @@ impl<'a> Runner<'a> {
             loop {
                 tokio::time::sleep(renew_every()).await;
                 match self.ledger.renew_lease(&mut lease, lease_ttl()).await {
-                    Ok(true) => {}
+                    Ok(true) => {
+                        renewed.fetch_max(lease.record.generation, Ordering::SeqCst);
+                    }
                     Ok(false) | Err(_) => {
                         self.events.emit(LaunchEvent::LeaseLost {
                             config: config_label.clone(),
@@ -646,6 +659,7 @@ impl<'a> Runner<'a> {
             _ = renew => unreachable!("the renewal loop never ends"),
             _ = watch => unreachable!("the progress watch never ends"),
         };
+        renewed_to(held, Some(renewed.load(Ordering::SeqCst)));
         // Stopped by its prune rule (not by Ctrl-C or a lost lease first),
         // or, having ended on its own, its progress says it would have been
         // (read back from any host).
@@ -765,12 +779,16 @@ impl<'a> Runner<'a> {
         // record, the lease goes in the same ledger call, right after the
         // record is written (one thread hand-off on a local ledger, not
         // two), as it would next in `run`.
-        let release = release.filter(|_| checkpoint.is_none() && outcome.logs.is_empty());
+        let release = held
+            .as_ref()
+            .filter(|_| checkpoint.is_none() && outcome.logs.is_empty());
         let written = self
             .ledger
             .write_attempt_releasing(&record, tries, release)
             .await;
-        *released = release.is_some() && written.is_ok();
+        if release.is_some() && written.is_ok() {
+            *held = None;
+        }
         // The state becomes the next rung's only once its attempt is
         // recorded ok (and only then goes to the ledger); anything else
         // leaves the last committed one.

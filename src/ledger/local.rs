@@ -78,10 +78,7 @@ pub fn names(dir: &Path, after: Option<&str>, dirs: bool) -> std::io::Result<Vec
         let Ok(name) = entry.file_name().into_string() else {
             continue;
         };
-        let staging = name
-            .split_once('#')
-            .is_some_and(|(_, n)| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()));
-        if staging || after.is_some_and(|a| name.as_str() <= a) {
+        if staged(&name) || after.is_some_and(|a| name.as_str() <= a) {
             continue;
         }
         // Follows symbolic links, as object_store's listing does.
@@ -95,6 +92,14 @@ pub fn names(dir: &Path, after: Option<&str>, dirs: bool) -> std::io::Result<Vec
         }
     }
     Ok(out)
+}
+
+/// Files the object store's local backend does not list: its staging
+/// files, named `<name>#<digits>` (everything after the first `#`
+/// digits, as that backend tells them).
+pub fn staged(name: &str) -> bool {
+    name.split_once('#')
+        .is_some_and(|(_, n)| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
 }
 
 /// A fresh staging file beside `path`: `<path>#1`, `#2`, ... (the first
@@ -162,6 +167,16 @@ fn generic(message: String) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn staging_files_are_not_objects() {
+        assert!(staged("x.json#1"));
+        assert!(staged("a#0042"));
+        assert!(!staged("a#"));
+        assert!(!staged("a#b1"));
+        assert!(!staged("a#b#12"));
+        assert!(!staged("20260101T000000.000000Z-01.json"));
+    }
 
     #[test]
     fn a_create_makes_its_folders_and_never_overwrites() {

@@ -24,6 +24,7 @@ use object_store::path::Path as ObjPath;
 
 use super::{Got, Interner, check_record};
 use crate::ledger::index;
+use crate::ledger::local::staged;
 use crate::ledger::{AttemptRecord, CorruptObject, LedgerError};
 
 /// Worker threads: a few more than the cores, so that a thread waiting
@@ -41,11 +42,26 @@ struct Found {
     path: PathBuf,
 }
 
-/// Files the object store's local backend does not list: its staging
-/// files, named `<name>#<digits>`.
-fn staged(name: &str) -> bool {
-    name.rsplit_once('#')
-        .is_some_and(|(_, n)| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+/// A directory entry's name and what it is, symbolic links followed;
+/// `None` for what a listing skips: a name that is not UTF-8 (said once
+/// here) and a link to nothing.
+fn entry_of(entry: &std::fs::DirEntry) -> std::io::Result<Option<(String, std::fs::FileType)>> {
+    let Ok(name) = entry.file_name().into_string() else {
+        tracing::warn!(
+            path = %entry.path().display(),
+            "ignoring a ledger file whose name is not UTF-8"
+        );
+        return Ok(None);
+    };
+    let mut kind = entry.file_type()?;
+    if kind.is_symlink() {
+        match std::fs::metadata(entry.path()) {
+            Ok(m) => kind = m.file_type(),
+            Err(e) if e.kind() == ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(Some((name, kind)))
 }
 
 /// Every file under `dir` (object key prefix `prefix`), depth first,
@@ -53,27 +69,13 @@ fn staged(name: &str) -> bool {
 fn walk(dir: &Path, prefix: &str, out: &mut Vec<Found>) -> std::io::Result<()> {
     for entry in std::fs::read_dir(dir)? {
         let entry = entry?;
-        let os_name = entry.file_name();
-        let Some(name) = os_name.to_str() else {
-            tracing::warn!(
-                path = %entry.path().display(),
-                "ignoring a ledger file whose name is not UTF-8"
-            );
+        let Some((name, kind)) = entry_of(&entry)? else {
             continue;
         };
-        let mut kind = entry.file_type()?;
-        if kind.is_symlink() {
-            match std::fs::metadata(entry.path()) {
-                Ok(m) => kind = m.file_type(),
-                // A dangling link names nothing.
-                Err(e) if e.kind() == ErrorKind::NotFound => continue,
-                Err(e) => return Err(e),
-            }
-        }
         let key = format!("{prefix}/{name}");
         if kind.is_dir() {
             walk(&entry.path(), &key, out)?;
-        } else if kind.is_file() && !staged(name) {
+        } else if kind.is_file() && !staged(&name) {
             out.push(Found {
                 key,
                 path: entry.path(),
@@ -167,26 +169,13 @@ pub(crate) fn read_trials(
     let mut loose: Vec<Found> = Vec::new();
     for entry in top {
         let entry = entry.map_err(list_err)?;
-        let os_name = entry.file_name();
-        let Some(name) = os_name.to_str() else {
-            tracing::warn!(
-                path = %entry.path().display(),
-                "ignoring a ledger file whose name is not UTF-8"
-            );
+        let Some((name, kind)) = entry_of(&entry).map_err(list_err)? else {
             continue;
         };
         let key = format!("{prefix}/{name}");
-        let mut kind = entry.file_type().map_err(list_err)?;
-        if kind.is_symlink() {
-            match std::fs::metadata(entry.path()) {
-                Ok(m) => kind = m.file_type(),
-                Err(e) if e.kind() == ErrorKind::NotFound => continue,
-                Err(e) => return Err(list_err(e)),
-            }
-        }
         if kind.is_dir() {
             dirs.push((entry.path(), key));
-        } else if kind.is_file() && !staged(name) {
+        } else if kind.is_file() && !staged(&name) {
             loose.push(Found {
                 key,
                 path: entry.path(),
@@ -269,18 +258,4 @@ pub(crate) fn read_trials(
         out.2.extend(g);
     }
     Ok(out)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn staging_files_are_not_objects() {
-        assert!(staged("x.json#1"));
-        assert!(staged("a#0042"));
-        assert!(!staged("a#"));
-        assert!(!staged("a#b1"));
-        assert!(!staged("20260101T000000.000000Z-01.json"));
-    }
 }

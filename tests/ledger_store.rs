@@ -310,6 +310,16 @@ impl OnStore {
 
     /// No credential in any object of the store: the whole bucket, or the
     /// whole ledger directory.
+    /// Every lease generation written was released.
+    fn assert_no_leases(&self) {
+        let leases: Vec<String> = self
+            .objects(&format!("{STUDY_ID}/leases"))
+            .into_iter()
+            .map(|(k, _)| k)
+            .collect();
+        assert!(leases.is_empty(), "leases left behind: {leases:?}");
+    }
+
     fn assert_no_secret_in_store(&self) {
         let mut seen = 0;
         match &self.s3 {
@@ -512,12 +522,7 @@ fn a_trial_that_renewed_its_lease_leaves_no_generation_behind() {
     ];
     let out = env.finish(env.spawn(env.launch_in(&env.study(), "work", &slow)));
     assert!(ran_to_the_end(out.code, &out.stderr), "{}", out.text());
-    let leases: Vec<String> = env
-        .objects(&format!("{STUDY_ID}/leases"))
-        .into_iter()
-        .map(|(k, _)| k)
-        .collect();
-    assert!(leases.is_empty(), "leases left behind: {leases:?}");
+    env.assert_no_leases();
 }
 
 /// Run a scenario against the local filesystem and against S3.
@@ -766,12 +771,7 @@ fn two_concurrent_launchers(backend: Backend) {
     let (clean, clean_keys) = reference(STUDY);
     assert_eq!(sweep_keys(&attempts), clean_keys, "every planned trial ran");
     assert_eq!(decisions(&env.report_json()), clean);
-    let leases: Vec<String> = env
-        .objects(&format!("{STUDY_ID}/leases"))
-        .into_iter()
-        .map(|(k, _)| k)
-        .collect();
-    assert!(leases.is_empty(), "leases left behind: {leases:?}");
+    env.assert_no_leases();
     env.assert_no_secret_in_store();
 }
 

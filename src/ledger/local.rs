@@ -81,9 +81,15 @@ pub fn names(dir: &Path, after: Option<&str>, dirs: bool) -> std::io::Result<Vec
         if staged(&name) || after.is_some_and(|a| name.as_str() <= a) {
             continue;
         }
-        // Follows symbolic links, as object_store's listing does.
+        // Follows symbolic links, as object_store's listing does; a link
+        // to nothing names nothing (it would otherwise stop every listing
+        // of the folder, and every lease taken in it).
         let is_dir = match entry.file_type() {
-            Ok(t) if t.is_symlink() => std::fs::metadata(entry.path())?.is_dir(),
+            Ok(t) if t.is_symlink() => match std::fs::metadata(entry.path()) {
+                Ok(m) => m.is_dir(),
+                Err(e) if e.kind() == ErrorKind::NotFound => continue,
+                Err(e) => return Err(e),
+            },
             Ok(t) => t.is_dir(),
             Err(e) => return Err(e),
         };
@@ -176,6 +182,31 @@ mod tests {
         assert!(!staged("a#b1"));
         assert!(!staged("a#b#12"));
         assert!(!staged("20260101T000000.000000Z-01.json"));
+    }
+
+    #[test]
+    fn a_listing_skips_staging_files_and_links_to_nothing() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        for f in ["a.json", "b.json#3", "c.json"] {
+            std::fs::write(dir.path().join(f), b"x").expect("write");
+        }
+        std::fs::create_dir(dir.path().join("d")).expect("mkdir");
+        std::os::unix::fs::symlink(dir.path().join("gone"), dir.path().join("e.json"))
+            .expect("symlink");
+        std::os::unix::fs::symlink(dir.path().join("a.json"), dir.path().join("f.json"))
+            .expect("symlink");
+        let mut files = names(dir.path(), None, false).expect("list");
+        files.sort();
+        assert_eq!(files, ["a.json", "c.json", "f.json"]);
+        let mut after = names(dir.path(), Some("a.json"), false).expect("list");
+        after.sort();
+        assert_eq!(after, ["c.json", "f.json"]);
+        assert_eq!(names(dir.path(), None, true).expect("list"), ["d"]);
+        assert!(
+            names(&dir.path().join("missing"), None, false)
+                .expect("a missing folder lists nothing")
+                .is_empty()
+        );
     }
 
     #[test]

@@ -120,16 +120,7 @@ impl Scan {
     /// its status: [`Scan::by_trial`]'s first entries, without building a
     /// vector per trial.
     pub fn first_attempts(&self) -> BTreeMap<&str, &AttemptRecord> {
-        let mut out: BTreeMap<&str, &AttemptRecord> = BTreeMap::new();
-        for run in self.runs() {
-            if let Some(a) = run.iter().min_by(|a, b| a.attempt_id.cmp(&b.attempt_id)) {
-                let slot = out.entry(a.trial_key.as_str()).or_insert(a);
-                if a.attempt_id < slot.attempt_id {
-                    *slot = a;
-                }
-            }
-        }
-        out
+        self.first_where(|_| true)
     }
 
     /// The attempt that counts for each trial: its first terminal attempt.
@@ -145,11 +136,17 @@ impl Scan {
         &self,
         keep: impl Fn(&AttemptRecord) -> bool,
     ) -> BTreeMap<&str, &AttemptRecord> {
+        self.first_where(|a| a.status.is_terminal() && keep(a))
+    }
+
+    /// Per trial key, its first attempt (smallest attempt id) of those
+    /// `keep` accepts, whatever order the attempts are in.
+    fn first_where(&self, keep: impl Fn(&AttemptRecord) -> bool) -> BTreeMap<&str, &AttemptRecord> {
         let mut out: BTreeMap<&str, &AttemptRecord> = BTreeMap::new();
         for run in self.runs() {
             let first = run
                 .iter()
-                .filter(|a| a.status.is_terminal() && keep(a))
+                .filter(|a| keep(a))
                 .min_by(|a, b| a.attempt_id.cmp(&b.attempt_id));
             if let Some(a) = first {
                 let slot = out.entry(a.trial_key.as_str()).or_insert(a);

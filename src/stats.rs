@@ -7,6 +7,8 @@
 
 use serde::Serialize;
 
+pub mod speedup;
+
 /// Scale that makes the MAD consistent with the standard deviation.
 pub const MAD_SCALE: f64 = 1.4826;
 

@@ -1212,14 +1212,17 @@ mod tests {
         let class = fp.host_class();
         let mut attempts = Vec::new();
         for cell in [1, 2] {
-            for r in 0..1 {
-                attempts.push(attempt(cell, 0, "base", r, Some(100.0), &class));
+            // Three runs each (an interval needs two a side), a little
+            // apart.
+            for r in 0..3 {
+                let jitter = [0.0, 0.3, -0.3][r as usize];
+                attempts.push(attempt(cell, 0, "base", r, Some(100.0 + jitter), &class));
                 attempts.push(attempt(
                     cell,
                     1,
                     "fast",
                     r,
-                    Some(if cell == 1 { 200.0 } else { 101.0 }),
+                    Some(if cell == 1 { 200.0 } else { 101.0 } - jitter),
                     &class,
                 ));
                 attempts.push(attempt(cell, 2, "crash", r, None, &class));
@@ -1254,6 +1257,14 @@ mod tests {
                     knobs_changed: 1,
                     speedup: 2.0,
                     min_cell_speedup: 2.0,
+                    interval: crate::stats::speedup::Interval {
+                        speedup: 2.0,
+                        low: 1.9,
+                        high: 2.1,
+                        confidence: 0.95,
+                        runs: 3,
+                        reference_runs: 3,
+                    },
                     confirmation: None,
                 }),
                 decision: "mode=fast wins: 2.00× the baseline".into(),
@@ -1267,6 +1278,9 @@ mod tests {
                 }],
                 refusals: vec![],
                 rejected: cell1.rejected.clone(),
+                interval: None,
+                racing: None,
+                confirm_runs: None,
             },
             BucketReport {
                 key: "b2".into(),
@@ -1291,6 +1305,9 @@ mod tests {
                     reason: "within noise".into(),
                 }],
                 rejected: cell2.rejected.clone(),
+                interval: None,
+                racing: None,
+                confirm_runs: None,
             },
             BucketReport {
                 key: "b3".into(),
@@ -1306,6 +1323,9 @@ mod tests {
                 per_cell: vec![],
                 refusals: vec![],
                 rejected: vec![],
+                interval: None,
+                racing: None,
+                confirm_runs: None,
             },
         ];
         a
@@ -1438,7 +1458,7 @@ mod tests {
         assert_eq!(cell["cell"], "n=1");
         assert_eq!(cell["baseline"]["config"], "baseline");
         assert_eq!(cell["baseline"]["median"], 100.0);
-        assert_eq!(cell["baseline"]["n"], 3);
+        assert_eq!(cell["baseline"]["n"], 9);
         assert_eq!(cell["baseline"]["unit"], "ops/s");
         assert!(cell["baseline"]["spread"].as_f64().is_some(), "{cell}");
         assert_eq!(cell["winner"]["config"], "mode=fast");

@@ -207,6 +207,16 @@ pub enum LaunchEvent {
         class: String,
         trials: u64,
     },
+    /// A bucket's decision is too close to call: more sweep runs of the
+    /// baseline and `configs` configs, up to `runs` at every cell (they
+    /// join the launch's trials, like [`LaunchEvent::More`]).
+    RaceQueued {
+        bucket: String,
+        class: String,
+        trials: u64,
+        configs: usize,
+        runs: u32,
+    },
     /// `budget.max_trial_time` is spent: no new trial starts; the running
     /// ones finish and are recorded.
     BudgetSpent {
@@ -379,6 +389,7 @@ impl LaunchEvent {
                 | LaunchEvent::AnchorStarted
                 | LaunchEvent::Remeasure { .. }
                 | LaunchEvent::ConfirmationQueued { .. }
+                | LaunchEvent::RaceQueued { .. }
         )
     }
 }
@@ -401,6 +412,9 @@ pub struct LaunchSummary {
     /// Anchors and confirmation-round trials queued (started, for anchors).
     pub anchors_started: u64,
     pub confirm_queued: u64,
+    /// Racing trials queued (more sweep runs where a decision is close):
+    /// also counted in `planned`.
+    pub race_queued: u64,
     /// Attempts running now.
     pub running: u64,
     pub ran: u64,
@@ -455,6 +469,10 @@ impl LaunchSummary {
                 self.already_done += already_done;
             }
             LaunchEvent::More { count } => self.planned += count,
+            LaunchEvent::RaceQueued { trials, .. } => {
+                self.planned += trials;
+                self.race_queued += trials;
+            }
             LaunchEvent::AlreadyDone { count, in_plan } => {
                 self.already_done += count;
                 if *in_plan {
@@ -543,6 +561,7 @@ impl LaunchSummary {
         self.planned_skipped += o.planned_skipped;
         self.anchors_started += o.anchors_started;
         self.confirm_queued += o.confirm_queued;
+        self.race_queued += o.race_queued;
         self.ran += o.ran;
         self.ok += o.ok;
         self.failed += o.failed;

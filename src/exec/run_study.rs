@@ -23,6 +23,7 @@ use super::prior::Prior;
 use super::run_trial::{Runner, RunnerSetup, Spend, TrialJob, TrialResult};
 use super::schedule::drift::Reading;
 use super::schedule::{
+    BucketStep,
     AnchorStep, Burst, HostGate, Kind, Next, Scheduler, Setup, Void, VoidReason,
 };
 use super::{Discovery, HostState, Part, Transport};
@@ -919,21 +920,27 @@ impl<'a> Launch<'a> {
         self.confirm(class, ready).await;
     }
 
-    /// Queue the confirmation round of each bucket `buckets_ready` gave,
-    /// with its draft winner.
+    /// Queue what each bucket `buckets_ready` gave asks now: more runs
+    /// where its decision is close, or the final round of its draft winner.
     async fn confirm(&self, class: usize, ready: Vec<(String, Vec<u32>)>) {
         for (bucket, members) in ready {
-            let winner = self.draft_winner(class, &bucket, &members).await;
-            self.with_sched(|s| s.queue_confirmation(class, &members, winner));
+            let (step, done) = self.bucket_step(class, &bucket, &members).await;
+            self.with_sched(|s| s.queue_bucket_step(class, &members, step, &done));
             self.notify.notify_waiters();
         }
     }
 
-    /// The draft winner of a bucket on a class, from the ledger as it is
+    /// What a bucket's decision on a class asks, from the ledger as it is
     /// (the scan adds only what was written since the launch's last one;
     /// the analysis looks only at this class's attempts at the bucket's
-    /// cells, all a bucket's decision depends on).
-    async fn draft_winner(&self, class: usize, bucket: &str, cells: &[u32]) -> Option<u64> {
+    /// cells, all a bucket's decision depends on), with the trial keys that
+    /// have a terminal attempt there.
+    async fn bucket_step(
+        &self,
+        class: usize,
+        bucket: &str,
+        cells: &[u32],
+    ) -> (BucketStep, HashSet<String>) {
         let scan = match self.ledger.scan(self.study_id).await {
             Ok(s) => s,
             Err(e) => {
@@ -941,7 +948,7 @@ impl<'a> Launch<'a> {
                     bucket: bucket.to_string(),
                     error: e.to_string(),
                 });
-                return None;
+                return (BucketStep::Settled, HashSet::new());
             }
         };
         let hosts = self
@@ -952,23 +959,46 @@ impl<'a> Launch<'a> {
             .unwrap_or_default();
         let class_id = &self.plan.classes[class].id;
         let cells: HashSet<u32> = cells.iter().copied().collect();
+        let keep = |a: &crate::ledger::records::AttemptRecord| {
+            a.host_class == *class_id && cells.contains(&a.cell_index)
+        };
+        let done: HashSet<String> = scan
+            .terminal_where(keep)
+            .keys()
+            .map(|k| k.to_string())
+            .collect();
         let analysis = crate::report::analysis::analyze_scoped(
             &self.record,
             &scan,
             &hosts,
             &[],
             crate::report::analysis::Scope::Decisions,
-            |a| a.host_class == *class_id && cells.contains(&a.cell_index),
+            keep,
         );
-        let report = analysis
+        let step = analysis
             .classes
             .iter()
-            .find(|c| c.host_class == *class_id)?
-            .buckets
-            .iter()
-            .find(|b| b.key == bucket)?;
-        let winner = report.winner.as_ref()?;
-        self.plan.space.index_of(self.study, &winner.config)
+            .find(|c| c.host_class == *class_id)
+            .and_then(|c| c.buckets.iter().find(|b| b.key == bucket))
+            .map(|report| {
+                if let Some(r) = &report.racing {
+                    return BucketStep::Race {
+                        configs: r.configs.iter().map(|(_, i)| *i).collect(),
+                        runs: r.runs,
+                    };
+                }
+                match (&report.winner, report.confirm_runs) {
+                    (Some(w), Some(runs)) => self
+                        .plan
+                        .space
+                        .index_of(self.study, &w.config)
+                        .map(|winner| BucketStep::Confirm { winner, runs })
+                        .unwrap_or(BucketStep::Settled),
+                    _ => BucketStep::Settled,
+                }
+            })
+            .unwrap_or(BucketStep::Settled);
+        (step, done)
     }
 }
 

@@ -261,9 +261,10 @@ fn ships(out: &mut String, a: &Analysis, b: &BucketReport, width: usize) {
     }
 }
 
-/// A bucket winner's numbers: its speedup with the spread and n it rests
-/// on, then the final round's when it ran. Empty without a winner.
-pub fn winner_numbers(b: &BucketReport, min_samples: usize) -> Vec<String> {
+/// A bucket winner's numbers: its speedup with the interval and the runs
+/// it rests on, the spread of single runs beside them, then the final
+/// round's when it ran. Empty without a winner.
+pub fn winner_numbers(b: &BucketReport, _min_samples: usize) -> Vec<String> {
     let Some(w) = &b.winner else {
         return Vec::new();
     };
@@ -272,16 +273,12 @@ pub fn winner_numbers(b: &BucketReport, min_samples: usize) -> Vec<String> {
         .iter()
         .filter_map(|c| Some((c.winner.as_ref()?, c.baseline.as_ref()?)))
         .collect();
-    // The spread the bucket's rule used: the mean of the cells' combined
-    // spreads, unknown when one is.
+    // The dispersion of single runs: the mean of the cells' combined
+    // spreads, unknown when one is. For reading; decisions use intervals.
     let spreads: Option<Vec<f64>> = at.iter().map(|(w, _)| w.combined_spread).collect();
     let spread = spreads
         .filter(|s| !s.is_empty())
         .map(|s| s.iter().sum::<f64>() / s.len() as f64);
-    let n = |r: &ConfigReport| r.summary.map(|s| s.n).unwrap_or(0);
-    let (nw, nb) = at
-        .iter()
-        .fold((0, 0), |(x, y), (w, b)| (x + n(w), y + n(b)));
     let over = if at.len() > 1 {
         format!(
             " over {} cells; geometric mean, lowest cell {:.3}×",
@@ -292,27 +289,27 @@ pub fn winner_numbers(b: &BucketReport, min_samples: usize) -> Vec<String> {
         String::new()
     };
     let mut out = vec![format!(
-        "{:.3}× the baseline {} (n={nw} vs {nb}{over}); a win needed more than {:.1}%",
-        w.speedup,
+        "{}{over}; single runs scatter {}; a win needed its lower bound above {:.3}×",
+        super::analysis::interval_text(&w.interval),
         pm_pct(spread),
-        b.threshold.unwrap_or(0.0) * 100.0
+        1.0 + b.threshold.unwrap_or(0.0)
     )];
     if let Some(c) = &w.confirmation {
-        let sides = c.winner.zip(c.baseline);
-        let spread = sides
-            .filter(|(w, b)| !c.spread_unknown && w.n >= min_samples && b.n >= min_samples)
-            .map(|(w, b)| w.relative_spread() + b.relative_spread());
-        let (nw, nb) = sides.map(|(w, b)| (w.n, b.n)).unwrap_or((0, 0));
         let outcome = match (&c.failure, c.confirmed) {
             (Some(f), _) => format!("failed: {f}"),
             (None, true) => "confirmed".to_string(),
-            (None, false) if c.spread_unknown => "too few samples to decide".to_string(),
+            (None, false) if c.incomplete => {
+                format!("{} of {} runs a side measured", c.runs_done, c.runs)
+            }
             (None, false) => "not confirmed".to_string(),
         };
+        let measured = c
+            .interval
+            .map(|i| super::analysis::interval_text(&i))
+            .unwrap_or_else(|| format!("{:.3}×", c.speedup));
         out.push(format!(
-            "final round: {:.3}× {} (n={nw} vs {nb}), {outcome}",
-            c.speedup,
-            pm_pct(spread)
+            "final round ({} runs a side): {measured}, {outcome}",
+            c.runs
         ));
     }
     out

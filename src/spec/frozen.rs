@@ -120,6 +120,9 @@ pub struct FrozenKnob {
 pub struct FrozenMeasurement {
     pub repeats: u32,
     pub confirm_repeats: u32,
+    /// Left out of the frozen spec at its default (see
+    /// `spec::Measurement`).
+    pub max_repeats: u32,
 }
 
 impl Default for FrozenMeasurement {
@@ -127,6 +130,7 @@ impl Default for FrozenMeasurement {
         FrozenMeasurement {
             repeats: 1,
             confirm_repeats: 0,
+            max_repeats: crate::spec::study::DEFAULT_MAX_REPEATS,
         }
     }
 }
@@ -234,6 +238,7 @@ impl FrozenSpec {
             measurement: FrozenMeasurement {
                 repeats: study.measurement.repeats,
                 confirm_repeats: study.measurement.confirm_repeats,
+                max_repeats: study.measurement.max_repeats,
             },
             selection: FrozenSelection::from(&study.selection),
             buckets: study.buckets.clone(),

@@ -150,8 +150,23 @@ pub struct Measurement {
     /// Most anchor re-measurements in one cool-down.
     pub cool_max_retry: u32,
     /// Interleaved baseline/winner pairs in the final confirmation round of
-    /// each bucket (0: no confirmation, decisions stay drafts).
+    /// each bucket, at least (0: no confirmation, decisions stay drafts);
+    /// the round takes more when the sweep's estimate needs them to
+    /// confirm, up to `max_repeats`.
     pub confirm_repeats: u32,
+    /// Most sweep runs a config gets at a cell when its decision is close
+    /// (racing), and most runs a side in the confirmation round. Left out
+    /// of the frozen spec at its default, so older studies keep their
+    /// hashes.
+    #[serde(skip_serializing_if = "is_default_max_repeats")]
+    pub max_repeats: u32,
+}
+
+/// `measurement.max_repeats` when the study does not say.
+pub const DEFAULT_MAX_REPEATS: u32 = 30;
+
+fn is_default_max_repeats(n: &u32) -> bool {
+    *n == DEFAULT_MAX_REPEATS
 }
 
 impl Default for Measurement {
@@ -166,6 +181,7 @@ impl Default for Measurement {
             cool_max_wait: Duration::from_secs(600),
             cool_max_retry: 5,
             confirm_repeats: 3,
+            max_repeats: DEFAULT_MAX_REPEATS,
         }
     }
 }
@@ -1503,6 +1519,7 @@ fn parse_measurement(w: &mut Walker, node: &Node) -> Option<Measurement> {
             "cool_max_wait",
             "cool_max_retry",
             "confirm_repeats",
+            "max_repeats",
         ],
     );
     let d = Measurement::default();
@@ -1523,6 +1540,7 @@ fn parse_measurement(w: &mut Walker, node: &Node) -> Option<Measurement> {
     let anchor_every = count(w, "anchor_every", d.anchor_every, 0, 1_000_000);
     let cool_max_retry = count(w, "cool_max_retry", d.cool_max_retry, 1, 1000);
     let confirm_repeats = count(w, "confirm_repeats", d.confirm_repeats, 0, 1000);
+    let max_repeats = count(w, "max_repeats", d.max_repeats, 1, 10_000);
     let fraction = |w: &mut Walker, key: &str, default: f64| -> Option<f64> {
         match map.get_node(key) {
             Some(n) => {
@@ -1575,6 +1593,7 @@ fn parse_measurement(w: &mut Walker, node: &Node) -> Option<Measurement> {
         cool_max_wait: cool_max_wait?,
         cool_max_retry,
         confirm_repeats,
+        max_repeats,
     })
 }
 

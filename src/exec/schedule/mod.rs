@@ -151,6 +151,19 @@ pub enum HostGate {
 /// A plan record to write: (class, cell, configs planned there).
 pub type PlanWrite = (usize, u32, Option<u64>);
 
+/// What a bucket's decision asks of the launch once its sweep is measured.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BucketStep {
+    /// Racing: more sweep runs of the baseline and these configs, up to
+    /// `runs` at every cell.
+    Race { configs: Vec<u64>, runs: u32 },
+    /// The final interleaved round: the baseline and `winner`, `runs` a
+    /// side at every cell.
+    Confirm { winner: u64, runs: u32 },
+    /// Nothing more to measure.
+    Settled,
+}
+
 /// Everything the scheduler reads and never changes.
 pub struct Setup<'a> {
     pub study: &'a Study,
@@ -939,13 +952,15 @@ impl<'a> Scheduler<'a> {
     }
 
     /// The buckets touched by `cells` whose cells are all measured on
-    /// `class` and whose confirmation round has not started: marked as
-    /// started, with their cells. `queue_confirmation` follows each, with
-    /// the bucket's draft winner.
+    /// `class` and whose next step (racing or confirmation) has not
+    /// started: marked as started, with their cells. `queue_bucket_step`
+    /// follows each, with what the bucket's decision asks.
     pub fn buckets_ready(&mut self, class: usize, cells: &[u32]) -> Vec<(String, Vec<u32>)> {
         // A shard sees a slice of the candidates: its leader is not the
-        // bucket's; the launch without --shard confirms.
-        if self.s.study.measurement.confirm_repeats == 0 || self.s.sharded || self.st.stopping {
+        // bucket's; the launch without --shard races and confirms.
+        let m = &self.s.study.measurement;
+        let nothing_to_add = m.confirm_repeats == 0 && m.max_repeats <= m.repeats;
+        if nothing_to_add || self.s.sharded || self.st.stopping {
             return Vec::new();
         }
         let mut ready = Vec::new();
@@ -972,16 +987,97 @@ impl<'a> Scheduler<'a> {
         ready
     }
 
+    /// Queue what a bucket's decision asks (its cells `members`, from
+    /// `buckets_ready`) on `class`. `done`: trial keys with a terminal
+    /// attempt in the ledger now.
+    pub fn queue_bucket_step(
+        &mut self,
+        class: usize,
+        members: &[u32],
+        step: BucketStep,
+        done: &HashSet<String>,
+    ) -> u64 {
+        match step {
+            BucketStep::Race { configs, runs } => {
+                self.queue_race(class, members, &configs, runs, done)
+            }
+            BucketStep::Confirm { winner, runs } => {
+                self.queue_confirmation(class, members, Some(winner), runs)
+            }
+            BucketStep::Settled => self.queue_confirmation(class, members, None, 0),
+        }
+    }
+
+    /// Racing: more sweep runs of the baseline and `configs`, interleaved,
+    /// up to `runs` at every cell of the bucket. Once they are measured the
+    /// bucket is ready again, and its decision asks anew.
+    fn queue_race(
+        &mut self,
+        class: usize,
+        members: &[u32],
+        configs: &[u64],
+        runs: u32,
+        done: &HashSet<String>,
+    ) -> u64 {
+        let baseline = self.s.plan.space.baseline();
+        let mut units = Vec::new();
+        for &cell in members {
+            let cs = &self.st.classes[class];
+            let positions = self.s.positions(cs, cell);
+            for pos in positions {
+                let config = self.s.config_of(Unit::sweep(cell, 0, pos));
+                if (config != baseline && !configs.contains(&config))
+                    || cs.failed_configs.contains(&(cell, config))
+                {
+                    continue;
+                }
+                for repeat in 0..runs {
+                    let unit = Unit::sweep(cell, repeat, pos);
+                    let key = self.s.key_of(class, unit);
+                    if !done.contains(&key) && !self.s.done.contains(&key) {
+                        units.push(unit);
+                    }
+                }
+            }
+        }
+        let queued = units.len() as u64;
+        let bucket = members.first().map(|&cell| {
+            let b = self.s.plan.bucket_of_cell(cell as usize);
+            (b.key.clone(), b.label.clone())
+        });
+        let cs = &mut self.st.classes[class];
+        cs.confirming = cs.confirming.saturating_sub(1);
+        for u in units {
+            *cs.outstanding.entry(u.cell).or_insert(0) += 1;
+            cs.ready.push(Reverse(u));
+        }
+        if queued > 0
+            && let Some((key, label)) = bucket
+        {
+            // Ready again once these are measured.
+            cs.confirm_started.remove(&key);
+            self.out.push(LaunchEvent::RaceQueued {
+                bucket: label,
+                class: self.s.class_ids[class].clone(),
+                trials: queued,
+                configs: configs.len(),
+                runs,
+            });
+        }
+        queued
+    }
+
     /// Queue the confirmation round of a bucket (its cells `members`, from
     /// `buckets_ready`) on `class`: the baseline and `winner`, interleaved,
-    /// at every cell of the bucket. No winner: nothing to confirm.
+    /// `rounds` runs a side at every cell of the bucket. No winner: nothing
+    /// to confirm.
     pub fn queue_confirmation(
         &mut self,
         class: usize,
         members: &[u32],
         winner: Option<u64>,
+        rounds: u32,
     ) -> u64 {
-        let rounds = self.s.study.measurement.confirm_repeats;
         let mut queued = 0u64;
         let cs = &mut self.st.classes[class];
         if let Some(config) = winner {

@@ -308,7 +308,7 @@ fn a_bucket_confirms_once_all_its_cells_are_measured_and_its_round_runs_first() 
     // Asked again: already started.
     assert!(s.buckets_ready(0, &[1]).is_empty());
     s.take_events();
-    let queued = s.queue_confirmation(0, &[0, 1], Some(2));
+    let queued = s.queue_confirmation(0, &[0, 1], Some(2), 2);
     // baseline and winner, 2 rounds, 2 cells.
     assert_eq!(queued, 8);
     assert_eq!(
@@ -744,7 +744,7 @@ fn simulate(seed: u64, one_bucket: bool) -> (usize, Vec<LaunchEvent>) {
         |s: &mut Scheduler<'_>, rng: &mut Rng, class: usize, ready: Vec<(String, Vec<u32>)>| {
             for (_, members) in ready {
                 let winner = rng.chance(70).then(|| 1 + rng.below(2));
-                s.queue_confirmation(class, &members, winner);
+                s.queue_confirmation(class, &members, winner, 2);
             }
         };
     for step in 0..20_000 {

@@ -7,7 +7,7 @@
 pub const PLAN: &str = "tunectl.plan/1";
 pub const LAUNCH: &str = "tunectl.launch/1";
 pub const STATUS: &str = "tunectl.status/1";
-pub const REPORT: &str = "tunectl.report/1";
+pub const REPORT: &str = "tunectl.report/2";
 pub const EXPORT: &str = "tunectl.export/1";
 pub const LEDGER_CHECK: &str = "tunectl.ledger-check/1";
 pub const FINGERPRINT: &str = "tunectl.fingerprint/1";

@@ -174,7 +174,7 @@ fn report_as_json() {
         env.ledger_url(),
     ]);
     assert_eq!(out.code, Some(0), "{}", out.text());
-    let doc = document(&out, "tunectl.report/1");
+    let doc = document(&out, "tunectl.report/2");
     assert_eq!(doc["study_id"], "jsonout", "{doc}");
     let cell = &doc["classes"][0]["cells"][0];
     let baseline = &cell["baseline"]["summary"];

@@ -510,7 +510,11 @@ pub fn describe(ev: &LaunchEvent) -> Vec<String> {
             runs,
         } => one(format!(
             "racing in bucket {bucket} on {class}: {configs} {} too close to call; {trials} more interleaved runs with the baseline, up to {runs} each per cell",
-            if *configs == 1 { "config is" } else { "configs are" }
+            if *configs == 1 {
+                "config is"
+            } else {
+                "configs are"
+            }
         )),
         LaunchEvent::ConfirmReadFailed { bucket, error } => one(format!(
             "error: cannot read the ledger to confirm bucket {bucket}: {error}"

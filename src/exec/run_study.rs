@@ -23,8 +23,7 @@ use super::prior::Prior;
 use super::run_trial::{Runner, RunnerSetup, Spend, TrialJob, TrialResult};
 use super::schedule::drift::Reading;
 use super::schedule::{
-    BucketStep,
-    AnchorStep, Burst, HostGate, Kind, Next, Scheduler, Setup, Void, VoidReason,
+    AnchorStep, BucketStep, Burst, HostGate, Kind, Next, Scheduler, Setup, Void, VoidReason,
 };
 use super::{Discovery, HostState, Part, Transport};
 use crate::fingerprint::Fingerprint;

@@ -106,10 +106,14 @@ fn summary_text(r: &ConfigReport, unit: &str) -> String {
 }
 
 fn speedup_text(r: &ConfigReport) -> String {
-    match (r.speedup, r.combined_spread) {
-        (Some(s), Some(cs)) => format!("{s:.3}× ± {:.1}% (combined spread)", cs * 100.0),
-        (Some(s), None) => format!("{s:.3}× ± ? (spread unknown)"),
-        (None, _) => "speedup: none".to_string(),
+    match (r.interval, r.speedup, r.combined_spread) {
+        (Some(i), _, _) => super::analysis::interval_text(&i),
+        (None, Some(s), Some(cs)) => format!(
+            "{s:.3}× ± {:.1}% (spread of single runs; no interval)",
+            cs * 100.0
+        ),
+        (None, Some(s), None) => format!("{s:.3}× ± ? (spread unknown)"),
+        (None, None, _) => "speedup: none".to_string(),
     }
 }
 

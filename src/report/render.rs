@@ -65,13 +65,18 @@ pub(super) fn n_cell(r: &ConfigReport) -> String {
     }
 }
 
-/// Speedup ± the combined spread (`± ?` when unknown); the baseline is
-/// itself.
+/// Speedup with its 95 % interval (`1.083× [1.050, 1.117]`), or, with
+/// too few runs for one, ± the spread of single runs (`± ?` when unknown);
+/// the baseline is itself.
 pub(super) fn speedup_cell(role: &str, r: &ConfigReport) -> String {
-    match r.speedup {
-        Some(_) if role == "baseline" => "1× (itself)".to_string(),
-        Some(s) => format!("{s:.3}× {}", super::terminal::pm_pct(r.combined_spread)),
-        None => "—".to_string(),
+    match (r.speedup, r.interval) {
+        (Some(_), _) if role == "baseline" => "1× (itself)".to_string(),
+        (Some(_), Some(i)) => format!("{:.3}× [{:.3}, {:.3}]", i.speedup, i.low, i.high),
+        (Some(s), None) => format!(
+            "{s:.3}× {} (no interval)",
+            super::terminal::pm_pct(r.combined_spread)
+        ),
+        (None, _) => "—".to_string(),
     }
 }
 
@@ -144,7 +149,7 @@ pub(super) fn header(a: &Analysis) -> Vec<String> {
             a.level
         ),
         format!(
-            "objective: {} [{}], {} is better · statistic: {} · a win needs more than {:.0}% and more than the combined spread",
+            "objective: {} [{}], {} is better · statistic: {} · a win needs the lower bound of its 95% interval above +{:.0}%",
             a.objective.name,
             a.objective.unit,
             a.objective.better.name(),
@@ -541,6 +546,10 @@ const MEASURED: &[&str] = &[
     "baseline_spread",
     "baseline_n",
     "failure_class",
+    "speedup_ci_low",
+    "speedup_ci_high",
+    "runs",
+    "baseline_runs",
 ];
 
 /// [`MEASURED`] of the objective of config `r` at a cell whose baseline is
@@ -553,6 +562,7 @@ fn measured_fields(a: &Analysis, r: &ConfigReport, base: Option<&ConfigReport>) 
         r,
         base.and_then(|b| b.summary),
         r.speedup,
+        r.interval,
     )
 }
 
@@ -566,6 +576,7 @@ fn metric_fields(
     r: &ConfigReport,
     base: Option<Summary>,
     speedup: Option<f64>,
+    interval: Option<crate::stats::speedup::Interval>,
 ) -> Vec<String> {
     let min_samples = a.judging.selection.min_samples as usize;
     let f = |x: Option<f64>| x.map(|v| v.to_string()).unwrap_or_default();
@@ -589,6 +600,12 @@ fn metric_fields(
             .as_ref()
             .map(|x| x.class.as_str().to_string())
             .unwrap_or_default(),
+        f(interval.map(|i| i.low)),
+        f(interval.map(|i| i.high)),
+        interval.map(|i| i.runs.to_string()).unwrap_or_default(),
+        interval
+            .map(|i| i.reference_runs.to_string())
+            .unwrap_or_default(),
     ]
 }
 
@@ -608,6 +625,7 @@ fn secondary_fields(
                 r.metrics.get(&m.name).copied(),
                 r,
                 base.and_then(|b| b.metrics.get(&m.name).copied()),
+                None,
                 None,
             )
         })

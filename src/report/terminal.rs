@@ -359,11 +359,7 @@ fn cell_table(a: &Analysis, cell: &CellReport, all: bool, width: usize) -> (Tabl
                     .unwrap_or_else(|| "—".to_string()),
             );
         }
-        row.push(match (*role, r.speedup) {
-            ("baseline", Some(_)) => "1× (itself)".to_string(),
-            (_, Some(s)) => format!("{s:.3}× {}", pm_pct(r.combined_spread)),
-            (_, None) => "—".to_string(),
-        });
+        row.push(super::render::speedup_cell(role, r));
         if notes {
             row.push(note.clone());
         }
@@ -382,7 +378,7 @@ fn evidence(out: &mut String, a: &Analysis, class: &ClassReport, all: bool, widt
     put(
         out,
         &format!(
-            "per cell: config: the knobs that differ from the baseline; each metric: median ± spread (1.4826·MAD) and n samples pooled over the class's hosts; vs baseline: per-host ratios merged by their median ± the combined relative spread{}",
+            "per cell: config: the knobs that differ from the baseline; each metric: median ± spread (1.4826·MAD) and n samples pooled over the class's hosts; vs baseline: the speedup over the baseline's runs, compared within hosts, [its 95% confidence interval]{}",
             if a.metrics.is_empty() {
                 ""
             } else {

@@ -104,12 +104,7 @@ impl Estimate {
         let runs = parts
             .iter()
             .fold((0, 0), |acc, p| (acc.0 + p.runs.0, acc.1 + p.runs.1));
-        Some(Estimate {
-            log,
-            var,
-            df,
-            runs,
-        })
+        Some(Estimate { log, var, df, runs })
     }
 }
 
@@ -260,7 +255,7 @@ pub fn runs_needed(
     power: f64,
 ) -> u32 {
     let margin = effect - threshold;
-    if !(margin > 0.0) || !sd.is_finite() {
+    if margin.is_nan() || margin <= 0.0 || !sd.is_finite() {
         return u32::MAX;
     }
     let z = normal_quantile(0.5 + confidence / 2.0) + normal_quantile(power);
@@ -308,7 +303,12 @@ mod tests {
         let small = estimate(&runs("a", &draw(3, 0.0)), &runs("a", &draw(3, 0.1))).unwrap();
         let large = estimate(&runs("a", &draw(60, 0.0)), &runs("a", &draw(60, 0.1))).unwrap();
         let w = |e: &Estimate| e.half_width(CONFIDENCE);
-        assert!(w(&large) < w(&small) / 3.0, "{} vs {}", w(&large), w(&small));
+        assert!(
+            w(&large) < w(&small) / 3.0,
+            "{} vs {}",
+            w(&large),
+            w(&small)
+        );
         let i = large.interval(CONFIDENCE);
         assert!(i.low > 1.05 && i.high < 1.17, "{i:?}");
     }

@@ -146,8 +146,12 @@ fn evidence(b: &BucketReport) -> String {
     }
     let cells = b.per_cell.len();
     let at_least = if cells > 1 { "≥ " } else { "" };
-    let spread = match spreads.iter().copied().collect::<Option<Vec<f64>>>() {
-        Some(s) if !s.is_empty() => format!(
+    let spread = match (
+        b.interval,
+        spreads.iter().copied().collect::<Option<Vec<f64>>>(),
+    ) {
+        (Some(i), _) => format!("{:.3}× [{:.3}, {:.3}] 95% CI", i.speedup, i.low, i.high),
+        (None, Some(s)) if !s.is_empty() => format!(
             "combined spread {}{:.1}%",
             if cells > 1 { "up to " } else { "" },
             s.iter().copied().fold(0.0, f64::max) * 100.0

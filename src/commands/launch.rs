@@ -218,6 +218,7 @@ async fn launch(a: &LaunchArgs, end: &mut LaunchEnd) -> Result<(), CliError> {
     // not after attempts went unrecorded (they stay as they were).
     // Buckets that ended as drafts: (class, bucket label, why).
     let mut drafts: Vec<String> = Vec::new();
+    let mut baseline_failures: Vec<String> = Vec::new();
     if !unrecorded {
         report::write_verdicts(
             &ledger,
@@ -225,6 +226,23 @@ async fn launch(a: &LaunchArgs, end: &mut LaunchEnd) -> Result<(), CliError> {
             Some(&study.frozen()),
             |class, bucket| {
                 end.buckets.push(notify::BucketOutcome::of(class, bucket));
+                for pc in &bucket.per_cell {
+                    if let Some(r) = pc.baseline.as_ref().and_then(|b| b.rejection.as_ref()) {
+                        let log: Vec<&str> = r.log.lines().take(12).collect();
+                        baseline_failures.push(format!(
+                            "{} · cell {}: {}: {}{}",
+                            class.host_class,
+                            pc.cell_label,
+                            r.class.as_str(),
+                            r.detail,
+                            if log.is_empty() {
+                                String::new()
+                            } else {
+                                format!("\n    its stderr:\n      {}", log.join("\n      "))
+                            }
+                        ));
+                    }
+                }
                 if bucket.level != report::analysis::Level::Verdict {
                     drafts.push(format!(
                         "{} · {}: {}",
@@ -285,7 +303,13 @@ async fn launch(a: &LaunchArgs, end: &mut LaunchEnd) -> Result<(), CliError> {
             classes.join(", ")
         )));
     }
-    if !drafts.is_empty() || summary.dropped_cells > 0 {
+    if !baseline_failures.is_empty() {
+        return Err(CliError::Failed(format!(
+            "the baseline fails reproducibly (its first run and its re-run), so nothing can be judged there: an error of the study, not a verdict; fix the command or the defaults and launch again:\n  {}",
+            baseline_failures.join("\n  ")
+        )));
+    }
+    if !drafts.is_empty() {
         return Err(CliError::Drafts(format!(
             "the launch finished, but not every bucket is a VERDICT ({} {}{}); what export writes for them is not final:\n  {}",
             drafts.len(),

@@ -35,6 +35,16 @@ struct PlanView {
     grid_configs: u128,
     repeats: u32,
     warmup: u32,
+    /// `measurement.max_repeats`: racing raises a config's runs at a cell
+    /// up to it where a decision is close.
+    max_repeats: u32,
+    /// Racing's bound, per host class: every config of every cell raised
+    /// to `max_repeats` runs (a bound: racing takes only close decisions,
+    /// at most 3 configs a round).
+    racing_trials_bound: u64,
+    /// The final rounds' bound per host class: every cell, both sides, at
+    /// `max(confirm_repeats, max_repeats)` runs.
+    confirm_trials_bound: u64,
     cells: Vec<CellView>,
     /// The study's `fingerprint.class_key`, when it is not the default.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -369,6 +379,9 @@ impl Outlook {
 /// writes nothing.
 pub async fn run(a: PlanArgs) -> Result<(), CliError> {
     let (study, inv) = load_inputs(&a.study, a.inventory.as_deref())?;
+    for d in &study.warnings {
+        super::note!("warning: {d}");
+    }
     let url = ledger_url(a.ledger.as_deref(), Some(&study), Some(&inv));
     let ledger = Ledger::open_existing(&url).map_err(failed)?;
     // The study a launch would record under (see `launch`).
@@ -526,6 +539,25 @@ pub async fn run(a: PlanArgs) -> Result<(), CliError> {
         grid_configs: study.grid_size(),
         repeats: plan.repeats,
         warmup: plan.warmup,
+        max_repeats: study.measurement.max_repeats.max(plan.repeats),
+        racing_trials_bound: (0..plan.cells.len())
+            .map(|c| {
+                plan.configs_in_cell(c)
+                    * u64::from(study.measurement.max_repeats.saturating_sub(plan.repeats))
+            })
+            .sum(),
+        confirm_trials_bound: if study.measurement.confirm_repeats == 0 {
+            0
+        } else {
+            plan.cells.len() as u64
+                * 2
+                * u64::from(
+                    study
+                        .measurement
+                        .max_repeats
+                        .max(study.measurement.confirm_repeats),
+                )
+        },
         cells: (0..plan.cells.len())
             .map(|c| CellView {
                 cell: space::cell_label(&study, &plan.cells[c]),
@@ -657,6 +689,20 @@ fn render_plan(v: &PlanView) -> String {
         "space: {} knobs, {} configs in the grid, strategy {strategy}; {} repeats per config, {} warm-up runs",
         v.knobs, v.grid_configs, v.repeats, v.warmup
     );
+    if v.racing_trials_bound > 0 || v.confirm_trials_bound > 0 {
+        let _ = writeln!(
+            o,
+            "racing and final rounds: where a decision is close, configs get more runs up to measurement.max_repeats = {} (at most {} more trials per host class, a bound rarely reached); each bucket's final round takes {} runs a side per cell, sized from the sweep's estimate (at most {} trials per host class)",
+            v.max_repeats,
+            v.racing_trials_bound,
+            if v.confirm_trials_bound > 0 {
+                "confirm_repeats to max_repeats"
+            } else {
+                "no"
+            },
+            v.confirm_trials_bound
+        );
+    }
     let dag: Vec<String> = v.dag.iter().map(|(k, n)| format!("{n} {k}")).collect();
     let _ = writeln!(o, "DAG: {} nodes (acyclic)", dag.join(", "));
     let held = match v.ledger_trials_in_plan {

@@ -22,6 +22,9 @@ struct FileCheck {
     kind: &'static str,
     valid: bool,
     problems: Vec<Problem>,
+    /// Valid, but likely a mistake (a study under which no candidate can
+    /// win, a knob the trial never sees).
+    warnings: Vec<Problem>,
 }
 
 #[derive(Serialize)]
@@ -55,10 +58,19 @@ pub fn run(a: ValidateArgs) -> Result<(), CliError> {
     for f in &a.files {
         let text = std::fs::read_to_string(f).unwrap_or_default();
         let is_inventory = text.lines().any(|l| l.starts_with("hosts:"));
+        let mut warnings: Vec<Problem> = Vec::new();
         let (kind, r) = if is_inventory {
             ("inventory", Inventory::load(f).map(|_| ()))
         } else {
-            ("study", Study::load(f).map(|_| ()))
+            (
+                "study",
+                Study::load(f).map(|s| {
+                    for d in &s.warnings {
+                        note!("warning: {d}");
+                        warnings.push(Problem::from(d));
+                    }
+                }),
+            )
         };
         let problems: Vec<Problem> = match r {
             Ok(()) => {
@@ -76,6 +88,7 @@ pub fn run(a: ValidateArgs) -> Result<(), CliError> {
             kind,
             valid: problems.is_empty(),
             problems,
+            warnings,
         });
     }
     if a.output.json(false) {

@@ -207,6 +207,12 @@ pub enum LaunchEvent {
         class: String,
         trials: u64,
     },
+    /// A cell's first baseline run failed: it runs once more (its repeat
+    /// 1) before the failure is believed; the cell waits for it.
+    BaselineRetry {
+        cell: String,
+        class: String,
+    },
     /// A bucket's decision is too close to call: more sweep runs of the
     /// baseline and `configs` configs, up to `runs` at every cell (they
     /// join the launch's trials, like [`LaunchEvent::More`]).
@@ -390,6 +396,7 @@ impl LaunchEvent {
                 | LaunchEvent::Remeasure { .. }
                 | LaunchEvent::ConfirmationQueued { .. }
                 | LaunchEvent::RaceQueued { .. }
+                | LaunchEvent::BaselineRetry { .. }
         )
     }
 }

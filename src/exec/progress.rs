@@ -516,6 +516,9 @@ pub fn describe(ev: &LaunchEvent) -> Vec<String> {
                 "configs are"
             }
         )),
+        LaunchEvent::BaselineRetry { cell, class } => one(format!(
+            "the baseline failed at cell {cell} on {class}: running it once more before believing it"
+        )),
         LaunchEvent::ConfirmReadFailed { bucket, error } => one(format!(
             "error: cannot read the ledger to confirm bucket {bucket}: {error}"
         )),

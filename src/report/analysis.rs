@@ -93,6 +93,9 @@ pub enum CellNote {
     /// The baseline breaks a `selection.limits` bound (it still ships
     /// when nothing beats it: it is the default).
     BaselineOverLimit { detail: String },
+    /// The baseline failed once and passed when run again: the failure
+    /// is not believed.
+    BaselineFailedOnce { detail: String },
 }
 
 impl fmt::Display for CellNote {
@@ -105,6 +108,10 @@ impl fmt::Display for CellNote {
             CellNote::BaselineOverLimit { detail } => {
                 write!(f, "the baseline breaks a limit: {detail}")
             }
+            CellNote::BaselineFailedOnce { detail } => write!(
+                f,
+                "the baseline failed once ({detail}) and passed when run again: the failure is not believed; candidates are compared with its successful runs"
+            ),
         }
     }
 }
@@ -442,6 +449,10 @@ pub struct Rejection {
     /// of several configs can have in common.
     #[serde(skip)]
     pub cause: String,
+    /// The head of the failed run's stderr (its log), for an error that
+    /// shows it.
+    #[serde(skip)]
+    pub log: String,
 }
 
 /// In JSON, a spread from fewer than `selection.min_samples` samples is
@@ -1116,8 +1127,33 @@ fn analyze_cell(
     {
         notes.push(CellNote::BaselineOverLimit { detail });
     }
+    // The baseline's failure is believed when it happens twice (its first
+    // run and the re-run the launch makes): once, with a successful run,
+    // it is noted and set aside; once, alone, the re-run is pending.
+    let base_failures = base_group
+        .map(|g| {
+            g.sweep
+                .iter()
+                .filter(|a| a.status == AttemptStatus::Failed)
+                .count()
+        })
+        .unwrap_or(0);
+    let mut retry_pending = None;
+    if base_failures == 1
+        && let Some(b) = base_report.as_mut()
+        && let Some(r) = b.rejection.take()
+    {
+        if b.summary.is_some() {
+            notes.push(CellNote::BaselineFailedOnce {
+                detail: format!("{}: {}", r.class.as_str(), r.detail),
+            });
+        } else {
+            retry_pending = Some(r);
+        }
+    }
     let base_state = match &base_report {
         None => BaselineState::Pending,
+        Some(_) if retry_pending.is_some() => BaselineState::Pending,
         Some(r) if r.rejection.is_some() => BaselineState::Failed,
         Some(_) => BaselineState::Ok,
     };
@@ -1151,6 +1187,7 @@ fn analyze_cell(
                 class: FailureClass::Limit,
                 cause: detail.clone(),
                 detail,
+                log: String::new(),
             });
         }
         if r.rejection.is_some() {
@@ -1170,6 +1207,13 @@ fn analyze_cell(
     let mut threshold = None;
     let decision = match &base_report {
         None => "pending: the baseline has not run here yet".to_string(),
+        Some(_) if retry_pending.is_some() => format!(
+            "pending: the baseline failed once ({}); it runs once more before the failure is believed",
+            retry_pending
+                .as_ref()
+                .map(|r| format!("{}: {}", r.class.as_str(), r.detail))
+                .unwrap_or_default()
+        ),
         Some(b) if b.rejection.is_some() => {
             let r = b
                 .rejection
@@ -1439,6 +1483,7 @@ fn config_report(
                 class: f.as_ref().map(|f| f.class).unwrap_or(FailureClass::Crash),
                 detail: format!("{cause} (repeat {}, host {})", a.repeat, a.host),
                 cause,
+                log: a.stderr_head.to_string(),
             }
         })
     });
@@ -1456,6 +1501,7 @@ fn config_report(
                         class: FailureClass::OutputChanged,
                         detail: format!("{why} (repeat {}, host {})", a.repeat, a.host),
                         cause: why,
+                        log: String::new(),
                     })
             });
     }
@@ -1755,11 +1801,15 @@ fn unfinished(
         };
         let repeats = u64::from(plan.repeats);
         planned += configs * repeats;
-        let baseline_stopped = groups.values().any(|g| {
-            g.sweep
-                .iter()
-                .any(|a| a.is_baseline && a.repeat == 0 && a.status == AttemptStatus::Failed)
-        });
+        // The first run and its re-run (repeat 1) both failed.
+        let baseline_failed = |r: u32| {
+            groups.values().any(|g| {
+                g.sweep
+                    .iter()
+                    .any(|a| a.is_baseline && a.repeat == r && a.status == AttemptStatus::Failed)
+            })
+        };
+        let baseline_stopped = baseline_failed(0) && baseline_failed(1);
         if baseline_stopped {
             continue;
         }
@@ -1767,7 +1817,13 @@ fn unfinished(
         let mut here = 0u64;
         for g in groups.values().filter(|g| !g.sweep.is_empty()) {
             seen += 1;
-            if g.sweep.iter().any(|a| a.status == AttemptStatus::Failed) {
+            let failures = g
+                .sweep
+                .iter()
+                .filter(|a| a.status == AttemptStatus::Failed)
+                .count();
+            let baseline = g.sweep.iter().any(|a| a.is_baseline);
+            if failures >= if baseline { 2 } else { 1 } {
                 continue;
             }
             let ended: HashSet<u32> = g.sweep.iter().map(|a| a.repeat).collect();
@@ -1867,14 +1923,11 @@ fn decide_bucket(
             None => r.decision.clone(),
         };
         out.decision = format!("baseline kept: {why} at {}", r.cell_label);
-        let settled = r.baseline_state == BaselineState::Failed;
-        out.level = if settled {
-            Level::Verdict
-        } else {
-            Level::Draft
-        };
-        out.level_reason = if settled {
-            "the baseline fails here; nothing can win"
+        // A baseline that fails reproducibly is an error of the study, not
+        // a verdict on its candidates.
+        out.level = Level::Draft;
+        out.level_reason = if r.baseline_state == BaselineState::Failed {
+            "the baseline fails here reproducibly (its first run and its re-run): an error of the study, not a verdict; fix it and launch again"
         } else {
             "the baseline is not measured at every cell yet"
         }

@@ -490,6 +490,11 @@ pub struct Study {
     #[serde(skip_serializing_if = "ClassKey::is_default")]
     pub class_key: ClassKey,
     pub ledger: Option<String>,
+    /// What is valid but likely a mistake, with where (`validate` and
+    /// `plan` print them): settings under which no candidate can win, a
+    /// knob the trial never sees.
+    #[serde(skip)]
+    pub warnings: Vec<super::Diagnostic>,
     /// The file it was loaded from.
     #[serde(skip)]
     pub source: PathBuf,
@@ -760,12 +765,16 @@ fn parse_study(w: &mut Walker, root: &Node, path: &Path, dir: &Path) -> Option<S
         tools,
         class_key,
         ledger,
+        warnings: Vec::new(),
         source: path.to_path_buf(),
         dir: dir.to_path_buf(),
     };
     if study.knobs.is_empty() {
         return None;
     }
+    let mut study = study;
+    warn_about(w, map, &study);
+    study.warnings = std::mem::take(&mut w.warnings);
     // These evaluate the study as a whole: only meaningful when every part
     // of it is valid.
     if w.diags.is_empty() {
@@ -776,6 +785,99 @@ fn parse_study(w: &mut Walker, root: &Node, path: &Path, dir: &Path) -> Option<S
         check_rendering(w, map, &study);
     }
     Some(study)
+}
+
+/// Settings that are valid but under which no candidate can win, and knobs
+/// the trial never sees: warnings, with where.
+fn warn_about(w: &mut Walker, map: &marked_yaml::types::MarkedMappingNode, study: &Study) {
+    let m = &study.measurement;
+    let measurement = map.get_node("measurement");
+    let at = |key: &str| {
+        measurement
+            .and_then(|n| n.as_mapping())
+            .and_then(|m| m.get_node(key))
+            .or(measurement)
+            .map(|n| *n.span())
+            .unwrap_or_else(|| *map.span())
+    };
+    if m.repeats < 2 {
+        let span = at("repeats");
+        w.warn(
+            &span,
+            "measurement.repeats",
+            format!(
+                "{}: a speedup's interval needs two runs a side, so no candidate can win (every bucket keeps the baseline as a DRAFT); set repeats: 2 or more (3 is the default)",
+                m.repeats
+            ),
+        );
+    } else if study.selection.min_samples > m.repeats {
+        let span = map
+            .get_node("selection")
+            .and_then(|n| n.as_mapping())
+            .and_then(|s| s.get_node("min_samples"))
+            .map(|n| *n.span())
+            .unwrap_or_else(|| at("repeats"));
+        w.warn(
+            &span,
+            "selection.min_samples",
+            format!(
+                "{} is more than measurement.repeats ({}): unless each run reports at least {} samples, no candidate can win",
+                study.selection.min_samples,
+                m.repeats,
+                study.selection.min_samples.div_ceil(m.repeats)
+            ),
+        );
+    }
+    if m.max_repeats < m.repeats {
+        let span = at("max_repeats");
+        w.warn(
+            &span,
+            "measurement.max_repeats",
+            format!(
+                "{} is below measurement.repeats ({}): nothing is raced; the sweep's repeats are the cap",
+                m.max_repeats, m.repeats
+            ),
+        );
+    }
+    // A knob neither the command nor the environment names: unless the
+    // program reads TUNECTL_KNOB_<NAME> or TUNECTL_KNOBS itself, all its
+    // values measure the same thing.
+    let mut texts: Vec<&str> = vec![study.trial.command.as_str()];
+    texts.extend(study.trial.env.values().map(String::as_str));
+    texts.extend(study.trial.files.values().map(String::as_str));
+    if let Some(c) = &study.objective_command {
+        texts.push(c);
+    }
+    let reads_all = texts.iter().any(|t| t.contains("TUNECTL_KNOB"));
+    if reads_all {
+        return;
+    }
+    let knobs_node = map.get_node("knobs").and_then(|n| n.as_mapping());
+    for k in &study.knobs {
+        let named = texts.iter().any(|t| {
+            t.match_indices(k.name.as_str()).any(|(i, _)| {
+                let before = t[..i].chars().next_back();
+                let after = t[i + k.name.len()..].chars().next();
+                let word = |c: Option<char>| c.is_some_and(|c| c.is_alphanumeric() || c == '_');
+                !word(before) && !word(after)
+            })
+        });
+        if !named {
+            let span = knobs_node
+                .and_then(|m| m.iter().find(|(key, _)| key.as_str() == k.name))
+                .map(|(key, _)| *key.span())
+                .unwrap_or_else(|| *map.span());
+            w.warn(
+                &span,
+                &format!("knobs.{}", k.name),
+                format!(
+                    "`{}` appears in neither trial.command nor trial.env (nor trial.files): unless the program reads TUNECTL_KNOB_{} or TUNECTL_KNOBS, every value of it measures the same thing",
+                    k.name,
+                    k.name.to_uppercase()
+                ),
+            );
+        }
+    }
 }
 
 fn parse_context(w: &mut Walker, node: &Node) -> BTreeMap<String, String> {

@@ -264,6 +264,8 @@ pub struct Walker {
     /// The file's text, when known: places inside a scalar are found in it.
     text: Option<String>,
     pub diags: Diagnostics,
+    /// What is valid but likely a mistake (`validate` and `plan` say it).
+    pub warnings: Vec<Diagnostic>,
 }
 
 impl Walker {
@@ -272,6 +274,7 @@ impl Walker {
             file: file.to_path_buf(),
             text: None,
             diags: Diagnostics::default(),
+            warnings: Vec::new(),
         }
     }
 
@@ -341,6 +344,21 @@ impl Walker {
     /// Record a problem at a node.
     pub fn error_at(&mut self, node: &Node, field: &str, message: impl Into<String>) {
         self.error(node.span(), field, message);
+    }
+
+    /// A warning at `span`: valid, but likely a mistake.
+    pub fn warn(&mut self, span: &Span, field: &str, message: impl Into<String>) {
+        let (line, column) = span
+            .start()
+            .map(|m| (m.line(), m.column()))
+            .unwrap_or((0, 0));
+        self.warnings.push(Diagnostic {
+            file: self.file.clone(),
+            line,
+            column,
+            field: field.to_string(),
+            message: message.into(),
+        });
     }
 
     pub fn mapping<'a>(&mut self, node: &'a Node, field: &str) -> Option<&'a MarkedMappingNode> {

@@ -94,8 +94,8 @@
 //!
 //! - `FAKE_SLEEP=S`: a measured run (`$TUNECTL_PHASE` measure) first creates
 //!   `sleeping` next to the script, then sleeps S seconds; only at cell
-//!   `FAKE_SLEEP_N`, mode `FAKE_SLEEP_MODE`, role `FAKE_SLEEP_ROLE` when
-//!   those are set;
+//!   `FAKE_SLEEP_N`, mode `FAKE_SLEEP_MODE`, role `FAKE_SLEEP_ROLE` and
+//!   repeats from `FAKE_SLEEP_FROM_REPEAT` on when those are set;
 //! - `FAKE_JITTER=1`: every run first sleeps 0 to 0.09 s, so results arrive
 //!   out of order.
 //!
@@ -124,7 +124,7 @@ pub const FILE: &str = "fake-trial.sh";
 
 /// Variables the fake reads: a test clears them from the environment it
 /// inherits, so that only what a test sets reaches the fake.
-pub const VARS: [&str; 14] = [
+pub const VARS: [&str; 15] = [
     "FAKE_SAMPLES",
     "FAKE_NOISE",
     "FAKE_TRIAL_NOISE",
@@ -136,6 +136,7 @@ pub const VARS: [&str; 14] = [
     "FAKE_SLEEP_N",
     "FAKE_SLEEP_MODE",
     "FAKE_SLEEP_ROLE",
+    "FAKE_SLEEP_FROM_REPEAT",
     "FAKE_JITTER",
     "FAKE_HEAT_AT",
     "FAKE_HEAT_RUNS",
@@ -178,7 +179,8 @@ fi
 if [ "$phase" = measure ] && [ -n "${FAKE_SLEEP:-}" ] \
     && [ "${FAKE_SLEEP_N:-$n}" = "$n" ] \
     && [ "${FAKE_SLEEP_MODE:-$mode}" = "$mode" ] \
-    && [ "${FAKE_SLEEP_ROLE:-$role}" = "$role" ]; then
+    && [ "${FAKE_SLEEP_ROLE:-$role}" = "$role" ] \
+    && [ "$repeat" -ge "${FAKE_SLEEP_FROM_REPEAT:-0}" ]; then
     : > "$here/sleeping"
     sleep "$FAKE_SLEEP"
 fi

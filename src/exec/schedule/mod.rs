@@ -219,6 +219,15 @@ struct ClassState {
     released: HashSet<u32>,
     /// Buckets whose confirmation round was started.
     confirm_started: HashSet<String>,
+    /// Failed sweep runs of the baseline per cell (the ledger's and this
+    /// launch's): one is re-run before it is believed; two stop the cell.
+    baseline_failures: HashMap<u32, u32>,
+    /// Cells whose first baseline run failed and whose re-run (repeat 1)
+    /// decides whether the cell goes on.
+    retrying: HashSet<u32>,
+    /// Cells whose repeat 1 of the baseline ran as that re-run in this
+    /// launch (not queued again when the cell is released).
+    retried: HashSet<u32>,
     /// Units another launcher holds, with when to look again.
     deferred: Vec<(Instant, Unit)>,
     /// Adaptive studies: the search of each cell, until it is over.
@@ -427,6 +436,10 @@ impl<'a> Setup<'a> {
             if repeat == 0 && pos == 0 {
                 continue;
             }
+            if repeat == 1 && pos == 0 && cs.retried.contains(&cell) {
+                done += 1;
+                continue;
+            }
             if self.done.contains(&key) {
                 done += 1;
             } else {
@@ -489,15 +502,24 @@ impl<'a> Scheduler<'a> {
         let terminal = scan.terminal();
         // A config that failed in an earlier launch is not tried again in
         // that cell: its remaining repeats are skipped, as in one launch.
+        // The baseline's first failure in a cell is re-run before it is
+        // believed: it stops the cell only at its second.
+        let baseline = self.s.plan.space.baseline();
         for a in terminal.values() {
             if a.status == AttemptStatus::Failed
                 && a.spec_hash == self.s.spec_hash
                 && a.role == RoleKind::Sweep
                 && let Some(class) = self.s.class_ids.iter().position(|c| *c == a.host_class)
             {
-                self.st.classes[class]
-                    .failed_configs
-                    .insert((a.cell_index, a.config_index));
+                let cs = &mut self.st.classes[class];
+                if a.config_index == baseline {
+                    let n = cs.baseline_failures.entry(a.cell_index).or_insert(0);
+                    *n += 1;
+                    if *n < 2 {
+                        continue;
+                    }
+                }
+                cs.failed_configs.insert((a.cell_index, a.config_index));
             }
         }
         if self.s.adaptive() {
@@ -526,14 +548,32 @@ impl<'a> Scheduler<'a> {
                     }
                     Some(_) => {
                         already += 1;
-                        cs.released.insert(cell);
-                        let n = self.s.plan.trials_in_cell(cell as usize) - 1;
-                        skipped.push((
-                            n,
-                            SkipCause::BaselineFailed {
-                                cell: self.s.cell_label(cell),
-                            },
-                        ));
+                        // Its re-run (repeat 1) decides: passed, the cell
+                        // goes on; failed too, it stops; not run yet, it
+                        // runs first.
+                        let retry = self.s.key_of(class, Unit::sweep(cell, 1, 0));
+                        match terminal.get(retry.as_str()).map(|a| a.status) {
+                            Some(AttemptStatus::Ok) => {
+                                let (n, d) = self.s.release_cell(cs, class, cell);
+                                to_run += n;
+                                already += d;
+                            }
+                            Some(_) => {
+                                cs.released.insert(cell);
+                                let n = self.s.plan.trials_in_cell(cell as usize) - 1;
+                                skipped.push((
+                                    n,
+                                    SkipCause::BaselineFailed {
+                                        cell: self.s.cell_label(cell),
+                                    },
+                                ));
+                            }
+                            None => {
+                                cs.pending += 1;
+                                to_run += self.s.plan.trials_in_cell(cell as usize) - 1;
+                                self.queue_baseline_retry(class, cell);
+                            }
+                        }
                     }
                     None => {
                         cs.ready.push(Reverse(first));
@@ -739,6 +779,15 @@ impl<'a> Scheduler<'a> {
             cs.sweep_done(unit.cell);
         }
         match status {
+            Some(AttemptStatus::Failed) if unit.kind == Kind::Sweep && unit.pos == 0 => {
+                // The baseline: one failure is re-run before it is
+                // believed; a second stops it.
+                let n = cs.baseline_failures.entry(unit.cell).or_insert(0);
+                *n += 1;
+                if *n >= 2 {
+                    cs.failed_configs.insert((unit.cell, config));
+                }
+            }
             Some(AttemptStatus::Failed) if unit.kind == Kind::Sweep => {
                 cs.failed_configs.insert((unit.cell, config));
             }
@@ -752,8 +801,23 @@ impl<'a> Scheduler<'a> {
             return false;
         }
         // The first baseline repeat releases its cell once; a re-run of it
-        // (after drift) is an ordinary measurement.
-        if unit.is_first_baseline() && !self.st.classes[class].released.contains(&unit.cell) {
+        // (after drift) is an ordinary measurement. When it failed, its
+        // repeat 1 runs alone first, and decides.
+        let cs = &self.st.classes[class];
+        let retry = Unit::sweep(unit.cell, 1, 0);
+        if unit.is_first_baseline() && !cs.released.contains(&unit.cell) {
+            if status == Some(AttemptStatus::Failed) && !cs.retrying.contains(&unit.cell) {
+                self.queue_baseline_retry(class, unit.cell);
+            } else {
+                self.release_after_baseline(class, unit.cell, status);
+            }
+        } else if unit == retry
+            && self.st.classes[class].retrying.remove(&unit.cell)
+            && !self.st.classes[class].released.contains(&unit.cell)
+        {
+            if status == Some(AttemptStatus::Ok) {
+                self.st.classes[class].retried.insert(unit.cell);
+            }
             self.release_after_baseline(class, unit.cell, status);
         }
         let due = match ran.filter(|r| r.status == AttemptStatus::Ok) {
@@ -784,6 +848,25 @@ impl<'a> Scheduler<'a> {
 
     /// The first baseline repeat of `cell` ended with `status`: release the
     /// rest of the cell, or skip it.
+    /// The cell's first baseline run failed: run its repeat 1 alone before
+    /// believing it (unless the ledger already has it: then that decides).
+    fn queue_baseline_retry(&mut self, class: usize, cell: u32) {
+        let retry = Unit::sweep(cell, 1, 0);
+        let key = self.s.key_of(class, retry);
+        let cs = &mut self.st.classes[class];
+        cs.retrying.insert(cell);
+        if self.s.done.contains(&key) {
+            // Decided by the ledger: the caller's seed looks it up.
+            return;
+        }
+        cs.ready.push(Reverse(retry));
+        *cs.outstanding.entry(cell).or_insert(0) += 1;
+        self.out.push(LaunchEvent::BaselineRetry {
+            cell: self.s.cell_label(cell),
+            class: self.s.class_ids[class].clone(),
+        });
+    }
+
     fn release_after_baseline(&mut self, class: usize, cell: u32, status: Option<AttemptStatus>) {
         let stopping = self.st.stopping;
         let cs = &mut self.st.classes[class];

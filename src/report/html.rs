@@ -556,15 +556,15 @@ fn speedup_legend(cell: &CellReport) -> String {
             css_color(&WINNER)
         ),
         format!(
-            "<li><span class=\"swatch\" style=\"background:{}\"></span>eligible, ± combined spread</li>",
+            "<li><span class=\"swatch\" style=\"background:{}\"></span>eligible, with its 95% interval</li>",
             css_color(&ELIGIBLE)
         ),
         format!(
-            "<li><span class=\"swatch hollow\" style=\"border-color:{}\"></span>spread unknown (too few samples)</li>",
+            "<li><span class=\"swatch hollow\" style=\"border-color:{}\"></span>no interval (too few runs or samples)</li>",
             css_color(&UNKNOWN)
         ),
         format!(
-            "<li><span class=\"swatch line\" style=\"background:{}\"></span>1 + min_improvement; | ticks: each config's own threshold</li>",
+            "<li><span class=\"swatch line\" style=\"background:{}\"></span>1 + min_improvement: a win's lower bound must clear it; bars: 95% intervals</li>",
             css_color(&THRESHOLD)
         ),
     ];
@@ -578,8 +578,9 @@ fn speedup_legend(cell: &CellReport) -> String {
     format!("<ul class=\"legend\">{}</ul>", items.concat())
 }
 
-/// Each config's speedup over the baseline at one cell, with its combined
-/// spread as error bars, the selection threshold, and the rejected configs
+/// Each config's speedup over the baseline at one cell, with its 95 %
+/// interval as error bars, the minimum a lower bound must clear, and the
+/// rejected configs
 /// marked by their reason (at their speedup when they have one, else at
 /// the left edge).
 fn speedup_chart(a: &Analysis, class: &ClassReport, cell: &CellReport, id: &str) -> String {
@@ -609,10 +610,10 @@ fn speedup_chart(a: &Analysis, class: &ClassReport, cell: &CellReport, id: &str)
         );
     }
     let min_line = 1.0 + a.min_improvement;
-    let threshold_of =
-        |r: &ConfigReport| r.combined_spread.map(|cs| 1.0 + a.min_improvement.max(cs));
-    let spread_ends = |r: &ConfigReport| match (r.speedup, r.combined_spread) {
-        (Some(s), Some(cs)) => vec![(s * (1.0 - cs)).max(0.0), s * (1.0 + cs)],
+    // Every config must clear the same minimum with its lower bound.
+    let threshold_of = |r: &ConfigReport| r.interval.map(|_| min_line);
+    let spread_ends = |r: &ConfigReport| match (r.speedup, r.interval) {
+        (Some(_), Some(i)) => vec![i.low, i.high],
         (Some(s), None) => vec![s],
         _ => vec![],
     };
@@ -640,12 +641,8 @@ fn speedup_chart(a: &Analysis, class: &ClassReport, cell: &CellReport, id: &str)
     let longest = labels.iter().map(|l| l.chars().count()).max().unwrap_or(10);
     let height = 150 + 18 * n as u32;
     let caption = format!(
-        "{} · speedup per config · host class {} · threshold: {}",
-        cell.cell_label,
-        class.host_class,
-        cell.threshold
-            .map(|t| format!("the winner had to beat: {:.1}%", t * 100.0))
-            .unwrap_or_else(|| format!("min_improvement {:.1}%", a.min_improvement * 100.0))
+        "{} · speedup per config, [95% interval] · host class {} · a win's lower bound above {:.3}×",
+        cell.cell_label, class.host_class, min_line
     );
     let x_desc = format!(
         "speedup over the baseline ({} {}, {}; 1 = {})",
@@ -703,18 +700,17 @@ fn speedup_chart(a: &Analysis, class: &ClassReport, cell: &CellReport, id: &str)
                 (Some(s), _) if s.is_finite() => s,
                 _ => lo + (hi - lo) * 0.01,
             };
-            if let (Some(s), Some(cs), None) = (r.speedup, r.combined_spread, rejected) {
+            if let (Some(s), Some(i), None) = (r.speedup, r.interval, rejected) {
                 let color = if Some(r.label.as_str()) == winner {
                     WINNER
                 } else {
                     ELIGIBLE
                 };
-                // A speedup is positive: a spread over 100% ends at 0.
                 ch.draw_series(std::iter::once(ErrorBar::new_horizontal(
                     y,
-                    (s * (1.0 - cs)).max(0.0),
+                    i.low,
                     s,
-                    s * (1.0 + cs),
+                    i.high,
                     color.stroke_width(1),
                     6,
                 )))
@@ -726,7 +722,7 @@ fn speedup_chart(a: &Analysis, class: &ClassReport, cell: &CellReport, id: &str)
                     ch.draw_series(std::iter::once(Cross::new((x, y), 4, c.stroke_width(2))))
                         .map_err(|e| e.to_string())?;
                 }
-                None if r.combined_spread.is_none() => {
+                None if r.interval.is_none() => {
                     ch.draw_series(std::iter::once(Circle::new(
                         (x, y),
                         4,
@@ -755,8 +751,8 @@ fn speedup_chart(a: &Analysis, class: &ClassReport, cell: &CellReport, id: &str)
                 if r.hosts == 1 { "" } else { "s" },
                 summary_text(r, &unit_of(&a.objective)),
                 threshold_of(r)
-                    .map(|t| format!("{t:.3}×"))
-                    .unwrap_or_else(|| "unknown (spread unknown)".to_string()),
+                    .map(|t| format!("lower bound above {t:.3}×"))
+                    .unwrap_or_else(|| "none (no interval: too few runs)".to_string()),
                 class.host_class,
                 baseline_text(a, cell)
             );

@@ -28,6 +28,7 @@ import argparse
 import concurrent.futures as cf
 import glob
 import json
+import math
 import os
 import random
 import re
@@ -239,15 +240,23 @@ def run_study(st, args, root):
     # The ledger: attempts by role, voided, drops.
     sdir = os.path.join(ledger, name)
     attempts = []
+    sweep = []
     for path in glob.glob(os.path.join(sdir, "trials", "*", "*.json")):
         with open(path) as f:
             a = json.load(f)
+        void = os.path.exists(path[:-5] + ".void")
         attempts.append({
             "role": a.get("role", "sweep"), "status": a.get("status"),
             "start": parse_ts(a["started_at"]) if a.get("started_at") else None,
             "dur": float(a.get("duration_s") or 0.0),
-            "void": os.path.exists(path[:-5] + ".void"),
+            "void": void,
         })
+        if a.get("role", "sweep") == "sweep" and not void and a.get("status") in ("ok", "failed"):
+            sweep.append({"label": a.get("config_label"), "baseline": a.get("is_baseline"),
+                          "cell": a.get("cell_label"), "repeat": a.get("repeat", 0),
+                          "status": a.get("status"), "digest": a.get("digest"),
+                          "samples": (a.get("metrics") or {}).get("time_ms") or []})
+    res["peers"] = peers(sweep)
     drops = glob.glob(os.path.join(sdir, "drops", "**", "*.json"), recursive=True)
     t0 = None
     try:
@@ -303,6 +312,74 @@ def run_study(st, args, root):
     if not args.keep:
         shutil.rmtree(d, ignore_errors=True)
     return res
+
+
+# ------------------------------------------------ peers on the same runs
+
+def peers(sweep):
+    """What two other deciders would ship from the same study's sweep
+    runs, limited to the first `repeats` runs of each config and cell (the
+    fixed design, no racing): `spread_rule`, tunectl's rule before the
+    interval (a win must beat max(min_improvement, the combined relative
+    spread of single samples), host by host, no harm beyond the spread;
+    its confirmation round is left out, which can only remove wins), and
+    `best_mean`, the config with the best mean time over its runs when it
+    is any faster than the baseline's (what a tuner that picks the best
+    observed value ships). Both respect the gate. Lower is better."""
+    reps = MEASUREMENT["repeats"]
+    by = {}
+    for a in sweep:
+        if a["repeat"] < reps:
+            by.setdefault((a["cell"], a["label"], a["baseline"]), []).append(a)
+    cells = sorted({c for c, _, _ in by})
+    base = {c: v for (c, _, b), v in by.items() if b}
+    labels = sorted({l for (_, l, b) in by if not b})
+    out = {"spread_rule": "baseline", "best_mean": "baseline",
+           "runs": sum(len(v) for v in by.values())}
+    if not cells or any(c not in base for c in cells):
+        return out
+
+    def ok(v):
+        return [a for a in v if a["status"] == "ok" and a["samples"]]
+
+    def gate(c, l):
+        v = by.get((c, l, False))
+        if not v or any(a["status"] != "ok" for a in v):
+            return False
+        ref = sorted(ok(base[c]), key=lambda a: a["repeat"])
+        return bool(ref) and all(a["digest"] == ref[0]["digest"] for a in v)
+
+    def rel_mad(xs):
+        m = statistics.median(xs)
+        return 1.4826 * statistics.median([abs(x - m) for x in xs]) / m if m else 0.0
+
+    spread_best, mean_best = None, None
+    for l in labels:
+        if not all(gate(c, l) for c in cells):
+            continue
+        sp, spreads, means = [], [], []
+        for c in cells:
+            b = [x for a in ok(base[c]) for x in a["samples"]]
+            x = [x for a in ok(by[(c, l, False)]) for x in a["samples"]]
+            if len(b) < 3 or len(x) < 3:
+                break
+            sp.append(statistics.median(b) / statistics.median(x))
+            spreads.append(rel_mad(b) + rel_mad(x))
+            means.append(statistics.mean(b) / statistics.mean(x))
+        else:
+            geo = math.exp(sum(math.log(v) for v in sp) / len(sp))
+            thr = max(0.02, sum(spreads) / len(spreads))
+            harm = any(v < 1 - s for v, s in zip(sp, spreads))
+            if geo - 1 > thr and not harm and (spread_best is None or geo > spread_best[0]):
+                spread_best = (geo, l)
+            gm = math.exp(sum(math.log(v) for v in means) / len(means))
+            if gm > 1 and (mean_best is None or gm > mean_best[0]):
+                mean_best = (gm, l)
+    if spread_best:
+        out["spread_rule"] = spread_best[1]
+    if mean_best:
+        out["best_mean"] = mean_best[1]
+    return out
 
 
 def config_label(bucket):
@@ -376,6 +453,23 @@ def score(results, args):
                                      and r["drops"] == 0)
             for k, v in n.items():
                 f["drift%s_%s" % (tag, k)] = v
+        # The same runs judged by the rule before the interval and by the
+        # best observed mean (see `peers`), and the runs each spends.
+        for peer in ("spread_rule", "best_mean"):
+            pk = [r for r in ok if "peers" in r]
+            f[peer + "_false_wins"] = sum(1 for r in pk if r["kind"] == "null"
+                                          and r["peers"][peer] != "baseline")
+            f[peer + "_wrong"] = sum(1 for r in pk if r["kind"] == "win"
+                                     and r["peers"][peer] not in ("baseline", r["winner_truth"]))
+            for e in (0.03, 0.05, 0.10):
+                ws = [r for r in pk if r["kind"] == "win" and abs(r["effect"] - e) < 1e-9]
+                if ws:
+                    f["%s_win%d_found" % (peer, round(e * 100))] = sum(
+                        1 for r in ws if r["peers"][peer] == r["winner_truth"])
+        runs = [r["by_role"] for r in ok]
+        f["runs_mean"] = statistics.mean([sum(b.values()) for b in runs]) if runs else None
+        f["fixed_runs_mean"] = (statistics.mean([r["peers"]["runs"] for r in ok if "peers" in r])
+                                if ok else None)
         f["trap_ships"] = sum(1 for r in ok for s in ships(r) if s in traps)
         f["trap_studies"] = len(ok)
         # identical winners per group of repeats
@@ -443,6 +537,18 @@ def table(figs, args):
         rows.append((s, "  routine anchors' share of trial-seconds (mean)",
                      "%.1f%%" % (100 * f["anchor_share_mean"]) if f["anchor_share_mean"] is not None
                      else "n/a", "", ""))
+        for peer, what in (("spread_rule", "rule before (spread, same sweep runs)"),
+                           ("best_mean", "best observed mean (same sweep runs)")):
+            if peer + "_false_wins" not in f:
+                continue
+            found = ", ".join("+%d%%: %d" % (e, f["%s_win%d_found" % (peer, e)])
+                              for e in (3, 5, 10) if "%s_win%d_found" % (peer, e) in f)
+            rows.append((s, "  %s: false wins / wrong / found" % what,
+                         "%d / %d / %s" % (f[peer + "_false_wins"], f[peer + "_wrong"], found),
+                         "", ""))
+        if f.get("runs_mean") is not None:
+            rows.append((s, "  runs per study (mean): tunectl / fixed sweep",
+                         "%.0f / %.0f" % (f["runs_mean"], f["fixed_runs_mean"] or 0), "", ""))
         rows.append((s, "trap configs shipped", "%d in %d studies" % (f["trap_ships"], f["trap_studies"]),
                      TARGETS["traps"], verdict(f["trap_ships"] == 0)))
         if f["errors"]:

@@ -2974,15 +2974,131 @@ mod tests {
         );
     }
 
+    /// Runs of one config at cell n=1: one single-sample attempt each.
+    fn runs_of(index: u64, label: &str, values: &[f64]) -> Vec<AttemptRecord> {
+        values
+            .iter()
+            .enumerate()
+            .map(|(r, v)| {
+                let mut a = attempt(index, label, r as u32, &[*v], "d", false);
+                a.trial_key = format!("{index}-{r}");
+                a
+            })
+            .collect()
+    }
+
+    fn bucket_with(max_repeats: u32, attempts: Vec<AttemptRecord>) -> BucketReport {
+        let mut s = study();
+        s.spec = spec(serde_json::json!({
+            "measurement": {"repeats": 3, "confirm_repeats": 3, "max_repeats": max_repeats},
+        }));
+        let scan = Scan {
+            attempts,
+            ..Default::default()
+        };
+        analyze(&s, &scan, &[]).classes[0].buckets[0].clone()
+    }
+
+    /// A candidate whose interval straddles the minimum is raced (with the
+    /// baseline), a DRAFT meanwhile; a clearly slower one is not. At the
+    /// cap the same evidence is a VERDICT that says the win is not shown,
+    /// with its interval: never "no improvement".
+    #[test]
+    fn a_close_decision_is_raced_and_at_the_cap_said_plainly() {
+        let base = [100.0, 103.0, 97.0];
+        let close = [104.0, 107.0, 101.0];
+        let slow = [80.0, 82.0, 78.0];
+        let attempts = || {
+            let mut v = runs_of(0, "baseline", &base);
+            v.extend(runs_of(1, "a=2", &close));
+            v.extend(runs_of(2, "a=3", &slow));
+            v
+        };
+        let b = bucket_with(30, attempts());
+        let race = b.racing.clone().expect("raced");
+        assert_eq!(race.configs, vec![("a=2".to_string(), 1)], "{race:?}");
+        assert_eq!(race.runs, 6, "3 runs more: {race:?}");
+        assert_eq!(b.level, Level::Draft);
+        assert!(
+            b.level_reason.starts_with("racing: 1 config is"),
+            "{}",
+            b.level_reason
+        );
+        assert!(b.decision.contains("measuring more"), "{}", b.decision);
+        let i = b.interval.expect("interval");
+        assert!(i.low < 1.02 && i.high > 1.02, "{i:?}");
+
+        let b = bucket_with(3, attempts());
+        assert!(b.racing.is_none());
+        assert_eq!(b.level, Level::Verdict, "{}", b.level_reason);
+        assert!(
+            b.decision.contains(
+                "not shown to beat the 2.0% minimum (measurement.max_repeats = 3 reached)"
+            ),
+            "{}",
+            b.decision
+        );
+        assert!(!b.decision.contains("no improvement"), "{}", b.decision);
+    }
+
+    /// The final round's size follows from the sweep: a win just above the
+    /// minimum needs more runs to confirm than a large one.
+    #[test]
+    fn the_final_round_is_sized_from_the_sweeps_estimate() {
+        let base: Vec<f64> = (0..12).map(|i| 100.0 + f64::from(i % 3) - 1.0).collect();
+        let size = |factor: f64| {
+            let cand: Vec<f64> = base.iter().map(|x| x * factor).collect();
+            let mut v = runs_of(0, "baseline", &base);
+            v.extend(runs_of(1, "a=2", &cand));
+            let b = bucket_with(30, v);
+            assert_eq!(
+                b.winner.as_ref().map(|w| w.label.as_str()),
+                Some("a=2"),
+                "{}",
+                b.decision
+            );
+            b.confirm_runs.expect("a round")
+        };
+        let (large, small) = (size(1.5), size(1.05));
+        assert_eq!(large, 3, "the minimum, confirm_repeats");
+        assert!(small > large, "{small} vs {large}");
+        assert!(small <= 30);
+    }
+
     #[test]
     fn a_failed_baseline_means_nothing_wins() {
+        // Once: not believed yet, its re-run is pending.
         let c = cell(vec![
             attempt(0, "baseline", 0, &[], "d", true),
+            attempt(1, "a=2", 0, &[200.0], "d", false),
+        ]);
+        assert_eq!(c.baseline_state, BaselineState::Pending);
+        assert!(c.winner.is_none());
+        assert!(c.decision.contains("runs once more"), "{}", c.decision);
+        // Twice (its re-run failed too): it fails reproducibly.
+        let c = cell(vec![
+            attempt(0, "baseline", 0, &[], "d", true),
+            attempt(0, "baseline", 1, &[], "d", true),
             attempt(1, "a=2", 0, &[200.0], "d", false),
         ]);
         assert_eq!(c.baseline_state, BaselineState::Failed);
         assert!(c.winner.is_none());
         assert!(c.decision.contains("baseline failed"), "{}", c.decision);
+        // Once, then passed: noted, set aside, the cell goes on.
+        let c = cell(vec![
+            attempt(0, "baseline", 0, &[], "d", true),
+            attempt(0, "baseline", 1, &[100.0, 101.0, 99.0], "d", false),
+            attempt(1, "a=2", 0, &[200.0, 201.0, 199.0], "d", false),
+        ]);
+        assert_eq!(c.baseline_state, BaselineState::Ok);
+        assert!(
+            c.notes
+                .iter()
+                .any(|n| n.to_string().contains("failed once")),
+            "{:?}",
+            c.notes
+        );
+        assert_eq!(c.winner.as_ref().map(|w| w.label.as_str()), Some("a=2"));
     }
 
     /// An attempt at cell `n`, with a role.

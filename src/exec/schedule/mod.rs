@@ -436,8 +436,9 @@ impl<'a> Setup<'a> {
             if repeat == 0 && pos == 0 {
                 continue;
             }
+            // The baseline's re-run already ran in this launch (counted
+            // as it finished).
             if repeat == 1 && pos == 0 && cs.retried.contains(&cell) {
-                done += 1;
                 continue;
             }
             if self.done.contains(&key) {
@@ -815,9 +816,8 @@ impl<'a> Scheduler<'a> {
             && self.st.classes[class].retrying.remove(&unit.cell)
             && !self.st.classes[class].released.contains(&unit.cell)
         {
-            if status == Some(AttemptStatus::Ok) {
-                self.st.classes[class].retried.insert(unit.cell);
-            }
+            // Its trial ran: not queued again, nor skipped.
+            self.st.classes[class].retried.insert(unit.cell);
             self.release_after_baseline(class, unit.cell, status);
         }
         let due = match ran.filter(|r| r.status == AttemptStatus::Ok) {
@@ -889,8 +889,10 @@ impl<'a> Scheduler<'a> {
             }
             Some(AttemptStatus::Failed) => {
                 cs.released.insert(cell);
+                // The first baseline run, and its re-run when it ran here.
+                let ran = if cs.retried.contains(&cell) { 2 } else { 1 };
                 Some((
-                    self.s.trials_in_cell(cs, cell) - 1,
+                    self.s.trials_in_cell(cs, cell).saturating_sub(ran),
                     SkipCause::BaselineFailed {
                         cell: self.s.cell_label(cell),
                     },

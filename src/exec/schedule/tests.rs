@@ -187,17 +187,30 @@ fn a_cell_starts_with_its_baseline_and_repeats_interleave_across_configs() {
 }
 
 #[test]
-fn a_failed_baseline_skips_its_cell_and_says_why() {
+fn a_failed_baseline_runs_once_more_and_a_second_failure_skips_its_cell() {
     let mut s = scheduler("", false, false);
     s.seed(&empty_scan());
     s.take_events();
     let base = take(&mut s, 0, 0);
     let r = ran(&s, 0, base, AttemptStatus::Failed, 100.0);
     s.finish(0, 0, base, Some(&r));
+    // Not believed yet: its repeat 1 runs alone, before anything else of
+    // the cell.
+    assert_eq!(
+        s.take_events(),
+        vec![LaunchEvent::BaselineRetry {
+            cell: "n=10".to_string(),
+            class: "hc-a".to_string()
+        }]
+    );
+    let retry = take(&mut s, 0, 0);
+    assert_eq!((retry.cell, retry.repeat, retry.pos), (0, 1, 0));
+    let r = ran(&s, 0, retry, AttemptStatus::Failed, 100.0);
+    s.finish(0, 0, retry, Some(&r));
     assert_eq!(
         skipped(&s.take_events()),
         vec![(
-            5,
+            4,
             SkipCause::BaselineFailed {
                 cell: "n=10".to_string()
             }
@@ -207,6 +220,31 @@ fn a_failed_baseline_skips_its_cell_and_says_why() {
     let rest = drain(&mut s, 0, 0, AttemptStatus::Ok);
     assert!(rest.iter().all(|u| u.cell == 1), "{rest:?}");
     assert_eq!(rest.len(), 6);
+}
+
+#[test]
+fn a_baseline_that_passes_its_re_run_releases_its_cell() {
+    let mut s = scheduler("", false, false);
+    s.seed(&empty_scan());
+    let base = take(&mut s, 0, 0);
+    let r = ran(&s, 0, base, AttemptStatus::Failed, 100.0);
+    s.finish(0, 0, base, Some(&r));
+    let retry = take(&mut s, 0, 0);
+    assert_eq!((retry.cell, retry.repeat, retry.pos), (0, 1, 0));
+    let r = ran(&s, 0, retry, AttemptStatus::Ok, 100.0);
+    s.finish(0, 0, retry, Some(&r));
+    s.take_events();
+    // Every other trial of the cell runs, the re-run not again; the
+    // baseline's one failure does not stop its repeats.
+    let rest = drain(&mut s, 0, 0, AttemptStatus::Ok);
+    let cell0: Vec<(u32, u64)> = rest
+        .iter()
+        .filter(|u| u.cell == 0)
+        .map(|u| (u.repeat, u.pos))
+        .collect();
+    assert_eq!(cell0.len(), 4, "{cell0:?}");
+    assert!(!cell0.contains(&(1, 0)), "{cell0:?}");
+    assert!(skipped(&s.take_events()).is_empty());
 }
 
 #[test]

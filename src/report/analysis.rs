@@ -487,8 +487,10 @@ pub struct ConfigReport {
     order: (u64, String),
     by_host: BTreeMap<String, Vec<f64>>,
     /// One value per successful run, by host: the log of the median of its
-    /// samples, oriented so that larger is better.
+    /// samples, oriented so that larger is better (with a single run, one
+    /// per sample of it: `samples_as_runs`).
     runs: BTreeMap<String, Vec<f64>>,
+    samples_as_runs: bool,
     /// Against the baseline, in log units (what `interval` shows).
     estimate: Option<Estimate>,
     /// Distinct sweep repeats with a terminal attempt.
@@ -1161,6 +1163,7 @@ fn analyze_cell(
     let base_side = BaseSide {
         samples: base_report.as_ref().map(|b| &b.by_host).unwrap_or(&empty),
         runs: base_report.as_ref().map(|b| &b.runs).unwrap_or(&empty),
+        samples_as_runs: base_report.as_ref().is_some_and(|b| b.samples_as_runs),
         known: base_report
             .as_ref()
             .and_then(|b| b.summary)
@@ -1229,10 +1232,6 @@ fn analyze_cell(
             "no decision: the baseline has {} samples here, fewer than selection.min_samples = {}: its spread is unknown and nothing wins on it",
             b.summary.map(|s| s.n).unwrap_or(0),
             rules.min_samples
-        ),
-        Some(b) if b.runs.values().map(Vec::len).sum::<usize>() < 2 => format!(
-            "no decision: the baseline has {} run here: an interval of a speedup needs two runs a side",
-            b.runs.values().map(Vec::len).sum::<usize>()
         ),
         Some(_) => match eligible.iter().find(|c| c.estimate.is_some()) {
             None if eligible.iter().any(|c| c.speedup.is_some()) => format!(
@@ -1303,7 +1302,11 @@ fn analyze_cell(
 /// uncertainty. The baseline is out of it: its noise says nothing about
 /// whether two candidates differ. `None` with fewer than two runs a side.
 fn against_leader(leader: &ConfigReport, c: &ConfigReport) -> Option<Estimate> {
-    interval::estimate(&leader.runs, &c.runs)
+    interval::estimate_units(
+        &leader.runs,
+        &c.runs,
+        leader.samples_as_runs || c.samples_as_runs,
+    )
 }
 
 /// Whether a config compared with the leader (`relative`, see
@@ -1337,13 +1340,18 @@ fn pick_among_ties<'a>(
 /// `1.08× [1.05, 1.11] 95% CI, n=24 vs 60 runs`.
 pub fn interval_text(i: &Interval) -> String {
     format!(
-        "{:.3}× [{:.3}, {:.3}] {:.0}% CI, n={} vs {} runs",
+        "{:.3}× [{:.3}, {:.3}] {:.0}% CI, n={} vs {} runs{}",
         i.speedup,
         i.low,
         i.high,
         i.confidence * 100.0,
         i.runs,
-        i.reference_runs
+        i.reference_runs,
+        if i.samples_as_runs {
+            " (a single run's samples taken as runs: run-to-run variation unknown)"
+        } else {
+            ""
+        }
     )
 }
 
@@ -1427,29 +1435,27 @@ fn samples_by_host(attempts: &[&AttemptRecord], objective: &str) -> BTreeMap<Str
 struct BaseSide<'a> {
     samples: &'a BTreeMap<String, Vec<f64>>,
     runs: &'a BTreeMap<String, Vec<f64>>,
+    samples_as_runs: bool,
     /// Its pooled samples number at least `selection.min_samples`.
     known: bool,
 }
 
-/// One value per successful run with the metric, by host: the log of the
-/// run's median, oriented so that larger is better
-/// ([`interval::run_value`]).
+/// The units an interval reads, by host: one value per successful run with
+/// the metric (the log of the run's median, oriented so that larger is
+/// better), or, for a config with a single run, one per sample of it
+/// (`true`; [`interval::units`]).
 fn runs_by_host(
     attempts: &[&AttemptRecord],
     metric: &str,
     higher: bool,
-) -> BTreeMap<String, Vec<f64>> {
-    let mut out: BTreeMap<String, Vec<f64>> = BTreeMap::new();
+) -> (BTreeMap<String, Vec<f64>>, bool) {
+    let mut runs: BTreeMap<String, Vec<Vec<f64>>> = BTreeMap::new();
     for a in attempts.iter().filter(|a| a.status == AttemptStatus::Ok) {
-        if let Some(v) = a
-            .metrics
-            .get(metric)
-            .and_then(|s| interval::run_value(s, higher))
-        {
-            out.entry(a.host.to_string()).or_default().push(v);
+        if let Some(s) = a.metrics.get(metric).filter(|s| !s.is_empty()) {
+            runs.entry(a.host.to_string()).or_default().push(s.clone());
         }
     }
-    out
+    interval::units(&runs, higher)
 }
 
 fn config_report(
@@ -1464,7 +1470,7 @@ fn config_report(
     let mut attempts = attempts.to_vec();
     attempts.sort_by_key(|a| a.repeat);
     let by_host = samples_by_host(&attempts, objective);
-    let runs = runs_by_host(&attempts, objective, higher);
+    let (runs, samples_as_runs) = runs_by_host(&attempts, objective, higher);
     let repeats_ended = attempts
         .iter()
         .map(|a| a.repeat)
@@ -1508,9 +1514,9 @@ fn config_report(
     let comparison = base.and_then(|b| compare(b.samples, &by_host, higher, min_samples));
     // Nothing is decided on fewer than `min_samples` samples a side.
     let enough = summary.is_some_and(|s| s.n >= min_samples) && base.is_some_and(|b| b.known);
-    let estimate = base
-        .filter(|_| enough)
-        .and_then(|b| interval::estimate(b.runs, &runs));
+    let estimate = base.filter(|_| enough).and_then(|b| {
+        interval::estimate_units(b.runs, &runs, b.samples_as_runs || samples_as_runs)
+    });
     let knobs_changed = knobs_changed(first);
     ConfigReport {
         label: first.config_label.to_string(),
@@ -1532,6 +1538,7 @@ fn config_report(
         order: (knobs_changed as u64, first.config_label.to_string()),
         by_host,
         runs,
+        samples_as_runs,
         estimate,
         repeats_ended,
         min_samples,
@@ -2499,11 +2506,11 @@ fn confirm(
         let ended =
             |v: &[&AttemptRecord]| v.iter().map(|a| a.repeat).collect::<HashSet<u32>>().len();
         runs_done = runs_done.min(ended(&bc).min(ended(&wc)));
-        let b = runs_by_host(&bc, objective, rules.higher);
-        let w = runs_by_host(&wc, objective, rules.higher);
+        let (b, b_single) = runs_by_host(&bc, objective, rules.higher);
+        let (w, w_single) = runs_by_host(&wc, objective, rules.higher);
         all_base.extend(samples_by_host(&bc, objective).into_values().flatten());
         all_win.extend(samples_by_host(&wc, objective).into_values().flatten());
-        if let Some(e) = interval::estimate(&b, &w) {
+        if let Some(e) = interval::estimate_units(&b, &w, b_single || w_single) {
             if harmed.is_none() && e.log_bounds(CONFIDENCE).1 < 0.0 {
                 harmed = bc.first().map(|a| a.cell_label.to_string());
             }

@@ -24,6 +24,12 @@
 //! given confidence. It narrows as 1/√runs: this is how well the speedup
 //! is known, not how much single runs scatter.
 //!
+//! **One run.** A config measured by a single run has no run-to-run
+//! variation to show. Its samples then stand in for runs (as they are
+//! when a tool repeats the command itself, hyperfine's runs for one):
+//! each sample's log is a unit. The interval says so (`samples_as_runs`),
+//! since it is only as good as that assumption; a second run ends it.
+//!
 //! A bucket of cells merges its cells' intervals as the mean of their log
 //! speedups (the geometric mean of the speedups), variances added.
 
@@ -47,6 +53,8 @@ pub struct Estimate {
     pub df: f64,
     /// Runs behind it: the candidate's and the reference's.
     pub runs: (usize, usize),
+    /// A side's units were the samples of its single run.
+    pub samples_as_runs: bool,
 }
 
 /// A speedup with its interval, as ratios (1.10 = 10 % better).
@@ -60,6 +68,10 @@ pub struct Interval {
     /// Runs of the candidate and of the reference behind it.
     pub runs: usize,
     pub reference_runs: usize,
+    /// A side had a single run, whose samples stood in for runs (see the
+    /// module's notes). Left out of JSON when false.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub samples_as_runs: bool,
 }
 
 impl Estimate {
@@ -87,6 +99,7 @@ impl Estimate {
             confidence,
             runs: self.runs.0,
             reference_runs: self.runs.1,
+            samples_as_runs: self.samples_as_runs,
         }
     }
 
@@ -104,7 +117,13 @@ impl Estimate {
         let runs = parts
             .iter()
             .fold((0, 0), |acc, p| (acc.0 + p.runs.0, acc.1 + p.runs.1));
-        Some(Estimate { log, var, df, runs })
+        Some(Estimate {
+            log,
+            var,
+            df,
+            runs,
+            samples_as_runs: parts.iter().any(|p| p.samples_as_runs),
+        })
     }
 }
 
@@ -151,11 +170,44 @@ fn satterthwaite(parts: impl Iterator<Item = (f64, f64)>) -> f64 {
 /// One run's value: the log of the median of its samples, oriented so that
 /// larger is better. `None` for a median that is not positive and finite.
 pub fn run_value(samples: &[f64], higher_is_better: bool) -> Option<f64> {
-    let m = super::median(samples)?;
-    if !(m.is_finite() && m > 0.0) {
+    sample_value(super::median(samples)?, higher_is_better)
+}
+
+/// One sample's value, as [`run_value`]'s.
+pub fn sample_value(x: f64, higher_is_better: bool) -> Option<f64> {
+    if !(x.is_finite() && x > 0.0) {
         return None;
     }
-    Some(if higher_is_better { m.ln() } else { -m.ln() })
+    Some(if higher_is_better { x.ln() } else { -x.ln() })
+}
+
+/// The units of one side by host, from its runs' samples: one value per
+/// run; when the side has a single run, one per sample of it (`true`:
+/// samples stand in for runs).
+pub fn units(
+    runs: &BTreeMap<String, Vec<Vec<f64>>>,
+    higher_is_better: bool,
+) -> (BTreeMap<String, Vec<f64>>, bool) {
+    let total: usize = runs.values().map(Vec::len).sum();
+    let single = total == 1;
+    let out = runs
+        .iter()
+        .map(|(host, rs)| {
+            let values: Vec<f64> = if single {
+                rs.iter()
+                    .flatten()
+                    .filter_map(|x| sample_value(*x, higher_is_better))
+                    .collect()
+            } else {
+                rs.iter()
+                    .filter_map(|s| run_value(s, higher_is_better))
+                    .collect()
+            };
+            (host.clone(), values)
+        })
+        .filter(|(_, v)| !v.is_empty())
+        .collect();
+    (out, single)
 }
 
 /// One side's run-to-run variance and its degrees of freedom: within its
@@ -192,6 +244,16 @@ fn mean(v: &[f64]) -> f64 {
 pub fn estimate(
     reference: &BTreeMap<String, Vec<f64>>,
     cand: &BTreeMap<String, Vec<f64>>,
+) -> Option<Estimate> {
+    estimate_units(reference, cand, false)
+}
+
+/// [`estimate`], `samples_as_runs` telling whether a side's units were the
+/// samples of its single run.
+pub fn estimate_units(
+    reference: &BTreeMap<String, Vec<f64>>,
+    cand: &BTreeMap<String, Vec<f64>>,
+    samples_as_runs: bool,
 ) -> Option<Estimate> {
     let (vc, dfc) = variance(cand)?;
     let (vr, dfr) = variance(reference)?;
@@ -239,6 +301,7 @@ pub fn estimate(
         var,
         df,
         runs: (nc, nr),
+        samples_as_runs,
     })
 }
 
@@ -347,12 +410,14 @@ mod tests {
             var: 0.0004,
             df: 10.0,
             runs: (5, 5),
+            samples_as_runs: false,
         };
         let b = Estimate {
             log: 0.3,
             var: 0.0004,
             df: 10.0,
             runs: (5, 5),
+            samples_as_runs: false,
         };
         let m = Estimate::mean(&[a, b]).unwrap();
         assert!((m.log - 0.2).abs() < 1e-12);

@@ -1264,6 +1264,7 @@ mod tests {
                         confidence: 0.95,
                         runs: 3,
                         reference_runs: 3,
+                        samples_as_runs: false,
                     },
                     confirmation: None,
                 }),

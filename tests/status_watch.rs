@@ -12,8 +12,8 @@ use support::wait_for;
 
 /// 3 configs × 3 repeats at one cell, each measured run sleeping 0.5 s
 /// (about 5 s in all on one slot), then a confirmation round of the winner
-/// (`fast`, 2× the baseline) against the baseline: 11 trials. Five samples
-/// a trial, so a spread is known after the first.
+/// (`fast`, 2× the baseline) against the baseline, two pairs: 13 trials.
+/// Five samples a trial, so a spread is known after the first.
 const STUDY: &str = r#"name: watched
 knobs:
   mode: {kind: categorical, values: [base, fast, slow], default: base}
@@ -27,7 +27,9 @@ objective: {metric: throughput, unit: ops/s, better: higher}
 measurement: {warmup: 0, repeats: 3, anchor_every: 0, confirm_repeats: 1}
 "#;
 
-const TRIALS: usize = 3 * 3 + 2;
+// The final round takes two pairs: `confirm_repeats: 1` is its least, but
+// an interval needs two runs a side.
+const TRIALS: usize = 3 * 3 + 2 * 2;
 
 fn attempts(env: &Env) -> usize {
     env.attempts("watched").values().map(Vec::len).sum()

@@ -108,6 +108,8 @@ pub struct Counts {
     pub already_in_ledger: u64,
     pub skipped: u64,
     pub confirm_trials: u64,
+    /// Sweep trials beyond the plan's repeats, where a decision was close.
+    pub racing_trials: u64,
     pub anchors: u64,
     pub voided: u64,
     pub dropped_cells: u64,
@@ -154,6 +156,7 @@ impl LaunchEnd {
                 already_in_ledger: s.already_done,
                 skipped: s.skipped,
                 confirm_trials: s.confirm_trials,
+                racing_trials: s.racing_trials,
                 anchors: s.anchors,
                 voided: s.voided,
                 dropped_cells: s.dropped_cells,

@@ -31,6 +31,9 @@ struct ClassStatus {
     /// of the planned sweep).
     anchors: u64,
     confirm_trials: u64,
+    /// Of `done` and `failed`: racing runs, sweep trials beyond the plan's
+    /// `repeats` where a decision was close (counted with the study file).
+    racing: u64,
     /// An adaptive search's screening runs (rung trials) finished.
     screening: u64,
     /// Planned sweep trials without a terminal attempt and not running;
@@ -99,10 +102,14 @@ fn count(
             crate::trial::RoleKind::Unknown(_) => continue,
             crate::trial::RoleKind::Sweep => {}
         }
+        let beyond_plan = study.is_some_and(|s| first.repeat >= s.measurement.repeats);
         match terminal.get(key).map(|t| t.status) {
             Some(crate::ledger::AttemptStatus::Ok) => c.done += 1,
             Some(_) => c.failed += 1,
             None => c.lost += 1,
+        }
+        if beyond_plan && terminal.contains_key(key) {
+            c.racing += 1;
         }
     }
     for l in leases {
@@ -146,24 +153,41 @@ fn count(
                 running: leases.iter().map(|l| l.trial_key.as_str()).collect(),
                 ..Default::default()
             };
-            // Failed configs and baselines, per class.
+            // Failed configs and baselines, per class. A baseline's first
+            // failure in a cell is re-run before it is believed: it stops
+            // its repeats (and, with its first repeat and the re-run, its
+            // cell) at the second.
             let mut failed_configs: HashMap<&str, HashSet<(u32, u64)>> = HashMap::new();
             let mut failed_baselines: HashMap<&str, HashSet<u32>> = HashMap::new();
+            let mut baseline_failures: HashMap<(&str, u32), Vec<u32>> = HashMap::new();
             for a in terminal.values() {
                 if a.role == crate::trial::RoleKind::Sweep
                     && a.status == crate::ledger::AttemptStatus::Failed
                 {
                     let class = a.host_class.as_str();
+                    if a.is_baseline {
+                        baseline_failures
+                            .entry((class, a.cell_index))
+                            .or_default()
+                            .push(a.repeat);
+                        continue;
+                    }
                     failed_configs
                         .entry(class)
                         .or_default()
                         .insert((a.cell_index, a.config_index));
-                    if a.is_baseline && a.repeat == 0 {
-                        failed_baselines
-                            .entry(class)
-                            .or_default()
-                            .insert(a.cell_index);
-                    }
+                }
+            }
+            let baseline = plan.space.baseline();
+            for ((class, cell), repeats) in baseline_failures {
+                if repeats.len() >= 2 {
+                    failed_configs
+                        .entry(class)
+                        .or_default()
+                        .insert((cell, baseline));
+                }
+                if repeats.contains(&0) && repeats.contains(&1) {
+                    failed_baselines.entry(class).or_default().insert(cell);
                 }
             }
             for c in classes.values_mut() {
@@ -262,11 +286,16 @@ pub async fn run(a: StatusArgs) -> Result<(), CliError> {
     for c in rows {
         let opt = |v: Option<u64>| v.map(|n| n.to_string()).unwrap_or_else(|| "?".to_string());
         say!(
-            "{} · {} · hosts: {}\n  done {} · failed {} · lost {} · running {} · pending {} · skipped {} (of {} planned sweep trials){}; besides: {} baseline anchors, {} confirmation trials",
+            "{} · {} · hosts: {}\n  done {}{} · failed {} · lost {} · running {} · pending {} · skipped {} (of {} planned sweep trials){}; besides: {} baseline anchors, {} confirmation trials",
             c.host_class,
             c.label,
             c.hosts.join(", "),
             c.done,
+            if c.racing > 0 {
+                format!(" (with {} racing runs beyond the plan)", c.racing)
+            } else {
+                String::new()
+            },
             c.failed,
             c.lost,
             c.running,

@@ -80,6 +80,8 @@ pub enum LaunchEvent {
         /// What it measured: an anchor and a confirmation trial are
         /// counted apart too.
         role: RoleKind,
+        /// A sweep trial beyond the plan's repeats (racing).
+        racing: bool,
         /// Why a failed attempt was rejected.
         rejection: Option<Rejection>,
     },
@@ -444,6 +446,8 @@ pub struct LaunchSummary {
     pub dropped_cells: u64,
     /// Trials of final confirmation rounds that ran (and were recorded).
     pub confirm_trials: u64,
+    /// Racing trials that ran (sweep trials beyond the plan's repeats).
+    pub racing_trials: u64,
     /// Attempts lost with a host that dropped, queued again.
     pub requeued: u64,
     /// Hosts that did not answer at the start, and why: skipped.
@@ -497,8 +501,16 @@ impl LaunchSummary {
                 self.unreachable_hosts.push((host.clone(), reason.clone()))
             }
             LaunchEvent::TrialStarted => self.running += 1,
-            LaunchEvent::TrialFinished { status, role, .. } => {
+            LaunchEvent::TrialFinished {
+                status,
+                role,
+                racing,
+                ..
+            } => {
                 self.running = self.running.saturating_sub(1);
+                if *racing && *status != AttemptStatus::Lost {
+                    self.racing_trials += 1;
+                }
                 // Among the trials that ran (a lost one did not).
                 match (role, status) {
                     (_, AttemptStatus::Lost) => {}
@@ -579,6 +591,7 @@ impl LaunchSummary {
         self.voided += o.voided;
         self.dropped_cells += o.dropped_cells;
         self.confirm_trials += o.confirm_trials;
+        self.racing_trials += o.racing_trials;
         self.requeued += o.requeued;
         // What the ledger held at the start, and its unreadable objects,
         // are the first round's.
@@ -668,12 +681,14 @@ mod tests {
             LaunchEvent::TrialFinished {
                 status: AttemptStatus::Ok,
                 role: RoleKind::Confirm,
+                racing: false,
                 rejection: None,
             },
             LaunchEvent::TrialStarted,
             LaunchEvent::TrialFinished {
                 status: AttemptStatus::Lost,
                 role: RoleKind::Sweep,
+                racing: false,
                 rejection: None,
             },
             LaunchEvent::TrialRequeued,

@@ -127,6 +127,12 @@ impl Bar {
 /// among it), what was found done or skipped, and what drift cost.
 pub fn summary_line(s: &LaunchSummary) -> String {
     let mut among = Vec::new();
+    if s.racing_trials > 0 {
+        among.push(format!(
+            "{} racing trials where a decision was close",
+            s.racing_trials
+        ));
+    }
     if s.confirm_trials > 0 {
         among.push(format!("{} confirmation trials", s.confirm_trials));
     }
@@ -665,6 +671,7 @@ mod tests {
         let finished = |role| LaunchEvent::TrialFinished {
             status: AttemptStatus::Ok,
             role,
+            racing: false,
             rejection: None,
         };
         for ev in [

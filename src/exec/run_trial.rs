@@ -842,6 +842,7 @@ impl<'a> Runner<'a> {
         self.events.emit(LaunchEvent::TrialFinished {
             status: j.status,
             role: job.role.kind(),
+            racing: job.role == Role::Sweep && job.repeat >= study.measurement.repeats,
             rejection: record.failure.as_ref().map(|f| Rejection {
                 config: config_label.clone(),
                 cell: cell_label.clone(),

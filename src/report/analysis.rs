@@ -2379,10 +2379,14 @@ fn decide_bucket(
     out
 }
 
-/// Runs a side at every cell that the final round needs for the sweep's
-/// estimate of `pick` to clear the minimum with 95 % probability, given
-/// the run-to-run noise the sweep showed: at least
-/// `measurement.confirm_repeats`, at most `measurement.max_repeats`.
+/// Runs a side at every cell that the final round needs for a win the size
+/// the sweep suggests to clear the minimum with 95 % probability, given the
+/// run-to-run noise the sweep showed: at least
+/// `measurement.confirm_repeats`, at most `measurement.max_repeats`. The
+/// size planned for is halfway between the sweep's estimate and its lower
+/// bound: the estimate of the best of many configs, read when its interval
+/// first cleared the minimum, runs high (the winner's curse), and a round
+/// sized on it alone would miss real wins.
 fn confirm_size(pick: &Standing, rules: &Rules) -> u32 {
     let sds: Vec<f64> = pick
         .cells
@@ -2395,8 +2399,9 @@ fn confirm_size(pick: &Standing, rules: &Rules) -> u32 {
     } else {
         sds.iter().sum::<f64>() / sds.len() as f64
     };
+    let planned = (pick.est.log + pick.bounds().0) / 2.0;
     let needed = interval::runs_needed(
-        pick.est.log,
+        planned,
         rules.tau(),
         sd,
         pick.cells.len(),

@@ -24,7 +24,16 @@ use std::time::{Duration, Instant};
 /// a VERDICT, exit 3 when one is a DRAFT (`tunectl launch`'s contract).
 pub fn ran_to_the_end(code: Option<i32>, stderr: &str) -> bool {
     let drafts = stderr.contains("[DRAFT]");
-    code == Some(if drafts { 3 } else { 0 })
+    // A baseline that failed its first run and its re-run is an error of
+    // the study: the launch ran to its end and exits 1 saying so.
+    let baseline_fails = stderr.contains("error: the baseline fails reproducibly");
+    code == Some(if baseline_fails {
+        1
+    } else if drafts {
+        3
+    } else {
+        0
+    })
 }
 
 /// The `ran N trials` number of a launch's summary line.

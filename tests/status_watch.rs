@@ -112,9 +112,9 @@ fn on_a_terminal_the_watch_refreshes_in_place_and_ends_with_the_launch() {
     )
     .expect("regex");
     assert!(counts.is_match(screen), "no counts with an ETA:\n{screen}");
-    // While it runs, the leader is a DRAFT with its speedup, n and spread.
+    // While it runs, the leader is a DRAFT with its speedup, n and interval.
     let draft = regex::Regex::new(
-        r"bucket [^:]+: DRAFT \(.+?\) · leader mode=fast: 2\.\d{3}× the baseline \(n=\d+ vs \d+ of the baseline, combined spread \d+\.\d%\)",
+        r"bucket [^:]+: DRAFT \(.+?\) · leader mode=fast: [12]\.\d{3}× the baseline \(n=\d+ vs \d+ of the baseline, [12]\.\d{3}× \[[12]\.\d{3}, [12]\.\d{3}\] 95% CI\)",
     )
     .expect("regex");
     assert!(draft.is_match(screen), "no DRAFT leader:\n{screen}");

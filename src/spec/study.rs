@@ -806,7 +806,7 @@ fn warn_about(w: &mut Walker, map: &marked_yaml::types::MarkedMappingNode, study
             &span,
             "measurement.repeats",
             format!(
-                "{}: a speedup's interval needs two runs a side, so no candidate can win (every bucket keeps the baseline as a DRAFT); set repeats: 2 or more (3 is the default)",
+                "{}: one run per config shows nothing of how runs vary: a speedup's interval then takes the run's samples as runs (right only when each is an independent run, as hyperfine's are), and with one sample a run no candidate can win; set repeats: 2 or more (3 is the default)",
                 m.repeats
             ),
         );
@@ -2933,6 +2933,56 @@ fn check_strategy(w: &mut Walker, map: &marked_yaml::types::MarkedMappingNode, s
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Settings under which no candidate can win, and a knob the trial
+    /// never sees, are warnings with their place; a study without them has
+    /// none.
+    #[test]
+    fn warnings_name_where_no_candidate_can_win_and_knobs_never_seen() {
+        let text = "name: w
+knobs:
+  mode: {kind: categorical, values: [a, b], default: a}
+  unused: {kind: int, values: [1, 2], default: 1}
+trial: {command: \"run {{ mode }}\"}
+objective: {metric: t, unit: s, better: lower}
+measurement: {repeats: 1, max_repeats: 1}
+";
+        let s = Study::from_text(Path::new("w.yaml"), text).expect("valid");
+        let at: Vec<(usize, &str)> = s
+            .warnings
+            .iter()
+            .map(|d| (d.line, d.field.as_str()))
+            .collect();
+        assert_eq!(
+            at,
+            [(7, "measurement.repeats"), (4, "knobs.unused")],
+            "{:?}",
+            s.warnings
+        );
+        assert!(s.warnings[0].message.contains("samples as runs"));
+        let text = text
+            .replace("repeats: 1, max_repeats: 1", "repeats: 2")
+            .replace("selection", "")
+            + "selection: {min_samples: 4}\n";
+        let s = Study::from_text(Path::new("w.yaml"), &text).expect("valid");
+        assert!(
+            s.warnings
+                .iter()
+                .any(|d| d.field == "selection.min_samples"
+                    && d.message.contains("at least 2 samples")),
+            "{:?}",
+            s.warnings
+        );
+        // A knob read from the environment by name is seen.
+        let text = "name: e
+knobs:
+  mode: {kind: categorical, values: [a, b], default: a}
+trial: {command: \"run\", env: {MODE: \"{{ mode }}\"}}
+objective: {metric: t, unit: s, better: lower}
+";
+        let s = Study::from_text(Path::new("e.yaml"), text).expect("valid");
+        assert!(s.warnings.is_empty(), "{:?}", s.warnings);
+    }
 
     /// 7 lines; a test's own lines start at line 8.
     const BASE: &str = r#"name: s

@@ -2379,6 +2379,17 @@ fn decide_bucket(
     out
 }
 
+/// The attempts of repeats below `rounds`, in repeat order.
+fn first_runs<'a>(attempts: &[&'a AttemptRecord], rounds: u32) -> Vec<&'a AttemptRecord> {
+    let mut v: Vec<&AttemptRecord> = attempts
+        .iter()
+        .copied()
+        .filter(|a| a.repeat < rounds)
+        .collect();
+    v.sort_by_key(|a| a.repeat);
+    v
+}
+
 /// Runs a side at every cell that the final round needs for a win the size
 /// the sweep suggests to clear the minimum with 95 % probability, given the
 /// run-to-run noise the sweep showed: at least
@@ -2493,20 +2504,10 @@ fn confirm(
         }
         // The round's first `rounds` runs a side count (a round sized
         // larger before, by other judging settings, leaves more).
-        let mut bc: Vec<&AttemptRecord> = base
-            .confirm
-            .iter()
-            .copied()
-            .filter(|a| a.repeat < rounds)
-            .collect();
-        let mut wc: Vec<&AttemptRecord> = win
-            .confirm
-            .iter()
-            .copied()
-            .filter(|a| a.repeat < rounds)
-            .collect();
-        bc.sort_by_key(|a| a.repeat);
-        wc.sort_by_key(|a| a.repeat);
+        let (bc, wc) = (
+            first_runs(&base.confirm, rounds),
+            first_runs(&win.confirm, rounds),
+        );
         any |= !bc.is_empty() || !wc.is_empty();
         let ended =
             |v: &[&AttemptRecord]| v.iter().map(|a| a.repeat).collect::<HashSet<u32>>().len();

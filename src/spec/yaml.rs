@@ -326,19 +326,25 @@ impl Walker {
         &self.file
     }
 
-    /// Record a problem at a span.
-    pub fn error(&mut self, span: &Span, field: &str, message: impl Into<String>) {
+    /// A diagnostic of this file at `span`.
+    fn at(&self, span: &Span, field: &str, message: String) -> Diagnostic {
         let (line, column) = span
             .start()
             .map(|m| (m.line(), m.column()))
             .unwrap_or((0, 0));
-        self.diags.push(Diagnostic {
+        Diagnostic {
             file: self.file.clone(),
             line,
             column,
             field: field.to_string(),
-            message: message.into(),
-        });
+            message,
+        }
+    }
+
+    /// Record a problem at a span.
+    pub fn error(&mut self, span: &Span, field: &str, message: impl Into<String>) {
+        let d = self.at(span, field, message.into());
+        self.diags.push(d);
     }
 
     /// Record a problem at a node.
@@ -348,17 +354,8 @@ impl Walker {
 
     /// A warning at `span`: valid, but likely a mistake.
     pub fn warn(&mut self, span: &Span, field: &str, message: impl Into<String>) {
-        let (line, column) = span
-            .start()
-            .map(|m| (m.line(), m.column()))
-            .unwrap_or((0, 0));
-        self.warnings.push(Diagnostic {
-            file: self.file.clone(),
-            line,
-            column,
-            field: field.to_string(),
-            message: message.into(),
-        });
+        let d = self.at(span, field, message.into());
+        self.warnings.push(d);
     }
 
     pub fn mapping<'a>(&mut self, node: &'a Node, field: &str) -> Option<&'a MarkedMappingNode> {

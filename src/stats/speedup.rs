@@ -321,16 +321,23 @@ pub fn runs_needed(
     if margin.is_nan() || margin <= 0.0 || !sd.is_finite() {
         return u32::MAX;
     }
+    // se = sd·√(2/n)/√cells must be at most margin / (t_conf + t_power),
+    // with Student's t at the comparison's degrees of freedom (about
+    // cells·(2n − 2)): the normal's z would size small rounds too small.
+    let cells = cells.max(1) as f64;
     let z = normal_quantile(0.5 + confidence / 2.0) + normal_quantile(power);
-    // se = sd·√(2/n)/√cells ≤ margin / z
-    let n = 2.0 * (z * sd / margin).powi(2) / cells.max(1) as f64;
-    // Student's t is wider than the normal at small n: one run more per
-    // side covers it from n ≈ 4 on.
-    let n = n.ceil() + 1.0;
-    if n >= f64::from(u32::MAX) {
-        u32::MAX
-    } else {
-        (n as u32).max(2)
+    let first_guess = (2.0 * (z * sd / margin).powi(2) / cells).ceil().max(2.0);
+    if first_guess >= 100_000.0 {
+        return u32::MAX;
+    }
+    let mut n = 2.0f64.max(first_guess / 2.0).floor();
+    loop {
+        let df = (cells * (2.0 * n - 2.0)).max(1.0);
+        let t = t_quantile(df, 0.5 + confidence / 2.0) + t_quantile(df, power);
+        if t * sd * (2.0 / n).sqrt() / cells.sqrt() <= margin || n >= 100_000.0 {
+            return n as u32;
+        }
+        n += 1.0;
     }
 }
 

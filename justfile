@@ -26,7 +26,8 @@ bench:
     ./benches/search_regret.sh
     ./benches/verdict_integrity.sh --quick
 
-# The verdict-integrity benchmark in full (510 studies, 1.5-2 hours); ARGS as
+# The verdict-integrity benchmark in full (510 studies: about 1 hour with --jobs 4,
+# whose timings are the FAKE program's own, so parallel launches change no figure); ARGS as
 # benches/verdict_integrity.sh takes them (--tunectl PATH, --out FILE, --jobs N).
 bench-verdict-integrity *ARGS:
     ./benches/verdict_integrity.sh {{ARGS}}

@@ -30,8 +30,11 @@ budget is cut, as if stopped there), two ways:
 - `optuna`: the best COMPLETE trial (lowest measured value at max budget,
   Optuna's `best_trial`), with no re-measurement;
 - `optuna+finalists`: tunectl's finalist step on the 3 best distinct
-  configs of its complete trials (5 repeats at max budget, median), paid
-  from the same budget.
+  configs of its complete trials, paid from the same budget: the race of
+  the Rust side (`race` there and here; `check` compares the two on a
+  sample of races and Student's t quantiles), or with
+  `FINALIST_STEP=fixed` on the Rust side 5 repeats at max budget each,
+  the lowest median.
 """
 
 import json
@@ -40,6 +43,7 @@ import os
 import sys
 import time
 from multiprocessing import Pool
+from statistics import NormalDist
 
 M64 = (1 << 64) - 1
 
@@ -137,6 +141,12 @@ def check(doc):
             assert (got is None) == (want is None), (seed, x, b, rep)
             if got is not None:
                 pairs.append((got, want))
+        for df, want in var["t_check"]:
+            pairs.append((t_quantile(df, 0.5 + doc["settings"]["confidence"] / 2.0), want))
+        for seed, xs, pick, seconds, runs in var["race_check"]:
+            got = race(m, doc["settings"], seed, [(x, 0.0) for x in xs], math.inf)
+            assert (got[0], got[2]) == (pick, runs), (seed, xs, got, pick, runs)
+            pairs.append((got[1], seconds))
         for got, want in pairs:
             assert got is not None and want is not None
             worst = max(worst, abs(got - want) / abs(want))
@@ -144,18 +154,141 @@ def check(doc):
     return worst
 
 
-def finalist_seconds(m, repeats, finalists):
-    return sum(repeats * m.seconds(x, m.max_budget) for x, _ in finalists)
+def betai(a, b, x):
+    """The regularised incomplete beta function I_x(a, b) (continued
+    fraction, modified Lentz)."""
+    if x <= 0.0:
+        return 0.0
+    if x >= 1.0:
+        return 1.0
+    if x > (a + 1.0) / (a + b + 2.0):
+        return 1.0 - betai(b, a, 1.0 - x)
+    lbeta = math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b)
+    front = math.exp(a * math.log(x) + b * math.log1p(-x) + lbeta) / a
+    tiny = 1e-300
+    f, c, d = 1.0, 1.0, 0.0
+    for i in range(400):
+        m = i // 2
+        if i == 0:
+            num = 1.0
+        elif i % 2 == 0:
+            num = m * (b - m) * x / ((a + 2 * m - 1) * (a + 2 * m))
+        else:
+            num = -(a + m) * (a + b + m) * x / ((a + 2 * m) * (a + 2 * m + 1))
+        d = 1.0 + num * d
+        d = tiny if abs(d) < tiny else d
+        d = 1.0 / d
+        c = 1.0 + num / c
+        c = tiny if abs(c) < tiny else c
+        f *= c * d
+        if abs(1.0 - c * d) < 1e-15:
+            break
+    return front * (f - 1.0)
 
 
-def champion(m, seed, finalists, repeats, finalist_rep):
+def t_quantile(df, p):
+    """Student's t quantile p (> 0.5) with df degrees of freedom, by
+    bisection on its CDF; the normal one for an infinite or huge df."""
+    if not math.isfinite(df) or df > 1e6:
+        return NormalDist().inv_cdf(p)
+    df = max(df, 1.0)
+    cdf = lambda t: 1.0 - 0.5 * betai(df / 2.0, 0.5, df / (df + t * t))
+    lo, hi = 0.0, 1.0
+    while cdf(hi) < p:
+        hi *= 2.0
+    for _ in range(200):
+        mid = (lo + hi) / 2.0
+        if cdf(mid) < p:
+            lo = mid
+        else:
+            hi = mid
+    return (lo + hi) / 2.0
+
+
+def welch(ref, cand, confidence):
+    """The interval of mean(cand) - mean(ref) (Student's t, Welch-
+    Satterthwaite), as src/stats/speedup.rs forms it for one host; None
+    with fewer than two values on a side."""
+    if len(ref) < 2 or len(cand) < 2:
+        return None
+    def var(v):
+        mu = sum(v) / len(v)
+        return sum((x - mu) ** 2 for x in v) / (len(v) - 1)
+    parts = [(var(cand) / len(cand), len(cand) - 1), (var(ref) / len(ref), len(ref) - 1)]
+    total = sum(v for v, _ in parts)
+    den = sum(v * v / df for v, df in parts if v > 0)
+    df = math.inf if total <= 0 or den <= 0 else total * total / den
+    log = sum(cand) / len(cand) - sum(ref) / len(ref)
+    h = t_quantile(df, 0.5 + confidence / 2.0) * math.sqrt(max(total, 0.0))
+    return log - h, log + h
+
+
+def finalist_run(m, seed, x, r, frep):
+    return m.measure(seed, x, m.max_budget, frep + r)
+
+
+def reserved_seconds(m, s, finalists):
+    runs = s["first_runs"] if s["finalist_step"] == "race" else s["repeats"]
+    return sum(runs * m.seconds(x, m.max_budget) for x, _ in finalists)
+
+
+def race(m, s, seed, finalists, allowance):
+    """The finalist race of benches/search_regret.rs (`race`): (pick,
+    seconds, runs)."""
+    first, cap, frep = s["first_runs"], s["race_cap"], s["finalist_rep"]
+    tau = math.log1p(s["race_min_improvement"])
+    xs = [x for x, _ in finalists]
+    values = [[] for _ in xs]
+    seconds = 0.0
+
+    def grow(i, to):
+        paid = 0.0
+        while len(values[i]) < to:
+            values[i].append(-math.log(finalist_run(m, seed, xs[i], len(values[i]), frep)))
+            paid += m.seconds(xs[i], m.max_budget)
+        return paid
+
+    for i in range(len(xs)):
+        seconds += grow(i, first)
+    while True:
+        means = [sum(v) / len(v) for v in values]
+        leader = max(range(len(xs)), key=lambda i: (means[i], -xs[i]))
+        raced, contested = [], False
+        for i in range(len(xs)):
+            if i == leader:
+                continue
+            iv = welch(values[leader], values[i], s["confidence"])
+            settled = iv is not None and (iv[1] < 0 or (iv[0] > -tau and iv[1] < tau))
+            if not settled:
+                contested = True
+                if len(values[i]) < cap:
+                    raced.append(i)
+        if contested and len(values[leader]) < cap:
+            raced.append(leader)
+        runs = sum(len(v) for v in values)
+        if not raced:
+            return xs[leader], seconds, runs
+        least = min(len(values[i]) for i in raced)
+        to = min(least + max(first, -(-least // 2)), cap)
+        cost = sum((to - len(values[i])) * m.seconds(xs[i], m.max_budget) for i in raced)
+        if seconds + cost > allowance:
+            return xs[leader], seconds, runs
+        for i in raced:
+            seconds += grow(i, to)
+
+
+def finalist_step(m, s, seed, finalists, allowance):
+    """(pick, seconds, runs) of the finalist step the Rust run used."""
+    if s["finalist_step"] == "race":
+        return race(m, s, seed, finalists, allowance)
     best = None
     for x, _ in finalists:
-        ms = sorted(m.measure(seed, x, m.max_budget, finalist_rep + r) for r in range(repeats))
+        ms = sorted(finalist_run(m, seed, x, r, s["finalist_rep"]) for r in range(s["repeats"]))
         key = (ms[len(ms) // 2], x)
         if best is None or key < best:
             best = key
-    return None if best is None else best[1]
+    seconds = sum(s["repeats"] * m.seconds(x, m.max_budget) for x, _ in finalists)
+    return best[1], seconds, s["repeats"] * len(finalists)
 
 
 def optuna_run(args):
@@ -170,7 +303,7 @@ def optuna_run(args):
     m = Model(doc, variant)
     var = next(v for v in doc["variants"] if v["variant"] == variant)
     rungs = var["rung_budgets"]
-    k, repeats, frep = s["finalists"], s["repeats"], s["finalist_rep"]
+    k = s["finalists"]
     study = optuna.create_study(
         study_name=f"search-regret-{variant}-{seed}",
         direction="minimize",
@@ -234,17 +367,18 @@ def optuna_run(args):
             if e[1] is not None:
                 plain = e
         for e in events:
-            if e[0] + finalist_seconds(m, repeats, e[2]) > lim:
+            if e[0] + reserved_seconds(m, s, e[2]) > lim:
                 break
             if e[2]:
                 fin = e
+        picked = None if fin is None else finalist_step(m, s, seed, fin[2], lim - fin[0])
         points[label] = {
             "optuna": None if plain is None else {
                 "spent": plain[0], "trials": plain[4], "regret": m.regret(plain[1]),
-                "incumbent": m.regret(plain[1]), "best_evaluated": plain[3]},
+                "incumbent": m.regret(plain[1]), "best_evaluated": plain[3], "finalist_runs": 0},
             "optuna+finalists": None if fin is None else {
-                "spent": fin[0] + finalist_seconds(m, repeats, fin[2]), "trials": fin[4],
-                "regret": m.regret(champion(m, seed, fin[2], repeats, frep)),
+                "spent": fin[0] + picked[1], "trials": fin[4],
+                "regret": m.regret(picked[0]), "finalist_runs": picked[2],
                 "incumbent": m.regret(fin[2][0][0]), "best_evaluated": fin[3]},
         }
     return {"variant": variant, "seed": seed, "trials": trials, "pruned": pruned, "failed": failed,
@@ -294,6 +428,7 @@ def stats(points, n, hit):
         "evaluated": sum(p["best_evaluated"] <= hit for p in picked) / n,
         "missing": n - len(picked),
         "trials": sorted(p["trials"] for p in picked)[mid],
+        "finalist_runs": sorted(p.get("finalist_runs") or 0 for p in picked)[mid],
     }
 
 
@@ -330,9 +465,10 @@ def table_main(rust_path, optuna_path):
         print(f"\n### {name}: {var['configs_within_hit']} of {len(var['values'])} configs within "
               f"{hit:.0%} of the optimum, {var['crashing_configs']} crash; grid {grid:,.0f} "
               f"trial-seconds; hb1 = {hb1:.3f} of grid (mean)\n")
-        print("| budget | strategy | workers | trial-seconds / grid | trials (median) | regret mean | regret median "
-              f"| within {hit:.0%} | incumbent within {hit:.0%} | evaluated one within {hit:.0%} |")
-        print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+        print("| budget | strategy | workers | trial-seconds / grid | trials (median) | finalist runs (median) "
+              f"| regret mean | regret median | within {hit:.0%} | incumbent within {hit:.0%} "
+              f"| evaluated one within {hit:.0%} |")
+        print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
         summary = {}
         for label in labels:
             keys = sorted((k for k in rows if k[0] == label),
@@ -341,10 +477,10 @@ def table_main(rust_path, optuna_path):
                 st = stats(rows[k], len(rows[k]), hit)
                 summary[k] = st
                 if st is None:
-                    print(f"| {label} | {k[1]} | {k[2]} | | | no pick | | | | |")
+                    print(f"| {label} | {k[1]} | {k[2]} | | | | no pick | | | | |")
                     continue
                 note = f" ({st['missing']} seeds without a pick)" if st["missing"] else ""
-                print(f"| {label} | {k[1]} | {k[2]} | {st['spent'] / grid:.3f} | {st['trials']} "
+                print(f"| {label} | {k[1]} | {k[2]} | {st['spent'] / grid:.3f} | {st['trials']} | {st['finalist_runs']} "
                       f"| {100 * st['mean']:.2f} %{note} "
                       f"| {100 * st['median']:.2f} % | {100 * st['hit']:.0f} % | {100 * st['incumbent']:.0f} % "
                       f"| {100 * st['evaluated']:.0f} % |")

@@ -12,6 +12,7 @@
 //!   SEEDS=20 WORKERS="1 8" VARIANTS="faithful misleading" cargo bench --bench search_regret
 //!   SEARCH_REGRET_JSON=out.json cargo bench --bench search_regret   # also every run, as JSON
 //!   STRATEGIES="hyperband hyperband+tpe" cargo bench --bench search_regret   # some strategies only
+//!   FINALIST_STEP=fixed cargo bench --bench search_regret   # 5 runs of each finalist, not the race
 //!
 //! benches/search_regret.sh runs this, then Optuna on the same model
 //! (benches/search_regret.py, which implements the same formulas and checks
@@ -27,6 +28,10 @@
 //! Two variants: `faithful` (c = 1 for every config: low budgets are biased
 //! alike) and `misleading` (c grows with stages and unroll, the knobs of the
 //! fast configs: at low budget they look slow).
+//!
+//! Every strategy ends with the finalist step: its 3 best configs at max
+//! budget raced as the launcher races a bucket's configs (see [`race`]),
+//! paid from the same budget.
 //!
 //! A promoted rung with continuation pays T0 and the warm-up again, then
 //! only the budget it adds; with pruning a trial reads the model's
@@ -48,6 +53,7 @@ use tunectl::search::{
     Source, Step, Tpe, TpeEngine, TpeOptions,
 };
 use tunectl::spec::Better;
+use tunectl::stats::speedup::{CONFIDENCE, estimate, t_quantile};
 
 // ------------------------------------------------------------------ model
 
@@ -72,7 +78,8 @@ const FIXED_COST: f64 = 20.0;
 const CRASH_SECONDS: f64 = T0 + 0.5;
 /// Lognormal noise at budget b: sigma = NOISE / sqrt(b).
 const NOISE: f64 = 0.15;
-/// Finalists re-measured at max budget, and repeats each (median).
+/// Finalists re-measured at max budget, and the runs of each in the
+/// fixed finalist step (`FINALIST_STEP=fixed`: the lowest median wins).
 const FINALISTS: usize = 3;
 const REPEATS: u64 = 5;
 /// `rep` of the finalist re-measurements (search measurements use 0, 1, …).
@@ -606,33 +613,181 @@ fn push_event(
     });
 }
 
-/// Seconds the finalist step costs: every finalist `REPEATS` times at max
-/// budget.
-fn finalist_seconds(model: &Model, finalists: &[(u64, f64)]) -> f64 {
-    finalists
-        .iter()
-        .map(|(x, _)| REPEATS as f64 * model.seconds(*x, MAX_BUDGET))
-        .sum()
+// ------------------------------------------------------------ finalist step
+
+/// How the finalists are measured at max budget (`FINALIST_STEP`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum FinalistStep {
+    /// The launcher's objective stage: a first round of `FIRST_RUNS` runs
+    /// each, then racing (see [`race`]).
+    Race,
+    /// The earlier design: `REPEATS` runs each, the lowest median wins.
+    Fixed,
 }
 
-/// The finalist step: each re-measured `REPEATS` times at max budget, the
-/// lowest median wins (ties: lower index).
-fn champion(model: &Model, seed: u64, finalists: &[(u64, f64)]) -> Option<u64> {
-    finalists
-        .iter()
-        .map(|&(x, _)| {
-            let mut m: Vec<f64> = (0..REPEATS)
-                .map(|r| {
-                    model
-                        .measure(seed, x, MAX_BUDGET, FINALIST_REP + r)
-                        .expect("a finalist does not crash")
+impl FinalistStep {
+    fn from_env() -> FinalistStep {
+        match env_or("FINALIST_STEP", "race").as_str() {
+            "race" => FinalistStep::Race,
+            "fixed" => FinalistStep::Fixed,
+            other => panic!("FINALIST_STEP: race or fixed, not {other}"),
+        }
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            FinalistStep::Race => "race",
+            FinalistStep::Fixed => "fixed",
+        }
+    }
+}
+
+/// Runs of each finalist in the race's first round: `measurement.repeats`
+/// at its default (3).
+const FIRST_RUNS: usize = 3;
+/// The race's cap on a finalist's runs (`measurement.max_repeats`), and
+/// its equivalence margin (`selection.min_improvement`, 2 %, as a log).
+const RACE_CAP: usize = 10;
+const RACE_MIN_IMPROVEMENT: f64 = 0.02;
+
+/// The finalist step's pick and what it cost.
+#[derive(Debug, Clone)]
+struct Picked {
+    config: u64,
+    seconds: f64,
+    /// Runs at max budget over all finalists.
+    runs: usize,
+}
+
+/// The finalist step on `finalists` (`None`: none). The `r`-th run of a
+/// finalist is the model's measurement with `rep` = `FINALIST_REP + r`.
+fn finalist_step(
+    model: &Model,
+    seed: u64,
+    finalists: &[(u64, f64)],
+    step: FinalistStep,
+    allowance: f64,
+) -> Option<Picked> {
+    if finalists.is_empty() {
+        return None;
+    }
+    match step {
+        FinalistStep::Fixed => {
+            let config = finalists
+                .iter()
+                .map(|&(x, _)| {
+                    let mut m: Vec<f64> = (0..REPEATS).map(|r| run(model, seed, x, r)).collect();
+                    m.sort_by(f64::total_cmp);
+                    (x, m[m.len() / 2])
                 })
-                .collect();
-            m.sort_by(f64::total_cmp);
-            (x, m[m.len() / 2])
-        })
-        .min_by(|a, b| a.1.total_cmp(&b.1).then(a.0.cmp(&b.0)))
-        .map(|(x, _)| x)
+                .min_by(|a, b| a.1.total_cmp(&b.1).then(a.0.cmp(&b.0)))
+                .map(|(x, _)| x)?;
+            Some(Picked {
+                config,
+                seconds: finalists
+                    .iter()
+                    .map(|(x, _)| REPEATS as f64 * model.seconds(*x, MAX_BUDGET))
+                    .sum(),
+                runs: finalists.len() * REPEATS as usize,
+            })
+        }
+        FinalistStep::Race => Some(race(model, seed, finalists, allowance)),
+    }
+}
+
+/// The `r`-th finalist run of `x` (a finalist ran at max budget: it does
+/// not crash).
+fn run(model: &Model, seed: u64, x: u64, r: u64) -> f64 {
+    model
+        .measure(seed, x, MAX_BUDGET, FINALIST_REP + r)
+        .expect("a finalist does not crash")
+}
+
+/// The finalists raced as the launcher's objective stage races a bucket's
+/// configs (`racing` in src/report/analysis.rs), on one host and without
+/// the baseline (every finalist is a candidate; the bench asks only which
+/// is fastest). A run's value is minus the log of its time. After a first
+/// round of `FIRST_RUNS` runs each, the leader (highest mean) is compared
+/// with every other finalist by the launcher's interval
+/// (`stats::speedup::estimate`, Student's t with Welch–Satterthwaite
+/// degrees of freedom, 95 %): a finalist is settled when it is shown
+/// slower than the leader, or equivalent to it (the interval of their
+/// ratio inside ±`RACE_MIN_IMPROVEMENT`). The unsettled ones below the cap,
+/// and the leader with them, grow to `least + max(FIRST_RUNS, least / 2)`
+/// runs (`least`: the fewest among them), up to `RACE_CAP`; then the leader
+/// is compared again. The pick is the leader when nothing is unsettled or
+/// every unsettled one is at the cap (ties: lower config index), or when
+/// the next round would not fit in `allowance` seconds (the bench's
+/// budget; the launcher has none but the cap).
+fn race(model: &Model, seed: u64, finalists: &[(u64, f64)], allowance: f64) -> Picked {
+    let tau = RACE_MIN_IMPROVEMENT.ln_1p();
+    let mut values: Vec<Vec<f64>> = vec![Vec::new(); finalists.len()];
+    let mut seconds = 0.0;
+    // Runs of finalist `i` up to `to`.
+    let grow = |i: usize, to: usize, values: &mut [Vec<f64>]| -> f64 {
+        let x = finalists[i].0;
+        let mut paid = 0.0;
+        while values[i].len() < to {
+            let r = values[i].len() as u64;
+            values[i].push(-run(model, seed, x, r).ln());
+            paid += model.seconds(x, MAX_BUDGET);
+        }
+        paid
+    };
+    for i in 0..finalists.len() {
+        seconds += grow(i, FIRST_RUNS, &mut values);
+    }
+    let by_host = |v: &[f64]| BTreeMap::from([("host".to_string(), v.to_vec())]);
+    loop {
+        let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len() as f64;
+        let leader = (0..finalists.len())
+            .max_by(|&a, &b| {
+                mean(&values[a])
+                    .total_cmp(&mean(&values[b]))
+                    .then(finalists[b].0.cmp(&finalists[a].0))
+            })
+            .expect("finalists");
+        let mut raced = Vec::new();
+        let mut contested = false;
+        for i in (0..finalists.len()).filter(|&i| i != leader) {
+            let settled = estimate(&by_host(&values[leader]), &by_host(&values[i]))
+                .map(|e| e.log_bounds(CONFIDENCE))
+                .is_some_and(|(lo, hi)| hi < 0.0 || (lo > -tau && hi < tau));
+            if !settled {
+                contested = true;
+                if values[i].len() < RACE_CAP {
+                    raced.push(i);
+                }
+            }
+        }
+        if contested && values[leader].len() < RACE_CAP {
+            raced.push(leader);
+        }
+        if raced.is_empty() {
+            return Picked {
+                config: finalists[leader].0,
+                seconds,
+                runs: values.iter().map(Vec::len).sum(),
+            };
+        }
+        let least = raced.iter().map(|&i| values[i].len()).min().unwrap_or(0);
+        let to = (least + FIRST_RUNS.max(least.div_ceil(2))).min(RACE_CAP);
+        let round: f64 = raced
+            .iter()
+            .map(|&i| (to - values[i].len()) as f64 * model.seconds(finalists[i].0, MAX_BUDGET))
+            .sum();
+        if seconds + round > allowance {
+            // The budget ends the race: the leader as it stands.
+            return Picked {
+                config: finalists[leader].0,
+                seconds,
+                runs: values.iter().map(Vec::len).sum(),
+            };
+        }
+        for i in raced {
+            seconds += grow(i, to, &mut values);
+        }
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -645,16 +800,40 @@ struct Point {
     /// Regret of the best single measurement (no finalist step).
     incumbent: f64,
     best_evaluated: f64,
+    /// Runs of the finalist step.
+    finalist_runs: usize,
+}
+
+/// Seconds the finalist step reserves before it starts: its first round
+/// (`FIRST_RUNS` runs each when racing; every run of the fixed step).
+fn reserved_seconds(model: &Model, finalists: &[(u64, f64)], step: FinalistStep) -> f64 {
+    let runs = match step {
+        FinalistStep::Race => FIRST_RUNS as f64,
+        FinalistStep::Fixed => REPEATS as f64,
+    };
+    finalists
+        .iter()
+        .map(|(x, _)| runs * model.seconds(*x, MAX_BUDGET))
+        .sum()
 }
 
 /// Stopping at `budget` trial-seconds: the search runs until the first
-/// completion at which what it consumed plus its finalist step would no
-/// longer fit in the budget, and picks from the completion before (no
-/// hindsight: a later, cheaper set of finalists does not count).
-fn at_budget(model: &Model, seed: u64, events: &[Event], budget: f64) -> Option<Point> {
+/// completion at which what it consumed plus what its finalist step
+/// reserves would no longer fit in the budget, and picks from the
+/// completion before (no hindsight: a later, cheaper set of finalists does
+/// not count). The race then goes on while its next round fits in what is
+/// left of the budget.
+fn at_budget(
+    model: &Model,
+    seed: u64,
+    events: &[Event],
+    budget: f64,
+    step: FinalistStep,
+) -> Option<Point> {
+    let limit = budget * (1.0 + 1e-12);
     let mut pick = None;
     for e in events {
-        if e.consumed + finalist_seconds(model, &e.finalists) > budget * (1.0 + 1e-12) {
+        if e.consumed + reserved_seconds(model, &e.finalists, step) > limit {
             break;
         }
         if !e.finalists.is_empty() {
@@ -662,13 +841,14 @@ fn at_budget(model: &Model, seed: u64, events: &[Event], budget: f64) -> Option<
         }
     }
     let e = pick?;
-    let champ = champion(model, seed, &e.finalists)?;
+    let picked = finalist_step(model, seed, &e.finalists, step, limit - e.consumed)?;
     Some(Point {
-        spent: e.consumed + finalist_seconds(model, &e.finalists),
+        spent: e.consumed + picked.seconds,
         trials: e.trials,
-        regret: model.regret(champ),
+        regret: model.regret(picked.config),
         incumbent: model.regret(e.finalists[0].0),
         best_evaluated: e.best_evaluated,
+        finalist_runs: picked.runs,
     })
 }
 
@@ -712,12 +892,20 @@ struct SeedRuns {
     points: Vec<(String, usize, String, Option<Point>)>,
 }
 
-fn run_seed(model: &Model, seed: u64, workers: &[usize], only: &[String]) -> SeedRuns {
+fn run_seed(
+    model: &Model,
+    seed: u64,
+    workers: &[usize],
+    only: &[String],
+    step: FinalistStep,
+) -> SeedRuns {
     // One Hyperband iteration with one worker: the `hb1` budget.
     let mut hb = make("hyperband", seed, 1, 1);
     let events = simulate(model, seed, hb.as_mut(), 1, f64::INFINITY);
     let last = events.last().expect("hyperband ran");
-    let hb1 = last.consumed + finalist_seconds(model, &last.finalists);
+    let hb1 = last.consumed
+        + finalist_step(model, seed, &last.finalists, step, f64::INFINITY)
+            .map_or(0.0, |p| p.seconds);
     let mut budgets: Vec<(String, f64)> = vec![("hb1".to_string(), hb1)];
     budgets.extend(
         FRACTIONS
@@ -736,7 +924,7 @@ fn run_seed(model: &Model, seed: u64, workers: &[usize], only: &[String]) -> See
             "hyperband (1 iteration)".to_string(),
             p,
             "hb1".to_string(),
-            at_budget(model, seed, &events, f64::INFINITY),
+            at_budget(model, seed, &events, f64::INFINITY, step),
         ));
     }
     for name in STRATEGIES
@@ -755,7 +943,7 @@ fn run_seed(model: &Model, seed: u64, workers: &[usize], only: &[String]) -> See
                     name.to_string(),
                     p,
                     label.clone(),
-                    at_budget(model, seed, &events, *b),
+                    at_budget(model, seed, &events, *b, step),
                 ));
             }
         }
@@ -799,6 +987,7 @@ fn main() {
         .collect();
     // Strategies to run (all by default): their rows do not depend on each
     // other, so a comparison can rerun some.
+    let step = FinalistStep::from_env();
     let only: Vec<String> = env_or("STRATEGIES", "")
         .split_whitespace()
         .map(str::to_string)
@@ -827,7 +1016,7 @@ fn main() {
                             if seed > seeds {
                                 break;
                             }
-                            mine.push(run_seed(&model, seed, &workers, &only));
+                            mine.push(run_seed(&model, seed, &workers, &only, step));
                         }
                         mine
                     })
@@ -854,6 +1043,8 @@ fn main() {
                 "min_budget": MIN_BUDGET, "max_budget": MAX_BUDGET, "eta": ETA,
                 "t0": T0, "crash_seconds": CRASH_SECONDS, "noise": NOISE,
                 "finalists": FINALISTS, "repeats": REPEATS, "finalist_rep": FINALIST_REP,
+                "finalist_step": step.name(), "first_runs": FIRST_RUNS, "race_cap": RACE_CAP,
+                "race_min_improvement": RACE_MIN_IMPROVEMENT, "confidence": CONFIDENCE,
                 "hit": HIT, "seeds": seeds, "workers": workers,
                 "fractions": FRACTIONS.iter().map(|(l, f)| json!([l, f])).collect::<Vec<_>>(),
             },
@@ -880,9 +1071,9 @@ fn print_table(model: &Model, runs: &[SeedRuns]) {
         ),
     );
     println!(
-        "| budget | strategy | workers | trial-seconds / grid | trials (median) | regret mean | regret median | within 2 % | incumbent within 2 % | evaluated one within 2 % |"
+        "| budget | strategy | workers | trial-seconds / grid | trials (median) | finalist runs (median) | regret mean | regret median | within 2 % | incumbent within 2 % | evaluated one within 2 % |"
     );
-    println!("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|");
+    println!("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     let hb1 = mean(&runs.iter().map(|r| r.hb1).collect::<Vec<_>>()) / model.grid_seconds;
     let mut labels: Vec<(String, f64)> = FRACTIONS.iter().map(|f| (f.0.to_string(), f.1)).collect();
     labels.push(("hb1".to_string(), hb1));
@@ -904,7 +1095,7 @@ fn print_table(model: &Model, runs: &[SeedRuns]) {
                 .collect();
             if pts.len() < runs.len() {
                 println!(
-                    "| {label} | {name} | {p} | | | no pick in {} of {} seeds | | | | |",
+                    "| {label} | {name} | {p} | | | | no pick in {} of {} seeds | | | | |",
                     runs.len() - pts.len(),
                     runs.len()
                 );
@@ -915,13 +1106,18 @@ fn print_table(model: &Model, runs: &[SeedRuns]) {
                 pts.iter().filter(|x| f(x) <= HIT).count() as f64 / pts.len() as f64
             };
             println!(
-                "| {label} | {name} | {p} | {:.4} | {} | {:.2} % | {:.2} % | {:.0} % | {:.0} % | {:.0} % |",
+                "| {label} | {name} | {p} | {:.4} | {} | {} | {:.2} % | {:.2} % | {:.0} % | {:.0} % | {:.0} % |",
                 mean(
                     &pts.iter()
                         .map(|x| x.spent / model.grid_seconds)
                         .collect::<Vec<_>>()
                 ),
                 median(&pts.iter().map(|x| x.trials as f64).collect::<Vec<_>>()),
+                median(
+                    &pts.iter()
+                        .map(|x| x.finalist_runs as f64)
+                        .collect::<Vec<_>>()
+                ),
                 100.0 * mean(&regrets),
                 100.0 * median(&regrets),
                 100.0 * share(&|x| x.regret),
@@ -958,6 +1154,31 @@ fn to_json(model: &Model, runs: &[SeedRuns]) -> Json {
             model.measure(7, model.argmin, MAX_BUDGET, rep)
         ]));
     }
+    // Student's t quantiles and some races, for the Python side's copy of
+    // the race: the optimum and its two neighbours in the index, and the
+    // 2nd, 3rd and 4th best configs, on seeds 1 to 5.
+    let t_check: Vec<Json> = [1.0, 1.5, 2.0, 3.7, 4.0, 8.0, 17.3, 40.0, 200.0]
+        .iter()
+        .map(|&df| json!([df, t_quantile(df, 0.5 + CONFIDENCE / 2.0)]))
+        .collect();
+    let mut ranked: Vec<(f64, u64)> = (0..space_size())
+        .filter_map(|x| model.v[x as usize].map(|v| (v, x)))
+        .collect();
+    ranked.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let ranked: Vec<u64> = ranked.into_iter().map(|(_, x)| x).collect();
+    let sets: Vec<Vec<u64>> = vec![
+        vec![model.argmin, ranked[1], ranked[2]],
+        vec![ranked[1], ranked[2], ranked[3]],
+        vec![ranked[0], ranked[10]],
+    ];
+    let race_check: Vec<Json> = (1..=5)
+        .flat_map(|seed| sets.iter().map(move |set| (seed, set)))
+        .map(|(seed, set)| {
+            let f: Vec<(u64, f64)> = set.iter().map(|x| (*x, 0.0)).collect();
+            let p = race(model, seed, &f, f64::INFINITY);
+            json!([seed, set, p.config, p.seconds, p.runs])
+        })
+        .collect();
     let within: usize = model
         .v
         .iter()
@@ -974,6 +1195,8 @@ fn to_json(model: &Model, runs: &[SeedRuns]) -> Json {
         "seconds_at_max": (0..space_size()).map(|x| model.seconds(x, MAX_BUDGET)).collect::<Vec<_>>(),
         "rung_budgets": rung_budgets,
         "check": check,
+        "t_check": t_check,
+        "race_check": race_check,
         "runs": runs.iter().map(|r| json!({
             "seed": r.seed,
             "hb1": r.hb1,
@@ -984,6 +1207,7 @@ fn to_json(model: &Model, runs: &[SeedRuns]) -> Json {
                 "regret": pt.as_ref().map(|x| x.regret),
                 "incumbent": pt.as_ref().map(|x| x.incumbent),
                 "best_evaluated": pt.as_ref().map(|x| x.best_evaluated),
+                "finalist_runs": pt.as_ref().map(|x| x.finalist_runs),
             })).collect::<Vec<_>>(),
         })).collect::<Vec<_>>(),
     })

@@ -12,6 +12,7 @@
 #   OPTUNA=0 benches/search_regret.sh              # tunectl only
 #   OPTUNA_UPTO=0.34 benches/search_regret.sh      # Optuna to 1/3 of grid only (quicker)
 #   KEEP=1 benches/search_regret.sh                # keep the JSON (path on stderr)
+#   FINALIST_STEP=fixed benches/search_regret.sh   # finalists measured 5 times each, not raced
 #
 # 1. `cargo bench --bench search_regret` (benches/search_regret.rs)
 #    simulates every strategy on every seed and writes every pick as JSON,

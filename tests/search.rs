@@ -802,3 +802,76 @@ fn two_launchers_on_one_search_make_its_decisions_once() {
     assert!(seen.values().all(|n| *n == 1), "{seen:?}");
     assert_eq!(seen.len(), rung_jobs(&reference, &id).len());
 }
+
+/// The search's finalists are raced, not measured a fixed number of times:
+/// with samples scattering by ±5 % (a run, the median of 3, by about 2 %),
+/// finalists 0 to 3 % apart cannot be told apart from 3 runs each, so the
+/// leader and its close contenders get more sweep runs, interleaved with
+/// the baseline, up to `max_repeats`, while finalists clearly behind stop
+/// after the first round. The study ships a config within 3 % of the
+/// optimum as a VERDICT, and every raced run is an ordinary trial: none
+/// counted twice. (The fake's samples are seeded by config and repeat:
+/// the launch is the same every time.)
+#[test]
+fn the_search_finalists_are_raced_where_they_are_close() {
+    let study = format!(
+        r#"name: race-finalists
+{KNOBS}trial:
+  command: "sh {{{{ study_dir }}}}/fake-trial.sh search"
+  timeout: 20s
+  env: {{FAKE_NOISE: "0.05", FAKE_SAMPLES: "3", FAKE_SEED: "31"}}
+objective: {{metric: throughput, unit: ops/s, better: higher}}
+fidelity: {{unit: samples, min_budget: 1, max_budget: 27, eta: 3}}
+measurement: {{warmup: 0, repeats: 3, anchor_every: 0, confirm_repeats: 3, max_repeats: 9}}
+gate: {{outputs: [out.txt]}}
+strategy: {{kind: hyperband, seed: 4, finalists: 5}}
+"#
+    );
+    let env = search_env(&study, 2);
+    let ledger = env.ledger();
+    launch(&env, &ledger, &[], &[]);
+    let report = report_json(&env, &ledger);
+    let bucket = &report["classes"][0]["buckets"][0];
+    assert_eq!(bucket["level"], "verdict", "{bucket:#}");
+    // Within 3 % of the optimum: the tie rule prefers a config with fewer
+    // knobs changed when it is shown within the 2 % minimum of the leader.
+    let (a, b, c) = abc(&shipped(&report));
+    assert!(
+        true_tp(a, b, c) >= 970,
+        "shipped a={a} b={b} c={c}: {bucket:#}"
+    );
+    let id = study_id(&ledger);
+    assert_no_trial_counted_twice(&ledger, &id);
+    // Sweep runs that ended, by config.
+    let mut sweep: BTreeMap<(i64, i64, i64), u32> = BTreeMap::new();
+    for a in attempts(&ledger, &id).values().flatten() {
+        if a.0 == "sweep" && a.3 == "ok" {
+            *sweep.entry(a.1).or_default() += 1;
+        }
+    }
+    let finalists: Vec<_> = sweep.keys().filter(|k| **k != (0, 0, 0)).collect();
+    assert!(!finalists.is_empty() && finalists.len() <= 5, "{sweep:?}");
+    assert!(sweep.values().all(|n| (3..=9).contains(n)), "{sweep:?}");
+    // Raced: the finalists at the best true value got more than the first
+    // round's 3 runs; those 5 % or more behind got only the first round.
+    let best = finalists
+        .iter()
+        .map(|(a, b, c)| true_tp(*a, *b, *c))
+        .max()
+        .unwrap_or(0);
+    for (&(a, b, c), &n) in sweep.iter().filter(|(k, _)| **k != (0, 0, 0)) {
+        let v = true_tp(a, b, c);
+        if v == best {
+            assert!(n > 3, "a leader was not raced: {sweep:?}");
+        }
+        if v as f64 <= 0.95 * best as f64 {
+            assert_eq!(n, 3, "a finalist well behind was raced: {sweep:?}");
+        }
+    }
+    assert!(
+        sweep.iter().any(|(k, n)| *k != (0, 0, 0) && *n == 3),
+        "every finalist was raced: {sweep:?}"
+    );
+    // The baseline was measured beside every racing round.
+    assert_eq!(sweep.get(&(0, 0, 0)), sweep.values().max(), "{sweep:?}");
+}

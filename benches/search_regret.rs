@@ -704,7 +704,7 @@ fn run(model: &Model, seed: u64, x: u64, r: u64) -> f64 {
 }
 
 /// The finalists raced as the launcher's objective stage races a bucket's
-/// configs (`racing` in src/report/analysis.rs), on one host and without
+/// configs (`racing` in src/decide/bucket.rs), on one host and without
 /// the baseline (every finalist is a candidate; the bench asks only which
 /// is fastest). A run's value is minus the log of its time. After a first
 /// round of `FIRST_RUNS` runs each, the leader (highest mean) is compared

@@ -8,9 +8,9 @@
 pub mod canon;
 pub mod cli;
 pub mod commands;
+pub mod decide;
 pub mod exec;
 pub mod fingerprint;
-pub mod gate;
 pub mod ledger;
 pub mod plan;
 pub mod report;

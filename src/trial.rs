@@ -72,7 +72,7 @@ pub enum RoleKind {
     /// A role this tunectl does not know (written by a newer one, or by
     /// another tool), kept as written so that the record survives a copy
     /// or an index byte for byte. Such an attempt is no evidence: nothing
-    /// is decided on it (see `report::analysis`).
+    /// is decided on it (see `decide`).
     Unknown(String),
 }
 

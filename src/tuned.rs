@@ -14,8 +14,8 @@ use marked_yaml::Node;
 use serde::Deserialize;
 use serde_json::{Map, Value as Json};
 
+use crate::decide::{Analysis, BucketReport, ClassReport, ConfigReport};
 use crate::fingerprint::{ClassKey, Fingerprint};
-use crate::report::analysis::{Analysis, BucketReport, ClassReport, ConfigReport};
 use crate::report::buckets;
 use crate::spec::{TrialVars, Value};
 use crate::yaml_out::{self, Yaml};
@@ -43,11 +43,11 @@ impl TunedLevel {
     }
 }
 
-impl From<crate::report::analysis::Level> for TunedLevel {
-    fn from(l: crate::report::analysis::Level) -> TunedLevel {
+impl From<crate::decide::Level> for TunedLevel {
+    fn from(l: crate::decide::Level) -> TunedLevel {
         match l {
-            crate::report::analysis::Level::Verdict => TunedLevel::Verdict,
-            crate::report::analysis::Level::Draft => TunedLevel::Draft,
+            crate::decide::Level::Verdict => TunedLevel::Verdict,
+            crate::decide::Level::Draft => TunedLevel::Draft,
         }
     }
 }
@@ -1128,10 +1128,10 @@ pub fn knob_list(knobs: &Map<String, Json>) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::decide::{BucketCell, BucketWinner, Refusal, analyze};
     use crate::fingerprint::Gpu;
     use crate::ledger::Scan;
     use crate::ledger::records::{AttemptRecord, StudyRecord};
-    use crate::report::analysis::{BucketCell, BucketWinner, Refusal, analyze};
     use serde_json::json;
 
     fn study() -> StudyRecord {
@@ -1269,7 +1269,7 @@ mod tests {
                     confirmation: None,
                 }),
                 decision: "mode=fast wins: 2.00× the baseline".into(),
-                level: crate::report::analysis::Level::Draft,
+                level: crate::decide::Level::Draft,
                 level_reason: "no confirmation round".into(),
                 threshold: Some(0.02),
                 per_cell: vec![BucketCell {
@@ -1291,7 +1291,7 @@ mod tests {
                 config: json!({"mode": "base", "threads": 1}),
                 winner: None,
                 decision: "baseline kept: no improvement".into(),
-                level: crate::report::analysis::Level::Draft,
+                level: crate::decide::Level::Draft,
                 level_reason: "no confirmation round".into(),
                 threshold: Some(0.02),
                 per_cell: vec![BucketCell {
@@ -1318,7 +1318,7 @@ mod tests {
                 config: json!({"mode": "fast", "threads": 1}),
                 winner: None,
                 decision: "pending: the baseline has not run here yet".into(),
-                level: crate::report::analysis::Level::Draft,
+                level: crate::decide::Level::Draft,
                 level_reason: String::new(),
                 threshold: None,
                 per_cell: vec![],

@@ -60,8 +60,9 @@ fn result(data: &[u8]) {
     use tunectl::ledger::records::ExitInfo;
     let (mode, body) = data.split_first().unwrap_or((&0, &[]));
     // Built once: its patterns are regexes.
-    static CLASSIFIER: std::sync::OnceLock<tunectl::gate::Classifier> = std::sync::OnceLock::new();
-    let c = CLASSIFIER.get_or_init(tunectl::gate::Classifier::default);
+    static CLASSIFIER: std::sync::OnceLock<tunectl::decide::gate::Classifier> =
+        std::sync::OnceLock::new();
+    let c = CLASSIFIER.get_or_init(tunectl::decide::gate::Classifier::default);
     match mode % 3 {
         0 => {
             let outcome = AttemptOutcome {
@@ -78,7 +79,7 @@ fn result(data: &[u8]) {
             let _ = tunectl::exec::attempt::judge(&outcome, "t", c, 1.0);
         }
         1 => {
-            let _ = tunectl::gate::parse_values(body);
+            let _ = tunectl::decide::gate::parse_values(body);
         }
         _ => {
             // A failed run's stderr, read by the failure classifier.
@@ -136,7 +137,7 @@ fn ledger(data: &[u8]) {
         }
         2 => {
             if let Ok(r) = serde_json::from_slice::<StudyRecord>(body) {
-                let _ = tunectl::report::analyze(&r, &Default::default(), &[]);
+                let _ = tunectl::decide::analyze(&r, &Default::default(), &[]);
             }
         }
         3 => {

@@ -164,7 +164,7 @@ pub async fn load_analysis(
     study_arg: &str,
     ledger_flag: Option<&str>,
     usage: Use,
-) -> Result<report::Analysis, CliError> {
+) -> Result<crate::decide::Analysis, CliError> {
     let (name, study) = self::study_arg(study_arg)?;
     let url = ledger_url(ledger_flag, study.as_ref(), None);
     let Some(ledger) = Ledger::open_existing(&url).map_err(failed)? else {

@@ -243,7 +243,7 @@ async fn launch(a: &LaunchArgs, end: &mut LaunchEnd) -> Result<(), CliError> {
                         ));
                     }
                 }
-                if bucket.level != report::analysis::Level::Verdict {
+                if bucket.level != crate::decide::Level::Verdict {
                     drafts.push(format!(
                         "{} · {}: {}",
                         class.host_class, bucket.label, bucket.level_reason

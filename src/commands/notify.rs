@@ -11,8 +11,8 @@ use serde::Serialize;
 use tokio::io::AsyncWriteExt;
 
 use super::{CliError, say_err};
+use crate::decide::{BucketReport, ClassReport};
 use crate::exec::events::LaunchSummary;
-use crate::report::analysis::{BucketReport, ClassReport};
 
 /// How long the command may run before it is killed (with its process
 /// group).

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use sha2::{Digest, Sha256};
 
 use super::{AttemptOutcome, extract};
-use crate::gate::Classifier;
+use crate::decide::gate::Classifier;
 use crate::ledger::records::{AttemptStatus, Failure, FailureClass};
 use crate::spec::result::ResultSpec;
 use crate::trial::Phase;

@@ -32,8 +32,8 @@ use tokio_util::sync::CancellationToken;
 
 use super::attempt::{MAX_OUTPUT_BYTES, MAX_RESULT_BYTES};
 use super::{AttemptOutcome, AttemptSpec, Transport, checkpoint};
+use crate::decide::gate::{self, MAX_VALUE_FILE_BYTES};
 use crate::fingerprint::{self, Fingerprint};
-use crate::gate::{self, MAX_VALUE_FILE_BYTES};
 use crate::ledger::checkpoint::Claim;
 use crate::ledger::records::ExitInfo;
 use crate::trial::Phase;
@@ -882,8 +882,8 @@ impl Transport for LocalTransport {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::decide::gate::Classifier;
     use crate::exec::attempt::{RESULT_FILE, judge};
-    use crate::gate::Classifier;
     use crate::ledger::records::{AttemptStatus, FailureClass};
 
     #[test]

@@ -52,7 +52,7 @@ impl Prior {
             .map_err(|e| e.to_string())?
             .ok_or_else(|| format!("--seed-from: {source}: no such study in that ledger"))?;
         let scan = ledger.scan(study_id).await.map_err(|e| e.to_string())?;
-        let tolerance = crate::gate::ToleranceSpec::from_spec(&record.spec);
+        let tolerance = crate::decide::gate::ToleranceSpec::from_spec(&record.spec);
         let terminal = scan.terminal();
         let usable: Vec<&AttemptRecord> = terminal
             .values()
@@ -99,7 +99,7 @@ impl Prior {
                         a.fidelity.map(f64::to_bits),
                     ))
                     .is_some_and(|r| {
-                        crate::gate::compare_outputs(r, a, tolerance.as_ref()).is_err()
+                        crate::decide::gate::compare_outputs(r, a, tolerance.as_ref()).is_err()
                     });
             let entry = seen
                 .entry((a.host_class.to_string(), cell_key, config))

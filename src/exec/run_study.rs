@@ -371,7 +371,7 @@ pub async fn run_study(
         slots: hosts.iter().map(|h| h.slots).collect(),
         budgets,
         objective_budget,
-        tolerance: crate::gate::ToleranceSpec::from_spec(&record.spec),
+        tolerance: crate::decide::gate::ToleranceSpec::from_spec(&record.spec),
         done: terminal.keys().map(|k| k.to_string()).collect(),
         first_baselines: terminal
             .values()
@@ -966,12 +966,12 @@ impl<'a> Launch<'a> {
             .keys()
             .map(|k| k.to_string())
             .collect();
-        let analysis = crate::report::analysis::analyze_scoped(
+        let analysis = crate::decide::analyze_scoped(
             &self.record,
             &scan,
             &hosts,
             &[],
-            crate::report::analysis::Scope::Decisions,
+            crate::decide::Scope::Decisions,
             keep,
         );
         let step = analysis

@@ -23,7 +23,7 @@ use super::events::{Emitter, LaunchEvent, Rejection, UnrecordedAttempt, Written}
 use super::run_study::LaunchHost;
 use super::schedule::Ran;
 use super::schedule::drift::Reading;
-use crate::gate::Classifier;
+use crate::decide::gate::Classifier;
 use crate::ledger::checkpoint::DEFAULT_CHECKPOINT_MAX_BYTES;
 use crate::ledger::lease::{Held, Lease, lease_ttl, renew_every};
 use crate::ledger::records::{self, AttemptRecord, AttemptStatus, PrunedAt, SharedStr};

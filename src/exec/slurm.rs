@@ -1656,7 +1656,7 @@ mod tests {
         match unreported("OUT_OF_MEMORY", "gpu-a", false) {
             Unreported::Failed { timed_out, detail } => {
                 assert!(!timed_out);
-                let c = crate::gate::Classifier::default();
+                let c = crate::decide::gate::Classifier::default();
                 let (class, _) = c
                     .classify(
                         &ExitInfo {

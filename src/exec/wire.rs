@@ -142,7 +142,7 @@ use tokio::sync::mpsc;
 use super::attempt::{MAX_OUTPUT_BYTES, MAX_RESULT_BYTES};
 use super::local::{HEAD_BYTES, MAX_LOG_BYTES, RunOutput, TAIL_BYTES, head_and_tail};
 use super::{AttemptOutcome, AttemptSpec};
-use crate::gate::{self, MAX_VALUE_FILE_BYTES};
+use crate::decide::gate::{self, MAX_VALUE_FILE_BYTES};
 use crate::ledger::records::ExitInfo;
 use crate::spec::shell::quote_word;
 use crate::trial::Phase;

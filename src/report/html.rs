@@ -15,11 +15,11 @@ use std::fmt::Write as _;
 use plotters::coord::Shift;
 use plotters::prelude::*;
 
-use super::analysis::{Analysis, CellReport, ClassReport, ConfigReport, MetricInfo};
 use super::render::{
     BUCKET_HEADER, bucket_row, class_line, footer, header, n_cell, num, rows, search_table,
     speedup_cell, value_cell,
 };
+use crate::decide::{Analysis, CellReport, ClassReport, ConfigReport, MetricInfo};
 use crate::ledger::records::{AttemptRecord, AttemptStatus};
 use crate::spec::Better;
 use crate::trial::RoleKind;
@@ -107,7 +107,7 @@ fn summary_text(r: &ConfigReport, unit: &str) -> String {
 
 fn speedup_text(r: &ConfigReport) -> String {
     match (r.interval, r.speedup, r.combined_spread) {
-        (Some(i), _, _) => super::analysis::interval_text(&i),
+        (Some(i), _, _) => crate::decide::interval_text(&i),
         (None, Some(s), Some(cs)) => format!(
             "{s:.3}× ± {:.1}% (spread of single runs; no interval)",
             cs * 100.0

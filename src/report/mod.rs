@@ -3,7 +3,6 @@
 //! with its reason. No number leaves this module without its n, spread,
 //! unit, host class, baseline and workload context.
 
-pub mod analysis;
 pub mod buckets;
 pub mod html;
 pub mod levers;
@@ -11,6 +10,5 @@ pub mod render;
 pub mod terminal;
 pub mod verdicts;
 
-pub use analysis::{Analysis, analyze, analyze_planned};
 pub use render::{Format, render};
 pub use verdicts::{analyze_ledger, write_verdicts};

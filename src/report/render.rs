@@ -4,7 +4,7 @@
 
 use std::fmt::Write as _;
 
-use super::analysis::{Analysis, BucketReport, CellReport, ClassReport, ConfigReport};
+use crate::decide::{Analysis, BucketReport, CellReport, ClassReport, ConfigReport};
 use crate::spec::frozen::Judging;
 use crate::stats::Summary;
 
@@ -304,7 +304,7 @@ pub(super) fn footer(a: &Analysis) -> Vec<String> {
 /// The screening runs of an adaptive search: title, header, rows.
 pub(super) type SearchTable = (String, Vec<String>, Vec<Vec<String>>);
 
-pub(super) fn search_table(class: &crate::report::analysis::ClassReport) -> Option<SearchTable> {
+pub(super) fn search_table(class: &crate::decide::ClassReport) -> Option<SearchTable> {
     let first = class.search.first()?;
     let m = &first.metric;
     let title = format!(
@@ -571,7 +571,7 @@ fn measured_fields(a: &Analysis, r: &ConfigReport, base: Option<&ConfigReport>) 
 /// is unknown: an empty field, never 0.
 fn metric_fields(
     a: &Analysis,
-    metric: &super::analysis::MetricInfo,
+    metric: &crate::decide::MetricInfo,
     s: Option<Summary>,
     r: &ConfigReport,
     base: Option<Summary>,

@@ -9,9 +9,9 @@ use std::fmt::Write as _;
 
 use comfy_table::{ContentArrangement, Table, presets};
 
-use super::analysis::{Analysis, BucketReport, CellReport, ClassReport, ConfigReport};
 use super::levers::{NextSteps, value_text};
 use super::render::{cells_for_people, num, search_table};
+use crate::decide::{Analysis, BucketReport, CellReport, ClassReport, ConfigReport};
 use crate::stats::Summary;
 
 /// Columns when neither `--width`, `COLUMNS` nor the terminal says.
@@ -290,7 +290,7 @@ pub fn winner_numbers(b: &BucketReport, _min_samples: usize) -> Vec<String> {
     };
     let mut out = vec![format!(
         "{}{over}; single runs scatter {}; a win needed its lower bound above {:.3}×",
-        super::analysis::interval_text(&w.interval),
+        crate::decide::interval_text(&w.interval),
         pm_pct(spread),
         1.0 + b.threshold.unwrap_or(0.0)
     )];
@@ -305,7 +305,7 @@ pub fn winner_numbers(b: &BucketReport, _min_samples: usize) -> Vec<String> {
         };
         let measured = c
             .interval
-            .map(|i| super::analysis::interval_text(&i))
+            .map(|i| crate::decide::interval_text(&i))
             .unwrap_or_else(|| format!("{:.3}×", c.speedup));
         out.push(format!(
             "final round ({} runs a side): {measured}, {outcome}",

@@ -6,8 +6,8 @@
 
 use serde_json::{Value as J, json};
 
+use crate::decide::{Analysis, BucketReport, ClassReport, Scope, analyze_scoped};
 use crate::ledger::{Ledger, LedgerError, StudyRecord};
-use crate::report::analysis::{Analysis, BucketReport, ClassReport, Scope, analyze_scoped};
 use crate::spec::FrozenSpec;
 
 /// The analysis of study `id` (recorded as `record`) from what `ledger`

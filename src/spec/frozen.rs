@@ -19,7 +19,7 @@ use serde::de::{DeserializeOwned, Error as _};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use super::study::{Better, BucketRule, KnobKind, Limit, Selection, Study};
-use crate::gate::ToleranceSpec;
+use crate::decide::gate::ToleranceSpec;
 
 /// The settings that only judge recorded evidence, as key paths into the
 /// frozen spec: changing them re-judges a study instead of starting a new

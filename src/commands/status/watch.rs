@@ -3,7 +3,7 @@
 //! place (indicatif); otherwise each refresh that changed something is
 //! printed as one plain block. Per host class it shows `status`'s counts
 //! ([`super::count`]), an ETA from the recorded run times, and each
-//! bucket's leader as the report's analysis ([`crate::report::analysis`])
+//! bucket's leader as the report's analysis ([`crate::decide`])
 //! judges it so far: while anything of the class runs or waits, that
 //! leader is a DRAFT, whatever the evidence so far looks like.
 //!
@@ -19,9 +19,9 @@ use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 use super::{ClassStatus, count};
 use crate::commands::{CliError, failed, say_err};
+use crate::decide::{Analysis, BucketReport, ConfigReport, Level, Scope, analyze_scoped};
 use crate::ledger::records::{AttemptRecord, AttemptStatus};
 use crate::ledger::{Ledger, Scan, StudyRecord};
-use crate::report::analysis::{Analysis, BucketReport, ConfigReport, Level, Scope, analyze_scoped};
 use crate::spec::Study;
 use crate::trial::RoleKind;
 

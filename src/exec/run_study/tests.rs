@@ -180,7 +180,7 @@ impl Transport for FakeHost {
 struct Ran {
     summary: LaunchSummary,
     events: Vec<LaunchEvent>,
-    analysis: crate::report::Analysis,
+    analysis: crate::decide::Analysis,
     scan: Arc<crate::ledger::Scan>,
 }
 
@@ -234,7 +234,7 @@ async fn launch_study(text: &str, hosts: Vec<FakeHost>) -> Ran {
     let scan = ledger.scan(study.id()).await.expect("scan");
     let plans = ledger.plans(study.id()).await.expect("plans");
     let (host_records, _) = ledger.hosts(study.id()).await.expect("hosts");
-    let analysis = crate::report::analyze_planned(&record, &scan, &host_records, &plans);
+    let analysis = crate::decide::analyze_planned(&record, &scan, &host_records, &plans);
     Ran {
         summary,
         events,

@@ -183,7 +183,7 @@ pub struct Setup<'a> {
     /// The budget of every other trial: `max_budget`, or `None`.
     pub objective_budget: Option<f64>,
     /// The gate's numeric tolerance (rungs are gated as they finish).
-    pub tolerance: Option<crate::gate::ToleranceSpec>,
+    pub tolerance: Option<crate::decide::gate::ToleranceSpec>,
     /// Trial keys with a terminal attempt in the ledger at the start.
     pub done: HashSet<String>,
     /// Terminal attempts of the objective stage's first baseline repeat,

@@ -71,7 +71,7 @@ impl Setup<'_> {
             return Outcome::Failed;
         }
         if let Some(b) = base
-            && crate::gate::compare_outputs(b, rec, self.tolerance.as_ref()).is_err()
+            && crate::decide::gate::compare_outputs(b, rec, self.tolerance.as_ref()).is_err()
         {
             return Outcome::Failed;
         }

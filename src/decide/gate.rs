@@ -4,7 +4,7 @@
 //! its exit status, signal, timeout and stderr ([`Classifier`]), and read
 //! the numbers of the tolerance files ([`parse_values`]).
 //!
-//! Second half, when results are judged ([`crate::report`]): compare a
+//! Second half, when results are judged ([`crate::decide`]): compare a
 //! candidate's outputs with the baseline's measured on the same host class
 //! and cell ([`compare_outputs`]): the digest exactly, the tolerance files
 //! numerically.

@@ -1,0 +1,834 @@
+//! A bucket: what ships over its cells, and the configs to race where
+//! the intervals cannot decide yet.
+
+use super::*;
+
+/// One config's standing over the cells of a bucket.
+pub(super) struct Standing<'a> {
+    pub(super) report: &'a ConfigReport,
+    pub(super) config_index: u64,
+    /// (cell label, its estimate against the baseline) per cell.
+    pub(super) cells: Vec<(String, Estimate)>,
+    /// Its report at each cell of the bucket, in the cells' order.
+    pub(super) at_cells: Vec<&'a ConfigReport>,
+    /// Over the bucket: the mean of the cells' log speedups.
+    pub(super) est: Estimate,
+    pub(super) geo: f64,
+}
+
+impl Standing<'_> {
+    pub(super) fn bounds(&self) -> (f64, f64) {
+        self.est.log_bounds(CONFIDENCE)
+    }
+
+    /// Fewest sweep runs at any cell of the bucket.
+    pub(super) fn runs(&self) -> usize {
+        self.at_cells
+            .iter()
+            .map(|c| c.repeats_ended)
+            .min()
+            .unwrap_or(0)
+    }
+
+    /// The cell where it is shown slower than the baseline (its interval
+    /// lies below 1), the slowest such: "no harm anywhere".
+    pub(super) fn harm(&self) -> Option<(String, f64)> {
+        self.cells
+            .iter()
+            .filter(|(_, e)| e.log_bounds(CONFIDENCE).1 < 0.0)
+            .min_by(|a, b| a.1.log.total_cmp(&b.1.log))
+            .map(|(cell, e)| (cell.clone(), e.log.exp()))
+    }
+
+    /// It compared with `leader` directly at every cell, merged over the
+    /// bucket. `None` when a cell has too few runs on a side.
+    pub(super) fn against(&self, leader: &Standing) -> Option<Estimate> {
+        let per: Option<Vec<Estimate>> = leader
+            .at_cells
+            .iter()
+            .zip(&self.at_cells)
+            .map(|(l, c)| against_leader(l, c))
+            .collect();
+        Estimate::mean(&per?)
+    }
+}
+
+/// Where a bucket's intervals cannot decide yet, the configs that need
+/// more runs (racing): a config whose interval straddles the minimum
+/// improvement and that could still matter (no winner yet, or it could
+/// match or beat the leader), and the leader with any config whose
+/// comparison with it is unresolved (it might be faster, or the tie rule
+/// might pick it but equivalence is not shown). Clearly beaten configs
+/// get no more. At most `RACE_WIDTH` configs per round, those with the
+/// highest upper bounds first; configs at `max_repeats` runs are done.
+pub(super) fn racing(
+    standings: &[Standing],
+    winners: &[&Standing],
+    rules: &Rules,
+) -> Option<Racing> {
+    let tau = rules.tau();
+    let cap = rules.max_repeats as usize;
+    let leader = winners.first();
+    // Indices into `standings`, with why.
+    let mut want: Vec<(usize, &'static str)> = Vec::new();
+    let mut add = |i: usize, why: &'static str| {
+        if standings[i].runs() < cap && !want.iter().any(|(w, _)| *w == i) {
+            want.push((i, why));
+        }
+    };
+    let mut leader_too = false;
+    for (i, s) in standings.iter().enumerate() {
+        if s.harm().is_some() {
+            continue;
+        }
+        let (lo, hi) = s.bounds();
+        // A config whose estimate is below half the minimum is unlikely to
+        // win (a true win of twice the minimum lands there about 1 time in
+        // 100 at the sweep's precision): not worth more runs to pin down.
+        let straddles = lo <= tau && tau < hi && s.est.log > tau / 2.0;
+        match leader {
+            None => {
+                if straddles {
+                    add(i, "its interval straddles the minimum");
+                }
+            }
+            Some(l) if l.report.label == s.report.label => {}
+            Some(l) => {
+                let Some(rel) = s.against(l) else {
+                    continue;
+                };
+                let (rlo, rhi) = rel.log_bounds(CONFIDENCE);
+                let resolved = if s.report.order < l.report.order {
+                    // The tie rule could pick it: settled when it is shown
+                    // equivalent (and a winner), shown more than the
+                    // minimum slower, or shown not to beat the minimum.
+                    (rlo > -tau && lo > tau) || rhi < -tau || hi <= tau
+                } else {
+                    // It could only take the lead: settled when shown
+                    // slower than the leader, or equivalent to it.
+                    rhi < 0.0 || (rlo > -tau && rhi < tau)
+                };
+                if !resolved {
+                    add(
+                        i,
+                        if straddles {
+                            "its interval straddles the minimum"
+                        } else {
+                            "it is too close to the leader to call"
+                        },
+                    );
+                    leader_too = true;
+                }
+            }
+        }
+    }
+    let leader_index = leader.and_then(|l| {
+        standings
+            .iter()
+            .position(|s| s.report.label == l.report.label)
+    });
+    if leader_too && let Some(li) = leader_index {
+        add(li, "the leader, against a close contender");
+    }
+    if want.is_empty() {
+        return None;
+    }
+    // Those with the highest upper bounds first; the leader stays in when
+    // it is raced against a contender.
+    want.sort_by(|a, b| {
+        standings[b.0]
+            .bounds()
+            .1
+            .total_cmp(&standings[a.0].bounds().1)
+    });
+    if let Some(li) = leader_index
+        && let Some(p) = want.iter().position(|w| w.0 == li)
+        && p >= RACE_WIDTH
+    {
+        let x = want.remove(p);
+        want.insert(0, x);
+    }
+    want.truncate(RACE_WIDTH);
+    let least = want
+        .iter()
+        .map(|w| standings[w.0].runs())
+        .min()
+        .unwrap_or(0);
+    // Grow by `repeats` runs or half again, whichever is more.
+    let runs = (least + (rules.repeats as usize).max(least.div_ceil(2))).min(cap);
+    Some(Racing {
+        configs: want
+            .iter()
+            .map(|(i, _)| {
+                (
+                    standings[*i].report.label.clone(),
+                    standings[*i].config_index,
+                )
+            })
+            .collect(),
+        runs: runs as u32,
+        why: want
+            .iter()
+            .map(|(i, why)| format!("{}: {why}", standings[*i].report.label))
+            .collect(),
+    })
+}
+
+/// Configs raced at once in a bucket (besides the baseline).
+pub(super) const RACE_WIDTH: usize = 3;
+
+pub(super) fn decide_buckets(
+    spec: &FrozenSpec,
+    cells: &BTreeMap<u32, BTreeMap<u64, Group>>,
+    reports: &[CellReport],
+    objective: &str,
+    rules: &Rules,
+    plans: &[&PlanRecord],
+) -> (Vec<BucketReport>, bool) {
+    let mut trials_left = false;
+    let mut order: Vec<String> = Vec::new();
+    let mut members: BTreeMap<String, Vec<usize>> = BTreeMap::new();
+    for (i, r) in reports.iter().enumerate() {
+        if !order.contains(&r.bucket) {
+            order.push(r.bucket.clone());
+        }
+        members.entry(r.bucket.clone()).or_default().push(i);
+    }
+    let empty = BTreeMap::new();
+    let buckets = order
+        .iter()
+        .map(|key| {
+            let idx = &members[key];
+            let bucket_reports: Vec<&CellReport> = idx.iter().map(|i| &reports[*i]).collect();
+            let bucket_cells: Vec<&BTreeMap<u64, Group>> = idx
+                .iter()
+                .map(|i| {
+                    reports[*i]
+                        .cell_index
+                        .and_then(|c| cells.get(&c))
+                        .unwrap_or(&empty)
+                })
+                .collect();
+            let mut out = decide_bucket(spec, &bucket_reports, &bucket_cells, objective, rules);
+            // No verdict on incomplete evidence: every planned trial of the
+            // bucket's cells must have ended.
+            if let Some(why) = unfinished(&bucket_reports, &bucket_cells, plans) {
+                trials_left = true;
+                if out.level == Level::Verdict {
+                    out.level = Level::Draft;
+                    out.level_reason = why;
+                } else {
+                    out.level_reason = format!("{}; {why}", out.level_reason);
+                }
+            }
+            out
+        })
+        .collect();
+    (buckets, trials_left)
+}
+
+/// What keeps a bucket's evidence incomplete, if anything: cells whose
+/// plan is not recorded or not chosen yet, and planned sweep trials that
+/// have not ended. A trial has ended when it has a terminal attempt (done
+/// or failed), or when a stated rule skips it: a config that failed at a
+/// cell runs no more repeats there; a baseline whose first repeat failed
+/// stops its cell.
+pub(super) fn unfinished(
+    reports: &[&CellReport],
+    cells: &[&BTreeMap<u64, Group>],
+    plans: &[&PlanRecord],
+) -> Option<String> {
+    if plans.is_empty() {
+        return Some(
+            "the ledger holds no plan for this host class (launched by an older tunectl, or only with --shard): launch again to record it".to_string(),
+        );
+    }
+    let mut missing_plan = Vec::new();
+    let mut searching = Vec::new();
+    let mut pending: Vec<(String, u64)> = Vec::new();
+    let (mut left, mut planned) = (0u64, 0u64);
+    for (r, groups) in reports.iter().zip(cells) {
+        let plan = plans.iter().find(|p| match r.cell_index {
+            Some(i) => p.cell_index == i,
+            None => p.cell_label == r.cell_label,
+        });
+        let Some(plan) = plan else {
+            missing_plan.push(r.cell_label.clone());
+            continue;
+        };
+        let Some(configs) = plan.configs else {
+            searching.push(r.cell_label.clone());
+            continue;
+        };
+        let repeats = u64::from(plan.repeats);
+        planned += configs * repeats;
+        // The first run and its re-run (repeat 1) both failed.
+        let baseline_failed = |r: u32| {
+            groups.values().any(|g| {
+                g.sweep
+                    .iter()
+                    .any(|a| a.is_baseline && a.repeat == r && a.status == AttemptStatus::Failed)
+            })
+        };
+        let baseline_stopped = baseline_failed(0) && baseline_failed(1);
+        if baseline_stopped {
+            continue;
+        }
+        let mut seen = 0u64;
+        let mut here = 0u64;
+        for g in groups.values().filter(|g| !g.sweep.is_empty()) {
+            seen += 1;
+            let failures = g
+                .sweep
+                .iter()
+                .filter(|a| a.status == AttemptStatus::Failed)
+                .count();
+            let baseline = g.sweep.iter().any(|a| a.is_baseline);
+            if failures >= if baseline { 2 } else { 1 } {
+                continue;
+            }
+            let ended: HashSet<u32> = g.sweep.iter().map(|a| a.repeat).collect();
+            here += repeats.saturating_sub(ended.len() as u64);
+        }
+        here += configs.saturating_sub(seen) * repeats;
+        if here > 0 {
+            pending.push((r.cell_label.clone(), here));
+            left += here;
+        }
+    }
+    let mut parts = Vec::new();
+    if left > 0 {
+        parts.push(format!(
+            "{left} of {planned} planned trials have not ended ({})",
+            pending
+                .iter()
+                .map(|(c, n)| format!("{c}: {n}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ));
+    }
+    if !searching.is_empty() {
+        parts.push(format!(
+            "the search has not chosen its finalists at {}",
+            searching.join(", ")
+        ));
+    }
+    if !missing_plan.is_empty() {
+        parts.push(format!(
+            "no plan is recorded for {}: launch again to record it",
+            missing_plan.join(", ")
+        ));
+    }
+    (!parts.is_empty()).then(|| parts.join("; "))
+}
+
+pub(super) fn decide_bucket(
+    spec: &FrozenSpec,
+    reports: &[&CellReport],
+    cells: &[&BTreeMap<u64, Group>],
+    objective: &str,
+    rules: &Rules,
+) -> BucketReport {
+    let b = crate::report::buckets::bucket_of(spec, &reports[0].cell);
+    let baseline_config = reports[0]
+        .baseline
+        .as_ref()
+        .map(|r| r.config.clone())
+        .unwrap_or_else(|| spec_baseline(spec));
+    let mut rejected: Vec<ConfigReport> = Vec::new();
+    let mut rejected_labels: HashSet<&str> = HashSet::new();
+    for r in reports {
+        for x in &r.rejected {
+            if rejected_labels.insert(x.label.as_str()) {
+                let mut x = x.clone();
+                if let Some(rej) = x.rejection.as_mut() {
+                    rej.detail = format!("{} at {}", rej.detail, r.cell_label);
+                }
+                rejected.push(x);
+            }
+        }
+    }
+    let mut out = BucketReport {
+        key: b.key,
+        label: b.label,
+        bounds: b.bounds,
+        cells: reports.iter().map(|r| r.cell_label.clone()).collect(),
+        config: baseline_config.clone(),
+        winner: None,
+        decision: String::new(),
+        level: Level::Draft,
+        level_reason: String::new(),
+        threshold: None,
+        per_cell: reports
+            .iter()
+            .map(|r| BucketCell {
+                cell_label: r.cell_label.clone(),
+                baseline: r.baseline.clone(),
+                winner: None,
+            })
+            .collect(),
+        refusals: Vec::new(),
+        rejected,
+        interval: None,
+        racing: None,
+        confirm_runs: None,
+    };
+
+    // No harm anywhere: every cell needs a working, measured baseline.
+    if let Some(r) = reports.iter().find(|r| {
+        r.baseline_state != BaselineState::Ok
+            || r.baseline.as_ref().is_none_or(|b| b.summary.is_none())
+    }) {
+        let why = match r.notes.iter().find(|n| n.is_drop()) {
+            Some(drop) => drop.to_string(),
+            None => r.decision.clone(),
+        };
+        out.decision = format!("baseline kept: {why} at {}", r.cell_label);
+        // A baseline that fails reproducibly is an error of the study, not
+        // a verdict on its candidates.
+        out.level = Level::Draft;
+        out.level_reason = if r.baseline_state == BaselineState::Failed {
+            "the baseline fails here reproducibly (its first run and its re-run): an error of the study, not a verdict; fix it and launch again"
+        } else {
+            "the baseline is not measured at every cell yet"
+        }
+        .to_string();
+        return out;
+    }
+    // A cell given up on (its host would not settle) before its sweep was
+    // complete: nothing is known well enough there to ship a change.
+    if let Some(r) = reports.iter().find(|r| {
+        r.notes.iter().any(CellNote::is_drop)
+            && r.baseline
+                .as_ref()
+                .is_some_and(|b| b.trials < rules.repeats as usize)
+    }) {
+        let why = r
+            .notes
+            .iter()
+            .find(|n| n.is_drop())
+            .map(CellNote::to_string)
+            .unwrap_or_default();
+        out.decision = format!("baseline kept: cell {} was {why}", r.cell_label);
+        out.level = Level::Draft;
+        out.level_reason = "a cell of the bucket was dropped before its sweep finished; launch again when the host is stable".to_string();
+        return out;
+    }
+    // Drops matter while their cell is unfinished; a later launch that
+    // measured it fully makes them history.
+    let dropped: Vec<String> = reports
+        .iter()
+        .filter(|r| {
+            r.baseline
+                .as_ref()
+                .is_none_or(|b| b.trials < rules.repeats as usize)
+        })
+        .flat_map(|r| {
+            r.notes
+                .iter()
+                .filter(|n| n.is_drop())
+                .map(move |n| format!("{}: {n}", r.cell_label))
+        })
+        .collect();
+
+    // Candidates eligible at every cell of the bucket. (Per cell, the
+    // first eligible report of each label, as a search in order finds it.)
+    let eligible_by_label: Vec<HashMap<&str, &ConfigReport>> = reports
+        .iter()
+        .map(|r| {
+            let mut m = HashMap::with_capacity(r.eligible.len());
+            for c in &r.eligible {
+                m.entry(c.label.as_str()).or_insert(c);
+            }
+            m
+        })
+        .collect();
+    // The first config of the bucket's first cell whose first sweep attempt
+    // carries the label.
+    let mut index_by_label: HashMap<&str, u64> = HashMap::new();
+    if let Some(first_cell) = cells.first() {
+        for (i, g) in first_cell.iter() {
+            if let Some(a) = g.sweep.first() {
+                index_by_label.entry(a.config_label.as_str()).or_insert(*i);
+            }
+        }
+    }
+    let mut standings: Vec<Standing> = Vec::new();
+    let mut incomplete = 0;
+    // Candidates measured everywhere, but with too few runs somewhere for
+    // an interval of their speedup.
+    let mut too_few = 0;
+    if let Some(first) = reports.first() {
+        for cand in &first.eligible {
+            let mut per = Vec::new();
+            let mut at_cells = Vec::new();
+            let mut complete = true;
+            let mut unknown = false;
+            for (r, by_label) in reports.iter().zip(&eligible_by_label) {
+                match by_label.get(cand.label.as_str()) {
+                    Some(c) => match (c.speedup, c.estimate) {
+                        (Some(_), Some(e)) => {
+                            per.push((r.cell_label.clone(), e));
+                            at_cells.push(*c);
+                        }
+                        (Some(_), None) => unknown = true,
+                        _ => complete = false,
+                    },
+                    None => complete = false,
+                }
+            }
+            // Rejected anywhere in the bucket: never a bucket candidate.
+            if rejected_labels.contains(cand.label.as_str()) {
+                continue;
+            }
+            if complete && unknown {
+                too_few += 1;
+                continue;
+            }
+            if !complete {
+                incomplete += 1;
+                continue;
+            }
+            let Some(est) = Estimate::mean(&per.iter().map(|p| p.1).collect::<Vec<_>>()) else {
+                continue;
+            };
+            let config_index = index_by_label
+                .get(cand.label.as_str())
+                .copied()
+                .unwrap_or(0);
+            standings.push(Standing {
+                report: cand,
+                config_index,
+                cells: per,
+                at_cells,
+                geo: est.log.exp(),
+                est,
+            });
+        }
+    }
+    standings.sort_by(|a, b| {
+        b.geo
+            .total_cmp(&a.geo)
+            .then_with(|| a.report.order.cmp(&b.report.order))
+    });
+    let tau = rules.tau();
+    let winners: Vec<&Standing> = standings
+        .iter()
+        .filter(|s| s.bounds().0 > tau && s.harm().is_none())
+        .collect();
+    for s in standings.iter().filter(|s| s.bounds().0 > tau) {
+        if let Some((cell, sp)) = s.harm() {
+            out.refusals.push(Refusal {
+                config_label: s.report.label.clone(),
+                cell_label: cell.clone(),
+                speedup: Some(sp),
+                reason: format!(
+                    "{:.2}× overall but shown slower than the baseline at {cell} ({:.3}×, its interval below 1): no harm anywhere",
+                    s.geo, sp
+                ),
+            });
+        }
+    }
+    let race = racing(&standings, &winners, rules);
+    let racing_reason = race.as_ref().map(|r| {
+        format!(
+            "racing: {} {} too close to call, measured up to {} runs at every cell (measurement.max_repeats = {}): {}",
+            r.configs.len(),
+            if r.configs.len() == 1 {
+                "config is"
+            } else {
+                "configs are"
+            },
+            r.runs,
+            rules.max_repeats,
+            r.why.join("; ")
+        )
+    });
+    out.racing = race;
+    let Some(leader) = winners.first() else {
+        let untried = standings.is_empty()
+            && incomplete == 0
+            && reports
+                .iter()
+                .all(|r| r.eligible.is_empty() && r.rejected.is_empty());
+        let best = standings
+            .iter()
+            .find(|s| s.harm().is_none())
+            .or(standings.first());
+        out.threshold = best.map(|_| rules.min_improvement);
+        out.interval = best.map(|s| s.est.interval(CONFIDENCE));
+        out.decision = match best {
+            _ if !out.refusals.is_empty() => format!(
+                "baseline kept: {} refused by {} ({})",
+                out.refusals[0].config_label, out.refusals[0].cell_label, out.refusals[0].reason
+            ),
+            Some(best) if out.racing.is_some() => format!(
+                "baseline kept for now: the best, {}, is {} over the bucket, not yet shown to beat the {} minimum: measuring more",
+                best.report.label,
+                interval_text(&best.est.interval(CONFIDENCE)),
+                pct(rules.min_improvement)
+            ),
+            Some(best) if best.bounds().1 > tau => format!(
+                "baseline kept: the best, {}, is {} over the bucket after {} runs at every cell: not shown to beat the {} minimum (measurement.max_repeats = {} reached)",
+                best.report.label,
+                interval_text(&best.est.interval(CONFIDENCE)),
+                best.runs(),
+                pct(rules.min_improvement),
+                rules.max_repeats
+            ),
+            Some(best) => format!(
+                "baseline kept: no improvement (the best, {}, is {} over the bucket: shown below the {} minimum)",
+                best.report.label,
+                interval_text(&best.est.interval(CONFIDENCE)),
+                pct(rules.min_improvement)
+            ),
+            None if too_few > 0 => format!(
+                "baseline kept for now: {too_few} {} fewer than two runs or selection.min_samples = {} samples at some cell (no interval of the speedup)",
+                if too_few == 1 {
+                    "candidate has"
+                } else {
+                    "candidates have"
+                },
+                rules.min_samples
+            ),
+            None if incomplete > 0 => format!(
+                "baseline kept for now: {incomplete} {} not measured at every cell yet",
+                if incomplete == 1 {
+                    "candidate is"
+                } else {
+                    "candidates are"
+                }
+            ),
+            None if untried => {
+                "baseline kept for now: no candidate has been measured yet".to_string()
+            }
+            None => "baseline kept: no candidate passed the gate at every cell".to_string(),
+        };
+        let (level, why) = if untried {
+            (
+                Level::Draft,
+                "no candidate has been measured yet".to_string(),
+            )
+        } else if too_few > 0 {
+            (
+                Level::Draft,
+                format!(
+                    "{too_few} candidates have fewer than two runs or selection.min_samples = {} samples at some cell: no interval of their speedup is known",
+                    rules.min_samples
+                ),
+            )
+        } else if incomplete > 0 {
+            (
+                Level::Draft,
+                format!("{incomplete} candidates are not measured at every cell yet"),
+            )
+        } else if !dropped.is_empty() {
+            (
+                Level::Draft,
+                format!("cells were dropped: {}", dropped.join("; ")),
+            )
+        } else if let Some(why) = racing_reason {
+            (Level::Draft, why)
+        } else {
+            (
+                Level::Verdict,
+                "every eligible candidate was measured at every cell".to_string(),
+            )
+        };
+        out.level = level;
+        out.level_reason = why;
+        return out;
+    };
+    // Ties: shown equivalent to the leader, compared with it directly at
+    // every cell; fewest knobs changed, then label.
+    let pick = winners
+        .iter()
+        .filter(|s| s.against(leader).is_some_and(|r| equivalent(&r, rules)))
+        .min_by(|a, b| a.report.order.cmp(&b.report.order))
+        .copied()
+        .unwrap_or(leader);
+    let tie = if pick.report.label != leader.report.label {
+        format!(
+            "; shown equivalent to the fastest ({}) within {}, it changes fewer knobs",
+            leader.report.label,
+            pct(rules.min_improvement)
+        )
+    } else {
+        String::new()
+    };
+    out.threshold = Some(rules.min_improvement);
+    out.interval = Some(pick.est.interval(CONFIDENCE));
+    for (pc, r) in out.per_cell.iter_mut().zip(reports) {
+        pc.winner = r
+            .eligible
+            .iter()
+            .find(|c| c.label == pick.report.label)
+            .cloned();
+    }
+    let mut winner = BucketWinner {
+        label: pick.report.label.clone(),
+        config: pick.report.config.clone(),
+        knobs_changed: pick.report.knobs_changed,
+        speedup: pick.geo,
+        min_cell_speedup: pick
+            .cells
+            .iter()
+            .map(|c| c.1.log.exp())
+            .fold(f64::INFINITY, f64::min),
+        interval: pick.est.interval(CONFIDENCE),
+        confirmation: None,
+    };
+    let sweep_line = format!(
+        "{} over the bucket (geometric mean; lowest cell {:.2}×), its lower bound above the {} minimum, shown slower nowhere{tie}",
+        interval_text(&winner.interval),
+        winner.min_cell_speedup,
+        pct(rules.min_improvement)
+    );
+    // Racing still going: the winner may change; no round yet.
+    if let Some(why) = racing_reason {
+        out.decision = format!("{} wins for now: {sweep_line}", pick.report.label);
+        out.level = Level::Draft;
+        out.level_reason = why;
+        out.config = winner.config.clone();
+        out.winner = Some(winner);
+        return out;
+    }
+    let rounds = confirm_size(pick, rules);
+    out.confirm_runs = (rules.confirm_repeats > 0).then_some(rounds);
+    let confirmation = confirm(pick, cells, objective, rules, rounds);
+    let min_trials = reports
+        .iter()
+        .flat_map(|r| {
+            [
+                r.baseline.as_ref().map(|b| b.trials).unwrap_or(0),
+                r.eligible
+                    .iter()
+                    .find(|c| c.label == pick.report.label)
+                    .map(|c| c.trials)
+                    .unwrap_or(0),
+            ]
+        })
+        .min()
+        .unwrap_or(0);
+    let min_hosts = pick
+        .report
+        .hosts
+        .min(reports[0].baseline.as_ref().map(|b| b.hosts).unwrap_or(0));
+    match confirmation {
+        Some(c) if c.incomplete => {
+            out.decision = format!("{} wins: {sweep_line}", pick.report.label);
+            out.level = Level::Draft;
+            out.level_reason = format!(
+                "awaiting the final interleaved round against the baseline: {} of {rounds} runs a side at every cell measured",
+                c.runs_done
+            );
+            winner.confirmation = Some(c);
+            out.config = winner.config.clone();
+            out.winner = Some(winner);
+        }
+        Some(c) if !c.confirmed && c.failure.is_some() => {
+            let failure = c
+                .failure
+                .as_ref()
+                .map(RoundFailure::to_string)
+                .unwrap_or_default();
+            out.decision = format!(
+                "baseline kept: {} failed its final round against the baseline: {failure}",
+                pick.report.label,
+            );
+            for pc in out.per_cell.iter_mut() {
+                pc.winner = None;
+            }
+            out.level = Level::Verdict;
+            out.level_reason = "the sweep's winner failed in the confirmation round".to_string();
+            out.refusals.push(Refusal {
+                config_label: pick.report.label.clone(),
+                cell_label: "(confirmation round)".to_string(),
+                speedup: None,
+                reason: failure,
+            });
+            winner.confirmation = Some(c);
+            return out;
+        }
+        Some(c) if !c.confirmed => {
+            let measured = c
+                .interval
+                .map(|i| interval_text(&i))
+                .unwrap_or_else(|| format!("{:.3}×", c.speedup));
+            let why = if c.harmed.is_some() {
+                format!(
+                    "shown slower than the baseline at {}",
+                    c.harmed.clone().unwrap_or_default()
+                )
+            } else {
+                format!("its lower bound not above the {} minimum", pct(c.threshold))
+            };
+            out.decision = format!(
+                "baseline kept: {} looked {:.2}× faster in the sweep but the final interleaved round measured {measured}, {why}",
+                pick.report.label, pick.geo,
+            );
+            for pc in out.per_cell.iter_mut() {
+                pc.winner = None;
+            }
+            out.level = Level::Verdict;
+            out.level_reason =
+                "the sweep's winner was not confirmed against the baseline".to_string();
+            winner.confirmation = Some(c);
+            out.refusals.push(Refusal {
+                config_label: winner.label.clone(),
+                cell_label: "(confirmation round)".to_string(),
+                speedup: Some(
+                    winner
+                        .confirmation
+                        .as_ref()
+                        .map(|c| c.speedup)
+                        .unwrap_or(1.0),
+                ),
+                reason: "not confirmed in the final interleaved round".to_string(),
+            });
+            return out;
+        }
+        c => {
+            out.decision = format!("{} wins: {sweep_line}", pick.report.label);
+            let (level, why) = match &c {
+                _ if rules.confirm_repeats == 0 => (
+                    Level::Draft,
+                    "no confirmation round (measurement.confirm_repeats is 0)".to_string(),
+                ),
+                None => (
+                    Level::Draft,
+                    "awaiting the final interleaved round against the baseline".to_string(),
+                ),
+                Some(_) if min_trials < rules.repeats as usize => (
+                    Level::Draft,
+                    format!(
+                        "only {min_trials} of {} repeats at some cell",
+                        rules.repeats
+                    ),
+                ),
+                Some(_) if (min_hosts as u32) < rules.min_hosts => (
+                    Level::Draft,
+                    format!(
+                        "measured on {min_hosts} hosts, fewer than selection.min_hosts = {}",
+                        rules.min_hosts
+                    ),
+                ),
+                Some(c) => (
+                    Level::Verdict,
+                    format!(
+                        "confirmed in the final interleaved round: {}",
+                        c.interval
+                            .map(|i| interval_text(&i))
+                            .unwrap_or_else(|| format!("{:.3}×", c.speedup)),
+                    ),
+                ),
+            };
+            out.level = level;
+            out.level_reason = why;
+            winner.confirmation = c;
+            out.config = winner.config.clone();
+            out.winner = Some(winner);
+        }
+    }
+    out
+}

@@ -1,0 +1,742 @@
+use super::*;
+
+/// The analysis with a plan that is exactly what the scan holds: every
+/// (class, cell) planned its configs seen there, `repeats` each.
+/// The fixtures below give one attempt several samples; decisions
+/// read runs (one value per attempt), so each sample becomes a run of
+/// its own here: repeat `r` with `k` samples becomes repeats
+/// `r·k .. r·k + k`.
+fn one_run_per_sample(scan: &Scan) -> Scan {
+    let mut attempts = Vec::new();
+    for a in &scan.attempts {
+        let samples = a.metrics.get("tp").cloned().unwrap_or_default();
+        let measured = matches!(a.role, RoleKind::Sweep | RoleKind::Confirm);
+        if a.status != AttemptStatus::Ok || samples.len() < 2 || !measured {
+            attempts.push(a.clone());
+            continue;
+        }
+        let k = samples.len() as u32;
+        for (i, x) in samples.iter().enumerate() {
+            let mut b = a.clone();
+            b.repeat = a.repeat * k + i as u32;
+            b.trial_key = format!("{}/{i}", a.trial_key);
+            b.metrics.insert("tp".to_string(), vec![*x]);
+            attempts.push(b);
+        }
+    }
+    Scan {
+        attempts,
+        ..scan.clone()
+    }
+}
+
+fn analyze(study: &StudyRecord, scan: &Scan, hosts: &[HostRecord]) -> Analysis {
+    let scan = &one_run_per_sample(scan);
+    let repeats = study.spec.measurement.repeats;
+    let mut seen: BTreeMap<(String, u32), (serde_json::Value, String, HashSet<u64>)> =
+        BTreeMap::new();
+    for a in scan.attempts.iter().filter(|a| a.role == RoleKind::Sweep) {
+        seen.entry((a.host_class.to_string(), a.cell_index))
+            .or_insert_with(|| ((*a.cell).clone(), a.cell_label.to_string(), HashSet::new()))
+            .2
+            .insert(a.config_index);
+    }
+    let plans: Vec<PlanRecord> = seen
+        .into_iter()
+        .map(
+            |((class, cell_index), (cell, cell_label, configs))| PlanRecord {
+                schema: 1,
+                spec_hash: study.spec_hash.clone(),
+                host_class: class,
+                cell_index,
+                cell,
+                cell_label,
+                configs: Some(configs.len() as u64),
+                repeats,
+                at: String::new(),
+            },
+        )
+        .collect();
+    super::analyze_planned(study, scan, hosts, &plans)
+}
+use crate::ledger::records::{Failure, SCHEMA};
+use std::sync::Arc;
+
+/// The tests' frozen spec, with `extra` sections.
+fn spec(extra: serde_json::Value) -> FrozenSpec {
+    let mut v = serde_json::json!({
+        "objective": {"name": "tp", "unit": "x/s", "better": "higher"},
+        "knobs": [{"name": "a", "kind": "int", "values": [1, 2, 3, 4], "default": 1}],
+        "context": {"model": "m"},
+    });
+    if let (Some(v), Some(extra)) = (v.as_object_mut(), extra.as_object()) {
+        v.extend(extra.clone());
+    }
+    FrozenSpec::from_json(v).expect("spec")
+}
+
+fn study() -> StudyRecord {
+    StudyRecord {
+        schema: SCHEMA,
+        tunectl_version: "t".into(),
+        study_id: "s".into(),
+        spec_hash: "h".into(),
+        spec: spec(serde_json::json!({})),
+        created_at: String::new(),
+    }
+}
+
+/// An attempt of config `index` labelled `label`, repeat `r`, with
+/// samples and a digest; `failed` makes it a crash.
+fn attempt(
+    index: u64,
+    label: &str,
+    r: u32,
+    samples: &[f64],
+    digest: &str,
+    failed: bool,
+) -> AttemptRecord {
+    AttemptRecord {
+        schema: SCHEMA,
+        tunectl_version: "t".into(),
+        study_id: "s".into(),
+        spec_hash: "h".into(),
+        trial_key: format!("{index}-{r}"),
+        attempt_id: "a".into(),
+        config: Arc::new(serde_json::json!({})),
+        config_label: label.into(),
+        config_index: index,
+        is_baseline: label == "baseline",
+        cell: Arc::new(serde_json::json!({"n": 1})),
+        cell_label: "n=1".into(),
+        cell_index: 0,
+        repeat: r,
+        role: RoleKind::Sweep,
+        fidelity: None,
+        host: "h1".into(),
+        host_class: "hc-1".into(),
+        fingerprint: "fp".into(),
+        slot: 0,
+        started_at: String::new(),
+        finished_at: String::new(),
+        duration_s: 0.0,
+        run_s: None,
+        warmup_runs: 0,
+        status: if failed {
+            AttemptStatus::Failed
+        } else {
+            AttemptStatus::Ok
+        },
+        failure: failed.then(|| Failure {
+            class: FailureClass::Crash,
+            detail: "exit code 3".into(),
+            phase: crate::trial::Phase::Measure,
+        }),
+        exit: None,
+        metrics: if failed {
+            BTreeMap::new()
+        } else {
+            BTreeMap::from([("tp".to_string(), samples.to_vec())])
+        },
+        digest: (!failed).then(|| digest.into()),
+        outputs: Arc::default(),
+        output_values: BTreeMap::new(),
+        command: String::new(),
+        stdout_tail: String::new(),
+        stderr_head: String::new(),
+        lost_reason: None,
+        resumed_from: None,
+        pruned: None,
+        stderr_tail: String::new(),
+    }
+}
+
+fn cell(attempts: Vec<AttemptRecord>) -> CellReport {
+    let scan = Scan {
+        attempts,
+        ..Default::default()
+    };
+    let a = analyze(&study(), &scan, &[]);
+    a.classes[0].cells[0].clone()
+}
+
+/// "What to try next" reads a lower-is-better objective the right way
+/// round: the effect is best over worst in the better direction.
+#[test]
+fn next_levers_orient_a_lower_is_better_objective() {
+    let mut study = study();
+    study.spec = spec(serde_json::json!({
+        "objective": {"name": "tp", "unit": "ms", "better": "lower"},
+    }));
+    let at = |index: u64, label: &str, a: i64, ms: f64| {
+        let mut x = attempt(index, label, 0, &[ms, ms * 1.01, ms * 0.99], "d", false);
+        x.config = Arc::new(serde_json::json!({ "a": a }));
+        x
+    };
+    let scan = Scan {
+        attempts: vec![
+            at(0, "baseline", 1, 100.0),
+            at(1, "a=2", 2, 50.0),
+            at(2, "a=3", 3, 200.0),
+        ],
+        ..Default::default()
+    };
+    let a = analyze(&study, &scan, &[]);
+    let next = &a.classes[0].next;
+    let e = &next.effects[0];
+    assert_eq!(
+        (e.best.clone(), e.worst.clone()),
+        (Some(2.into()), Some(3.into()))
+    );
+    assert!((e.ratio.unwrap_or(0.0) - 4.0).abs() < 1e-9, "{e:?}");
+    // One pair: no spread can be known.
+    assert_eq!((e.pairs, e.spread), (1, None));
+    // a=2 ships: neither the largest nor the smallest value tried.
+    assert!(next.edges.is_empty(), "{:?}", next.edges);
+    assert_eq!(next.untried.len(), 1);
+    assert_eq!(next.untried[0].values, [serde_json::json!(4)]);
+    assert_eq!(next.untried[0].possible_causes, ["budget"]);
+
+    // A launch's analysis decides the same and leaves the levers out.
+    let scan = one_run_per_sample(&scan);
+    let d = analyze_scoped(&study, &scan, &[], &[], Scope::Decisions, |_| true);
+    let a = analyze_scoped(&study, &scan, &[], &[], Scope::Everything, |_| true);
+    assert!(!a.classes[0].next.effects.is_empty());
+    let json = |x: &Analysis| {
+        let mut v = serde_json::to_value(x).expect("json");
+        v["classes"][0]["next"] = serde_json::Value::Null;
+        v
+    };
+    assert_eq!(json(&d), json(&a));
+    assert!(d.classes[0].next.effects.is_empty());
+    assert!(d.classes[0].buckets[0].winner.is_some());
+}
+
+#[test]
+fn gate_rejects_crashes_and_changed_outputs() {
+    let c = cell(vec![
+        attempt(0, "baseline", 0, &[100.0, 101.0, 99.0], "d0", false),
+        attempt(1, "a=2", 0, &[150.0, 151.0, 149.0], "d1", false),
+        attempt(2, "a=3", 0, &[300.0], "d0", true),
+        attempt(3, "a=4", 0, &[120.0, 121.0, 119.0], "d0", false),
+    ]);
+    assert_eq!(c.baseline_state, BaselineState::Ok);
+    let rejected: Vec<(&str, FailureClass)> = c
+        .rejected
+        .iter()
+        .map(|r| {
+            (
+                r.label.as_str(),
+                r.rejection
+                    .as_ref()
+                    .map(|x| x.class)
+                    .unwrap_or(FailureClass::Crash),
+            )
+        })
+        .collect();
+    assert_eq!(
+        rejected,
+        vec![
+            ("a=2", FailureClass::OutputChanged),
+            ("a=3", FailureClass::Crash)
+        ]
+    );
+    assert_eq!(c.winner.as_ref().map(|w| w.label.as_str()), Some("a=4"));
+    let s = c.winner.as_ref().and_then(|w| w.speedup).unwrap_or(0.0);
+    assert!((s - 1.2).abs() < 1e-3, "{s}");
+}
+
+/// An attempt of a role this tunectl does not know is counted and set
+/// aside: it is no evidence for or against any config.
+#[test]
+fn a_pruned_attempt_is_never_a_sample() {
+    // Only rungs are pruned; a ledger that says otherwise (copied,
+    // forged) must not change a verdict, whatever numbers it carries.
+    let base = vec![
+        attempt(0, "baseline", 0, &[100.0, 101.0, 99.0], "d", false),
+        attempt(1, "a=2", 0, &[150.0, 151.0, 149.0], "d", false),
+    ];
+    let mut with = base.clone();
+    for (index, label) in [(2, "a=3"), (1, "a=2")] {
+        let mut p = attempt(index, label, 7, &[9000.0, 9001.0, 8999.0], "d", false);
+        p.status = AttemptStatus::Pruned;
+        with.push(p);
+    }
+    // What was measured and decided; a record not counted may still
+    // leave its trial pending (never a reason to ship more).
+    let judge = |attempts: Vec<AttemptRecord>| {
+        let scan = Scan {
+            attempts,
+            ..Default::default()
+        };
+        let a = serde_json::to_value(analyze(&study(), &scan, &[])).expect("json");
+        let class = &a["classes"][0];
+        let cell = &class["cells"][0];
+        let bucket = &class["buckets"][0];
+        [
+            cell["eligible"].clone(),
+            cell["winner"].clone(),
+            cell["rejected"].clone(),
+            cell["baseline"].clone(),
+            bucket["winner"].clone(),
+            bucket["per_cell"].clone(),
+            class["search"].clone(),
+        ]
+    };
+    let (with, base) = (judge(with), judge(base));
+    assert_eq!(with, base);
+    assert_eq!(base[1]["label"], "a=2");
+}
+
+#[test]
+fn an_unknown_role_is_ignored() {
+    let mut probe = attempt(1, "a=2", 1, &[1.0, 1.0, 1.0], "other", false);
+    probe.role = RoleKind::Unknown("probe".into());
+    let scan = Scan {
+        attempts: vec![
+            attempt(0, "baseline", 0, &[100.0, 101.0, 99.0], "d", false),
+            attempt(1, "a=2", 0, &[150.0, 151.0, 149.0], "d", false),
+            probe,
+        ],
+        ..Default::default()
+    };
+    let a = analyze(&study(), &scan, &[]);
+    assert_eq!(a.unknown_role_attempts, 1);
+    let c = &a.classes[0].cells[0];
+    assert!(c.rejected.is_empty());
+    assert_eq!(c.winner.as_ref().map(|w| w.label.as_str()), Some("a=2"));
+    let text = crate::report::render(&a, crate::report::Format::Table, false);
+    assert!(text.contains("1 attempts of a role"), "{text}");
+    let json = serde_json::to_value(&a).expect("json");
+    assert_eq!(json["unknown_role_attempts"], 1);
+    let none = analyze(&study(), &Scan::default(), &[]);
+    let json = serde_json::to_value(&none).expect("json");
+    assert!(json.get("unknown_role_attempts").is_none(), "{json}");
+}
+
+#[test]
+fn a_win_within_noise_is_no_improvement() {
+    let c = cell(vec![
+        attempt(0, "baseline", 0, &[100.0, 110.0, 90.0], "d", false),
+        attempt(1, "a=2", 0, &[105.0, 115.0, 95.0], "d", false),
+    ]);
+    assert!(c.winner.is_none());
+    assert!(c.decision.starts_with("no improvement"), "{}", c.decision);
+}
+
+#[test]
+fn ties_collapse_to_fewest_knobs_changed() {
+    let c = cell(vec![
+        attempt(0, "baseline", 0, &[100.0, 100.5, 99.5], "d", false),
+        attempt(1, "a=2 b=1", 0, &[200.0, 200.4, 199.6], "d", false),
+        attempt(2, "a=2", 0, &[199.8, 200.2, 199.4], "d", false),
+    ]);
+    assert_eq!(c.winner.as_ref().map(|w| w.label.as_str()), Some("a=2"));
+    assert!(c.decision.contains("changes fewer knobs"), "{}", c.decision);
+}
+
+/// A noisy baseline (±15%) says nothing about whether two tight
+/// candidates differ: the one 20% faster is not "within noise" of the
+/// one that changes fewer knobs.
+#[test]
+fn a_noisy_baseline_does_not_make_a_real_win_a_tie() {
+    let c = cell(vec![
+        attempt(
+            0,
+            "baseline",
+            0,
+            &[100.0, 85.0, 115.0, 100.0, 118.0],
+            "d",
+            false,
+        ),
+        attempt(
+            1,
+            "a=2 b=1",
+            0,
+            &[240.0, 242.0, 238.0, 241.0, 239.0],
+            "d",
+            false,
+        ),
+        attempt(
+            2,
+            "a=2",
+            0,
+            &[200.0, 202.0, 198.0, 201.0, 199.0],
+            "d",
+            false,
+        ),
+    ]);
+    assert_eq!(
+        c.winner.as_ref().map(|w| w.label.as_str()),
+        Some("a=2 b=1"),
+        "{}",
+        c.decision
+    );
+    assert!(
+        !c.decision.contains("changes fewer knobs"),
+        "{}",
+        c.decision
+    );
+}
+
+/// Runs of one config at cell n=1: one single-sample attempt each.
+fn runs_of(index: u64, label: &str, values: &[f64]) -> Vec<AttemptRecord> {
+    values
+        .iter()
+        .enumerate()
+        .map(|(r, v)| {
+            let mut a = attempt(index, label, r as u32, &[*v], "d", false);
+            a.trial_key = format!("{index}-{r}");
+            a
+        })
+        .collect()
+}
+
+fn bucket_with(max_repeats: u32, attempts: Vec<AttemptRecord>) -> BucketReport {
+    let mut s = study();
+    s.spec = spec(serde_json::json!({
+        "measurement": {"repeats": 3, "confirm_repeats": 3, "max_repeats": max_repeats},
+    }));
+    let scan = Scan {
+        attempts,
+        ..Default::default()
+    };
+    analyze(&s, &scan, &[]).classes[0].buckets[0].clone()
+}
+
+/// A candidate whose interval straddles the minimum is raced (with the
+/// baseline), a DRAFT meanwhile; a clearly slower one is not. At the
+/// cap the same evidence is a VERDICT that says the win is not shown,
+/// with its interval: never "no improvement".
+#[test]
+fn a_close_decision_is_raced_and_at_the_cap_said_plainly() {
+    let base = [100.0, 103.0, 97.0];
+    let close = [104.0, 107.0, 101.0];
+    let slow = [80.0, 82.0, 78.0];
+    let attempts = || {
+        let mut v = runs_of(0, "baseline", &base);
+        v.extend(runs_of(1, "a=2", &close));
+        v.extend(runs_of(2, "a=3", &slow));
+        v
+    };
+    let b = bucket_with(30, attempts());
+    let race = b.racing.clone().expect("raced");
+    assert_eq!(race.configs, vec![("a=2".to_string(), 1)], "{race:?}");
+    assert_eq!(race.runs, 6, "3 runs more: {race:?}");
+    assert_eq!(b.level, Level::Draft);
+    assert!(
+        b.level_reason.starts_with("racing: 1 config is"),
+        "{}",
+        b.level_reason
+    );
+    assert!(b.decision.contains("measuring more"), "{}", b.decision);
+    let i = b.interval.expect("interval");
+    assert!(i.low < 1.02 && i.high > 1.02, "{i:?}");
+
+    let b = bucket_with(3, attempts());
+    assert!(b.racing.is_none());
+    assert_eq!(b.level, Level::Verdict, "{}", b.level_reason);
+    assert!(
+        b.decision
+            .contains("not shown to beat the 2.0% minimum (measurement.max_repeats = 3 reached)"),
+        "{}",
+        b.decision
+    );
+    assert!(!b.decision.contains("no improvement"), "{}", b.decision);
+}
+
+/// The final round's size follows from the sweep: a win just above the
+/// minimum needs more runs to confirm than a large one.
+#[test]
+fn the_final_round_is_sized_from_the_sweeps_estimate() {
+    let base: Vec<f64> = (0..12).map(|i| 100.0 + f64::from(i % 3) - 1.0).collect();
+    let size = |factor: f64| {
+        let cand: Vec<f64> = base.iter().map(|x| x * factor).collect();
+        let mut v = runs_of(0, "baseline", &base);
+        v.extend(runs_of(1, "a=2", &cand));
+        let b = bucket_with(30, v);
+        assert_eq!(
+            b.winner.as_ref().map(|w| w.label.as_str()),
+            Some("a=2"),
+            "{}",
+            b.decision
+        );
+        b.confirm_runs.expect("a round")
+    };
+    let (large, small) = (size(1.5), size(1.05));
+    assert_eq!(large, 3, "the minimum, confirm_repeats");
+    assert!(small > large, "{small} vs {large}");
+    assert!(small <= 30);
+}
+
+#[test]
+fn a_failed_baseline_means_nothing_wins() {
+    // Once: not believed yet, its re-run is pending.
+    let c = cell(vec![
+        attempt(0, "baseline", 0, &[], "d", true),
+        attempt(1, "a=2", 0, &[200.0], "d", false),
+    ]);
+    assert_eq!(c.baseline_state, BaselineState::Pending);
+    assert!(c.winner.is_none());
+    assert!(c.decision.contains("runs once more"), "{}", c.decision);
+    // Twice (its re-run failed too): it fails reproducibly.
+    let c = cell(vec![
+        attempt(0, "baseline", 0, &[], "d", true),
+        attempt(0, "baseline", 1, &[], "d", true),
+        attempt(1, "a=2", 0, &[200.0], "d", false),
+    ]);
+    assert_eq!(c.baseline_state, BaselineState::Failed);
+    assert!(c.winner.is_none());
+    assert!(c.decision.contains("baseline failed"), "{}", c.decision);
+    // Once, then passed: noted, set aside, the cell goes on.
+    let c = cell(vec![
+        attempt(0, "baseline", 0, &[], "d", true),
+        attempt(0, "baseline", 1, &[100.0, 101.0, 99.0], "d", false),
+        attempt(1, "a=2", 0, &[200.0, 201.0, 199.0], "d", false),
+    ]);
+    assert_eq!(c.baseline_state, BaselineState::Ok);
+    assert!(
+        c.notes
+            .iter()
+            .any(|n| n.to_string().contains("failed once")),
+        "{:?}",
+        c.notes
+    );
+    assert_eq!(c.winner.as_ref().map(|w| w.label.as_str()), Some("a=2"));
+}
+
+/// An attempt at cell `n`, with a role.
+fn at(index: u64, label: &str, n: u64, r: u32, v: f64, role: &str) -> AttemptRecord {
+    let mut a = attempt(index, label, r, &[v, v * 1.001, v * 0.999], "d", false);
+    a.cell = Arc::new(serde_json::json!({"n": n}));
+    a.cell_label = format!("n={n}").into();
+    a.cell_index = n as u32;
+    a.role = RoleKind::from(role);
+    a.trial_key = format!("{index}-{n}-{r}-{role}");
+    a
+}
+
+fn study_with(confirm_repeats: u32) -> StudyRecord {
+    let mut s = study();
+    s.spec = spec(serde_json::json!({
+        "measurement": {"repeats": 1, "confirm_repeats": confirm_repeats},
+        "buckets": {"n": "all"},
+    }));
+    s
+}
+
+/// The bucket's tie rule compares candidates with each other at every
+/// cell, not through the baseline's noise.
+#[test]
+fn a_bucket_does_not_hide_a_real_win_behind_the_baselines_noise() {
+    let noisy = |index: u64, label: &str, n: u64, v: &[f64]| {
+        let mut a = attempt(index, label, 0, v, "d", false);
+        a.cell = Arc::new(serde_json::json!({"n": n}));
+        a.cell_label = format!("n={n}").into();
+        a.cell_index = n as u32;
+        a.trial_key = format!("{index}-{n}");
+        a
+    };
+    let base = [100.0, 85.0, 115.0, 100.0, 118.0];
+    let fast = [240.0, 242.0, 238.0, 241.0, 239.0];
+    let less = [200.0, 202.0, 198.0, 201.0, 199.0];
+    let close = [241.0, 243.0, 239.0, 242.0, 240.0];
+    // The bucket (cells 1 and 2) with `two` (2 knobs changed) and `one`
+    // (1 knob) measured alike at both cells.
+    let bucket = |two: &[f64], one: &[f64]| {
+        let mut attempts = Vec::new();
+        for n in [1, 2] {
+            attempts.push(noisy(0, "baseline", n, &base));
+            attempts.push(noisy(1, "a=2 b=1", n, two));
+            attempts.push(noisy(2, "a=2", n, one));
+        }
+        let scan = Scan {
+            attempts,
+            ..Default::default()
+        };
+        analyze(&study_with(0), &scan, &[]).classes[0].buckets[0].clone()
+    };
+    let b = bucket(&fast, &less);
+    assert_eq!(
+        b.winner.as_ref().map(|w| w.label.as_str()),
+        Some("a=2 b=1"),
+        "{}",
+        b.decision
+    );
+    // Two candidates within their own noise still collapse to the one
+    // that changes fewer knobs.
+    let b = bucket(&close, &fast);
+    assert_eq!(b.winner.as_ref().map(|w| w.label.as_str()), Some("a=2"));
+    assert!(b.decision.contains("changes fewer knobs"), "{}", b.decision);
+}
+
+#[test]
+fn no_harm_refuses_a_config_that_loses_at_one_cell_of_its_bucket() {
+    // a=2 is 2× faster at n=1 and n=2 but 10% slower at n=3.
+    let attempts = vec![
+        at(0, "baseline", 1, 0, 100.0, "sweep"),
+        at(0, "baseline", 2, 0, 100.0, "sweep"),
+        at(0, "baseline", 3, 0, 100.0, "sweep"),
+        at(1, "a=2", 1, 0, 200.0, "sweep"),
+        at(1, "a=2", 2, 0, 200.0, "sweep"),
+        at(1, "a=2", 3, 0, 90.0, "sweep"),
+    ];
+    let scan = Scan {
+        attempts,
+        ..Default::default()
+    };
+    let a = analyze(&study_with(0), &scan, &[]);
+    let b = &a.classes[0].buckets;
+    assert_eq!(b.len(), 1, "one bucket (rule all)");
+    assert!(b[0].winner.is_none());
+    assert_eq!(b[0].refusals[0].cell_label, "n=3");
+    assert!(
+        b[0].decision.contains("refused by n=3"),
+        "{}",
+        b[0].decision
+    );
+    // The cell alone would have picked it.
+    assert_eq!(
+        a.classes[0].cells[0]
+            .winner
+            .as_ref()
+            .map(|w| w.label.as_str()),
+        Some("a=2")
+    );
+}
+
+#[test]
+fn a_winner_is_a_draft_until_the_final_round_confirms_it() {
+    let mut attempts = vec![
+        at(0, "baseline", 1, 0, 100.0, "sweep"),
+        at(1, "a=2", 1, 0, 150.0, "sweep"),
+    ];
+    let s = study_with(1);
+    let scan = |attempts: Vec<AttemptRecord>| Scan {
+        attempts,
+        ..Default::default()
+    };
+    let a = analyze(&s, &scan(attempts.clone()), &[]);
+    let b = &a.classes[0].buckets[0];
+    assert_eq!(b.winner.as_ref().map(|w| w.label.as_str()), Some("a=2"));
+    assert_eq!(b.level, Level::Draft);
+    assert!(b.level_reason.contains("awaiting"), "{}", b.level_reason);
+
+    // Confirmed: the final round agrees.
+    let mut confirmed = attempts.clone();
+    confirmed.push(at(0, "baseline", 1, 0, 100.0, "confirm"));
+    confirmed.push(at(1, "a=2", 1, 0, 149.0, "confirm"));
+    let a = analyze(&s, &scan(confirmed), &[]);
+    let b = &a.classes[0].buckets[0];
+    assert_eq!(b.level, Level::Verdict, "{}", b.level_reason);
+    assert_eq!(b.config, serde_json::json!({}));
+    assert_eq!(a.level, Level::Verdict);
+
+    // Not confirmed: the sweep's win was a fluke; the baseline ships.
+    attempts.push(at(0, "baseline", 1, 0, 100.0, "confirm"));
+    attempts.push(at(1, "a=2", 1, 0, 100.5, "confirm"));
+    let a = analyze(&s, &scan(attempts), &[]);
+    let b = &a.classes[0].buckets[0];
+    assert!(b.winner.is_none());
+    assert!(
+        b.decision
+            .contains("its lower bound not above the 2.0% minimum"),
+        "{}",
+        b.decision
+    );
+    assert_eq!(b.level, Level::Verdict);
+}
+
+#[test]
+fn per_host_ratios_merge_by_median() {
+    // Host h2 is twice as fast for everything: pooled samples would
+    // mislead, per-host ratios do not.
+    let mut attempts = Vec::new();
+    for (host, scale) in [("h1", 1.0), ("h2", 2.0), ("h3", 1.0)] {
+        let mut b = attempt(0, "baseline", 0, &[100.0 * scale], "d", false);
+        let mut c = attempt(1, "a=2", 0, &[110.0 * scale], "d", false);
+        for x in [&mut b, &mut c] {
+            x.host = host.into();
+            x.trial_key = format!("{}-{host}", x.trial_key);
+        }
+        attempts.push(b);
+        attempts.push(c);
+    }
+    let c = cell(attempts);
+    let w = &c.eligible[0];
+    assert_eq!(w.hosts, 3);
+    assert!((w.speedup.unwrap_or(0.0) - 1.1).abs() < 1e-9);
+}
+
+#[test]
+fn a_candidate_on_a_host_without_baseline_samples_compares_with_the_pooled_baseline() {
+    // The baseline's repeats all ran on h1, the candidate's on h2 (two
+    // slots of a class drew them so): it is still compared.
+    let mut attempts = Vec::new();
+    for r in 0..3 {
+        let mut b = attempt(0, "baseline", r, &[100.0], "d", false);
+        b.host = "h1".into();
+        let mut c = attempt(1, "a=2", r, &[140.0], "d", false);
+        c.host = "h2".into();
+        attempts.push(b);
+        attempts.push(c);
+    }
+    let c = cell(attempts);
+    let w = &c.eligible[0];
+    assert!(
+        (w.speedup.unwrap_or(0.0) - 1.4).abs() < 1e-9,
+        "{:?}",
+        w.speedup
+    );
+}
+
+#[test]
+fn a_winner_that_crashes_in_the_final_round_does_not_ship() {
+    let mut crash = at(1, "a=2", 1, 0, 0.0, "confirm");
+    crash.status = AttemptStatus::Failed;
+    crash.failure = Some(Failure {
+        class: FailureClass::Oom,
+        detail: "CUDA out of memory".into(),
+        phase: crate::trial::Phase::Measure,
+    });
+    let attempts = vec![
+        at(0, "baseline", 1, 0, 100.0, "sweep"),
+        at(1, "a=2", 1, 0, 150.0, "sweep"),
+        at(0, "baseline", 1, 0, 100.0, "confirm"),
+        crash,
+    ];
+    let scan = Scan {
+        attempts,
+        ..Default::default()
+    };
+    let a = analyze(&study_with(1), &scan, &[]);
+    let b = &a.classes[0].buckets[0];
+    assert!(b.winner.is_none());
+    assert!(
+        b.decision.contains("failed its final round"),
+        "{}",
+        b.decision
+    );
+    assert!(
+        b.decision.contains("oom: CUDA out of memory"),
+        "{}",
+        b.decision
+    );
+    assert_eq!(b.level, Level::Verdict);
+}
+
+#[test]
+fn a_bucket_with_only_the_baseline_measured_is_a_draft() {
+    let scan = Scan {
+        attempts: vec![at(0, "baseline", 1, 0, 100.0, "sweep")],
+        ..Default::default()
+    };
+    let a = analyze(&study_with(1), &scan, &[]);
+    let b = &a.classes[0].buckets[0];
+    assert_eq!(b.level, Level::Draft);
+    assert!(
+        b.decision.contains("no candidate has been measured yet"),
+        "{}",
+        b.decision
+    );
+}

@@ -223,7 +223,7 @@ fn bucket_yaml(analysis: &Analysis, b: &BucketReport) -> Yaml {
                 .with("config", &r.config_label)
                 .with("cell", &r.cell_label)
                 .with("speedup", r.speedup)
-                .with("reason", &r.reason)
+                .with("reason", r.reason.to_string())
         })
         .collect();
     let confirmation = winner.and_then(|w| w.confirmation.as_ref()).map(|c| {
@@ -247,8 +247,8 @@ fn bucket_yaml(analysis: &Analysis, b: &BucketReport) -> Yaml {
             }
             .as_str(),
         )
-        .with("level_reason", &b.level_reason)
-        .with("decision", &b.decision)
+        .with("level_reason", b.level_reason.to_string())
+        .with("decision", b.decision.to_string())
         .with("speedup", winner.map(|w| w.speedup))
         .with("min_cell_speedup", winner.map(|w| w.min_cell_speedup))
         .with("threshold", b.threshold);
@@ -1268,9 +1268,9 @@ mod tests {
                     },
                     confirmation: None,
                 }),
-                decision: "mode=fast wins: 2.00× the baseline".into(),
+                decision: crate::decide::Decision::NothingMeasured,
                 level: crate::decide::Level::Draft,
-                level_reason: "no confirmation round".into(),
+                level_reason: crate::decide::LevelReasons::one(crate::decide::LevelReason::NoRound),
                 threshold: Some(0.02),
                 per_cell: vec![BucketCell {
                     cell_label: "n=1".into(),
@@ -1290,9 +1290,9 @@ mod tests {
                 cells: vec!["n=2".into()],
                 config: json!({"mode": "base", "threads": 1}),
                 winner: None,
-                decision: "baseline kept: no improvement".into(),
+                decision: crate::decide::Decision::NothingPassedTheGate,
                 level: crate::decide::Level::Draft,
-                level_reason: "no confirmation round".into(),
+                level_reason: crate::decide::LevelReasons::one(crate::decide::LevelReason::NoRound),
                 threshold: Some(0.02),
                 per_cell: vec![BucketCell {
                     cell_label: "n=2".into(),
@@ -1303,7 +1303,7 @@ mod tests {
                     config_label: "mode=fast".into(),
                     cell_label: "n=2".into(),
                     speedup: Some(1.01),
-                    reason: "within noise".into(),
+                    reason: crate::decide::RefusalReason::NotConfirmed,
                 }],
                 rejected: cell2.rejected.clone(),
                 interval: None,
@@ -1317,9 +1317,9 @@ mod tests {
                 cells: vec![],
                 config: json!({"mode": "fast", "threads": 1}),
                 winner: None,
-                decision: "pending: the baseline has not run here yet".into(),
+                decision: crate::decide::Decision::NothingMeasured,
                 level: crate::decide::Level::Draft,
-                level_reason: String::new(),
+                level_reason: crate::decide::LevelReasons::default(),
                 threshold: None,
                 per_cell: vec![],
                 refusals: vec![],

@@ -60,8 +60,8 @@ impl BucketOutcome {
                 .as_ref()
                 .map_or_else(|| "baseline".to_string(), |w| w.label.clone()),
             level: bucket.level.as_str().to_string(),
-            decision: bucket.decision.clone(),
-            level_reason: bucket.level_reason.clone(),
+            decision: bucket.decision.to_string(),
+            level_reason: bucket.level_reason.to_string(),
         }
     }
 }

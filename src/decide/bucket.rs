@@ -70,8 +70,8 @@ pub(super) fn racing(
     let cap = rules.max_repeats as usize;
     let leader = winners.first();
     // Indices into `standings`, with why.
-    let mut want: Vec<(usize, &'static str)> = Vec::new();
-    let mut add = |i: usize, why: &'static str| {
+    let mut want: Vec<(usize, RaceWhy)> = Vec::new();
+    let mut add = |i: usize, why: RaceWhy| {
         if standings[i].runs() < cap && !want.iter().any(|(w, _)| *w == i) {
             want.push((i, why));
         }
@@ -89,7 +89,7 @@ pub(super) fn racing(
         match leader {
             None => {
                 if straddles {
-                    add(i, "its interval straddles the minimum");
+                    add(i, RaceWhy::Straddles);
                 }
             }
             Some(l) if l.report.label == s.report.label => {}
@@ -112,9 +112,9 @@ pub(super) fn racing(
                     add(
                         i,
                         if straddles {
-                            "its interval straddles the minimum"
+                            RaceWhy::Straddles
                         } else {
-                            "it is too close to the leader to call"
+                            RaceWhy::CloseToLeader
                         },
                     );
                     leader_too = true;
@@ -128,7 +128,7 @@ pub(super) fn racing(
             .position(|s| s.report.label == l.report.label)
     });
     if leader_too && let Some(li) = leader_index {
-        add(li, "the leader, against a close contender");
+        add(li, RaceWhy::Leader);
     }
     if want.is_empty() {
         return None;
@@ -169,7 +169,7 @@ pub(super) fn racing(
         runs: runs as u32,
         why: want
             .iter()
-            .map(|(i, why)| format!("{}: {why}", standings[*i].report.label))
+            .map(|(i, why)| (standings[*i].report.label.clone(), *why))
             .collect(),
     })
 }
@@ -216,9 +216,9 @@ pub(super) fn decide_buckets(
                 trials_left = true;
                 if out.level == Level::Verdict {
                     out.level = Level::Draft;
-                    out.level_reason = why;
+                    out.level_reason = LevelReasons::one(why);
                 } else {
-                    out.level_reason = format!("{}; {why}", out.level_reason);
+                    out.level_reason.0.push(why);
                 }
             }
             out
@@ -237,11 +237,9 @@ pub(super) fn unfinished(
     reports: &[&CellReport],
     cells: &[&BTreeMap<u64, Group>],
     plans: &[&PlanRecord],
-) -> Option<String> {
+) -> Option<LevelReason> {
     if plans.is_empty() {
-        return Some(
-            "the ledger holds no plan for this host class (launched by an older tunectl, or only with --shard): launch again to record it".to_string(),
-        );
+        return Some(LevelReason::NoPlan);
     }
     let mut missing_plan = Vec::new();
     let mut searching = Vec::new();
@@ -296,30 +294,14 @@ pub(super) fn unfinished(
             left += here;
         }
     }
-    let mut parts = Vec::new();
-    if left > 0 {
-        parts.push(format!(
-            "{left} of {planned} planned trials have not ended ({})",
-            pending
-                .iter()
-                .map(|(c, n)| format!("{c}: {n}"))
-                .collect::<Vec<_>>()
-                .join(", ")
-        ));
-    }
-    if !searching.is_empty() {
-        parts.push(format!(
-            "the search has not chosen its finalists at {}",
-            searching.join(", ")
-        ));
-    }
-    if !missing_plan.is_empty() {
-        parts.push(format!(
-            "no plan is recorded for {}: launch again to record it",
-            missing_plan.join(", ")
-        ));
-    }
-    (!parts.is_empty()).then(|| parts.join("; "))
+    let u = Unfinished {
+        left,
+        planned,
+        pending,
+        searching,
+        missing_plan,
+    };
+    u.any().then_some(LevelReason::Unfinished(u))
 }
 
 pub(super) fn decide_bucket(
@@ -342,7 +324,7 @@ pub(super) fn decide_bucket(
             if rejected_labels.insert(x.label.as_str()) {
                 let mut x = x.clone();
                 if let Some(rej) = x.rejection.as_mut() {
-                    rej.detail = format!("{} at {}", rej.detail, r.cell_label);
+                    rej.detail = [rej.detail.as_str(), " at ", r.cell_label.as_str()].concat();
                 }
                 rejected.push(x);
             }
@@ -355,9 +337,9 @@ pub(super) fn decide_bucket(
         cells: reports.iter().map(|r| r.cell_label.clone()).collect(),
         config: baseline_config.clone(),
         winner: None,
-        decision: String::new(),
+        decision: Decision::NothingMeasured,
         level: Level::Draft,
-        level_reason: String::new(),
+        level_reason: LevelReasons::default(),
         threshold: None,
         per_cell: reports
             .iter()
@@ -380,19 +362,21 @@ pub(super) fn decide_bucket(
             || r.baseline.as_ref().is_none_or(|b| b.summary.is_none())
     }) {
         let why = match r.notes.iter().find(|n| n.is_drop()) {
-            Some(drop) => drop.to_string(),
-            None => r.decision.clone(),
+            Some(drop) => BaselineBecause::Dropped(drop.clone()),
+            None => BaselineBecause::Cell(r.decision.clone()),
         };
-        out.decision = format!("baseline kept: {why} at {}", r.cell_label);
+        out.decision = Decision::BaselineUnusable {
+            cell: r.cell_label.clone(),
+            why,
+        };
         // A baseline that fails reproducibly is an error of the study, not
         // a verdict on its candidates.
         out.level = Level::Draft;
-        out.level_reason = if r.baseline_state == BaselineState::Failed {
-            "the baseline fails here reproducibly (its first run and its re-run): an error of the study, not a verdict; fix it and launch again"
+        out.level_reason = LevelReasons::one(if r.baseline_state == BaselineState::Failed {
+            LevelReason::BaselineFailsReproducibly
         } else {
-            "the baseline is not measured at every cell yet"
-        }
-        .to_string();
+            LevelReason::BaselineNotMeasuredEverywhere
+        });
         return out;
     }
     // A cell given up on (its host would not settle) before its sweep was
@@ -403,20 +387,19 @@ pub(super) fn decide_bucket(
                 .as_ref()
                 .is_some_and(|b| b.trials < rules.repeats as usize)
     }) {
-        let why = r
-            .notes
-            .iter()
-            .find(|n| n.is_drop())
-            .map(CellNote::to_string)
-            .unwrap_or_default();
-        out.decision = format!("baseline kept: cell {} was {why}", r.cell_label);
+        if let Some(note) = r.notes.iter().find(|n| n.is_drop()) {
+            out.decision = Decision::CellDropped {
+                cell: r.cell_label.clone(),
+                note: note.clone(),
+            };
+        }
         out.level = Level::Draft;
-        out.level_reason = "a cell of the bucket was dropped before its sweep finished; launch again when the host is stable".to_string();
+        out.level_reason = LevelReasons::one(LevelReason::CellDroppedMidSweep);
         return out;
     }
     // Drops matter while their cell is unfinished; a later launch that
     // measured it fully makes them history.
-    let dropped: Vec<String> = reports
+    let dropped: Vec<(String, CellNote)> = reports
         .iter()
         .filter(|r| {
             r.baseline
@@ -427,7 +410,7 @@ pub(super) fn decide_bucket(
             r.notes
                 .iter()
                 .filter(|n| n.is_drop())
-                .map(move |n| format!("{}: {n}", r.cell_label))
+                .map(move |n| (r.cell_label.clone(), n.clone()))
         })
         .collect();
 
@@ -522,27 +505,18 @@ pub(super) fn decide_bucket(
                 config_label: s.report.label.clone(),
                 cell_label: cell.clone(),
                 speedup: Some(sp),
-                reason: format!(
-                    "{:.2}× overall but shown slower than the baseline at {cell} ({:.3}×, its interval below 1): no harm anywhere",
-                    s.geo, sp
-                ),
+                reason: RefusalReason::SlowerAt {
+                    overall: s.geo,
+                    cell: cell.clone(),
+                    speedup: sp,
+                },
             });
         }
     }
     let race = racing(&standings, &winners, rules);
-    let racing_reason = race.as_ref().map(|r| {
-        format!(
-            "racing: {} {} too close to call, measured up to {} runs at every cell (measurement.max_repeats = {}): {}",
-            r.configs.len(),
-            if r.configs.len() == 1 {
-                "config is"
-            } else {
-                "configs are"
-            },
-            r.runs,
-            rules.max_repeats,
-            r.why.join("; ")
-        )
+    let racing_reason = race.as_ref().map(|r| LevelReason::Racing {
+        racing: r.clone(),
+        max_repeats: rules.max_repeats,
     });
     out.racing = race;
     let Some(leader) = winners.first() else {
@@ -557,86 +531,60 @@ pub(super) fn decide_bucket(
             .or(standings.first());
         out.threshold = best.map(|_| rules.min_improvement);
         out.interval = best.map(|s| s.est.interval(CONFIDENCE));
+        let best_of = |s: &Standing| Best {
+            label: s.report.label.clone(),
+            interval: s.est.interval(CONFIDENCE),
+            min_improvement: rules.min_improvement,
+        };
         out.decision = match best {
-            _ if !out.refusals.is_empty() => format!(
-                "baseline kept: {} refused by {} ({})",
-                out.refusals[0].config_label, out.refusals[0].cell_label, out.refusals[0].reason
-            ),
-            Some(best) if out.racing.is_some() => format!(
-                "baseline kept for now: the best, {}, is {} over the bucket, not yet shown to beat the {} minimum: measuring more",
-                best.report.label,
-                interval_text(&best.est.interval(CONFIDENCE)),
-                pct(rules.min_improvement)
-            ),
-            Some(best) if best.bounds().1 > tau => format!(
-                "baseline kept: the best, {}, is {} over the bucket after {} runs at every cell: not shown to beat the {} minimum (measurement.max_repeats = {} reached)",
-                best.report.label,
-                interval_text(&best.est.interval(CONFIDENCE)),
-                best.runs(),
-                pct(rules.min_improvement),
-                rules.max_repeats
-            ),
-            Some(best) => format!(
-                "baseline kept: no improvement (the best, {}, is {} over the bucket: shown below the {} minimum)",
-                best.report.label,
-                interval_text(&best.est.interval(CONFIDENCE)),
-                pct(rules.min_improvement)
-            ),
-            None if too_few > 0 => format!(
-                "baseline kept for now: {too_few} {} fewer than two runs or selection.min_samples = {} samples at some cell (no interval of the speedup)",
-                if too_few == 1 {
-                    "candidate has"
-                } else {
-                    "candidates have"
-                },
-                rules.min_samples
-            ),
-            None if incomplete > 0 => format!(
-                "baseline kept for now: {incomplete} {} not measured at every cell yet",
-                if incomplete == 1 {
-                    "candidate is"
-                } else {
-                    "candidates are"
-                }
-            ),
-            None if untried => {
-                "baseline kept for now: no candidate has been measured yet".to_string()
-            }
-            None => "baseline kept: no candidate passed the gate at every cell".to_string(),
+            _ if !out.refusals.is_empty() => Decision::Refused(out.refusals[0].clone()),
+            Some(best) if out.racing.is_some() => Decision::NotYetShown {
+                best: best_of(best),
+            },
+            Some(best) if best.bounds().1 > tau => Decision::NotShownAtCap {
+                best: best_of(best),
+                runs: best.runs(),
+                max_repeats: rules.max_repeats,
+            },
+            Some(best) => Decision::NoImprovement {
+                best: best_of(best),
+            },
+            None if too_few > 0 => Decision::TooFewRuns {
+                candidates: too_few,
+                min_samples: rules.min_samples,
+            },
+            None if incomplete > 0 => Decision::NotMeasuredEverywhere {
+                candidates: incomplete,
+            },
+            None if untried => Decision::NothingMeasured,
+            None => Decision::NothingPassedTheGate,
         };
         let (level, why) = if untried {
-            (
-                Level::Draft,
-                "no candidate has been measured yet".to_string(),
-            )
+            (Level::Draft, LevelReason::NothingMeasured)
         } else if too_few > 0 {
             (
                 Level::Draft,
-                format!(
-                    "{too_few} candidates have fewer than two runs or selection.min_samples = {} samples at some cell: no interval of their speedup is known",
-                    rules.min_samples
-                ),
+                LevelReason::TooFewRuns {
+                    candidates: too_few,
+                    min_samples: rules.min_samples,
+                },
             )
         } else if incomplete > 0 {
             (
                 Level::Draft,
-                format!("{incomplete} candidates are not measured at every cell yet"),
+                LevelReason::NotMeasuredEverywhere {
+                    candidates: incomplete,
+                },
             )
         } else if !dropped.is_empty() {
-            (
-                Level::Draft,
-                format!("cells were dropped: {}", dropped.join("; ")),
-            )
+            (Level::Draft, LevelReason::CellsDropped(dropped))
         } else if let Some(why) = racing_reason {
             (Level::Draft, why)
         } else {
-            (
-                Level::Verdict,
-                "every eligible candidate was measured at every cell".to_string(),
-            )
+            (Level::Verdict, LevelReason::AllMeasured)
         };
         out.level = level;
-        out.level_reason = why;
+        out.level_reason = LevelReasons::one(why);
         return out;
     };
     // Ties: shown equivalent to the leader, compared with it directly at
@@ -647,15 +595,7 @@ pub(super) fn decide_bucket(
         .min_by(|a, b| a.report.order.cmp(&b.report.order))
         .copied()
         .unwrap_or(leader);
-    let tie = if pick.report.label != leader.report.label {
-        format!(
-            "; shown equivalent to the fastest ({}) within {}, it changes fewer knobs",
-            leader.report.label,
-            pct(rules.min_improvement)
-        )
-    } else {
-        String::new()
-    };
+    let tie_with = (pick.report.label != leader.report.label).then(|| leader.report.label.clone());
     out.threshold = Some(rules.min_improvement);
     out.interval = Some(pick.est.interval(CONFIDENCE));
     for (pc, r) in out.per_cell.iter_mut().zip(reports) {
@@ -678,17 +618,22 @@ pub(super) fn decide_bucket(
         interval: pick.est.interval(CONFIDENCE),
         confirmation: None,
     };
-    let sweep_line = format!(
-        "{} over the bucket (geometric mean; lowest cell {:.2}×), its lower bound above the {} minimum, shown slower nowhere{tie}",
-        interval_text(&winner.interval),
-        winner.min_cell_speedup,
-        pct(rules.min_improvement)
-    );
+    let sweep = SweepWin {
+        interval: winner.interval,
+        lowest_cell: winner.min_cell_speedup,
+        min_improvement: rules.min_improvement,
+        tie_with,
+    };
+    let wins = |for_now: bool| Decision::Wins {
+        label: pick.report.label.clone(),
+        sweep: sweep.clone(),
+        for_now,
+    };
     // Racing still going: the winner may change; no round yet.
     if let Some(why) = racing_reason {
-        out.decision = format!("{} wins for now: {sweep_line}", pick.report.label);
+        out.decision = wins(true);
         out.level = Level::Draft;
-        out.level_reason = why;
+        out.level_reason = LevelReasons::one(why);
         out.config = winner.config.clone();
         out.winner = Some(winner);
         return out;
@@ -716,63 +661,55 @@ pub(super) fn decide_bucket(
         .min(reports[0].baseline.as_ref().map(|b| b.hosts).unwrap_or(0));
     match confirmation {
         Some(c) if c.incomplete => {
-            out.decision = format!("{} wins: {sweep_line}", pick.report.label);
+            out.decision = wins(false);
             out.level = Level::Draft;
-            out.level_reason = format!(
-                "awaiting the final interleaved round against the baseline: {} of {rounds} runs a side at every cell measured",
-                c.runs_done
-            );
+            out.level_reason = LevelReasons::one(LevelReason::AwaitingRound {
+                done: Some((c.runs_done, rounds)),
+            });
             winner.confirmation = Some(c);
             out.config = winner.config.clone();
             out.winner = Some(winner);
         }
         Some(c) if !c.confirmed && c.failure.is_some() => {
-            let failure = c
-                .failure
-                .as_ref()
-                .map(RoundFailure::to_string)
-                .unwrap_or_default();
-            out.decision = format!(
-                "baseline kept: {} failed its final round against the baseline: {failure}",
-                pick.report.label,
-            );
+            let failure = c.failure.clone().unwrap_or(RoundFailure {
+                class: None,
+                detail: String::new(),
+                repeat: 0,
+                host: String::new(),
+            });
+            out.decision = Decision::RoundFailed {
+                label: pick.report.label.clone(),
+                failure: failure.clone(),
+            };
             for pc in out.per_cell.iter_mut() {
                 pc.winner = None;
             }
             out.level = Level::Verdict;
-            out.level_reason = "the sweep's winner failed in the confirmation round".to_string();
+            out.level_reason = LevelReasons::one(LevelReason::WinnerFailedRound);
             out.refusals.push(Refusal {
                 config_label: pick.report.label.clone(),
                 cell_label: "(confirmation round)".to_string(),
                 speedup: None,
-                reason: failure,
+                reason: RefusalReason::RoundFailed(failure),
             });
             winner.confirmation = Some(c);
             return out;
         }
         Some(c) if !c.confirmed => {
-            let measured = c
-                .interval
-                .map(|i| interval_text(&i))
-                .unwrap_or_else(|| format!("{:.3}×", c.speedup));
-            let why = if c.harmed.is_some() {
-                format!(
-                    "shown slower than the baseline at {}",
-                    c.harmed.clone().unwrap_or_default()
-                )
-            } else {
-                format!("its lower bound not above the {} minimum", pct(c.threshold))
+            out.decision = Decision::NotConfirmed {
+                label: pick.report.label.clone(),
+                sweep_speedup: pick.geo,
+                measured: RoundMeasure::of(&c),
+                because: match &c.harmed {
+                    Some(cell) => NotConfirmedBecause::SlowerAt(cell.clone()),
+                    None => NotConfirmedBecause::BelowMinimum(c.threshold),
+                },
             };
-            out.decision = format!(
-                "baseline kept: {} looked {:.2}× faster in the sweep but the final interleaved round measured {measured}, {why}",
-                pick.report.label, pick.geo,
-            );
             for pc in out.per_cell.iter_mut() {
                 pc.winner = None;
             }
             out.level = Level::Verdict;
-            out.level_reason =
-                "the sweep's winner was not confirmed against the baseline".to_string();
+            out.level_reason = LevelReasons::one(LevelReason::WinnerNotConfirmed);
             winner.confirmation = Some(c);
             out.refusals.push(Refusal {
                 config_label: winner.label.clone(),
@@ -784,47 +721,33 @@ pub(super) fn decide_bucket(
                         .map(|c| c.speedup)
                         .unwrap_or(1.0),
                 ),
-                reason: "not confirmed in the final interleaved round".to_string(),
+                reason: RefusalReason::NotConfirmed,
             });
             return out;
         }
         c => {
-            out.decision = format!("{} wins: {sweep_line}", pick.report.label);
+            out.decision = wins(false);
             let (level, why) = match &c {
-                _ if rules.confirm_repeats == 0 => (
-                    Level::Draft,
-                    "no confirmation round (measurement.confirm_repeats is 0)".to_string(),
-                ),
-                None => (
-                    Level::Draft,
-                    "awaiting the final interleaved round against the baseline".to_string(),
-                ),
+                _ if rules.confirm_repeats == 0 => (Level::Draft, LevelReason::NoRound),
+                None => (Level::Draft, LevelReason::AwaitingRound { done: None }),
                 Some(_) if min_trials < rules.repeats as usize => (
                     Level::Draft,
-                    format!(
-                        "only {min_trials} of {} repeats at some cell",
-                        rules.repeats
-                    ),
+                    LevelReason::FewRepeats {
+                        least: min_trials,
+                        repeats: rules.repeats,
+                    },
                 ),
                 Some(_) if (min_hosts as u32) < rules.min_hosts => (
                     Level::Draft,
-                    format!(
-                        "measured on {min_hosts} hosts, fewer than selection.min_hosts = {}",
-                        rules.min_hosts
-                    ),
+                    LevelReason::FewHosts {
+                        hosts: min_hosts,
+                        min_hosts: rules.min_hosts,
+                    },
                 ),
-                Some(c) => (
-                    Level::Verdict,
-                    format!(
-                        "confirmed in the final interleaved round: {}",
-                        c.interval
-                            .map(|i| interval_text(&i))
-                            .unwrap_or_else(|| format!("{:.3}×", c.speedup)),
-                    ),
-                ),
+                Some(c) => (Level::Verdict, LevelReason::Confirmed(RoundMeasure::of(c))),
             };
             out.level = level;
-            out.level_reason = why;
+            out.level_reason = LevelReasons::one(why);
             winner.confirmation = c;
             out.config = winner.config.clone();
             out.winner = Some(winner);

@@ -70,11 +70,6 @@ pub(super) struct Group<'a> {
     pub(super) confirm: Vec<&'a AttemptRecord>,
 }
 
-
-pub(super) fn pct(x: f64) -> String {
-    format!("{:.1}%", x * 100.0)
-}
-
 pub(super) fn analyze_cell(
     configs: &BTreeMap<u64, Group>,
     objective: &str,
@@ -143,7 +138,7 @@ pub(super) fn analyze_cell(
     {
         if b.summary.is_some() {
             notes.push(CellNote::BaselineFailedOnce {
-                detail: format!("{}: {}", r.class.as_str(), r.detail),
+                detail: r.to_string(),
             });
         } else {
             retry_pending = Some(r);
@@ -204,37 +199,25 @@ pub(super) fn analyze_cell(
 
     let mut winner = None;
     let mut threshold = None;
+    let failure = |r: &Rejection| r.to_string();
     let decision = match &base_report {
-        None => "pending: the baseline has not run here yet".to_string(),
-        Some(_) if retry_pending.is_some() => format!(
-            "pending: the baseline failed once ({}); it runs once more before the failure is believed",
-            retry_pending
-                .as_ref()
-                .map(|r| format!("{}: {}", r.class.as_str(), r.detail))
-                .unwrap_or_default()
-        ),
-        Some(b) if b.rejection.is_some() => {
-            let r = b
-                .rejection
-                .as_ref()
-                .map(|r| format!("{}: {}", r.class.as_str(), r.detail))
-                .unwrap_or_default();
-            format!("baseline failed ({r}); nothing can win here")
-        }
-        Some(b) if b.summary.is_none() => {
-            "pending: the baseline has no measurements yet".to_string()
-        }
-        Some(b) if b.relative_spread.is_none() => format!(
-            "no decision: the baseline has {} samples here, fewer than selection.min_samples = {}: its spread is unknown and nothing wins on it",
-            b.summary.map(|s| s.n).unwrap_or(0),
-            rules.min_samples
-        ),
+        None => CellDecision::BaselinePending,
+        Some(_) if retry_pending.is_some() => CellDecision::BaselineRetry {
+            failure: retry_pending.as_ref().map(failure).unwrap_or_default(),
+        },
+        Some(b) if b.rejection.is_some() => CellDecision::BaselineFailed {
+            failure: b.rejection.as_ref().map(failure).unwrap_or_default(),
+        },
+        Some(b) if b.summary.is_none() => CellDecision::BaselineUnmeasured,
+        Some(b) if b.relative_spread.is_none() => CellDecision::BaselineFewSamples {
+            samples: b.summary.map(|s| s.n).unwrap_or(0),
+            min_samples: rules.min_samples,
+        },
         Some(_) => match eligible.iter().find(|c| c.estimate.is_some()) {
-            None if eligible.iter().any(|c| c.speedup.is_some()) => format!(
-                "no decision: the candidates have fewer than two runs or selection.min_samples = {} samples here: no interval of their speedup is known and nothing wins on it",
-                rules.min_samples
-            ),
-            None => "baseline kept: no eligible candidate".to_string(),
+            None if eligible.iter().any(|c| c.speedup.is_some()) => CellDecision::TooFewRuns {
+                min_samples: rules.min_samples,
+            },
+            None => CellDecision::NoEligible,
             Some(leader) => {
                 threshold = Some(rules.min_improvement);
                 let tau = rules.tau();
@@ -242,34 +225,21 @@ pub(super) fn analyze_cell(
                     .estimate
                     .map(|e| e.log_bounds(CONFIDENCE))
                     .unwrap_or((f64::NEG_INFINITY, 0.0));
-                let shown = leader
-                    .interval
-                    .map(|i| interval_text(&i))
-                    .unwrap_or_default();
                 if lo > tau {
                     let pick = pick_among_ties(&eligible, leader, rules);
                     winner = Some(pick.clone());
-                    let tie = if pick.label != leader.label {
-                        format!(
-                            "; shown equivalent to the fastest ({}) within {}, it changes fewer knobs",
-                            leader.label,
-                            pct(rules.min_improvement)
-                        )
-                    } else {
-                        String::new()
-                    };
-                    format!(
-                        "{} is fastest here: {}, its lower bound above the {} minimum{tie}",
-                        pick.label,
-                        pick.interval.map(|i| interval_text(&i)).unwrap_or_default(),
-                        pct(rules.min_improvement),
-                    )
+                    CellDecision::Fastest {
+                        label: pick.label.clone(),
+                        interval: pick.interval,
+                        min_improvement: rules.min_improvement,
+                        tie_with: (pick.label != leader.label).then(|| leader.label.clone()),
+                    }
                 } else {
-                    format!(
-                        "no improvement shown: the best candidate ({}) is {shown}, not shown to beat the {} minimum",
-                        leader.label,
-                        pct(rules.min_improvement)
-                    )
+                    CellDecision::NoImprovementShown {
+                        best: leader.label.clone(),
+                        interval: leader.interval,
+                        min_improvement: rules.min_improvement,
+                    }
                 }
             }
         },
@@ -335,20 +305,7 @@ pub(super) fn pick_among_ties<'a>(
 /// A speedup with its interval and the runs behind it:
 /// `1.08× [1.05, 1.11] 95% CI, n=24 vs 60 runs`.
 pub fn interval_text(i: &Interval) -> String {
-    format!(
-        "{:.3}× [{:.3}, {:.3}] {:.0}% CI, n={} vs {} runs{}",
-        i.speedup,
-        i.low,
-        i.high,
-        i.confidence * 100.0,
-        i.runs,
-        i.reference_runs,
-        if i.samples_as_runs {
-            " (a single run's samples taken as runs: run-to-run variation unknown)"
-        } else {
-            ""
-        }
-    )
+    IntervalText(i).to_string()
 }
 
 /// The first `selection.limits` bound a config's successful sweep attempts

@@ -44,6 +44,7 @@ pub mod gate;
 mod model;
 #[cfg(test)]
 mod tests;
+mod words;
 
 use bucket::*;
 pub use cell::interval_text;
@@ -51,6 +52,7 @@ use cell::*;
 pub use confirm::CONFIRM_POWER;
 use confirm::*;
 pub use model::*;
+pub use words::*;
 
 /// Analyse a study's ledger contents.
 /// Without the plan records, no bucket is a verdict (nothing says its
@@ -263,7 +265,7 @@ pub fn analyze_scoped(
                 baseline_state: BaselineState::Pending,
                 baseline: None,
                 winner: None,
-                decision: why.to_string(),
+                decision: CellDecision::Dropped(why.clone()),
                 threshold: None,
                 eligible: Vec::new(),
                 rejected: Vec::new(),
@@ -280,7 +282,6 @@ pub fn analyze_scoped(
             {
                 continue;
             }
-            let why = "pending: nothing has run at this cell yet".to_string();
             cell_reports.push(CellReport {
                 cell: p.cell.clone(),
                 cell_label: p.cell_label.clone(),
@@ -288,7 +289,7 @@ pub fn analyze_scoped(
                 baseline_state: BaselineState::Pending,
                 baseline: None,
                 winner: None,
-                decision: why,
+                decision: CellDecision::NothingRun,
                 threshold: None,
                 eligible: Vec::new(),
                 rejected: Vec::new(),

@@ -220,9 +220,9 @@ pub struct BucketReport {
     /// The config that ships: the winner's, or the baseline's.
     pub config: serde_json::Value,
     pub winner: Option<BucketWinner>,
-    pub decision: String,
+    pub decision: Decision,
     pub level: Level,
-    pub level_reason: String,
+    pub level_reason: LevelReasons,
     /// Relative improvement the winner had to exceed.
     pub threshold: Option<f64>,
     /// Per cell: the baseline and, when there is one, the winner.
@@ -249,15 +249,38 @@ pub struct BucketReport {
 /// More runs where a bucket's decision is close (racing): the baseline and
 /// these configs each get sweep runs up to `runs` at every cell of the
 /// bucket.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Racing {
     /// (label, config index), the baseline not included.
     pub configs: Vec<(String, u64)>,
     /// Sweep runs each should have at every cell after this round.
     pub runs: u32,
-    /// Why, per config (the baseline aside): `straddles the minimum`,
-    /// `close to the leader`.
-    pub why: Vec<String>,
+    /// Why, per config (the baseline aside), by label.
+    pub why: Vec<(String, RaceWhy)>,
+}
+
+impl Serialize for Racing {
+    fn serialize<S: Serializer>(&self, ser: S) -> Result<S::Ok, S::Error> {
+        /// A config's label and why it is raced, as `label: why`.
+        struct Why<'a>(&'a str, RaceWhy);
+        impl Serialize for Why<'_> {
+            fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                s.collect_str(&format_args!("{}: {}", self.0, self.1))
+            }
+        }
+        #[derive(Serialize)]
+        struct View<'a> {
+            configs: &'a [(String, u64)],
+            runs: u32,
+            why: Vec<Why<'a>>,
+        }
+        View {
+            configs: &self.configs,
+            runs: self.runs,
+            why: self.why.iter().map(|(l, w)| Why(l, *w)).collect(),
+        }
+        .serialize(ser)
+    }
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -375,12 +398,12 @@ pub struct BucketCell {
     pub winner: Option<ConfigReport>,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Refusal {
     pub config_label: String,
     pub cell_label: String,
     pub speedup: Option<f64>,
-    pub reason: String,
+    pub reason: RefusalReason,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -395,7 +418,7 @@ pub struct CellReport {
     /// ships is decided per bucket).
     pub winner: Option<ConfigReport>,
     /// Why the winner won, or why the baseline stays.
-    pub decision: String,
+    pub decision: CellDecision,
     /// The threshold the winner had to beat (relative).
     pub threshold: Option<f64>,
     /// Eligible candidates, best first (the winner included).
@@ -407,7 +430,7 @@ pub struct CellReport {
     pub(super) cell_index: Option<u32>,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Rejection {
     pub class: FailureClass,
     pub detail: String,
@@ -419,6 +442,12 @@ pub struct Rejection {
     /// shows it.
     #[serde(skip)]
     pub log: String,
+}
+
+impl fmt::Display for Rejection {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.class.as_str(), self.detail)
+    }
 }
 
 /// In JSON, a spread from fewer than `selection.min_samples` samples is

@@ -459,7 +459,7 @@ fn class_section(out: &mut String, a: &Analysis, class: &ClassReport, all: bool)
             out,
             "<p class=\"table-title\">cell {} · {}</p>",
             esc(&cell.cell_label),
-            esc(&cell.decision)
+            esc(&cell.decision.to_string())
         );
         for n in &cell.notes {
             let _ = writeln!(out, "<p class=\"note\">note: {}</p>", esc(&n.to_string()));

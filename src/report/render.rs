@@ -244,10 +244,11 @@ pub(super) fn bucket_row(b: &BucketReport, min_samples: usize) -> [String; 6] {
         Some(_) => super::terminal::winner_numbers(b, min_samples).join("; "),
         None => "1× (the baseline itself)".to_string(),
     };
-    let mut decision = b.decision.clone();
+    let mut decision = b.decision.to_string();
     for r in &b.refusals {
-        if !decision.contains(&r.reason) {
-            decision.push_str(&format!("; refused {}: {}", r.config_label, r.reason));
+        let reason = r.reason.to_string();
+        if !decision.contains(&reason) {
+            decision.push_str(&format!("; refused {}: {reason}", r.config_label));
         }
     }
     [
@@ -440,7 +441,7 @@ fn render_markdown(a: &Analysis, all: bool) -> String {
                 out,
                 "### cell {}\n\n{}\n",
                 md_escape(&cell.cell_label),
-                md_escape(&cell.decision)
+                md_escape(&cell.decision.to_string())
             );
             for n in &cell.notes {
                 let _ = writeln!(out, "> note: {}\n", md_escape(&n.to_string()));
@@ -780,7 +781,7 @@ fn render_csv(a: &Analysis) -> String {
                 ];
                 let tail = [
                     note,
-                    cell.decision.clone(),
+                    cell.decision.to_string(),
                     context.clone(),
                     bucket.map(|b| b.label.clone()).unwrap_or_default(),
                     bucket
@@ -794,7 +795,7 @@ fn render_csv(a: &Analysis) -> String {
                         })
                         .unwrap_or_default(),
                     bucket.map(|b| b.level.to_string()).unwrap_or_default(),
-                    bucket.map(|b| b.decision.clone()).unwrap_or_default(),
+                    bucket.map(|b| b.decision.to_string()).unwrap_or_default(),
                 ];
                 // One row per metric: the objective's, then each
                 // secondary metric's.

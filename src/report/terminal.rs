@@ -236,7 +236,7 @@ fn ships(out: &mut String, a: &Analysis, b: &BucketReport, width: usize) {
             put(out, &l, width, "    ", "      ");
         }
     } else {
-        put(out, &b.decision, width, "    ", "      ");
+        put(out, &b.decision.to_string(), width, "    ", "      ");
     }
     put(
         out,
@@ -246,7 +246,7 @@ fn ships(out: &mut String, a: &Analysis, b: &BucketReport, width: usize) {
         "      ",
     );
     for r in &b.refusals {
-        if !b.decision.contains(&r.reason) || b.winner.is_some() {
+        if !b.decision.to_string().contains(&r.reason.to_string()) || b.winner.is_some() {
             put(
                 out,
                 &format!(

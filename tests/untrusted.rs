@@ -311,3 +311,247 @@ measurement: {warmup: 0, repeats: 1, anchor_every: 0, confirm_repeats: 0}
         "JSON keeps the value, in JSON's escaping"
     );
 }
+
+/// How long a command of the tests below may take: they refuse at once
+/// what they used to wait on forever.
+const FAST: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// Peak resident memory allowed to a command of the tests below: a read of
+/// `/dev/zero` used to take about 1 GiB before it ran out of memory.
+const SMALL_PEAK: u64 = 256 << 20;
+
+/// What to put where tunectl reads a file: a FIFO that nothing writes to,
+/// or a symlink to `/dev/zero`; and how tunectl says what it found.
+const NOT_FILES: [(&str, &str); 2] = [
+    ("fifo", "is a FIFO, not a regular file"),
+    (
+        "zero",
+        "is a symlink to a character device, not a regular file",
+    ),
+];
+
+/// Replace `path` (if there) by a `kind` of [`NOT_FILES`].
+fn put_not_a_file(path: &Path, kind: &str) {
+    let _ = std::fs::remove_file(path);
+    match kind {
+        "fifo" => support::mkfifo(path),
+        _ => std::os::unix::fs::symlink("/dev/zero", path).expect("symlink"),
+    }
+}
+
+/// `cmd`, which must end within [`FAST`] in [`SMALL_PEAK`] of memory.
+fn run_fast(env: &Env, cmd: std::process::Command, what: &str) -> Out {
+    let (out, peak) = env.run_bounded(cmd, FAST);
+    assert!(
+        peak < SMALL_PEAK,
+        "{what}: peak memory {} MiB:\n{}",
+        peak >> 20,
+        out.text()
+    );
+    out
+}
+
+/// A study, an inventory or a tuned file that is a FIFO with no writer
+/// used to hang `plan`, `validate` and `apply` forever; a symlink to
+/// /dev/zero was read until memory ran out. Each is refused at once (exit
+/// 2), naming the file and what it is, in little memory.
+#[test]
+fn named_input_files_must_be_regular_files() {
+    let study = r#"name: inputs
+knobs:
+  v: {kind: categorical, values: [base, fast], default: base}
+trial:
+  command: "sh {{ study_dir }}/fake-trial.sh {{ v }}"
+objective: {metric: throughput, better: higher}
+measurement: {warmup: 0, repeats: 1, anchor_every: 0, confirm_repeats: 0}
+"#;
+    let env = Env::new(study);
+    for (kind, what) in NOT_FILES {
+        let name = format!("{kind}.yaml");
+        put_not_a_file(&env.path().join(&name), kind);
+        let study = env.study_arg();
+        let cases: [(&str, Vec<&str>, String); 4] = [
+            (
+                "study",
+                vec!["plan", &name, "--dry-run", "--ledger", env.ledger_url()],
+                format!("error: {name}: cannot read file: {what}"),
+            ),
+            (
+                "study to validate",
+                vec!["validate", &name],
+                format!("error: {name}: cannot read file: {what}"),
+            ),
+            (
+                "inventory",
+                vec![
+                    "plan",
+                    &study,
+                    "--dry-run",
+                    "--inventory",
+                    &name,
+                    "--ledger",
+                    env.ledger_url(),
+                ],
+                format!("error: {name}: cannot read file: {what}"),
+            ),
+            (
+                "tuned file",
+                vec!["apply", "--tuned", &name, "--", "true"],
+                format!("error: {name}: cannot read: {what}"),
+            ),
+        ];
+        for (case, args, message) in cases {
+            let mut cmd = env.tunectl();
+            cmd.args(&args);
+            let out = run_fast(&env, cmd, &format!("{kind} {case}"));
+            assert_eq!(out.code, Some(2), "{kind} {case}:\n{}", out.text());
+            assert!(
+                out.stderr.contains(&message),
+                "{kind} {case}: no `{message}`:\n{}",
+                out.text()
+            );
+        }
+    }
+}
+
+/// A copy of `env`'s ledger as `<name>/` beside it; its path.
+fn copy_ledger(env: &Env, name: &str) -> PathBuf {
+    let to = env.path().join(name);
+    let status = std::process::Command::new("cp")
+        .arg("-a")
+        .arg(env.ledger())
+        .arg(&to)
+        .status()
+        .expect("cp");
+    assert!(status.success(), "cp -a {}", env.ledger().display());
+    to
+}
+
+/// The attempt objects of study `study` in the ledger at `ledger`, by the
+/// value of knob `v`.
+fn attempt_files(ledger: &Path, study: &str) -> BTreeMap<String, PathBuf> {
+    let mut out = BTreeMap::new();
+    for trial in std::fs::read_dir(ledger.join(study).join("trials"))
+        .expect("trials")
+        .flatten()
+    {
+        for f in std::fs::read_dir(trial.path()).expect("trial").flatten() {
+            let text = std::fs::read_to_string(f.path()).expect("attempt");
+            let a: Json = serde_json::from_str(&text).expect("attempt JSON");
+            let v = a["config"]["v"].as_str().unwrap_or_default().to_string();
+            out.insert(v, f.path());
+        }
+    }
+    out
+}
+
+/// `tunectl ARGS --ledger LEDGER` through [`run_fast`].
+fn tunectl_fast(env: &Env, args: &[&str], ledger: &Path, what: &str) -> Out {
+    let mut cmd = env.tunectl();
+    cmd.args(args).arg("--ledger").arg(ledger);
+    run_fast(env, cmd, what)
+}
+
+/// A local ledger's objects that are FIFOs or symlinks to /dev/zero: an
+/// attempt object used to hang `ledger check` and `launch` (or, linked to
+/// /dev/zero, was passed over and `ledger check` called the ledger clean),
+/// a FIFO `study.json` hung `report`, a FIFO lease hung the launch taking
+/// it. Each is now an error naming the file and what it is, at once:
+/// `ledger check` reports the attempt as unreadable (exit 1) and the rest
+/// of the ledger as it is, a launch goes on without it (the trial runs
+/// again), `report` fails on the study record, a launch says it cannot
+/// take the lease and `status` fails on it.
+#[test]
+fn ledger_objects_must_be_regular_files() {
+    let study = r#"name: objects
+knobs:
+  v: {kind: categorical, values: [base, fast], default: base}
+trial:
+  command: "sh {{ study_dir }}/fake-trial.sh {{ v }}"
+  timeout: 20s
+objective: {metric: throughput, better: higher}
+measurement: {warmup: 0, repeats: 1, anchor_every: 0, confirm_repeats: 0}
+"#;
+    let env = Env::new(study);
+    let out = env.launch(&[]);
+    assert!(ran_to_the_end(out.code, &out.stderr), "{}", out.text());
+    let study_arg = env.study_arg();
+    for (kind, what) in NOT_FILES {
+        // An attempt object.
+        let ledger = copy_ledger(&env, &format!("{kind}-attempt"));
+        let attempts = attempt_files(&ledger, "objects");
+        let bad = &attempts["fast"];
+        put_not_a_file(bad, kind);
+        let named = format!("{} {what}", bad.display());
+        let out = tunectl_fast(&env, &["ledger", "check", "objects"], &ledger, "check");
+        let text = out.text();
+        assert_eq!(out.code, Some(1), "{kind}: {text}");
+        assert!(text.contains(&named), "{kind}: no `{named}`:\n{text}");
+        assert!(
+            text.contains("objects: 1 attempts readable, 0 voided, 1 unreadable, 0 missing"),
+            "{kind}: {text}"
+        );
+        let mut cmd = env.tunectl();
+        cmd.args(["launch", &study_arg, "--progress", "plain", "--ledger"])
+            .arg(&ledger)
+            .arg("--workdir")
+            .arg(env.work());
+        let out = run_fast(&env, cmd, "launch");
+        let text = out.text();
+        assert!(ran_to_the_end(out.code, &out.stderr), "{kind}: {text}");
+        assert!(
+            text.contains("warning: ignoring unreadable ledger object") && text.contains(&named),
+            "{kind}: {text}"
+        );
+        assert_eq!(out.ran(), 1, "{kind}: the trial runs again:\n{text}");
+        assert!(attempts["base"].is_file(), "the rest of the ledger stays");
+
+        // The study record.
+        let ledger = copy_ledger(&env, &format!("{kind}-study"));
+        let record = ledger.join("objects/study.json");
+        put_not_a_file(&record, kind);
+        let out = tunectl_fast(&env, &["report", &study_arg], &ledger, "report");
+        assert_ne!(out.code, Some(0), "{kind}: {}", out.text());
+        let named = format!("{} {what}", record.display());
+        assert!(
+            out.stderr.contains(&named),
+            "{kind}: no `{named}`:\n{}",
+            out.text()
+        );
+
+        // A lease of a trial that has to run again.
+        let ledger = copy_ledger(&env, &format!("{kind}-lease"));
+        let trial = attempt_files(&ledger, "objects")["fast"]
+            .parent()
+            .expect("trial folder")
+            .to_path_buf();
+        let key = trial
+            .file_name()
+            .and_then(|n| n.to_str())
+            .expect("key")
+            .to_string();
+        std::fs::remove_dir_all(&trial).expect("remove the trial's attempt");
+        std::fs::create_dir_all(ledger.join("objects/leases")).expect("mkdir leases");
+        let lease = ledger.join(format!("objects/leases/{key}.000000000001.json"));
+        put_not_a_file(&lease, kind);
+        let named = format!("{} {what}", lease.display());
+        let mut cmd = env.tunectl();
+        cmd.args(["launch", &study_arg, "--progress", "plain", "--ledger"])
+            .arg(&ledger)
+            .arg("--workdir")
+            .arg(env.work());
+        let out = run_fast(&env, cmd, "launch");
+        let text = out.text();
+        assert!(
+            text.contains("error: cannot take the lease of a trial") && text.contains(&named),
+            "{kind}: {text}"
+        );
+        let out = tunectl_fast(&env, &["status", &study_arg], &ledger, "status");
+        assert_eq!(out.code, Some(1), "{kind}: {}", out.text());
+        assert!(
+            out.stderr.contains(&named),
+            "{kind}: no `{named}`:\n{}",
+            out.text()
+        );
+    }
+}

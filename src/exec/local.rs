@@ -36,6 +36,7 @@ use crate::fingerprint::{self, Fingerprint};
 use crate::gate::{self, MAX_VALUE_FILE_BYTES};
 use crate::ledger::checkpoint::Claim;
 use crate::ledger::records::ExitInfo;
+use crate::safe_read;
 use crate::trial::Phase;
 
 /// The local machine as a transport.
@@ -452,128 +453,16 @@ async fn stop(
     }
 }
 
-/// Bytes read at a time when hashing.
-const CHUNK: usize = 1024 * 1024;
+pub use crate::safe_read::size_label;
 
-/// `n` bytes for people: `8 MiB`, `16 GiB`, else bytes.
-pub fn size_label(n: u64) -> String {
-    const GIB: u64 = 1024 * 1024 * 1024;
-    if n >= GIB && n.is_multiple_of(GIB) {
-        format!("{} GiB", n / GIB)
-    } else if n >= 1024 * 1024 && n.is_multiple_of(1024 * 1024) {
-        format!("{} MiB", n / (1024 * 1024))
-    } else {
-        format!("{n} bytes")
-    }
-}
-
-/// What a file type is, for a message.
-fn kind_of(t: std::fs::FileType) -> &'static str {
-    use std::os::unix::fs::FileTypeExt;
-    if t.is_dir() {
-        "a directory"
-    } else if t.is_fifo() {
-        "a FIFO"
-    } else if t.is_char_device() {
-        "a character device"
-    } else if t.is_block_device() {
-        "a block device"
-    } else if t.is_socket() {
-        "a socket"
-    } else if t.is_symlink() {
-        "a symlink"
-    } else {
-        "not a regular file"
-    }
-}
-
-/// Open `path` for reading if it is a regular file (a symlink is followed
-/// only to a regular file) of at most `cap` bytes. Nothing else is opened
-/// (a FIFO would block, a device never end), and the open itself cannot
-/// block: the type is checked before, and again on the open descriptor. The
-/// error says why, e.g. `is a FIFO, not a regular file`, `was not written`.
-fn open_regular(path: &Path, cap: u64) -> Result<std::fs::File, String> {
-    use std::os::unix::fs::OpenOptionsExt;
-    let not_regular = |via_link: bool, t: std::fs::FileType| {
-        format!(
-            "is {}{}, not a regular file",
-            if via_link { "a symlink to " } else { "" },
-            kind_of(t)
-        )
-    };
-    let link = std::fs::symlink_metadata(path).map_err(|e| match e.kind() {
-        std::io::ErrorKind::NotFound => "was not written".to_string(),
-        _ => format!("cannot be read: {e}"),
-    })?;
-    let via_link = link.file_type().is_symlink();
-    let meta = if via_link {
-        std::fs::metadata(path).map_err(|e| format!("is a symlink that cannot be followed: {e}"))?
-    } else {
-        link
-    };
-    if !meta.is_file() {
-        return Err(not_regular(via_link, meta.file_type()));
-    }
-    let file = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
-        .open(path)
-        .map_err(|e| format!("cannot be read: {e}"))?;
-    let meta = file
-        .metadata()
-        .map_err(|e| format!("cannot be read: {e}"))?;
-    if !meta.is_file() {
-        return Err(not_regular(via_link, meta.file_type()));
-    }
-    if meta.len() > cap {
-        return Err(format!(
-            "is {} bytes, over the limit of {}",
-            meta.len(),
-            size_label(cap)
-        ));
-    }
-    Ok(file)
-}
-
-/// Read `path` through `sink` in chunks: a regular file of at most `cap`
-/// bytes (also when it grows while read), finished before `deadline`.
-fn read_chunks(
-    path: &Path,
-    cap: u64,
-    deadline: std::time::Instant,
-    mut sink: impl FnMut(&[u8]),
-) -> Result<(), String> {
-    use std::io::Read;
-    let mut file = open_regular(path, cap)?;
-    let mut buf = vec![0u8; CHUNK];
-    let mut total: u64 = 0;
-    loop {
-        if std::time::Instant::now() > deadline {
-            return Err("was still being read at the trial's timeout".to_string());
-        }
-        let n = match file.read(&mut buf) {
-            Ok(0) => return Ok(()),
-            Ok(n) => n,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-            Err(e) => return Err(format!("cannot be read: {e}")),
-        };
-        total += n as u64;
-        if total > cap {
-            return Err(format!("grew over the limit of {}", size_label(cap)));
-        }
-        sink(&buf[..n]);
-    }
-}
-
-/// The contents of a regular file of at most `cap` bytes.
+/// The contents of a regular file of at most `cap` bytes (see
+/// [`crate::safe_read`]); a file that is not there `was not written`.
 pub fn read_regular(
     path: &Path,
     cap: u64,
     deadline: std::time::Instant,
 ) -> Result<Vec<u8>, String> {
-    let mut out = Vec::new();
-    read_chunks(path, cap, deadline, |b| out.extend_from_slice(b))?;
-    Ok(out)
+    safe_read::read_regular(path, cap, Some(deadline)).map_err(written)
 }
 
 /// The sha256 of a regular file of at most `cap` bytes, read in chunks.
@@ -583,8 +472,16 @@ pub fn sha256_regular(
     deadline: std::time::Instant,
 ) -> Result<String, String> {
     let mut hasher = Sha256::new();
-    read_chunks(path, cap, deadline, |b| hasher.update(b))?;
+    safe_read::read_chunks(path, cap, Some(deadline), |b| hasher.update(b)).map_err(written)?;
     Ok(hex::encode(hasher.finalize()))
+}
+
+/// Why a trial's file was not read, as its messages say it.
+fn written(e: safe_read::Unreadable) -> String {
+    match e {
+        safe_read::Unreadable::Missing(_) => "was not written".to_string(),
+        safe_read::Unreadable::Refused(why) | safe_read::Unreadable::Failed(why) => why,
+    }
 }
 
 /// The numbers of a tolerance file (at most 8 MiB and

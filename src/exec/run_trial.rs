@@ -891,7 +891,14 @@ async fn watch_progress(rule: &PruneRule, path: &std::path::Path) -> Option<Prun
         if !regular {
             continue;
         }
-        let Ok(bytes) = tokio::fs::read(path).await else {
+        // Checked again on the opened file: one swapped for a FIFO since
+        // is not waited on.
+        let p = path.to_path_buf();
+        let read = tokio::task::spawn_blocking(move || {
+            crate::safe_read::read_regular(&p, MAX_PROGRESS_BYTES, None)
+        })
+        .await;
+        let Ok(Ok(bytes)) = read else {
             continue;
         };
         if let Some(at) = first_prune(rule, &bytes) {

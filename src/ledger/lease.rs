@@ -191,14 +191,18 @@ fn latest_local(
         generation,
         ..Ledger::vacant(trial)
     };
-    let bytes = match std::fs::read(dir.join(name)) {
+    // A regular file of at most MAX_LEASE_BYTES (crate::safe_read): a
+    // FIFO or a device there is an error naming it, never a wait.
+    let path = dir.join(name);
+    let bytes = match crate::safe_read::read_regular(&path, crate::safe_read::MAX_LEASE_BYTES, None)
+    {
         Ok(b) => b,
         // Released between the listing and the read: free again, but the
         // next generation keeps counting up.
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Some(vacant)),
-        Err(e) => {
+        Err(crate::safe_read::Unreadable::Missing(_)) => return Ok(Some(vacant)),
+        Err(why) => {
             let k = ObjPath::from(format!("{study}/leases/{name}"));
-            return Err(("read", k, e.to_string()));
+            return Err(("read", k, format!("{} {why}", path.display())));
         }
     };
     // A torn or garbage generation: the next one takes over.
@@ -215,6 +219,27 @@ impl Ledger {
         let prefix = prefix(study);
         let mut by_trial: std::collections::BTreeMap<String, Vec<(u64, ObjPath)>> =
             Default::default();
+        if let Some(root) = &self.local_root {
+            // By name, as a lease is taken (acquire_local): what is there
+            // and not a regular file is listed too, and refused when read.
+            let dir = super::local::file_of(root, &prefix);
+            let names = tokio::task::spawn_blocking(move || super::local::names(&dir, None, false))
+                .await
+                .map_err(|e| self.io_err("list", &prefix, e))?
+                .map_err(|e| self.io_err("list", &prefix, e))?;
+            for name in names {
+                if let Some((trial, generation)) = parse_name(&name) {
+                    by_trial
+                        .entry(trial.to_string())
+                        .or_default()
+                        .push((generation, ObjPath::from(format!("{prefix}/{name}"))));
+                }
+            }
+            for gens in by_trial.values_mut() {
+                gens.sort_by_key(|(g, _)| *g);
+            }
+            return Ok(by_trial);
+        }
         let mut listing = self.store.list(Some(&prefix));
         while let Some(meta) = listing
             .try_next()

@@ -555,3 +555,135 @@ measurement: {warmup: 0, repeats: 1, anchor_every: 0, confirm_repeats: 0}
         );
     }
 }
+
+/// A lease object of trial folder `trial` (its key is the folder's name)
+/// in `ledger` of study `study`: generation 1, held by `owner` on `host`
+/// until `ahead` from now; the key.
+fn forge_lease(
+    ledger: &Path,
+    study: &str,
+    trial: &Path,
+    owner: &str,
+    host: &str,
+    ahead: chrono::Duration,
+) -> String {
+    let key = trial
+        .file_name()
+        .and_then(|n| n.to_str())
+        .expect("trial key")
+        .to_string();
+    let now = chrono::Utc::now();
+    let lease = serde_json::json!({
+        "schema": 1, "trial_key": key, "owner": owner, "host": host,
+        "generation": 1, "expires_at": (now + ahead).to_rfc3339(),
+        "written_at": now.to_rfc3339(),
+    });
+    let dir = ledger.join(study).join("leases");
+    std::fs::create_dir_all(&dir).expect("mkdir leases");
+    std::fs::write(
+        dir.join(format!("{key}.000000000001.json")),
+        lease.to_string(),
+    )
+    .expect("write lease");
+    key
+}
+
+/// A lease whose expiry is a year ahead (a launcher's clock set wrong, or
+/// a forged object) used to hold its trial forever, and the launch said
+/// nothing of what it waited for. It is taken over at once, with a
+/// warning naming the trial, the holder and the expiry; a live lease of
+/// another launcher is waited for and said so (holder and expiry). Before
+/// the launch, `status` shows both (text and JSON), the stale one as
+/// stale.
+#[test]
+fn leases_from_the_future_are_taken_over_and_waits_are_said() {
+    let study = r#"name: leases
+knobs:
+  v: {kind: categorical, values: [base, fast, slow], default: base}
+trial:
+  command: "sh {{ study_dir }}/fake-trial.sh {{ v }}"
+  timeout: 20s
+objective: {metric: throughput, better: higher}
+measurement: {warmup: 0, repeats: 1, anchor_every: 0, confirm_repeats: 0}
+"#;
+    let env = Env::new(study);
+    let out = env.launch(&[]);
+    assert!(ran_to_the_end(out.code, &out.stderr), "{}", out.text());
+    // Two trials to run again, each leased by someone else.
+    let files = attempt_files(&env.ledger(), "leases");
+    let trial = |v: &str| files[v].parent().expect("trial folder").to_path_buf();
+    let (fast, slow) = (trial("fast"), trial("slow"));
+    for t in [&fast, &slow] {
+        std::fs::remove_dir_all(t).expect("remove the trial's attempt");
+    }
+    let year = chrono::Duration::days(365);
+    let stale = forge_lease(&env.ledger(), "leases", &fast, "mallory-7", "far", year);
+    let live = forge_lease(
+        &env.ledger(),
+        "leases",
+        &slow,
+        "other-launcher-9",
+        "gpu-9",
+        chrono::Duration::seconds(3),
+    );
+
+    let status = env.tunectl_ok(&["status", &env.study_arg(), "--ledger", env.ledger_url()]);
+    for (key, holder) in [
+        (&stale, "mallory-7 on far"),
+        (&live, "other-launcher-9 on gpu-9"),
+    ] {
+        let line = status
+            .lines()
+            .find(|l| l.contains(&format!("trial {}", &key[..16])))
+            .unwrap_or_else(|| panic!("no line for {key}:\n{status}"));
+        assert!(line.contains(&format!("held by {holder} until ")), "{line}");
+        assert_eq!(line.contains("stale"), key == &stale, "{line}");
+    }
+    let doc: Json = serde_json::from_str(&env.tunectl_ok(&[
+        "status",
+        &env.study_arg(),
+        "--format",
+        "json",
+        "--ledger",
+        env.ledger_url(),
+    ]))
+    .expect("status JSON");
+    let leases = doc["leases"].as_array().expect("leases");
+    assert_eq!(leases.len(), 2, "{doc}");
+    for l in leases {
+        let stale_one = l["trial_key"] == stale.as_str();
+        assert_eq!(l["stale"], stale_one, "{l}");
+        assert_eq!(
+            l["owner"],
+            if stale_one {
+                "mallory-7"
+            } else {
+                "other-launcher-9"
+            }
+        );
+    }
+    // Of the two trials to run, the live lease's runs elsewhere: one is
+    // pending, the stale one's.
+    assert_eq!(doc["classes"][0]["pending"], 1, "{doc}");
+
+    let mut cmd = env.launch_cmd(&["--progress", "plain"]);
+    cmd.env("TUNECTL_LEASE_TTL", "2s");
+    let (out, _) = env.run_bounded(cmd, std::time::Duration::from_secs(60));
+    let text = out.text();
+    assert!(ran_to_the_end(out.code, &out.stderr), "{text}");
+    assert!(
+        text.contains(&format!(
+            "warning: the lease of v=fast @ (single cell) (trial {}) held by mallory-7 on far expires at ",
+        &stale[..16]
+        )) && text.contains("further ahead than any lease can (1h plus 5m of clock skew): a wrong clock or a forged lease; taken over as stale"),
+        "{text}"
+    );
+    assert!(
+        text.contains(&format!(
+            "waiting for v=slow @ (single cell) (trial {}): its lease is held by other-launcher-9 on gpu-9 until ",
+            &live[..16]
+        )),
+        "{text}"
+    );
+    assert_eq!(out.ran(), 2, "both trials ran:\n{text}");
+}

@@ -687,3 +687,92 @@ measurement: {warmup: 0, repeats: 1, anchor_every: 0, confirm_repeats: 0}
     );
     assert_eq!(out.ran(), 2, "both trials ran:\n{text}");
 }
+
+/// A credential printed by a trial across the 8 KiB stdout tail's cut, or
+/// the 4 KiB stderr head's, or stderr's tail's, used to be cut first and
+/// scrubbed after: the half on the kept side reached the ledger. The fake
+/// prints streams with the launcher's `MY_API_TOKEN` straddling each cut
+/// (1 byte, half and all but 1 byte of it before the cut): no part of it is
+/// stored, and the kept side of each cut shows `[redacted]`.
+#[test]
+fn a_secret_across_an_output_cut_is_scrubbed_whole() {
+    const SECRET: &str = "s3cr3t-T0KEN-4a7c9e1f2b3d5a6c8e0f";
+    const TAIL: usize = 8 * 1024;
+    const HEAD: usize = 4 * 1024;
+    let study = r#"name: cuts
+knobs:
+  v: {kind: categorical, values: ["1", "16", "32"], default: "1"}
+trial:
+  command: "sh {{ study_dir }}/fake-trial.sh base"
+  timeout: 20s
+  env:
+    FAKE_PRINT_STDOUT: "{{ study_dir }}/stdout-{{ v }}.txt"
+    FAKE_PRINT_STDERR: "{{ study_dir }}/stderr-{{ v }}.txt"
+objective: {metric: throughput, better: higher}
+measurement: {warmup: 0, repeats: 1, anchor_every: 0, confirm_repeats: 0}
+"#;
+    let env = Env::new(study).with_secret(SECRET);
+    // `total` bytes of dots and newlines with the secret at each of `at`.
+    let stream = |total: usize, at: &[usize]| {
+        let mut s: Vec<u8> = (0..total)
+            .map(|i| if i % 80 == 79 { b'\n' } else { b'.' })
+            .collect();
+        for &a in at {
+            s[a..a + SECRET.len()].copy_from_slice(SECRET.as_bytes());
+        }
+        s
+    };
+    for before in [1, 16, 32] {
+        let (out_total, err_total) = (TAIL + 3000, 20_000);
+        let stdout = stream(out_total, &[out_total - TAIL - before]);
+        let stderr = stream(err_total, &[HEAD - before, err_total - TAIL - before]);
+        std::fs::write(env.study_dir().join(format!("stdout-{before}.txt")), stdout)
+            .expect("write");
+        std::fs::write(env.study_dir().join(format!("stderr-{before}.txt")), stderr)
+            .expect("write");
+    }
+    let mut cmd = env.launch_cmd(&[]);
+    cmd.env("MY_API_TOKEN", SECRET);
+    let out = env.run(cmd);
+    assert!(ran_to_the_end(out.code, &out.stderr), "{}", out.text());
+    let by_v = attempts_by_v(&env, "cuts");
+    assert_eq!(by_v.len(), 3, "{by_v:?}");
+    for (v, a) in &by_v {
+        assert_eq!(a["status"], "ok", "{v}: {a}");
+        for (field, redacted_at_start) in [
+            ("stdout_tail", true),
+            ("stderr_tail", true),
+            ("stderr_head", false),
+        ] {
+            let kept = a[field].as_str().unwrap_or_default();
+            let rest = kept.replace("[redacted]", "");
+            assert!(
+                rest.bytes().all(|b| b == b'.' || b == b'\n'),
+                "v={v}: {field} keeps part of the secret: {rest:?}"
+            );
+            if redacted_at_start {
+                assert!(kept.starts_with("[redacted]"), "v={v}: {field}: {kept:?}");
+                // The secret's 33 bytes stand as the 10 of `[redacted]`.
+                assert!(
+                    kept.len() > TAIL - SECRET.len(),
+                    "v={v}: {field} is {} bytes",
+                    kept.len()
+                );
+            } else {
+                assert!(kept.ends_with("[redacted]"), "v={v}: {field}: {kept:?}");
+                assert!(
+                    kept.len() > HEAD - SECRET.len(),
+                    "v={v}: {field} is {} bytes",
+                    kept.len()
+                );
+            }
+        }
+    }
+    // Nowhere in the ledger, not even 6 characters of it.
+    for (path, text) in all_text(&env.ledger()) {
+        for part in SECRET.as_bytes().windows(6) {
+            let part = std::str::from_utf8(part).expect("ASCII");
+            assert!(!text.contains(part), "{} holds `{part}`", path.display());
+        }
+    }
+}

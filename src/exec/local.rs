@@ -37,6 +37,7 @@ use crate::gate::{self, MAX_VALUE_FILE_BYTES};
 use crate::ledger::checkpoint::Claim;
 use crate::ledger::records::ExitInfo;
 use crate::safe_read;
+use crate::scrub;
 use crate::trial::Phase;
 
 /// The local machine as a transport.
@@ -213,13 +214,18 @@ pub fn join_head_tail(head: &str, tail: &str) -> String {
 }
 
 /// A stream's first bytes, its last bytes, and how long it was; and all of
-/// it, when kept whole (`None` again once it grows past the limit).
+/// it, when kept whole (`None` again once it grows past the limit). The
+/// head and the tail are kept `margin` bytes beyond [`HEAD_BYTES`] and
+/// [`TAIL_BYTES`], so that `secrets` are scrubbed before they are cut
+/// ([`scrub::cut_scrubbed`]).
 #[derive(Default)]
 struct Capture {
     head: Vec<u8>,
     tail: Vec<u8>,
     total: usize,
     whole: Option<Vec<u8>>,
+    secrets: &'static [String],
+    margin: usize,
 }
 
 impl Capture {
@@ -229,6 +235,15 @@ impl Capture {
         Capture {
             whole: Some(Vec::new()),
             ..Capture::default()
+        }
+    }
+
+    /// This capture, scrubbing `secrets` from its head and tail.
+    fn scrubbing(self, secrets: &'static [String]) -> Capture {
+        Capture {
+            secrets,
+            margin: scrub::margin(secrets),
+            ..self
         }
     }
 
@@ -252,42 +267,58 @@ impl Capture {
                 w.extend_from_slice(bytes);
             }
         }
-        if self.head.len() < HEAD_BYTES {
-            let n = (HEAD_BYTES - self.head.len()).min(bytes.len());
+        let keep_head = HEAD_BYTES + self.margin;
+        if self.head.len() < keep_head {
+            let n = (keep_head - self.head.len()).min(bytes.len());
             self.head.extend_from_slice(&bytes[..n]);
         }
         self.total += bytes.len();
         self.tail.extend_from_slice(bytes);
-        if self.tail.len() > 2 * TAIL_BYTES {
-            let cut = self.tail.len() - TAIL_BYTES;
+        let keep_tail = TAIL_BYTES + self.margin;
+        if self.tail.len() > 2 * keep_tail {
+            let cut = self.tail.len() - keep_tail;
             self.tail.drain(..cut);
         }
     }
 
-    fn tail_text(&self) -> String {
-        let start = self.tail.len().saturating_sub(TAIL_BYTES);
-        String::from_utf8_lossy(&self.tail[start..]).into_owned()
+    /// `(head, tail)`: the head's bytes that come before the tail's first
+    /// byte, and the tail, secrets scrubbed before the cuts.
+    fn texts(&self) -> (String, String) {
+        scrub::cut_scrubbed(
+            &self.head,
+            &self.tail,
+            self.total,
+            HEAD_BYTES,
+            TAIL_BYTES,
+            self.secrets,
+        )
     }
 
-    /// The head's bytes that come before the tail's first byte.
+    #[cfg(test)]
+    fn tail_text(&self) -> String {
+        self.texts().1
+    }
+
+    #[cfg(test)]
     fn head_text(&self) -> String {
-        let before_tail = self.total.saturating_sub(TAIL_BYTES);
-        let n = self.head.len().min(before_tail);
-        String::from_utf8_lossy(&self.head[..n]).into_owned()
+        self.texts().0
     }
 }
 
 /// `(head, tail)` texts of a stream of `total` bytes from its first and
-/// last bytes, as a local capture would give them (the head never overlaps
-/// the tail).
+/// last bytes (each [`scrub::margin`] bytes beyond [`HEAD_BYTES`] and
+/// [`TAIL_BYTES`] when the stream has them), as a local capture gives them:
+/// this process's secrets scrubbed before the cuts, and the head never
+/// overlapping the tail.
 pub fn head_and_tail(head: Vec<u8>, tail: Vec<u8>, total: usize) -> (String, String) {
-    let c = Capture {
-        head,
-        tail,
+    scrub::cut_scrubbed(
+        &head,
+        &tail,
         total,
-        whole: None,
-    };
-    (c.head_text(), c.tail_text())
+        HEAD_BYTES,
+        TAIL_BYTES,
+        scrub::launcher_secrets(),
+    )
 }
 
 fn spawn_capture<R: AsyncRead + Unpin + Send + 'static>(
@@ -335,9 +366,7 @@ fn spawn_capture<R: AsyncRead + Unpin + Send + 'static>(
 
 /// `(head, tail)` of a captured stream.
 fn texts(buf: &Arc<Mutex<Capture>>) -> (String, String) {
-    buf.lock()
-        .map(|b| (b.head_text(), b.tail_text()))
-        .unwrap_or_default()
+    buf.lock().map(|b| b.texts()).unwrap_or_default()
 }
 
 fn kill_group(pgid: i32, signal: i32) {
@@ -377,6 +406,7 @@ pub async fn run(spec: &RunSpec, cancel: &CancellationToken) -> io::Result<RunOu
         } else {
             Capture::default()
         }
+        .scrubbing(scrub::launcher_secrets())
     };
     let out_buf = Arc::new(Mutex::new(capture("stdout")));
     let err_buf = Arc::new(Mutex::new(capture("stderr")));
@@ -806,6 +836,43 @@ mod tests {
         assert_eq!(c.head_text().as_bytes(), &text[..HEAD_BYTES]);
         assert_eq!(c.tail_text().as_bytes(), &text[text.len() - TAIL_BYTES..]);
         assert_eq!(c.total, text.len());
+    }
+
+    /// A secret printed across the tail's cut or the head's, in reads of
+    /// any size: the capture keeps enough beyond each cut to see it whole,
+    /// and no part of it is kept unscrubbed.
+    #[test]
+    fn a_capture_scrubs_a_secret_before_cutting_it() {
+        let secrets: &'static [String] = Box::leak(Box::new(["tok-SECRET-0123456789".to_string()]));
+        let secret = secrets[0].as_bytes();
+        let total = 20_000;
+        for at in (HEAD_BYTES - secret.len()..HEAD_BYTES + 1)
+            .chain(total - TAIL_BYTES - secret.len()..total - TAIL_BYTES + 1)
+        {
+            let mut text = vec![b'.'; total];
+            text[at..at + secret.len()].copy_from_slice(secret);
+            for read in [1, 7, 777, 4096, 65536] {
+                let mut c = Capture::default().scrubbing(secrets);
+                for piece in text.chunks(read) {
+                    c.push(piece);
+                }
+                let (head, tail) = c.texts();
+                for (name, kept) in [("head", &head), ("tail", &tail)] {
+                    let rest = kept.replace("[redacted]", "");
+                    assert!(
+                        rest.bytes().all(|b| b == b'.'),
+                        "{name} keeps part of the secret at {at} (reads of {read}): {rest:?}"
+                    );
+                }
+                let straddles = |cut: usize| at < cut && cut < at + secret.len();
+                if straddles(HEAD_BYTES) {
+                    assert!(head.ends_with("[redacted]"), "at {at}: {head:?}");
+                }
+                if straddles(total - TAIL_BYTES) {
+                    assert!(tail.starts_with("[redacted]"), "at {at}: {tail:?}");
+                }
+            }
+        }
     }
 
     /// A stream kept whole stays whole up to the limit, and past it says

@@ -993,6 +993,84 @@ pub fn new_attempt_id() -> String {
 mod tests {
     use super::*;
 
+    /// An object is read up to the cap of its kind: on a remote store one
+    /// over it is refused before its bytes are read; on a local ledger a
+    /// file over it, or one that is not a regular file, is refused naming
+    /// the file and what it is.
+    #[tokio::test]
+    async fn objects_are_read_up_to_the_cap_of_their_kind() {
+        use crate::safe_read::{MAX_ATTEMPT_BYTES, MAX_LEASE_BYTES, MAX_RECORD_BYTES};
+        assert_eq!(
+            read_cap(&ObjPath::from("s/leases/k.1.json")),
+            MAX_LEASE_BYTES
+        );
+        assert_eq!(
+            read_cap(&ObjPath::from("s/trials/k/a.json")),
+            MAX_ATTEMPT_BYTES
+        );
+        assert_eq!(read_cap(&ObjPath::from("s/study.json")), MAX_RECORD_BYTES);
+        let lease = ObjPath::from("s/leases/k.000000000001.json");
+        let at_cap = vec![b' '; MAX_LEASE_BYTES as usize];
+        let over = vec![b' '; MAX_LEASE_BYTES as usize + 1];
+
+        let remote = Ledger::with_store(
+            Arc::new(object_store::memory::InMemory::new()),
+            "mem".into(),
+        );
+        remote
+            .store
+            .put(&lease, over.clone().into())
+            .await
+            .expect("put");
+        let e = remote.get(&lease).await.expect_err("over the cap");
+        assert!(
+            e.to_string()
+                .ends_with("the object is 65537 bytes, over the limit of 64 KiB"),
+            "{e}"
+        );
+        remote
+            .store
+            .put(&lease, at_cap.clone().into())
+            .await
+            .expect("put");
+        assert_eq!(
+            remote.get(&lease).await.expect("read"),
+            Some(at_cap.clone())
+        );
+
+        let dir = tempfile::tempdir().expect("tempdir");
+        let local = Ledger::open(&dir.path().display().to_string()).expect("ledger");
+        let file = dir.path().join("s/leases/k.000000000001.json");
+        std::fs::create_dir_all(file.parent().expect("parent")).expect("mkdir");
+        std::fs::write(&file, &over).expect("write");
+        let e = local.get(&lease).await.expect_err("over the cap");
+        assert!(
+            e.to_string().ends_with(&format!(
+                "{} is 65537 bytes, over the limit of 64 KiB",
+                file.display()
+            )),
+            "{e}"
+        );
+        std::fs::remove_file(&file).expect("rm");
+        std::fs::create_dir(&file).expect("mkdir");
+        let e = local.get(&lease).await.expect_err("a directory");
+        assert!(
+            e.to_string().ends_with(&format!(
+                "{} is a directory, not a regular file",
+                file.display()
+            )),
+            "{e}"
+        );
+        assert!(local.exists(&lease).await.is_err());
+        assert_eq!(
+            local
+                .get(&ObjPath::from("s/absent.json"))
+                .await
+                .expect("io"),
+            None
+        );
+    }
+
     fn record(attempt: &str) -> AttemptRecord {
         serde_json::from_value(serde_json::json!({
             "schema": 1, "tunectl_version": "0.1.0", "study_id": "s", "spec_hash": "h",

@@ -170,8 +170,27 @@ pub fn open_regular(path: &Path, cap: u64) -> Result<File, Unreadable> {
 
 /// [`open_regular`] with more `open(2)` flags (`O_NOATIME`).
 pub fn open_regular_with(path: &Path, cap: u64, flags: libc::c_int) -> Result<File, Unreadable> {
-    use std::os::unix::fs::OpenOptionsExt;
     let via_link = stat_regular(path)?;
+    open_checked(path, cap, flags, via_link)
+}
+
+/// [`open_regular_with`] for a path that a directory listing has just
+/// shown to be a regular file (its entry's type, a symlink followed): the
+/// check before the open is that listing's, so it is not made again (a
+/// scan of a large ledger saves a system call per file); the open is as
+/// non-blocking and the check on the opened descriptor the same.
+pub fn open_listed_regular(path: &Path, cap: u64, flags: libc::c_int) -> Result<File, Unreadable> {
+    open_checked(path, cap, flags, false)
+}
+
+/// The non-blocking open and the check on the opened descriptor.
+fn open_checked(
+    path: &Path,
+    cap: u64,
+    flags: libc::c_int,
+    via_link: bool,
+) -> Result<File, Unreadable> {
+    use std::os::unix::fs::OpenOptionsExt;
     let file = std::fs::OpenOptions::new()
         .read(true)
         .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY | flags)
@@ -314,6 +333,20 @@ mod tests {
             open_regular_with(&d.join("fifo"), MIB, libc::O_NOATIME),
             Err(Unreadable::Refused(_))
         ));
+        // Without the check before the open (a path swapped for a FIFO or
+        // a device after it was checked): the open does not wait, and the
+        // opened descriptor is refused.
+        for (name, what) in [
+            ("fifo", "is a FIFO, not a regular file"),
+            ("zero", "is a character device, not a regular file"),
+            ("dir", "is a directory, not a regular file"),
+        ] {
+            assert_eq!(
+                open_listed_regular(&d.join(name), MIB, 0).map(|_| ()),
+                Err(Unreadable::Refused(what.to_string())),
+                "{name}"
+            );
+        }
         assert_eq!(
             read_regular(Path::new("/dev/null"), MIB, None),
             Err(Unreadable::Refused(

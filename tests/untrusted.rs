@@ -1,7 +1,9 @@
-//! What a trial, a host or a user writes is untrusted: files that are not
-//! regular files, results that would make a ratio meaningless, escape
-//! sequences, credentials printed by probes. Each case runs the binary on a
-//! small study in a tempdir and looks at the ledger and the output.
+//! What a trial, a host, a user or a ledger holds is untrusted: files that
+//! are not regular files (a trial's, a user's inputs, a ledger's objects),
+//! results that would make a ratio meaningless, escape sequences,
+//! credentials printed by probes or across an output cut, leases that
+//! expire a year ahead. Each case runs the binary on a small study in a
+//! tempdir and looks at the ledger and the output.
 
 mod support;
 

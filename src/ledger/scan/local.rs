@@ -93,19 +93,29 @@ fn walk(dir: &Path, prefix: &str, out: &mut Vec<Found>) -> std::io::Result<()> {
     Ok(())
 }
 
-/// Open a regular file ([`safe_read::open_regular`]) without updating the
-/// access time where the file system lets this process (it must own the
-/// file); the first refusal turns that off.
-fn open(path: &Path, noatime: &AtomicBool) -> Result<File, Unreadable> {
+/// Open a file the walk found: one it saw as a regular file as
+/// [`safe_read::open_listed_regular`] opens it, anything else as
+/// [`safe_read::open_regular`] refuses it (saying what it is, without
+/// opening it). Without updating the access time where the file system
+/// lets this process (it must own the file); the first refusal turns that
+/// off.
+fn open(found: &Found, noatime: &AtomicBool) -> Result<File, Unreadable> {
+    let open = |flags| {
+        if found.regular {
+            safe_read::open_listed_regular(&found.path, MAX_ATTEMPT_BYTES, flags)
+        } else {
+            safe_read::open_regular_with(&found.path, MAX_ATTEMPT_BYTES, flags)
+        }
+    };
     if noatime.load(Ordering::Relaxed) {
-        match safe_read::open_regular_with(path, MAX_ATTEMPT_BYTES, libc::O_NOATIME) {
+        match open(libc::O_NOATIME) {
             Err(Unreadable::Failed(e)) if e.contains(&format!("os error {}", libc::EPERM)) => {
                 noatime.store(false, Ordering::Relaxed);
             }
             other => return other,
         }
     }
-    safe_read::open_regular(path, MAX_ATTEMPT_BYTES)
+    open(0)
 }
 
 /// What one file holds, as the store-backed scan would classify it; a
@@ -117,9 +127,9 @@ fn read_one(
     buf: &mut Vec<u8>,
     interner: &mut Interner,
 ) -> Result<AttemptRecord, Got> {
-    let Found { key, path, .. } = found;
     buf.clear();
-    let read = open(&path, noatime).and_then(|f| safe_read::read_into(f, MAX_ATTEMPT_BYTES, buf));
+    let read = open(&found, noatime).and_then(|f| safe_read::read_into(f, MAX_ATTEMPT_BYTES, buf));
+    let Found { key, path, .. } = found;
     Err(match read {
         Ok(()) => match check_record(&ObjPath::from(key.as_str()), buf) {
             Ok(rec) => return Ok(interner.record(index::slim(rec))),

@@ -14,6 +14,7 @@ pub mod fingerprint;
 pub mod ledger;
 pub mod plan;
 pub mod report;
+pub mod safe_read;
 pub mod schema;
 pub mod scrub;
 pub mod search;

@@ -587,7 +587,7 @@ pub fn load(path: &Path) -> Result<Vec<(PathBuf, TunedFile)>, String> {
     };
     let mut out: Vec<(PathBuf, TunedFile)> = Vec::new();
     for f in files {
-        let text = std::fs::read_to_string(&f)
+        let text = crate::safe_read::read_text(&f, crate::safe_read::MAX_TUNED_FILE_BYTES)
             .map_err(|e| format!("{}: cannot read: {e}", f.display()))?;
         let t = parse(&f, &text)?;
         if let Some(key) = &t.class_key {

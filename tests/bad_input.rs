@@ -1000,7 +1000,10 @@ fn unreadable_study_files_exit_2() {
     let (_, _, stderr) = run_on(dir.path(), "missing.yaml", Run::PlanStudy);
     assert!(stderr.contains("No such file or directory"), "{stderr}");
     let (_, _, stderr) = run_on(dir.path(), "study.yaml", Run::PlanStudy);
-    assert!(stderr.contains("Is a directory"), "{stderr}");
+    assert!(
+        stderr.contains("study.yaml: cannot read file: is a directory, not a regular file"),
+        "{stderr}"
+    );
 }
 
 #[test]

@@ -152,6 +152,7 @@ fn status_as_json() {
     assert_eq!(doc["study"], "jsonout", "{doc}");
     assert!(doc["ledger"].is_string(), "{doc}");
     assert_eq!(doc["unreadable_objects"], 0, "{doc}");
+    assert_eq!(doc["leases"], serde_json::json!([]), "nothing runs: {doc}");
     let classes = doc["classes"].as_array().expect("classes");
     assert_eq!(classes.len(), 1, "{doc}");
     assert_eq!(classes[0]["done"], 6, "{doc}");

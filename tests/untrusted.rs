@@ -1,7 +1,9 @@
-//! What a trial, a host or a user writes is untrusted: files that are not
-//! regular files, results that would make a ratio meaningless, escape
-//! sequences, credentials printed by probes. Each case runs the binary on a
-//! small study in a tempdir and looks at the ledger and the output.
+//! What a trial, a host, a user or a ledger holds is untrusted: files that
+//! are not regular files (a trial's, a user's inputs, a ledger's objects),
+//! results that would make a ratio meaningless, escape sequences,
+//! credentials printed by probes or across an output cut, leases that
+//! expire a year ahead. Each case runs the binary on a small study in a
+//! tempdir and looks at the ledger and the output.
 
 mod support;
 
@@ -310,4 +312,469 @@ measurement: {warmup: 0, repeats: 1, anchor_every: 0, confirm_repeats: 0}
         json.to_string().contains("x\\u001b[31mred\u{9b}"),
         "JSON keeps the value, in JSON's escaping"
     );
+}
+
+/// How long a command of the tests below may take: they refuse at once
+/// what they used to wait on forever.
+const FAST: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// Peak resident memory allowed to a command of the tests below: a read of
+/// `/dev/zero` used to take about 1 GiB before it ran out of memory.
+const SMALL_PEAK: u64 = 256 << 20;
+
+/// What to put where tunectl reads a file: a FIFO that nothing writes to,
+/// or a symlink to `/dev/zero`; and how tunectl says what it found.
+const NOT_FILES: [(&str, &str); 2] = [
+    ("fifo", "is a FIFO, not a regular file"),
+    (
+        "zero",
+        "is a symlink to a character device, not a regular file",
+    ),
+];
+
+/// Replace `path` (if there) by a `kind` of [`NOT_FILES`].
+fn put_not_a_file(path: &Path, kind: &str) {
+    let _ = std::fs::remove_file(path);
+    match kind {
+        "fifo" => support::mkfifo(path),
+        _ => std::os::unix::fs::symlink("/dev/zero", path).expect("symlink"),
+    }
+}
+
+/// `cmd`, which must end within [`FAST`] in [`SMALL_PEAK`] of memory.
+fn run_fast(env: &Env, cmd: std::process::Command, what: &str) -> Out {
+    let (out, peak) = env.run_bounded(cmd, FAST);
+    assert!(
+        peak < SMALL_PEAK,
+        "{what}: peak memory {} MiB:\n{}",
+        peak >> 20,
+        out.text()
+    );
+    out
+}
+
+/// A study, an inventory or a tuned file that is a FIFO with no writer
+/// used to hang `plan`, `validate` and `apply` forever; a symlink to
+/// /dev/zero was read until memory ran out. Each is refused at once (exit
+/// 2), naming the file and what it is, in little memory.
+#[test]
+fn named_input_files_must_be_regular_files() {
+    let study = r#"name: inputs
+knobs:
+  v: {kind: categorical, values: [base, fast], default: base}
+trial:
+  command: "sh {{ study_dir }}/fake-trial.sh {{ v }}"
+objective: {metric: throughput, better: higher}
+measurement: {warmup: 0, repeats: 1, anchor_every: 0, confirm_repeats: 0}
+"#;
+    let env = Env::new(study);
+    for (kind, what) in NOT_FILES {
+        let name = format!("{kind}.yaml");
+        put_not_a_file(&env.path().join(&name), kind);
+        let study = env.study_arg();
+        let cases: [(&str, Vec<&str>, String); 4] = [
+            (
+                "study",
+                vec!["plan", &name, "--dry-run", "--ledger", env.ledger_url()],
+                format!("error: {name}: cannot read file: {what}"),
+            ),
+            (
+                "study to validate",
+                vec!["validate", &name],
+                format!("error: {name}: cannot read file: {what}"),
+            ),
+            (
+                "inventory",
+                vec![
+                    "plan",
+                    &study,
+                    "--dry-run",
+                    "--inventory",
+                    &name,
+                    "--ledger",
+                    env.ledger_url(),
+                ],
+                format!("error: {name}: cannot read file: {what}"),
+            ),
+            (
+                "tuned file",
+                vec!["apply", "--tuned", &name, "--", "true"],
+                format!("error: {name}: cannot read: {what}"),
+            ),
+        ];
+        for (case, args, message) in cases {
+            let mut cmd = env.tunectl();
+            cmd.args(&args);
+            let out = run_fast(&env, cmd, &format!("{kind} {case}"));
+            assert_eq!(out.code, Some(2), "{kind} {case}:\n{}", out.text());
+            assert!(
+                out.stderr.contains(&message),
+                "{kind} {case}: no `{message}`:\n{}",
+                out.text()
+            );
+        }
+    }
+}
+
+/// A copy of `env`'s ledger as `<name>/` beside it; its path.
+fn copy_ledger(env: &Env, name: &str) -> PathBuf {
+    let to = env.path().join(name);
+    let status = std::process::Command::new("cp")
+        .arg("-a")
+        .arg(env.ledger())
+        .arg(&to)
+        .status()
+        .expect("cp");
+    assert!(status.success(), "cp -a {}", env.ledger().display());
+    to
+}
+
+/// The attempt objects of study `study` in the ledger at `ledger`, by the
+/// value of knob `v`.
+fn attempt_files(ledger: &Path, study: &str) -> BTreeMap<String, PathBuf> {
+    let mut out = BTreeMap::new();
+    for trial in std::fs::read_dir(ledger.join(study).join("trials"))
+        .expect("trials")
+        .flatten()
+    {
+        for f in std::fs::read_dir(trial.path()).expect("trial").flatten() {
+            let text = std::fs::read_to_string(f.path()).expect("attempt");
+            let a: Json = serde_json::from_str(&text).expect("attempt JSON");
+            let v = a["config"]["v"].as_str().unwrap_or_default().to_string();
+            out.insert(v, f.path());
+        }
+    }
+    out
+}
+
+/// `tunectl ARGS --ledger LEDGER` through [`run_fast`].
+fn tunectl_fast(env: &Env, args: &[&str], ledger: &Path, what: &str) -> Out {
+    let mut cmd = env.tunectl();
+    cmd.args(args).arg("--ledger").arg(ledger);
+    run_fast(env, cmd, what)
+}
+
+/// A local ledger's objects that are FIFOs or symlinks to /dev/zero: an
+/// attempt object used to hang `ledger check` and `launch` (or, linked to
+/// /dev/zero, was passed over and `ledger check` called the ledger clean),
+/// a FIFO `study.json` hung `report`, a FIFO lease hung the launch taking
+/// it. Each is now an error naming the file and what it is, at once:
+/// `ledger check` reports the attempt as unreadable (exit 1) and the rest
+/// of the ledger as it is, a launch goes on without it (the trial runs
+/// again), `report` fails on the study record, a launch says it cannot
+/// take the lease and `status` fails on it.
+#[test]
+fn ledger_objects_must_be_regular_files() {
+    let study = r#"name: objects
+knobs:
+  v: {kind: categorical, values: [base, fast], default: base}
+trial:
+  command: "sh {{ study_dir }}/fake-trial.sh {{ v }}"
+  timeout: 20s
+objective: {metric: throughput, better: higher}
+measurement: {warmup: 0, repeats: 1, anchor_every: 0, confirm_repeats: 0}
+"#;
+    let env = Env::new(study);
+    let out = env.launch(&[]);
+    assert!(ran_to_the_end(out.code, &out.stderr), "{}", out.text());
+    let study_arg = env.study_arg();
+    for (kind, what) in NOT_FILES {
+        // An attempt object.
+        let ledger = copy_ledger(&env, &format!("{kind}-attempt"));
+        let attempts = attempt_files(&ledger, "objects");
+        let bad = &attempts["fast"];
+        put_not_a_file(bad, kind);
+        let named = format!("{} {what}", bad.display());
+        let out = tunectl_fast(&env, &["ledger", "check", "objects"], &ledger, "check");
+        let text = out.text();
+        assert_eq!(out.code, Some(1), "{kind}: {text}");
+        assert!(text.contains(&named), "{kind}: no `{named}`:\n{text}");
+        assert!(
+            text.contains("objects: 1 attempts readable, 0 voided, 1 unreadable, 0 missing"),
+            "{kind}: {text}"
+        );
+        let mut cmd = env.tunectl();
+        cmd.args(["launch", &study_arg, "--progress", "plain", "--ledger"])
+            .arg(&ledger)
+            .arg("--workdir")
+            .arg(env.work());
+        let out = run_fast(&env, cmd, "launch");
+        let text = out.text();
+        assert!(ran_to_the_end(out.code, &out.stderr), "{kind}: {text}");
+        assert!(
+            text.contains("warning: ignoring unreadable ledger object") && text.contains(&named),
+            "{kind}: {text}"
+        );
+        assert_eq!(out.ran(), 1, "{kind}: the trial runs again:\n{text}");
+        assert!(attempts["base"].is_file(), "the rest of the ledger stays");
+
+        // The study record.
+        let ledger = copy_ledger(&env, &format!("{kind}-study"));
+        let record = ledger.join("objects/study.json");
+        put_not_a_file(&record, kind);
+        let out = tunectl_fast(&env, &["report", &study_arg], &ledger, "report");
+        assert_ne!(out.code, Some(0), "{kind}: {}", out.text());
+        let named = format!("{} {what}", record.display());
+        assert!(
+            out.stderr.contains(&named),
+            "{kind}: no `{named}`:\n{}",
+            out.text()
+        );
+
+        // A lease of a trial that has to run again.
+        let ledger = copy_ledger(&env, &format!("{kind}-lease"));
+        let trial = attempt_files(&ledger, "objects")["fast"]
+            .parent()
+            .expect("trial folder")
+            .to_path_buf();
+        let key = trial
+            .file_name()
+            .and_then(|n| n.to_str())
+            .expect("key")
+            .to_string();
+        std::fs::remove_dir_all(&trial).expect("remove the trial's attempt");
+        std::fs::create_dir_all(ledger.join("objects/leases")).expect("mkdir leases");
+        let lease = ledger.join(format!("objects/leases/{key}.000000000001.json"));
+        put_not_a_file(&lease, kind);
+        let named = format!("{} {what}", lease.display());
+        let mut cmd = env.tunectl();
+        cmd.args(["launch", &study_arg, "--progress", "plain", "--ledger"])
+            .arg(&ledger)
+            .arg("--workdir")
+            .arg(env.work());
+        let out = run_fast(&env, cmd, "launch");
+        let text = out.text();
+        assert!(
+            text.contains("error: cannot take the lease of a trial") && text.contains(&named),
+            "{kind}: {text}"
+        );
+        let out = tunectl_fast(&env, &["status", &study_arg], &ledger, "status");
+        assert_eq!(out.code, Some(1), "{kind}: {}", out.text());
+        assert!(
+            out.stderr.contains(&named),
+            "{kind}: no `{named}`:\n{}",
+            out.text()
+        );
+    }
+}
+
+/// A lease object of trial folder `trial` (its key is the folder's name)
+/// in `ledger` of study `study`: generation 1, held by `owner` on `host`
+/// until `ahead` from now; the key.
+fn forge_lease(
+    ledger: &Path,
+    study: &str,
+    trial: &Path,
+    owner: &str,
+    host: &str,
+    ahead: chrono::Duration,
+) -> String {
+    let key = trial
+        .file_name()
+        .and_then(|n| n.to_str())
+        .expect("trial key")
+        .to_string();
+    let now = chrono::Utc::now();
+    let lease = serde_json::json!({
+        "schema": 1, "trial_key": key, "owner": owner, "host": host,
+        "generation": 1, "expires_at": (now + ahead).to_rfc3339(),
+        "written_at": now.to_rfc3339(),
+    });
+    let dir = ledger.join(study).join("leases");
+    std::fs::create_dir_all(&dir).expect("mkdir leases");
+    std::fs::write(
+        dir.join(format!("{key}.000000000001.json")),
+        lease.to_string(),
+    )
+    .expect("write lease");
+    key
+}
+
+/// A lease whose expiry is a year ahead (a launcher's clock set wrong, or
+/// a forged object) used to hold its trial forever, and the launch said
+/// nothing of what it waited for. It is taken over at once, with a
+/// warning naming the trial, the holder and the expiry; a live lease of
+/// another launcher is waited for and said so (holder and expiry). Before
+/// the launch, `status` shows both (text and JSON), the stale one as
+/// stale.
+#[test]
+fn leases_from_the_future_are_taken_over_and_waits_are_said() {
+    let study = r#"name: leases
+knobs:
+  v: {kind: categorical, values: [base, fast, slow], default: base}
+trial:
+  command: "sh {{ study_dir }}/fake-trial.sh {{ v }}"
+  timeout: 20s
+objective: {metric: throughput, better: higher}
+measurement: {warmup: 0, repeats: 1, anchor_every: 0, confirm_repeats: 0}
+"#;
+    let env = Env::new(study);
+    let out = env.launch(&[]);
+    assert!(ran_to_the_end(out.code, &out.stderr), "{}", out.text());
+    // Two trials to run again, each leased by someone else.
+    let files = attempt_files(&env.ledger(), "leases");
+    let trial = |v: &str| files[v].parent().expect("trial folder").to_path_buf();
+    let (fast, slow) = (trial("fast"), trial("slow"));
+    for t in [&fast, &slow] {
+        std::fs::remove_dir_all(t).expect("remove the trial's attempt");
+    }
+    let year = chrono::Duration::days(365);
+    let stale = forge_lease(&env.ledger(), "leases", &fast, "mallory-7", "far", year);
+    let live = forge_lease(
+        &env.ledger(),
+        "leases",
+        &slow,
+        "other-launcher-9",
+        "gpu-9",
+        chrono::Duration::seconds(3),
+    );
+
+    let status = env.tunectl_ok(&["status", &env.study_arg(), "--ledger", env.ledger_url()]);
+    for (key, holder) in [
+        (&stale, "mallory-7 on far"),
+        (&live, "other-launcher-9 on gpu-9"),
+    ] {
+        let line = status
+            .lines()
+            .find(|l| l.contains(&format!("trial {}", &key[..16])))
+            .unwrap_or_else(|| panic!("no line for {key}:\n{status}"));
+        assert!(line.contains(&format!("held by {holder} until ")), "{line}");
+        assert_eq!(line.contains("stale"), key == &stale, "{line}");
+    }
+    let doc: Json = serde_json::from_str(&env.tunectl_ok(&[
+        "status",
+        &env.study_arg(),
+        "--format",
+        "json",
+        "--ledger",
+        env.ledger_url(),
+    ]))
+    .expect("status JSON");
+    let leases = doc["leases"].as_array().expect("leases");
+    assert_eq!(leases.len(), 2, "{doc}");
+    for l in leases {
+        let stale_one = l["trial_key"] == stale.as_str();
+        assert_eq!(l["stale"], stale_one, "{l}");
+        assert_eq!(
+            l["owner"],
+            if stale_one {
+                "mallory-7"
+            } else {
+                "other-launcher-9"
+            }
+        );
+    }
+    // Of the two trials to run, the live lease's runs elsewhere: one is
+    // pending, the stale one's.
+    assert_eq!(doc["classes"][0]["pending"], 1, "{doc}");
+
+    let mut cmd = env.launch_cmd(&["--progress", "plain"]);
+    cmd.env("TUNECTL_LEASE_TTL", "2s");
+    let (out, _) = env.run_bounded(cmd, std::time::Duration::from_secs(60));
+    let text = out.text();
+    assert!(ran_to_the_end(out.code, &out.stderr), "{text}");
+    assert!(
+        text.contains(&format!(
+            "warning: the lease of v=fast @ (single cell) (trial {}) held by mallory-7 on far expires at ",
+        &stale[..16]
+        )) && text.contains("further ahead than any lease can (1h plus 5m of clock skew): a wrong clock or a forged lease; taken over as stale"),
+        "{text}"
+    );
+    assert!(
+        text.contains(&format!(
+            "waiting for v=slow @ (single cell) (trial {}): its lease is held by other-launcher-9 on gpu-9 until ",
+            &live[..16]
+        )),
+        "{text}"
+    );
+    assert_eq!(out.ran(), 2, "both trials ran:\n{text}");
+}
+
+/// A credential printed by a trial across the 8 KiB stdout tail's cut, or
+/// the 4 KiB stderr head's, or stderr's tail's, used to be cut first and
+/// scrubbed after: the half on the kept side reached the ledger. The fake
+/// prints streams with the launcher's `MY_API_TOKEN` straddling each cut
+/// (1 byte, half and all but 1 byte of it before the cut): no part of it is
+/// stored, and the kept side of each cut shows `[redacted]`.
+#[test]
+fn a_secret_across_an_output_cut_is_scrubbed_whole() {
+    const SECRET: &str = "s3cr3t-T0KEN-4a7c9e1f2b3d5a6c8e0f";
+    const TAIL: usize = 8 * 1024;
+    const HEAD: usize = 4 * 1024;
+    let study = r#"name: cuts
+knobs:
+  v: {kind: categorical, values: ["1", "16", "32"], default: "1"}
+trial:
+  command: "sh {{ study_dir }}/fake-trial.sh base"
+  timeout: 20s
+  env:
+    FAKE_PRINT_STDOUT: "{{ study_dir }}/stdout-{{ v }}.txt"
+    FAKE_PRINT_STDERR: "{{ study_dir }}/stderr-{{ v }}.txt"
+objective: {metric: throughput, better: higher}
+measurement: {warmup: 0, repeats: 1, anchor_every: 0, confirm_repeats: 0}
+"#;
+    let env = Env::new(study).with_secret(SECRET);
+    // `total` bytes of dots and newlines with the secret at each of `at`.
+    let stream = |total: usize, at: &[usize]| {
+        let mut s: Vec<u8> = (0..total)
+            .map(|i| if i % 80 == 79 { b'\n' } else { b'.' })
+            .collect();
+        for &a in at {
+            s[a..a + SECRET.len()].copy_from_slice(SECRET.as_bytes());
+        }
+        s
+    };
+    for before in [1, 16, 32] {
+        let (out_total, err_total) = (TAIL + 3000, 20_000);
+        let stdout = stream(out_total, &[out_total - TAIL - before]);
+        let stderr = stream(err_total, &[HEAD - before, err_total - TAIL - before]);
+        std::fs::write(env.study_dir().join(format!("stdout-{before}.txt")), stdout)
+            .expect("write");
+        std::fs::write(env.study_dir().join(format!("stderr-{before}.txt")), stderr)
+            .expect("write");
+    }
+    let mut cmd = env.launch_cmd(&[]);
+    cmd.env("MY_API_TOKEN", SECRET);
+    let out = env.run(cmd);
+    assert!(ran_to_the_end(out.code, &out.stderr), "{}", out.text());
+    let by_v = attempts_by_v(&env, "cuts");
+    assert_eq!(by_v.len(), 3, "{by_v:?}");
+    for (v, a) in &by_v {
+        assert_eq!(a["status"], "ok", "{v}: {a}");
+        for (field, redacted_at_start) in [
+            ("stdout_tail", true),
+            ("stderr_tail", true),
+            ("stderr_head", false),
+        ] {
+            let kept = a[field].as_str().unwrap_or_default();
+            let rest = kept.replace("[redacted]", "");
+            assert!(
+                rest.bytes().all(|b| b == b'.' || b == b'\n'),
+                "v={v}: {field} keeps part of the secret: {rest:?}"
+            );
+            if redacted_at_start {
+                assert!(kept.starts_with("[redacted]"), "v={v}: {field}: {kept:?}");
+                // The secret's 33 bytes stand as the 10 of `[redacted]`.
+                assert!(
+                    kept.len() > TAIL - SECRET.len(),
+                    "v={v}: {field} is {} bytes",
+                    kept.len()
+                );
+            } else {
+                assert!(kept.ends_with("[redacted]"), "v={v}: {field}: {kept:?}");
+                assert!(
+                    kept.len() > HEAD - SECRET.len(),
+                    "v={v}: {field} is {} bytes",
+                    kept.len()
+                );
+            }
+        }
+    }
+    // Nowhere in the ledger, not even 6 characters of it.
+    for (path, text) in all_text(&env.ledger()) {
+        for part in SECRET.as_bytes().windows(6) {
+            let part = std::str::from_utf8(part).expect("ASCII");
+            assert!(!text.contains(part), "{} holds `{part}`", path.display());
+        }
+    }
 }

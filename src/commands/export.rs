@@ -38,7 +38,8 @@ fn other_studies(dir: &std::path::Path, study: &str, spec_hash: &str) -> Vec<Str
         .unwrap_or_default()
         .into_iter()
         .filter_map(|p| {
-            let text = std::fs::read_to_string(&p).ok()?;
+            let text =
+                crate::safe_read::read_text(&p, crate::safe_read::MAX_TUNED_FILE_BYTES).ok()?;
             let t = tuned::parse(&p, &text).ok()?;
             (t.study != study || t.spec_hash != spec_hash).then(|| {
                 format!(

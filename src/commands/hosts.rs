@@ -67,13 +67,16 @@ pub fn slurm_transport(
                 .and_then(Path::parent)
                 .unwrap_or(Path::new("."));
             let path = base.join(p);
-            Some(std::fs::read_to_string(&path).map_err(|e| {
-                CliError::Invalid(format!(
-                    "host `{}`: batch_template {}: {e}",
-                    h.name,
-                    path.display()
-                ))
-            })?)
+            Some(
+                crate::safe_read::read_text(&path, crate::safe_read::MAX_TEMPLATE_FILE_BYTES)
+                    .map_err(|e| {
+                        CliError::Invalid(format!(
+                            "host `{}`: batch_template {}: {e}",
+                            h.name,
+                            path.display()
+                        ))
+                    })?,
+            )
         }
         None => None,
     };

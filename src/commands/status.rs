@@ -53,6 +53,68 @@ struct StatusDoc<'a> {
     ledger: &'a str,
     classes: &'a [&'a ClassStatus],
     unreadable_objects: usize,
+    leases: &'a [LeaseStatus],
+}
+
+/// A trial's lease that has not expired: a launcher runs the trial, and
+/// others wait for it until then; a stale one (expiring further ahead than
+/// any lease can) holds nothing and the next launch takes it over.
+#[derive(Serialize)]
+struct LeaseStatus {
+    trial_key: String,
+    owner: String,
+    host: String,
+    expires_at: String,
+    stale: bool,
+}
+
+/// The leases `status` shows, by trial key, and the live ones among them.
+fn lease_statuses(leases: Vec<LeaseRecord>) -> (Vec<LeaseStatus>, Vec<LeaseRecord>) {
+    let now = chrono::Utc::now();
+    let mut shown: Vec<LeaseStatus> = leases
+        .iter()
+        .map(|l| LeaseStatus {
+            trial_key: l.trial_key.clone(),
+            owner: l.owner.clone(),
+            host: l.host.clone(),
+            expires_at: l.expires_at.clone(),
+            stale: l.from_the_future(now),
+        })
+        .collect();
+    shown.sort_by(|a, b| a.trial_key.cmp(&b.trial_key));
+    let live = leases.into_iter().filter(|l| l.holds(now)).collect();
+    (shown, live)
+}
+
+/// The text lines of the leases `status` shows.
+fn lease_lines(leases: &[LeaseStatus]) -> Vec<String> {
+    if leases.is_empty() {
+        return Vec::new();
+    }
+    let mut out = vec![format!(
+        "leases: {} {} leased (a launch waits for a leased trial until its lease is released or expires)",
+        leases.len(),
+        if leases.len() == 1 { "trial" } else { "trials" }
+    )];
+    for l in leases {
+        let key: String = l.trial_key.chars().take(16).collect();
+        out.push(if l.stale {
+            format!(
+                "  trial {key}: held by {} on {} until {}: further ahead than any lease can be ({} plus {} of clock skew), stale; the next launch takes it over",
+                l.owner,
+                l.host,
+                l.expires_at,
+                humantime::format_duration(crate::ledger::lease::MAX_LEASE_TTL),
+                humantime::format_duration(crate::ledger::lease::CLOCK_SKEW_ALLOWANCE),
+            )
+        } else {
+            format!(
+                "  trial {key}: held by {} on {} until {}",
+                l.owner, l.host, l.expires_at
+            )
+        });
+    }
+    out
 }
 
 /// Per host class (by id), what the ledger holds of study `study_id` and,
@@ -267,7 +329,7 @@ pub async fn run(a: StatusArgs) -> Result<(), CliError> {
     }
     let scan = ledger.scan(&study_id).await.map_err(failed)?;
     let (hosts, _) = ledger.hosts(&study_id).await.map_err(failed)?;
-    let leases = ledger.live_leases(&study_id).await.map_err(failed)?;
+    let (shown, leases) = lease_statuses(ledger.unexpired_leases(&study_id).await.map_err(failed)?);
     let classes = count(&study_id, study.as_ref(), &scan, &hosts, &leases);
     let rows: Vec<&ClassStatus> = classes.values().collect();
     if a.output.json(a.json) {
@@ -277,6 +339,7 @@ pub async fn run(a: StatusArgs) -> Result<(), CliError> {
             ledger: ledger.url(),
             classes: &rows,
             unreadable_objects: scan.corrupt.len(),
+            leases: &shown,
         });
     }
     say!("study {study_id} · ledger {}", ledger.url());
@@ -314,6 +377,9 @@ pub async fn run(a: StatusArgs) -> Result<(), CliError> {
             c.anchors,
             c.confirm_trials
         );
+    }
+    for line in lease_lines(&shown) {
+        say!("{line}");
     }
     if !scan.corrupt.is_empty() {
         say!(

@@ -56,7 +56,13 @@ pub fn run(a: ValidateArgs) -> Result<(), CliError> {
     let mut all = Diagnostics::default();
     let mut files = Vec::new();
     for f in &a.files {
-        let text = std::fs::read_to_string(f).unwrap_or_default();
+        // Which kind it is; what cannot be read is then refused by the
+        // study loader, with why.
+        let text = crate::safe_read::read_text(
+            f,
+            crate::safe_read::MAX_STUDY_FILE_BYTES.max(crate::safe_read::MAX_INVENTORY_FILE_BYTES),
+        )
+        .unwrap_or_default();
         let is_inventory = text.lines().any(|l| l.starts_with("hosts:"));
         let mut warnings: Vec<Problem> = Vec::new();
         let (kind, r) = if is_inventory {

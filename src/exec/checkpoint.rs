@@ -333,7 +333,9 @@ pub fn human_bytes(n: u64) -> String {
 
 /// The claim of the committed state under `base`, when its state is there.
 pub fn read_claim(base: &Path) -> Option<Claim> {
-    let bytes = std::fs::read(base.join(COMMITTED)).ok()?;
+    // A claim is a few hundred bytes; anything but a small regular file
+    // is no claim.
+    let bytes = crate::safe_read::read_regular(&base.join(COMMITTED), 1 << 20, None).ok()?;
     let claim = serde_json::from_slice(&bytes).ok()?;
     base.join("state").is_dir().then_some(claim)
 }

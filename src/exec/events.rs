@@ -243,6 +243,27 @@ pub enum LaunchEvent {
     LeaseError {
         error: String,
     },
+    /// A trial waits: another launcher holds its lease (said once per
+    /// trial and holder).
+    LeaseHeld {
+        config: String,
+        cell: String,
+        /// The trial key's first 16 characters.
+        trial: String,
+        owner: String,
+        host: String,
+        expires_at: String,
+    },
+    /// Another launcher's lease expired further ahead than any lease can
+    /// (a wrong clock, a forged object): taken over as stale.
+    LeaseFromTheFuture {
+        config: String,
+        cell: String,
+        trial: String,
+        owner: String,
+        host: String,
+        expires_at: String,
+    },
     LeaseLost {
         config: String,
         cell: String,
@@ -399,6 +420,7 @@ impl LaunchEvent {
                 | LaunchEvent::ConfirmationQueued { .. }
                 | LaunchEvent::RaceQueued { .. }
                 | LaunchEvent::BaselineRetry { .. }
+                | LaunchEvent::LeaseHeld { .. }
         )
     }
 }

@@ -36,6 +36,8 @@ use crate::decide::gate::{self, MAX_VALUE_FILE_BYTES};
 use crate::fingerprint::{self, Fingerprint};
 use crate::ledger::checkpoint::Claim;
 use crate::ledger::records::ExitInfo;
+use crate::safe_read;
+use crate::scrub;
 use crate::trial::Phase;
 
 /// The local machine as a transport.
@@ -212,13 +214,18 @@ pub fn join_head_tail(head: &str, tail: &str) -> String {
 }
 
 /// A stream's first bytes, its last bytes, and how long it was; and all of
-/// it, when kept whole (`None` again once it grows past the limit).
+/// it, when kept whole (`None` again once it grows past the limit). The
+/// head and the tail are kept `margin` bytes beyond [`HEAD_BYTES`] and
+/// [`TAIL_BYTES`], so that `secrets` are scrubbed before they are cut
+/// ([`scrub::cut_scrubbed`]).
 #[derive(Default)]
 struct Capture {
     head: Vec<u8>,
     tail: Vec<u8>,
     total: usize,
     whole: Option<Vec<u8>>,
+    secrets: &'static [String],
+    margin: usize,
 }
 
 impl Capture {
@@ -228,6 +235,15 @@ impl Capture {
         Capture {
             whole: Some(Vec::new()),
             ..Capture::default()
+        }
+    }
+
+    /// This capture, scrubbing `secrets` from its head and tail.
+    fn scrubbing(self, secrets: &'static [String]) -> Capture {
+        Capture {
+            secrets,
+            margin: scrub::margin(secrets),
+            ..self
         }
     }
 
@@ -251,42 +267,58 @@ impl Capture {
                 w.extend_from_slice(bytes);
             }
         }
-        if self.head.len() < HEAD_BYTES {
-            let n = (HEAD_BYTES - self.head.len()).min(bytes.len());
+        let keep_head = HEAD_BYTES + self.margin;
+        if self.head.len() < keep_head {
+            let n = (keep_head - self.head.len()).min(bytes.len());
             self.head.extend_from_slice(&bytes[..n]);
         }
         self.total += bytes.len();
         self.tail.extend_from_slice(bytes);
-        if self.tail.len() > 2 * TAIL_BYTES {
-            let cut = self.tail.len() - TAIL_BYTES;
+        let keep_tail = TAIL_BYTES + self.margin;
+        if self.tail.len() > 2 * keep_tail {
+            let cut = self.tail.len() - keep_tail;
             self.tail.drain(..cut);
         }
     }
 
-    fn tail_text(&self) -> String {
-        let start = self.tail.len().saturating_sub(TAIL_BYTES);
-        String::from_utf8_lossy(&self.tail[start..]).into_owned()
+    /// `(head, tail)`: the head's bytes that come before the tail's first
+    /// byte, and the tail, secrets scrubbed before the cuts.
+    fn texts(&self) -> (String, String) {
+        scrub::cut_scrubbed(
+            &self.head,
+            &self.tail,
+            self.total,
+            HEAD_BYTES,
+            TAIL_BYTES,
+            self.secrets,
+        )
     }
 
-    /// The head's bytes that come before the tail's first byte.
+    #[cfg(test)]
+    fn tail_text(&self) -> String {
+        self.texts().1
+    }
+
+    #[cfg(test)]
     fn head_text(&self) -> String {
-        let before_tail = self.total.saturating_sub(TAIL_BYTES);
-        let n = self.head.len().min(before_tail);
-        String::from_utf8_lossy(&self.head[..n]).into_owned()
+        self.texts().0
     }
 }
 
 /// `(head, tail)` texts of a stream of `total` bytes from its first and
-/// last bytes, as a local capture would give them (the head never overlaps
-/// the tail).
+/// last bytes (each [`scrub::margin`] bytes beyond [`HEAD_BYTES`] and
+/// [`TAIL_BYTES`] when the stream has them), as a local capture gives them:
+/// this process's secrets scrubbed before the cuts, and the head never
+/// overlapping the tail.
 pub fn head_and_tail(head: Vec<u8>, tail: Vec<u8>, total: usize) -> (String, String) {
-    let c = Capture {
-        head,
-        tail,
+    scrub::cut_scrubbed(
+        &head,
+        &tail,
         total,
-        whole: None,
-    };
-    (c.head_text(), c.tail_text())
+        HEAD_BYTES,
+        TAIL_BYTES,
+        scrub::launcher_secrets(),
+    )
 }
 
 fn spawn_capture<R: AsyncRead + Unpin + Send + 'static>(
@@ -334,9 +366,7 @@ fn spawn_capture<R: AsyncRead + Unpin + Send + 'static>(
 
 /// `(head, tail)` of a captured stream.
 fn texts(buf: &Arc<Mutex<Capture>>) -> (String, String) {
-    buf.lock()
-        .map(|b| (b.head_text(), b.tail_text()))
-        .unwrap_or_default()
+    buf.lock().map(|b| b.texts()).unwrap_or_default()
 }
 
 fn kill_group(pgid: i32, signal: i32) {
@@ -376,6 +406,7 @@ pub async fn run(spec: &RunSpec, cancel: &CancellationToken) -> io::Result<RunOu
         } else {
             Capture::default()
         }
+        .scrubbing(scrub::launcher_secrets())
     };
     let out_buf = Arc::new(Mutex::new(capture("stdout")));
     let err_buf = Arc::new(Mutex::new(capture("stderr")));
@@ -452,128 +483,16 @@ async fn stop(
     }
 }
 
-/// Bytes read at a time when hashing.
-const CHUNK: usize = 1024 * 1024;
+pub use crate::safe_read::size_label;
 
-/// `n` bytes for people: `8 MiB`, `16 GiB`, else bytes.
-pub fn size_label(n: u64) -> String {
-    const GIB: u64 = 1024 * 1024 * 1024;
-    if n >= GIB && n.is_multiple_of(GIB) {
-        format!("{} GiB", n / GIB)
-    } else if n >= 1024 * 1024 && n.is_multiple_of(1024 * 1024) {
-        format!("{} MiB", n / (1024 * 1024))
-    } else {
-        format!("{n} bytes")
-    }
-}
-
-/// What a file type is, for a message.
-fn kind_of(t: std::fs::FileType) -> &'static str {
-    use std::os::unix::fs::FileTypeExt;
-    if t.is_dir() {
-        "a directory"
-    } else if t.is_fifo() {
-        "a FIFO"
-    } else if t.is_char_device() {
-        "a character device"
-    } else if t.is_block_device() {
-        "a block device"
-    } else if t.is_socket() {
-        "a socket"
-    } else if t.is_symlink() {
-        "a symlink"
-    } else {
-        "not a regular file"
-    }
-}
-
-/// Open `path` for reading if it is a regular file (a symlink is followed
-/// only to a regular file) of at most `cap` bytes. Nothing else is opened
-/// (a FIFO would block, a device never end), and the open itself cannot
-/// block: the type is checked before, and again on the open descriptor. The
-/// error says why, e.g. `is a FIFO, not a regular file`, `was not written`.
-fn open_regular(path: &Path, cap: u64) -> Result<std::fs::File, String> {
-    use std::os::unix::fs::OpenOptionsExt;
-    let not_regular = |via_link: bool, t: std::fs::FileType| {
-        format!(
-            "is {}{}, not a regular file",
-            if via_link { "a symlink to " } else { "" },
-            kind_of(t)
-        )
-    };
-    let link = std::fs::symlink_metadata(path).map_err(|e| match e.kind() {
-        std::io::ErrorKind::NotFound => "was not written".to_string(),
-        _ => format!("cannot be read: {e}"),
-    })?;
-    let via_link = link.file_type().is_symlink();
-    let meta = if via_link {
-        std::fs::metadata(path).map_err(|e| format!("is a symlink that cannot be followed: {e}"))?
-    } else {
-        link
-    };
-    if !meta.is_file() {
-        return Err(not_regular(via_link, meta.file_type()));
-    }
-    let file = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
-        .open(path)
-        .map_err(|e| format!("cannot be read: {e}"))?;
-    let meta = file
-        .metadata()
-        .map_err(|e| format!("cannot be read: {e}"))?;
-    if !meta.is_file() {
-        return Err(not_regular(via_link, meta.file_type()));
-    }
-    if meta.len() > cap {
-        return Err(format!(
-            "is {} bytes, over the limit of {}",
-            meta.len(),
-            size_label(cap)
-        ));
-    }
-    Ok(file)
-}
-
-/// Read `path` through `sink` in chunks: a regular file of at most `cap`
-/// bytes (also when it grows while read), finished before `deadline`.
-fn read_chunks(
-    path: &Path,
-    cap: u64,
-    deadline: std::time::Instant,
-    mut sink: impl FnMut(&[u8]),
-) -> Result<(), String> {
-    use std::io::Read;
-    let mut file = open_regular(path, cap)?;
-    let mut buf = vec![0u8; CHUNK];
-    let mut total: u64 = 0;
-    loop {
-        if std::time::Instant::now() > deadline {
-            return Err("was still being read at the trial's timeout".to_string());
-        }
-        let n = match file.read(&mut buf) {
-            Ok(0) => return Ok(()),
-            Ok(n) => n,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-            Err(e) => return Err(format!("cannot be read: {e}")),
-        };
-        total += n as u64;
-        if total > cap {
-            return Err(format!("grew over the limit of {}", size_label(cap)));
-        }
-        sink(&buf[..n]);
-    }
-}
-
-/// The contents of a regular file of at most `cap` bytes.
+/// The contents of a regular file of at most `cap` bytes (see
+/// [`crate::safe_read`]); a file that is not there `was not written`.
 pub fn read_regular(
     path: &Path,
     cap: u64,
     deadline: std::time::Instant,
 ) -> Result<Vec<u8>, String> {
-    let mut out = Vec::new();
-    read_chunks(path, cap, deadline, |b| out.extend_from_slice(b))?;
-    Ok(out)
+    safe_read::read_regular(path, cap, Some(deadline)).map_err(written)
 }
 
 /// The sha256 of a regular file of at most `cap` bytes, read in chunks.
@@ -583,8 +502,16 @@ pub fn sha256_regular(
     deadline: std::time::Instant,
 ) -> Result<String, String> {
     let mut hasher = Sha256::new();
-    read_chunks(path, cap, deadline, |b| hasher.update(b))?;
+    safe_read::read_chunks(path, cap, Some(deadline), |b| hasher.update(b)).map_err(written)?;
     Ok(hex::encode(hasher.finalize()))
+}
+
+/// Why a trial's file was not read, as its messages say it.
+fn written(e: safe_read::Unreadable) -> String {
+    match e {
+        safe_read::Unreadable::Missing(_) => "was not written".to_string(),
+        safe_read::Unreadable::Refused(why) | safe_read::Unreadable::Failed(why) => why,
+    }
 }
 
 /// The numbers of a tolerance file (at most 8 MiB and
@@ -909,6 +836,43 @@ mod tests {
         assert_eq!(c.head_text().as_bytes(), &text[..HEAD_BYTES]);
         assert_eq!(c.tail_text().as_bytes(), &text[text.len() - TAIL_BYTES..]);
         assert_eq!(c.total, text.len());
+    }
+
+    /// A secret printed across the tail's cut or the head's, in reads of
+    /// any size: the capture keeps enough beyond each cut to see it whole,
+    /// and no part of it is kept unscrubbed.
+    #[test]
+    fn a_capture_scrubs_a_secret_before_cutting_it() {
+        let secrets: &'static [String] = Box::leak(Box::new(["tok-SECRET-0123456789".to_string()]));
+        let secret = secrets[0].as_bytes();
+        let total = 20_000;
+        for at in (HEAD_BYTES - secret.len()..HEAD_BYTES + 1)
+            .chain(total - TAIL_BYTES - secret.len()..total - TAIL_BYTES + 1)
+        {
+            let mut text = vec![b'.'; total];
+            text[at..at + secret.len()].copy_from_slice(secret);
+            for read in [1, 7, 777, 4096, 65536] {
+                let mut c = Capture::default().scrubbing(secrets);
+                for piece in text.chunks(read) {
+                    c.push(piece);
+                }
+                let (head, tail) = c.texts();
+                for (name, kept) in [("head", &head), ("tail", &tail)] {
+                    let rest = kept.replace("[redacted]", "");
+                    assert!(
+                        rest.bytes().all(|b| b == b'.'),
+                        "{name} keeps part of the secret at {at} (reads of {read}): {rest:?}"
+                    );
+                }
+                let straddles = |cut: usize| at < cut && cut < at + secret.len();
+                if straddles(HEAD_BYTES) {
+                    assert!(head.ends_with("[redacted]"), "at {at}: {head:?}");
+                }
+                if straddles(total - TAIL_BYTES) {
+                    assert!(tail.starts_with("[redacted]"), "at {at}: {tail:?}");
+                }
+            }
+        }
     }
 
     /// A stream kept whole stays whole up to the limit, and past it says

@@ -537,6 +537,28 @@ pub fn describe(ev: &LaunchEvent) -> Vec<String> {
         LaunchEvent::LeaseError { error } => {
             one(format!("error: cannot take the lease of a trial: {error}"))
         }
+        LaunchEvent::LeaseHeld {
+            config,
+            cell,
+            trial,
+            owner,
+            host,
+            expires_at,
+        } => one(format!(
+            "waiting for {config} @ {cell} (trial {trial}): its lease is held by {owner} on {host} until {expires_at}"
+        )),
+        LaunchEvent::LeaseFromTheFuture {
+            config,
+            cell,
+            trial,
+            owner,
+            host,
+            expires_at,
+        } => one(format!(
+            "warning: the lease of {config} @ {cell} (trial {trial}) held by {owner} on {host} expires at {expires_at}, further ahead than any lease can ({} plus {} of clock skew): a wrong clock or a forged lease; taken over as stale",
+            humantime::format_duration(crate::ledger::lease::MAX_LEASE_TTL),
+            humantime::format_duration(crate::ledger::lease::CLOCK_SKEW_ALLOWANCE),
+        )),
         LaunchEvent::CheckpointNotCarried {
             config,
             cell,

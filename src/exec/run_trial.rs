@@ -139,6 +139,8 @@ pub struct Runner<'a> {
     events: &'a Emitter,
     /// Ledger objects already named in a warning (unreadable, misplaced).
     named_objects: Mutex<HashSet<String>>,
+    /// (trial key, lease owner) already said to be waited on.
+    named_holders: Mutex<HashSet<(String, String)>>,
     /// An attempt record could not be written (after its retries).
     ledger_failing: AtomicBool,
     spend: Arc<Spend>,
@@ -196,6 +198,7 @@ impl<'a> Runner<'a> {
             cancel: s.cancel,
             events: s.events,
             named_objects: Mutex::new(s.named_objects),
+            named_holders: Mutex::default(),
             ledger_failing: AtomicBool::new(false),
             spend: s.spend,
         })
@@ -235,8 +238,41 @@ impl<'a> Runner<'a> {
                 )
                 .await
             {
-                Ok(Ok(lease)) => Some(lease),
-                Ok(Err(Held::By { expires_at, .. })) => {
+                Ok(Ok(lease)) => {
+                    if let Some(stale) = &lease.took_over {
+                        let (config, cell) = self.labels(&job);
+                        self.events.emit(LaunchEvent::LeaseFromTheFuture {
+                            config,
+                            cell,
+                            trial: job.key.chars().take(16).collect(),
+                            owner: stale.owner.clone(),
+                            host: stale.host.clone(),
+                            expires_at: stale.expires_at.clone(),
+                        });
+                    }
+                    Some(lease)
+                }
+                Ok(Err(Held::By {
+                    owner,
+                    host: holder,
+                    expires_at,
+                })) => {
+                    let fresh = self
+                        .named_holders
+                        .lock()
+                        .map(|mut n| n.insert((job.key.clone(), owner.clone())))
+                        .unwrap_or(true);
+                    if fresh {
+                        let (config, cell) = self.labels(&job);
+                        self.events.emit(LaunchEvent::LeaseHeld {
+                            config,
+                            cell,
+                            trial: job.key.chars().take(16).collect(),
+                            owner,
+                            host: holder,
+                            expires_at: expires_at.clone(),
+                        });
+                    }
                     let until = chrono::DateTime::parse_from_rfc3339(&expires_at)
                         .ok()
                         .and_then(|t| {
@@ -290,6 +326,14 @@ impl<'a> Runner<'a> {
             self.ledger.release_lease(l).await;
         }
         result
+    }
+
+    /// A trial's config and cell labels, for a message.
+    fn labels(&self, job: &TrialJob) -> (String, String) {
+        (
+            self.plan.space.label(self.study, job.config),
+            space::cell_label(self.study, &self.plan.cells[job.cell as usize]),
+        )
     }
 
     /// Warn once about each ledger object that is not what its key says
@@ -891,7 +935,14 @@ async fn watch_progress(rule: &PruneRule, path: &std::path::Path) -> Option<Prun
         if !regular {
             continue;
         }
-        let Ok(bytes) = tokio::fs::read(path).await else {
+        // Checked again on the opened file: one swapped for a FIFO since
+        // is not waited on.
+        let p = path.to_path_buf();
+        let read = tokio::task::spawn_blocking(move || {
+            crate::safe_read::read_regular(&p, MAX_PROGRESS_BYTES, None)
+        })
+        .await;
+        let Ok(Ok(bytes)) = read else {
             continue;
         };
         if let Some(at) = first_prune(rule, &bytes) {

@@ -64,6 +64,11 @@ pub const DEFAULT_TEMPLATE: &str = include_str!("../../templates/slurm-array.sh"
 /// Most tasks in one array.
 const MAX_ARRAY: usize = 1000;
 
+/// Largest task report or manifest read from the shared directory on this
+/// machine: a report holds at most the result, the kept streams and two
+/// stored logs (each frame at most [`wire::MAX_FRAME_BYTES`]).
+const MAX_REPORT_FILE_BYTES: u64 = 4 * wire::MAX_FRAME_BYTES as u64;
+
 /// How long the submitter waits for more attempts before submitting what
 /// is queued (it submits at once when a full array is queued).
 const GATHER_QUIET: Duration = Duration::from_millis(300);
@@ -142,14 +147,26 @@ impl Login {
         }
     }
 
-    /// Read files; missing ones are left out.
+    /// Read files; missing ones are left out, and so are (said once here)
+    /// those that are not regular files of at most
+    /// [`MAX_REPORT_FILE_BYTES`] on this machine.
     async fn read_files(&self, paths: &[String]) -> Result<HashMap<String, Vec<u8>>, String> {
         let mut out = HashMap::new();
         match self {
             Login::Local => {
                 for p in paths {
-                    if let Ok(b) = tokio::fs::read(p).await {
-                        out.insert(p.clone(), b);
+                    let path = std::path::PathBuf::from(p);
+                    let read = tokio::task::spawn_blocking(move || {
+                        crate::safe_read::read_regular(&path, MAX_REPORT_FILE_BYTES, None)
+                    })
+                    .await
+                    .map_err(|e| e.to_string())?;
+                    match read {
+                        Ok(b) => {
+                            out.insert(p.clone(), b);
+                        }
+                        Err(crate::safe_read::Unreadable::Missing(_)) => {}
+                        Err(why) => tracing::warn!(path = %p, "not read: {why}"),
                     }
                 }
             }

@@ -95,9 +95,11 @@
 //! - `setup`: the attempt could not start (`end` follows).
 //! - `end`: the reply is complete.
 //!
-//! File tags: `stdout_tail`, `stderr_tail` (at most [`TAIL_BYTES`]),
-//! `stderr_head` (at most [`HEAD_BYTES`], sent only when stderr is longer
-//! than the tail), `result` (at most [`MAX_RESULT_BYTES`]), `value:<i>`
+//! File tags: `stdout_tail`, `stderr_tail` (at most [`TAIL_BYTES`] plus
+//! the scrub margin, [`crate::scrub::margin`]: the launcher scrubs secrets
+//! before it cuts the tail, so it needs a secret straddling the cut whole),
+//! `stderr_head` (at most [`HEAD_BYTES`] plus that margin, sent only when
+//! stderr is longer than the tail sent), `result` (at most [`MAX_RESULT_BYTES`]), `value:<i>`
 //! (tolerance file `i`, at most [`MAX_VALUE_FILE_BYTES`]), `rfile:<i>`
 //! (file `i` of `result:`, at most [`MAX_RESULT_BYTES`]), `stream:stdout`,
 //! `stream:stderr` (the counted run's whole stream, at most
@@ -157,7 +159,8 @@ pub(crate) const MAX_FRAME_BYTES: usize = 2 * MAX_LOG_BYTES as usize;
 /// (a host printing without end), never an unbounded buffer.
 pub(crate) const MAX_HEADER_BYTES: usize = 64 * 1024;
 
-/// Shell functions of the agent (`TC_TAIL` stands for [`TAIL_BYTES`]).
+/// Shell functions of the agent (`TC_TAIL` stands for [`TAIL_BYTES`] plus
+/// the scrub margin, see [`tail_window`]).
 const AGENT_FUNCTIONS: &str = include_str!("agent.sh");
 
 /// The persistent agent's own functions ([`persistent_agent`]).
@@ -216,7 +219,19 @@ pub(crate) struct AgentOptions {
 
 /// The agent's shell functions, as sent once to a host.
 fn agent_functions() -> String {
-    AGENT_FUNCTIONS.replace("TC_TAIL", &TAIL_BYTES.to_string())
+    AGENT_FUNCTIONS.replace("TC_TAIL", &tail_window().to_string())
+}
+
+/// Bytes of a stream's end a host sends: [`TAIL_BYTES`] and the longest
+/// of this launcher's secrets, so that one straddling the tail's cut
+/// arrives whole and is scrubbed before the cut ([`head_and_tail`]).
+fn tail_window() -> usize {
+    TAIL_BYTES + crate::scrub::margin(crate::scrub::launcher_secrets())
+}
+
+/// Bytes of stderr's start a host sends, for the same reason.
+fn head_window() -> usize {
+    HEAD_BYTES + crate::scrub::margin(crate::scrub::launcher_secrets())
 }
 
 /// The remote script of one attempt (see the module documentation).
@@ -381,7 +396,8 @@ fn attempt_body(spec: &AttemptSpec, opts: &AgentOptions) -> Result<String, Strin
     // Size, tail and head of the last run's streams (nothing when empty).
     let _ = writeln!(
         s,
-        "tc_stream stdout .tunectl-run-stdout 0\ntc_stream stderr .tunectl-run-stderr {HEAD_BYTES}"
+        "tc_stream stdout .tunectl-run-stdout 0\ntc_stream stderr .tunectl-run-stderr {}",
+        head_window()
     );
     s.push_str("if [ $tc_ok = 1 ]; then\n");
     let _ = writeln!(s, "  tc_rfile result \"$tc_result\" {MAX_RESULT_BYTES}");

@@ -7,7 +7,6 @@
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
-use object_store::ObjectStoreExt;
 use object_store::path::Path as ObjPath;
 
 use super::{CorruptObject, Ledger, LedgerError, Scan, StudyRecord, records};
@@ -138,9 +137,9 @@ impl Ledger {
         // look once more.
         let mut missing = Vec::new();
         for (key, reason) in wanted {
-            match self.store.head(&ObjPath::from(key.as_str())).await {
-                Ok(_) => {}
-                Err(object_store::Error::NotFound { .. }) => missing.push(CorruptObject {
+            match self.exists(&ObjPath::from(key.as_str())).await {
+                Ok(true) => {}
+                Ok(false) => missing.push(CorruptObject {
                     key,
                     reason: reason.to_string(),
                 }),

@@ -117,14 +117,48 @@ impl Ledger {
         stored: &StoredCheckpoint,
     ) -> Result<CheckedArchive, String> {
         let at = archive_key(&stored.study_id, &stored.checkpoint_key);
-        let got = self.store.get(&at).await.map_err(|e| match e {
-            object_store::Error::NotFound { .. } => {
-                format!("ledger object {at} is missing (its claim is there)")
+        let missing = || format!("ledger object {at} is missing (its claim is there)");
+        let stream = match &self.local_root {
+            // Opened only as a regular file (crate::safe_read); its length
+            // is checked against the claim as it streams, below.
+            Some(root) => {
+                let path = super::local::file_of(root, &at);
+                let opened = tokio::task::spawn_blocking(move || {
+                    let got = crate::safe_read::open_regular(&path, u64::MAX);
+                    (path, got)
+                })
+                .await
+                .map_err(|e| self.io_err("read", &at, e).to_string())?;
+                let file = match opened {
+                    (_, Ok(f)) => f,
+                    (_, Err(crate::safe_read::Unreadable::Missing(_))) => return Err(missing()),
+                    (path, Err(why)) => {
+                        return Err(self
+                            .io_err("read", &at, format!("{} {why}", path.display()))
+                            .to_string());
+                    }
+                };
+                tokio_util::io::ReaderStream::new(tokio::fs::File::from_std(file))
+                    .map(|r| {
+                        r.map_err(|e| object_store::Error::Generic {
+                            store: "LocalFileSystem",
+                            source: Box::new(e),
+                        })
+                    })
+                    .boxed()
             }
-            e => self.io_err("read", &at, e).to_string(),
-        })?;
+            None => self
+                .store
+                .get(&at)
+                .await
+                .map_err(|e| match e {
+                    object_store::Error::NotFound { .. } => missing(),
+                    e => self.io_err("read", &at, e).to_string(),
+                })?
+                .into_stream(),
+        };
         Ok(CheckedArchive {
-            stream: got.into_stream(),
+            stream,
             chunk: Bytes::new(),
             hasher: Sha256::new(),
             bytes: 0,

@@ -657,12 +657,9 @@ impl Ledger {
     /// The index, decoded; `Unusable` says why not.
     pub async fn read_index(&self, study: &str) -> Result<Contents, Unusable> {
         let k = key(study);
-        let bytes = match self.store.get(&k).await {
-            Ok(r) => r
-                .bytes()
-                .await
-                .map_err(|e| Unusable::Invalid(format!("cannot read it: {e}")))?,
-            Err(object_store::Error::NotFound { .. }) => return Err(Unusable::Missing),
+        let bytes = match self.get_bytes(&k).await {
+            Ok(Some(b)) => b,
+            Ok(None) => return Err(Unusable::Missing),
             Err(e) => {
                 return Err(Unusable::Invalid(format!(
                     "cannot read it: {}",

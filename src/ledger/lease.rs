@@ -13,6 +13,13 @@
 //! launchers' clocks must agree to well within the lease time (default
 //! 2 minutes).
 //!
+//! No launcher grants a lease longer than [`MAX_LEASE_TTL`], so a lease
+//! that expires further ahead than that plus [`CLOCK_SKEW_ALLOWANCE`]
+//! was not written by one whose clock agrees with this one's (a clock set
+//! a year ahead, a forged object): it would hold its trial for as long.
+//! Such a lease holds nothing: the next launcher takes it over like an
+//! expired one, and says so ([`Lease::took_over`]).
+//!
 //! The generations sit side by side in `leases/`, not in a folder per
 //! trial: a local ledger would otherwise make (and keep) one directory per
 //! trial, an inode that costs more than the lease itself on some file
@@ -31,14 +38,29 @@ use super::{Ledger, LedgerError};
 /// How long a lease lasts without renewal, by default.
 pub const LEASE_TTL: Duration = Duration::from_secs(120);
 
-/// The lease time in force: `TUNECTL_LEASE_TTL` (e.g. `30s`) or
-/// [`LEASE_TTL`]. A killed launcher's trials wait this long before another
-/// launcher takes them over; shorter suits tests and stable clocks.
+/// The longest lease time a launcher grants: a longer `TUNECTL_LEASE_TTL`
+/// is cut to it.
+pub const MAX_LEASE_TTL: Duration = Duration::from_secs(3600);
+
+/// How far ahead of this launcher's clock another launcher's may be: a
+/// lease expiring more than [`MAX_LEASE_TTL`] and this from now is taken
+/// over as stale.
+pub const CLOCK_SKEW_ALLOWANCE: Duration = Duration::from_secs(300);
+
+/// The lease time in force: `TUNECTL_LEASE_TTL` (e.g. `30s`, at most
+/// [`MAX_LEASE_TTL`]) or [`LEASE_TTL`]. A killed launcher's trials wait
+/// this long before another launcher takes them over; shorter suits tests
+/// and stable clocks.
 pub fn lease_ttl() -> Duration {
-    std::env::var("TUNECTL_LEASE_TTL")
-        .ok()
-        .and_then(|v| crate::spec::yaml::parse_duration(&v).ok())
+    ttl_of(std::env::var("TUNECTL_LEASE_TTL").ok().as_deref())
+}
+
+/// The lease time a `TUNECTL_LEASE_TTL` of `value` sets.
+fn ttl_of(value: Option<&str>) -> Duration {
+    value
+        .and_then(|v| crate::spec::yaml::parse_duration(v).ok())
         .filter(|d| *d >= Duration::from_millis(100))
+        .map(|d| d.min(MAX_LEASE_TTL))
         .unwrap_or(LEASE_TTL)
 }
 
@@ -60,10 +82,25 @@ pub struct LeaseRecord {
 }
 
 impl LeaseRecord {
+    /// Its expiry has passed (or cannot be read).
     pub fn expired(&self, now: chrono::DateTime<chrono::Utc>) -> bool {
         chrono::DateTime::parse_from_rfc3339(&self.expires_at)
             .map(|t| t.with_timezone(&chrono::Utc) <= now)
             .unwrap_or(true)
+    }
+
+    /// Its expiry is further ahead of `now` than any lease can be:
+    /// [`MAX_LEASE_TTL`] plus [`CLOCK_SKEW_ALLOWANCE`].
+    pub fn from_the_future(&self, now: chrono::DateTime<chrono::Utc>) -> bool {
+        let furthest = chrono::Duration::from_std(MAX_LEASE_TTL + CLOCK_SKEW_ALLOWANCE)
+            .unwrap_or_else(|_| chrono::Duration::hours(1));
+        chrono::DateTime::parse_from_rfc3339(&self.expires_at)
+            .is_ok_and(|t| t.with_timezone(&chrono::Utc) > now + furthest)
+    }
+
+    /// It holds its trial at `now`: not expired, and not from the future.
+    pub fn holds(&self, now: chrono::DateTime<chrono::Utc>) -> bool {
+        !self.expired(now) && !self.from_the_future(now)
     }
 }
 
@@ -80,6 +117,10 @@ pub struct Lease {
     /// attempt to look for. Known on a local ledger only: `false` says
     /// nothing.
     pub no_attempts: bool,
+    /// The lease of another owner this one took over because it expired
+    /// further ahead than any lease can ([`LeaseRecord::from_the_future`]):
+    /// for the launcher to say so.
+    pub took_over: Option<LeaseRecord>,
 }
 
 impl Lease {
@@ -120,14 +161,25 @@ fn prefix(study: &str) -> ObjPath {
     ObjPath::from(format!("{study}/leases"))
 }
 
-/// The generation to take after `latest`, or who holds the trial.
-fn free_generation(latest: Option<LeaseRecord>, owner: &str) -> Result<u64, Held> {
+/// The generation to take after `latest` (with `latest` when it is
+/// another owner's lease from the future, taken over), or who holds the
+/// trial.
+fn free_generation(
+    latest: Option<LeaseRecord>,
+    owner: &str,
+    now: chrono::DateTime<chrono::Utc>,
+) -> Result<(u64, Option<LeaseRecord>), Held> {
     match latest {
-        Some(l) if !l.expired(chrono::Utc::now()) && l.owner != owner => Err(held_by(Some(l))),
-        Some(l) => Ok(l.generation + 1),
-        None => Ok(1),
+        Some(l) if l.owner != owner && l.from_the_future(now) => Ok((l.generation + 1, Some(l))),
+        Some(l) if !l.expired(now) && l.owner != owner => Err(held_by(Some(l))),
+        Some(l) => Ok((l.generation + 1, None)),
+        None => Ok((1, None)),
     }
 }
+
+/// A lease taken: the generation written, and the lease from the future it
+/// took over, if any.
+type Taken = (LeaseRecord, Option<LeaseRecord>);
 
 fn held_by(latest: Option<LeaseRecord>) -> Held {
     Held::By {
@@ -150,9 +202,9 @@ fn acquire_local(
     owner: &str,
     host: &str,
     ttl: Duration,
-) -> Result<Result<LeaseRecord, Held>, LocalError> {
+) -> Result<Result<Taken, Held>, LocalError> {
     let latest = latest_local(root, study, trial)?;
-    let generation = match free_generation(latest, owner) {
+    let (generation, stale) = match free_generation(latest, owner, chrono::Utc::now()) {
         Ok(g) => g,
         Err(held) => return Ok(Err(held)),
     };
@@ -160,7 +212,7 @@ fn acquire_local(
     let k = key(study, trial, generation);
     let bytes = serde_json::to_vec(&record).map_err(|e| ("encode", k.clone(), e.to_string()))?;
     match super::local::create_new(&super::local::file_of(root, &k), &bytes) {
-        Ok(true) => Ok(Ok(record)),
+        Ok(true) => Ok(Ok((record, stale))),
         // Someone created that generation first: they hold it.
         Ok(false) => Ok(Err(held_by(latest_local(root, study, trial)?))),
         Err(e) => Err(("write", k, e)),
@@ -191,14 +243,18 @@ fn latest_local(
         generation,
         ..Ledger::vacant(trial)
     };
-    let bytes = match std::fs::read(dir.join(name)) {
+    // A regular file of at most MAX_LEASE_BYTES (crate::safe_read): a
+    // FIFO or a device there is an error naming it, never a wait.
+    let path = dir.join(name);
+    let bytes = match crate::safe_read::read_regular(&path, crate::safe_read::MAX_LEASE_BYTES, None)
+    {
         Ok(b) => b,
         // Released between the listing and the read: free again, but the
         // next generation keeps counting up.
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Some(vacant)),
-        Err(e) => {
+        Err(crate::safe_read::Unreadable::Missing(_)) => return Ok(Some(vacant)),
+        Err(why) => {
             let k = ObjPath::from(format!("{study}/leases/{name}"));
-            return Err(("read", k, e.to_string()));
+            return Err(("read", k, format!("{} {why}", path.display())));
         }
     };
     // A torn or garbage generation: the next one takes over.
@@ -215,6 +271,27 @@ impl Ledger {
         let prefix = prefix(study);
         let mut by_trial: std::collections::BTreeMap<String, Vec<(u64, ObjPath)>> =
             Default::default();
+        if let Some(root) = &self.local_root {
+            // By name, as a lease is taken (acquire_local): what is there
+            // and not a regular file is listed too, and refused when read.
+            let dir = super::local::file_of(root, &prefix);
+            let names = tokio::task::spawn_blocking(move || super::local::names(&dir, None, false))
+                .await
+                .map_err(|e| self.io_err("list", &prefix, e))?
+                .map_err(|e| self.io_err("list", &prefix, e))?;
+            for name in names {
+                if let Some((trial, generation)) = parse_name(&name) {
+                    by_trial
+                        .entry(trial.to_string())
+                        .or_default()
+                        .push((generation, ObjPath::from(format!("{prefix}/{name}"))));
+                }
+            }
+            for gens in by_trial.values_mut() {
+                gens.sort_by_key(|(g, _)| *g);
+            }
+            return Ok(by_trial);
+        }
         let mut listing = self.store.list(Some(&prefix));
         while let Some(meta) = listing
             .try_next()
@@ -358,11 +435,16 @@ impl Ledger {
                     .await?
             }
         };
-        Ok(taken.map(|record| Lease {
+        Ok(taken.map(|(record, took_over)| Lease {
             study: study.to_string(),
-            first_generation: record.generation,
+            // A lease from the future goes with this one's release: it
+            // holds nothing, and would show its trial held until then.
+            first_generation: took_over
+                .as_ref()
+                .map_or(record.generation, |stale| stale.generation),
             record,
             no_attempts,
+            took_over,
         }))
     }
 
@@ -374,15 +456,15 @@ impl Ledger {
         owner: &str,
         host: &str,
         ttl: Duration,
-    ) -> Result<Result<LeaseRecord, Held>, LedgerError> {
+    ) -> Result<Result<Taken, Held>, LedgerError> {
         let latest = self.latest_lease(study, trial).await?;
-        let generation = match free_generation(latest, owner) {
+        let (generation, stale) = match free_generation(latest, owner, chrono::Utc::now()) {
             Ok(g) => g,
             Err(held) => return Ok(Err(held)),
         };
         let record = Self::lease_record(trial, owner, host, generation, ttl);
         if self.create_generation(&record, study).await? {
-            Ok(Ok(record))
+            Ok(Ok((record, stale)))
         } else {
             // Someone created that generation first: they hold it.
             Ok(Err(held_by(self.latest_lease(study, trial).await?)))
@@ -416,8 +498,19 @@ impl Ledger {
             .await;
     }
 
-    /// The live leases of a study: trials running now somewhere.
+    /// The live leases of a study: trials running now somewhere (a lease
+    /// from the future holds nothing, see [`Ledger::unexpired_leases`]).
     pub async fn live_leases(&self, study: &str) -> Result<Vec<LeaseRecord>, LedgerError> {
+        let now = chrono::Utc::now();
+        let mut all = self.unexpired_leases(study).await?;
+        all.retain(|r| r.holds(now));
+        Ok(all)
+    }
+
+    /// The newest generation of every trial's lease that has not expired,
+    /// leases from the future ([`LeaseRecord::from_the_future`]) included:
+    /// what `status` shows.
+    pub async fn unexpired_leases(&self, study: &str) -> Result<Vec<LeaseRecord>, LedgerError> {
         let all = self.lease_generations(study).await?;
         let now = chrono::Utc::now();
         let mut out = Vec::new();
@@ -494,6 +587,117 @@ mod tests {
                 .read_dir()
                 .is_ok_and(|mut d| d.next().is_some())
         );
+    }
+
+    /// A lease of `owner` expiring `ahead` from now, as its generation 1
+    /// of trial `k` in the local ledger at `dir`.
+    fn forge(dir: &std::path::Path, owner: &str, ahead: chrono::Duration) {
+        let now = chrono::Utc::now();
+        let record = LeaseRecord {
+            schema: 1,
+            trial_key: "k".into(),
+            owner: owner.into(),
+            host: "h0".into(),
+            generation: 1,
+            expires_at: (now + ahead).to_rfc3339(),
+            written_at: now.to_rfc3339(),
+        };
+        std::fs::create_dir_all(dir.join("s/leases")).expect("mkdir");
+        std::fs::write(
+            dir.join("s/leases/k.000000000001.json"),
+            serde_json::to_vec(&record).expect("json"),
+        )
+        .expect("write");
+    }
+
+    /// A lease whose expiry is further ahead than any launcher grants plus
+    /// the clock-skew allowance (a clock a year ahead, a forged object)
+    /// used to hold its trial for as long: it is taken over at once, the
+    /// lease taken says from whom, and its release removes the stale one
+    /// too. One within the allowance still holds.
+    #[tokio::test]
+    async fn a_lease_from_the_future_is_taken_over_and_said() {
+        let ttl = Duration::from_secs(60);
+        for (store, fast) in [("local", true), ("object_store", false)] {
+            let dir = tempfile::tempdir().expect("tempdir");
+            let ledger = if fast {
+                Ledger::open(&dir.path().display().to_string()).expect("ledger")
+            } else {
+                let s = object_store::local::LocalFileSystem::new_with_prefix(dir.path())
+                    .expect("store");
+                Ledger::with_store(std::sync::Arc::new(s), "slow".into())
+            };
+            forge(dir.path(), "M", chrono::Duration::days(365));
+            assert!(
+                ledger.live_leases("s").await.expect("io").is_empty(),
+                "{store}: a lease from the future is not live"
+            );
+            let shown = ledger.unexpired_leases("s").await.expect("io");
+            assert_eq!(shown.len(), 1, "{store}: status shows it");
+            let a = ledger
+                .acquire_lease("s", "k", "A", "h", ttl)
+                .await
+                .expect("io")
+                .unwrap_or_else(|_| panic!("{store}: the stale lease still holds"));
+            assert_eq!(a.record.generation, 2, "{store}");
+            let stale = a.took_over.clone().expect("said");
+            assert_eq!((stale.owner.as_str(), stale.host.as_str()), ("M", "h0"));
+            assert_eq!(a.own_generations().len(), 2, "{store}");
+            let live = ledger.live_leases("s").await.expect("io");
+            assert_eq!(live.len(), 1, "{store}");
+            assert_eq!(live[0].owner, "A", "{store}");
+            ledger.release_lease(&a).await;
+            assert!(
+                ledger.unexpired_leases("s").await.expect("io").is_empty(),
+                "{store}: released with the stale one"
+            );
+
+            // Within the lease time and the allowance: held, as ever.
+            let near = MAX_LEASE_TTL + CLOCK_SKEW_ALLOWANCE - Duration::from_secs(60);
+            forge(
+                dir.path(),
+                "B",
+                chrono::Duration::from_std(near).expect("duration"),
+            );
+            let held = ledger
+                .acquire_lease("s", "k", "A", "h", ttl)
+                .await
+                .expect("io");
+            assert!(
+                matches!(held, Err(Held::By { ref owner, .. }) if owner == "B"),
+                "{store}: {held:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn how_far_ahead_a_lease_can_expire() {
+        let now = chrono::Utc::now();
+        let furthest =
+            chrono::Duration::from_std(MAX_LEASE_TTL + CLOCK_SKEW_ALLOWANCE).expect("duration");
+        let at = |ahead: chrono::Duration| LeaseRecord {
+            expires_at: (now + ahead).to_rfc3339(),
+            ..Ledger::vacant("k")
+        };
+        let second = chrono::Duration::seconds(1);
+        assert!(at(second).holds(now));
+        assert!(at(furthest - second).holds(now));
+        assert!(!at(furthest - second).from_the_future(now));
+        assert!(at(furthest + second).from_the_future(now));
+        assert!(!at(furthest + second).holds(now));
+        assert!(!at(furthest + second).expired(now));
+        assert!(at(-second).expired(now) && !at(-second).holds(now));
+        // An expiry that cannot be read is expired, never from the future.
+        let garbage = LeaseRecord {
+            expires_at: "soon".into(),
+            ..Ledger::vacant("k")
+        };
+        assert!(garbage.expired(now) && !garbage.from_the_future(now));
+        // No launcher grants more than MAX_LEASE_TTL.
+        assert_eq!(ttl_of(Some("30s")), Duration::from_secs(30));
+        assert_eq!(ttl_of(Some("2h")), MAX_LEASE_TTL);
+        assert_eq!(ttl_of(Some("1ms")), LEASE_TTL);
+        assert_eq!(ttl_of(None), LEASE_TTL);
     }
 
     #[test]

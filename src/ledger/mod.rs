@@ -43,6 +43,22 @@ pub use records::{
     AttemptRecord, AttemptStatus, DropRecord, HostRecord, PlanRecord, StudyRecord, VoidRecord,
 };
 
+/// The most bytes read of a ledger object, by its kind (its key's second
+/// part): leases, arrival-log entries, attempt records (`trials/`), the
+/// index, and every other record (docs/security.md lists the values).
+pub fn read_cap(key: &ObjPath) -> u64 {
+    use crate::safe_read::{
+        MAX_ATTEMPT_BYTES, MAX_INDEX_BYTES, MAX_LEASE_BYTES, MAX_LOG_ENTRY_BYTES, MAX_RECORD_BYTES,
+    };
+    match key.parts().nth(1).as_ref().map(|p| p.as_ref()) {
+        Some("leases") => MAX_LEASE_BYTES,
+        Some("log") => MAX_LOG_ENTRY_BYTES,
+        Some("trials") => MAX_ATTEMPT_BYTES,
+        Some("index") => MAX_INDEX_BYTES,
+        _ => MAX_RECORD_BYTES,
+    }
+}
+
 /// Default ledger root, relative to the working directory.
 pub const DEFAULT_LEDGER: &str = "ledgers";
 
@@ -536,14 +552,84 @@ impl Ledger {
         Ok(self.get_bytes(key).await?.map(|b| b.to_vec()))
     }
 
+    /// An object's bytes, at most [`read_cap`] of its kind; `None` when it
+    /// is not there. A local ledger's file is read only when it is a
+    /// regular file ([`crate::safe_read`]: a FIFO, a device, a directory or
+    /// a socket is an error naming the file and what it is, at once).
     async fn get_bytes(&self, key: &ObjPath) -> Result<Option<bytes::Bytes>, LedgerError> {
-        match self.store.get(key).await {
-            Ok(r) => r
-                .bytes()
-                .await
-                .map(Some)
-                .map_err(|e| self.io_err("read", key, e)),
-            Err(object_store::Error::NotFound { .. }) => Ok(None),
+        let cap = read_cap(key);
+        if let Some(root) = &self.local_root {
+            let path = local::file_of(root, key);
+            let read = tokio::task::spawn_blocking(move || {
+                let got = crate::safe_read::read_regular(&path, cap, None);
+                (path, got)
+            })
+            .await
+            .map_err(|e| self.io_err("read", key, e))?;
+            return match read {
+                (_, Ok(bytes)) => Ok(Some(bytes.into())),
+                (_, Err(crate::safe_read::Unreadable::Missing(_))) => Ok(None),
+                (path, Err(why)) => {
+                    Err(self.io_err("read", key, format!("{} {why}", path.display())))
+                }
+            };
+        }
+        let got = match self.store.get(key).await {
+            Ok(r) => r,
+            Err(object_store::Error::NotFound { .. }) => return Ok(None),
+            Err(e) => return Err(self.io_err("read", key, e)),
+        };
+        let too_big = |n: u64| {
+            self.io_err(
+                "read",
+                key,
+                format!(
+                    "the object is {n} bytes, over the limit of {}",
+                    crate::safe_read::size_label(cap)
+                ),
+            )
+        };
+        if got.meta.size > cap {
+            return Err(too_big(got.meta.size));
+        }
+        // The size announced is checked above; what arrives is counted too.
+        let mut stream = got.into_stream();
+        let mut out = Vec::new();
+        while let Some(chunk) = stream
+            .try_next()
+            .await
+            .map_err(|e| self.io_err("read", key, e))?
+        {
+            if (out.len() + chunk.len()) as u64 > cap {
+                return Err(too_big((out.len() + chunk.len()) as u64));
+            }
+            out.extend_from_slice(&chunk);
+        }
+        Ok(Some(out.into()))
+    }
+
+    /// Whether an object is there, without reading it (a `.void` marker,
+    /// an object named by the log). A local ledger's file that is there
+    /// and is not a regular file is an error naming it and what it is.
+    async fn exists(&self, key: &ObjPath) -> Result<bool, LedgerError> {
+        if let Some(root) = &self.local_root {
+            let path = local::file_of(root, key);
+            let found = tokio::task::spawn_blocking(move || {
+                let got = crate::safe_read::check_regular(&path);
+                (path, got)
+            })
+            .await
+            .map_err(|e| self.io_err("read", key, e))?;
+            return match found {
+                (_, Ok(there)) => Ok(there),
+                (path, Err(why)) => {
+                    Err(self.io_err("read", key, format!("{} {why}", path.display())))
+                }
+            };
+        }
+        match self.store.head(key).await {
+            Ok(_) => Ok(true),
+            Err(object_store::Error::NotFound { .. }) => Ok(false),
             Err(e) => Err(self.io_err("read", key, e)),
         }
     }
@@ -906,6 +992,84 @@ pub fn new_attempt_id() -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// An object is read up to the cap of its kind: on a remote store one
+    /// over it is refused before its bytes are read; on a local ledger a
+    /// file over it, or one that is not a regular file, is refused naming
+    /// the file and what it is.
+    #[tokio::test]
+    async fn objects_are_read_up_to_the_cap_of_their_kind() {
+        use crate::safe_read::{MAX_ATTEMPT_BYTES, MAX_LEASE_BYTES, MAX_RECORD_BYTES};
+        assert_eq!(
+            read_cap(&ObjPath::from("s/leases/k.1.json")),
+            MAX_LEASE_BYTES
+        );
+        assert_eq!(
+            read_cap(&ObjPath::from("s/trials/k/a.json")),
+            MAX_ATTEMPT_BYTES
+        );
+        assert_eq!(read_cap(&ObjPath::from("s/study.json")), MAX_RECORD_BYTES);
+        let lease = ObjPath::from("s/leases/k.000000000001.json");
+        let at_cap = vec![b' '; MAX_LEASE_BYTES as usize];
+        let over = vec![b' '; MAX_LEASE_BYTES as usize + 1];
+
+        let remote = Ledger::with_store(
+            Arc::new(object_store::memory::InMemory::new()),
+            "mem".into(),
+        );
+        remote
+            .store
+            .put(&lease, over.clone().into())
+            .await
+            .expect("put");
+        let e = remote.get(&lease).await.expect_err("over the cap");
+        assert!(
+            e.to_string()
+                .ends_with("the object is 65537 bytes, over the limit of 64 KiB"),
+            "{e}"
+        );
+        remote
+            .store
+            .put(&lease, at_cap.clone().into())
+            .await
+            .expect("put");
+        assert_eq!(
+            remote.get(&lease).await.expect("read"),
+            Some(at_cap.clone())
+        );
+
+        let dir = tempfile::tempdir().expect("tempdir");
+        let local = Ledger::open(&dir.path().display().to_string()).expect("ledger");
+        let file = dir.path().join("s/leases/k.000000000001.json");
+        std::fs::create_dir_all(file.parent().expect("parent")).expect("mkdir");
+        std::fs::write(&file, &over).expect("write");
+        let e = local.get(&lease).await.expect_err("over the cap");
+        assert!(
+            e.to_string().ends_with(&format!(
+                "{} is 65537 bytes, over the limit of 64 KiB",
+                file.display()
+            )),
+            "{e}"
+        );
+        std::fs::remove_file(&file).expect("rm");
+        std::fs::create_dir(&file).expect("mkdir");
+        let e = local.get(&lease).await.expect_err("a directory");
+        assert!(
+            e.to_string().ends_with(&format!(
+                "{} is a directory, not a regular file",
+                file.display()
+            )),
+            "{e}"
+        );
+        assert!(local.exists(&lease).await.is_err());
+        assert_eq!(
+            local
+                .get(&ObjPath::from("s/absent.json"))
+                .await
+                .expect("io"),
+            None
+        );
+    }
 
     fn record(attempt: &str) -> AttemptRecord {
         serde_json::from_value(serde_json::json!({

@@ -24,7 +24,6 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 
 use futures::StreamExt;
-use object_store::ObjectStoreExt;
 use object_store::path::Path as ObjPath;
 
 use super::index::{self, Contents, Unusable, View};
@@ -484,11 +483,11 @@ impl Ledger {
             if let Some((trial, file)) = split_object(&k)
                 && let Some(id) = file.strip_suffix(".void")
             {
-                return match self.store.head(&key).await {
-                    Ok(_) => Got::Void(trial.to_string(), id.to_string(), k.clone()),
-                    Err(object_store::Error::NotFound { .. }) => Got::Missing(k),
+                return match self.exists(&key).await {
+                    Ok(true) => Got::Void(trial.to_string(), id.to_string(), k.clone()),
+                    Ok(false) => Got::Missing(k),
                     Err(e) => Got::Failed(CorruptObject {
-                        reason: self.io_err("read", &key, e).to_string(),
+                        reason: e.to_string(),
                         key: k,
                     }),
                 };
@@ -702,7 +701,7 @@ impl Ledger {
 
 #[cfg(test)]
 mod tests {
-    use object_store::PutPayload;
+    use object_store::{ObjectStoreExt, PutPayload};
 
     use super::*;
 

@@ -177,7 +177,7 @@ impl Inventory {
     }
 
     pub fn load(path: &Path) -> Result<Inventory, Diagnostics> {
-        let root = yaml::load_file(path)?;
+        let root = yaml::load_file(path, crate::safe_read::MAX_INVENTORY_FILE_BYTES)?;
         Self::from_node(path, &root)
     }
 
@@ -669,25 +669,10 @@ fn local_path(w: &Walker, given: &str) -> PathBuf {
 }
 
 /// The text of a regular file of at most [`MAX_HOSTS_FILE_BYTES`]: a FIFO
-/// or `/dev/zero` named in an inventory must not hang the loader.
+/// or `/dev/zero` named in an inventory must not hang the loader
+/// ([`crate::safe_read`]).
 fn read_small(path: &Path) -> Result<String, String> {
-    let meta = std::fs::metadata(path).map_err(|e| e.to_string())?;
-    if !meta.is_file() {
-        return Err("not a regular file".to_string());
-    }
-    if meta.len() > MAX_HOSTS_FILE_BYTES {
-        return Err(format!("larger than {MAX_HOSTS_FILE_BYTES} bytes"));
-    }
-    let mut text = String::new();
-    std::io::Read::read_to_string(
-        &mut std::io::Read::take(
-            std::fs::File::open(path).map_err(|e| e.to_string())?,
-            MAX_HOSTS_FILE_BYTES,
-        ),
-        &mut text,
-    )
-    .map_err(|e| e.to_string())?;
-    Ok(text)
+    crate::safe_read::read_text(path, MAX_HOSTS_FILE_BYTES).map_err(|e| e.to_string())
 }
 
 /// The `Host` aliases of an ssh client configuration (`config`, else

@@ -532,7 +532,7 @@ const TOP_KEYS: &[&str] = &[
 impl Study {
     /// Load and validate a study file.
     pub fn load(path: &Path) -> Result<Study, Diagnostics> {
-        let text = std::fs::read_to_string(path)
+        let text = crate::safe_read::read_text(path, crate::safe_read::MAX_STUDY_FILE_BYTES)
             .map_err(|e| Diagnostics::whole_file(path, format!("cannot read file: {e}")))?;
         let root = yaml::parse_text(path, &text)?;
         let dir = path
@@ -1495,32 +1495,19 @@ fn stays_inside(path: &str) -> bool {
 
 /// `sha256:<hex>` of a regular file's content, or why it has none.
 fn hash_file(path: &Path) -> Result<String, String> {
+    use crate::safe_read::{Unreadable, read_chunks};
     use sha2::{Digest, Sha256};
-    use std::io::Read;
-    let meta = std::fs::metadata(path).map_err(|e| format!("cannot be read: {e}"))?;
-    if !meta.is_file() {
-        return Err("is not a regular file (list the files themselves)".to_string());
-    }
-    if meta.len() > MAX_TRIAL_FILE_BYTES {
-        return Err(format!(
-            "is {} bytes, over the {} MiB that trial.files hashes (list scripts and configs, not data)",
-            meta.len(),
-            MAX_TRIAL_FILE_BYTES >> 20
-        ));
-    }
-    let file = std::fs::File::open(path).map_err(|e| format!("cannot be read: {e}"))?;
     let mut hasher = Sha256::new();
-    let mut reader = file.take(MAX_TRIAL_FILE_BYTES + 1);
-    let mut buf = vec![0u8; 64 << 10];
-    loop {
-        let n = reader
-            .read(&mut buf)
-            .map_err(|e| format!("cannot be read: {e}"))?;
-        if n == 0 {
-            break;
+    read_chunks(path, MAX_TRIAL_FILE_BYTES, None, |b| hasher.update(b)).map_err(|e| match e {
+        Unreadable::Missing(e) => format!("cannot be read: {e}"),
+        Unreadable::Refused(why) if why.ends_with("not a regular file") => {
+            format!("{why} (list the files themselves)")
         }
-        hasher.update(&buf[..n]);
-    }
+        Unreadable::Refused(why) if why.contains("over the limit") => {
+            format!("{why} that trial.files hashes (list scripts and configs, not data)")
+        }
+        Unreadable::Refused(why) | Unreadable::Failed(why) => why,
+    })?;
     Ok(format!("sha256:{}", hex::encode(hasher.finalize())))
 }
 

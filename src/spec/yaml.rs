@@ -14,9 +14,10 @@ use marked_yaml::{LoaderOptions, Node};
 use super::diag::{Diagnostic, Diagnostics};
 use super::value::Value;
 
-/// Read and parse a YAML file whose top level must be a mapping.
-pub fn load_file(file: &Path) -> Result<Node, Diagnostics> {
-    let text = std::fs::read_to_string(file)
+/// Read (a regular file of at most `cap` bytes, see [`crate::safe_read`])
+/// and parse a YAML file whose top level must be a mapping.
+pub fn load_file(file: &Path, cap: u64) -> Result<Node, Diagnostics> {
+    let text = crate::safe_read::read_text(file, cap)
         .map_err(|e| Diagnostics::whole_file(file, format!("cannot read file: {e}")))?;
     parse_text(file, &text)
 }

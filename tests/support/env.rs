@@ -61,6 +61,11 @@ const OUTER_VARS: [&str; 31] = [
     "TUNECTL_FAKE_SYSFS",
 ];
 
+/// The address space of a command run by [`Env::run_bounded`] (virtual
+/// memory, thread stacks and malloc arenas included): far above what
+/// tunectl needs, far below a read of `/dev/zero` without end.
+pub const BOUNDED_MEMORY: u64 = 2 << 30;
+
 pub struct Env {
     tmp: tempfile::TempDir,
     /// `--ledger` of every command that takes one.
@@ -274,6 +279,62 @@ impl Env {
     /// Run `cmd` to its end.
     pub fn run(&self, cmd: Command) -> Out {
         self.finish(self.spawn(cmd))
+    }
+
+    /// Run `cmd` to its end within `limit` and [`BOUNDED_MEMORY`]: killed
+    /// past the time (which fails the test, instead of a hang), its address
+    /// space capped (`RLIMIT_AS`, so a read without end fails at once
+    /// instead of taking the machine's memory). Its output, and its peak
+    /// resident memory in bytes (`ru_maxrss` of its `wait4`).
+    pub fn run_bounded(&self, mut cmd: Command, limit: Duration) -> (Out, u64) {
+        use std::os::unix::process::CommandExt;
+        let cap = libc::rlimit {
+            rlim_cur: BOUNDED_MEMORY,
+            rlim_max: BOUNDED_MEMORY,
+        };
+        // SAFETY: setrlimit(2) is async-signal-safe and touches no memory
+        // of the parent; `cap` is copied into the closure.
+        unsafe {
+            cmd.pre_exec(move || {
+                if libc::setrlimit(libc::RLIMIT_AS, &cap) == 0 {
+                    Ok(())
+                } else {
+                    Err(std::io::Error::last_os_error())
+                }
+            });
+        }
+        let running = self.spawn(cmd);
+        let pid = libc::pid_t::try_from(running.child.id()).expect("a pid fits pid_t");
+        let mut status: libc::c_int = 0;
+        // SAFETY: a zeroed rusage is a valid value of that plain C struct.
+        let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+        let mut killed = false;
+        loop {
+            // SAFETY: wait4(2) on this test's own child, with pointers to
+            // locals that outlive the call.
+            let rc = unsafe { libc::wait4(pid, &mut status, libc::WNOHANG, &mut usage) };
+            if rc == pid {
+                break;
+            }
+            assert_eq!(rc, 0, "wait4: {}", std::io::Error::last_os_error());
+            if running.started.elapsed() > limit && !killed {
+                running.signal(libc::SIGKILL);
+                killed = true;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let out = Out {
+            code: (libc::WIFEXITED(status)).then(|| libc::WEXITSTATUS(status)),
+            stdout: std::fs::read_to_string(&running.files.0).unwrap_or_default(),
+            stderr: std::fs::read_to_string(&running.files.1).unwrap_or_default(),
+            took: running.started.elapsed(),
+        };
+        assert!(!killed, "command ran past {limit:?}:\n{}", out.text());
+        self.assert_no_secret(&out.stdout, "stdout");
+        self.assert_no_secret(&out.stderr, "stderr");
+        // Linux gives ru_maxrss in KiB.
+        let peak = u64::try_from(usage.ru_maxrss).unwrap_or(0) * 1024;
+        (out, peak)
     }
 
     /// `tunectl ARGS` to its end.

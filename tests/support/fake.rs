@@ -99,6 +99,15 @@
 //! - `FAKE_JITTER=1`: every run first sleeps 0 to 0.09 s, so results arrive
 //!   out of order.
 //!
+//! # Printing given text
+//!
+//! `FAKE_PRINT_STDOUT=FILE`, `FAKE_PRINT_STDERR=FILE`: every run, right
+//! after its log line (below), copies FILE byte for byte to its stdout or
+//! stderr. Otherwise a run prints nothing on stdout, and on stderr only
+//! what its mode says; so with a mode that prints nothing (`base`) the
+//! stream is exactly FILE (a test places text, a credential say, at a
+//! known offset of the stream).
+//!
 //! # Heat
 //!
 //! With `FAKE_HEAT_AT=K`, measured runs are counted in `count` next to the
@@ -124,7 +133,7 @@ pub const FILE: &str = "fake-trial.sh";
 
 /// Variables the fake reads: a test clears them from the environment it
 /// inherits, so that only what a test sets reaches the fake.
-pub const VARS: [&str; 15] = [
+pub const VARS: [&str; 17] = [
     "FAKE_SAMPLES",
     "FAKE_NOISE",
     "FAKE_TRIAL_NOISE",
@@ -140,6 +149,8 @@ pub const VARS: [&str; 15] = [
     "FAKE_JITTER",
     "FAKE_HEAT_AT",
     "FAKE_HEAT_RUNS",
+    "FAKE_PRINT_STDOUT",
+    "FAKE_PRINT_STDERR",
 ];
 
 /// The program (its contract is this module's documentation).
@@ -172,6 +183,8 @@ if [ "$phase" = measure ] && [ -n "${FAKE_HEAT_AT:-}" ]; then
     fi
 fi
 echo "mode=$mode n=$n repeat=$repeat role=$role phase=$phase hot=$hot budget=$budget trial=${TUNECTL_TRIAL_ID:-} attempt=${TUNECTL_ATTEMPT_ID:-} knobs=${TUNECTL_KNOBS:-}" >> "$here/runs.log"
+if [ -n "${FAKE_PRINT_STDOUT:-}" ]; then cat "$FAKE_PRINT_STDOUT"; fi
+if [ -n "${FAKE_PRINT_STDERR:-}" ]; then cat "$FAKE_PRINT_STDERR" >&2; fi
 if [ "${FAKE_JITTER:-}" = 1 ]; then
     d=$(od -An -N1 -tu1 /dev/urandom | tr -dc 0-9 | cut -c1)
     sleep "0.0${d:-0}"

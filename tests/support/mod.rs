@@ -127,6 +127,22 @@ pub fn fake_sysfs(dir: &Path, cards: &[(&str, &str, &str)]) -> PathBuf {
     root
 }
 
+/// Make a FIFO at `path` (nothing ever writes to it: an open for reading
+/// that blocks waits forever).
+pub fn mkfifo(path: &Path) {
+    let c =
+        std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).expect("a path without NUL");
+    // SAFETY: mkfifo(3) on a NUL-terminated path that outlives the call.
+    let rc = unsafe { libc::mkfifo(c.as_ptr(), 0o644) };
+    assert_eq!(
+        rc,
+        0,
+        "mkfifo {}: {}",
+        path.display(),
+        std::io::Error::last_os_error()
+    );
+}
+
 /// `$PATH` with `dir` first.
 pub fn path_with(dir: &Path) -> String {
     format!(

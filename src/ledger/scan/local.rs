@@ -11,11 +11,15 @@
 //! What it finds is what the backend's listing finds: every file under
 //! `<study>/trials/`, symbolic links followed, less the backend's staging
 //! files (names ending `#<digits>`), named by their path under the ledger
-//! root.
+//! root. What that listing passes over in silence, it reports: an entry
+//! that is neither a directory nor a regular file (a FIFO, a device, a
+//! socket, or a symbolic link to one) is an unreadable object naming its
+//! file and what it is, and is never opened. Every file is read as
+//! [`crate::safe_read`] reads (the type checked again on the opened file,
+//! at most [`crate::safe_read::MAX_ATTEMPT_BYTES`]).
 
 use std::fs::File;
-use std::io::{ErrorKind, Read};
-use std::os::unix::fs::OpenOptionsExt;
+use std::io::ErrorKind;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -26,6 +30,7 @@ use super::{Got, Interner, check_record};
 use crate::ledger::index;
 use crate::ledger::local::staged;
 use crate::ledger::{AttemptRecord, CorruptObject, LedgerError};
+use crate::safe_read::{self, MAX_ATTEMPT_BYTES, Unreadable};
 
 /// Worker threads: a few more than the cores, so that a thread waiting
 /// on a cold disk does not leave a core idle.
@@ -36,10 +41,12 @@ fn workers() -> usize {
         .clamp(2, 8)
 }
 
-/// A file found under `<study>/trials/`: its object key and where it is.
+/// A file found under `<study>/trials/`: its object key and where it is;
+/// `regular: false` for what is neither a directory nor a regular file.
 struct Found {
     key: String,
     path: PathBuf,
+    regular: bool,
 }
 
 /// A directory entry's name and what it is, symbolic links followed;
@@ -75,32 +82,40 @@ fn walk(dir: &Path, prefix: &str, out: &mut Vec<Found>) -> std::io::Result<()> {
         let key = format!("{prefix}/{name}");
         if kind.is_dir() {
             walk(&entry.path(), &key, out)?;
-        } else if kind.is_file() && !staged(&name) {
+        } else if !staged(&name) {
             out.push(Found {
                 key,
                 path: entry.path(),
+                regular: kind.is_file(),
             });
         }
     }
     Ok(())
 }
 
-/// Open without updating the access time where the file system lets this
-/// process (it must own the file); the first refusal turns it off.
-fn open(path: &Path, noatime: &AtomicBool) -> std::io::Result<File> {
+/// Open a file the walk found: one it saw as a regular file as
+/// [`safe_read::open_listed_regular`] opens it, anything else as
+/// [`safe_read::open_regular`] refuses it (saying what it is, without
+/// opening it). Without updating the access time where the file system
+/// lets this process (it must own the file); the first refusal turns that
+/// off.
+fn open(found: &Found, noatime: &AtomicBool) -> Result<File, Unreadable> {
+    let open = |flags| {
+        if found.regular {
+            safe_read::open_listed_regular(&found.path, MAX_ATTEMPT_BYTES, flags)
+        } else {
+            safe_read::open_regular_with(&found.path, MAX_ATTEMPT_BYTES, flags)
+        }
+    };
     if noatime.load(Ordering::Relaxed) {
-        match std::fs::OpenOptions::new()
-            .read(true)
-            .custom_flags(libc::O_NOATIME)
-            .open(path)
-        {
-            Err(e) if e.raw_os_error() == Some(libc::EPERM) => {
+        match open(libc::O_NOATIME) {
+            Err(Unreadable::Failed(e)) if e.contains(&format!("os error {}", libc::EPERM)) => {
                 noatime.store(false, Ordering::Relaxed);
             }
             other => return other,
         }
     }
-    File::open(path)
+    open(0)
 }
 
 /// What one file holds, as the store-backed scan would classify it; a
@@ -112,17 +127,22 @@ fn read_one(
     buf: &mut Vec<u8>,
     interner: &mut Interner,
 ) -> Result<AttemptRecord, Got> {
-    let Found { key, path } = found;
     buf.clear();
-    let read = open(&path, noatime).and_then(|mut f| f.read_to_end(buf));
+    let read = open(&found, noatime).and_then(|f| safe_read::read_into(f, MAX_ATTEMPT_BYTES, buf));
+    let Found { key, path, .. } = found;
     Err(match read {
-        Ok(_) => match check_record(&ObjPath::from(key.as_str()), buf) {
+        Ok(()) => match check_record(&ObjPath::from(key.as_str()), buf) {
             Ok(rec) => return Ok(interner.record(index::slim(rec))),
             Err(reason) => Got::Corrupt(CorruptObject { key, reason }),
         },
         // Listed, then gone.
-        Err(e) if e.kind() == ErrorKind::NotFound => Got::Missing(key),
-        Err(e) => Got::Failed(CorruptObject {
+        Err(Unreadable::Missing(_)) => Got::Missing(key),
+        // Not a regular file, or over the cap: it stays so.
+        Err(Unreadable::Refused(why)) => Got::Corrupt(CorruptObject {
+            key,
+            reason: format!("{} {why}", path.display()),
+        }),
+        Err(Unreadable::Failed(e)) => Got::Failed(CorruptObject {
             reason: LedgerError::Io {
                 url: url.to_string(),
                 op: "read",
@@ -175,10 +195,11 @@ pub(crate) fn read_trials(
         let key = format!("{prefix}/{name}");
         if kind.is_dir() {
             dirs.push((entry.path(), key));
-        } else if kind.is_file() && !staged(&name) {
+        } else if !staged(&name) {
             loose.push(Found {
                 key,
                 path: entry.path(),
+                regular: kind.is_file(),
             });
         }
     }
@@ -197,8 +218,14 @@ pub(crate) fn read_trials(
         let mut interner = Interner::default();
         loop {
             for f in files.drain(..) {
-                keys.push(f.key.clone());
-                if reads(&f.key) {
+                // What is not a regular file is reported (read_one says
+                // what it is, without opening it); only an attempt
+                // object's key counts as there (an unreadable attempt),
+                // never a `.void` marker's.
+                if f.regular || reads(&f.key) {
+                    keys.push(f.key.clone());
+                }
+                if reads(&f.key) || !f.regular {
                     match read_one(f, url, &noatime, &mut buf, &mut interner) {
                         Ok(r) => records.push(r),
                         Err(g) => got.push(g),

@@ -1,132 +1,17 @@
-//! `--format html`: one self-contained page (inline CSS, inline SVG drawn
-//! with plotters, one small inline script), readable without a network.
-//!
-//! Per host class, in this order: what ships per bucket and why; each
-//! cell's speedup per config with its spread and the threshold; the raw
-//! samples of the baseline and the winner; the drift anchors over time;
-//! an adaptive search's progress; the objective against each secondary
-//! metric with the Pareto front; the evidence tables. Every plotted number
-//! keeps its context (unit, n, spread, host class, baseline) in axis
-//! labels, captions or SVG `<title>` tooltips, and an unknown spread is
-//! drawn and written as unknown, never as zero.
+//! The charts of the page, drawn with plotters as inline SVG.
 
-use std::fmt::Write as _;
-
-use plotters::coord::Shift;
-use plotters::prelude::*;
-
-use super::render::{
-    BUCKET_HEADER, bucket_row, class_line, footer, header, n_cell, num, rows, search_table,
-    speedup_cell, value_cell,
-};
-use crate::decide::{Analysis, CellReport, ClassReport, ConfigReport, MetricInfo};
-use crate::ledger::records::{AttemptRecord, AttemptStatus};
-use crate::spec::Better;
-use crate::trial::RoleKind;
-
-const WIDTH: u32 = 880;
-const FONT: &str = "sans-serif";
-
-/// Colours for series (hosts, rung budgets): Tableau 10.
-const PALETTE: [RGBColor; 10] = [
-    RGBColor(78, 121, 167),
-    RGBColor(242, 142, 43),
-    RGBColor(89, 161, 79),
-    RGBColor(225, 87, 89),
-    RGBColor(118, 183, 178),
-    RGBColor(237, 201, 72),
-    RGBColor(176, 122, 161),
-    RGBColor(255, 157, 167),
-    RGBColor(156, 117, 95),
-    RGBColor(186, 176, 172),
-];
-const WINNER: RGBColor = RGBColor(44, 160, 44);
-const ELIGIBLE: RGBColor = RGBColor(78, 121, 167);
-const UNKNOWN: RGBColor = RGBColor(140, 140, 140);
-const THRESHOLD: RGBColor = RGBColor(214, 39, 40);
-const GRID: RGBColor = RGBColor(225, 225, 225);
-
-/// Escape text for HTML element content and attribute values.
-fn esc(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for c in s.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&#39;"),
-            // Control characters from a study or a host would be invisible
-            // or break the layout; shown escaped as the terminal does.
-            c if c.is_control() && c != '\n' && c != '\t' => {
-                out.push_str(&crate::term::escape(&c.to_string()))
-            }
-            c => out.push(c),
-        }
-    }
-    out
-}
-
-/// A label for an axis: long config labels shortened (the tooltip has all).
-fn short(s: &str, max: usize) -> String {
-    if s.chars().count() <= max {
-        s.to_string()
-    } else {
-        let mut t: String = s.chars().take(max.saturating_sub(1)).collect();
-        t.push('…');
-        t
-    }
-}
-
-/// A DOM id part from a host class or cell label.
-fn slug(s: &str) -> String {
-    s.chars()
-        .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
-        .collect()
-}
-
-fn unit_of(m: &MetricInfo) -> String {
-    if m.unit.is_empty() {
-        "(no unit)".to_string()
-    } else {
-        m.unit.clone()
-    }
-}
-
-/// `median ± spread unit (n = N)`, or the spread written as unknown when
-/// there are fewer samples than the study needs for one.
-fn summary_text(r: &ConfigReport, unit: &str) -> String {
-    match r.summary {
-        Some(s) if r.relative_spread.is_some() => {
-            format!("{} ± {} {unit} (n = {})", num(s.median), num(s.spread), s.n)
-        }
-        Some(s) => format!("{} {unit} ± ? (spread unknown, n = {})", num(s.median), s.n),
-        None => "no measurement".to_string(),
-    }
-}
-
-fn speedup_text(r: &ConfigReport) -> String {
-    match (r.interval, r.speedup, r.combined_spread) {
-        (Some(i), _, _) => crate::decide::interval_text(&i),
-        (None, Some(s), Some(cs)) => format!(
-            "{s:.3}× ± {:.1}% (spread of single runs; no interval)",
-            cs * 100.0
-        ),
-        (None, Some(s), None) => format!("{s:.3}× ± ? (spread unknown)"),
-        (None, None, _) => "speedup: none".to_string(),
-    }
-}
+use super::*;
 
 /// A point with its tooltip, in the chart's pixel coordinates.
-struct Tip {
-    at: (i32, i32),
-    text: String,
+pub(super) struct Tip {
+    pub(super) at: (i32, i32),
+    pub(super) text: String,
 }
 
 /// A drawn chart: the SVG plotters wrote and the tooltips to lay over it.
-struct Drawn {
-    svg: String,
-    tips: Vec<Tip>,
+pub(super) struct Drawn {
+    pub(super) svg: String,
+    pub(super) tips: Vec<Tip>,
 }
 
 type DrawResult = Result<Vec<Tip>, String>;
@@ -134,7 +19,7 @@ type DrawResult = Result<Vec<Tip>, String>;
 /// Draw with plotters into an SVG string of `height` pixels; the chart's
 /// `<svg>` gets `id`, `class`, a `<title>` and one invisible circle per
 /// tip, each with its own `<title>` (browsers show it on hover).
-fn chart(
+pub(super) fn chart(
     id: &str,
     class: &str,
     title: &str,
@@ -159,7 +44,7 @@ fn chart(
     }
 }
 
-fn finish(d: Drawn, id: &str, class: &str, title: &str) -> String {
+pub(super) fn finish(d: Drawn, id: &str, class: &str, title: &str) -> String {
     let Drawn { svg, tips } = d;
     let Some(open_end) = svg.find('>') else {
         return String::new();
@@ -197,7 +82,7 @@ fn finish(d: Drawn, id: &str, class: &str, title: &str) -> String {
 }
 
 /// Padded axis bounds around `values` (never empty, never inverted).
-fn bounds(values: impl IntoIterator<Item = f64>) -> Option<(f64, f64)> {
+pub(super) fn bounds(values: impl IntoIterator<Item = f64>) -> Option<(f64, f64)> {
     let (mut lo, mut hi) = (f64::INFINITY, f64::NEG_INFINITY);
     for v in values.into_iter().filter(|v| v.is_finite()) {
         lo = lo.min(v);
@@ -214,7 +99,7 @@ fn bounds(values: impl IntoIterator<Item = f64>) -> Option<(f64, f64)> {
     Some((lo - pad, hi + pad))
 }
 
-fn is_better(a: f64, b: f64, better: Better) -> bool {
+pub(super) fn is_better(a: f64, b: f64, better: Better) -> bool {
     match better {
         Better::Higher => a > b,
         Better::Lower => a < b,
@@ -222,11 +107,11 @@ fn is_better(a: f64, b: f64, better: Better) -> bool {
 }
 
 /// The rejection's class name, for legends and colours.
-fn reason(r: &ConfigReport) -> Option<&'static str> {
+pub(super) fn reason(r: &ConfigReport) -> Option<&'static str> {
     r.rejection.as_ref().map(|x| x.class.as_str())
 }
 
-fn reason_color(reason: &str) -> RGBColor {
+pub(super) fn reason_color(reason: &str) -> RGBColor {
     match reason {
         "crash" => RGBColor(214, 39, 40),
         "output_changed" => RGBColor(255, 127, 14),
@@ -238,344 +123,8 @@ fn reason_color(reason: &str) -> RGBColor {
     }
 }
 
-fn css_color(c: &RGBColor) -> String {
+pub(super) fn css_color(c: &RGBColor) -> String {
     format!("rgb({},{},{})", c.0, c.1, c.2)
-}
-
-/// The page.
-pub fn render_html(a: &Analysis, all: bool) -> String {
-    let mut out = String::new();
-    let title = format!("tunectl report: {} ({})", a.study_id, a.level);
-    let _ = write!(
-        out,
-        "<!DOCTYPE html>\n<html lang=\"en\" data-rendered=\"no\" data-script-errors=\"\">\n<head>\n<meta charset=\"utf-8\">\n<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n<title>{}</title>\n<style>{STYLE}</style>\n<script>{SCRIPT}</script>\n</head>\n<body>\n",
-        esc(&title)
-    );
-    let _ = writeln!(
-        out,
-        "<header><h1>tunectl report · {} <span class=\"level level-{}\">{}</span></h1>",
-        esc(&a.study_id),
-        a.level.as_str(),
-        a.level.as_str().to_uppercase()
-    );
-    for l in header(a) {
-        let _ = writeln!(out, "<p class=\"meta\">{}</p>", esc(&l));
-    }
-    out.push_str("</header>\n");
-    if a.classes.len() > 1 {
-        out.push_str("<nav><ul>");
-        for c in &a.classes {
-            let _ = write!(
-                out,
-                "<li><a href=\"#class-{}\">{}</a></li>",
-                slug(&c.host_class),
-                esc(&format!("{} · {}", c.host_class, c.label))
-            );
-        }
-        out.push_str("</ul></nav>\n");
-    }
-    for class in &a.classes {
-        class_section(&mut out, a, class, all);
-    }
-    let notes = footer(a);
-    if !notes.is_empty() {
-        out.push_str("<footer>");
-        for l in notes {
-            let _ = writeln!(out, "<p>{}</p>", esc(&l));
-        }
-        out.push_str("</footer>\n");
-    }
-    out.push_str("</body>\n</html>\n");
-    out
-}
-
-fn class_section(out: &mut String, a: &Analysis, class: &ClassReport, all: bool) {
-    let cid = slug(&class.host_class);
-    let _ = writeln!(
-        out,
-        "<section class=\"host-class\" id=\"class-{cid}\" data-host-class=\"{}\">\n<h2>{}</h2>",
-        esc(&class.host_class),
-        esc(&class_line(class))
-    );
-
-    // 1. What ships.
-    let _ = writeln!(
-        out,
-        "<h3>What ships on {} (per bucket)</h3>",
-        esc(&class.host_class)
-    );
-    if class.buckets.is_empty() {
-        out.push_str("<p class=\"empty\">no bucket has a decision yet</p>\n");
-    } else {
-        out.push_str("<table class=\"ships\"><thead><tr>");
-        for h in BUCKET_HEADER {
-            let _ = write!(out, "<th>{}</th>", esc(h));
-        }
-        out.push_str("<th>per cell: winner vs baseline</th></tr></thead><tbody>\n");
-        for b in &class.buckets {
-            let row = bucket_row(b, a.judging.selection.min_samples as usize);
-            let _ = write!(out, "<tr class=\"level-{}\">", b.level.as_str());
-            for cell in &row {
-                let _ = write!(out, "<td>{}</td>", esc(cell));
-            }
-            let unit = &a.objective.unit;
-            let per_cell: Vec<String> = b
-                .per_cell
-                .iter()
-                .map(|c| {
-                    let base = c
-                        .baseline
-                        .as_ref()
-                        .map(|r| format!("baseline {}", summary_text(r, unit)))
-                        .unwrap_or_else(|| "baseline not measured".to_string());
-                    match &c.winner {
-                        Some(w) => format!(
-                            "{}: {} — {}; {} {}",
-                            c.cell_label,
-                            speedup_text(w),
-                            base,
-                            w.label,
-                            summary_text(w, unit)
-                        ),
-                        None => format!("{}: {base}", c.cell_label),
-                    }
-                })
-                .collect();
-            let _ = writeln!(
-                out,
-                "<td><ul>{}</ul></td></tr>",
-                per_cell
-                    .iter()
-                    .map(|s| format!("<li>{}</li>", esc(s)))
-                    .collect::<String>()
-            );
-        }
-        out.push_str("</tbody></table>\n");
-    }
-
-    // 2. Speedup per config.
-    let _ = writeln!(out, "<h3>Speedup per config</h3>");
-    for (i, cell) in class.cells.iter().enumerate() {
-        figure(
-            out,
-            speedup_chart(a, class, cell, &format!("speedup-{cid}-{i}")),
-            &speedup_legend(cell),
-        );
-    }
-
-    // 3. Sample distributions.
-    let _ = writeln!(out, "<h3>Samples of the baseline and the winner</h3>");
-    for (i, cell) in class.cells.iter().enumerate() {
-        figure(
-            out,
-            samples_chart(a, class, cell, &format!("samples-{cid}-{i}")),
-            "",
-        );
-    }
-
-    // 4. Drift anchors.
-    let _ = writeln!(out, "<h3>Drift anchors (baseline re-measured)</h3>");
-    let anchors: Vec<&AttemptRecord> = class
-        .trace
-        .iter()
-        .filter(|t| t.role == RoleKind::Anchor)
-        .collect();
-    if anchors.is_empty() {
-        out.push_str(
-            "<p class=\"empty\">no baseline anchors recorded on this class (measurement.anchor_every is 0, or too few candidates ran per host)</p>\n",
-        );
-    } else {
-        for (i, cell) in class.cells.iter().enumerate() {
-            let here: Vec<&AttemptRecord> = anchors
-                .iter()
-                .filter(|t| t.cell_label == cell.cell_label)
-                .copied()
-                .collect();
-            if here.is_empty() {
-                continue;
-            }
-            figure(
-                out,
-                anchors_chart(a, class, cell, &here, &format!("anchors-{cid}-{i}")),
-                "",
-            );
-        }
-    }
-
-    // 5. Search progress.
-    let rungs: Vec<&AttemptRecord> = class
-        .trace
-        .iter()
-        .filter(|t| t.role == RoleKind::Rung)
-        .collect();
-    if !rungs.is_empty() {
-        let _ = writeln!(out, "<h3>Search progress</h3>");
-        // The class's cell order, then any cell only the search reached.
-        let mut cells: Vec<&str> = Vec::new();
-        let known = class.cells.iter().map(|c| c.cell_label.as_str());
-        for label in known.chain(rungs.iter().map(|r| r.cell_label.as_str())) {
-            if !cells.contains(&label) && rungs.iter().any(|r| r.cell_label == label) {
-                cells.push(label);
-            }
-        }
-        for (i, cell) in cells.iter().enumerate() {
-            let here: Vec<&AttemptRecord> = rungs
-                .iter()
-                .filter(|r| r.cell_label == *cell)
-                .copied()
-                .collect();
-            figure(
-                out,
-                search_chart(a, class, cell, &here, &format!("search-{cid}-{i}")),
-                "",
-            );
-        }
-    }
-
-    // 6. Trade-offs against secondary metrics.
-    if !a.metrics.is_empty() {
-        let _ = writeln!(
-            out,
-            "<h3>Trade-offs: objective against secondary metrics</h3>"
-        );
-        for (i, cell) in class.cells.iter().enumerate() {
-            for (j, m) in a.metrics.iter().enumerate() {
-                if let Some(svg) = pareto_chart(a, class, cell, m, &format!("pareto-{cid}-{i}-{j}"))
-                {
-                    figure(out, svg, "");
-                }
-            }
-        }
-    }
-
-    // 7. Evidence tables.
-    let _ = writeln!(out, "<h3>Evidence</h3>");
-    if let Some((title, head, rows)) = search_table(class) {
-        let _ = writeln!(out, "<p class=\"table-title\">{}</p>", esc(&title));
-        table(out, "search", &head, &rows);
-    }
-    for cell in &class.cells {
-        let _ = writeln!(
-            out,
-            "<p class=\"table-title\">cell {} · {}</p>",
-            esc(&cell.cell_label),
-            esc(&cell.decision.to_string())
-        );
-        for n in &cell.notes {
-            let _ = writeln!(out, "<p class=\"note\">note: {}</p>", esc(&n.to_string()));
-        }
-        let head = vec![
-            "role".to_string(),
-            "config (vs baseline)".to_string(),
-            format!("{} median ± spread", a.objective.name),
-            "n".to_string(),
-        ];
-        // Each secondary metric beside the objective, with its own n and
-        // spread.
-        let head: Vec<String> = head
-            .into_iter()
-            .chain(
-                a.metrics
-                    .iter()
-                    .map(|m| format!("{} median ± spread (n)", m.name)),
-            )
-            .chain(["vs baseline".to_string(), "verdict".to_string()])
-            .collect();
-        let min_samples = a.judging.selection.min_samples as usize;
-        let body: Vec<Vec<String>> = rows(cell, all)
-            .into_iter()
-            .map(|(role, r, note)| {
-                let mut row = vec![
-                    role.to_string(),
-                    r.label.clone(),
-                    value_cell(r, &a.objective.unit),
-                    n_cell(r),
-                ];
-                row.extend(a.metrics.iter().map(|m| {
-                    r.metrics
-                        .get(&m.name)
-                        .map(|s| super::terminal::summary_text(s, &m.unit, min_samples))
-                        .unwrap_or_else(|| "—".to_string())
-                }));
-                row.push(speedup_cell(role, r));
-                row.push(note);
-                row
-            })
-            .collect();
-        table(out, "evidence", &head, &body);
-        let shown = rows(cell, false)
-            .iter()
-            .filter(|(role, _, _)| *role != "baseline" && *role != "rejected")
-            .count();
-        let hidden = cell.eligible.len().saturating_sub(shown);
-        if !all && hidden > 0 {
-            let _ = writeln!(
-                out,
-                "<p class=\"note\">({hidden} more eligible configs; --all shows them)</p>"
-            );
-        }
-    }
-    out.push_str("</section>\n");
-}
-
-fn table(out: &mut String, class: &str, head: &[String], rows: &[Vec<String>]) {
-    let _ = write!(out, "<table class=\"{class}\"><thead><tr>");
-    for h in head {
-        let _ = write!(out, "<th>{}</th>", esc(h));
-    }
-    out.push_str("</tr></thead><tbody>\n");
-    for row in rows {
-        out.push_str("<tr>");
-        for c in row {
-            let _ = write!(out, "<td>{}</td>", esc(c));
-        }
-        out.push_str("</tr>\n");
-    }
-    out.push_str("</tbody></table>\n");
-}
-
-fn figure(out: &mut String, svg: String, legend: &str) {
-    let _ = writeln!(out, "<figure>{svg}{legend}</figure>");
-}
-
-/// The baseline as axis labels name it.
-fn baseline_text(a: &Analysis, cell: &CellReport) -> String {
-    match &cell.baseline {
-        Some(b) => format!("baseline {}", summary_text(b, &unit_of(&a.objective))),
-        None => "baseline not measured".to_string(),
-    }
-}
-
-fn speedup_legend(cell: &CellReport) -> String {
-    let mut reasons: Vec<&str> = cell.rejected.iter().filter_map(reason).collect();
-    reasons.sort();
-    reasons.dedup();
-    let mut items = vec![
-        format!(
-            "<li><span class=\"swatch\" style=\"background:{}\"></span>fastest here (wins this cell; what ships is decided per bucket, above)</li>",
-            css_color(&WINNER)
-        ),
-        format!(
-            "<li><span class=\"swatch\" style=\"background:{}\"></span>eligible, with its 95% interval</li>",
-            css_color(&ELIGIBLE)
-        ),
-        format!(
-            "<li><span class=\"swatch hollow\" style=\"border-color:{}\"></span>no interval (too few runs or samples)</li>",
-            css_color(&UNKNOWN)
-        ),
-        format!(
-            "<li><span class=\"swatch line\" style=\"background:{}\"></span>1 + min_improvement: a win's lower bound must clear it; bars: 95% intervals</li>",
-            css_color(&THRESHOLD)
-        ),
-    ];
-    for r in reasons {
-        items.push(format!(
-            "<li><span class=\"swatch cross\" style=\"color:{}\">×</span>rejected: {}</li>",
-            css_color(&reason_color(r)),
-            esc(r)
-        ));
-    }
-    format!("<ul class=\"legend\">{}</ul>", items.concat())
 }
 
 /// Each config's speedup over the baseline at one cell, with its 95 %
@@ -583,7 +132,12 @@ fn speedup_legend(cell: &CellReport) -> String {
 /// rejected configs
 /// marked by their reason (at their speedup when they have one, else at
 /// the left edge).
-fn speedup_chart(a: &Analysis, class: &ClassReport, cell: &CellReport, id: &str) -> String {
+pub(super) fn speedup_chart(
+    a: &Analysis,
+    class: &ClassReport,
+    cell: &CellReport,
+    id: &str,
+) -> String {
     let winner = cell.winner.as_ref().map(|w| w.label.as_str());
     let mut eligible: Vec<&ConfigReport> = cell.eligible.iter().collect();
     eligible.sort_by(|x, y| {
@@ -769,12 +323,12 @@ fn speedup_chart(a: &Analysis, class: &ClassReport, cell: &CellReport, id: &str)
 }
 
 /// Rows of a chart with one row per config: the first on top.
-fn row_y(rows: usize, i: usize) -> f64 {
+pub(super) fn row_y(rows: usize, i: usize) -> f64 {
     (rows - 1 - i) as f64
 }
 
 /// The label of the row at `y` (none between rows).
-fn row_label(labels: &[String], y: f64) -> String {
+pub(super) fn row_label(labels: &[String], y: f64) -> String {
     let i = y.round();
     if (y - i).abs() > 1e-6 || i < 0.0 || i as usize >= labels.len() {
         return String::new();
@@ -783,7 +337,7 @@ fn row_label(labels: &[String], y: f64) -> String {
 }
 
 /// An axis tick: at most 4 significant digits, no trailing zeros.
-fn tick(x: f64) -> String {
+pub(super) fn tick(x: f64) -> String {
     let s = num(x);
     if s.contains('.') {
         s.trim_end_matches('0').trim_end_matches('.').to_string()
@@ -793,7 +347,7 @@ fn tick(x: f64) -> String {
 }
 
 /// A deterministic jitter in [-1, 1] for the `i`th point of a strip.
-fn jitter(i: usize) -> f64 {
+pub(super) fn jitter(i: usize) -> f64 {
     // The golden ratio's fractional steps spread points evenly.
     let f = (i as f64 * 0.618_033_988_75).fract();
     f * 2.0 - 1.0
@@ -802,7 +356,12 @@ fn jitter(i: usize) -> f64 {
 /// The raw samples of the baseline and of the cell's winner (or its best
 /// eligible config when nothing wins), one dot each, coloured by host,
 /// with each side's median and spread.
-fn samples_chart(a: &Analysis, class: &ClassReport, cell: &CellReport, id: &str) -> String {
+pub(super) fn samples_chart(
+    a: &Analysis,
+    class: &ClassReport,
+    cell: &CellReport,
+    id: &str,
+) -> String {
     let mut sides: Vec<(String, &ConfigReport)> = Vec::new();
     if let Some(b) = &cell.baseline {
         sides.push((format!("baseline ({})", short(&b.label, 30)), b));
@@ -942,7 +501,7 @@ fn samples_chart(a: &Analysis, class: &ClassReport, cell: &CellReport, id: &str)
 }
 
 /// When an attempt ran: its id starts with the UTC time it was made.
-fn attempt_time(a: &AttemptRecord) -> Option<chrono::NaiveDateTime> {
+pub(super) fn attempt_time(a: &AttemptRecord) -> Option<chrono::NaiveDateTime> {
     let stamp = a.attempt_id.split('-').next()?;
     chrono::NaiveDateTime::parse_from_str(stamp, "%Y%m%dT%H%M%S%.fZ").ok()
 }
@@ -950,7 +509,7 @@ fn attempt_time(a: &AttemptRecord) -> Option<chrono::NaiveDateTime> {
 /// Each anchor's median against the minutes since the class's first
 /// anchor (by sequence when the times cannot be read), one series per host,
 /// with the baseline's sweep median for reference.
-fn anchors_chart(
+pub(super) fn anchors_chart(
     a: &Analysis,
     class: &ClassReport,
     cell: &CellReport,
@@ -1109,7 +668,7 @@ fn anchors_chart(
 /// An adaptive search's screening runs at one cell: each run's proxy value
 /// against the cumulative trial-seconds spent so far, coloured by rung
 /// budget, with the best so far per budget as a step line.
-fn search_chart(
+pub(super) fn search_chart(
     a: &Analysis,
     class: &ClassReport,
     cell: &str,
@@ -1155,7 +714,11 @@ fn search_chart(
         return String::new();
     };
     let budget_name = |b: Option<f64>| match b {
-        Some(b) => format!("budget {} {}", super::render::budget(b), budget_unit),
+        Some(b) => format!(
+            "budget {} {}",
+            crate::report::render::budget(b),
+            budget_unit
+        ),
         None => "full budget".to_string(),
     };
     let title = format!(
@@ -1280,7 +843,7 @@ fn search_chart(
 /// Objective against one secondary metric per config at one cell (medians,
 /// spreads as error bars); the Pareto front of the eligible configs and
 /// the baseline highlighted. `None` when fewer than two configs have both.
-fn pareto_chart(
+pub(super) fn pareto_chart(
     a: &Analysis,
     class: &ClassReport,
     cell: &CellReport,
@@ -1461,99 +1024,4 @@ fn pareto_chart(
         css_color(&reason_color("limit"))
     );
     Some(format!("{svg}{legend}"))
-}
-
-const STYLE: &str = r#"
-body{font-family:system-ui,-apple-system,"Segoe UI",Roboto,Helvetica,Arial,sans-serif;margin:0 auto;max-width:1180px;padding:16px 24px;color:#222;background:#fff;font-size:14px;line-height:1.4}
-h1{font-size:22px;margin:8px 0}
-h2{font-size:17px;margin:28px 0 8px;padding-top:12px;border-top:2px solid #ccc}
-h3{font-size:15px;margin:20px 0 6px}
-p.meta{margin:2px 0;color:#444;font-size:13px}
-.level{font-size:13px;padding:2px 8px;border-radius:4px;vertical-align:middle}
-.level-verdict{background:#d8f0d8;color:#1d5e1d}
-.level-draft{background:#fbe9c9;color:#7a4b00}
-table{border-collapse:collapse;margin:6px 0 14px;font-size:12.5px;width:100%}
-th,td{border:1px solid #ddd;padding:3px 6px;text-align:left;vertical-align:top}
-th{background:#f3f3f3}
-tr.level-verdict td:nth-child(5){color:#1d5e1d;font-weight:600}
-tr.level-draft td:nth-child(5){color:#7a4b00;font-weight:600}
-td ul{margin:0;padding-left:16px}
-figure{margin:8px 0 16px}
-svg.chart{max-width:100%;height:auto;display:block}
-svg.chart .tip{fill:transparent;stroke:none}
-svg.chart .tip:hover{fill:rgba(0,0,0,.12)}
-ul.legend{list-style:none;padding:0;margin:2px 0 0;font-size:12px;color:#333;display:flex;flex-wrap:wrap;gap:4px 16px}
-.swatch{display:inline-block;width:10px;height:10px;border-radius:50%;margin-right:5px;vertical-align:middle}
-.swatch.hollow{background:transparent;border:2px solid;width:7px;height:7px}
-.swatch.line{border-radius:0;height:2px;width:14px}
-.swatch.cross{background:none;width:auto;height:auto;font-weight:700;border-radius:0}
-p.table-title{margin:14px 0 2px;font-weight:600}
-p.note,p.empty{color:#555;font-style:italic;margin:4px 0}
-nav ul{padding-left:18px}
-footer{margin-top:24px;color:#555;font-size:12.5px;border-top:1px solid #ddd}
-"#;
-
-/// The page's only script: it records script errors and marks the page as
-/// rendered (tests read both from the DOM a headless browser dumps).
-const SCRIPT: &str = r#"
-(function(){var d=document.documentElement;
-window.addEventListener('error',function(e){d.setAttribute('data-script-errors',(d.getAttribute('data-script-errors')||'')+(e.message||'error')+';');});
-document.addEventListener('DOMContentLoaded',function(){d.setAttribute('data-charts',String(document.querySelectorAll('svg.chart').length));d.setAttribute('data-rendered','yes');});})();
-"#;
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn text_from_studies_and_hosts_is_escaped() {
-        assert_eq!(esc("a<b>&\"c'"), "a&lt;b&gt;&amp;&quot;c&#39;".to_string());
-        assert_eq!(slug("hc-0a1:x y"), "hc-0a1-x-y");
-    }
-
-    #[test]
-    fn rows_read_top_down_and_ticks_drop_trailing_zeros() {
-        let labels = vec!["first".to_string(), "second".to_string()];
-        assert_eq!(row_label(&labels, row_y(2, 0)), "first");
-        assert_eq!(row_label(&labels, row_y(2, 1)), "second");
-        assert_eq!(row_label(&labels, 0.5), "");
-        assert_eq!(row_label(&labels, 2.0), "");
-        assert_eq!(tick(0.1), "0.1");
-        assert_eq!(tick(20.0), "20");
-        assert_eq!(tick(1.25), "1.25");
-    }
-
-    #[test]
-    fn a_chart_gets_its_id_title_and_tooltips() {
-        let svg = chart("c-1", "chart-x", "a <title>", 100, |root| {
-            let mut ch = ChartBuilder::on(root)
-                .build_cartesian_2d(0.0..1.0, 0.0..1.0)
-                .map_err(|e| e.to_string())?;
-            ch.draw_series([Circle::new((0.5, 0.5), 3, BLACK.filled())])
-                .map_err(|e| e.to_string())?;
-            Ok(vec![Tip {
-                at: ch.backend_coord(&(0.5, 0.5)),
-                text: "n = 3 & more".to_string(),
-            }])
-        });
-        assert!(
-            svg.starts_with("<svg id=\"c-1\" class=\"chart chart-x\""),
-            "{svg}"
-        );
-        assert!(svg.contains("<title>a &lt;title&gt;</title>"), "{svg}");
-        assert!(
-            svg.contains("<title>n = 3 &amp; more</title></circle></g></svg>"),
-            "{svg}"
-        );
-        assert_eq!(svg.matches("<svg").count(), 1);
-    }
-
-    #[test]
-    fn bounds_pad_and_skip_what_is_not_finite() {
-        assert_eq!(bounds([f64::NAN]), None);
-        let (lo, hi) = bounds([1.0, 2.0, f64::INFINITY]).expect("bounds");
-        assert!(lo < 1.0 && hi > 2.0 && hi < 3.0);
-        let (lo, hi) = bounds([5.0]).expect("one value");
-        assert!(lo < 5.0 && hi > 5.0);
-    }
 }

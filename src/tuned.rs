@@ -16,7 +16,7 @@ use serde_json::{Map, Value as Json};
 
 use crate::decide::{Analysis, BucketReport, ClassReport, ConfigReport};
 use crate::fingerprint::{ClassKey, Fingerprint};
-use crate::report::buckets;
+use crate::plan::buckets;
 use crate::spec::{TrialVars, Value};
 use crate::yaml_out::{self, Yaml};
 

@@ -311,7 +311,7 @@ pub(super) fn decide_bucket(
     objective: &str,
     rules: &Rules,
 ) -> BucketReport {
-    let b = crate::report::buckets::bucket_of(spec, &reports[0].cell);
+    let b = crate::plan::buckets::bucket_of(spec, &reports[0].cell);
     let baseline_config = reports[0]
         .baseline
         .as_ref()

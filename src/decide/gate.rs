@@ -12,7 +12,6 @@
 use std::collections::BTreeMap;
 
 use regex::{Regex, RegexSet};
-use serde::{Deserialize, Serialize};
 
 use crate::ledger::records::{AttemptRecord, ExitInfo, FailureClass};
 
@@ -205,7 +204,7 @@ impl Classifier {
     /// Classify a run that did not succeed. `None` means the run exited 0
     /// within its time (its result is checked elsewhere). `stderr` is what
     /// was kept of it: the head and the tail
-    /// ([`crate::exec::local::RunOutput::stderr_for_classifier`]).
+    /// (what the transports keep of a run's stderr for the classifier).
     pub fn classify(
         &self,
         exit: &ExitInfo,
@@ -340,31 +339,7 @@ pub fn parse_values(bytes: &[u8]) -> Result<Vec<f64>, String> {
     }
 }
 
-/// The numeric comparison of tolerance files, as frozen in the spec
-/// (`spec.gate.tolerance`, which serializes [`crate::spec::Tolerance`]).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct ToleranceSpec {
-    pub files: Vec<String>,
-    pub rtol: f64,
-    pub atol: f64,
-}
-
-impl ToleranceSpec {
-    /// `gate.tolerance` of a frozen spec; `None` when the study has none.
-    pub fn from_spec(spec: &crate::spec::FrozenSpec) -> Option<ToleranceSpec> {
-        spec.gate.tolerance.clone()
-    }
-}
-
-impl From<&crate::spec::study::Tolerance> for ToleranceSpec {
-    fn from(t: &crate::spec::study::Tolerance) -> Self {
-        ToleranceSpec {
-            files: t.files.clone(),
-            rtol: t.rtol,
-            atol: t.atol,
-        }
-    }
-}
+pub use crate::spec::frozen::ToleranceSpec;
 
 /// First 12 characters of a digest.
 fn short(digest: Option<&str>) -> String {

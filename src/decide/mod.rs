@@ -239,7 +239,7 @@ pub fn analyze_scoped(
             let mut report =
                 analyze_cell(configs, &objective.name, &rules, rules.tolerance.as_ref());
             report.cell_index = Some(*cell_index);
-            report.bucket = crate::report::buckets::bucket_of(spec, &report.cell).key;
+            report.bucket = crate::plan::buckets::bucket_of(spec, &report.cell).key;
             for d in drops.iter().filter(|d| d.cell_label == report.cell_label) {
                 report.notes.push(CellNote::Dropped {
                     host: d.host.clone(),
@@ -261,7 +261,7 @@ pub fn analyze_scoped(
             cell_reports.push(CellReport {
                 cell: d.cell.clone(),
                 cell_label: d.cell_label.clone(),
-                bucket: crate::report::buckets::bucket_of(spec, &d.cell).key,
+                bucket: crate::plan::buckets::bucket_of(spec, &d.cell).key,
                 baseline_state: BaselineState::Pending,
                 baseline: None,
                 winner: None,
@@ -285,7 +285,7 @@ pub fn analyze_scoped(
             cell_reports.push(CellReport {
                 cell: p.cell.clone(),
                 cell_label: p.cell_label.clone(),
-                bucket: crate::report::buckets::bucket_of(spec, &p.cell).key,
+                bucket: crate::plan::buckets::bucket_of(spec, &p.cell).key,
                 baseline_state: BaselineState::Pending,
                 baseline: None,
                 winner: None,

@@ -3,7 +3,6 @@
 //! with its reason. No number leaves this module without its n, spread,
 //! unit, host class, baseline and workload context.
 
-pub mod buckets;
 pub mod html;
 pub mod levers;
 pub mod render;

@@ -19,7 +19,6 @@ use serde::de::{DeserializeOwned, Error as _};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use super::study::{Better, BucketRule, KnobKind, Limit, Selection, Study};
-use crate::decide::gate::ToleranceSpec;
 
 /// The settings that only judge recorded evidence, as key paths into the
 /// frozen spec: changing them re-judges a study instead of starting a new
@@ -445,6 +444,32 @@ impl Serialize for FrozenSpec {
 impl<'de> Deserialize<'de> for FrozenSpec {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<FrozenSpec, D::Error> {
         FrozenSpec::from_json(serde_json::Value::deserialize(d)?).map_err(D::Error::custom)
+    }
+}
+
+/// The numeric comparison of tolerance files, as frozen in the spec
+/// (`spec.gate.tolerance`, which serializes [`crate::spec::Tolerance`]).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToleranceSpec {
+    pub files: Vec<String>,
+    pub rtol: f64,
+    pub atol: f64,
+}
+
+impl ToleranceSpec {
+    /// `gate.tolerance` of a frozen spec; `None` when the study has none.
+    pub fn from_spec(spec: &FrozenSpec) -> Option<ToleranceSpec> {
+        spec.gate.tolerance.clone()
+    }
+}
+
+impl From<&crate::spec::study::Tolerance> for ToleranceSpec {
+    fn from(t: &crate::spec::study::Tolerance) -> Self {
+        ToleranceSpec {
+            files: t.files.clone(),
+            rtol: t.rtol,
+            atol: t.atol,
+        }
     }
 }
 

@@ -7,6 +7,8 @@
 //! compares their output with it); the verdict depends on every candidate.
 //! Planning spends nothing: it never runs a trial and never writes.
 
+pub mod buckets;
+
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
@@ -14,10 +16,10 @@ use std::time::Duration;
 use petgraph::graph::{DiGraph, NodeIndex};
 use serde::Serialize;
 
-use crate::report::buckets::{self, Bucket};
 use crate::space::{self, ConfigSpace};
 use crate::spec::{Study, TemplateCheck, Value};
 use crate::trial::{Role, TrialIdentity};
+use buckets::Bucket;
 
 /// What the plan knows about a host before running anything.
 #[derive(Debug, Clone, Serialize)]

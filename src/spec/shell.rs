@@ -177,14 +177,23 @@ pub fn scan(items: &[Item]) -> Result<Vec<Quoting>, Refusal> {
                         ) {
                             return Err(r);
                         }
+                        // A line continuation is removed as if it were not
+                        // there: a word may still start after it.
+                        if ch(i + 1) == Some('\n') {
+                            word_start = was_word_start;
+                        }
                         i += 2;
                         continue;
                     }
                     '$' => {
+                        let depth = stack.len();
                         if let Some(r) = dollar(items, i, &mut stack, false) {
                             return Err(r);
                         }
-                        word_start = matches!(stack.last(), Some(Frame::Subst(_)));
+                        // A word starts inside a new `$(`; after `$x`,
+                        // `$#`, `${...}`, `$((...))` the word goes on (a
+                        // `#` there is no comment).
+                        word_start = opened_commands(&stack, depth);
                         i += dollar_len(items, i, false);
                         continue;
                     }
@@ -223,14 +232,18 @@ pub fn scan(items: &[Item]) -> Result<Vec<Quoting>, Refusal> {
                         word_start = true;
                     }
                     ')' => {
+                        // The end of a `$(...)` goes on with the word it is
+                        // part of (`$(x)#y` is one word); any other `)` is
+                        // an operator, after which a word starts.
+                        word_start = true;
                         match stack.last_mut() {
                             Some(Frame::Subst(0)) => {
                                 stack.pop();
+                                word_start = false;
                             }
                             Some(Frame::Subst(d)) => *d -= 1,
                             _ => {}
                         }
-                        word_start = true;
                     }
                     '\n' => {
                         word_start = true;
@@ -268,10 +281,11 @@ pub fn scan(items: &[Item]) -> Result<Vec<Quoting>, Refusal> {
                         }
                     }
                     '$' => {
+                        let depth = stack.len();
                         if let Some(r) = dollar(items, i, &mut stack, true) {
                             return Err(r);
                         }
-                        word_start = true;
+                        word_start = opened_commands(&stack, depth);
                         i += dollar_len(items, i, true);
                         continue;
                     }
@@ -419,6 +433,12 @@ pub fn scan(items: &[Item]) -> Result<Vec<Quoting>, Refusal> {
         }
     }
     Ok(out)
+}
+
+/// Whether the `$` just read opened a command substitution (the stack was
+/// `depth` deep before it): commands, so words, start inside.
+fn opened_commands(stack: &[Frame], depth: usize) -> bool {
+    stack.len() > depth && matches!(stack.last(), Some(Frame::Subst(_)))
 }
 
 /// What a `$` at `i` opens (pushed on `stack`), or a refusal when a value
@@ -671,6 +691,18 @@ mod tests {
         );
         assert_eq!(check("cat <<<{{ a }}"), Ok(vec![Word]));
         assert_eq!(check("echo a#b {{ a }}"), Ok(vec![Word]));
+        // A `#` inside a word is no comment: after a closing quote, after
+        // `$#` (in `$(...)` too), after `$(...)` (reported: the comment
+        // was believed and the value after the newline misplaced).
+        assert_eq!(check("echo \"$PWD\"#'\n' {{ v }}"), Ok(vec![Word]));
+        assert_eq!(check("echo \"$PWD\"#\"\n{{ v }}\""), Ok(vec![Double]));
+        assert_eq!(check("x=$(echo $#'\n' {{ v }})"), Ok(vec![Word]));
+        assert_eq!(check("echo \"$HOME\"#\"\n{{ v }}\""), Ok(vec![Double]));
+        assert_eq!(check("echo $(echo)#'\n' {{ v }}"), Ok(vec![Word]));
+        assert_eq!(check("echo \"$(echo)\"#'\n' {{ v }}"), Ok(vec![Word]));
+        // After an operator's `)` or a line continuation, it is.
+        assert_eq!(check("(echo)#'\n{{ v }}"), Ok(vec![Word]));
+        assert_eq!(check("echo \\\n#'\n{{ v }}"), Ok(vec![Word]));
         assert_eq!(check("echo \"it's\" {{ a }}"), Ok(vec![Word]));
         assert_eq!(check("echo '\\' {{ a }}"), Ok(vec![Word]));
         assert_eq!(check("echo \\\" {{ a }}"), Ok(vec![Word]));

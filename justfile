@@ -32,6 +32,11 @@ bench:
 bench-verdict-integrity *ARGS:
     ./benches/verdict_integrity.sh {{ARGS}}
 
+# The differential test of command templates under every shell installed,
+# CASES generated templates (not a timed test; see docs/fuzzing.md).
+shell-differential CASES="20000":
+    ./benches/shell_differential.sh {{CASES}}
+
 # Fuzz every input parser for SECONDS per target (not a timed test);
 # findings go to target/fuzz-findings/ (see docs/fuzzing.md).
 fuzz TARGET="all" SECONDS="60":

@@ -52,6 +52,25 @@ pub fn cell_json(study: &Study, cell: &[Value]) -> serde_json::Value {
     serde_json::Value::Object(map)
 }
 
+/// The trial contract's variables of a config's knob values and a cell's
+/// axis values: `TUNECTL_KNOB_<NAME>` per knob, `TUNECTL_CELL_<NAME>` per
+/// cell axis (names in upper case), each value as text.
+pub fn value_env(study: &Study, config: &[Value], cell: &[Value]) -> Vec<(String, String)> {
+    let knobs = study.knobs.iter().zip(config).map(|(k, v)| {
+        (
+            format!("TUNECTL_KNOB_{}", k.name.to_uppercase()),
+            v.to_string(),
+        )
+    });
+    let cells = study.cells.iter().zip(cell).map(|(a, v)| {
+        (
+            format!("TUNECTL_CELL_{}", a.name.to_uppercase()),
+            v.to_string(),
+        )
+    });
+    knobs.chain(cells).collect()
+}
+
 /// Decoding of config indices for one study.
 #[derive(Debug, Clone)]
 pub struct ConfigSpace {

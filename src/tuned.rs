@@ -1002,6 +1002,42 @@ pub fn apply_overrides(choice: &mut Choice, var: impl Fn(&str) -> Option<String>
     }
 }
 
+/// Refuse a `TUNECTL_KNOB_<NAME>` override (already applied to `choice`)
+/// whose value is not in its knob's domain, as carried by the chosen
+/// tuned file (else by any of `files`: all are of one study). Files
+/// written before the domains were carried check nothing (their warning
+/// says so).
+pub fn check_overrides(files: &[(PathBuf, TunedFile)], choice: &Choice) -> Result<(), String> {
+    let domains = files
+        .iter()
+        .filter(|(p, _)| choice.file.as_ref().is_none_or(|f| f == p))
+        .chain(files.iter())
+        .find_map(|(_, f)| f.domains.as_ref());
+    let Some(domains) = domains else {
+        return Ok(());
+    };
+    for (name, text) in &choice.from_environment {
+        let var = knob_var(name);
+        let problem = match (domains.get(name), choice.knobs.get(name)) {
+            (Some(d), Some(value)) => match domain_contains(d, value) {
+                Ok(true) => None,
+                Ok(false) => Some(format!(
+                    "{text:?} is not one of the values of knob `{name}` ({})",
+                    describe_domain(d)
+                )),
+                Err(e) => Some(format!("knob `{name}`: {e}")),
+            },
+            _ => Some(format!("the tuned files carry no domain for knob `{name}`")),
+        };
+        if let Some(p) = problem {
+            return Err(format!(
+                "{var} is set in the environment: {p}; unset it or give it one of the knob's values"
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// A JSON scalar as a template/env value.
 fn to_value(v: &Json) -> Value {
     match v {
@@ -1017,9 +1053,10 @@ fn to_value(v: &Json) -> Value {
 }
 
 /// The trial contract's variables for the chosen knobs and cell:
-/// `TUNECTL_KNOBS`, `TUNECTL_CELL` (canonical JSON) and one
+/// `TUNECTL_KNOBS`, `TUNECTL_CELL` (canonical JSON), one
 /// `TUNECTL_KNOB_<NAME>` per knob (printed as trials see them; a variable
-/// the user set keeps its text).
+/// the user set keeps its text) and one `TUNECTL_CELL_<AXIS>` per cell
+/// axis whose name is an identifier.
 pub fn environment(choice: &Choice, cell: &Map<String, Json>) -> Vec<(String, String)> {
     let knobs = &choice.knobs;
     let mut env = vec![
@@ -1038,6 +1075,14 @@ pub fn environment(choice: &Choice, cell: &Map<String, Json>) -> Vec<(String, St
             None => to_value(v).to_string(),
         };
         env.push((knob_var(k), text));
+    }
+    for (axis, v) in cell {
+        if crate::spec::shell::is_variable_name(axis) {
+            env.push((
+                format!("TUNECTL_CELL_{}", axis.to_uppercase()),
+                to_value(v).to_string(),
+            ));
+        }
     }
     env
 }
@@ -1710,15 +1755,52 @@ mod tests {
         // The user's own text is passed on unchanged.
         assert_eq!(env["TUNECTL_KNOB_THREADS"], "08");
         assert_eq!(env["TUNECTL_CELL"], r#"{"n":1}"#);
+        assert_eq!(env["TUNECTL_CELL_N"], "1");
         let cmd = crate::spec::template::render_shell(
             "run --mode {{ mode }} -t {{ threads }} -n {{ n }}",
             &template_vars(&ch.knobs, &cell(1)),
+            &environment(&ch, &cell(1)),
         )
         .expect("renders");
-        assert_eq!(cmd, "run --mode fast -t 8 -n 1");
+        // The template prints the typed value (8), not the variable's own
+        // text (08): that hole gets a variable of its own.
+        assert_eq!(
+            cmd.command,
+            "run --mode \"${TUNECTL_KNOB_MODE}\" -t \"${TUNECTL_ARG_1}\" -n \"${TUNECTL_CELL_N}\""
+        );
+        assert_eq!(
+            cmd.env,
+            vec![("TUNECTL_ARG_1".to_string(), "8".to_string())]
+        );
         assert_eq!(typed_like("x", &json!(1)), json!("x"));
         assert_eq!(typed_like("true", &json!(false)), json!(true));
         assert_eq!(typed_like("2", &json!(0.5)), json!(2.0));
+    }
+
+    #[test]
+    fn an_override_outside_its_knobs_domain_is_refused() {
+        let fs = files();
+        let set = |text: &'static str| {
+            let mut ch = choose(&fs, &host(&h100()), &cell(1));
+            apply_overrides(&mut ch, |v| {
+                (v == "TUNECTL_KNOB_MODE").then(|| text.to_string())
+            });
+            check_overrides(&fs, &ch)
+        };
+        assert_eq!(set("fast"), Ok(()));
+        let err = set("$(touch pwned)").expect_err("refused");
+        assert!(
+            err.starts_with("TUNECTL_KNOB_MODE is set in the environment: \"$(touch pwned)\" is not one of the values of knob `mode`"),
+            "{err}"
+        );
+        // A file too old to carry domains checks nothing (and says so).
+        let mut old = files();
+        old[0].1.domains = None;
+        let mut ch = choose(&old, &host(&h100()), &cell(1));
+        apply_overrides(&mut ch, |v| {
+            (v == "TUNECTL_KNOB_MODE").then(|| "x".to_string())
+        });
+        assert_eq!(check_overrides(&old, &ch), Ok(()));
     }
 
     #[test]

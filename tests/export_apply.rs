@@ -366,14 +366,12 @@ fn apply_on_another_host_class_warns_and_uses_the_defaults() {
 fn a_knob_set_in_the_environment_wins() {
     let (env, _) = shared();
     let mut cmd = env.tunectl();
-    // A value with shell syntax in it stays data.
-    cmd.env("TUNECTL_KNOB_MODE", "crash; touch pwned");
+    cmd.env("TUNECTL_KNOB_MODE", "crash");
     let a = apply(env, cmd, &["n=1"]);
-    assert_eq!(a.arg1, "crash; touch pwned", "{a:?}");
-    assert_eq!(a.args, "2", "one argument, quoted: {a:?}");
-    assert_eq!(a.knob_mode, "crash; touch pwned");
-    assert_eq!(a.knobs, json!({"mode": "crash; touch pwned"}));
-    assert!(!env.path().join("pwned").exists());
+    assert_eq!(a.arg1, "crash", "{a:?}");
+    assert_eq!(a.args, "2", "{a:?}");
+    assert_eq!(a.knob_mode, "crash");
+    assert_eq!(a.knobs, json!({"mode": "crash"}));
     assert!(a.stderr.contains("TUNECTL_KNOB_MODE="), "{}", a.stderr);
 
     // It wins over the defaults too.
@@ -382,29 +380,121 @@ fn a_knob_set_in_the_environment_wins() {
     let a = apply(env, cmd, &["n=2"]);
     assert_eq!(a.arg1, "fast", "{a:?}");
     assert_eq!(a.knobs, json!({"mode": "fast"}));
+
+    // A value the knob does not have is refused like an edited tuned
+    // file's: nothing runs.
+    let mut cmd = env.tunectl();
+    cmd.env("TUNECTL_KNOB_MODE", "crash; touch pwned")
+        .arg("apply")
+        .arg("--tuned")
+        .arg(tuned(env))
+        .args(["--cell", "n=1", "--", "echo", "{{ mode }}"]);
+    let out = env.run(cmd);
+    assert_eq!(out.code, Some(2), "{}", out.stderr);
+    assert!(
+        out.stderr.contains(
+            "error: TUNECTL_KNOB_MODE is set in the environment: \"crash; touch pwned\" is not one of the values of knob `mode` ([\"base\", \"fast\", \"wrong\", \"crash\"])"
+        ),
+        "{}",
+        out.stderr
+    );
+    assert!(out.stdout.is_empty(), "{}", out.stdout);
+    assert!(!env.path().join("pwned").exists());
 }
 
+/// A copy of the tuned file as written before the files carried the knob
+/// domains, in `env/<name>/`: `apply` checks neither its values nor
+/// `TUNECTL_KNOB_<NAME>` overrides against domains (a warning says so).
+fn without_domains(env: &Env, files: &[PathBuf], name: &str) -> PathBuf {
+    let text = read(&files[0]);
+    let dir = env.path().join(name);
+    std::fs::create_dir_all(&dir).expect("mkdir");
+    let start = text.find("\ndomains:\n").expect("domains") + 1;
+    let end = start + text[start..].find("\nbuckets:").expect("buckets") + 1;
+    std::fs::write(
+        dir.join("tuned.yaml"),
+        format!("{}{}", &text[..start], &text[end..]),
+    )
+    .expect("write");
+    dir
+}
+
+/// The reported `apply` injection: `TUNECTL_KNOB_MODE='$(touch M)'` and a
+/// command where the context analysis misread a `#` after a closing `"`.
+/// With the domains checked the value is refused (above); with a file too
+/// old to carry them, and a `--cell` value (never checked), every value
+/// reaches the command as the expansion of a variable: nothing runs and
+/// the command prints the literal values.
 #[test]
-fn apply_keeps_a_value_data_inside_double_quotes_and_refuses_backticks() {
-    let (env, _) = shared();
+fn apply_passes_values_as_variables_and_refuses_backticks() {
+    let (env, files) = shared();
+    let old = without_domains(env, files, "old-apply");
     let mark = env.path().join("pwned-apply");
-    let value = format!("$(touch {m}) `touch {m}` \"'", m = mark.display());
+    let value = format!(
+        "$(touch {m}) `touch {m}` ;touch {m}\n\"'\\",
+        m = mark.display()
+    );
+    let cell = format!("$(touch {m})|&&touch {m}", m = mark.display());
+    for tuned_dir in [tuned(env), old.clone()] {
+        let mut cmd = env.tunectl();
+        cmd.env("TUNECTL_KNOB_MODE", &value)
+            .env("HOME", "/home/h")
+            .arg("apply")
+            .arg("--tuned")
+            .arg(&tuned_dir)
+            .args([
+                "--cell",
+                &format!("n={cell}"),
+                "--",
+                "printf",
+                "'[%s]'",
+                "\"$HOME\"#\"\n{{ mode }}\"",
+                "\"--mode={{ mode }}\"",
+                "{{ n }}",
+            ]);
+        let out = env.run(cmd);
+        if tuned_dir == old {
+            assert_eq!(out.code, Some(0), "{}", out.stderr);
+            assert_eq!(
+                out.stdout,
+                format!("[/home/h#\n{value}][--mode={value}][{cell}]")
+            );
+        } else {
+            assert_eq!(out.code, Some(2), "{}", out.stderr);
+            assert!(out.stdout.is_empty(), "{}", out.stdout);
+        }
+        assert!(!mark.exists(), "a value ran as code");
+    }
+
+    // --print shows the command as it runs, and the values in the
+    // environment it runs with.
     let mut cmd = env.tunectl();
     cmd.env("TUNECTL_KNOB_MODE", &value)
         .arg("apply")
         .arg("--tuned")
-        .arg(tuned(env))
+        .arg(&old)
         .args([
             "--cell",
             "n=1",
+            "--print",
             "--",
-            "printf",
-            "'[%s]'",
-            "\"--mode={{ mode }}\"",
+            "run",
+            "{{ mode }}",
+            "{{ n + 1 }}",
         ]);
     let out = env.run(cmd);
     assert_eq!(out.code, Some(0), "{}", out.stderr);
-    assert_eq!(out.stdout, format!("[--mode={value}]"));
+    assert!(
+        out.stdout
+            .contains("\ncommand: \"run \\\"${TUNECTL_KNOB_MODE}\\\" \\\"${TUNECTL_ARG_1}\\\"\"\n"),
+        "{}",
+        out.stdout
+    );
+    assert!(
+        out.stdout.contains("\n  TUNECTL_ARG_1: \"2\"\n"),
+        "{}",
+        out.stdout
+    );
     assert!(!mark.exists(), "a value ran as code");
 
     let mut cmd = env.tunectl();
@@ -465,16 +555,7 @@ fn apply_refuses_an_edited_tuned_file_whose_value_is_not_in_the_knob_domain() {
     assert!(!mark.exists());
 
     // A file from before the domains were written: a warning, and it runs.
-    let old_dir = env.path().join("old");
-    std::fs::create_dir_all(&old_dir).expect("mkdir");
-    let start = text.find("\ndomains:\n").expect("domains") + 1;
-    let end = start + text[start..].find("\nbuckets:").expect("buckets") + 1;
-    std::fs::write(
-        old_dir.join("tuned.yaml"),
-        format!("{}{}", &text[..start], &text[end..]),
-    )
-    .expect("write");
-    let out = run(&old_dir);
+    let out = run(&without_domains(env, files, "old"));
     let err = &out.stderr;
     assert_eq!(out.code, Some(0), "{err}");
     assert!(err.contains("carries no knob domains"), "{err}");

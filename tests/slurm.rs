@@ -714,6 +714,33 @@ result:
     );
 }
 
+/// The reported injection templates (tests/support/injection.rs) as
+/// Slurm batch tasks: the command and its environment are written into
+/// the task's script, and every value reaches the command as the
+/// expansion of a variable set there: none runs, each template prints the
+/// literal value.
+#[test]
+fn the_reported_templates_run_no_value_as_batch_tasks() {
+    let cluster = Cluster::start(&NODES[..1]);
+    let s = setup(&cluster, "reported", "", KNOBS, "");
+    let inv = std::fs::read_to_string(&s.inventory).expect("inventory");
+    let first = inv
+        .split("  - name: a100s")
+        .next()
+        .unwrap_or_default()
+        .to_string();
+    std::fs::write(&s.inventory, first).expect("inventory");
+    let values = support::injection::payloads(&s.root);
+    std::fs::write(&s.study, support::injection::study("reported", &values)).expect("study");
+    launch(&cluster, &s, &[]);
+    assert_eq!(
+        support::injection::markers(&s.root),
+        Vec::<String>::new(),
+        "a value ran as code"
+    );
+    support::injection::check(&attempts(&s, "reported"), &values);
+}
+
 /// Every trial has exactly one terminal attempt, but a lost repeat of a
 /// config that failed at its cell and class: it is not run again (a
 /// config that fails is not repeated). Returns the lost attempts.

@@ -644,6 +644,29 @@ gate:
     }
 }
 
+/// The reported injection templates (tests/support/injection.rs) over
+/// ssh: the command and its environment travel in the attempt's script,
+/// and every value reaches the command as the expansion of a variable set
+/// there: none runs, each template prints the literal value.
+#[test]
+fn the_reported_templates_run_no_value_over_ssh() {
+    let fleet = Fleet::start(&FOUR[..1]);
+    let d = dirs();
+    let values = support::injection::payloads(&d.root);
+    let study = d.root.join("study.yaml");
+    write(&study, &support::injection::study("reported", &values));
+    let inv = d.root.join("inventory.yaml");
+    write(&inv, &fleet.inventory_yaml(2, ""));
+    let ledger = d.root.join("ledger");
+    launch(&study, &inv, &ledger, &[]);
+    assert_eq!(
+        support::injection::markers(&d.root),
+        Vec::<String>::new(),
+        "a value ran as code"
+    );
+    support::injection::check(&ledger_files::attempts(&ledger, "reported"), &values);
+}
+
 #[test]
 fn a_host_key_mismatch_refuses_to_connect() {
     let fleet = Fleet::start(&FOUR[..1]);

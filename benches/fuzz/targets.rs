@@ -50,7 +50,7 @@ fn study(text: &str) {
     for name in tunectl::spec::study::RESERVED_VARIABLES {
         vars.set(name, tunectl::spec::Value::Str(format!("/x/{name}")));
     }
-    let _ = r.command(&vars);
+    let _ = r.command(&vars, &[]);
     let _ = r.env(&vars);
 }
 
@@ -115,9 +115,9 @@ fn tuned(text: &str) {
     for cell in [vec![], vec!["n=1".to_string()], vec!["batch=4.5".into()]] {
         if let Ok(cell) = tuned::parse_cell(&cell) {
             let choice = tuned::choose(&files, &host, &cell);
-            let _ = tuned::environment(&choice, &cell);
+            let env = tuned::environment(&choice, &cell);
             let vars = tuned::template_vars(&choice.knobs, &cell);
-            let _ = tunectl::spec::template::render_shell("run {{ n }}", &vars);
+            let _ = tunectl::spec::template::render_shell("run {{ n }}", &vars, &env);
         }
     }
 }
@@ -168,5 +168,5 @@ fn template(text: &str) {
         }
     }
     let _ = tunectl::spec::template::check_shell_template(source);
-    let _ = tunectl::spec::template::render_shell(source, &vars);
+    let _ = tunectl::spec::template::render_shell(source, &vars, &[]);
 }

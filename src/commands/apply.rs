@@ -42,16 +42,20 @@ pub async fn run(a: ApplyArgs) -> Result<(), CliError> {
     };
     let mut choice = tuned::choose(&files, &host, &cell);
     tuned::apply_overrides(&mut choice, |var| std::env::var(var).ok());
-    let env = tuned::environment(&choice, &cell);
+    // An override is a value like a tuned one: it must be one the study has.
+    tuned::check_overrides(&files, &choice).map_err(CliError::Invalid)?;
+    let mut env = tuned::environment(&choice, &cell);
     let command = if a.command.is_empty() {
         None
     } else {
         let template = a.command.join(" ");
         let vars = tuned::template_vars(&choice.knobs, &cell);
-        Some(
-            crate::spec::template::render_shell(&template, &vars)
-                .map_err(|e| CliError::Invalid(format!("the command `{template}`: {e}")))?,
-        )
+        // The command refers to variables of `env` for its values, and
+        // brings those it needs besides: no value is in its text.
+        let rendered = crate::spec::template::render_shell(&template, &vars, &env)
+            .map_err(|e| CliError::Invalid(format!("the command `{template}`: {e}")))?;
+        env.extend(rendered.env);
+        Some(rendered.command)
     };
     if let Some(w) = &choice.warning {
         say_err!("warning: {w}");

@@ -12,6 +12,7 @@ use crate::fingerprint;
 use crate::ledger::Ledger;
 use crate::plan::{ClassInfo, Plan, PlanHost};
 use crate::space;
+use crate::spec::shell::quote_word;
 use crate::spec::{CommandRenderer, Inventory, Study, Transport, TrialVars, Value};
 
 fn fmt_secs(s: f64) -> String {
@@ -128,7 +129,13 @@ struct ConfigView {
     label: String,
     config: serde_json::Value,
     cell: String,
+    /// As it runs: a reference to a variable at every `{{ }}`.
     command: String,
+    /// The variables the command refers to, with their values.
+    command_env: serde_json::Map<String, serde_json::Value>,
+    /// The same, in the order the command first refers to them.
+    #[serde(skip)]
+    refs: Vec<(String, String)>,
 }
 
 /// The hosts a plan shows, with the nodes of a mixed Slurm partition's
@@ -446,12 +453,15 @@ pub async fn run(a: PlanArgs) -> Result<(), CliError> {
     let configs = std::iter::once(plan.space.baseline()).chain(listed);
     for (i, config) in configs.take(a.show).enumerate() {
         let mut vars = TrialVars::default();
-        for (k, v) in study.knobs.iter().zip(plan.space.values(&study, config)) {
-            vars.set(&k.name, v);
+        let values = plan.space.values(&study, config);
+        for (k, v) in study.knobs.iter().zip(&values) {
+            vars.set(&k.name, v.clone());
         }
         for (axis, v) in study.cells.iter().zip(cell0) {
             vars.set(&axis.name, v.clone());
         }
+        // The trial contract's variables, as a trial would get them.
+        let mut env = space::value_env(&study, &values, cell0);
         for (name, value) in [
             ("study", Value::Str(study_id.clone())),
             ("study_dir", Value::Str(study.dir.display().to_string())),
@@ -481,15 +491,33 @@ pub async fn run(a: PlanArgs) -> Result<(), CliError> {
             ("slot", Value::Int(0)),
             ("phase", Value::Str("measure".into())),
         ] {
+            let var = match name {
+                "phase" => None,
+                "study_dir" => Some("TUNECTL_STUDY_DIR".to_string()),
+                other => Some(format!("TUNECTL_{}", other.to_uppercase())),
+            };
+            if let Some(var) = var {
+                let text = match &value {
+                    Value::Null => String::new(),
+                    v => v.to_string(),
+                };
+                env.push((var, text));
+            }
             vars.set(name, value);
         }
-        let command = renderer.command(&vars).map_err(CliError::Invalid)?;
+        let rendered = renderer.command(&vars, &env).map_err(CliError::Invalid)?;
         first.push(ConfigView {
             index: i,
             label: plan.space.label(&study, config),
             config: plan.space.config_json(&study, config),
             cell: space::cell_label(&study, cell0),
-            command,
+            command: rendered.command,
+            command_env: rendered
+                .vars
+                .iter()
+                .map(|(k, v)| (k.clone(), serde_json::Value::from(v.as_str())))
+                .collect(),
+            refs: rendered.vars,
         });
     }
 
@@ -812,8 +840,35 @@ fn render_plan(v: &PlanView) -> String {
             .map(|c| c.cell.as_str())
             .unwrap_or("")
     );
+    // Each command as it runs, then the values of the variables it refers
+    // to; a command like the first one's only with the values that differ.
+    let first = v.first_configs.first();
     for c in &v.first_configs {
-        let _ = writeln!(o, "  #{} {}\n      $ {}", c.index, c.label, c.command);
+        let _ = writeln!(o, "  #{} {}", c.index, c.label);
+        let assign = |refs: &[&(String, String)]| -> String {
+            refs.iter()
+                .map(|(k, val)| format!("{k}={}", quote_word(val)))
+                .collect::<Vec<_>>()
+                .join(" ")
+        };
+        match first.filter(|f| f.index != c.index && f.command == c.command) {
+            Some(f) => {
+                let changed: Vec<&(String, String)> =
+                    c.refs.iter().filter(|r| !f.refs.contains(r)).collect();
+                if changed.is_empty() {
+                    let _ = writeln!(o, "      $ (as #{})", f.index);
+                } else {
+                    let _ = writeln!(o, "      $ (as #{}) with {}", f.index, assign(&changed));
+                }
+            }
+            None => {
+                let _ = writeln!(o, "      $ {}", c.command);
+                if !c.refs.is_empty() {
+                    let all: Vec<&(String, String)> = c.refs.iter().collect();
+                    let _ = writeln!(o, "        with {}", assign(&all));
+                }
+            }
+        }
     }
     let _ = writeln!(o, "\ntotal: {} trials", v.total_trials);
     for n in &v.notes {

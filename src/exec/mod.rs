@@ -50,10 +50,12 @@ pub struct AttemptSpec {
     pub study_id: String,
     pub trial_key: String,
     pub attempt_id: String,
-    /// The rendered command (values already shell-quoted).
+    /// The rendered command: the template's text with a reference to an
+    /// environment variable of [`env`](Self::env) for every value.
     pub command: String,
     /// Environment of the trial contract, without `TUNECTL_PHASE`, which
-    /// the transport sets per run.
+    /// the transport sets per run. It carries every value the command
+    /// refers to: a transport must set all of it for the command.
     pub env: Vec<(String, String)>,
     pub timeout: Duration,
     pub warmup: u32,

@@ -402,6 +402,10 @@ impl<'a> Runner<'a> {
         let cell_json = space::cell_json(self.study, &self.plan.cells[job.cell as usize]);
         let mut env: Vec<(String, String)> = vec![
             ("TUNECTL_STUDY".into(), self.study_id.to_string()),
+            (
+                "TUNECTL_STUDY_DIR".into(),
+                self.study.dir.display().to_string(),
+            ),
             ("TUNECTL_TRIAL_ID".into(), job.key.clone()),
             ("TUNECTL_ATTEMPT_ID".into(), attempt_id.to_string()),
             ("TUNECTL_TRIAL_DIR".into(), trial_dir.to_string()),
@@ -425,17 +429,11 @@ impl<'a> Runner<'a> {
             ("TUNECTL_HOST".into(), host.name.clone()),
             ("TUNECTL_SLOT".into(), job.slot.to_string()),
         ];
-        for (k, v) in self
-            .study
-            .knobs
-            .iter()
-            .zip(self.plan.space.values(self.study, job.config))
-        {
-            env.push((
-                format!("TUNECTL_KNOB_{}", k.name.to_uppercase()),
-                v.to_string(),
-            ));
-        }
+        env.extend(space::value_env(
+            self.study,
+            &self.plan.space.values(self.study, job.config),
+            &self.plan.cells[job.cell as usize],
+        ));
         if let Some(Some((var, device))) = self.devices[job.host].get(job.slot as usize) {
             env.push((var.clone(), device.clone()));
         }
@@ -558,11 +556,19 @@ impl<'a> Runner<'a> {
             (Role::Rung, _) | (_, None) => &self.renderer,
             (_, Some(objective)) => objective,
         };
-        let rendered = renderer
-            .command(&vars)
-            .and_then(|c| Ok((c, renderer.env(&vars)?)));
-        let (command, extra_env) = match rendered {
-            Ok(r) => r,
+        // The command refers to the environment's variables for its values
+        // (the contract's, `trial.env`'s, and those it adds): render it
+        // once the rest of that environment is known.
+        let mut env = self.contract_env(host, &job, &attempt_id, &trial_dir, &result_path);
+        let rendered = renderer.env(&vars).and_then(|extra| {
+            env.extend(extra);
+            renderer.command(&vars, &env)
+        });
+        let command = match rendered {
+            Ok(r) => {
+                env.extend(r.env);
+                r.command
+            }
             Err(error) => {
                 self.events.emit(LaunchEvent::RenderFailed {
                     config: config_label,
@@ -572,8 +578,6 @@ impl<'a> Runner<'a> {
                 return TrialResult::Unrecorded;
             }
         };
-        let mut env = self.contract_env(host, &job, &attempt_id, &trial_dir, &result_path);
-        env.extend(extra_env);
         let mut warnings = Vec::new();
         let prepared = self
             .holding(

@@ -1,18 +1,29 @@
-//! Where a template value lands in shell text, and how to quote it there.
+//! Where a template value lands in shell text, and how the command refers
+//! to it there.
 //!
-//! A command template is shell text with `{{ }}` holes. A value is data
-//! only if it is quoted for the shell context of its hole: a plain word, the
-//! inside of `"..."`, the inside of `'...'`. Some contexts cannot be made
-//! safe by quoting (backticks, `$((...))`, `${...}`, a here-document, a
-//! comment, right after a backslash or a `$`); a template with a value there
-//! is refused.
+//! A command template is shell text with `{{ }}` holes. No value is ever
+//! written into that text: each hole becomes a reference to an environment
+//! variable that holds the value (`"${TUNECTL_KNOB_V}"`), and the variable
+//! is set in the command's environment (see `spec::template`). The shell
+//! parses only the template's own text and the reference; the value is the
+//! result of an expansion, which a POSIX shell never parses again as code.
+//! So this module's reading of the shell grammar decides nothing about
+//! safety: a wrong guess at a hole's context can only change how its
+//! expansion is split (or leave `${...}` as literal text), never run a
+//! value.
 //!
 //! [`scan`] reads the text around the holes the way a POSIX shell (and bash)
-//! tokenises quotes, and says, for every hole, how to quote the value or
-//! why it cannot be. It runs twice: when a study loads (on the template's
-//! source, tags removed, to report the hole's line and column) and on every
-//! render (on the text actually rendered, so that `{% if %}` branches cannot
-//! hide a quote from it).
+//! tokenises quotes, and says, for every hole, which form its reference
+//! takes ([`Quoting`]: `"${X}"` in a plain word, `${X}` inside `"..."`), or
+//! why the template is refused: where the shell would not expand the
+//! reference (inside `'...'` or `$'...'`, in a comment, in a here-document)
+//! the command would not see the value, and where an expansion is read as
+//! code again (bash evaluates the text of `$((...))`, `((...))`) or where
+//! the meaning is unclear (backticks, `${...}`, right after `$` or `\`,
+//! after a `case` inside `$(...)`) the hole has no place. It runs twice:
+//! when a study loads (on the template's source, tags removed, to report
+//! the hole's line and column) and on every render (on the text actually
+//! rendered, so that `{% if %}` branches cannot hide a quote from it).
 
 use std::fmt;
 
@@ -24,18 +35,16 @@ pub enum Item {
     Value(usize),
 }
 
-/// How a value is written at its hole.
+/// How a hole refers to its variable ([`reference`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Quoting {
-    /// A plain word (also after `=`, inside `$(...)`): single-quoted.
+    /// A plain word (also after `=`, inside `$(...)`): `"${X}"`.
     Word,
-    /// Inside `"..."`: `$`, `` ` ``, `"` and `\` backslash-escaped.
+    /// Inside `"..."`: `${X}`.
     Double,
-    /// Inside `'...'`: every `'` written as `'\''`.
-    Single,
 }
 
-/// A hole where no quoting keeps a value data.
+/// A hole the template may not have there.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Refusal {
     /// Which value (0-based, in text order).
@@ -70,7 +79,8 @@ enum Frame {
     Heredoc,
 }
 
-const CLOSE_QUOTES: &str = "close the quotes around it: tunectl quotes values itself";
+const CLOSE_QUOTES: &str =
+    "close the quotes around it (`'--v='{{ v }}`): tunectl passes the value itself";
 
 fn is_blank(c: char) -> bool {
     c == ' ' || c == '\t'
@@ -115,7 +125,14 @@ pub fn scan(items: &[Item]) -> Result<Vec<Quoting>, Refusal> {
                 }
                 Frame::Top | Frame::Subst(_) => Quoting::Word,
                 Frame::Double => Quoting::Double,
-                Frame::Single => Quoting::Single,
+                Frame::Single => {
+                    return Err(refuse(
+                        k,
+                        &format!(
+                            "a value inside '...': the shell expands nothing there, and tunectl hands a value to the command as an expansion (\"${{...}}\"); {CLOSE_QUOTES}; in a string that another shell runs (hyperfine, sh -c), read the variable there instead: '... \"$TUNECTL_KNOB_<NAME>\"'"
+                        ),
+                    ));
+                }
                 Frame::AnsiC => {
                     return Err(refuse(
                         k,
@@ -125,31 +142,31 @@ pub fn scan(items: &[Item]) -> Result<Vec<Quoting>, Refusal> {
                 Frame::Backtick => {
                     return Err(refuse(
                         k,
-                        "a value inside backticks (`...`): its text would be read as shell code again; use $(...) or pass it as an argument",
+                        "a value inside backticks (`...`): their text is read again with its own rules of backslashes; use $(...)",
                     ));
                 }
                 Frame::Param(_) => {
                     return Err(refuse(
                         k,
-                        "a value inside ${...}: the shell expands it again; write the default in the template (`{{ x or 'd' }}`)",
+                        "a value inside ${...}: write the default in the template (`{{ x or 'd' }}`)",
                     ));
                 }
                 Frame::Arith(_) => {
                     return Err(refuse(
                         k,
-                        "a value inside $((...)) or ((...)): arithmetic evaluates text as code; compute in the template (`{{ n * 2 }}`)",
+                        "a value inside $((...)) or ((...)): arithmetic evaluates the text of an expansion as code (bash runs `$(...)` in an array subscript there); compute in the template (`{{ n * 2 }}`)",
                     ));
                 }
                 Frame::Comment => {
                     return Err(refuse(
                         k,
-                        "a value inside a shell comment: a newline in it would end the comment and run the rest",
+                        "a value inside a shell comment: the command would never see it",
                     ));
                 }
                 Frame::Heredoc => {
                     return Err(refuse(
                         k,
-                        "a value inside a here-document: quotes do not apply there and a line of it could end the document; pass it as an argument or in the environment",
+                        "a value inside a here-document: pass it as an argument, or read `$TUNECTL_KNOB_<NAME>` in the program",
                     ));
                 }
             };
@@ -173,18 +190,27 @@ pub fn scan(items: &[Item]) -> Result<Vec<Quoting>, Refusal> {
                 match c {
                     '\\' => {
                         if let Some(r) = next_value(
-                            "a value right after a backslash: the backslash would escape its quoting; remove the backslash",
+                            "a value right after a backslash: the backslash would escape the first character of the reference that stands for it; remove the backslash",
                         ) {
                             return Err(r);
+                        }
+                        // A line continuation is removed as if it were not
+                        // there: a word may still start after it.
+                        if ch(i + 1) == Some('\n') {
+                            word_start = was_word_start;
                         }
                         i += 2;
                         continue;
                     }
                     '$' => {
+                        let depth = stack.len();
                         if let Some(r) = dollar(items, i, &mut stack, false) {
                             return Err(r);
                         }
-                        word_start = matches!(stack.last(), Some(Frame::Subst(_)));
+                        // A word starts inside a new `$(`; after `$x`,
+                        // `$#`, `${...}`, `$((...))` the word goes on (a
+                        // `#` there is no comment).
+                        word_start = opened_commands(&stack, depth);
                         i += dollar_len(items, i, false);
                         continue;
                     }
@@ -223,14 +249,18 @@ pub fn scan(items: &[Item]) -> Result<Vec<Quoting>, Refusal> {
                         word_start = true;
                     }
                     ')' => {
+                        // The end of a `$(...)` goes on with the word it is
+                        // part of (`$(x)#y` is one word); any other `)` is
+                        // an operator, after which a word starts.
+                        word_start = true;
                         match stack.last_mut() {
                             Some(Frame::Subst(0)) => {
                                 stack.pop();
+                                word_start = false;
                             }
                             Some(Frame::Subst(d)) => *d -= 1,
                             _ => {}
                         }
-                        word_start = true;
                     }
                     '\n' => {
                         word_start = true;
@@ -258,7 +288,7 @@ pub fn scan(items: &[Item]) -> Result<Vec<Quoting>, Refusal> {
                 match c {
                     '\\' => {
                         if let Some(r) = next_value(
-                            "a value right after a backslash: the backslash would escape its quoting; remove the backslash",
+                            "a value right after a backslash: the backslash would escape the first character of the reference that stands for it; remove the backslash",
                         ) {
                             return Err(r);
                         }
@@ -268,10 +298,11 @@ pub fn scan(items: &[Item]) -> Result<Vec<Quoting>, Refusal> {
                         }
                     }
                     '$' => {
+                        let depth = stack.len();
                         if let Some(r) = dollar(items, i, &mut stack, true) {
                             return Err(r);
                         }
-                        word_start = true;
+                        word_start = opened_commands(&stack, depth);
                         i += dollar_len(items, i, true);
                         continue;
                     }
@@ -421,6 +452,12 @@ pub fn scan(items: &[Item]) -> Result<Vec<Quoting>, Refusal> {
     Ok(out)
 }
 
+/// Whether the `$` just read opened a command substitution (the stack was
+/// `depth` deep before it): commands, so words, start inside.
+fn opened_commands(stack: &[Frame], depth: usize) -> bool {
+    stack.len() > depth && matches!(stack.last(), Some(Frame::Subst(_)))
+}
+
 /// What a `$` at `i` opens (pushed on `stack`), or a refusal when a value
 /// follows it directly.
 fn dollar(items: &[Item], i: usize, stack: &mut Vec<Frame>, in_double: bool) -> Option<Refusal> {
@@ -529,29 +566,43 @@ pub fn quote_word(s: &str) -> String {
     }
 }
 
-/// A value written for its quoting context.
-pub fn quote(value: &str, quoting: Quoting) -> String {
-    match quoting {
-        Quoting::Word => quote_word(value),
-        Quoting::Single => inside_single_quotes(value),
-        Quoting::Double => {
-            let mut out = String::with_capacity(value.len());
-            for c in value.chars() {
-                if matches!(c, '$' | '`' | '"' | '\\') {
-                    out.push('\\');
-                }
-                out.push(c);
-            }
-            out
-        }
+/// Whether `name` can be a variable name in a reference: an ASCII
+/// letter or `_`, then ASCII letters, digits and `_` (what POSIX `sh`
+/// reads as a name inside `${...}`).
+pub fn is_variable_name(name: &str) -> bool {
+    let mut chars = name.chars();
+    matches!(chars.next(), Some(c) if c.is_ascii_alphabetic() || c == '_')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
+}
+
+/// The text standing for the value of the variable `name` at a hole:
+/// `"${name}"` in a plain word (one field, whatever the value), `${name}`
+/// inside `"..."`. Only a [valid name](is_variable_name) is ever written;
+/// `None` for any other.
+pub fn reference(name: &str, quoting: Quoting) -> Option<String> {
+    if !is_variable_name(name) {
+        return None;
     }
+    Some(match quoting {
+        Quoting::Word => format!("\"${{{name}}}\""),
+        Quoting::Double => format!("${{{name}}}"),
+    })
+}
+
+/// A `{{ ... }}` of a template's source.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Hole {
+    /// Byte offset of its `{{`.
+    pub open: usize,
+    /// Byte range of the text between `{{` and `}}`.
+    pub body: std::ops::Range<usize>,
 }
 
 /// The template source as shell text: `{{ }}` holes become values, the
-/// text of `{% raw %}` blocks stays, other tags and comments go. Also the
-/// byte offset of every `{{` in `source`. Whitespace control (`{{-`, `-%}`)
-/// is applied roughly; the render-time check sees the exact text.
-pub fn source_items(source: &str) -> (Vec<Item>, Vec<usize>) {
+/// text of `{% raw %}` blocks stays, other tags and comments go. Also every
+/// `{{ }}` of `source`, in order. Whitespace control (`{{-`, `-%}`) is
+/// applied roughly; the render-time check sees the exact text.
+pub fn source_items(source: &str) -> (Vec<Item>, Vec<Hole>) {
     let mut items = Vec::new();
     let mut holes = Vec::new();
     let mut i = 0;
@@ -586,7 +637,10 @@ pub fn source_items(source: &str) -> (Vec<Item>, Vec<usize>) {
         match *open {
             "{{" => {
                 items.push(Item::Value(holes.len()));
-                holes.push(i);
+                holes.push(Hole {
+                    open: i,
+                    body: body_start..end.min(source.len()),
+                });
                 i = after;
             }
             "{%" if body.trim_matches(|c: char| c == '-' || c == '+' || c.is_whitespace())
@@ -663,7 +717,7 @@ mod tests {
         use Quoting::*;
         assert_eq!(check("run {{ a }} --x={{ b }}"), Ok(vec![Word, Word]));
         assert_eq!(check("run \"--v={{ v }}\""), Ok(vec![Double]));
-        assert_eq!(check("run '--v={{ v }}' {{ w }}"), Ok(vec![Single, Word]));
+        assert_eq!(check("run '--v=' {{ w }}"), Ok(vec![Word]));
         assert_eq!(check("x=$(dirname {{ d }})/bin"), Ok(vec![Word]));
         assert_eq!(
             check("echo \"$(printf '%s' \"{{ a }}\") {{ b }}\""),
@@ -671,6 +725,18 @@ mod tests {
         );
         assert_eq!(check("cat <<<{{ a }}"), Ok(vec![Word]));
         assert_eq!(check("echo a#b {{ a }}"), Ok(vec![Word]));
+        // A `#` inside a word is no comment: after a closing quote, after
+        // `$#` (in `$(...)` too), after `$(...)` (reported: the comment
+        // was believed and the value after the newline misplaced).
+        assert_eq!(check("echo \"$PWD\"#'\n' {{ v }}"), Ok(vec![Word]));
+        assert_eq!(check("echo \"$PWD\"#\"\n{{ v }}\""), Ok(vec![Double]));
+        assert_eq!(check("x=$(echo $#'\n' {{ v }})"), Ok(vec![Word]));
+        assert_eq!(check("echo \"$HOME\"#\"\n{{ v }}\""), Ok(vec![Double]));
+        assert_eq!(check("echo $(echo)#'\n' {{ v }}"), Ok(vec![Word]));
+        assert_eq!(check("echo \"$(echo)\"#'\n' {{ v }}"), Ok(vec![Word]));
+        // After an operator's `)` or a line continuation, it is.
+        assert_eq!(check("(echo)#'\n{{ v }}"), Ok(vec![Word]));
+        assert_eq!(check("echo \\\n#'\n{{ v }}"), Ok(vec![Word]));
         assert_eq!(check("echo \"it's\" {{ a }}"), Ok(vec![Word]));
         assert_eq!(check("echo '\\' {{ a }}"), Ok(vec![Word]));
         assert_eq!(check("echo \\\" {{ a }}"), Ok(vec![Word]));
@@ -678,7 +744,7 @@ mod tests {
             check("cat <<EOF\nbody $x\nEOF\necho {{ a }}"),
             Ok(vec![Word])
         );
-        assert_eq!(check("{% raw %}'{% endraw %}{{ a }}'"), Ok(vec![Single]));
+        assert_eq!(check("{% raw %}\"{% endraw %}{{ a }}\""), Ok(vec![Double]));
         assert_eq!(check("{# ' #}{{ a }}"), Ok(vec![Word]));
         assert_eq!(check("echo ${X:-d} {{ a }}"), Ok(vec![Word]));
         assert_eq!(check("echo $((1 + 2)) {{ a }}"), Ok(vec![Word]));
@@ -704,6 +770,9 @@ mod tests {
             ("cat <<{{ a }}", "delimiter"),
             ("echo $'{{ a }}'", "$'...'"),
             ("x=$(case a in a) echo {{ a }};; esac)", "`case`"),
+            ("run '--v={{ v }}'", "inside '...'"),
+            ("{% raw %}'{% endraw %}{{ a }}'", "inside '...'"),
+            ("echo \"it's\" '{{ a }}'", "inside '...'"),
         ] {
             let err = check(t).expect_err(t);
             assert!(err.contains(why), "{t}: {err}");
@@ -717,8 +786,8 @@ mod tests {
         // Found by the fuzzer: the end of a tag was searched byte by byte
         // with string slicing, which panicked inside a character.
         assert_eq!(
-            check("run {{ aé }} '{{ b }}'"),
-            Ok(vec![Quoting::Word, Quoting::Single])
+            check("run {{ aé }} \"{{ b }}\""),
+            Ok(vec![Quoting::Word, Quoting::Double])
         );
         assert!(check("{% raw %}é{% endraw %}{{ \u{fffd} }}").is_ok());
     }
@@ -733,11 +802,24 @@ mod tests {
     }
 
     #[test]
-    fn quoted_values_stay_one_piece_of_data() {
-        let v = "a'b\"c$(d)`e`\\f\ng";
-        assert_eq!(quote(v, Quoting::Single), "a'\\''b\"c$(d)`e`\\f\ng");
-        assert_eq!(quote(v, Quoting::Double), "a'b\\\"c\\$(d)\\`e\\`\\\\f\ng");
-        assert_eq!(quote("", Quoting::Word), "''");
+    fn holes_become_references_to_valid_names_only() {
+        assert_eq!(
+            reference("TUNECTL_KNOB_V", Quoting::Word).as_deref(),
+            Some("\"${TUNECTL_KNOB_V}\"")
+        );
+        assert_eq!(reference("_a1", Quoting::Double).as_deref(), Some("${_a1}"));
+        for bad in ["", "1a", "a-b", "a}", "a b", "é", "a;b", "A$(x)"] {
+            assert_eq!(reference(bad, Quoting::Word), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn the_source_holes_are_found_with_their_bodies() {
+        let t = "a {{ x }} {% raw %}{{ y }}{% endraw %}{{- '}}' ~ z -}}";
+        let (_, holes) = source_items(t);
+        let bodies: Vec<&str> = holes.iter().map(|h| &t[h.body.clone()]).collect();
+        assert_eq!(bodies, vec![" x ", "- '}}' ~ z -"]);
+        assert_eq!(holes[0].open, 2);
     }
 
     #[test]

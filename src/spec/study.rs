@@ -1389,6 +1389,21 @@ fn parse_cells(w: &mut Walker, node: &Node, knobs: &[Knob]) -> Vec<CellAxis> {
             );
             continue;
         }
+        if let Some(other) = out
+            .iter()
+            .find(|a: &&CellAxis| a.name.to_uppercase() == name.to_uppercase())
+        {
+            w.error(
+                key.span(),
+                &field,
+                format!(
+                    "`{name}` and `{}` would share the variable TUNECTL_CELL_{}; cell axis names must differ in more than case",
+                    other.name,
+                    name.to_uppercase()
+                ),
+            );
+            continue;
+        }
         if let Some(values) = explicit_values(w, value, &field, None) {
             out.push(CellAxis {
                 name: name.to_string(),

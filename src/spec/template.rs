@@ -1,9 +1,12 @@
 //! Trial command templates and constraint expressions (minijinja syntax).
 //!
-//! Every value interpolated into a trial command is shell-quoted by the
-//! environment's formatter, so a knob value is always data, never code.
-//! Undefined variables are errors, and the variables a template names are
-//! checked when the study loads, long before any trial runs.
+//! No value interpolated into a trial command is ever written into its
+//! text: every `{{ }}` of a command becomes a reference to an environment
+//! variable (`"${TUNECTL_KNOB_V}"`) that the command's environment sets to
+//! the value, so a knob value reaches the shell only as the result of an
+//! expansion, which is data, never code (docs/security.md). Undefined
+//! variables are errors, and the variables a template names are checked
+//! when the study loads, long before any trial runs.
 
 use std::collections::BTreeMap;
 
@@ -172,15 +175,67 @@ pub struct CommandRenderer {
     field: String,
 }
 
-/// Marks a value in rendered text: `SENTINEL`, its text in hex, `SENTINEL`.
-/// A template's own text has no NUL (checked), so the marks are unambiguous.
+/// A command rendered from its template: no value is in its text.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Rendered {
+    /// The template's text, with a reference to an environment variable
+    /// (`"${TUNECTL_KNOB_V}"`, or `${TUNECTL_KNOB_V}` inside `"..."`) at
+    /// every `{{ }}`.
+    pub command: String,
+    /// Every variable the command refers to, with its value (the text the
+    /// `{{ }}` gave), in the order of first reference.
+    pub vars: Vec<(String, String)>,
+    /// The variables among [`vars`](Self::vars) that the environment the
+    /// command was rendered for does not hold with that value: the
+    /// command's environment must add them (`TUNECTL_ARG_<n>`, named after
+    /// the first hole that needed each).
+    pub env: Vec<(String, String)>,
+}
+
+/// Marks a value in rendered text: `SENTINEL`, its text in hex, then, for
+/// a `{{ name }}` of a template variable, `:` and the name, `SENTINEL`. A
+/// template's own text has no NUL (checked), so the marks are unambiguous.
 const SENTINEL: char = '\0';
 
-/// An environment whose every interpolated value is marked, to be quoted
-/// for its shell context once the whole text is rendered ([`finish`]).
+/// What a `{{ name }}` of a command template is rewritten to call
+/// ([`name_holes`]): `__tunectl_named("name", name)`.
+const NAMED_FN: &str = "__tunectl_named";
+
+/// A value and the template variable it was read from, so that its hole
+/// can refer to the trial contract's variable of that name.
+#[derive(Debug)]
+struct Named {
+    name: String,
+    value: minijinja::Value,
+}
+
+impl minijinja::value::Object for Named {
+    fn repr(self: &std::sync::Arc<Self>) -> minijinja::value::ObjectRepr {
+        minijinja::value::ObjectRepr::Plain
+    }
+
+    fn render(self: &std::sync::Arc<Self>, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&plain_text(&self.value))
+    }
+}
+
+/// An environment whose every interpolated value is marked, to be replaced
+/// by a reference to a variable once the whole text is rendered
+/// ([`finish`]).
 fn shell_env() -> Environment<'static> {
     let mut shell = base_env();
+    shell.add_function(NAMED_FN, |name: String, value: minijinja::Value| {
+        if shell::is_variable_name(&name) {
+            minijinja::Value::from_object(Named { name, value })
+        } else {
+            value
+        }
+    });
     shell.set_formatter(|out, _state, value| {
+        let (value, name) = match value.downcast_object_ref::<Named>() {
+            Some(n) => (&n.value, Some(n.name.as_str())),
+            None => (value, None),
+        };
         if value.is_undefined() {
             return Err(minijinja::Error::new(
                 minijinja::ErrorKind::UndefinedError,
@@ -188,10 +243,64 @@ fn shell_env() -> Environment<'static> {
             ));
         }
         let text = plain_text(value);
-        write!(out, "{SENTINEL}{}{SENTINEL}", hex::encode(text.as_bytes()))
-            .map_err(|e| minijinja::Error::new(minijinja::ErrorKind::WriteFailure, e.to_string()))
+        let name = name.map(|n| format!(":{n}")).unwrap_or_default();
+        write!(
+            out,
+            "{SENTINEL}{}{name}{SENTINEL}",
+            hex::encode(text.as_bytes())
+        )
+        .map_err(|e| minijinja::Error::new(minijinja::ErrorKind::WriteFailure, e.to_string()))
     });
     shell
+}
+
+/// `source` with every `{{ name }}` (a bare variable name, whitespace
+/// control allowed) written `{{ __tunectl_named("name", name) }}`, so that
+/// its value is marked with the name it was read from. Only the choice of
+/// the variable a hole refers to depends on this; a `{{` it misreads just
+/// gets a `TUNECTL_ARG_<n>`.
+fn name_holes(source: &str) -> String {
+    let (_, holes) = shell::source_items(source);
+    let mut out = String::with_capacity(source.len() + 40 * holes.len());
+    let mut at = 0;
+    for h in holes {
+        let body = &source[h.body.clone()];
+        let lead = body.strip_prefix(['-', '+']).map_or(0, |_| 1);
+        let core_from = lead + (body[lead..].len() - body[lead..].trim_start().len());
+        let tail = body
+            .strip_suffix(['-', '+'])
+            .map_or(body.len(), |b| b.len());
+        let core_to = body[..tail].trim_end().len();
+        if core_from >= core_to {
+            continue;
+        }
+        let core = &body[core_from..core_to];
+        if !shell::is_variable_name(core)
+            || matches!(core, "true" | "false" | "none" | "True" | "False" | "None")
+        {
+            continue;
+        }
+        let from = h.body.start + core_from;
+        out.push_str(&source[at..from]);
+        out.push_str(&format!("{NAMED_FN}(\"{core}\", {core})"));
+        at = h.body.start + core_to;
+    }
+    out.push_str(&source[at..]);
+    out
+}
+
+/// One mark's content (between its `SENTINEL`s): the value's text, with
+/// its own marks written out plainly, and the variable name it carries.
+fn read_mark(part: &str) -> Result<(String, Option<String>), String> {
+    let (hex_text, name) = match part.split_once(':') {
+        Some((h, n)) => (h, Some(n.to_string())),
+        None => (part, None),
+    };
+    let bytes = hex::decode(hex_text).map_err(|_| {
+        "a value's text was changed by a filter; apply the filter to the value itself".to_string()
+    })?;
+    let value = String::from_utf8(bytes).map_err(|e| e.to_string())?;
+    Ok((unmark(&value)?, name))
 }
 
 /// The values marked in `text`, written out plainly (a value can hold
@@ -205,10 +314,7 @@ fn unmark(text: &str) -> Result<String, String> {
     let mut inside = true;
     for part in parts {
         if inside {
-            let bytes = hex::decode(part)
-                .map_err(|_| "a value's text was changed by a filter; quote it with the filter applied to the value itself".to_string())?;
-            let value = String::from_utf8(bytes).map_err(|e| e.to_string())?;
-            out.push_str(&unmark(&value)?);
+            out.push_str(&read_mark(part)?.0);
         } else {
             out.push_str(part);
         }
@@ -217,10 +323,41 @@ fn unmark(text: &str) -> Result<String, String> {
     Ok(out)
 }
 
-/// Quote the marked values of rendered shell text for their context.
-fn finish(rendered: &str) -> Result<String, String> {
+/// The trial contract's variables that hold the template variable `name`,
+/// when its hole's text is theirs: `TUNECTL_STUDY` for `study`...,
+/// `TUNECTL_KNOB_<NAME>` for a knob, `TUNECTL_CELL_<NAME>` for a cell axis.
+fn contract_variables(name: &str) -> Vec<String> {
+    let reserved = match name {
+        "study" => Some("TUNECTL_STUDY"),
+        "study_dir" => Some("TUNECTL_STUDY_DIR"),
+        "trial_id" => Some("TUNECTL_TRIAL_ID"),
+        "trial_dir" => Some("TUNECTL_TRIAL_DIR"),
+        "result" => Some("TUNECTL_RESULT"),
+        "repeat" => Some("TUNECTL_REPEAT"),
+        "budget" => Some("TUNECTL_BUDGET"),
+        "host" => Some("TUNECTL_HOST"),
+        "slot" => Some("TUNECTL_SLOT"),
+        _ => None,
+    };
+    let upper = name.to_uppercase();
+    reserved
+        .map(str::to_string)
+        .into_iter()
+        .chain([
+            format!("TUNECTL_KNOB_{upper}"),
+            format!("TUNECTL_CELL_{upper}"),
+        ])
+        .collect()
+}
+
+/// Replace every marked value of rendered shell text by a reference to an
+/// environment variable holding it: one of `env` (the environment the
+/// command runs with) when the value is a `{{ name }}` whose contract
+/// variable holds exactly its text there, else a new `TUNECTL_ARG_<n>`.
+/// The text of no value is ever written into the command.
+fn finish(rendered: &str, env: &[(String, String)]) -> Result<Rendered, String> {
     let mut items = Vec::new();
-    let mut values = Vec::new();
+    let mut values: Vec<(String, Option<String>)> = Vec::new();
     let mut parts = rendered.split(SENTINEL);
     if let Some(first) = parts.next() {
         items.extend(first.chars().map(shell::Item::Char));
@@ -228,43 +365,92 @@ fn finish(rendered: &str) -> Result<String, String> {
     let mut inside = true;
     for part in parts {
         if inside {
-            let text = unmark(&format!("{SENTINEL}{part}{SENTINEL}"))?;
+            let (text, name) = read_mark(part)?;
             if text.contains('\0') {
                 return Err(format!(
-                    "value {} contains a NUL byte, which no command line can carry",
+                    "value {} contains a NUL byte, which no environment variable can carry",
                     values.len() + 1
                 ));
             }
             items.push(shell::Item::Value(values.len()));
-            values.push(text);
+            values.push((text, name));
         } else {
             items.extend(part.chars().map(shell::Item::Char));
         }
         inside = !inside;
     }
     let quoting = shell::scan(&items).map_err(|r| {
-        let v = values.get(r.value).map(String::as_str).unwrap_or("");
+        let v = values.get(r.value).map(|v| v.0.as_str()).unwrap_or("");
         let shown: String = v.chars().take(40).collect();
         format!("value {} ({shown:?}): {}", r.value + 1, r.why)
     })?;
-    let mut out = String::with_capacity(rendered.len());
+    let holds = |var: &str, text: &str| {
+        env.iter()
+            .rev()
+            .find(|(k, _)| k == var)
+            .is_some_and(|(_, v)| v == text)
+    };
+    let mut out = Rendered {
+        command: String::with_capacity(rendered.len()),
+        ..Rendered::default()
+    };
+    // Named values already given a variable: (name, text) -> variable.
+    let mut given: Vec<(Option<String>, String, String)> = Vec::new();
+    let mut next_arg = 1u32;
     for item in items {
-        match item {
-            shell::Item::Char(c) => out.push(c),
-            shell::Item::Value(k) => {
-                let q = quoting
-                    .get(k)
-                    .ok_or_else(|| format!("value {}: cannot tell its shell context", k + 1))?;
-                out.push_str(&shell::quote(&values[k], *q));
+        let k = match item {
+            shell::Item::Char(c) => {
+                out.command.push(c);
+                continue;
             }
+            shell::Item::Value(k) => k,
+        };
+        let q = quoting
+            .get(k)
+            .ok_or_else(|| format!("value {}: cannot tell its shell context", k + 1))?;
+        let (text, name) = &values[k];
+        let known = name.as_ref().and_then(|n| {
+            given
+                .iter()
+                .find(|(gn, gt, _)| gn.as_ref() == Some(n) && gt == text)
+                .map(|g| g.2.clone())
+                .or_else(|| {
+                    contract_variables(n)
+                        .into_iter()
+                        .find(|var| holds(var, text))
+                })
+        });
+        let var = match known {
+            Some(var) => var,
+            None => {
+                let var = loop {
+                    let var = format!("TUNECTL_ARG_{next_arg}");
+                    next_arg += 1;
+                    if !env.iter().any(|(k, _)| *k == var) {
+                        break var;
+                    }
+                };
+                out.env.push((var.clone(), text.clone()));
+                var
+            }
+        };
+        if name.is_some() && !given.iter().any(|g| g.2 == var) {
+            given.push((name.clone(), text.clone(), var.clone()));
         }
+        if !out.vars.iter().any(|(v, _)| *v == var) {
+            out.vars.push((var.clone(), text.clone()));
+        }
+        let reference = shell::reference(&var, *q)
+            .ok_or_else(|| format!("value {}: `{var}` cannot name a variable", k + 1))?;
+        out.command.push_str(&reference);
     }
     Ok(out)
 }
 
 /// Check a shell command template's text: no NUL, and every `{{ }}` in a
-/// shell context where its value can be quoted. On a problem: the byte
-/// offset in `source` it concerns (a `{{`, or 0) and what it is.
+/// shell context where a reference to its variable is expanded. On a
+/// problem: the byte offset in `source` it concerns (a `{{`, or 0) and
+/// what it is.
 pub fn check_shell_template(source: &str) -> Result<(), (usize, String)> {
     if let Some(p) = source.find('\0') {
         return Err((p, "the template contains a NUL byte".to_string()));
@@ -272,7 +458,7 @@ pub fn check_shell_template(source: &str) -> Result<(), (usize, String)> {
     let (items, holes) = shell::source_items(source);
     shell::scan(&items)
         .map(|_| ())
-        .map_err(|r| (holes.get(r.value).copied().unwrap_or(0), r.why))
+        .map_err(|r| (holes.get(r.value).map_or(0, |h| h.open), r.why))
 }
 
 fn check_or_describe(source: &str) -> Result<(), String> {
@@ -283,13 +469,33 @@ fn check_or_describe(source: &str) -> Result<(), String> {
     })
 }
 
-/// Render a one-off command template the way trial commands are rendered:
-/// every value quoted for its shell context, undefined variables an error.
-pub fn render_shell(source: &str, vars: &TrialVars) -> Result<String, String> {
+/// A shell environment with `source` added as the template `name`: its
+/// `{{ name }}`s rewritten ([`name_holes`]), or as written should the
+/// rewritten text not compile.
+fn add_shell_template(
+    env: &mut Environment<'static>,
+    name: &'static str,
+    source: &str,
+) -> Result<(), minijinja::Error> {
+    if env.add_template_owned(name, name_holes(source)).is_ok() {
+        return Ok(());
+    }
+    env.add_template_owned(name, source.to_string())
+}
+
+/// Render a one-off command template the way trial commands are rendered,
+/// for a command that runs with the environment `env`: every value passed
+/// through a variable, undefined variables an error.
+pub fn render_shell(
+    source: &str,
+    vars: &TrialVars,
+    env: &[(String, String)],
+) -> Result<Rendered, String> {
     check_or_describe(source)?;
-    let env = shell_env();
-    let tmpl = env.template_from_str(source).map_err(describe)?;
-    finish(&tmpl.render(vars.to_value()).map_err(describe)?)
+    let mut shell = shell_env();
+    add_shell_template(&mut shell, "command", source).map_err(describe)?;
+    let tmpl = shell.get_template("command").map_err(describe)?;
+    finish(&tmpl.render(vars.to_value()).map_err(describe)?, env)
 }
 
 impl CommandRenderer {
@@ -316,8 +522,7 @@ impl CommandRenderer {
     fn build(study: &Study, command: &str, field: &str) -> Result<Self, String> {
         check_or_describe(command).map_err(|e| format!("{field}: {e}"))?;
         let mut shell = shell_env();
-        shell
-            .add_template_owned("command", command.to_string())
+        add_shell_template(&mut shell, "command", command)
             .map_err(|e| format!("{field}: {}", describe(e)))?;
         let mut plain = base_env();
         plain.set_formatter(|out, _state, value| {
@@ -344,7 +549,8 @@ impl CommandRenderer {
     /// fails is named by its field (`trial.command`, `trial.env.X`), with
     /// the error.
     pub fn try_render(&self, vars: &TrialVars) -> Result<(), (String, String)> {
-        self.command(vars).map_err(|e| (self.field.clone(), e))?;
+        self.command(vars, &[])
+            .map_err(|e| (self.field.clone(), e))?;
         let ctx = vars.to_value();
         for k in &self.env_names {
             let rendered = self
@@ -358,10 +564,12 @@ impl CommandRenderer {
         Ok(())
     }
 
-    /// Render the command with every value quoted for its shell context.
-    pub fn command(&self, vars: &TrialVars) -> Result<String, String> {
+    /// Render the command for a run whose environment is `env` (the trial
+    /// contract's variables and `trial.env`): every value passed through a
+    /// variable; [`Rendered::env`] says which to add to `env`.
+    pub fn command(&self, vars: &TrialVars, env: &[(String, String)]) -> Result<Rendered, String> {
         let tmpl = self.shell.get_template("command").map_err(describe)?;
-        finish(&tmpl.render(vars.to_value()).map_err(describe)?)
+        finish(&tmpl.render(vars.to_value()).map_err(describe)?, env)
     }
 
     /// Render the extra environment variables (values are not quoted: they
@@ -421,16 +629,100 @@ mod tests {
         assert!(template_variables("{{ unclosed").is_err());
     }
 
+    fn pairs(p: &[(&str, &str)]) -> Vec<(String, String)> {
+        p.iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
     #[test]
-    fn one_off_commands_are_quoted_like_trial_commands() {
+    fn one_off_commands_refer_to_variables_like_trial_commands() {
         let mut vars = TrialVars::default();
         vars.set("mode", Value::Str("; rm -rf /".into()));
         vars.set("n", Value::Float(2.0));
+        let r =
+            render_shell("run {{ mode }} \"-n {{ n }}\" {{ n * 2 }}", &vars, &[]).expect("renders");
         assert_eq!(
-            render_shell("run {{ mode }} {{ n }}", &vars).expect("renders"),
-            "run '; rm -rf /' 2"
+            r.command,
+            "run \"${TUNECTL_ARG_1}\" \"-n ${TUNECTL_ARG_2}\" \"${TUNECTL_ARG_3}\""
         );
-        assert!(render_shell("run {{ missing }}", &vars).is_err());
+        let want = pairs(&[
+            ("TUNECTL_ARG_1", "; rm -rf /"),
+            ("TUNECTL_ARG_2", "2"),
+            ("TUNECTL_ARG_3", "4"),
+        ]);
+        assert_eq!(r.env, want);
+        assert_eq!(r.vars, want);
+        assert!(render_shell("run {{ missing }}", &vars, &[]).is_err());
+    }
+
+    #[test]
+    fn a_name_refers_to_its_contract_variable_only_when_it_holds_the_text() {
+        let mut vars = TrialVars::default();
+        vars.set("mode", Value::Str("$(x)".into()));
+        vars.set("threads", Value::Int(8));
+        vars.set("n", Value::Int(1));
+        vars.set("study_dir", Value::Str("/s d".into()));
+        vars.set("phase", Value::Str("measure".into()));
+        let env = pairs(&[
+            ("TUNECTL_KNOB_MODE", "$(x)"),
+            // An override's own text: not what the template prints.
+            ("TUNECTL_KNOB_THREADS", "08"),
+            ("TUNECTL_CELL_N", "1"),
+            ("TUNECTL_STUDY_DIR", "/s d"),
+        ]);
+        let r = render_shell(
+            "{{ study_dir }}/run {{- mode -}} \"{{mode}}\" -t {{ threads }} -n {{ n }} {{ phase }} {{ phase }} {% for threads in [3] %}{{ threads }}{% endfor %}",
+            &vars,
+            &env,
+        )
+        .expect("renders");
+        assert_eq!(
+            r.command,
+            "\"${TUNECTL_STUDY_DIR}\"/run\"${TUNECTL_KNOB_MODE}\"\"${TUNECTL_KNOB_MODE}\" -t \"${TUNECTL_ARG_1}\" -n \"${TUNECTL_CELL_N}\" \"${TUNECTL_ARG_2}\" \"${TUNECTL_ARG_2}\" \"${TUNECTL_ARG_3}\""
+        );
+        assert_eq!(
+            r.env,
+            pairs(&[
+                ("TUNECTL_ARG_1", "8"),
+                ("TUNECTL_ARG_2", "measure"),
+                ("TUNECTL_ARG_3", "3")
+            ])
+        );
+        assert_eq!(r.vars.len(), 6);
+        // A name given by hand cannot put text into the command.
+        let r = render_shell(
+            "run {{ __tunectl_named('a}\"; touch p; #', 'x') }} {{ __tunectl_named('TUNECTL_KNOB_MODE', 'y') }}",
+            &vars,
+            &env,
+        )
+        .expect("renders");
+        assert_eq!(r.command, "run \"${TUNECTL_ARG_1}\" \"${TUNECTL_ARG_2}\"");
+    }
+
+    #[test]
+    fn captured_output_and_macros_are_one_value() {
+        let mut vars = TrialVars::default();
+        vars.set("v", Value::Str("a b".into()));
+        let r = render_shell(
+            "{% macro m(x) %}--x {{ x }}{% endmacro %}run {{ m(v) }} {% set s %}[{{ v }}]{% endset %}{{ s }}",
+            &vars,
+            &[],
+        )
+        .expect("renders");
+        assert_eq!(r.command, "run \"${TUNECTL_ARG_1}\" \"${TUNECTL_ARG_2}\"");
+        assert_eq!(
+            r.env,
+            pairs(&[("TUNECTL_ARG_1", "--x a b"), ("TUNECTL_ARG_2", "[a b]")])
+        );
+    }
+
+    #[test]
+    fn only_bare_names_are_rewritten() {
+        assert_eq!(
+            name_holes("a {{ x }} {{- y -}} {{ x + 1 }} {{ true }} {% raw %}{{ z }}{% endraw %}"),
+            "a {{ __tunectl_named(\"x\", x) }} {{- __tunectl_named(\"y\", y) -}} {{ x + 1 }} {{ true }} {% raw %}{{ z }}{% endraw %}"
+        );
     }
 
     #[test]
@@ -443,8 +735,15 @@ mod tests {
         vars.set("budget", Value::Int(9));
         let trial = CommandRenderer::new(&study).expect("renderer");
         let full = CommandRenderer::with_command(&study, &objective).expect("renderer");
-        assert_eq!(trial.command(&vars).expect("renders"), "rung 2 9");
-        assert_eq!(full.command(&vars).expect("renders"), "full 2 9");
+        let env = pairs(&[("TUNECTL_KNOB_X", "2"), ("TUNECTL_BUDGET", "9")]);
+        assert_eq!(
+            trial.command(&vars, &env).expect("renders").command,
+            "rung \"${TUNECTL_KNOB_X}\" \"${TUNECTL_BUDGET}\""
+        );
+        assert_eq!(
+            full.command(&vars, &env).expect("renders").command,
+            "full \"${TUNECTL_KNOB_X}\" \"${TUNECTL_BUDGET}\""
+        );
         let env = vec![("X".to_string(), "2".to_string())];
         assert_eq!(trial.env(&vars).expect("env"), env);
         assert_eq!(full.env(&vars).expect("env"), env);

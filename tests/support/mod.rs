@@ -4,6 +4,8 @@
 //! - [`env`]: [`Env`](env::Env), one test's study directory, ledger and
 //!   tunectl commands on the local host;
 //! - [`fake`]: the FAKE trial program and its documented profile;
+//! - [`injection`]: the reported injection templates, as a study that any
+//!   transport runs, with shell-code values and the check of what ran;
 //! - [`ledger_files`]: a local ledger's attempt records, read from its files;
 //! - [`s3`]: the S3-compatible test server and its buckets;
 //! - [`sshd`], [`slurm`]: real sshd fleets and Slurm clusters on this machine
@@ -12,6 +14,7 @@
 
 pub mod env;
 pub mod fake;
+pub mod injection;
 pub mod ledger_files;
 pub mod s3;
 pub mod slurm;

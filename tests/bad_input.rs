@@ -1017,6 +1017,40 @@ fn unreadable_inventory_exits_2() {
     );
 }
 
+/// A study and an inventory that begin with a UTF-8 byte-order mark (as
+/// some Windows editors write them) are read as without it: the mark is
+/// not part of the first key, and positions count from after it.
+#[test]
+fn a_byte_order_mark_is_not_part_of_the_first_key() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::write(
+        dir.path().join("study.yaml"),
+        format!("\u{feff}{VALID_STUDY}"),
+    )
+    .expect("write");
+    let (code, _, stderr) = run_on(dir.path(), "study.yaml", Run::Validate);
+    assert_eq!(code, Some(0), "{stderr}");
+    std::fs::write(
+        dir.path().join("inventory.yaml"),
+        "\u{feff}hosts:\n  - name: local\n    transport: local\n",
+    )
+    .expect("write");
+    let (code, _, stderr) = run_on(dir.path(), "inventory.yaml", Run::PlanInventory);
+    assert_eq!(code, Some(0), "{stderr}");
+    // A problem on the first line is placed where an editor shows it.
+    std::fs::write(
+        dir.path().join("bad.yaml"),
+        format!("\u{feff}{}", VALID_STUDY.replacen("name:", "nmae:", 1)),
+    )
+    .expect("write");
+    let (code, _, stderr) = run_on(dir.path(), "bad.yaml", Run::Validate);
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(
+        stderr.contains("bad.yaml:1:1: nmae: unknown key `nmae`"),
+        "{stderr}"
+    );
+}
+
 #[test]
 fn several_problems_are_all_reported_at_once() {
     let dir = tempfile::tempdir().expect("tempdir");

@@ -522,11 +522,22 @@ fn render_markdown(a: &Analysis, all: bool) -> String {
     out
 }
 
+/// One CSV field (RFC 4180): quoted when it holds a comma, a quote or a
+/// line break. Text from studies and hosts that a spreadsheet would take
+/// for a formula (`=`, `+`, `-`, `@`, a tab or a carriage return first)
+/// is written with a `'` first, so that opening the file runs nothing;
+/// numbers are left as they are.
 fn csv_field(s: &str) -> String {
-    if s.contains([',', '"', '\n']) {
+    let formula = s.starts_with(['=', '+', '-', '@', '\t', '\r']) && s.parse::<f64>().is_err();
+    let s = if formula {
+        std::borrow::Cow::Owned(["'", s].concat())
+    } else {
+        std::borrow::Cow::Borrowed(s)
+    };
+    if s.contains([',', '"', '\n', '\r']) {
         format!("\"{}\"", s.replace('"', "\"\""))
     } else {
-        s.to_string()
+        s.into_owned()
     }
 }
 
@@ -814,4 +825,27 @@ fn render_csv(a: &Analysis) -> String {
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::csv_field;
+
+    #[test]
+    fn csv_fields_are_quoted_and_formulas_neutralised() {
+        assert_eq!(csv_field("plain"), "plain");
+        assert_eq!(csv_field("a,b"), "\"a,b\"");
+        assert_eq!(csv_field("say \"hi\""), "\"say \"\"hi\"\"\"");
+        assert_eq!(csv_field("two\rlines"), "\"two\rlines\"");
+        assert_eq!(
+            csv_field("=HYPERLINK(\"http://x\")"),
+            "\"'=HYPERLINK(\"\"http://x\"\")\""
+        );
+        assert_eq!(csv_field("+1+1"), "'+1+1");
+        assert_eq!(csv_field("@SUM(A1)"), "'@SUM(A1)");
+        assert_eq!(csv_field("-2+3"), "'-2+3");
+        // Numbers stay numbers.
+        assert_eq!(csv_field("-3"), "-3");
+        assert_eq!(csv_field("+1.5e3"), "+1.5e3");
+    }
 }

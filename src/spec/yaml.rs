@@ -29,8 +29,11 @@ pub const MAX_DEPTH: usize = 64;
 /// Longest duration accepted anywhere (30 days).
 pub const MAX_DURATION: Duration = Duration::from_secs(30 * 24 * 3600);
 
-/// Parse YAML text (named `file` in diagnostics).
+/// Parse YAML text (named `file` in diagnostics). A UTF-8 byte-order mark
+/// at its start, as some editors write, is not part of the text (columns
+/// count from after it, as the editor shows them).
 pub fn parse_text(file: &Path, text: &str) -> Result<Node, Diagnostics> {
+    let text = text.strip_prefix('\u{feff}').unwrap_or(text);
     if text.trim().is_empty() {
         return Err(Diagnostics::whole_file(
             file,
@@ -642,6 +645,13 @@ mod tests {
 
     fn parse(text: &str) -> Node {
         parse_text(Path::new("t.yaml"), text).expect("valid yaml")
+    }
+
+    #[test]
+    fn a_byte_order_mark_is_not_part_of_the_first_key() {
+        let node = parse("\u{feff}name: x\nb: 1\n");
+        let m = node.as_mapping().expect("mapping");
+        assert!(m.get_scalar("name").is_some());
     }
 
     #[test]

@@ -526,9 +526,10 @@ fn render_markdown(a: &Analysis, all: bool) -> String {
 /// line break. Text from studies and hosts that a spreadsheet would take
 /// for a formula (`=`, `+`, `-`, `@`, a tab or a carriage return first)
 /// is written with a `'` first, so that opening the file runs nothing;
-/// numbers are left as they are.
+/// numbers, and a lone `-` (no value), are left as they are.
 fn csv_field(s: &str) -> String {
-    let formula = s.starts_with(['=', '+', '-', '@', '\t', '\r']) && s.parse::<f64>().is_err();
+    let formula =
+        s.len() > 1 && s.starts_with(['=', '+', '-', '@', '\t', '\r']) && s.parse::<f64>().is_err();
     let s = if formula {
         std::borrow::Cow::Owned(["'", s].concat())
     } else {
@@ -847,5 +848,6 @@ mod tests {
         // Numbers stay numbers.
         assert_eq!(csv_field("-3"), "-3");
         assert_eq!(csv_field("+1.5e3"), "+1.5e3");
+        assert_eq!(csv_field("-"), "-");
     }
 }

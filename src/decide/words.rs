@@ -195,17 +195,6 @@ impl LevelReasons {
     pub fn one(r: LevelReason) -> LevelReasons {
         LevelReasons(vec![r])
     }
-
-    pub fn iter(&self) -> impl Iterator<Item = &LevelReason> {
-        self.0.iter()
-    }
-
-    /// A launch's racing round is due.
-    pub fn racing(&self) -> bool {
-        self.0
-            .iter()
-            .any(|r| matches!(r, LevelReason::Racing { .. }))
-    }
 }
 
 fn pct(x: f64) -> Pct {

@@ -407,7 +407,9 @@ fn list_tree(dir: &Path) -> Vec<(PathBuf, u64)> {
 /// report is checked. Which config wins depends on the machine and its load,
 /// so only the gate and the shape of the decision are asserted: the float16
 /// weights are rejected as `output_changed` under the tolerance, every other
-/// config is eligible, and the bucket has a decision.
+/// config is eligible, and the bucket has a decision. When the machine is
+/// too busy for the drift watch to trust it, the sweep is cut short and the
+/// bucket must be a DRAFT that says so.
 #[test]
 fn onnxruntime_example_rejects_the_fp16_weights_and_decides_its_bucket() {
     let root = repo();
@@ -440,8 +442,9 @@ fn onnxruntime_example_rejects_the_fp16_weights_and_decides_its_bucket() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     // 0: every bucket a VERDICT; 3: a DRAFT (say, a winner the final round
     // on a busy machine did not confirm). Both are a finished launch.
+    let launch_code = out.status.code();
     assert!(
-        matches!(out.status.code(), Some(0 | 3)),
+        matches!(launch_code, Some(0 | 3)),
         "launch: {:?}\n{stderr}",
         out.status
     );
@@ -465,7 +468,18 @@ fn onnxruntime_example_rejects_the_fp16_weights_and_decides_its_bucket() {
     assert_eq!(cells.len(), 1, "the study has one cell: {report}");
     let cell = &cells[0];
     assert_eq!(cell["baseline_state"], "ok", "{cell}");
-    assert!(cell["baseline"]["trials"].as_u64() >= Some(3), "{cell}");
+    // On a busy machine the drift watch may give up on the host: its
+    // anchors never came back within the cool-down band. Then the sweep is
+    // cut short, and the only honest outcome is a DRAFT that names the drop.
+    let dropped = cell["notes"]
+        .as_array()
+        .expect("notes")
+        .iter()
+        .any(|n| n.as_str().is_some_and(|n| n.starts_with("dropped on host")));
+    let full_sweep = !dropped;
+    if full_sweep {
+        assert!(cell["baseline"]["trials"].as_u64() >= Some(3), "{cell}");
+    }
 
     // The trap: float16 weights change the output beyond the tolerance.
     let rejected = cell["rejected"].as_array().expect("rejected");
@@ -495,7 +509,9 @@ fn onnxruntime_example_rejects_the_fp16_weights_and_decides_its_bucket() {
     assert_eq!(eligible.len(), 6, "7 candidates, 1 rejected: {labels:?}");
     for c in eligible {
         assert_eq!(c["config"]["weights"], "fp32", "{c}");
-        assert!(c["trials"].as_u64() >= Some(3), "{c}");
+        if full_sweep {
+            assert!(c["trials"].as_u64() >= Some(3), "{c}");
+        }
         assert!(c["rejection"].is_null(), "{c}");
     }
     assert!(
@@ -512,10 +528,17 @@ fn onnxruntime_example_rejects_the_fp16_weights_and_decides_its_bucket() {
         !bucket["decision"].as_str().expect("decision").is_empty(),
         "{bucket}"
     );
-    assert!(
-        matches!(bucket["level"].as_str(), Some("verdict" | "draft")),
-        "{bucket}"
-    );
+    if full_sweep {
+        assert!(
+            matches!(bucket["level"].as_str(), Some("verdict" | "draft")),
+            "{bucket}"
+        );
+    } else {
+        assert_eq!(bucket["level"], "draft", "a sweep cut short: {bucket}");
+        assert_eq!(launch_code, Some(3), "a DRAFT exits 3: {stderr}");
+        let decision = bucket["decision"].as_str().expect("decision");
+        assert!(decision.contains("dropped on host"), "{bucket}");
+    }
     assert_eq!(bucket["config"]["weights"], "fp32", "{bucket}");
 }
 

@@ -15,7 +15,9 @@ temporary ledger and work directory:
   true time); anything but the baseline shipping is a false win;
 - win studies: one named config is truly 3 %, 5 % or 10 % faster;
 - drift studies: null truth, or a true 10 % win, and the "host" runs
-  20 % slower during a wall-clock window of the study;
+  20 % slower during a 3 s window of the study: in its sweep (every null
+  truth, and half the wins), or from the start of its final round (the
+  other half of the wins);
 
 every study also holds three traps: a config that is 15 % faster but
 crashes from its third sweep repeat on, one that is 15 % faster at n=2 and
@@ -92,7 +94,13 @@ TARGETS = {
     "identical": "identical winners in >= 9 of 10 repeats",
     "cooling": "cooling <= 10% of trial-seconds when nothing drifts",
     "traps": "crash/OOM/output-changing configs never ship",
+    "cost": "<= 1.2x the fixed design's runs in studies with no close decision",
 }
+
+# A drift study counts for the slowdown figure when at least this many of
+# its trials started inside the window: enough for a check (an anchor every
+# `anchor_every` candidates, or a final round's baseline run) to fall in it.
+MIN_HOT_TRIALS = 6
 
 
 def label(cfg):
@@ -137,6 +145,9 @@ def plan(args):
                         "repeat": r,
                         "winner": winner,
                         "seed": rng.randrange(1 << 30),
+                        # Where the slowdown falls: a null truth has no
+                        # final round; half the wins slow down in theirs.
+                        "phase": "final" if kind == "drift" and effect and r % 2 else "sweep",
                     })
     return studies
 
@@ -193,6 +204,8 @@ def run_study(st, args, root):
     if st["kind"] == "drift":
         slowdown = {"start_s": st["window_start"], "end_s": st["window_start"] + SLOWDOWN_LEN_S,
                     "factor": SLOWDOWN_FACTOR}
+        if st["phase"] == "final":
+            slowdown["from_role"] = "confirm"
     truth = {
         "seed": st["seed"], "base_ms": NOISE["base_ms"], "cell_axis": "n",
         "sigma": st["sigma"], "trial_sigma": st["sigma"] * NOISE["trial_sigma_ratio"],
@@ -219,11 +232,23 @@ def run_study(st, args, root):
     with open(os.path.join(d, "launch.err"), "w") as f:
         for t, line in lines:
             f.write("%.3f %s\n" % (t - t_start, line))
-    res = {k: st[k] for k in ("kind", "effect", "sigma", "group", "repeat", "seed")}
+    res = {k: st[k] for k in ("kind", "effect", "sigma", "group", "repeat", "seed", "phase")}
     res.update(name=name, launch_rc=rc, wall_s=t_end - t_start,
                winner_truth=label(st["winner"]) if st["winner"] else "baseline")
     if slowdown:
-        res["window"] = [slowdown["start_s"], slowdown["end_s"]]
+        # On the study's clock (zero: its first trial); a window that
+        # follows the final round starts with the round's first trial (no
+        # round: the slowdown never came).
+        shift = 0.0
+        if slowdown.get("from_role"):
+            try:
+                with open(os.path.join(d, "state", "t0")) as f0, \
+                        open(os.path.join(d, "state", "t_" + slowdown["from_role"])) as f1:
+                    shift = float(f1.read()) - float(f0.read())
+            except (OSError, ValueError):
+                shift = None
+        res["window"] = (None if shift is None else
+                         [shift + slowdown["start_s"], shift + slowdown["end_s"]])
     rep = subprocess.run([args.tunectl, "report", study, "--ledger", ledger, "--format", "json"],
                          capture_output=True, text=True)
     if rc != 0 or rep.returncode != 0:
@@ -306,6 +331,12 @@ def run_study(st, args, root):
         cooling_share=(cool_wall + voided_s) / total if total else 0.0,
         anchor_share=routine_anchor_s / total if total else 0.0,
         alarms=[dict(a, t=a["t"] - t0 if t0 else None) for a in alarms],
+        # Trials that started inside the slowdown window, by role.
+        hot_trials={r: sum(1 for a in attempts
+                           if a["role"] == r and a["start"] is not None and t0
+                           and res.get("window")
+                           and res["window"][0] <= a["start"] - t0 < res["window"][1])
+                    for r in ("sweep", "anchor", "confirm")} if slowdown else None,
         t0_offset=(t0 - t_start) if t0 else None,
         duration_s=(t_end - t0) if t0 else None,
     )
@@ -382,6 +413,36 @@ def peers(sweep):
     return out
 
 
+def fixed_runs(r):
+    """Runs the fixed design (before the interval rule: no racing, a final
+    round of `confirm_repeats` a side at every cell) spends on this study's
+    truth: its sweep (the first `repeats` runs of each config and cell, as
+    `peers` counted), anchors at the rate this study took them, and its
+    final round when its rule (`spread_rule`) had a winner to confirm."""
+    sweep = r["by_role"].get("sweep", 0)
+    anchors = r["by_role"].get("anchor", 0) * r["peers"]["runs"] / sweep if sweep else 0
+    final = (2 * MEASUREMENT["confirm_repeats"] * len(CELLS)
+             if r["peers"]["spread_rule"] != "baseline" else 0)
+    return r["peers"]["runs"] + anchors + final
+
+
+def close_decision(effect, sigma):
+    """Whether a study of this truth holds a decision the fixed design
+    cannot settle: a true speedup (the named winner's, or the others' 0)
+    within the half-width of the fixed design's 95 % interval of the
+    bucket's speedup (5 runs a side at each of 2 cells) of the minimum
+    improvement (2 %). One run's value is the median of 5 samples (standard
+    error 1.2533·σ/√5) with a per-process offset of σ/2."""
+    run_sd = sigma * math.sqrt(NOISE["trial_sigma_ratio"] ** 2
+                               + 1.2533 ** 2 / NOISE["samples"])
+    reps = MEASUREMENT["repeats"]
+    # Per cell: a difference of two means of `reps` runs; the bucket: the
+    # mean of the cells' log speedups.
+    cell_var = 2 * run_sd ** 2 / reps
+    half = 2.12 * math.sqrt(cell_var / len(CELLS))  # t at about 16 d.f.
+    return any(abs(e - 0.02) <= half for e in {0.0, effect})
+
+
 def config_label(bucket):
     """`config` may be an object of knobs (the JSON report) or a label."""
     cfg = bucket.get("config")
@@ -436,10 +497,21 @@ def score(results, args):
         f["cooling_share_max"] = max(cs) if cs else None
         an = [r["anchor_share"] for r in nodrift]
         f["anchor_share_mean"] = statistics.mean(an) if an else None
-        dr = [r for r in ok if r["kind"] == "drift"]
+        dr_all = [r for r in ok if r["kind"] == "drift"]
+        # Only a slowdown that reached the study can be caught: a study that
+        # ended before its window, or had no final round for it, is counted
+        # apart.
+        dr = [r for r in dr_all if r.get("window")
+              and sum((r.get("hot_trials") or {}).values()) >= MIN_HOT_TRIALS]
+        untouched = [r for r in dr_all if r not in dr]
+        f["drift_untouched"] = len(untouched)
+        f["drift_untouched_right"] = sum(
+            1 for r in untouched if all(s == r["winner_truth"] for s in ships(r)))
         slack = 8.0 + 2.0  # cool_max_wait + 2 s
         for tag, sel in (("", dr), ("_null", [r for r in dr if not r["effect"]]),
-                         ("_win10", [r for r in dr if r["effect"]])):
+                         ("_win10", [r for r in dr if r["effect"]
+                                     and r.get("phase", "sweep") == "sweep"]),
+                         ("_final", [r for r in dr if r.get("phase") == "final"])):
             n = {"studies": 0, "seen": 0, "caught": 0, "right_answer": 0, "all_verdict": 0}
             for r in sel:
                 a, b = r["window"]
@@ -468,8 +540,15 @@ def score(results, args):
                         1 for r in ws if r["peers"][peer] == r["winner_truth"])
         runs = [r["by_role"] for r in ok]
         f["runs_mean"] = statistics.mean([sum(b.values()) for b in runs]) if runs else None
-        f["fixed_runs_mean"] = (statistics.mean([r["peers"]["runs"] for r in ok if "peers" in r])
+        f["fixed_runs_mean"] = (statistics.mean([fixed_runs(r) for r in ok if "peers" in r])
                                 if ok else None)
+        # The cost target: studies without injected drift whose decisions
+        # are not close (see `close_decision`).
+        calm = [r for r in ok if r["kind"] != "drift" and "peers" in r
+                and not close_decision(r["effect"], sigma)]
+        f["calm_studies"] = len(calm)
+        f["calm_runs_ratio"] = (sum(sum(r["by_role"].values()) for r in calm)
+                                / sum(fixed_runs(r) for r in calm)) if calm else None
         f["trap_ships"] = sum(1 for r in ok for s in ships(r) if s in traps)
         f["trap_studies"] = len(ok)
         # identical winners per group of repeats
@@ -517,13 +596,19 @@ def table(figs, args):
         rows.append((s, "20% slowdown caught (reported, right answer)",
                      pct(f["drift_caught"], f["drift_studies"]), TARGETS["drift_caught"],
                      verdict(f["drift_caught"] >= 0.95 * f["drift_studies"])))
-        for tag, what in (("_null", "null truth"), ("_win10", "true +10% win")):
+        for tag, what in (("_null", "null truth, in the sweep"),
+                          ("_win10", "true +10% win, in the sweep"),
+                          ("_final", "true +10% win, in the final round")):
             if f["drift%s_studies" % tag]:
                 rows.append((s, "  %s: caught / reported in window / right / all-VERDICT" % what,
                              "%d / %d / %d / %d of %d" % (
                                  f["drift%s_caught" % tag], f["drift%s_seen" % tag],
                                  f["drift%s_right_answer" % tag], f["drift%s_all_verdict" % tag],
                                  f["drift%s_studies" % tag]), "", ""))
+        if f.get("drift_untouched"):
+            rows.append((s, "  slowdown reached < %d trials (not counted): right answer"
+                         % MIN_HOT_TRIALS, "%d of %d" % (f["drift_untouched_right"],
+                                                          f["drift_untouched"]), "", ""))
         good = [g for g in f["identical"] if g["same"] >= 0.9 * g["repeats"]]
         low = min(f["identical"], key=lambda g: g["same"] / g["repeats"], default=None)
         rows.append((s, "groups of repeats with identical winners (>= 90%)",
@@ -547,8 +632,12 @@ def table(figs, args):
                          "%d / %d / %s" % (f[peer + "_false_wins"], f[peer + "_wrong"], found),
                          "", ""))
         if f.get("runs_mean") is not None:
-            rows.append((s, "  runs per study (mean): tunectl / fixed sweep",
+            rows.append((s, "  runs per study (mean): tunectl / fixed design",
                          "%.0f / %.0f" % (f["runs_mean"], f["fixed_runs_mean"] or 0), "", ""))
+        if f.get("calm_runs_ratio") is not None:
+            rows.append((s, "cost with no close decision: runs / fixed design's (%d studies)"
+                         % f["calm_studies"], "%.2fx" % f["calm_runs_ratio"], TARGETS["cost"],
+                         verdict(f["calm_runs_ratio"] <= 1.2)))
         rows.append((s, "trap configs shipped", "%d in %d studies" % (f["trap_ships"], f["trap_studies"]),
                      TARGETS["traps"], verdict(f["trap_ships"] == 0)))
         if f["errors"]:
@@ -571,6 +660,9 @@ def main():
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--keep", default=None, help="keep every study's directory under DIR")
     ap.add_argument("--python", default=sys.executable)
+    ap.add_argument("--kinds", default="null,win,drift",
+                    help="which kinds of study to run (drift alone: the window in the sweep "
+                         "starts at 4.2 s, 35%% of 12 s)")
     args = ap.parse_args()
     args.noise = [float(x) for x in args.noise.split(",")]
     if args.jobs > 2:
@@ -579,7 +671,8 @@ def main():
 
     root = args.keep or tempfile.mkdtemp(prefix="tunectl-verdict-integrity.")
     os.makedirs(root, exist_ok=True)
-    studies = plan(args)
+    kinds = set(args.kinds.split(","))
+    studies = [s for s in plan(args) if s["kind"] in kinds]
     first = [s for s in studies if s["kind"] != "drift"]
     drift = [s for s in studies if s["kind"] == "drift"]
     results = []
@@ -606,16 +699,18 @@ def main():
     print("verdict_integrity: %d studies (%d with an injected slowdown), %d at a time, in %s"
           % (len(studies), len(drift), args.jobs, root), file=sys.stderr)
     go(first)
-    # Place each noise level's slowdown window from its undrifted studies'
-    # durations (first trial to the launch's end): starting at 35 % of the
-    # median, lasting SLOWDOWN_LEN_S.
+    # Place each noise level's slowdown window in the sweep from its null
+    # studies' durations (first trial to the launch's end): starting at 35 %
+    # of the shortest (so that every study is still in its sweep then),
+    # lasting SLOWDOWN_LEN_S. A final-round window starts 0.2 s after the
+    # round's first trial.
     for sigma in args.noise:
         ds = [r["duration_s"] for r in results
               if r["sigma"] == sigma and r.get("duration_s") and r["kind"] == "null"]
-        d = statistics.median(ds) if ds else 15.0
+        d = min(ds) if ds else 12.0
         for s in drift:
             if s["sigma"] == sigma:
-                s["window_start"] = round(0.35 * d, 2)
+                s["window_start"] = 0.2 if s["phase"] == "final" else round(0.35 * d, 2)
     go(drift)
     elapsed = time.time() - t_begin
 

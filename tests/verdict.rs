@@ -547,6 +547,76 @@ fn a_drift_mid_sweep_is_voided_cooled_down_and_remeasured() {
     assert!(stderr.contains("cooled down"), "{stderr}");
 }
 
+/// 7a. Heat during the final round: the round's baseline runs are the drift
+///     watch's checks there (no extra anchor). With one slot the order is
+///     the sweep (base, quick, slow × 3, an anchor after every 2
+///     candidates: 12 runs), then the round, baseline and winner by turns
+///     (13: base, 14: quick...). Heat from run 14 for 3 runs: quick r0,
+///     base r1 (hot: a suspect) and the first anchor of its burst are hot,
+///     the second is not; the median of the three is hot, so the host has
+///     drifted. The two hot runs of the round are voided and run again after
+///     the cool-down; the verdict stands on runs in one state.
+#[test]
+fn a_drift_during_the_final_round_is_caught_and_its_runs_measured_again() {
+    let mut study =
+        drift_study("late", 3, 5).replace("FAKE_HEAT_AT: \"6\"", "FAKE_HEAT_AT: \"14\"");
+    study = study.replace("confirm_repeats: 1", "confirm_repeats: 3");
+    let env = verdict_env(&study);
+    let stderr = env.launch_verdict(&[]).stderr;
+    let log = runs(&env);
+    let first_confirm = log.iter().position(|l| l.contains(" confirm "));
+    assert_eq!(first_confirm, Some(12), "the sweep is 12 runs: {log:?}");
+    // Hot: the winner's first round run, the next baseline run, one anchor.
+    let hot: Vec<&String> = log.iter().filter(|l| l.ends_with(" 1")).collect();
+    assert_eq!(
+        hot,
+        vec![
+            &"quick 1 0 confirm measure 1".to_string(),
+            &"base 1 1 confirm measure 1".to_string(),
+            &"base 1 0 anchor measure 1".to_string(),
+        ],
+        "{log:?}"
+    );
+    assert!(stderr.contains("drifted"), "{stderr}");
+    assert!(stderr.contains("cooled down"), "{stderr}");
+    let voids = void_objects(&env, "late");
+    assert_eq!(voids.len(), 2, "{voids:?}");
+    let voided_roles: Vec<String> = env
+        .all_attempts("late")
+        .into_iter()
+        .filter(|a| {
+            let key = a["trial_key"].as_str().unwrap_or("");
+            let id = a["attempt_id"].as_str().unwrap_or("");
+            voids.contains(&format!("{key}/{id}.void"))
+        })
+        .map(|a| {
+            format!(
+                "{} {}",
+                a["role"].as_str().unwrap_or("?"),
+                a["config"]["mode"]
+            )
+        })
+        .collect();
+    assert_eq!(
+        voided_roles
+            .iter()
+            .filter(|r| r.starts_with("confirm"))
+            .count(),
+        2,
+        "{voided_roles:?}"
+    );
+    // Both voided runs ran again, cool.
+    let roles = by_role(&env, "late");
+    let confirm_ok = count(&roles, "confirm", "ok");
+    assert!(confirm_ok >= 8, "2 voided + at least 3 a side: {roles:?}");
+    let report = env.report_json();
+    assert_eq!(report["voided_attempts"], 2, "{report:#}");
+    let b = bucket_of(&report, "n=1");
+    assert_eq!(b["winner"]["label"], "mode=quick", "{b:#}");
+    assert_eq!(b["level"], "verdict", "{b:#}");
+    assert!(ledger_files(&env, "late", "drops").is_empty());
+}
+
 /// 7b. Heat that never goes away: the cell is dropped, with why.
 #[test]
 fn a_host_that_never_cools_down_drops_the_cell() {

@@ -17,7 +17,8 @@ TRUTH_JSON (written by benches/verdict_integrity.py, one per study):
       "samples": 5,                     # samples per trial
       "sleep_s": 0.05,                  # real time per trial (scaled by the true time)
       "state_dir": "/tmp/.../state",    # shared per study: the clock's zero
-      "slowdown": {"start_s": 4.0, "end_s": 7.0, "factor": 1.2} or null,
+      "slowdown": {"start_s": 4.0, "end_s": 7.0, "factor": 1.2,
+                   "from_role": "confirm"} or null,   # from_role optional
       "rules": [                        # first match wins; unmatched: factor 1.0
         {"knobs": {"tile": 128, "layout": "col"}, "effect": "speed", "factor": 1.05},
         {"knobs": {...}, "effect": "crash", "from_repeat": 2, "factor": 1.15},
@@ -37,7 +38,9 @@ The objective is `time_ms` (lower is better). Each sample is
 true_time × slowdown × exp(trial_sigma·z₀) × exp(sigma·zᵢ) × (outlier_x with
 probability outlier_p), z standard normal, z₀ once per process. The
 slowdown applies while (now − the study's first trial start) is within
-[start_s, end_s): the "host" runs `factor` times slower then. The random
+[start_s, end_s): the "host" runs `factor` times slower then. With
+`from_role`, the window's clock starts instead at the first trial of that
+role (`confirm`: the final round), kept in `state_dir/t_<role>`. The random
 stream is seeded from the study seed, the trial key and the attempt id:
 every attempt draws afresh (attempt ids are unique), repeats of one study
 differ by their seed.
@@ -51,10 +54,11 @@ import sys
 import time
 
 
-def clock_zero(state_dir, now):
+def clock_zero(state_dir, now, name="t0"):
     """The study's first trial start (epoch seconds), set by whichever trial
-    comes first (create-once via a hard link, so racing slots agree)."""
-    path = os.path.join(state_dir, "t0")
+    comes first (create-once via a hard link, so racing slots agree); with
+    another `name`, the first start of whatever that clock follows."""
+    path = os.path.join(state_dir, name)
     try:
         with open(path) as f:
             return float(f.read())
@@ -114,8 +118,16 @@ def main():
     slow = 1.0
     s = truth.get("slowdown")
     if s:
-        since = start - clock_zero(truth["state_dir"], start)
-        if s["start_s"] <= since < s["end_s"]:
+        zero = clock_zero(truth["state_dir"], start)
+        after = s.get("from_role")
+        if after:
+            path = os.path.join(truth["state_dir"], "t_" + after)
+            if role == after or os.path.exists(path):
+                zero = clock_zero(truth["state_dir"], start, "t_" + after)
+            else:
+                zero = None
+        since = None if zero is None else start - zero
+        if since is not None and s["start_s"] <= since < s["end_s"]:
             slow = float(s["factor"])
     elif truth.get("state_dir"):
         clock_zero(truth["state_dir"], start)

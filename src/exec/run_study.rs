@@ -23,7 +23,7 @@ use super::prior::Prior;
 use super::run_trial::{Runner, RunnerSetup, Spend, TrialJob, TrialResult};
 use super::schedule::drift::Reading;
 use super::schedule::{
-    AnchorStep, BucketStep, Burst, HostGate, Kind, Next, Scheduler, Setup, Void, VoidReason,
+    AnchorStep, BucketStep, Burst, Check, HostGate, Kind, Next, Scheduler, Setup, Void, VoidReason,
 };
 use super::{Discovery, HostState, Part, Transport};
 use crate::fingerprint::Fingerprint;
@@ -661,20 +661,25 @@ impl<'a> Launch<'a> {
             // One call: no other worker sees the unit finished but its
             // anchor or its bucket's confirmation round not yet counted
             // (and leaves, thinking the class done).
-            let Some((anchor_due, ready)) = self.with_sched(|s| {
-                let due = s.finish(class, host_index, unit, ran.as_ref());
+            let Some((check, ready)) = self.with_sched(|s| {
+                let check = s.finish(class, host_index, unit, ran.as_ref());
                 let ready = match unit.kind {
                     Kind::Sweep => s.buckets_ready(class, &[unit.cell]),
                     _ => Vec::new(),
                 };
-                (due, ready)
+                (check, ready)
             }) else {
                 return;
             };
             self.confirm(class, ready).await;
-            if anchor_due {
+            if check.is_due() {
                 if !self.runner.stopped_starting() {
-                    self.anchor(host_index, host, slot, class, unit.cell).await;
+                    let given = match check {
+                        Check::Reading(r) => Some(r),
+                        _ => None,
+                    };
+                    self.anchor(host_index, host, slot, class, unit.cell, given)
+                        .await;
                 }
                 self.with_sched(|s| s.anchor_over(class, unit.cell));
                 self.maybe_confirm(class, &[unit.cell]).await;
@@ -775,8 +780,9 @@ impl<'a> Launch<'a> {
         ran.value
     }
 
-    /// Re-measure the baseline and let the scheduler judge it; on drift,
-    /// void, cool down and re-queue.
+    /// Re-measure the baseline (or take `given`, a baseline run measured
+    /// anyway) and let the scheduler judge it; on drift, void, cool down
+    /// and re-queue.
     async fn anchor(
         &self,
         host_index: usize,
@@ -784,12 +790,19 @@ impl<'a> Launch<'a> {
         slot: u32,
         class: usize,
         cell: u32,
+        given: Option<Reading>,
     ) {
-        let Some(first) = self
-            .measure_anchor(host_index, host, slot, class, cell)
-            .await
-        else {
-            return;
+        let first = match given {
+            Some(r) => r,
+            None => {
+                let Some(r) = self
+                    .measure_anchor(host_index, host, slot, class, cell)
+                    .await
+                else {
+                    return;
+                };
+                r
+            }
         };
         if self.with_sched(|s| s.first_anchor(host_index, cell, first)) != Some(AnchorStep::Burst) {
             return;

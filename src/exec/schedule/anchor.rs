@@ -9,6 +9,13 @@
 //! are voided and it cools down ([`Cooldown`]) until an anchor settles, or
 //! drops the cell. Better: what came before was measured in a slower state
 //! and is measured again.
+//!
+//! A bucket's confirmation round needs no extra anchors: its baseline runs
+//! are measured beside the winner anyway, and each is judged as the first
+//! anchor of a check ([`Check::Reading`]). What a drift voids then is the
+//! round's runs since its last clean check; the sweep runs after the
+//! sweep's last anchor are left to the round, whose interleaving measures
+//! the winner and the baseline in the same state.
 
 use std::time::Duration;
 
@@ -21,12 +28,35 @@ use crate::exec::events::{Against, DropReason, LaunchEvent, Setting, Threshold};
 pub(super) struct Drift {
     /// The readings an anchor is judged against.
     watch: Watch,
-    /// Sweep attempts since the last clean anchor.
+    /// Sweep (or, once the cell's confirmation round runs here, that
+    /// round's) attempts since the last clean anchor.
     since_clean: Vec<Void>,
     /// Candidate trials since the last anchor.
     sweeps: u32,
     /// The first anchor of a burst, judged a suspect.
     suspect: Option<Judgement>,
+    /// The cell's confirmation round has run on this host.
+    confirming: bool,
+}
+
+/// What a finished unit asks of its host's drift watch.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Check {
+    /// Nothing now.
+    None,
+    /// Measure an anchor (the baseline, once) and pass it to
+    /// `first_anchor`.
+    Anchor,
+    /// Pass this reading to `first_anchor` as the check's first anchor: a
+    /// confirmation round's baseline run, measured anyway.
+    Reading(Reading),
+}
+
+impl Check {
+    /// Whether a check is due (the driver calls `anchor_over` after it).
+    pub fn is_due(self) -> bool {
+        self != Check::None
+    }
 }
 
 /// A measurement to discard: its attempt and the unit that runs again.
@@ -153,7 +183,7 @@ impl Scheduler<'_> {
 
     /// A sweep unit ended ok on `host`: it joins the drift watch. Returns
     /// whether an anchor is due.
-    pub(super) fn sweep_measured(&mut self, host: usize, unit: Unit, r: &Ran) -> bool {
+    pub(super) fn sweep_measured(&mut self, host: usize, unit: Unit, r: &Ran) -> Check {
         debug_assert_eq!(unit.kind, Kind::Sweep);
         let every = self.s.study.measurement.anchor_every;
         let d = self.st.drift.entry((host, unit.cell)).or_default();
@@ -171,10 +201,35 @@ impl Scheduler<'_> {
             d.sweeps += 1;
             if every > 0 && d.sweeps >= every {
                 d.sweeps = 0;
-                return true;
+                return Check::Anchor;
             }
         }
-        false
+        Check::None
+    }
+
+    /// A confirmation unit ended ok on `host`: it may be voided by the next
+    /// check, and a baseline run is that check's first anchor (unless
+    /// drift checks are off: `anchor_every: 0`).
+    pub(super) fn confirm_measured(&mut self, host: usize, unit: Unit, r: &Ran) -> Check {
+        debug_assert_eq!(unit.kind, Kind::Confirm);
+        let every = self.s.study.measurement.anchor_every;
+        let d = self.st.drift.entry((host, unit.cell)).or_default();
+        if !d.confirming {
+            // The sweep's tail is judged by the round itself (see the
+            // module's comment); its bucket step is already taken.
+            d.confirming = true;
+            d.since_clean.clear();
+            d.sweeps = 0;
+        }
+        d.since_clean.push(Void {
+            key: r.key.clone(),
+            attempt_id: r.attempt_id.clone(),
+            unit,
+        });
+        match r.value {
+            Some(v) if unit.pos == 0 && every > 0 => Check::Reading(v),
+            _ => Check::None,
+        }
     }
 
     /// An anchor joins the launch (counted).

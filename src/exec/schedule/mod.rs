@@ -20,7 +20,11 @@
 //!
 //! Confirmation: once every cell of a bucket is measured on a class, the
 //! bucket's draft winner and the baseline run a final interleaved round
-//! (baseline, winner, baseline, winner...) that decides the verdict.
+//! (baseline, winner, baseline, winner...) that decides the verdict. The
+//! drift watch goes on through it: each of the round's baseline runs is a
+//! check (the first anchor of one), so a host that heats up during the
+//! round is caught, and the round's runs since its last clean check run
+//! again after the cool-down.
 //!
 //! Adaptive studies (`search.rs`): each (class, cell) runs its search's
 //! rungs first; when every cell of a bucket is searched, the union of their
@@ -37,7 +41,7 @@ use std::collections::{BTreeMap, BinaryHeap, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-pub use anchor::{AnchorStep, Burst, Cooldown, Void, VoidReason};
+pub use anchor::{AnchorStep, Burst, Check, Cooldown, Void, VoidReason};
 use drift::Reading;
 use search::CellSearch;
 
@@ -747,8 +751,8 @@ impl<'a> Scheduler<'a> {
     }
 
     /// Book-keeping after a unit ran (`None`: it could not be recorded).
-    /// Returns whether the host is due for an anchor in this cell.
-    pub fn finish(&mut self, class: usize, host: usize, unit: Unit, ran: Option<&Ran>) -> bool {
+    /// Returns the drift check the host is due for in this cell, if any.
+    pub fn finish(&mut self, class: usize, host: usize, unit: Unit, ran: Option<&Ran>) -> Check {
         let config = self.s.config_of(unit);
         // Lost with its host: the trial goes back to the class's queue, for
         // another host (or this one when it answers again).
@@ -761,7 +765,7 @@ impl<'a> Scheduler<'a> {
                 cs.in_flight = cs.in_flight.saturating_sub(1);
                 cs.ready.push(Reverse(unit));
                 self.out.push(LaunchEvent::TrialRequeued);
-                return false;
+                return Check::None;
             }
             self.out.push(LaunchEvent::TrialLeftAfterHostLosses {
                 key: r.key.chars().take(16).collect(),
@@ -799,7 +803,7 @@ impl<'a> Scheduler<'a> {
         }
         if unit.kind == Kind::Rung {
             self.finish_rung(class, unit, ran);
-            return false;
+            return Check::None;
         }
         // The first baseline repeat releases its cell once; a re-run of it
         // (after drift) is an ordinary measurement. When it failed, its
@@ -820,18 +824,19 @@ impl<'a> Scheduler<'a> {
             self.st.classes[class].retried.insert(unit.cell);
             self.release_after_baseline(class, unit.cell, status);
         }
-        let due = match ran.filter(|r| r.status == AttemptStatus::Ok) {
+        let check = match ran.filter(|r| r.status == AttemptStatus::Ok) {
             Some(r) if unit.kind == Kind::Sweep => self.sweep_measured(host, unit, r),
-            _ => false,
+            Some(r) if unit.kind == Kind::Confirm => self.confirm_measured(host, unit, r),
+            _ => Check::None,
         };
-        if due {
+        if check.is_due() {
             // Until `anchor_over`: what the anchor voids comes back.
             *self.st.classes[class]
                 .anchoring
                 .entry(unit.cell)
                 .or_insert(0) += 1;
         }
-        due
+        check
     }
 
     /// The anchor that `finish` said was due at `cell` is over (with its
@@ -1210,8 +1215,11 @@ impl<'a> Scheduler<'a> {
         for v in voids {
             cs.ready.push(Reverse(v.unit));
         }
+        // Only sweep units hold their cell's bucket step back; a voided
+        // confirmation run goes back into a round already under way.
+        let sweeps = voids.iter().filter(|v| v.unit.kind == Kind::Sweep).count();
+        *cs.outstanding.entry(cell).or_insert(0) += sweeps as u64;
         let count = voids.len() as u64;
-        *cs.outstanding.entry(cell).or_insert(0) += count;
         self.out.push(LaunchEvent::Remeasure { count });
     }
 }

@@ -137,7 +137,7 @@ fn drain(s: &mut Scheduler<'_>, class: usize, host: usize, status: AttemptStatus
     let mut out = Vec::new();
     while let (Next::Run(u, _), _) = s.next(class, host, Instant::now()) {
         let r = ran(s, class, u, status, 100.0);
-        if s.finish(class, host, u, Some(&r)) {
+        if s.finish(class, host, u, Some(&r)).is_due() {
             // The driver's anchor: clean, nothing voided.
             s.anchor_over(class, u.cell);
         }
@@ -370,6 +370,81 @@ fn a_bucket_confirms_once_all_its_cells_are_measured_and_its_round_runs_first() 
     assert_eq!(round, vec![(0, 0, 0), (0, 0, 3), (0, 1, 0), (0, 1, 3)]);
 }
 
+/// The drift watch goes on through a confirmation round: each of its
+/// baseline runs is a check (no extra anchor); a hot one, confirmed by its
+/// burst, voids the round's runs since the last clean check, which run
+/// again after the cool-down without holding the bucket back.
+#[test]
+fn a_slowdown_during_the_confirmation_round_is_caught_and_its_runs_measured_again() {
+    let mut s = scheduler("", true, false);
+    s.seed(&empty_scan());
+    drain(&mut s, 0, 0, AttemptStatus::Ok);
+    assert_eq!(s.buckets_ready(0, &[0, 1]).len(), 1);
+    assert_eq!(s.queue_confirmation(0, &[0, 1], Some(2), 2), 8);
+    s.take_events();
+    // A pair measured in the normal state: the baseline is a clean check.
+    let b = take(&mut s, 0, 0);
+    assert_eq!((b.kind, b.pos), (Kind::Confirm, 0));
+    let r = ran(&s, 0, b, AttemptStatus::Ok, 100.0);
+    assert_eq!(s.finish(0, 0, b, Some(&r)), Check::Reading(reading(100.0)));
+    assert_eq!(s.first_anchor(0, 0, reading(100.0)), AnchorStep::Done);
+    s.anchor_over(0, 0);
+    let w = take(&mut s, 0, 0);
+    assert_eq!((w.kind, w.pos), (Kind::Confirm, 3));
+    let r = ran(&s, 0, w, AttemptStatus::Ok, 90.0);
+    assert_eq!(s.finish(0, 0, w, Some(&r)), Check::None);
+    // The next baseline run is 30 % slower: a suspect, and its burst agrees.
+    let b2 = take(&mut s, 0, 0);
+    assert_eq!((b2.kind, b2.repeat, b2.pos), (Kind::Confirm, 1, 0));
+    let r = ran(&s, 0, b2, AttemptStatus::Ok, 130.0);
+    assert_eq!(s.finish(0, 0, b2, Some(&r)), Check::Reading(reading(130.0)));
+    let (voids, mut cooldown) = drifted(&mut s);
+    // The runs since the clean check: the winner's, then the hot one; the
+    // baseline run before them was judged clean.
+    assert_eq!(
+        voids.iter().map(|v| v.unit).collect::<Vec<_>>(),
+        vec![w, b2]
+    );
+    cooldown.start_try();
+    assert!(cooldown.take(100.5));
+    let dropped = s.cooled(
+        0,
+        0,
+        0,
+        &voids,
+        &cooldown,
+        Some(reading(100.5)),
+        false,
+        Duration::ZERO,
+    );
+    assert_eq!(dropped, None);
+    s.anchor_over(0, 0);
+    let events = s.take_events();
+    assert!(
+        events
+            .iter()
+            .any(|e| matches!(e, LaunchEvent::Drifted { .. })),
+        "{events:?}"
+    );
+    assert!(events.contains(&LaunchEvent::Remeasure { count: 2 }));
+    // The round runs to its end, the voided run again among it; the
+    // bucket's step is not asked for again.
+    let mut rest = Vec::new();
+    while let (Next::Run(u, _), _) = s.next(0, 0, Instant::now()) {
+        assert_eq!(u.kind, Kind::Confirm, "{u:?}");
+        let r = ran(&s, 0, u, AttemptStatus::Ok, 100.0);
+        if s.finish(0, 0, u, Some(&r)).is_due() {
+            s.anchor_over(0, 0);
+            s.anchor_over(0, 1);
+        }
+        rest.push(u);
+    }
+    assert_eq!(rest.len(), 7, "{rest:?}");
+    assert!(rest.contains(&w) && rest.contains(&b2));
+    assert!(s.buckets_ready(0, &[0, 1]).is_empty());
+    assert_eq!(s.next(0, 0, Instant::now()).0, Next::Done);
+}
+
 #[test]
 fn a_shard_never_confirms() {
     let mut s = scheduler("", false, true);
@@ -386,7 +461,7 @@ fn an_anchor_is_due_every_anchor_every_candidates_of_a_cell_on_a_host() {
     for _ in 0..6 {
         let u = take(&mut s, 0, 0);
         let r = ran(&s, 0, u, AttemptStatus::Ok, 100.0);
-        due.push((u.cell, u.pos, s.finish(0, 0, u, Some(&r))));
+        due.push((u.cell, u.pos, s.finish(0, 0, u, Some(&r)).is_due()));
     }
     // Cell 0: baseline, then candidates 1 and 2 (the 2nd candidate is due),
     // baseline repeat 1, candidate 1 of repeat 1...
@@ -867,7 +942,7 @@ fn simulate(seed: u64, one_bucket: bool) -> (usize, Vec<LaunchEvent>) {
                     }
                     _ => None,
                 };
-                let due = s.finish(class, h, u, ran.as_ref());
+                let due = s.finish(class, h, u, ran.as_ref()).is_due();
                 let ready = match u.kind {
                     Kind::Sweep => s.buckets_ready(class, &[u.cell]),
                     _ => Vec::new(),

@@ -469,9 +469,52 @@ fn a_close_decision_is_raced_and_at_the_cap_said_plainly() {
     assert!(
         b.decision
             .to_string()
-            .contains("not shown to beat the 2.0% minimum (measurement.max_repeats = 3 reached)"),
+            .contains("not shown to beat the 2.0% minimum (measurement.max_repeats = 3 reached; "),
         "{}",
         b.decision
+    );
+}
+
+/// At the cap, the runs that would settle an interval straddling the
+/// minimum: 30 runs a side leave 1.05× [1.02, …] at a 2 % minimum, the
+/// estimate one half-width (2.00 standard errors at 58 degrees of freedom)
+/// above it; settling it with 90 % probability takes the estimate
+/// t₀.₉₇₅ + t₀.₉₀ ≈ 3.26 standard errors above: 80 runs. An estimate on
+/// the minimum cannot be settled.
+#[test]
+fn the_runs_that_would_settle_a_capped_decision_are_said() {
+    let best = |speedup: f64, low: f64| Best {
+        label: "a=2".to_string(),
+        interval: crate::stats::speedup::Interval {
+            speedup,
+            low,
+            high: speedup * speedup / low,
+            confidence: 0.95,
+            runs: 30,
+            reference_runs: 30,
+            samples_as_runs: false,
+        },
+        min_improvement: 0.02,
+    };
+    let d = Decision::NotShownAtCap {
+        best: best(1.05, 1.02),
+        runs: 30,
+        max_repeats: 30,
+    };
+    assert!(
+        d.to_string()
+            .ends_with("(measurement.max_repeats = 30 reached; about 80 runs at every cell would likely settle it)"),
+        "{d}"
+    );
+    let d = Decision::NotShownAtCap {
+        best: best(1.0201, 0.99),
+        runs: 30,
+        max_repeats: 30,
+    };
+    assert!(
+        d.to_string()
+            .ends_with("its estimate is too near the minimum for ten times the runs to settle it)"),
+        "{d}"
     );
 }
 

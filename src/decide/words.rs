@@ -75,6 +75,28 @@ pub struct Best {
     pub min_improvement: f64,
 }
 
+/// Runs at every cell that would likely (90 %) settle an interval that
+/// straddles the minimum, if its estimate is right: its standard error (in
+/// logs, the half-width over Student's t at about `runs + reference_runs −
+/// 2` degrees of freedom) shrinks as 1/√runs, and the decision is made once
+/// the estimate stands `t₀.₉₇₅ + t₀.₉₀` standard errors from the minimum.
+/// `None` beyond ten times `runs`.
+fn runs_to_settle(best: &Best, runs: usize) -> Option<usize> {
+    use crate::stats::speedup::t_quantile;
+    let i = &best.interval;
+    if runs == 0 || i.low <= 0.0 || i.speedup <= 0.0 {
+        return None;
+    }
+    let df = (i.runs + i.reference_runs).saturating_sub(2).max(1) as f64;
+    let se = (i.speedup.ln() - i.low.ln()) / t_quantile(df, 0.5 + i.confidence / 2.0);
+    let distance = (i.speedup.ln() - (1.0 + best.min_improvement).ln()).abs();
+    (runs..=10 * runs).find(|&n| {
+        let scale = n as f64 / runs as f64;
+        let t = t_quantile(df * scale, 0.5 + i.confidence / 2.0) + t_quantile(df * scale, 0.9);
+        t * se / scale.sqrt() <= distance
+    })
+}
+
 /// Why a winner wins on the sweep's evidence.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SweepWin {
@@ -278,11 +300,20 @@ impl fmt::Display for Decision {
                 best,
                 runs,
                 max_repeats,
-            } => write!(
-                f,
-                "baseline kept: {best} after {runs} runs at every cell: not shown to beat the {} minimum (measurement.max_repeats = {max_repeats} reached)",
-                pct(best.min_improvement)
-            ),
+            } => {
+                write!(
+                    f,
+                    "baseline kept: {best} after {runs} runs at every cell: not shown to beat the {} minimum (measurement.max_repeats = {max_repeats} reached",
+                    pct(best.min_improvement)
+                )?;
+                match runs_to_settle(best, *runs) {
+                    Some(n) => write!(f, "; about {n} runs at every cell would likely settle it)"),
+                    None => write!(
+                        f,
+                        "; its estimate is too near the minimum for ten times the runs to settle it)"
+                    ),
+                }
+            }
             Decision::NoImprovement { best } => write!(
                 f,
                 "baseline kept: no improvement ({best}: shown below the {} minimum)",

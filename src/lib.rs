@@ -11,6 +11,7 @@ pub mod commands;
 pub mod decide;
 pub mod exec;
 pub mod fingerprint;
+pub mod fmt;
 pub mod ledger;
 pub mod plan;
 pub mod report;

@@ -15,9 +15,7 @@ use crate::space;
 use crate::spec::shell::quote_word;
 use crate::spec::{CommandRenderer, Inventory, Study, Transport, TrialVars, Value};
 
-fn fmt_secs(s: f64) -> String {
-    humantime::format_duration(Duration::from_secs(s.round() as u64)).to_string()
-}
+use crate::fmt::duration as fmt_secs;
 
 #[derive(Serialize)]
 struct PlanView {

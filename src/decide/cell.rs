@@ -333,7 +333,7 @@ pub(super) fn limit_broken(attempts: &[&AttemptRecord], rules: &Rules) -> Option
         if let Some(why) = limit.broken_by(median) {
             return Some(format!(
                 "{metric}: median {}{unit} over {} samples, {why}{unit}",
-                short_number(median),
+                crate::fmt::short(median),
                 samples.len()
             ));
         }
@@ -366,11 +366,6 @@ pub(super) fn secondary_metrics(
         .collect()
 }
 
-/// A measured value in a sentence: at most 3 decimals, no trailing zeros.
-pub(super) fn short_number(x: f64) -> String {
-    let s = format!("{x:.3}");
-    s.trim_end_matches('0').trim_end_matches('.').to_string()
-}
 
 pub(super) fn samples_by_host(
     attempts: &[&AttemptRecord],

@@ -349,24 +349,7 @@ fn short(digest: Option<&str>) -> String {
     }
 }
 
-/// A number for a message: shortest exact form, exponent for very small or
-/// large magnitudes.
-fn num(x: f64) -> String {
-    if x.is_nan() {
-        "NaN".to_string()
-    } else if x.is_infinite() {
-        if x > 0.0 { "inf" } else { "-inf" }.to_string()
-    } else if x == 0.0 || (1e-4..1e15).contains(&x.abs()) {
-        format!("{x}")
-    } else {
-        format!("{x:e}")
-    }
-}
-
-/// A bound for a message: six significant digits.
-fn num6(x: f64) -> String {
-    num(format!("{x:.5e}").parse().unwrap_or(x))
-}
+use crate::fmt::{exact as num, exact6 as num6};
 
 /// Whether `a` (candidate) is within tolerance of `b` (baseline), as
 /// `numpy.isclose(a, b, rtol, atol, equal_nan=True)`: equal values always

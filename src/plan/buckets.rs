@@ -89,12 +89,9 @@ fn pow2_bounds(v: f64) -> (f64, f64) {
     (2f64.powi(k), 2f64.powi(k + 1))
 }
 
+/// A bound as written: `4`, `0.5`.
 fn num(x: f64) -> String {
-    if x.fract() == 0.0 && x.abs() < 1e15 {
-        format!("{}", x as i64)
-    } else {
-        format!("{x}")
-    }
+    crate::fmt::exact(x)
 }
 
 /// Whether a bucket's `bounds` contain `cell`: every axis the bounds

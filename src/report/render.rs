@@ -32,15 +32,7 @@ pub fn budget(x: f64) -> String {
     }
 }
 
-/// Significant-digit formatting that keeps small and large values readable.
-pub fn num(x: f64) -> String {
-    if x == 0.0 {
-        return "0".to_string();
-    }
-    let mag = x.abs().log10().floor() as i32;
-    let decimals = (3 - mag).clamp(0, 6) as usize;
-    format!("{x:.decimals$}")
-}
+pub use crate::fmt::sig as num;
 
 pub(super) fn value_cell(r: &ConfigReport, unit: &str) -> String {
     match r.summary {

@@ -123,14 +123,7 @@ impl Eta {
     }
 }
 
-/// `1.2s`, `45s`, `3m 20s`.
-fn seconds(s: f64) -> String {
-    if s < 10.0 {
-        format!("{s:.1}s")
-    } else {
-        humantime::format_duration(Duration::from_secs(s.round() as u64)).to_string()
-    }
-}
+use crate::fmt::duration_short as seconds;
 
 /// `n=3 vs 3 of the baseline, combined spread 2.1%` for the leader of a
 /// bucket, over its cells: the fewest samples and the widest spread.

@@ -41,6 +41,7 @@ mod bucket;
 mod cell;
 mod confirm;
 pub mod gate;
+pub mod levers;
 mod model;
 #[cfg(test)]
 mod tests;
@@ -312,7 +313,7 @@ pub fn analyze_scoped(
             .map(|r| r.iter().map(|a| &*a.config).collect())
             .unwrap_or_default();
         let next = if everything {
-            crate::report::levers::next_steps(
+            levers::next_steps(
                 spec,
                 &cell_reports,
                 &screened,

@@ -174,7 +174,7 @@ pub struct ClassReport {
     pub search: Vec<SearchRow>,
     /// Where the study could go next: the knobs that moved the objective
     /// most, winners at the edge of a knob's range, values never tried.
-    pub next: crate::report::levers::NextSteps,
+    pub next: super::levers::NextSteps,
     /// The class's baseline anchors and screening runs, in attempt order
     /// (attempt ids sort by time): what the HTML report charts over time.
     #[serde(skip)]

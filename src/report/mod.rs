@@ -4,7 +4,6 @@
 //! unit, host class, baseline and workload context.
 
 pub mod html;
-pub mod levers;
 pub mod render;
 pub mod terminal;
 pub mod verdicts;

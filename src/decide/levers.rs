@@ -18,7 +18,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::decide::{BucketReport, CellReport, ConfigReport};
+use super::{BucketReport, CellReport, ConfigReport};
 use crate::spec::FrozenSpec;
 use crate::spec::study::KnobKind;
 use crate::stats::Summary;

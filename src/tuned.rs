@@ -485,10 +485,34 @@ pub struct TunedBucket {
     pub decision: String,
 }
 
+/// A tuned file, by its top-level keys (see
+/// [`crate::spec::yaml::parse_kind`]): those [`export`] writes.
+pub const TUNED_FILE: crate::spec::yaml::FileKind = crate::spec::yaml::FileKind {
+    what: "tuned",
+    keys: &[
+        "schema",
+        "tunectl_version",
+        "study",
+        "spec_hash",
+        "host_class",
+        "class_label",
+        "class_key",
+        "hosts",
+        "fingerprint",
+        "objective",
+        "statistic",
+        "context",
+        "baseline",
+        "judging",
+        "domains",
+        "buckets",
+    ],
+};
+
 /// Parse a tuned file's text (`file` names it in messages, with the line,
 /// column and field of the first value that does not read).
 pub fn parse(file: &Path, text: &str) -> Result<TunedFile, String> {
-    let node = crate::spec::yaml::parse_text(file, text).map_err(|d| d.to_string())?;
+    let node = crate::spec::yaml::parse_kind(file, text, TUNED_FILE).map_err(|d| d.to_string())?;
     let json = node_to_json(&node);
     let schema = json.get("schema").and_then(Json::as_u64);
     if schema != Some(u64::from(SCHEMA)) {

@@ -778,3 +778,93 @@ measurement: {warmup: 0, repeats: 1, anchor_every: 0, confirm_repeats: 0}
         }
     }
 }
+
+/// A small study of the FAKE (two configs, one run each).
+const TINY: &str = r#"name: tiny
+knobs:
+  v: {kind: categorical, values: [base, fast], default: base}
+trial:
+  command: "sh {{ study_dir }}/fake-trial.sh {{ v }}"
+objective: {metric: throughput, better: higher}
+measurement: {warmup: 0, repeats: 1, anchor_every: 0, confirm_repeats: 0}
+"#;
+
+/// Whether `stderr` names `file` with a position: `file:LINE:COLUMN`.
+fn names_a_position(stderr: &str, file: &str) -> bool {
+    stderr.match_indices(&format!("{file}:")).any(|(i, m)| {
+        let rest = &stderr[i + m.len()..];
+        let line: String = rest.chars().take_while(char::is_ascii_digit).collect();
+        !line.is_empty()
+            && rest[line.len()..]
+                .strip_prefix(':')
+                .is_some_and(|r| r.starts_with(|c: char| c.is_ascii_digit()))
+    })
+}
+
+/// A study, an inventory or a tuned file that is not one at all (a
+/// symlink to a secret file, a `.env`) used to have its text quoted in the
+/// error: its keys, as an unknown key and in the key path. It is refused
+/// (exit 2) naming the file and the position, and none of its text shows.
+/// A file that looks like a study (one key a study has) still has its
+/// mistakes quoted.
+#[test]
+fn a_file_that_is_not_a_study_is_refused_without_quoting_it() {
+    let env = Env::new(TINY).with_secret("hunter2");
+    let secrets = [
+        "SECRET=hunter2 not yaml: [\n",
+        "SECRET=hunter2 not yaml: x\n",
+        "SECRET=hunter2 a: 1\nSECRET=hunter2 a: 2\n",
+        "{\"SECRET=hunter2\": \"hunter2\"}\n",
+        "export TOKEN=hunter2\nexport B=2\n",
+    ];
+    let secret = env.path().join("secret.env");
+    let linked = env.path().join("linked.yaml");
+    std::os::unix::fs::symlink(&secret, &linked).expect("symlink");
+    let study = env.study_arg();
+    let ledger = env.ledger_url().to_string();
+    for text in secrets {
+        std::fs::write(&secret, text).expect("write secret");
+        let cases: [(&str, Vec<&str>); 5] = [
+            ("validate", vec!["validate", "linked.yaml"]),
+            (
+                "plan",
+                vec!["plan", "linked.yaml", "--dry-run", "--ledger", &ledger],
+            ),
+            ("launch", vec!["launch", "linked.yaml", "--ledger", &ledger]),
+            (
+                "inventory",
+                vec![
+                    "plan",
+                    &study,
+                    "--dry-run",
+                    "--inventory",
+                    "linked.yaml",
+                    "--ledger",
+                    &ledger,
+                ],
+            ),
+            ("tuned", vec!["apply", "--tuned", "linked.yaml", "--print"]),
+        ];
+        for (case, args) in cases {
+            // The Env fails the test if `hunter2` shows in any output.
+            let out = env.tunectl_run(&args);
+            assert_eq!(out.code, Some(2), "{case} of {text:?}:\n{}", out.text());
+            assert!(
+                names_a_position(&out.stderr, "linked.yaml"),
+                "{case} of {text:?}: no linked.yaml:LINE:COLUMN:\n{}",
+                out.text()
+            );
+        }
+    }
+    assert!(!env.ledger().exists(), "a refused file wrote to the ledger");
+
+    // A study with a mistake: its key is quoted as ever.
+    env.write_study(&TINY.replace("trial:", "trail: 1\ntrial:"));
+    let out = env.tunectl_run(&["validate", &study]);
+    assert_eq!(out.code, Some(2), "{}", out.text());
+    assert!(
+        out.stderr.contains("trail: unknown key `trail`"),
+        "{}",
+        out.text()
+    );
+}

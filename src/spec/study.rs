@@ -529,12 +529,18 @@ const TOP_KEYS: &[&str] = &[
     "result",
 ];
 
+/// A study file, by its top-level keys (see [`yaml::parse_kind`]).
+pub const STUDY_FILE: yaml::FileKind = yaml::FileKind {
+    what: "study",
+    keys: TOP_KEYS,
+};
+
 impl Study {
     /// Load and validate a study file.
     pub fn load(path: &Path) -> Result<Study, Diagnostics> {
         let text = crate::safe_read::read_text(path, crate::safe_read::MAX_STUDY_FILE_BYTES)
             .map_err(|e| Diagnostics::whole_file(path, format!("cannot read file: {e}")))?;
-        let root = yaml::parse_text(path, &text)?;
+        let root = yaml::parse_kind(path, &text, STUDY_FILE)?;
         let dir = path
             .parent()
             .map(|p| {
@@ -557,7 +563,7 @@ impl Study {
     /// Load from text (tests and tools); `path` is used in messages and as
     /// the study directory's anchor.
     pub fn from_text(path: &Path, text: &str) -> Result<Study, Diagnostics> {
-        let root = yaml::parse_text(path, text)?;
+        let root = yaml::parse_kind(path, text, STUDY_FILE)?;
         let dir = path.parent().unwrap_or(Path::new(".")).to_path_buf();
         let mut w = Walker::with_text(path, text);
         let study = parse_study(&mut w, &root, path, &dir);

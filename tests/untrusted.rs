@@ -868,3 +868,60 @@ fn a_file_that_is_not_a_study_is_refused_without_quoting_it() {
         out.text()
     );
 }
+
+/// Every file under `dir` (relative path → bytes).
+fn tree(dir: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
+    let mut out = BTreeMap::new();
+    let mut todo = vec![dir.to_path_buf()];
+    while let Some(d) = todo.pop() {
+        for e in std::fs::read_dir(&d).expect("read_dir").flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                todo.push(p);
+            } else {
+                let rel = p.strip_prefix(dir).expect("under dir").to_path_buf();
+                out.insert(rel, std::fs::read(&p).expect("read"));
+            }
+        }
+    }
+    out
+}
+
+/// A study folder of the ledger that holds attempts but lost its
+/// `study.json` (deleted, a partial copy): a launch used to write a new
+/// record there, pairing the old measurements with whatever spec launched
+/// now. It is refused (exit 1), naming `study.json` and how to recover,
+/// and the ledger is left as it was, byte for byte.
+#[test]
+fn a_launch_does_not_recreate_a_missing_study_record() {
+    let env = Env::new(TINY);
+    env.launch_ok(&[]);
+    let folder = env.ledger().join("tiny");
+    assert!(folder.join("trials").is_dir(), "no trials in {folder:?}");
+    std::fs::remove_file(folder.join("study.json")).expect("remove study.json");
+    let before = tree(&env.ledger());
+    let runs = env.runs().len();
+
+    let out = env.launch(&[]);
+    assert_eq!(out.code, Some(1), "{}", out.text());
+    assert!(
+        out.stderr.contains("tiny/study.json")
+            && out.stderr.contains("the study record is missing")
+            && out.stderr.contains("Restore")
+            && out.stderr.contains("tunectl ledger check"),
+        "{}",
+        out.text()
+    );
+    assert_eq!(env.runs().len(), runs, "a trial ran:\n{}", out.text());
+    assert!(
+        !folder.join("study.json").exists(),
+        "study.json written again"
+    );
+    let after = tree(&env.ledger());
+    assert_eq!(
+        before.keys().collect::<Vec<_>>(),
+        after.keys().collect::<Vec<_>>(),
+        "objects added or removed"
+    );
+    assert!(before == after, "an object of the ledger changed");
+}

@@ -925,3 +925,78 @@ fn a_launch_does_not_recreate_a_missing_study_record() {
     );
     assert!(before == after, "an object of the ledger changed");
 }
+
+/// Studies too large to list: a grid of 10^12 configs, 10^9 cells (3 axes
+/// of 1,000 values), and 10^6 configs in each of 100 cells (10^8 (config,
+/// cell) pairs). `launch` refused the grid with exit 1 where `plan` said
+/// 2, and the cells took every command into a 24 GB allocation. Counted
+/// before anything is listed, each is refused by `validate`, `plan` and
+/// `launch` alike: exit 2, at once, in little memory, naming the count and
+/// the limit, and nothing is written to the ledger.
+#[test]
+fn studies_too_large_to_list_are_refused_alike() {
+    let thousand: Vec<String> = (0..1000).map(|i| i.to_string()).collect();
+    let thousand = format!("[{}]", thousand.join(", "));
+    let hundred: Vec<String> = (0..100).map(|i| i.to_string()).collect();
+    let hundred = format!("[{}]", hundred.join(", "));
+    let study = |knobs: &str, cells: &str| {
+        format!(
+            "name: huge\nknobs:\n{knobs}{cells}trial:\n  command: \"echo {{{{ a }}}}\"\nobjective: {{metric: t, better: higher}}\n"
+        )
+    };
+    let knob = |name: &str| format!("  {name}: {{kind: int, min: 0, max: 999, default: 0}}\n");
+    let four = ["a", "b", "c", "d"].map(knob).concat();
+    let two = ["a", "b"].map(knob).concat();
+    let cases = [
+        (
+            "a grid of 10^12 configs",
+            study(&four, ""),
+            "1000000000000 configs",
+        ),
+        (
+            "10^9 cells",
+            study(
+                &two[..two.len() / 2],
+                &format!("cells:\n  x: {thousand}\n  y: {thousand}\n  z: {thousand}\n"),
+            ),
+            "1000000000 cells",
+        ),
+        (
+            "10^8 (config, cell) pairs",
+            study(&two, &format!("cells:\n  x: {hundred}\n")),
+            "100000000 (config, cell) pairs",
+        ),
+    ];
+    let env = Env::new(TINY);
+    for (what, text, count) in cases {
+        env.write_study(&text);
+        let study = env.study_arg();
+        let ledger = env.ledger().display().to_string();
+        let work = env.work().display().to_string();
+        let commands: [(&str, Vec<&str>); 3] = [
+            ("validate", vec!["validate", &study]),
+            ("plan", vec!["plan", &study, "--ledger", &ledger]),
+            (
+                "launch",
+                vec!["launch", &study, "--ledger", &ledger, "--workdir", &work],
+            ),
+        ];
+        for (command, args) in commands {
+            let mut cmd = env.tunectl();
+            cmd.args(&args);
+            let out = run_fast(&env, cmd, &format!("{command} of {what}"));
+            assert_eq!(out.code, Some(2), "{command} of {what}:\n{}", out.text());
+            assert!(
+                out.stderr.contains(count) && out.stderr.contains("more than the 50000000"),
+                "{command} of {what}: no `{count}` or limit:\n{}",
+                out.text()
+            );
+            assert!(
+                names_a_position(&out.stderr, "study.yaml"),
+                "{command} of {what}:\n{}",
+                out.text()
+            );
+        }
+        assert!(!env.ledger().exists(), "{what}: the ledger was written");
+    }
+}

@@ -681,6 +681,53 @@ fn export_writes_control_characters_as_escapes_that_read_back() {
     assert_eq!(knobs, json!({"mode": fast}));
 }
 
+/// `apply --cell` of an axis the study does not have is refused (exit 2),
+/// naming the axis: for a study without cells, saying it has none (it used
+/// to be passed on to the command as if it chose a bucket); for a study
+/// with cells, listing them.
+#[test]
+fn apply_refuses_a_cell_axis_the_study_does_not_have() {
+    let (env, file) = escaped();
+    for cells in [&["bogus=1"][..], &["bogus=1", "n=2"]] {
+        let mut cmd = env.tunectl();
+        cmd.arg("apply").arg("--tuned").arg(file);
+        for c in cells {
+            cmd.args(["--cell", c]);
+        }
+        cmd.args(["--print"]);
+        let out = env.run(cmd);
+        assert_eq!(out.code, Some(2), "{cells:?}: {}", out.text());
+        assert!(
+            out.stderr.contains("--cell bogus")
+                && out.stderr.contains("has no cell axes")
+                && out.stderr.contains("no axis `bogus`"),
+            "{cells:?}: {}",
+            out.text()
+        );
+        assert!(out.stdout.is_empty(), "{}", out.text());
+    }
+    // Without --cell it applies.
+    let mut cmd = env.tunectl();
+    cmd.arg("apply").arg("--tuned").arg(file).arg("--print");
+    let out = env.run(cmd);
+    assert_eq!(out.code, Some(0), "{}", out.text());
+
+    // A study with cells: an axis it lacks is named with the study's axes.
+    let (env, _) = shared();
+    let mut cmd = env.tunectl();
+    cmd.arg("apply")
+        .arg("--tuned")
+        .arg(tuned(env))
+        .args(["--cell", "n=1", "--cell", "bogus=1", "--print"]);
+    let out = env.run(cmd);
+    assert_eq!(out.code, Some(2), "{}", out.text());
+    assert!(
+        out.stderr.contains("--cell bogus") && out.stderr.contains("(axes: n)"),
+        "{}",
+        out.text()
+    );
+}
+
 #[test]
 fn apply_refuses_bad_input() {
     let (env, _) = shared();

@@ -447,8 +447,22 @@ pub struct TunedFile {
     /// written before tuned files carried them.
     #[serde(default)]
     pub domains: Option<Map<String, Json>>,
+    /// The judging settings; `apply` reads only `buckets` (a rule per
+    /// cell axis of the study). `None` in a file written before tuned
+    /// files carried them.
+    #[serde(default)]
+    pub judging: Option<TunedJudging>,
     #[serde(default)]
     pub buckets: Vec<TunedBucket>,
+}
+
+/// What `apply` reads of a tuned file's `judging`.
+#[derive(Debug, Clone, Deserialize)]
+pub struct TunedJudging {
+    /// The bucket rule of every cell axis of the study (empty: the study
+    /// has no cell axes).
+    #[serde(default)]
+    pub buckets: Option<Map<String, Json>>,
 }
 
 /// A tuned file's `class_key`: the fields, and the commands of the tools
@@ -485,10 +499,34 @@ pub struct TunedBucket {
     pub decision: String,
 }
 
+/// A tuned file, by its top-level keys (see
+/// [`crate::spec::yaml::parse_kind`]): those [`export`] writes.
+pub const TUNED_FILE: crate::spec::yaml::FileKind = crate::spec::yaml::FileKind {
+    what: "tuned",
+    keys: &[
+        "schema",
+        "tunectl_version",
+        "study",
+        "spec_hash",
+        "host_class",
+        "class_label",
+        "class_key",
+        "hosts",
+        "fingerprint",
+        "objective",
+        "statistic",
+        "context",
+        "baseline",
+        "judging",
+        "domains",
+        "buckets",
+    ],
+};
+
 /// Parse a tuned file's text (`file` names it in messages, with the line,
 /// column and field of the first value that does not read).
 pub fn parse(file: &Path, text: &str) -> Result<TunedFile, String> {
-    let node = crate::spec::yaml::parse_text(file, text).map_err(|d| d.to_string())?;
+    let node = crate::spec::yaml::parse_kind(file, text, TUNED_FILE).map_err(|d| d.to_string())?;
     let json = node_to_json(&node);
     let schema = json.get("schema").and_then(Json::as_u64);
     if schema != Some(u64::from(SCHEMA)) {
@@ -777,6 +815,46 @@ pub fn bucket_axes<'a>(buckets: impl IntoIterator<Item = &'a TunedBucket>) -> Ve
     out.sort();
     out.dedup();
     out
+}
+
+/// The cell axes of the study of `files` (sorted): those their buckets'
+/// bounds and their `judging.buckets` (a rule per axis) name, none for a
+/// study without cells. `None` when the files cannot tell: no buckets and
+/// no `judging.buckets` (files written before tuned files carried them).
+pub fn cell_axes(files: &[(PathBuf, TunedFile)]) -> Option<Vec<String>> {
+    let mut axes = bucket_axes(files.iter().flat_map(|(_, f)| &f.buckets));
+    let mut known = files.iter().any(|(_, f)| !f.buckets.is_empty());
+    for (_, f) in files {
+        if let Some(rules) = f.judging.as_ref().and_then(|j| j.buckets.as_ref()) {
+            known = true;
+            axes.extend(rules.keys().cloned());
+        }
+    }
+    axes.sort();
+    axes.dedup();
+    known.then_some(axes)
+}
+
+/// Refuse a `--cell` axis the study of `files` does not have (exit 2 in
+/// `apply`), naming it and the study's axes (or saying it has none): the
+/// value would be passed on as if it chose a bucket.
+pub fn check_cell_axes(
+    files: &[(PathBuf, TunedFile)],
+    cell: &Map<String, Json>,
+) -> Result<(), String> {
+    let Some(axes) = cell_axes(files) else {
+        return Ok(());
+    };
+    match cell.keys().find(|k| !axes.contains(k)) {
+        None => Ok(()),
+        Some(unknown) if axes.is_empty() => Err(format!(
+            "--cell {unknown}: the study of these tuned files has no cell axes (it measured one workload), so no axis `{unknown}`; leave out --cell"
+        )),
+        Some(unknown) => Err(format!(
+            "--cell {unknown}: the tuned buckets have no axis `{unknown}` (axes: {})",
+            axes.join(", ")
+        )),
+    }
 }
 
 /// This host, as far as the probe could tell.

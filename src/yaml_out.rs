@@ -148,18 +148,97 @@ pub fn to_yaml(v: &serde_json::Value) -> String {
     Yaml::from(v).render()
 }
 
-/// `header` as `# ` comment lines, then the document.
+/// `header` as `# ` comment lines, then the document. A character of
+/// [`needs_escape`] in the header is written as its escape (`\e`,
+/// `\u202E`), as in a value: a comment holds no raw control character
+/// either (a lone carriage return would end it, and start a line of YAML).
 pub fn document(header: &str, body: &Yaml) -> String {
     let mut out = String::new();
-    for line in header.lines() {
+    for line in header.split('\n') {
+        let line = line.strip_suffix('\r').unwrap_or(line);
         if line.is_empty() {
             out.push_str("#\n");
         } else {
-            let _ = writeln!(out, "# {line}");
+            let mut text = String::new();
+            escape_into(line, false, &mut text);
+            let _ = writeln!(out, "# {text}");
         }
     }
     out.push_str(&body.render());
     out
+}
+
+/// Whether `c` is never written raw: a control character (C0 but for
+/// none, DEL, C1), a line or paragraph separator, a character that changes
+/// the direction or the visibility of the text around it (bidi embeddings,
+/// overrides and isolates, marks, zero-width and other format characters,
+/// the byte-order mark), or a noncharacter YAML does not allow. Written as
+/// an escape, such a character reads back as itself and cannot reorder,
+/// hide or restyle what a terminal or an editor shows of the file.
+pub fn needs_escape(c: char) -> bool {
+    c.is_control()
+        || matches!(
+            u32::from(c),
+            0x00AD
+                | 0x0600..=0x0605
+                | 0x061C
+                | 0x06DD
+                | 0x070F
+                | 0x0890..=0x0891
+                | 0x08E2
+                | 0x180E
+                | 0x200B..=0x200F
+                | 0x2028..=0x202E
+                | 0x2060..=0x2064
+                | 0x2066..=0x206F
+                | 0xFEFF
+                | 0xFFF9..=0xFFFB
+                | 0xFFFE..=0xFFFF
+                | 0x110BD
+                | 0x110CD
+                | 0x13430..=0x1343F
+                | 0x1BCA0..=0x1BCA3
+                | 0x1D173..=0x1D17A
+                | 0xE0001
+                | 0xE0020..=0xE007F
+        )
+}
+
+/// Append `s` to `out` with every character of [`needs_escape`] as a YAML
+/// double-quoted escape (`\0 \a \b \t \n \v \f \r \e \N \L \P`, else
+/// `\xHH`, `\uHHHH` or `\UHHHHHHHH`), and, when `quoted`, `"` and `\` too.
+fn escape_into(s: &str, quoted: bool, out: &mut String) {
+    for c in s.chars() {
+        match c {
+            '"' | '\\' if quoted => {
+                out.push('\\');
+                out.push(c);
+            }
+            c if !needs_escape(c) => out.push(c),
+            '\0' => out.push_str("\\0"),
+            '\x07' => out.push_str("\\a"),
+            '\x08' => out.push_str("\\b"),
+            '\t' => out.push_str("\\t"),
+            '\n' => out.push_str("\\n"),
+            '\x0b' => out.push_str("\\v"),
+            '\x0c' => out.push_str("\\f"),
+            '\r' => out.push_str("\\r"),
+            '\x1b' => out.push_str("\\e"),
+            '\u{85}' => out.push_str("\\N"),
+            '\u{2028}' => out.push_str("\\L"),
+            '\u{2029}' => out.push_str("\\P"),
+            c => {
+                let n = u32::from(c);
+                let _ = if n <= 0xFF {
+                    write!(out, "\\x{n:02X}")
+                } else if n <= 0xFFFF {
+                    write!(out, "\\u{n:04X}")
+                } else {
+                    write!(out, "\\U{n:08X}")
+                };
+            }
+        }
+    }
 }
 
 /// Words that some YAML reader takes for a boolean or null (YAML 1.1 and
@@ -190,7 +269,7 @@ pub fn is_plain(s: &str) -> bool {
     // number, date or time: numbers never contain a space, and dates with
     // a time contain `:` (never plain here).
     (plain_start(first) || (first.is_ascii_digit() && s.contains(' ')))
-        && s.chars().all(plain_char)
+        && s.chars().all(|c| plain_char(c) && !needs_escape(c))
         && !s.ends_with(' ')
         && !s.contains("  ")
         && !KEYWORDS.contains(&s.to_ascii_lowercase().as_str())
@@ -203,8 +282,8 @@ pub fn is_plain(s: &str) -> bool {
         )
 }
 
-/// A scalar's text: plain where safe, else a double-quoted (JSON-escaped)
-/// string, which is valid YAML.
+/// A scalar's text: plain where safe, else a double-quoted string with
+/// YAML's escapes ([`quote`]).
 fn scalar(v: &Yaml) -> String {
     match v {
         Yaml::Null => "null".to_string(),
@@ -218,12 +297,18 @@ fn scalar(v: &Yaml) -> String {
     }
 }
 
-/// A string as it must be written (also used for keys).
+/// A string as it must be written (also used for keys): plain, or
+/// double-quoted with YAML's escapes, so that the text written holds no
+/// character of [`needs_escape`] raw and reads back as `s`.
 pub fn quote(s: &str) -> String {
     if is_plain(s) {
         s.to_string()
     } else {
-        serde_json::Value::String(s.to_string()).to_string()
+        let mut out = String::with_capacity(s.len() + 2);
+        out.push('"');
+        escape_into(s, true, &mut out);
+        out.push('"');
+        out
     }
 }
 
@@ -452,6 +537,40 @@ empty_list: []
         assert_eq!(Yaml::float(f64::NAN), Yaml::Null);
         assert_eq!(Yaml::from(Some(2.5)).render(), "2.5\n");
         assert_eq!(Yaml::from(None::<f64>).render(), "null\n");
+    }
+
+    /// Control, bidi and other invisible characters are never written raw,
+    /// in a value, a key or the header: each is a YAML escape that reads
+    /// back as itself.
+    #[test]
+    fn control_and_bidi_characters_are_escaped_and_read_back() {
+        let nasty = "a\u{1b}[31mred\u{7}\u{0}\u{7f}\u{85}\u{9b}\u{202e}gnp.exe\u{2066}\u{200b}\u{2028}\u{feff}\u{e0041}\r\"\\z";
+        let text = document(
+            &format!("header {nasty}\rkey: injected"),
+            &Yaml::map()
+                .with("v", nasty)
+                .with(nasty, 1i64)
+                .with("list", vec![nasty]),
+        );
+        let raw: Vec<char> = text
+            .chars()
+            .filter(|c| *c != '\n' && needs_escape(*c))
+            .collect();
+        assert!(raw.is_empty(), "raw {raw:?} in:\n{text}");
+        assert!(
+            text.contains(
+                r#""a\e[31mred\a\0\x7F\N\x9B\u202Egnp.exe\u2066\u200B\L\uFEFF\U000E0041\r\"\\z""#
+            ),
+            "{text}"
+        );
+        assert!(text.starts_with("# header a\\e[31m"), "{text}");
+        assert_eq!(
+            load(&text),
+            json!({"v": nasty, nasty: 1, "list": [nasty]}),
+            "{text}"
+        );
+        assert_eq!(quote("plain"), "plain");
+        assert!(!is_plain("x\u{202e}y"));
     }
 
     #[test]

@@ -585,6 +585,149 @@ fn a_cell_outside_every_bucket_gets_the_defaults_with_a_warning() {
     assert!(stderr.contains("--cell n=VALUE"), "{stderr}");
 }
 
+/// A study without cells whose context, description and the winning
+/// categorical value hold ESC, BEL and U+202E (RIGHT-TO-LEFT OVERRIDE),
+/// written in the study file as YAML escapes. The FAKE runs `fast` for
+/// that value: it wins.
+const CONTROLS: &str = "\u{1b}[31m\u{7}\u{202e}";
+const ESCAPED_STUDY: &str = r#"name: escapes
+description: "reads \e[2J\a\u202Eerom"
+context: {model: "fake\e[31m\a\u202E-model"}
+knobs:
+  mode: {kind: categorical, values: [base, "fast\e[31m\a\u202E"], default: base}
+trial:
+  command: "sh {{ study_dir }}/fake-trial.sh {{ 'base' if mode == 'base' else 'fast' }} 1"
+  timeout: 20s
+objective: {metric: throughput, unit: ops/s, better: higher}
+measurement: {warmup: 0, repeats: 3}
+"#;
+
+/// [`ESCAPED_STUDY`] launched and exported once, shared by the tests
+/// below (they only read it): the Env and its tuned file.
+fn escaped() -> &'static (Env, PathBuf) {
+    static SHARED: OnceLock<(Env, PathBuf)> = OnceLock::new();
+    SHARED.get_or_init(|| {
+        let env = with_workload(Env::in_target_tmp("export_apply_escapes-", ESCAPED_STUDY));
+        env.launch_ok(&[]);
+        let files = export(&env);
+        assert_eq!(files.len(), 1, "{files:?}");
+        let file = files[0].clone();
+        (env, file)
+    })
+}
+
+/// Control characters and bidi overrides from the study (context, knob
+/// values, labels made of them) are written into the tuned file as YAML
+/// escapes: no ESC, BEL, U+202E or other control or format character is
+/// in its bytes, a reader that knows YAML's escapes (this test's own)
+/// reads back the very strings, and `apply` of the file passes the
+/// winner's value on byte for byte.
+#[test]
+fn export_writes_control_characters_as_escapes_that_read_back() {
+    let (env, file) = escaped();
+    let bytes = std::fs::read(file).expect("tuned file");
+    let text = String::from_utf8(bytes.clone()).expect("UTF-8");
+    for (what, raw) in [
+        ("ESC", &b"\x1b"[..]),
+        ("BEL", &b"\x07"[..]),
+        ("U+202E", "\u{202e}".as_bytes()),
+    ] {
+        assert!(
+            !bytes.windows(raw.len()).any(|w| w == raw),
+            "a raw {what} in the tuned file:\n{}",
+            text.escape_debug()
+        );
+    }
+    let raw: Vec<char> = text
+        .chars()
+        .filter(|c| {
+            (c.is_control() && *c != '\n')
+                || matches!(u32::from(*c), 0x200B..=0x200F | 0x2028..=0x202E | 0x2066..=0x2069 | 0xFEFF)
+        })
+        .collect();
+    assert!(raw.is_empty(), "raw {raw:?} in:\n{}", text.escape_debug());
+    assert!(text.contains(r#"\e[31m\a\u202E"#), "{text}");
+
+    let fast = format!("fast{CONTROLS}");
+    let doc = yaml_to_json(&text);
+    assert_eq!(doc["context"]["model"], format!("fake{CONTROLS}-model"));
+    assert_eq!(doc["domains"]["mode"]["values"], json!(["base", fast]));
+    assert_eq!(doc["baseline"], json!({"mode": "base"}));
+    let bucket = &doc["buckets"][0];
+    assert_eq!(bucket["knobs"], json!({"mode": fast}), "{bucket}");
+    assert_eq!(bucket["winner"], format!("mode={fast}"), "{bucket}");
+
+    // apply reads the file (its values checked against its domains) and
+    // gives the command the value as the study had it.
+    let mut cmd = env.tunectl();
+    cmd.arg("apply")
+        .arg("--tuned")
+        .arg(file)
+        .args(["--", "sh"])
+        .arg(workload(env))
+        .args(["{{ mode }}", "x"]);
+    let out = env.run(cmd);
+    assert_eq!(out.code, Some(7), "{}", out.text());
+    let line = |key: &str| -> String {
+        out.stdout
+            .lines()
+            .find_map(|l| l.strip_prefix(&format!("{key}=")))
+            .unwrap_or_else(|| panic!("no {key}:\n{}", out.text()))
+            .to_string()
+    };
+    assert_eq!(line("arg1"), fast);
+    assert_eq!(line("TUNECTL_KNOB_MODE"), fast);
+    let knobs: Json = serde_json::from_str(&line("TUNECTL_KNOBS")).expect("TUNECTL_KNOBS");
+    assert_eq!(knobs, json!({"mode": fast}));
+}
+
+/// `apply --cell` of an axis the study does not have is refused (exit 2),
+/// naming the axis: for a study without cells, saying it has none (it used
+/// to be passed on to the command as if it chose a bucket); for a study
+/// with cells, listing them.
+#[test]
+fn apply_refuses_a_cell_axis_the_study_does_not_have() {
+    let (env, file) = escaped();
+    for cells in [&["bogus=1"][..], &["bogus=1", "n=2"]] {
+        let mut cmd = env.tunectl();
+        cmd.arg("apply").arg("--tuned").arg(file);
+        for c in cells {
+            cmd.args(["--cell", c]);
+        }
+        cmd.args(["--print"]);
+        let out = env.run(cmd);
+        assert_eq!(out.code, Some(2), "{cells:?}: {}", out.text());
+        assert!(
+            out.stderr.contains("--cell bogus")
+                && out.stderr.contains("has no cell axes")
+                && out.stderr.contains("no axis `bogus`"),
+            "{cells:?}: {}",
+            out.text()
+        );
+        assert!(out.stdout.is_empty(), "{}", out.text());
+    }
+    // Without --cell it applies.
+    let mut cmd = env.tunectl();
+    cmd.arg("apply").arg("--tuned").arg(file).arg("--print");
+    let out = env.run(cmd);
+    assert_eq!(out.code, Some(0), "{}", out.text());
+
+    // A study with cells: an axis it lacks is named with the study's axes.
+    let (env, _) = shared();
+    let mut cmd = env.tunectl();
+    cmd.arg("apply")
+        .arg("--tuned")
+        .arg(tuned(env))
+        .args(["--cell", "n=1", "--cell", "bogus=1", "--print"]);
+    let out = env.run(cmd);
+    assert_eq!(out.code, Some(2), "{}", out.text());
+    assert!(
+        out.stderr.contains("--cell bogus") && out.stderr.contains("(axes: n)"),
+        "{}",
+        out.text()
+    );
+}
+
 #[test]
 fn apply_refuses_bad_input() {
     let (env, _) = shared();
@@ -698,10 +841,56 @@ fn yaml_to_json(text: &str) -> Json {
     v
 }
 
+/// A YAML double-quoted scalar's string (`s` with its quotes), with every
+/// escape YAML 1.2 defines (a superset of JSON's: `\e`, `\a`, `\x1B`...).
+fn double_quoted(s: &str) -> String {
+    let body = s
+        .strip_prefix('"')
+        .and_then(|b| b.strip_suffix('"'))
+        .unwrap_or_else(|| panic!("not double-quoted: {s}"));
+    let mut out = String::new();
+    let mut chars = body.chars();
+    while let Some(c) = chars.next() {
+        if c != '\\' {
+            out.push(c);
+            continue;
+        }
+        let e = chars.next().unwrap_or_else(|| panic!("a lone \\ in {s}"));
+        let hex = |n: usize, chars: &mut std::str::Chars| -> char {
+            let digits: String = chars.take(n).collect();
+            u32::from_str_radix(&digits, 16)
+                .ok()
+                .and_then(char::from_u32)
+                .unwrap_or_else(|| panic!("bad escape \\{e}{digits} in {s}"))
+        };
+        out.push(match e {
+            '0' => '\0',
+            'a' => '\x07',
+            'b' => '\x08',
+            't' => '\t',
+            'n' => '\n',
+            'v' => '\x0b',
+            'f' => '\x0c',
+            'r' => '\r',
+            'e' => '\x1b',
+            ' ' | '"' | '/' | '\\' => e,
+            'N' => '\u{85}',
+            '_' => '\u{a0}',
+            'L' => '\u{2028}',
+            'P' => '\u{2029}',
+            'x' => hex(2, &mut chars),
+            'u' => hex(4, &mut chars),
+            'U' => hex(8, &mut chars),
+            other => panic!("unknown escape \\{other} in {s}"),
+        });
+    }
+    out
+}
+
 fn scalar(s: &str) -> Json {
     let s = s.trim();
     if s.starts_with('"') {
-        return serde_json::from_str(s).unwrap_or_else(|e| panic!("{s}: {e}"));
+        return Json::String(double_quoted(s));
     }
     match s {
         "null" => Json::Null,
@@ -719,7 +908,7 @@ fn scalar(s: &str) -> Json {
 fn key_value(s: &str) -> Option<(String, &str)> {
     if let Some(body) = s.strip_prefix('"') {
         let end = body.find("\":").map(|i| i + 1)?;
-        let key: String = serde_json::from_str(&s[..=end]).ok()?;
+        let key = double_quoted(&s[..=end]);
         return Some((key, s[end + 2..].trim_start()));
     }
     let i = s.find(':')?;

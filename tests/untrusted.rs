@@ -778,3 +778,225 @@ measurement: {warmup: 0, repeats: 1, anchor_every: 0, confirm_repeats: 0}
         }
     }
 }
+
+/// A small study of the FAKE (two configs, one run each).
+const TINY: &str = r#"name: tiny
+knobs:
+  v: {kind: categorical, values: [base, fast], default: base}
+trial:
+  command: "sh {{ study_dir }}/fake-trial.sh {{ v }}"
+objective: {metric: throughput, better: higher}
+measurement: {warmup: 0, repeats: 1, anchor_every: 0, confirm_repeats: 0}
+"#;
+
+/// Whether `stderr` names `file` with a position: `file:LINE:COLUMN`.
+fn names_a_position(stderr: &str, file: &str) -> bool {
+    stderr.match_indices(&format!("{file}:")).any(|(i, m)| {
+        let rest = &stderr[i + m.len()..];
+        let line: String = rest.chars().take_while(char::is_ascii_digit).collect();
+        !line.is_empty()
+            && rest[line.len()..]
+                .strip_prefix(':')
+                .is_some_and(|r| r.starts_with(|c: char| c.is_ascii_digit()))
+    })
+}
+
+/// A study, an inventory or a tuned file that is not one at all (a
+/// symlink to a secret file, a `.env`) used to have its text quoted in the
+/// error: its keys, as an unknown key and in the key path. It is refused
+/// (exit 2) naming the file and the position, and none of its text shows.
+/// A file that looks like a study (one key a study has) still has its
+/// mistakes quoted.
+#[test]
+fn a_file_that_is_not_a_study_is_refused_without_quoting_it() {
+    let env = Env::new(TINY).with_secret("hunter2");
+    let secrets = [
+        "SECRET=hunter2 not yaml: [\n",
+        "SECRET=hunter2 not yaml: x\n",
+        "SECRET=hunter2 a: 1\nSECRET=hunter2 a: 2\n",
+        "{\"SECRET=hunter2\": \"hunter2\"}\n",
+        "export TOKEN=hunter2\nexport B=2\n",
+    ];
+    let secret = env.path().join("secret.env");
+    let linked = env.path().join("linked.yaml");
+    std::os::unix::fs::symlink(&secret, &linked).expect("symlink");
+    let study = env.study_arg();
+    let ledger = env.ledger_url().to_string();
+    for text in secrets {
+        std::fs::write(&secret, text).expect("write secret");
+        let cases: [(&str, Vec<&str>); 5] = [
+            ("validate", vec!["validate", "linked.yaml"]),
+            (
+                "plan",
+                vec!["plan", "linked.yaml", "--dry-run", "--ledger", &ledger],
+            ),
+            ("launch", vec!["launch", "linked.yaml", "--ledger", &ledger]),
+            (
+                "inventory",
+                vec![
+                    "plan",
+                    &study,
+                    "--dry-run",
+                    "--inventory",
+                    "linked.yaml",
+                    "--ledger",
+                    &ledger,
+                ],
+            ),
+            ("tuned", vec!["apply", "--tuned", "linked.yaml", "--print"]),
+        ];
+        for (case, args) in cases {
+            // The Env fails the test if `hunter2` shows in any output.
+            let out = env.tunectl_run(&args);
+            assert_eq!(out.code, Some(2), "{case} of {text:?}:\n{}", out.text());
+            assert!(
+                names_a_position(&out.stderr, "linked.yaml"),
+                "{case} of {text:?}: no linked.yaml:LINE:COLUMN:\n{}",
+                out.text()
+            );
+        }
+    }
+    assert!(!env.ledger().exists(), "a refused file wrote to the ledger");
+
+    // A study with a mistake: its key is quoted as ever.
+    env.write_study(&TINY.replace("trial:", "trail: 1\ntrial:"));
+    let out = env.tunectl_run(&["validate", &study]);
+    assert_eq!(out.code, Some(2), "{}", out.text());
+    assert!(
+        out.stderr.contains("trail: unknown key `trail`"),
+        "{}",
+        out.text()
+    );
+}
+
+/// Every file under `dir` (relative path → bytes).
+fn tree(dir: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
+    let mut out = BTreeMap::new();
+    let mut todo = vec![dir.to_path_buf()];
+    while let Some(d) = todo.pop() {
+        for e in std::fs::read_dir(&d).expect("read_dir").flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                todo.push(p);
+            } else {
+                let rel = p.strip_prefix(dir).expect("under dir").to_path_buf();
+                out.insert(rel, std::fs::read(&p).expect("read"));
+            }
+        }
+    }
+    out
+}
+
+/// A study folder of the ledger that holds attempts but lost its
+/// `study.json` (deleted, a partial copy): a launch used to write a new
+/// record there, pairing the old measurements with whatever spec launched
+/// now. It is refused (exit 1), naming `study.json` and how to recover,
+/// and the ledger is left as it was, byte for byte.
+#[test]
+fn a_launch_does_not_recreate_a_missing_study_record() {
+    let env = Env::new(TINY);
+    env.launch_ok(&[]);
+    let folder = env.ledger().join("tiny");
+    assert!(folder.join("trials").is_dir(), "no trials in {folder:?}");
+    std::fs::remove_file(folder.join("study.json")).expect("remove study.json");
+    let before = tree(&env.ledger());
+    let runs = env.runs().len();
+
+    let out = env.launch(&[]);
+    assert_eq!(out.code, Some(1), "{}", out.text());
+    assert!(
+        out.stderr.contains("tiny/study.json")
+            && out.stderr.contains("the study record is missing")
+            && out.stderr.contains("Restore")
+            && out.stderr.contains("tunectl ledger check"),
+        "{}",
+        out.text()
+    );
+    assert_eq!(env.runs().len(), runs, "a trial ran:\n{}", out.text());
+    assert!(
+        !folder.join("study.json").exists(),
+        "study.json written again"
+    );
+    let after = tree(&env.ledger());
+    assert_eq!(
+        before.keys().collect::<Vec<_>>(),
+        after.keys().collect::<Vec<_>>(),
+        "objects added or removed"
+    );
+    assert!(before == after, "an object of the ledger changed");
+}
+
+/// Studies too large to list: a grid of 10^12 configs, 10^9 cells (3 axes
+/// of 1,000 values), and 10^6 configs in each of 100 cells (10^8 (config,
+/// cell) pairs). `launch` refused the grid with exit 1 where `plan` said
+/// 2, and the cells took every command into a 24 GB allocation. Counted
+/// before anything is listed, each is refused by `validate`, `plan` and
+/// `launch` alike: exit 2, at once, in little memory, naming the count and
+/// the limit, and nothing is written to the ledger.
+#[test]
+fn studies_too_large_to_list_are_refused_alike() {
+    let thousand: Vec<String> = (0..1000).map(|i| i.to_string()).collect();
+    let thousand = format!("[{}]", thousand.join(", "));
+    let hundred: Vec<String> = (0..100).map(|i| i.to_string()).collect();
+    let hundred = format!("[{}]", hundred.join(", "));
+    let study = |knobs: &str, cells: &str| {
+        format!(
+            "name: huge\nknobs:\n{knobs}{cells}trial:\n  command: \"echo {{{{ a }}}}\"\nobjective: {{metric: t, better: higher}}\n"
+        )
+    };
+    let knob = |name: &str| format!("  {name}: {{kind: int, min: 0, max: 999, default: 0}}\n");
+    let four = ["a", "b", "c", "d"].map(knob).concat();
+    let two = ["a", "b"].map(knob).concat();
+    let cases = [
+        (
+            "a grid of 10^12 configs",
+            study(&four, ""),
+            "1000000000000 configs",
+        ),
+        (
+            "10^9 cells",
+            study(
+                &two[..two.len() / 2],
+                &format!("cells:\n  x: {thousand}\n  y: {thousand}\n  z: {thousand}\n"),
+            ),
+            "1000000000 cells",
+        ),
+        (
+            "10^8 (config, cell) pairs",
+            study(&two, &format!("cells:\n  x: {hundred}\n")),
+            "100000000 (config, cell) pairs",
+        ),
+    ];
+    let env = Env::new(TINY);
+    for (what, text, count) in cases {
+        env.write_study(&text);
+        let study = env.study_arg();
+        let ledger = env.ledger().display().to_string();
+        let work = env.work().display().to_string();
+        let commands: [(&str, Vec<&str>); 3] = [
+            ("validate", vec!["validate", &study]),
+            ("plan", vec!["plan", &study, "--ledger", &ledger]),
+            (
+                "launch",
+                vec!["launch", &study, "--ledger", &ledger, "--workdir", &work],
+            ),
+        ];
+        for (command, args) in commands {
+            let mut cmd = env.tunectl();
+            cmd.args(&args);
+            let out = run_fast(&env, cmd, &format!("{command} of {what}"));
+            assert_eq!(out.code, Some(2), "{command} of {what}:\n{}", out.text());
+            assert!(
+                out.stderr.contains(count) && out.stderr.contains("more than the 50000000"),
+                "{command} of {what}: no `{count}` or limit:\n{}",
+                out.text()
+            );
+            assert!(
+                names_a_position(&out.stderr, "study.yaml"),
+                "{command} of {what}:\n{}",
+                out.text()
+            );
+        }
+        assert!(!env.ledger().exists(), "{what}: the ledger was written");
+    }
+}

@@ -20,15 +20,7 @@ pub async fn run(a: ApplyArgs) -> Result<(), CliError> {
         eprintln!("warning: {w}");
     }
     let cell = tuned::parse_cell(&a.cells).map_err(CliError::Invalid)?;
-    let axes = tuned::bucket_axes(files.iter().flat_map(|(_, f)| &f.buckets));
-    if !axes.is_empty()
-        && let Some(unknown) = cell.keys().find(|k| !axes.contains(k))
-    {
-        return Err(CliError::Invalid(format!(
-            "--cell {unknown}: the tuned buckets have no axis `{unknown}` (axes: {})",
-            axes.join(", ")
-        )));
-    }
+    tuned::check_cell_axes(&files, &cell).map_err(CliError::Invalid)?;
     // All files are of one study (`load` checks), so of one class key.
     let (key, tools) = match files.first().and_then(|(_, f)| f.class_key.as_ref()) {
         Some(k) => (k.fields.clone(), k.tools.clone()),

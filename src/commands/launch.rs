@@ -172,7 +172,9 @@ async fn launch(a: &LaunchArgs, end: &mut LaunchEnd) -> Result<(), CliError> {
                 drop(tx);
                 let _ = reporter.await;
                 return Err(match e {
-                    launch::LaunchError::SpecChanged { .. } => CliError::Invalid(e.to_string()),
+                    launch::LaunchError::SpecChanged { .. } | launch::LaunchError::Invalid(_) => {
+                        CliError::Invalid(e.to_string())
+                    }
                     other => failed(other),
                 });
             }

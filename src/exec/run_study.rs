@@ -92,6 +92,11 @@ pub enum LaunchError {
     },
     #[error(transparent)]
     Ledger(#[from] crate::ledger::LedgerError),
+    /// The study cannot be planned (too large to list, a constraint that
+    /// does not evaluate): invalid input, refused as `tunectl plan` refuses
+    /// it (exit 2).
+    #[error("{0}")]
+    Invalid(String),
     #[error("{0}")]
     Other(String),
 }
@@ -319,6 +324,9 @@ pub async fn run_study(
     cancel: CancellationToken,
 ) -> Result<LaunchSummary, LaunchError> {
     let emitter = Emitter::new(events);
+    // Refused before the ledger is written to (the study loader refused
+    // it already; a study built otherwise is refused here alike).
+    crate::space::check_size(study).map_err(|e| LaunchError::Invalid(e.to_string()))?;
     let record = register_study(study, study_id, ledger).await?;
     let probed = probe_hosts(study, study_id, ledger, hosts, &emitter).await?;
     if probed.is_empty() {
@@ -337,7 +345,8 @@ pub async fn run_study(
     let plan_hosts: Vec<PlanHost> = probed.iter().map(|p| p.plan_host.clone()).collect();
     let (hosts, fingerprints): (Vec<LaunchHost>, Vec<Fingerprint>) =
         probed.into_iter().map(|p| (p.host, p.fingerprint)).unzip();
-    let plan = Plan::build_shard(study, &plan_hosts, options.shard).map_err(LaunchError::Other)?;
+    let plan =
+        Plan::build_shard(study, &plan_hosts, options.shard).map_err(LaunchError::Invalid)?;
     for n in &plan.notes {
         emitter.emit(LaunchEvent::PlanNote { text: n.clone() });
     }

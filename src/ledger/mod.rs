@@ -654,8 +654,33 @@ impl Ledger {
     }
 
     /// Store the study record unless one exists; returns the stored one.
+    ///
+    /// Only a study the ledger holds nothing of gets a new record: the
+    /// record is the first object a launch writes, so a study whose other
+    /// objects (attempts, hosts, the arrival log...) are there without it
+    /// lost it (deleted, or a partial copy of the ledger). That is an
+    /// error naming the record, and nothing is written: a new record would
+    /// pair the study's measurements with whatever spec launched now.
     pub async fn ensure_study(&self, record: &StudyRecord) -> Result<StudyRecord, LedgerError> {
         let key = ObjPath::from(format!("{}/study.json", record.study_id));
+        if let Some(stored) = self.read_study(&record.study_id).await? {
+            return Ok(stored);
+        }
+        if self.holds_study_objects(&record.study_id).await? {
+            // Another launcher may have written the record, then its first
+            // objects, since it was looked for.
+            if let Some(stored) = self.read_study(&record.study_id).await? {
+                return Ok(stored);
+            }
+            return Err(self.io_err(
+                "read",
+                &key,
+                format!(
+                    "the study record is missing, but the ledger holds the study's other objects (attempts under `{study}/trials/`, hosts, the arrival log...): it was deleted or not copied. Nothing was written. Restore `{key}` from a backup or copy of this ledger, run `tunectl ledger check` to see what else is missing, or launch into a new ledger (--ledger)",
+                    study = record.study_id,
+                ),
+            ));
+        }
         let bytes =
             serde_json::to_vec_pretty(record).map_err(|e| self.io_err("encode", &key, e))?;
         if self.create(&key, bytes).await? {

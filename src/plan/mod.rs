@@ -353,19 +353,15 @@ impl Plan {
                 ));
             }
         }
+        // Counted before anything is listed (the study loader refused
+        // this already; a study built otherwise is refused here alike).
+        space::check_size(study).map_err(|e| e.to_string())?;
         let space = ConfigSpace::new(study)?;
         let check = TemplateCheck::new(study)?;
         let cells = space::cells(study);
         // A budget bounds how many candidates can ever run; without cell
         // constraints, enumeration can stop there.
-        let cells_n = cells.len() as u64;
-        let repeats_n = u64::from(study.measurement.repeats);
-        let limit = match study.budget.max_trials {
-            Some(max) if !check.any_uses_cells() => {
-                Some((max / (cells_n * repeats_n).max(1)).saturating_sub(1) + 1)
-            }
-            _ => None,
-        };
+        let limit = space::grid_limit(study, check.any_uses_cells());
         let mut base = space::candidates(study, &space, &check, limit)?;
         let stopped_early = limit.is_some_and(|l| base.indices.len() as u64 >= l);
         let mut notes: Vec<String> = base.note.take().into_iter().collect();

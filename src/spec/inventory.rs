@@ -177,12 +177,13 @@ impl Inventory {
     }
 
     pub fn load(path: &Path) -> Result<Inventory, Diagnostics> {
-        let root = yaml::load_file(path, crate::safe_read::MAX_INVENTORY_FILE_BYTES)?;
-        Self::from_node(path, &root)
+        let text = crate::safe_read::read_text(path, crate::safe_read::MAX_INVENTORY_FILE_BYTES)
+            .map_err(|e| Diagnostics::whole_file(path, format!("cannot read file: {e}")))?;
+        Self::from_text(path, &text)
     }
 
     pub fn from_text(path: &Path, text: &str) -> Result<Inventory, Diagnostics> {
-        let root = yaml::parse_text(path, text)?;
+        let root = yaml::parse_kind(path, text, INVENTORY_FILE)?;
         Self::from_node(path, &root)
     }
 
@@ -203,9 +204,15 @@ impl Inventory {
     }
 }
 
+/// An inventory file, by its top-level keys (see [`yaml::parse_kind`]).
+pub const INVENTORY_FILE: yaml::FileKind = yaml::FileKind {
+    what: "inventory",
+    keys: &["hosts", "ledger", "notify"],
+};
+
 fn parse_inventory(w: &mut Walker, root: &Node) -> Option<Inventory> {
     let map = w.mapping(root, "")?;
-    w.check_keys(map, "", &["hosts", "ledger", "notify"]);
+    w.check_keys(map, "", INVENTORY_FILE.keys);
     let ledger = map.get_node("ledger").and_then(|n| w.string(n, "ledger"));
     let notify = map.get_node("notify").and_then(|n| {
         let cmd = w.string(n, "notify")?;

@@ -529,12 +529,18 @@ const TOP_KEYS: &[&str] = &[
     "result",
 ];
 
+/// A study file, by its top-level keys (see [`yaml::parse_kind`]).
+pub const STUDY_FILE: yaml::FileKind = yaml::FileKind {
+    what: "study",
+    keys: TOP_KEYS,
+};
+
 impl Study {
     /// Load and validate a study file.
     pub fn load(path: &Path) -> Result<Study, Diagnostics> {
         let text = crate::safe_read::read_text(path, crate::safe_read::MAX_STUDY_FILE_BYTES)
             .map_err(|e| Diagnostics::whole_file(path, format!("cannot read file: {e}")))?;
-        let root = yaml::parse_text(path, &text)?;
+        let root = yaml::parse_kind(path, &text, STUDY_FILE)?;
         let dir = path
             .parent()
             .map(|p| {
@@ -557,7 +563,7 @@ impl Study {
     /// Load from text (tests and tools); `path` is used in messages and as
     /// the study directory's anchor.
     pub fn from_text(path: &Path, text: &str) -> Result<Study, Diagnostics> {
-        let root = yaml::parse_text(path, text)?;
+        let root = yaml::parse_kind(path, text, STUDY_FILE)?;
         let dir = path.parent().unwrap_or(Path::new(".")).to_path_buf();
         let mut w = Walker::with_text(path, text);
         let study = parse_study(&mut w, &root, path, &dir);
@@ -606,14 +612,20 @@ impl Study {
         names
     }
 
-    /// Number of configs in the full grid (before constraints).
+    /// Number of configs in the full grid (before constraints), at most
+    /// `u128::MAX` (many knobs of many values would overflow it).
     pub fn grid_size(&self) -> u128 {
-        self.knobs.iter().map(|k| k.values.len() as u128).product()
+        self.knobs
+            .iter()
+            .fold(1u128, |n, k| n.saturating_mul(k.values.len() as u128))
     }
 
-    /// Number of cells (1 when the study has no cell axes).
-    pub fn cell_count(&self) -> u64 {
-        self.cells.iter().map(|c| c.values.len() as u64).product()
+    /// Number of cells (1 when the study has no cell axes), at most
+    /// `u128::MAX`; counted, never listed (see [`crate::space::check_size`]).
+    pub fn cell_count(&self) -> u128 {
+        self.cells
+            .iter()
+            .fold(1u128, |n, c| n.saturating_mul(c.values.len() as u128))
     }
 }
 
@@ -776,7 +788,10 @@ fn parse_study(w: &mut Walker, root: &Node, path: &Path, dir: &Path) -> Option<S
     warn_about(w, map, &study);
     study.warnings = std::mem::take(&mut w.warnings);
     // These evaluate the study as a whole: only meaningful when every part
-    // of it is valid.
+    // of it is valid. The size first: the others list its cells.
+    if w.diags.is_empty() {
+        check_size(w, map, &study);
+    }
     if w.diags.is_empty() {
         check_baseline(w, map, &study);
         check_strategy(w, map, &study);
@@ -2908,6 +2923,22 @@ fn check_rendering(w: &mut Walker, map: &marked_yaml::types::MarkedMappingNode, 
                     break 'points;
                 }
             }
+        }
+    }
+}
+
+/// Refuse a study too large to plan ([`crate::space::check_size`]): at
+/// `knobs` when its grid is what is too large, else at `cells`.
+fn check_size(w: &mut Walker, map: &marked_yaml::types::MarkedMappingNode, study: &Study) {
+    use crate::space::TooLarge;
+    if let Err(e) = crate::space::check_size(study) {
+        let at = match &e {
+            TooLarge::Grid(_) => None,
+            TooLarge::Cells(_) | TooLarge::Pairs(_) => map.get_node("cells").map(|n| (n, "cells")),
+        }
+        .or_else(|| map.get_node("knobs").map(|n| (n, "knobs")));
+        if let Some((node, field)) = at {
+            w.error_at(node, field, e.to_string());
         }
     }
 }

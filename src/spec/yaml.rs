@@ -14,14 +14,6 @@ use marked_yaml::{LoaderOptions, Node};
 use super::diag::{Diagnostic, Diagnostics};
 use super::value::Value;
 
-/// Read (a regular file of at most `cap` bytes, see [`crate::safe_read`])
-/// and parse a YAML file whose top level must be a mapping.
-pub fn load_file(file: &Path, cap: u64) -> Result<Node, Diagnostics> {
-    let text = crate::safe_read::read_text(file, cap)
-        .map_err(|e| Diagnostics::whole_file(file, format!("cannot read file: {e}")))?;
-    parse_text(file, &text)
-}
-
 /// Deepest nesting of lists and mappings accepted in an input file (a
 /// study nests about 5 deep; the walkers and the node tree recurse).
 pub const MAX_DEPTH: usize = 64;
@@ -33,19 +25,103 @@ pub const MAX_DURATION: Duration = Duration::from_secs(30 * 24 * 3600);
 /// at its start, as some editors write, is not part of the text (columns
 /// count from after it, as the editor shows them).
 pub fn parse_text(file: &Path, text: &str) -> Result<Node, Diagnostics> {
+    parse_checked(file, text, true).map_err(|(d, _)| d)
+}
+
+/// [`parse_text`], duplicate keys an error or not; on an error, whether it
+/// is a duplicate key (whose message quotes the key).
+fn parse_checked(file: &Path, text: &str, duplicates: bool) -> Result<Node, (Diagnostics, bool)> {
     let text = text.strip_prefix('\u{feff}').unwrap_or(text);
     if text.trim().is_empty() {
-        return Err(Diagnostics::whole_file(
-            file,
-            "the file is empty; expected a YAML mapping",
+        return Err((
+            Diagnostics::whole_file(file, "the file is empty; expected a YAML mapping"),
+            false,
         ));
     }
-    check_characters(file, text)?;
-    check_depth(file, text)?;
+    check_characters(file, text).map_err(|d| (d, false))?;
+    check_depth(file, text).map_err(|d| (d, false))?;
     let options = LoaderOptions::default()
-        .error_on_duplicate_keys(true)
+        .error_on_duplicate_keys(duplicates)
         .prevent_coercion(true);
-    marked_yaml::parse_yaml_with_options(0, text, options).map_err(|e| load_error(file, e))
+    marked_yaml::parse_yaml_with_options(0, text, options).map_err(|e| {
+        let duplicate = matches!(e, marked_yaml::LoadError::DuplicateKey(_));
+        (load_error(file, e), duplicate)
+    })
+}
+
+/// A kind of input file, by the top-level keys such a file has.
+#[derive(Debug, Clone, Copy)]
+pub struct FileKind {
+    /// What it is, for messages: `study`, `inventory`, `tuned`.
+    pub what: &'static str,
+    /// Its top-level keys.
+    pub keys: &'static [&'static str],
+}
+
+/// Parse the text of a file of `kind`: [`parse_text`], then the file must
+/// look like one of its kind, a mapping with at least one key such a file
+/// has.
+///
+/// Messages about a file quote its text (a key in a key path or an
+/// unknown-key message, a value) only when it looks like one of its kind.
+/// A file that does not (a `.env`, a key file, a shadow file reached
+/// through a symlink: anything named where a study, inventory or tuned
+/// file was meant) is refused with its position only, and nothing of it
+/// is shown: syntax errors name a place and what the parser expected, a
+/// file whose top level is not a mapping is said to be one, and a mapping
+/// none of whose keys is one of the kind's gets this one message. A
+/// duplicate key is named only in a file that looks like one of its kind.
+pub fn parse_kind(file: &Path, text: &str, kind: FileKind) -> Result<Node, Diagnostics> {
+    let node = match parse_checked(file, text, true) {
+        Ok(node) => node,
+        Err((d, false)) => return Err(d),
+        // Named only if the file, read with the duplicate kept, is one.
+        Err((d, true)) => {
+            return match parse_checked(file, text, false) {
+                Ok(node) if looks_like(&node, kind) => Err(d),
+                Ok(node) => Err(not_of_kind(file, &node, kind)),
+                Err(_) => Err(d),
+            };
+        }
+    };
+    if looks_like(&node, kind) || !matches!(node, Node::Mapping(_)) {
+        // Not a mapping: the walker says so, quoting nothing.
+        return Ok(node);
+    }
+    Err(not_of_kind(file, &node, kind))
+}
+
+/// Whether `node` is a mapping with at least one top-level key of `kind`.
+fn looks_like(node: &Node, kind: FileKind) -> bool {
+    node.as_mapping()
+        .is_some_and(|m| m.keys().any(|k| kind.keys.contains(&k.as_str())))
+}
+
+/// The refusal of a mapping none of whose keys is of `kind`: at its first
+/// key, quoting nothing of the file.
+fn not_of_kind(file: &Path, node: &Node, kind: FileKind) -> Diagnostics {
+    let (line, column) = node
+        .as_mapping()
+        .and_then(|m| m.keys().next())
+        .and_then(|k| k.span().start())
+        .or_else(|| node.span().start())
+        .map(|m| (m.line(), m.column()))
+        .unwrap_or((0, 0));
+    let what = kind.what;
+    let a = if what.starts_with(['a', 'e', 'i', 'o', 'u']) {
+        "an"
+    } else {
+        "a"
+    };
+    at(
+        file,
+        line,
+        column,
+        format!(
+            "not {a} {what} file: none of its top-level keys is one {a} {what} file has ({}); its content is not shown",
+            kind.keys.join(", ")
+        ),
+    )
 }
 
 /// A diagnostic at one position of a file.

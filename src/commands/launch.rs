@@ -390,11 +390,7 @@ async fn check_spend(
     }
 }
 
-/// Seconds as people read them (`1h 2m 5s`).
-fn fmt_secs(s: f64) -> String {
-    humantime::format_duration(std::time::Duration::from_secs(s.max(0.0).round() as u64))
-        .to_string()
-}
+use crate::fmt::duration as fmt_secs;
 
 /// Launch rounds at most in one `tunectl launch` (a round starts again when
 /// a host's fingerprint changed).

@@ -366,7 +366,6 @@ pub(super) fn secondary_metrics(
         .collect()
 }
 
-
 pub(super) fn samples_by_host(
     attempts: &[&AttemptRecord],
     objective: &str,

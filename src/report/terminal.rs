@@ -9,8 +9,8 @@ use std::fmt::Write as _;
 
 use comfy_table::{ContentArrangement, Table, presets};
 
-use crate::decide::levers::{NextSteps, value_text};
 use super::render::{cells_for_people, num, search_table};
+use crate::decide::levers::{NextSteps, value_text};
 use crate::decide::{Analysis, BucketReport, CellReport, ClassReport, ConfigReport};
 use crate::stats::Summary;
 

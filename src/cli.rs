@@ -1,15 +1,22 @@
-//! Command-line interface: the arguments of every command (clap) and the
-//! dispatch to its body in [`crate::commands`], which also says what the
-//! exit codes are.
+//! Command-line interface: the top-level arguments and the subcommands
+//! (clap), and the dispatch to each command's body in [`crate::commands`],
+//! where each command's own arguments live beside it (so that `commands`
+//! never imports `cli`), and which also says what the exit codes are.
 
-use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
-use crate::commands::{self, CliError, FormatArgs, say_err};
-use crate::exec::progress::ProgressMode;
-use crate::report::Format;
+use crate::commands::apply::ApplyArgs;
+use crate::commands::export::ExportArgs;
+use crate::commands::fingerprint::FingerprintArgs;
+use crate::commands::launch::LaunchArgs;
+use crate::commands::ledger::LedgerCheckArgs;
+use crate::commands::plan::PlanArgs;
+use crate::commands::report::ReportArgs;
+use crate::commands::status::StatusArgs;
+use crate::commands::validate::ValidateArgs;
+use crate::commands::{self, CliError, say_err};
 
 #[derive(Parser, Debug)]
 #[command(
@@ -184,220 +191,12 @@ pub struct CompletionsArgs {
     pub shell: clap_complete::Shell,
 }
 
-#[derive(clap::Args, Debug)]
-pub struct PlanArgs {
-    /// The study file.
-    pub study: PathBuf,
-    /// Inventory file (default: this machine, one slot).
-    #[arg(long, short)]
-    pub inventory: Option<PathBuf>,
-    /// Ledger URL or path (default: the study's `ledger`, the inventory's, or ./ledgers).
-    #[arg(long, env = "TUNECTL_LEDGER")]
-    pub ledger: Option<String>,
-    /// Spend nothing and write nothing (always the case for `plan`).
-    #[arg(long)]
-    pub dry_run: bool,
-    #[command(flatten)]
-    pub output: FormatArgs,
-    /// Same as `--format json`.
-    #[arg(long, conflicts_with = "format")]
-    pub json: bool,
-    /// How many configs to show with their rendered commands.
-    #[arg(long, default_value_t = 5)]
-    pub show: usize,
-    /// Plan one shard of a grid: `i/n` (1-based), the baseline and the
-    /// i-th of n contiguous slices of the grid's candidates.
-    #[arg(long, value_parser = crate::search::Shard::parse)]
-    pub shard: Option<crate::search::Shard>,
-}
-
-#[derive(clap::Args, Debug)]
-pub struct LaunchArgs {
-    /// The study file.
-    pub study: PathBuf,
-    /// Inventory file (default: this machine, one slot).
-    #[arg(long, short)]
-    pub inventory: Option<PathBuf>,
-    /// Ledger URL or path (default: the study's `ledger`, the inventory's, or ./ledgers).
-    #[arg(long, env = "TUNECTL_LEDGER")]
-    pub ledger: Option<String>,
-    /// Only use these inventory hosts (repeatable).
-    #[arg(long = "host")]
-    pub hosts: Vec<String>,
-    /// Where attempts get their fresh directories.
-    #[arg(long, env = "TUNECTL_WORKDIR")]
-    pub workdir: Option<PathBuf>,
-    /// Keep the directories of successful attempts too (failed ones are always kept).
-    #[arg(long)]
-    pub keep_workdirs: bool,
-    /// How progress is shown on stderr (`--quiet` means `quiet`).
-    #[arg(long, value_enum, default_value_t = ProgressMode::Auto)]
-    pub progress: ProgressMode,
-    /// Start a new study (id `<name>-<spec hash>`) when the spec differs from the ledger's.
-    #[arg(long)]
-    pub fork: bool,
-    /// Report drift of the baseline anchors but discard nothing and never cool down.
-    #[arg(long)]
-    pub no_cooldown: bool,
-    /// Store every attempt's full stdout and stderr in the ledger beside it
-    /// (`<attempt>.stdout.log`, `<attempt>.stderr.log`; 64 MiB each at most).
-    #[arg(long)]
-    pub store_logs: bool,
-    /// How long the trials of a host class wait when every host of the
-    /// class is down, before they are left for a later launch (e.g. `10m`).
-    #[arg(long, value_parser = crate::spec::yaml::parse_duration, default_value = "10m")]
-    pub host_timeout: std::time::Duration,
-    /// Run one shard of a grid: `i/n` (1-based): the baseline and the i-th
-    /// of n contiguous slices of the grid's candidates, no confirmation
-    /// round. Shards may share a ledger or each have one.
-    #[arg(long, value_parser = crate::search::Shard::parse)]
-    pub shard: Option<crate::search::Shard>,
-    /// Warm-start an adaptive search from an earlier study of the same
-    /// knobs: `<ledger URL or path>#<study id>`, or a study id in this
-    /// launch's ledger. Configs that failed there on a host class are not
-    /// tried again on it; TPE starts from its values.
-    #[arg(long)]
-    pub seed_from: Option<String>,
-    /// A shell command run on this machine when the launch ends, with the
-    /// outcome as JSON on its stdin (overrides the inventory's `notify`).
-    #[arg(long, value_name = "COMMAND")]
-    pub notify: Option<String>,
-    /// Launch although the plan's estimate exceeds `budget.max_trial_time`,
-    /// or remote hosts run without one.
-    #[arg(long)]
-    pub yes: bool,
-    // `text` prints nothing on stdout (progress and the summary go to
-    // stderr); `json` the outcome document.
-    #[command(flatten)]
-    pub output: FormatArgs,
-}
-
-#[derive(clap::Args, Debug)]
-pub struct ReportArgs {
-    /// A study file, or a study id in the ledger.
-    pub study: String,
-    /// Ledger URL or path (default: the study file's `ledger`, or ./ledgers).
-    #[arg(long, env = "TUNECTL_LEDGER")]
-    pub ledger: Option<String>,
-    /// Output format (`json`: docs/json.md).
-    #[arg(long, value_enum, default_value_t = Format::Table)]
-    pub format: Format,
-    /// Show every eligible config, not only the baseline, the best and the
-    /// rejected, and every rejected config at every cell instead of groups.
-    #[arg(long)]
-    pub all: bool,
-    /// Columns the table fits (default: `COLUMNS`, else the terminal's,
-    /// else 100).
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(40..))]
-    pub width: Option<u16>,
-    /// Only the configs of one shard of a grid (`i/n`, as given to launch);
-    /// needs the study file. With `--format measurements`, the rows of
-    /// shards 1/n .. n/n concatenated equal those of the full grid.
-    #[arg(long, value_parser = crate::search::Shard::parse)]
-    pub shard: Option<crate::search::Shard>,
-    /// Write the report to FILE instead of stdout (any format; `html` is
-    /// one self-contained page).
-    #[arg(short = 'o', long, value_name = "FILE")]
-    pub output: Option<PathBuf>,
-}
-
-#[derive(clap::Args, Debug)]
-pub struct ExportArgs {
-    /// A study file, or a study id in the ledger.
-    pub study: String,
-    /// Ledger URL or path (default: the study file's `ledger`, or ./ledgers).
-    #[arg(long, env = "TUNECTL_LEDGER")]
-    pub ledger: Option<String>,
-    /// Directory for the tuned files (created if missing).
-    #[arg(long, default_value = "tuned")]
-    pub out: PathBuf,
-    #[command(flatten)]
-    pub output: FormatArgs,
-}
-
-#[derive(clap::Args, Debug)]
-pub struct ApplyArgs {
-    /// A tuned file, or a directory of them (every *.yaml in it).
-    #[arg(long)]
-    pub tuned: PathBuf,
-    /// The workload cell, one axis per flag (e.g. `--cell batch=4`): picks the bucket.
-    #[arg(long = "cell", value_name = "AXIS=VALUE")]
-    pub cells: Vec<String>,
-    /// Print the chosen knobs, the environment and why, as YAML; run nothing.
-    #[arg(long)]
-    pub print: bool,
-    /// The command, after `--`: a template (`{{ knob }}` is replaced by the
-    /// knob's value, shell-quoted) run with `/bin/sh -c`.
-    #[arg(last = true, value_name = "COMMAND")]
-    pub command: Vec<String>,
-}
-
-#[derive(clap::Args, Debug)]
-pub struct StatusArgs {
-    /// A study file (pending counts need it), or a study id in the ledger.
-    pub study: String,
-    /// Ledger URL or path (default: the study file's `ledger`, or ./ledgers).
-    #[arg(long, env = "TUNECTL_LEDGER")]
-    pub ledger: Option<String>,
-    #[command(flatten)]
-    pub output: FormatArgs,
-    /// Same as `--format json`.
-    #[arg(long, conflicts_with_all = ["format", "watch"])]
-    pub json: bool,
-    /// Keep showing the status, refreshed every `--interval`, with an ETA
-    /// and each bucket's leader so far, until nothing is running or
-    /// pending (or Ctrl-C).
-    #[arg(long)]
-    pub watch: bool,
-    /// How often `--watch` reads the ledger again (e.g. `2s`, `500ms`; at
-    /// least 100ms).
-    #[arg(long, requires = "watch", value_parser = crate::commands::status::parse_interval, default_value = "2s")]
-    pub interval: std::time::Duration,
-}
-
 #[derive(Subcommand, Debug)]
 pub enum LedgerCommand {
     /// List objects that cannot be read as what their key says (they are
     /// ignored and their trials run again). Exits 1 when there are any.
     #[command(after_help = help::LEDGER_CHECK)]
     Check(LedgerCheckArgs),
-}
-
-#[derive(clap::Args, Debug)]
-pub struct LedgerCheckArgs {
-    /// A study file or id; every study in the ledger when omitted.
-    pub study: Option<String>,
-    /// Ledger URL or path (default: the study file's `ledger`, or ./ledgers).
-    #[arg(long, env = "TUNECTL_LEDGER")]
-    pub ledger: Option<String>,
-    #[command(flatten)]
-    pub output: FormatArgs,
-}
-
-#[derive(clap::Args, Debug)]
-pub struct FingerprintArgs {
-    /// Also probe the tool versions this study asks for.
-    #[arg(long)]
-    pub study: Option<PathBuf>,
-    // `text` prints YAML.
-    #[command(flatten)]
-    pub output: FormatArgs,
-    /// Same as `--format json`.
-    #[arg(long, conflicts_with = "format")]
-    pub json: bool,
-    /// Probe every host of this inventory (local, ssh) instead of this
-    /// machine, and group them into host classes.
-    #[arg(long, short)]
-    pub inventory: Option<PathBuf>,
-}
-
-#[derive(clap::Args, Debug)]
-pub struct ValidateArgs {
-    /// Study or inventory files (an inventory has a `hosts` key).
-    #[arg(required = true)]
-    pub files: Vec<PathBuf>,
-    #[command(flatten)]
-    pub output: FormatArgs,
 }
 
 /// Parse the arguments, run the command, exit with its code.

@@ -248,7 +248,7 @@ impl std::fmt::Display for TooLarge {
 /// How many candidates a grid plan lists before the cell constraints: the
 /// whole grid, or, under a `budget.max_trials` and no constraint that
 /// depends on the cell, as many as the budget can ever run (what
-/// [`crate::plan::Plan::build_shard`] passes to [`candidates`]).
+/// plan's shard builder passes to [`candidates`]).
 pub fn grid_limit(study: &Study, cells_use_constraints: bool) -> Option<u64> {
     let cells = u64::try_from(study.cell_count()).unwrap_or(u64::MAX);
     let repeats = u64::from(study.measurement.repeats);

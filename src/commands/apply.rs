@@ -4,8 +4,24 @@
 use std::collections::BTreeMap;
 
 use super::{CliError, failed, note, say_err};
-use crate::cli::ApplyArgs;
 use crate::{fingerprint, tuned};
+
+#[derive(clap::Args, Debug)]
+pub struct ApplyArgs {
+    /// A tuned file, or a directory of them (every *.yaml in it).
+    #[arg(long)]
+    pub tuned: std::path::PathBuf,
+    /// The workload cell, one axis per flag (e.g. `--cell batch=4`): picks the bucket.
+    #[arg(long = "cell", value_name = "AXIS=VALUE")]
+    pub cells: Vec<String>,
+    /// Print the chosen knobs, the environment and why, as YAML; run nothing.
+    #[arg(long)]
+    pub print: bool,
+    /// The command, after `--`: a template (`{{ knob }}` is replaced by the
+    /// knob's value, shell-quoted) run with `/bin/sh -c`.
+    #[arg(last = true, value_name = "COMMAND")]
+    pub command: Vec<String>,
+}
 
 /// Choose the knobs, then print them (`--print`) or become the command.
 pub async fn run(a: ApplyArgs) -> Result<(), CliError> {

@@ -5,8 +5,21 @@ use serde::Serialize;
 
 use super::inputs::{Use, load_analysis};
 use super::{CliError, failed, note, print_json, say, schema};
-use crate::cli::ExportArgs;
 use crate::tuned;
+
+#[derive(clap::Args, Debug)]
+pub struct ExportArgs {
+    /// A study file, or a study id in the ledger.
+    pub study: String,
+    /// Ledger URL or path (default: the study file's `ledger`, or ./ledgers).
+    #[arg(long, env = "TUNECTL_LEDGER")]
+    pub ledger: Option<String>,
+    /// Directory for the tuned files (created if missing).
+    #[arg(long, default_value = "tuned")]
+    pub out: std::path::PathBuf,
+    #[command(flatten)]
+    pub output: crate::commands::FormatArgs,
+}
 
 /// `export --format json` (docs/json.md): what was written.
 #[derive(Serialize)]

@@ -7,9 +7,25 @@ use std::sync::Arc;
 
 use super::hosts::{ssh_control_dir, transport_for};
 use super::{CliError, failed, print_json, schema};
-use crate::cli::FingerprintArgs;
 use crate::spec::{Inventory, Study};
 use crate::{fingerprint, yaml_out};
+
+#[derive(clap::Args, Debug)]
+pub struct FingerprintArgs {
+    /// Also probe the tool versions this study asks for.
+    #[arg(long)]
+    pub study: Option<std::path::PathBuf>,
+    // `text` prints YAML.
+    #[command(flatten)]
+    pub output: crate::commands::FormatArgs,
+    /// Same as `--format json`.
+    #[arg(long, conflicts_with = "format")]
+    pub json: bool,
+    /// Probe every host of this inventory (local, ssh) instead of this
+    /// machine, and group them into host classes.
+    #[arg(long, short)]
+    pub inventory: Option<std::path::PathBuf>,
+}
 
 /// Probe and print, as YAML or JSON.
 pub async fn run(a: FingerprintArgs) -> Result<(), CliError> {

@@ -10,7 +10,6 @@ use super::inputs::{Resolved, fork_id, ledger_url, load_inputs, resolution_notes
 use super::notify::{self, LaunchEnd, OutcomeSchema};
 use super::plan;
 use super::{CliError, failed, note, print_json, say_err, schema};
-use crate::cli::LaunchArgs;
 use crate::exec::events::LaunchSummary;
 use crate::exec::progress;
 use crate::exec::run_study::{self as launch, LaunchHost};
@@ -391,6 +390,67 @@ async fn check_spend(
 }
 
 use crate::fmt::duration as fmt_secs;
+
+#[derive(clap::Args, Debug)]
+pub struct LaunchArgs {
+    /// The study file.
+    pub study: std::path::PathBuf,
+    /// Inventory file (default: this machine, one slot).
+    #[arg(long, short)]
+    pub inventory: Option<std::path::PathBuf>,
+    /// Ledger URL or path (default: the study's `ledger`, the inventory's, or ./ledgers).
+    #[arg(long, env = "TUNECTL_LEDGER")]
+    pub ledger: Option<String>,
+    /// Only use these inventory hosts (repeatable).
+    #[arg(long = "host")]
+    pub hosts: Vec<String>,
+    /// Where attempts get their fresh directories.
+    #[arg(long, env = "TUNECTL_WORKDIR")]
+    pub workdir: Option<std::path::PathBuf>,
+    /// Keep the directories of successful attempts too (failed ones are always kept).
+    #[arg(long)]
+    pub keep_workdirs: bool,
+    /// How progress is shown on stderr (`--quiet` means `quiet`).
+    #[arg(long, value_enum, default_value_t = crate::exec::progress::ProgressMode::Auto)]
+    pub progress: crate::exec::progress::ProgressMode,
+    /// Start a new study (id `<name>-<spec hash>`) when the spec differs from the ledger's.
+    #[arg(long)]
+    pub fork: bool,
+    /// Report drift of the baseline anchors but discard nothing and never cool down.
+    #[arg(long)]
+    pub no_cooldown: bool,
+    /// Store every attempt's full stdout and stderr in the ledger beside it
+    /// (`<attempt>.stdout.log`, `<attempt>.stderr.log`; 64 MiB each at most).
+    #[arg(long)]
+    pub store_logs: bool,
+    /// How long the trials of a host class wait when every host of the
+    /// class is down, before they are left for a later launch (e.g. `10m`).
+    #[arg(long, value_parser = crate::spec::yaml::parse_duration, default_value = "10m")]
+    pub host_timeout: std::time::Duration,
+    /// Run one shard of a grid: `i/n` (1-based): the baseline and the i-th
+    /// of n contiguous slices of the grid's candidates, no confirmation
+    /// round. Shards may share a ledger or each have one.
+    #[arg(long, value_parser = crate::search::Shard::parse)]
+    pub shard: Option<crate::search::Shard>,
+    /// Warm-start an adaptive search from an earlier study of the same
+    /// knobs: `<ledger URL or path>#<study id>`, or a study id in this
+    /// launch's ledger. Configs that failed there on a host class are not
+    /// tried again on it; TPE starts from its values.
+    #[arg(long)]
+    pub seed_from: Option<String>,
+    /// A shell command run on this machine when the launch ends, with the
+    /// outcome as JSON on its stdin (overrides the inventory's `notify`).
+    #[arg(long, value_name = "COMMAND")]
+    pub notify: Option<String>,
+    /// Launch although the plan's estimate exceeds `budget.max_trial_time`,
+    /// or remote hosts run without one.
+    #[arg(long)]
+    pub yes: bool,
+    // `text` prints nothing on stdout (progress and the summary go to
+    // stderr); `json` the outcome document.
+    #[command(flatten)]
+    pub output: crate::commands::FormatArgs,
+}
 
 /// Launch rounds at most in one `tunectl launch` (a round starts again when
 /// a host's fingerprint changed).

@@ -4,8 +4,18 @@ use serde::Serialize;
 
 use super::inputs::{ledger_url, study_arg};
 use super::{CliError, failed, print_json, say, schema};
-use crate::cli::LedgerCheckArgs;
 use crate::ledger::Ledger;
+
+#[derive(clap::Args, Debug)]
+pub struct LedgerCheckArgs {
+    /// A study file or id; every study in the ledger when omitted.
+    pub study: Option<String>,
+    /// Ledger URL or path (default: the study file's `ledger`, or ./ledgers).
+    #[arg(long, env = "TUNECTL_LEDGER")]
+    pub ledger: Option<String>,
+    #[command(flatten)]
+    pub output: crate::commands::FormatArgs,
+}
 
 /// `ledger check --format json` (docs/json.md).
 #[derive(Serialize)]

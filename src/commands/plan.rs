@@ -7,7 +7,6 @@ use serde::Serialize;
 
 use super::inputs::{Resolved, fork_id, ledger_url, load_inputs, resolve};
 use super::{CliError, failed, print_json, schema};
-use crate::cli::PlanArgs;
 use crate::fingerprint;
 use crate::ledger::Ledger;
 use crate::plan::{ClassInfo, Plan, PlanHost};
@@ -16,6 +15,33 @@ use crate::spec::shell::quote_word;
 use crate::spec::{CommandRenderer, Inventory, Study, Transport, TrialVars, Value};
 
 use crate::fmt::duration as fmt_secs;
+
+#[derive(clap::Args, Debug)]
+pub struct PlanArgs {
+    /// The study file.
+    pub study: std::path::PathBuf,
+    /// Inventory file (default: this machine, one slot).
+    #[arg(long, short)]
+    pub inventory: Option<std::path::PathBuf>,
+    /// Ledger URL or path (default: the study's `ledger`, the inventory's, or ./ledgers).
+    #[arg(long, env = "TUNECTL_LEDGER")]
+    pub ledger: Option<String>,
+    /// Spend nothing and write nothing (always the case for `plan`).
+    #[arg(long)]
+    pub dry_run: bool,
+    #[command(flatten)]
+    pub output: crate::commands::FormatArgs,
+    /// Same as `--format json`.
+    #[arg(long, conflicts_with = "format")]
+    pub json: bool,
+    /// How many configs to show with their rendered commands.
+    #[arg(long, default_value_t = 5)]
+    pub show: usize,
+    /// Plan one shard of a grid: `i/n` (1-based), the baseline and the
+    /// i-th of n contiguous slices of the grid's candidates.
+    #[arg(long, value_parser = crate::search::Shard::parse)]
+    pub shard: Option<crate::search::Shard>,
+}
 
 #[derive(Serialize)]
 struct PlanView {

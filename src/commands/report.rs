@@ -6,11 +6,39 @@ use std::path::Path;
 
 use super::inputs::{Use, load_analysis};
 use super::{CliError, note};
-use crate::cli::ReportArgs;
 use crate::plan::Plan;
 use crate::report;
 use crate::space::ConfigSpace;
 use crate::spec::Study;
+
+#[derive(clap::Args, Debug)]
+pub struct ReportArgs {
+    /// A study file, or a study id in the ledger.
+    pub study: String,
+    /// Ledger URL or path (default: the study file's `ledger`, or ./ledgers).
+    #[arg(long, env = "TUNECTL_LEDGER")]
+    pub ledger: Option<String>,
+    /// Output format (`json`: docs/json.md).
+    #[arg(long, value_enum, default_value_t = crate::report::Format::Table)]
+    pub format: crate::report::Format,
+    /// Show every eligible config, not only the baseline, the best and the
+    /// rejected, and every rejected config at every cell instead of groups.
+    #[arg(long)]
+    pub all: bool,
+    /// Columns the table fits (default: `COLUMNS`, else the terminal's,
+    /// else 100).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(40..))]
+    pub width: Option<u16>,
+    /// Only the configs of one shard of a grid (`i/n`, as given to launch);
+    /// needs the study file. With `--format measurements`, the rows of
+    /// shards 1/n .. n/n concatenated equal those of the full grid.
+    #[arg(long, value_parser = crate::search::Shard::parse)]
+    pub shard: Option<crate::search::Shard>,
+    /// Write the report to FILE instead of stdout (any format; `html` is
+    /// one self-contained page).
+    #[arg(short = 'o', long, value_name = "FILE")]
+    pub output: Option<std::path::PathBuf>,
+}
 
 /// Render the analysis (of one shard's configs with `--shard`).
 pub async fn run(a: ReportArgs) -> Result<(), CliError> {

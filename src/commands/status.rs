@@ -7,11 +7,33 @@ use serde::Serialize;
 
 use super::inputs::{Resolved, changed_text, ledger_url, resolution_notes, resolve, study_arg};
 use super::{CliError, failed, print_json, say, say_err, schema};
-use crate::cli::StatusArgs;
 use crate::ledger::lease::LeaseRecord;
 use crate::ledger::{HostRecord, Ledger, Scan};
 use crate::plan::{ClassInfo, Plan, PlanHost, Progress};
 use crate::spec::Study;
+
+#[derive(clap::Args, Debug)]
+pub struct StatusArgs {
+    /// A study file (pending counts need it), or a study id in the ledger.
+    pub study: String,
+    /// Ledger URL or path (default: the study file's `ledger`, or ./ledgers).
+    #[arg(long, env = "TUNECTL_LEDGER")]
+    pub ledger: Option<String>,
+    #[command(flatten)]
+    pub output: crate::commands::FormatArgs,
+    /// Same as `--format json`.
+    #[arg(long, conflicts_with_all = ["format", "watch"])]
+    pub json: bool,
+    /// Keep showing the status, refreshed every `--interval`, with an ETA
+    /// and each bucket's leader so far, until nothing is running or
+    /// pending (or Ctrl-C).
+    #[arg(long)]
+    pub watch: bool,
+    /// How often `--watch` reads the ledger again (e.g. `2s`, `500ms`; at
+    /// least 100ms).
+    #[arg(long, requires = "watch", value_parser = crate::commands::status::parse_interval, default_value = "2s")]
+    pub interval: std::time::Duration,
+}
 
 mod watch;
 pub use watch::parse_interval;

@@ -3,8 +3,16 @@
 use serde::Serialize;
 
 use super::{CliError, note, print_json, schema};
-use crate::cli::ValidateArgs;
 use crate::spec::{Diagnostic, Diagnostics, Inventory, Study};
+
+#[derive(clap::Args, Debug)]
+pub struct ValidateArgs {
+    /// Study or inventory files (an inventory has a `hosts` key).
+    #[arg(required = true)]
+    pub files: Vec<std::path::PathBuf>,
+    #[command(flatten)]
+    pub output: crate::commands::FormatArgs,
+}
 
 /// `validate --format json` (docs/json.md).
 #[derive(Serialize)]

@@ -9,7 +9,7 @@ use std::fmt::Write as _;
 
 use comfy_table::{ContentArrangement, Table, presets};
 
-use super::render::{cells_for_people, num, search_table};
+use super::render::{RowRole, cells_for_people, num, search_table};
 use crate::decide::levers::{NextSteps, value_text};
 use crate::decide::{Analysis, BucketReport, CellReport, ClassReport, ConfigReport};
 use crate::stats::Summary;
@@ -322,11 +322,11 @@ fn cell_table(a: &Analysis, cell: &CellReport, all: bool, width: usize) -> (Tabl
     let rows = super::render::rows(cell, all);
     let shown: Vec<_> = rows
         .into_iter()
-        .filter(|(role, _, _)| all || *role != "rejected")
+        .filter(|(role, _, _)| all || *role != RowRole::Rejected)
         .collect();
-    let notes = shown
-        .iter()
-        .any(|(role, _, note)| !note.is_empty() && (*role == "rejected" || *role == "baseline"));
+    let notes = shown.iter().any(|(role, _, note)| {
+        !note.is_empty() && (*role == RowRole::Rejected || *role == RowRole::Baseline)
+    });
     let mut head = vec!["role".to_string(), "config".to_string()];
     let unit = |u: &str| {
         if u.is_empty() {
@@ -359,7 +359,7 @@ fn cell_table(a: &Analysis, cell: &CellReport, all: bool, width: usize) -> (Tabl
                     .unwrap_or_else(|| "—".to_string()),
             );
         }
-        row.push(super::render::speedup_cell(role, r));
+        row.push(super::render::speedup_cell(*role, r));
         if notes {
             row.push(note.clone());
         }
@@ -368,7 +368,7 @@ fn cell_table(a: &Analysis, cell: &CellReport, all: bool, width: usize) -> (Tabl
     let hidden = cell.eligible.len()
         - shown
             .iter()
-            .filter(|(role, _, _)| *role != "baseline" && *role != "rejected")
+            .filter(|(role, _, _)| *role != RowRole::Baseline && *role != RowRole::Rejected)
             .count();
     (t, hidden)
 }

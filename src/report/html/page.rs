@@ -265,7 +265,10 @@ pub(super) fn class_section(out: &mut String, a: &Analysis, class: &ClassReport,
         table(out, "evidence", &head, &body);
         let shown = rows(cell, false)
             .iter()
-            .filter(|(role, _, _)| *role != "baseline" && *role != "rejected")
+            .filter(|(role, _, _)| {
+                *role != crate::report::render::RowRole::Baseline
+                    && *role != crate::report::render::RowRole::Rejected
+            })
             .count();
         let hidden = cell.eligible.len().saturating_sub(shown);
         if !all && hidden > 0 {

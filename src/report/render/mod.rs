@@ -65,9 +65,9 @@ pub(super) fn n_cell(r: &ConfigReport) -> String {
 /// Speedup with its 95 % interval (`1.083× [1.050, 1.117]`), or, with
 /// too few runs for one, ± the spread of single runs (`± ?` when unknown);
 /// the baseline is itself.
-pub(super) fn speedup_cell(role: &str, r: &ConfigReport) -> String {
+pub(super) fn speedup_cell(role: RowRole, r: &ConfigReport) -> String {
     match (r.speedup, r.interval) {
-        (Some(_), _) if role == "baseline" => "1× (itself)".to_string(),
+        (Some(_), _) if role == RowRole::Baseline => "1× (itself)".to_string(),
         (Some(_), Some(i)) => format!("{:.3}× [{:.3}, {:.3}]", i.speedup, i.low, i.high),
         (Some(s), None) => format!(
             "{s:.3}× {} (no interval)",
@@ -77,26 +77,62 @@ pub(super) fn speedup_cell(role: &str, r: &ConfigReport) -> String {
     }
 }
 
-/// Rows shown for a cell: baseline, winner (or best eligible), the rest of
-/// the eligible configs when `all`, then every rejected config.
-pub(super) fn rows(cell: &CellReport, all: bool) -> Vec<(&'static str, &ConfigReport, String)> {
+/// What a config's row in a cell's evidence table is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum RowRole {
+    Baseline,
+    /// The cell's own winner (after the tie rule).
+    Winner,
+    /// The best eligible config when nothing won the cell.
+    Best,
+    Eligible,
+    Rejected,
+}
+
+impl RowRole {
+    /// The word shown in the role column (and CSV's `role`).
+    pub(super) fn as_str(self) -> &'static str {
+        match self {
+            RowRole::Baseline => "baseline",
+            RowRole::Winner => "fastest",
+            RowRole::Best => "best",
+            RowRole::Eligible => "eligible",
+            RowRole::Rejected => "rejected",
+        }
+    }
+}
+
+impl std::fmt::Display for RowRole {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A cell's evidence rows: the baseline, the winner (or the best eligible
+/// config), the other eligible ones with `all`, and the rejected ones,
+/// each with its note.
+pub(super) fn rows(cell: &CellReport, all: bool) -> Vec<(RowRole, &ConfigReport, String)> {
     let mut out = Vec::new();
     if let Some(b) = &cell.baseline {
         let note = match &b.rejection {
             Some(r) => format!("{}: {}", r.class.as_str(), r.detail),
             None => String::new(),
         };
-        out.push(("baseline", b, note));
+        out.push((RowRole::Baseline, b, note));
     }
     let winner_label = cell.winner.as_ref().map(|w| w.label.as_str());
     for (i, c) in cell.eligible.iter().enumerate() {
         let is_winner = Some(c.label.as_str()) == winner_label;
         if is_winner {
-            out.push(("fastest", c, "eligible; fastest here".to_string()));
+            out.push((RowRole::Winner, c, "eligible; fastest here".to_string()));
         } else if i == 0 && winner_label.is_none() {
-            out.push(("best", c, "eligible; not a significant win".to_string()));
+            out.push((
+                RowRole::Best,
+                c,
+                "eligible; not a significant win".to_string(),
+            ));
         } else if all {
-            out.push(("eligible", c, String::new()));
+            out.push((RowRole::Eligible, c, String::new()));
         }
     }
     for r in &cell.rejected {
@@ -105,7 +141,7 @@ pub(super) fn rows(cell: &CellReport, all: bool) -> Vec<(&'static str, &ConfigRe
             .as_ref()
             .map(|x| format!("{}: {}", x.class.as_str(), x.detail))
             .unwrap_or_default();
-        out.push(("rejected", r, note));
+        out.push((RowRole::Rejected, r, note));
     }
     out
 }

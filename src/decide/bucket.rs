@@ -13,10 +13,14 @@ pub(super) struct Standing<'a> {
     pub(super) at_cells: Vec<&'a ConfigReport>,
     /// Over the bucket: the mean of the cells' log speedups.
     pub(super) est: Estimate,
-    pub(super) geo: f64,
 }
 
 impl Standing<'_> {
+    /// The bucket's speedup: the geometric mean of the cells'.
+    pub(super) fn geo(&self) -> f64 {
+        self.est.log.exp()
+    }
+
     pub(super) fn bounds(&self) -> (f64, f64) {
         self.est.log_bounds(CONFIDENCE)
     }
@@ -484,14 +488,13 @@ pub(super) fn decide_bucket(
                 config_index,
                 cells: per,
                 at_cells,
-                geo: est.log.exp(),
                 est,
             });
         }
     }
     standings.sort_by(|a, b| {
-        b.geo
-            .total_cmp(&a.geo)
+        b.geo()
+            .total_cmp(&a.geo())
             .then_with(|| a.report.order.cmp(&b.report.order))
     });
     let tau = rules.tau();
@@ -506,7 +509,7 @@ pub(super) fn decide_bucket(
                 cell_label: cell.clone(),
                 speedup: Some(sp),
                 reason: RefusalReason::SlowerAt {
-                    overall: s.geo,
+                    overall: s.geo(),
                     cell: cell.clone(),
                     speedup: sp,
                 },
@@ -609,7 +612,7 @@ pub(super) fn decide_bucket(
         label: pick.report.label.clone(),
         config: pick.report.config.clone(),
         knobs_changed: pick.report.knobs_changed,
-        speedup: pick.geo,
+        speedup: pick.geo(),
         min_cell_speedup: pick
             .cells
             .iter()
@@ -698,7 +701,7 @@ pub(super) fn decide_bucket(
         Some(c) if !c.confirmed => {
             out.decision = Decision::NotConfirmed {
                 label: pick.report.label.clone(),
-                sweep_speedup: pick.geo,
+                sweep_speedup: pick.geo(),
                 measured: RoundMeasure::of(&c),
                 because: match &c.harmed {
                     Some(cell) => NotConfirmedBecause::SlowerAt(cell.clone()),

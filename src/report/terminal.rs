@@ -190,7 +190,7 @@ pub fn render(a: &Analysis, all: bool, width: usize) -> String {
             put(&mut out, "no bucket has a decision yet", width, "  ", "  ");
         }
         for b in &class.buckets {
-            ships(&mut out, a, b, width);
+            ships(&mut out, b, width);
         }
     }
     for class in &a.classes {
@@ -211,8 +211,7 @@ pub fn render(a: &Analysis, all: bool, width: usize) -> String {
 
 /// One bucket's line in "what ships": the config, the level, the speedup
 /// with its spread and n, and why.
-fn ships(out: &mut String, a: &Analysis, b: &BucketReport, width: usize) {
-    let min_samples = a.judging.selection.min_samples as usize;
+fn ships(out: &mut String, b: &BucketReport, width: usize) {
     let level = b.level.as_str().to_uppercase();
     let cells = match b.cells.as_slice() {
         [only] if *only == b.label => String::new(),
@@ -232,7 +231,7 @@ fn ships(out: &mut String, a: &Analysis, b: &BucketReport, width: usize) {
         "      ",
     );
     if b.winner.is_some() {
-        for l in winner_numbers(b, min_samples) {
+        for l in winner_numbers(b) {
             put(out, &l, width, "    ", "      ");
         }
     } else {
@@ -264,7 +263,7 @@ fn ships(out: &mut String, a: &Analysis, b: &BucketReport, width: usize) {
 /// A bucket winner's numbers: its speedup with the interval and the runs
 /// it rests on, the spread of single runs beside them, then the final
 /// round's when it ran. Empty without a winner.
-pub fn winner_numbers(b: &BucketReport, _min_samples: usize) -> Vec<String> {
+pub fn winner_numbers(b: &BucketReport) -> Vec<String> {
     let Some(w) = &b.winner else {
         return Vec::new();
     };

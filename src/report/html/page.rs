@@ -73,7 +73,7 @@ pub(super) fn class_section(out: &mut String, a: &Analysis, class: &ClassReport,
         }
         out.push_str("<th>per cell: winner vs baseline</th></tr></thead><tbody>\n");
         for b in &class.buckets {
-            let row = bucket_row(b, a.judging.selection.min_samples as usize);
+            let row = bucket_row(b);
             let _ = write!(out, "<tr class=\"level-{}\">", b.level.as_str());
             for cell in &row {
                 let _ = write!(out, "<td>{}</td>", esc(cell));

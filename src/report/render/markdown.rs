@@ -90,7 +90,7 @@ pub(super) fn render_markdown(a: &Analysis, all: bool) -> String {
             class.host_class,
             BUCKET_HEADER.join(" | ")
         );
-        for row in bucket_rows(class, min_samples) {
+        for row in bucket_rows(class) {
             let cells: Vec<String> = row.iter().map(|c| md_escape(c)).collect();
             let _ = writeln!(out, "| {} |", cells.join(" | "));
         }

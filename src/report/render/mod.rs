@@ -260,21 +260,17 @@ pub(super) fn class_line(c: &ClassReport) -> String {
 }
 
 /// What ships, per bucket: [bucket, cells, ships, vs baseline, level, decision].
-fn bucket_rows(class: &ClassReport, min_samples: usize) -> Vec<[String; 6]> {
-    class
-        .buckets
-        .iter()
-        .map(|b| bucket_row(b, min_samples))
-        .collect()
+fn bucket_rows(class: &ClassReport) -> Vec<[String; 6]> {
+    class.buckets.iter().map(bucket_row).collect()
 }
 
-pub(super) fn bucket_row(b: &BucketReport, min_samples: usize) -> [String; 6] {
+pub(super) fn bucket_row(b: &BucketReport) -> [String; 6] {
     let ships = match &b.winner {
         Some(w) => w.label.clone(),
         None => "baseline".to_string(),
     };
     let vs = match &b.winner {
-        Some(_) => crate::report::terminal::winner_numbers(b, min_samples).join("; "),
+        Some(_) => crate::report::terminal::winner_numbers(b).join("; "),
         None => "1× (the baseline itself)".to_string(),
     };
     let mut decision = b.decision.to_string();

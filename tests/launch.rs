@@ -1831,3 +1831,46 @@ fn a_limit_on_a_secondary_metric_rejects_the_fastest_config_and_re_judges_when_r
         out.text()
     );
 }
+
+/// CSV for spreadsheets: a field that a spreadsheet would take for a
+/// formula (a study's context starting with `=`, `+`, `-` or `@`) is
+/// written with a leading `'`, quoted per RFC 4180, so that opening the
+/// report runs nothing; plain numbers stay numbers.
+#[test]
+fn a_csv_field_a_spreadsheet_would_take_for_a_formula_is_written_as_text() {
+    let study = STUDY.replace(
+        "name: fake\n",
+        "name: fake\ncontext:\n  \"=HYPERLINK(\\\"http://example.invalid\\\",\\\"x\\\")\": \"1\"\n",
+    );
+    let env = Env::new(&study);
+    env.launch_ok(&[]);
+    let path = env.study().display().to_string();
+    let text = env.report(&path, "csv");
+    let csv = parse_csv(&text);
+    let header = &csv[0];
+    let context = header
+        .iter()
+        .position(|h| h == "context")
+        .unwrap_or_else(|| panic!("no context column in {header:?}"));
+    let n = header.iter().position(|h| h == "n").expect("n column");
+    assert!(csv.len() > 1, "{text}");
+    for row in &csv[1..] {
+        assert!(
+            row[context].starts_with("'=HYPERLINK("),
+            "not neutralised: {:?}\n{text}",
+            row[context]
+        );
+        assert!(
+            row[n].is_empty() || row[n].chars().all(|c| c.is_ascii_digit()),
+            "{:?}",
+            row[n]
+        );
+    }
+    // On the line itself the field is quoted (it holds quotes and a comma).
+    assert!(
+        text.lines()
+            .skip(1)
+            .all(|l| l.contains("\"'=HYPERLINK(\"\"http://example.invalid\"\",\"\"x\"\")=1\"")),
+        "{text}"
+    );
+}

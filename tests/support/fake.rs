@@ -28,8 +28,11 @@
 //!   `$TUNECTL_REPEAT`, `$TUNECTL_ROLE` and `$TUNECTL_PHASE`: deterministic,
 //!   and the same on every machine (the trial key is left out: it holds the
 //!   host class);
-//! - `v` is uniform in [-1, 1], one per run, drawn from /dev/urandom: runs of
-//!   a real benchmark differ by more than their samples show;
+//! - `v` is uniform in [-1, 1], one per run, from a second Park-Miller
+//!   sequence seeded with the same inputs and the word `run`: runs of a real
+//!   benchmark differ by more than their samples show. It is seeded, not
+//!   random, so that a test's outcome is the same on every run and machine
+//!   (the benchmarks, not the tests, measure how often noise misleads);
 //! - `REPEAT` is `$TUNECTL_REPEAT`, so the repeats of a noise-free config
 //!   still differ a little (100.0, 100.1, 100.2: a spread to compute).
 //!
@@ -277,13 +280,15 @@ for word in ${FAKE_SPEEDS:-}; do
 done
 h=$(printf '%s|%s|%s|%s|%s|%s' "${FAKE_SEED:-0}" "${TUNECTL_KNOBS:-}" "${TUNECTL_CELL:-}" \
     "$repeat" "$role" "$phase" | cksum | cut -d' ' -f1)
-r=$(od -An -N4 -tu4 /dev/urandom | tr -d ' ')
+r=$(printf '%s|%s|%s|%s|%s|%s|run' "${FAKE_SEED:-0}" "${TUNECTL_KNOBS:-}" "${TUNECTL_CELL:-}" \
+    "$repeat" "$role" "$phase" | cksum | cut -d' ' -f1)
 samples=$(awk -v h="$h" -v scale="$scale" -v speed="$speed" -v hot="$hot" \
     -v noise="${FAKE_NOISE:-0}" -v tn="${FAKE_TRIAL_NOISE:-0}" -v r="$r" \
     -v k="${FAKE_SAMPLES:-1}" -v repeat="$repeat" -v first="${FAKE_FIRST_SAMPLE:-}" 'BEGIN {
     t = scale * speed
     if (hot) t = t * 0.7
-    srand(r); t = t * (1 + tn * (2 * rand() - 1))
+    y = (r % 2147483647 * 16807) % 2147483647; if (y == 0) y = 1
+    t = t * (1 + tn * (2 * y / 2147483647 - 1))
     x = h % 2147483647; if (x == 0) x = 1
     out = ""
     for (i = 0; i < k; i++) {

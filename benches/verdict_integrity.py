@@ -129,6 +129,11 @@ def plan(args):
     else:
         per = [("null", 10, 10, 0.0), ("win", 1, 10, 0.03), ("win", 2, 10, 0.05),
                ("win", 2, 10, 0.10), ("drift", 1, 10, 0.0), ("drift", 1, 10, 0.10)]
+    # --groups K multiplies every kind's groups; --effects keeps the win
+    # and drift studies of those true effects (the null truth's 0 always).
+    effects = getattr(args, "effects", None)
+    per = [(k, g * getattr(args, "groups", 1), r, e) for k, g, r, e in per
+           if effects is None or e == 0.0 or any(abs(e - x) < 1e-9 for x in effects)]
     rng = random.Random(args.seed)
     candidates = [c for c in all_configs() if c != DEFAULTS and c not in TRAP_CONFIGS]
     studies = []
@@ -680,8 +685,16 @@ def main():
     ap.add_argument("--kinds", default="null,win,drift",
                     help="which kinds of study to run (drift alone: the window in the sweep "
                          "starts at 4.2 s, 35%% of 12 s)")
+    ap.add_argument("--effects", default=None,
+                    help="only the win and drift studies of these true effects, e.g. 0.03 "
+                         "(comma-separated; the seeds then differ from a full run's)")
+    ap.add_argument("--groups", type=int, default=1,
+                    help="K times as many groups of repeats of every kind (e.g. 4: 40 studies "
+                         "at +3%% per noise level)")
     args = ap.parse_args()
     args.noise = [float(x) for x in args.noise.split(",")]
+    if args.effects is not None:
+        args.effects = [float(x) for x in args.effects.split(",")]
     if args.rescore:
         with open(args.rescore) as f:
             old = json.load(f)

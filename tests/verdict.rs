@@ -1169,3 +1169,85 @@ measurement: {warmup: 0, repeats: 3, anchor_every: 0, confirm_repeats: 3, max_re
     assert!(seen.values().all(|n| *n <= 2), "{seen:?}");
     assert_eq!(seen.len() as u64, recorded, "{seen:?}");
 }
+
+/// A final round that ends with the minimum inside its interval grows. The
+/// sweep shows `fast` 1.5× faster (the fake's speed in sweep runs), so the
+/// round is planned at `confirm_repeats` (3 runs a side); in the round it
+/// is truly 1.05× (FAKE_SPEEDS `fast:confirm`) with 4 % noise per run,
+/// which 3 runs a side cannot show above the 2 % minimum (the earlier rule
+/// kept the baseline here). The round grows once, to the runs its own
+/// noise asks for; a launch interrupted in the grown part resumes from the
+/// ledger, runs nothing that ended again, and ends a VERDICT that ships
+/// the true win and says the round grew.
+#[test]
+fn a_final_round_across_the_minimum_grows_and_confirms_a_true_win() {
+    let env = verdict_env(
+        r#"name: grow
+knobs:
+  mode: {kind: categorical, values: [base, fast], default: base}
+cells:
+  n: [1]
+trial:
+  command: "sh {{ study_dir }}/fake-trial.sh {{ mode }} {{ n }}"
+  timeout: 60s
+  env: {FAKE_NOISE: "0.005", FAKE_TRIAL_NOISE: "0.04", FAKE_SEED: "31", FAKE_SPEEDS: "fast=1.5 fast:confirm=1.05"}
+objective: {metric: throughput, unit: ops/s, better: higher}
+measurement: {warmup: 0, repeats: 3, anchor_every: 0, confirm_repeats: 3, max_repeats: 30}
+"#,
+    );
+    let mut cmd = env.launch_cmd(&[]);
+    cmd.env("FAKE_SLEEP", "30")
+        .env("FAKE_SLEEP_ROLE", "confirm")
+        .env("FAKE_SLEEP_FROM_REPEAT", "3");
+    let mut running = env.spawn(cmd);
+    let marker = env.study_dir().join("sleeping");
+    if !wait_for(Duration::from_secs(30), || marker.exists()) {
+        let _ = running.child.kill();
+        panic!("the round did not grow: {:?}", runs(&env));
+    }
+    running.signal(libc::SIGINT);
+    let out = env.finish(running);
+    assert_eq!(out.code, Some(130), "{}", out.text());
+    let b = bucket_of(&env.report_json(), "n=1").clone();
+    assert_eq!(b["level"], "draft", "{b:#}");
+    let c = &b["winner"]["confirmation"];
+    assert_eq!(c["planned_runs"], 3, "{b:#}");
+    let grown = c["runs"].as_u64().unwrap_or(0);
+    assert!((6..=30).contains(&grown), "{b:#}");
+    assert_eq!(b["confirm_runs"], grown, "{b:#}");
+    assert_eq!(c["incomplete"], true, "{b:#}");
+
+    let out = env.launch_verdict(&[]);
+    let report = env.report_json();
+    let b = bucket_of(&report, "n=1");
+    assert_eq!(b["level"], "verdict", "{b:#}\n{}", out.stderr);
+    assert_eq!(b["winner"]["label"], "mode=fast", "{b:#}");
+    let c = &b["winner"]["confirmation"];
+    assert_eq!(c["confirmed"], true, "{b:#}");
+    assert_eq!(
+        (&c["planned_runs"], c["runs"].as_u64()),
+        (&Json::from(3), Some(grown))
+    );
+    let low = c["interval"]["low"].as_f64().unwrap_or(0.0);
+    assert!(low > 1.02 && low < 1.05, "{c:#}");
+    // Every confirm run ran once but the one the interrupt lost, and the
+    // round took exactly its grown size.
+    let mut seen: BTreeMap<String, usize> = BTreeMap::new();
+    for l in runs(&env)
+        .iter()
+        .filter(|l| l.contains(" confirm measure "))
+    {
+        let key: Vec<&str> = l.split(' ').take(3).collect();
+        *seen.entry(key.join(" ")).or_default() += 1;
+    }
+    assert_eq!(seen.len() as u64, 2 * grown, "{seen:?}");
+    let twice: Vec<_> = seen.iter().filter(|(_, n)| **n > 1).collect();
+    assert_eq!(twice.len(), 1, "{twice:?}");
+    let text = env
+        .tunectl_run(&["report", &env.study_arg(), "--ledger", env.ledger_url()])
+        .stdout;
+    assert!(
+        text.contains(&format!("final round ({grown} runs a side, grown from 3)")),
+        "{text}"
+    );
+}

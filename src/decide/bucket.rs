@@ -641,9 +641,8 @@ pub(super) fn decide_bucket(
         out.winner = Some(winner);
         return out;
     }
-    let rounds = confirm_size(pick, rules);
+    let (rounds, confirmation) = final_round(pick, cells, objective, rules);
     out.confirm_runs = (rules.confirm_repeats > 0).then_some(rounds);
-    let confirmation = confirm(pick, cells, objective, rules, rounds);
     let min_trials = reports
         .iter()
         .flat_map(|r| {

@@ -54,6 +54,60 @@ pub(super) fn confirm_size(pick: &Standing, rules: &Rules) -> u32 {
 /// large as the sweep measured.
 pub const CONFIRM_POWER: f64 = 0.95;
 
+/// The final round of `pick`: its size, and what its runs say. It is
+/// first sized from the sweep ([`confirm_size`]). A round that ends with
+/// the minimum inside its interval while its own estimate is above the
+/// minimum (it leans towards the win but cannot show it) grows once: to
+/// the runs its own estimate and noise ask for a win that size to clear
+/// the minimum with [`CONFIRM_POWER`], at least by `measurement.repeats`
+/// or half again, at most `measurement.max_repeats`; and is judged again
+/// on all its runs. A round shown below the minimum, shown slower at a
+/// cell, or failed is not grown; nor is one the cap already bounds.
+pub(super) fn final_round(
+    pick: &Standing,
+    cells: &[&BTreeMap<u64, Group>],
+    objective: &str,
+    rules: &Rules,
+) -> (u32, Option<Confirmation>) {
+    let planned = confirm_size(pick, rules);
+    let first = confirm(pick, cells, objective, rules, planned);
+    let Some(grown) = first
+        .as_ref()
+        .and_then(|c| grown_size(c, rules, cells.len()))
+    else {
+        return (planned, first);
+    };
+    let mut again = confirm(pick, cells, objective, rules, grown);
+    if let Some(c) = again.as_mut() {
+        c.planned = planned;
+    }
+    (grown, again)
+}
+
+/// The size a round that ended across the minimum grows to, or `None`
+/// when it does not grow (see [`final_round`]).
+fn grown_size(c: &Confirmation, rules: &Rules, cells: usize) -> Option<u32> {
+    let cap = rules.max_repeats.max(rules.confirm_repeats);
+    let est = c.estimate?;
+    let leans = est.log > rules.tau() && est.log_bounds(CONFIDENCE).0 <= rules.tau();
+    if c.incomplete || c.confirmed || c.failure.is_some() || c.harmed.is_some() || !leans {
+        return None;
+    }
+    if c.runs >= cap {
+        return None;
+    }
+    let asked = interval::runs_needed(
+        est.log,
+        rules.tau(),
+        c.run_sd,
+        cells,
+        CONFIDENCE,
+        CONFIRM_POWER,
+    );
+    let least = c.runs + rules.repeats.max(c.runs.div_ceil(2));
+    Some(asked.max(least).min(cap))
+}
+
 /// The final interleaved round of `pick` against the baseline: confirm
 /// attempts at every cell of the bucket, judged like the sweep.
 pub(super) fn confirm(
@@ -63,7 +117,7 @@ pub(super) fn confirm(
     rules: &Rules,
     rounds: u32,
 ) -> Option<Confirmation> {
-    let mut estimates = Vec::new();
+    let mut estimates: Vec<Estimate> = Vec::new();
     let mut harmed = None;
     let mut any = false;
     let mut runs_done = usize::MAX;
@@ -110,6 +164,9 @@ pub(super) fn confirm(
                 return Some(Confirmation {
                     speedup: 0.0,
                     interval: None,
+                    estimate: None,
+                    run_sd: f64::INFINITY,
+                    planned: rounds,
                     baseline: None,
                     winner: None,
                     threshold: rules.min_improvement,
@@ -159,12 +216,25 @@ pub(super) fn confirm(
     };
     let complete = runs_done >= rounds as usize && estimates.len() == cells.len();
     let est = Estimate::mean(&estimates);
+    let sds: Vec<f64> = estimates
+        .iter()
+        .map(interval::run_sd)
+        .filter(|x| x.is_finite())
+        .collect();
+    let run_sd = if sds.len() == estimates.len() && !sds.is_empty() {
+        sds.iter().sum::<f64>() / sds.len() as f64
+    } else {
+        f64::INFINITY
+    };
     let confirmed = complete
         && harmed.is_none()
         && est.is_some_and(|e| e.log_bounds(CONFIDENCE).0 > rules.tau());
     Some(Confirmation {
         speedup: est.map(|e| e.log.exp()).unwrap_or(1.0),
         interval: est.map(|e| e.interval(CONFIDENCE)),
+        estimate: est,
+        run_sd,
+        planned: rounds,
         baseline: Summary::of(&all_base),
         winner: Summary::of(&all_win),
         threshold: rules.min_improvement,

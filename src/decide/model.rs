@@ -316,8 +316,16 @@ pub struct Confirmation {
     /// The round has not measured its runs at every cell yet: it neither
     /// confirms nor refuses (the bucket stays a draft).
     pub incomplete: bool,
-    /// Runs a side at every cell the round takes (sized from the sweep).
+    /// Runs a side at every cell the round takes: `planned`, or more when
+    /// it grew (its first `planned` runs left the minimum inside its
+    /// interval with its estimate above it).
     pub runs: u32,
+    /// Runs a side the sweep's estimate asked for.
+    pub planned: u32,
+    /// The round's estimate (over the bucket), and the run-to-run
+    /// standard deviation it implies (log units; for growing the round).
+    pub(super) estimate: Option<Estimate>,
+    pub(super) run_sd: f64,
     /// Fewest runs a side measured at any cell.
     pub runs_done: usize,
     /// A cell where the round shows the winner slower than the baseline.
@@ -338,6 +346,7 @@ impl Serialize for Confirmation {
             failure: &'a Option<RoundFailure>,
             incomplete: bool,
             runs: u32,
+            planned_runs: u32,
             runs_done: usize,
             #[serde(skip_serializing_if = "Option::is_none")]
             harmed: &'a Option<String>,
@@ -353,6 +362,7 @@ impl Serialize for Confirmation {
             failure: &self.failure,
             incomplete: self.incomplete,
             runs: self.runs,
+            planned_runs: self.planned,
             runs_done: self.runs_done,
             harmed: &self.harmed,
         }

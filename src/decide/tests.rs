@@ -837,3 +837,109 @@ fn a_bucket_with_only_the_baseline_measured_is_a_draft() {
         b.decision
     );
 }
+
+/// A final round that ends with the minimum inside its interval, its
+/// estimate above the minimum, grows once to the runs its own noise asks
+/// for, and is judged again on all its runs; one whose estimate is below
+/// the minimum is refused at its planned size.
+#[test]
+fn a_final_round_across_the_minimum_grows_once_and_is_judged_on_all_its_runs() {
+    let mut s = study();
+    s.spec = spec(serde_json::json!({
+        "measurement": {"repeats": 3, "confirm_repeats": 3, "max_repeats": 30},
+    }));
+    // One sample per run (the fixture's `analyze` makes each sample a run).
+    let one = |index: u64, label: &str, r: usize, v: f64, role: &str| {
+        let mut a = at(index, label, 1, r as u32, v, role);
+        a.metrics.insert("tp".to_string(), vec![v]);
+        a
+    };
+    let sweep = || {
+        let mut v = Vec::new();
+        for (r, (b, w)) in [(100.0, 150.0), (101.0, 151.0), (99.0, 149.0)]
+            .iter()
+            .enumerate()
+        {
+            v.push(one(0, "baseline", r, *b, "sweep"));
+            v.push(one(1, "a=2", r, *w, "sweep"));
+        }
+        v
+    };
+    let with_round = |pairs: &[(f64, f64)]| {
+        let mut v = sweep();
+        for (r, (b, w)) in pairs.iter().enumerate() {
+            v.push(one(0, "baseline", r, *b, "confirm"));
+            v.push(one(1, "a=2", r, *w, "confirm"));
+        }
+        let scan = Scan {
+            attempts: v,
+            ..Default::default()
+        };
+        analyze(&s, &scan, &[]).classes[0].buckets[0].clone()
+    };
+    // A large sweep win: the round is planned at confirm_repeats.
+    let b = with_round(&[]);
+    assert_eq!(b.confirm_runs, Some(3), "{}", b.decision);
+    // Its 3 runs a side measure about +4 % with 5 % noise: across 2 %.
+    let first = [(100.0, 106.0), (103.0, 101.0), (97.0, 105.0)];
+    let b = with_round(&first);
+    let grown = b.confirm_runs.expect("a round");
+    assert!((6..=30).contains(&grown), "{grown}: {}", b.decision);
+    assert_eq!(b.level, Level::Draft, "{}", b.level_reason);
+    assert!(
+        matches!(
+            b.level_reason.0.as_slice(),
+            [LevelReason::AwaitingRound { done: Some((3, r)) }] if *r == grown
+        ),
+        "{}",
+        b.level_reason
+    );
+    let c = b
+        .winner
+        .as_ref()
+        .and_then(|w| w.confirmation.as_ref())
+        .expect("round");
+    assert_eq!((c.planned, c.runs, c.incomplete), (3, grown, true));
+    // The grown round measured: the same +4 %, now known well enough.
+    let mut all = first.to_vec();
+    for r in 3..grown {
+        let d = [-1.5, 0.0, 1.5][r as usize % 3];
+        all.push((100.0 + d, (100.0 + d) * (1.04 + d / 300.0)));
+    }
+    let b = with_round(&all);
+    assert_eq!(b.confirm_runs, Some(grown));
+    assert_eq!(b.level, Level::Verdict, "{}", b.level_reason);
+    assert_eq!(b.winner.as_ref().map(|w| w.label.as_str()), Some("a=2"));
+    let c = b
+        .winner
+        .as_ref()
+        .and_then(|w| w.confirmation.as_ref())
+        .expect("round");
+    assert!(c.confirmed && c.runs_done == grown as usize, "{c:?}");
+    let json = serde_json::to_value(c).unwrap_or_default();
+    assert_eq!(json["planned_runs"], 3, "{json}");
+    assert_eq!(json["runs"], grown, "{json}");
+    // It does not grow again, whatever the grown round says: a round
+    // still across the minimum at its grown size is refused.
+    let mut flat = first.to_vec();
+    for r in 3..grown {
+        let d = [-3.0, 0.0, 3.0][r as usize % 3];
+        flat.push((100.0 + d, (100.0 + d) * (1.01 + d / 300.0)));
+    }
+    let b = with_round(&flat);
+    assert_eq!(b.confirm_runs, Some(grown));
+    assert!(
+        matches!(b.decision, Decision::NotConfirmed { .. }),
+        "{}",
+        b.decision
+    );
+    // A round whose estimate is below the minimum is not grown.
+    let b = with_round(&[(100.0, 101.0), (103.0, 100.0), (97.0, 101.0)]);
+    assert_eq!(b.confirm_runs, Some(3));
+    assert!(
+        matches!(b.decision, Decision::NotConfirmed { .. }),
+        "{}",
+        b.decision
+    );
+    assert_eq!(b.level, Level::Verdict);
+}

@@ -673,7 +673,7 @@ impl<'a> Launch<'a> {
             let Some((check, ready)) = self.with_sched(|s| {
                 let check = s.finish(class, host_index, unit, ran.as_ref());
                 let ready = match unit.kind {
-                    Kind::Sweep => s.buckets_ready(class, &[unit.cell]),
+                    Kind::Sweep | Kind::Confirm => s.buckets_ready(class, &[unit.cell]),
                     _ => Vec::new(),
                 };
                 (check, ready)

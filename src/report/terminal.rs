@@ -306,8 +306,13 @@ pub fn winner_numbers(b: &BucketReport) -> Vec<String> {
             .interval
             .map(|i| crate::decide::interval_text(&i))
             .unwrap_or_else(|| format!("{:.3}×", c.speedup));
+        let grown = if c.runs > c.planned {
+            format!(", grown from {}", c.planned)
+        } else {
+            String::new()
+        };
         out.push(format!(
-            "final round ({} runs a side): {measured}, {outcome}",
+            "final round ({} runs a side{grown}): {measured}, {outcome}",
             c.runs
         ));
     }

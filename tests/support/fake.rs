@@ -51,8 +51,10 @@
 //! | `lopsided` | 2 at N < 3, 0.8 at N ≥ 3 | |
 //! | `sweeponly` | 1.5 when `$TUNECTL_ROLE` is `sweep`, else 1 | |
 //!
-//! `FAKE_SPEEDS` overrides the table: words `MODE=SPEED` or `MODE@N=SPEED`
-//! (at cell N only), later words winning; e.g. `fast@2=0.9 wrong=3`.
+//! `FAKE_SPEEDS` overrides the table: words `MODE=SPEED`, `MODE@N=SPEED`
+//! (at cell N only) or `MODE:ROLE=SPEED` (in runs of that
+//! `$TUNECTL_ROLE` only), later words winning; e.g. `fast@2=0.9 wrong=3
+//! fast:confirm=1.04`.
 //!
 //! **Search profile** (modes `search` and `search-proxy`, for adaptive
 //! searches over int knobs `a`, `b`, `c` in 0..4 read from
@@ -275,7 +277,7 @@ case $mode in
 esac
 for word in ${FAKE_SPEEDS:-}; do
     case $word in
-        "$mode="* | "$mode@$n="*) speed=${word#*=} ;;
+        "$mode="* | "$mode@$n="* | "$mode:$role="*) speed=${word#*=} ;;
     esac
 done
 h=$(printf '%s|%s|%s|%s|%s|%s' "${FAKE_SEED:-0}" "${TUNECTL_KNOBS:-}" "${TUNECTL_CELL:-}" \

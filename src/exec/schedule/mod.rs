@@ -61,16 +61,24 @@ pub const MAX_HOST_LOSS_REQUEUES: u32 = 3;
 /// What a unit measures. Confirmation units sort first: a bucket's final
 /// round runs as soon as it is ready, while the host is in the same state;
 /// an adaptive search's screening runs last (its objective stages first).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Kind {
     Confirm,
     Sweep,
     Rung,
 }
 
+impl Kind {
+    /// Whether a unit of this kind, until it is finished, holds its
+    /// bucket's next step (racing, the final round or its growth) back.
+    pub fn holds_bucket(self) -> bool {
+        matches!(self, Kind::Sweep | Kind::Confirm)
+    }
+}
+
 /// A unit of work: one trial of a cell, ordered so that a cell's baseline
 /// comes first and repeats interleave across configs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Unit {
     pub kind: Kind,
     pub cell: u32,
@@ -217,7 +225,8 @@ struct ClassState {
     /// voided measurements may come back to the queue.
     anchoring: HashMap<u32, usize>,
     failed_configs: HashSet<(u32, u64)>,
-    /// Sweep units of a cell not finished yet (queued or running).
+    /// Sweep and confirmation units of a cell not finished yet (queued or
+    /// running): its bucket's next step waits for them.
     outstanding: HashMap<u32, u64>,
     /// Cells whose baseline's first repeat has resolved.
     released: HashSet<u32>,
@@ -264,8 +273,8 @@ impl ClassState {
             || !self.deferred.is_empty()
     }
 
-    /// One sweep unit of `cell` is no longer outstanding.
-    fn sweep_done(&mut self, cell: u32) {
+    /// One sweep or confirmation unit of `cell` is no longer outstanding.
+    fn unit_done(&mut self, cell: u32) {
         if let Some(n) = self.outstanding.get_mut(&cell) {
             *n = n.saturating_sub(1);
         }
@@ -294,6 +303,11 @@ struct State {
     abandoned: HashSet<usize>,
     /// Requeues after host loss, per trial key.
     host_losses: HashMap<String, u32>,
+    /// (class, unit) finished or skipped in this launch, whatever the
+    /// outcome: a bucket's next step does not queue them again (a voided
+    /// one is requeued by `requeue`; a lost or skipped one waits for the
+    /// next launch).
+    finished: HashSet<(usize, Unit)>,
     /// Plan records to write (an adaptive search chose its finalists).
     plan_writes: Vec<PlanWrite>,
     /// The launch is stopping (Ctrl-C): a lost baseline is not announced.
@@ -634,6 +648,7 @@ impl<'a> Scheduler<'a> {
                 classes,
                 warmed,
                 dropped,
+                finished,
                 ..
             } = &mut self.st;
             let cs = &mut classes[class];
@@ -643,7 +658,8 @@ impl<'a> Scheduler<'a> {
                     if unit.kind == Kind::Sweep && cs.failed_configs.contains(&(unit.cell, config))
                     {
                         skipped_failed += 1;
-                        cs.sweep_done(unit.cell);
+                        cs.unit_done(unit.cell);
+                        finished.insert((class, unit));
                         touched.push(unit.cell);
                         continue;
                     }
@@ -653,9 +669,10 @@ impl<'a> Scheduler<'a> {
                             .all(|h| dropped.contains(&(*h, unit.cell)))
                         {
                             skipped_dropped += 1;
-                            if unit.kind == Kind::Sweep {
-                                cs.sweep_done(unit.cell);
+                            if unit.kind.holds_bucket() {
+                                cs.unit_done(unit.cell);
                             }
+                            finished.insert((class, unit));
                             touched.push(unit.cell);
                         } else {
                             deferred.push(unit);
@@ -778,10 +795,11 @@ impl<'a> Scheduler<'a> {
             return self.finish(class, host, unit, Some(&kept));
         }
         let status = ran.map(|r| r.status);
+        self.st.finished.insert((class, unit));
         let cs = &mut self.st.classes[class];
         cs.in_flight = cs.in_flight.saturating_sub(1);
-        if unit.kind == Kind::Sweep {
-            cs.sweep_done(unit.cell);
+        if unit.kind.holds_bucket() {
+            cs.unit_done(unit.cell);
         }
         match status {
             Some(AttemptStatus::Failed) if unit.kind == Kind::Sweep && unit.pos == 0 => {
@@ -1092,10 +1110,20 @@ impl<'a> Scheduler<'a> {
                 self.queue_race(class, members, &configs, runs, done)
             }
             BucketStep::Confirm { winner, runs } => {
-                self.queue_confirmation(class, members, Some(winner), runs)
+                self.queue_confirmation(class, members, Some(winner), runs, done)
             }
-            BucketStep::Settled => self.queue_confirmation(class, members, None, 0),
+            BucketStep::Settled => self.queue_confirmation(class, members, None, 0, done),
         }
+    }
+
+    /// Whether a bucket's step should queue `unit` on `class`: not ended in
+    /// the ledger (`done`: the terminal keys read with the step; the seed's
+    /// keys), and not finished in this launch.
+    fn wanted(&self, class: usize, unit: Unit, done: &HashSet<String>) -> bool {
+        let key = self.s.key_of(class, unit);
+        !done.contains(&key)
+            && !self.s.done.contains(&key)
+            && !self.st.finished.contains(&(class, unit))
     }
 
     /// Racing: more sweep runs of the baseline and `configs`, interleaved,
@@ -1123,8 +1151,7 @@ impl<'a> Scheduler<'a> {
                 }
                 for repeat in 0..runs {
                     let unit = Unit::sweep(cell, repeat, pos);
-                    let key = self.s.key_of(class, unit);
-                    if !done.contains(&key) && !self.s.done.contains(&key) {
+                    if self.wanted(class, unit, done) {
                         units.push(unit);
                     }
                 }
@@ -1159,34 +1186,43 @@ impl<'a> Scheduler<'a> {
 
     /// Queue the confirmation round of a bucket (its cells `members`, from
     /// `buckets_ready`) on `class`: the baseline and `winner`, interleaved,
-    /// `rounds` runs a side at every cell of the bucket. No winner: nothing
-    /// to confirm.
+    /// `rounds` runs a side at every cell of the bucket, but those done.
+    /// Once they are measured the bucket is ready again: a round that ended
+    /// across the minimum may grow. No winner: nothing to confirm.
     pub fn queue_confirmation(
         &mut self,
         class: usize,
         members: &[u32],
         winner: Option<u64>,
         rounds: u32,
+        done: &HashSet<String>,
     ) -> u64 {
-        let mut queued = 0u64;
-        let cs = &mut self.st.classes[class];
+        let mut units = Vec::new();
         if let Some(config) = winner {
             for cell in members {
                 for repeat in 0..rounds {
                     for pos in [0, config + 1] {
                         let unit = Unit::confirm(*cell, repeat, pos);
-                        if !self.s.done.contains(&self.s.key_of(class, unit)) {
-                            cs.ready.push(Reverse(unit));
-                            queued += 1;
+                        if self.wanted(class, unit, done) {
+                            units.push(unit);
                         }
                     }
                 }
             }
         }
+        let queued = units.len() as u64;
+        let cs = &mut self.st.classes[class];
+        for u in units {
+            *cs.outstanding.entry(u.cell).or_insert(0) += 1;
+            cs.ready.push(Reverse(u));
+        }
         cs.confirming = cs.confirming.saturating_sub(1);
         if queued > 0
             && let Some(&cell) = members.first()
         {
+            // Ready again once these are measured.
+            let key = &self.s.plan.bucket_of_cell(cell as usize).key;
+            cs.confirm_started.remove(key);
             self.out.push(LaunchEvent::ConfirmationQueued {
                 bucket: self.s.plan.bucket_of_cell(cell as usize).label.clone(),
                 class: self.s.class_ids[class].clone(),
@@ -1215,10 +1251,10 @@ impl<'a> Scheduler<'a> {
         for v in voids {
             cs.ready.push(Reverse(v.unit));
         }
-        // Only sweep units hold their cell's bucket step back; a voided
-        // confirmation run goes back into a round already under way.
-        let sweeps = voids.iter().filter(|v| v.unit.kind == Kind::Sweep).count();
-        *cs.outstanding.entry(cell).or_insert(0) += sweeps as u64;
+        // Voided sweep and confirmation runs hold their bucket's next step
+        // back until they are measured again.
+        let held = voids.iter().filter(|v| v.unit.kind.holds_bucket()).count();
+        *cs.outstanding.entry(cell).or_insert(0) += held as u64;
         let count = voids.len() as u64;
         self.out.push(LaunchEvent::Remeasure { count });
     }

@@ -346,7 +346,7 @@ fn a_bucket_confirms_once_all_its_cells_are_measured_and_its_round_runs_first() 
     // Asked again: already started.
     assert!(s.buckets_ready(0, &[1]).is_empty());
     s.take_events();
-    let queued = s.queue_confirmation(0, &[0, 1], Some(2), 2);
+    let queued = s.queue_confirmation(0, &[0, 1], Some(2), 2, &HashSet::new());
     // baseline and winner, 2 rounds, 2 cells.
     assert_eq!(queued, 8);
     assert_eq!(
@@ -380,7 +380,10 @@ fn a_slowdown_during_the_confirmation_round_is_caught_and_its_runs_measured_agai
     s.seed(&empty_scan());
     drain(&mut s, 0, 0, AttemptStatus::Ok);
     assert_eq!(s.buckets_ready(0, &[0, 1]).len(), 1);
-    assert_eq!(s.queue_confirmation(0, &[0, 1], Some(2), 2), 8);
+    assert_eq!(
+        s.queue_confirmation(0, &[0, 1], Some(2), 2, &HashSet::new()),
+        8
+    );
     s.take_events();
     // A pair measured in the normal state: the baseline is a clean check.
     let b = take(&mut s, 0, 0);
@@ -427,8 +430,8 @@ fn a_slowdown_during_the_confirmation_round_is_caught_and_its_runs_measured_agai
         "{events:?}"
     );
     assert!(events.contains(&LaunchEvent::Remeasure { count: 2 }));
-    // The round runs to its end, the voided run again among it; the
-    // bucket's step is not asked for again.
+    // The round runs to its end, the voided run again among it; then the
+    // bucket's step is asked again (the round might grow), once.
     let mut rest = Vec::new();
     while let (Next::Run(u, _), _) = s.next(0, 0, Instant::now()) {
         assert_eq!(u.kind, Kind::Confirm, "{u:?}");
@@ -441,7 +444,79 @@ fn a_slowdown_during_the_confirmation_round_is_caught_and_its_runs_measured_agai
     }
     assert_eq!(rest.len(), 7, "{rest:?}");
     assert!(rest.contains(&w) && rest.contains(&b2));
+    assert_eq!(s.buckets_ready(0, &[0, 1]).len(), 1);
     assert!(s.buckets_ready(0, &[0, 1]).is_empty());
+    // The same size again: every run finished in this launch, none is
+    // queued twice (the ledger's keys are not even needed).
+    assert_eq!(
+        s.queue_confirmation(0, &[0, 1], Some(2), 2, &HashSet::new()),
+        0
+    );
+    assert_eq!(s.next(0, 0, Instant::now()).0, Next::Done);
+}
+
+/// A final round that ends across the minimum grows: once its runs are
+/// measured the bucket is ready again, and a larger size queues only the
+/// repeats it adds, interleaved as before; the grown round's runs hold
+/// the bucket back in turn.
+#[test]
+fn a_grown_final_round_queues_only_the_runs_it_adds() {
+    let mut s = scheduler("", true, false);
+    s.seed(&empty_scan());
+    drain(&mut s, 0, 0, AttemptStatus::Ok);
+    assert_eq!(s.buckets_ready(0, &[0, 1]).len(), 1);
+    assert_eq!(
+        s.queue_confirmation(0, &[0, 1], Some(2), 2, &HashSet::new()),
+        8
+    );
+    // Not ready while its runs are queued or running.
+    assert!(s.buckets_ready(0, &[0, 1]).is_empty());
+    let mut first = Vec::new();
+    while let (Next::Run(u, _), _) = s.next(0, 0, Instant::now()) {
+        let r = ran(&s, 0, u, AttemptStatus::Ok, 100.0);
+        if s.finish(0, 0, u, Some(&r)).is_due() {
+            s.anchor_over(0, u.cell);
+        }
+        if first.len() < 7 {
+            assert!(s.buckets_ready(0, &[u.cell]).is_empty(), "{u:?}");
+        }
+        first.push(u);
+    }
+    assert_eq!(first.len(), 8);
+    assert_eq!(s.buckets_ready(0, &[0, 1]).len(), 1);
+    s.take_events();
+    // Grown from 2 to 3 runs a side: repeat 2 of both sides at both cells.
+    assert_eq!(
+        s.queue_confirmation(0, &[0, 1], Some(2), 3, &HashSet::new()),
+        4
+    );
+    assert!(matches!(
+        s.take_events()[..],
+        [LaunchEvent::ConfirmationQueued { trials: 4, .. }]
+    ));
+    assert!(s.buckets_ready(0, &[0, 1]).is_empty());
+    let mut added = Vec::new();
+    while let (Next::Run(u, _), _) = s.next(0, 0, Instant::now()) {
+        let r = ran(&s, 0, u, AttemptStatus::Ok, 100.0);
+        if s.finish(0, 0, u, Some(&r)).is_due() {
+            s.anchor_over(0, u.cell);
+        }
+        added.push((u.kind, u.cell, u.repeat, u.pos));
+    }
+    assert_eq!(
+        added,
+        vec![
+            (Kind::Confirm, 0, 2, 0),
+            (Kind::Confirm, 0, 2, 3),
+            (Kind::Confirm, 1, 2, 0),
+            (Kind::Confirm, 1, 2, 3)
+        ]
+    );
+    assert_eq!(s.buckets_ready(0, &[0, 1]).len(), 1);
+    assert_eq!(
+        s.queue_confirmation(0, &[0, 1], Some(2), 3, &HashSet::new()),
+        0
+    );
     assert_eq!(s.next(0, 0, Instant::now()).0, Next::Done);
 }
 
@@ -853,11 +928,19 @@ fn simulate(seed: u64, one_bucket: bool) -> (usize, Vec<LaunchEvent>) {
     let mut down_until: [Option<usize>; 3] = [None; 3];
     let t0 = Instant::now();
     let mut events = s.take_events();
-    let confirm =
+    // As the decision would: one winner per bucket and class (or none),
+    // its round of 2 runs a side growing now and then, up to 4, when the
+    // bucket is ready again after it.
+    let mut rounds: HashMap<(usize, String), (Option<u64>, u32)> = HashMap::new();
+    let mut confirm =
         |s: &mut Scheduler<'_>, rng: &mut Rng, class: usize, ready: Vec<(String, Vec<u32>)>| {
-            for (_, members) in ready {
-                let winner = rng.chance(70).then(|| 1 + rng.below(2));
-                s.queue_confirmation(class, &members, winner, 2);
+            for (bucket, members) in ready {
+                let (winner, runs) = match rounds.get(&(class, bucket.clone())) {
+                    None => (rng.chance(70).then(|| 1 + rng.below(2)), 2),
+                    Some(&(w, r)) => (w, if rng.chance(50) { (r + 1).min(4) } else { r }),
+                };
+                rounds.insert((class, bucket), (winner, runs));
+                s.queue_confirmation(class, &members, winner, runs, &HashSet::new());
             }
         };
     for step in 0..20_000 {
@@ -944,7 +1027,7 @@ fn simulate(seed: u64, one_bucket: bool) -> (usize, Vec<LaunchEvent>) {
                 };
                 let due = s.finish(class, h, u, ran.as_ref()).is_due();
                 let ready = match u.kind {
-                    Kind::Sweep => s.buckets_ready(class, &[u.cell]),
+                    Kind::Sweep | Kind::Confirm => s.buckets_ready(class, &[u.cell]),
                     _ => Vec::new(),
                 };
                 confirm(&mut s, &mut rng, class, ready);
@@ -994,15 +1077,21 @@ fn simulate(seed: u64, one_bucket: bool) -> (usize, Vec<LaunchEvent>) {
         }
         events.extend(s.take_events());
     }
-    let cs = &s.st.classes[0];
+    let classes: Vec<String> = s
+        .st
+        .classes
+        .iter()
+        .enumerate()
+        .map(|(i, cs)| {
+            format!(
+                "class {i}: ready {:?}, pending {}, confirming {}, in flight {}, anchoring {:?}, deferred {:?}, outstanding {:?}",
+                cs.ready, cs.pending, cs.confirming, cs.in_flight, cs.anchoring, cs.deferred, cs.outstanding
+            )
+        })
+        .collect();
     panic!(
-        "seed {seed}: the round did not end: {workers:?}; class 0: ready {:?}, pending {}, confirming {}, in flight {}, anchoring {:?}, deferred {:?}; cooling {:?}, dropped {:?}, down {:?}, retired {:?}, abandoned {:?}, down_until {down_until:?}",
-        cs.ready,
-        cs.pending,
-        cs.confirming,
-        cs.in_flight,
-        cs.anchoring,
-        cs.deferred,
+        "seed {seed}: the round did not end: {workers:?}; {}; cooling {:?}, dropped {:?}, down {:?}, retired {:?}, abandoned {:?}, down_until {down_until:?}",
+        classes.join("; "),
         s.st.cooling,
         s.st.dropped,
         s.st.down,

@@ -58,6 +58,10 @@ use crate::trial::{Role, RoleKind, TrialIdentity};
 /// trial that was running every time a host went down is left for later.
 pub const MAX_HOST_LOSS_REQUEUES: u32 = 3;
 
+/// How many times a bucket's next step (racing, the final round) queues
+/// again a run that was lost in this launch (its host still answering).
+pub const MAX_LOST_REQUEUES: u32 = 2;
+
 /// What a unit measures. Confirmation units sort first: a bucket's final
 /// round runs as soon as it is ready, while the host is in the same state;
 /// an adaptive search's screening runs last (its objective stages first).
@@ -303,11 +307,13 @@ struct State {
     abandoned: HashSet<usize>,
     /// Requeues after host loss, per trial key.
     host_losses: HashMap<String, u32>,
-    /// (class, unit) finished or skipped in this launch, whatever the
-    /// outcome: a bucket's next step does not queue them again (a voided
-    /// one is requeued by `requeue`; a lost or skipped one waits for the
-    /// next launch).
+    /// (class, unit) finished or skipped in this launch: a bucket's next
+    /// step does not queue them again (a voided one is requeued by
+    /// `requeue`; a skipped one, or one lost more than
+    /// `MAX_LOST_REQUEUES` times, waits for the next launch).
     finished: HashSet<(usize, Unit)>,
+    /// Runs lost (or unrecorded) in this launch, per (class, unit).
+    lost_runs: HashMap<(usize, Unit), u32>,
     /// Plan records to write (an adaptive search chose its finalists).
     plan_writes: Vec<PlanWrite>,
     /// The launch is stopping (Ctrl-C): a lost baseline is not announced.
@@ -795,7 +801,14 @@ impl<'a> Scheduler<'a> {
             return self.finish(class, host, unit, Some(&kept));
         }
         let status = ran.map(|r| r.status);
-        self.st.finished.insert((class, unit));
+        // A lost or unrecorded run may be queued again by its bucket's next
+        // step, a bounded number of times; any other outcome is final here.
+        let lost = matches!(status, Some(AttemptStatus::Lost) | None);
+        let losses = self.st.lost_runs.entry((class, unit)).or_insert(0);
+        *losses += u32::from(lost);
+        if !lost || *losses > MAX_LOST_REQUEUES {
+            self.st.finished.insert((class, unit));
+        }
         let cs = &mut self.st.classes[class];
         cs.in_flight = cs.in_flight.saturating_sub(1);
         if unit.kind.holds_bucket() {

@@ -1113,3 +1113,45 @@ proptest::proptest! {
         proptest::prop_assert!(stalled.is_empty(), "seed {}: {:?}", seed, stalled);
     }
 }
+
+/// A run of a final round lost in this launch (its host still answering)
+/// is queued again by the bucket's next step, at most `MAX_LOST_REQUEUES`
+/// times; then the round waits for the next launch.
+#[test]
+fn a_lost_round_run_is_queued_again_a_bounded_number_of_times() {
+    let mut s = scheduler("", true, false);
+    s.seed(&empty_scan());
+    drain(&mut s, 0, 0, AttemptStatus::Ok);
+    assert_eq!(s.buckets_ready(0, &[0, 1]).len(), 1);
+    assert_eq!(
+        s.queue_confirmation(0, &[0, 1], Some(2), 1, &HashSet::new()),
+        4
+    );
+    let mut lost_one = None;
+    let mut requeued = 0;
+    loop {
+        while let (Next::Run(u, _), _) = s.next(0, 0, Instant::now()) {
+            // The winner's run at cell 0 is lost every time.
+            let status = if (u.cell, u.pos) == (0, 3) {
+                lost_one = Some(u);
+                AttemptStatus::Lost
+            } else {
+                AttemptStatus::Ok
+            };
+            let r = ran(&s, 0, u, status, 100.0);
+            if s.finish(0, 0, u, Some(&r)).is_due() {
+                s.anchor_over(0, u.cell);
+            }
+        }
+        assert_eq!(s.buckets_ready(0, &[0, 1]).len(), 1);
+        match s.queue_confirmation(0, &[0, 1], Some(2), 1, &HashSet::new()) {
+            0 => break,
+            1 => requeued += 1,
+            n => panic!("{n} queued"),
+        }
+        assert!(requeued <= MAX_LOST_REQUEUES, "queued again and again");
+    }
+    assert!(lost_one.is_some());
+    assert_eq!(requeued, MAX_LOST_REQUEUES);
+    assert_eq!(s.next(0, 0, Instant::now()).0, Next::Done);
+}

@@ -869,6 +869,51 @@ fn a_file_that_is_not_a_study_is_refused_without_quoting_it() {
     );
 }
 
+/// An inventory's `hosts_file` that names a file that is no hosts file (a
+/// password file, a `.env`) is refused by its lines, never quoting them:
+/// no line of it, nor its host part, reaches the output.
+#[test]
+fn a_hosts_file_that_is_not_one_is_refused_without_quoting_it() {
+    let env = Env::new(TINY).with_secret("hunter2");
+    let secret = env.path().join("secret.txt");
+    let inventory = env.path().join("inv.yaml");
+    std::fs::write(
+        &inventory,
+        "hosts:\n  - name: rack\n    transport: ssh\n    hosts_file: secret.txt\n",
+    )
+    .expect("write inventory");
+    let ledger = env.ledger_url().to_string();
+    let study = env.study_arg();
+    for text in [
+        "root:$6$hunter2$x:19000:0:99999:7:::\n",
+        "-hunter2\n",
+        "hunter2@-o\n",
+        "TOKEN=hunter2\n",
+        "ok.example.org\nuser@hunter2!\n",
+    ] {
+        std::fs::write(&secret, text).expect("write secret");
+        let inv = inventory.to_string_lossy().to_string();
+        let args = [
+            "plan",
+            &study,
+            "--dry-run",
+            "--inventory",
+            &inv,
+            "--ledger",
+            &ledger,
+        ];
+        // The Env fails the test if `hunter2` shows in any output.
+        let out = env.tunectl_run(&args);
+        assert_eq!(out.code, Some(2), "{text:?}:\n{}", out.text());
+        assert!(
+            names_a_position(&out.stderr, "secret.txt"),
+            "{text:?}: no secret.txt:LINE:COLUMN:\n{}",
+            out.text()
+        );
+    }
+    assert!(!env.ledger().exists(), "a refused file wrote to the ledger");
+}
+
 /// Every file under `dir` (relative path → bytes).
 fn tree(dir: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
     let mut out = BTreeMap::new();

@@ -601,7 +601,7 @@ fn text_problem(text: &str, kind: Text) -> Option<String> {
 /// the inventory's directory): one ssh destination (`[user@]host[:port]`)
 /// a line, `#` comments and blank lines skipped; each with the tag that
 /// names it (its host part) and its line. A problem in the file is named
-/// by the file's own path and line.
+/// by the file's own path and line, without quoting the line.
 fn hosts_of_file(w: &mut Walker, node: &Node, field: &str) -> Option<Vec<(String, String, usize)>> {
     let given = w.string(node, field)?;
     let path = local_path(w, &given);
@@ -619,8 +619,14 @@ fn hosts_of_file(w: &mut Walker, node: &Node, field: &str) -> Option<Vec<(String
         if line.is_empty() {
             continue;
         }
+        // The file may be anything the inventory names (a secret file by
+        // mistake): its problems are said by line, never quoting it.
         let problem = text_problem(line, Text::Destination)
-            .or_else(|| destination_problem(line))
+            .or_else(|| {
+                destination_problem(line).map(|_| {
+                    "a user or host starting with `-` would be read by ssh as an option".to_string()
+                })
+            })
             .or_else(|| {
                 line.contains(char::is_whitespace)
                     .then(|| "one host a line (this one holds a space)".to_string())
@@ -635,8 +641,11 @@ fn hosts_of_file(w: &mut Walker, node: &Node, field: &str) -> Option<Vec<(String
         };
         let tag = host.to_string();
         let problem = problem.or_else(|| {
-            (!yaml::is_valid_name(&tag))
-                .then(|| format!("`{tag}` cannot name a host (letters, digits, `-`, `_` and `.`)"))
+            (!yaml::is_valid_name(&tag)).then(|| {
+                "its host part cannot name a host (letters, digits, `-`, `_` and `.`; a line is \
+                 `[user@]host[:port]`)"
+                    .to_string()
+            })
         });
         if let Some(p) = problem {
             w.diags.push(super::diag::Diagnostic {

@@ -558,6 +558,66 @@ measurement: {warmup: 0, repeats: 1, anchor_every: 0, confirm_repeats: 0}
     }
 }
 
+/// Host, plan, verdict and drop objects that are no regular file (a
+/// listing skips them without a word) or do not read as their kind (every
+/// read passes over them): `ledger check` used to call such a ledger clean.
+/// It names each (exit 1), at once; `report` and `status` read the rest.
+#[test]
+fn ledger_check_names_records_beside_the_trials_that_do_not_read() {
+    let study = r#"name: records
+knobs:
+  v: {kind: categorical, values: [base, fast], default: base}
+trial:
+  command: "sh {{ study_dir }}/fake-trial.sh {{ v }}"
+  timeout: 20s
+objective: {metric: throughput, better: higher}
+measurement: {warmup: 0, repeats: 1, anchor_every: 0, confirm_repeats: 0}
+"#;
+    let env = Env::new(study);
+    let out = env.launch(&[]);
+    assert!(ran_to_the_end(out.code, &out.stderr), "{}", out.text());
+    let study_arg = env.study_arg();
+    for (kind, _) in NOT_FILES {
+        let ledger = copy_ledger(&env, &format!("{kind}-records"));
+        let mut named = Vec::new();
+        for part in ["hosts", "plan", "verdicts", "drops"] {
+            let dir = ledger.join("records").join(part).join("x");
+            std::fs::create_dir_all(&dir).expect("mkdir");
+            put_not_a_file(&dir.join("stray.json"), kind);
+            std::fs::write(dir.join("garbage.json"), "[1, 2").expect("write");
+            named.push(format!("records/{part}/x/stray.json: "));
+            named.push(format!("records/{part}/x/garbage.json: not a valid "));
+        }
+        let out = tunectl_fast(&env, &["ledger", "check", "records"], &ledger, "check");
+        let text = out.text();
+        assert_eq!(out.code, Some(1), "{kind}: {text}");
+        for n in &named {
+            assert!(text.contains(n.as_str()), "{kind}: no `{n}`:\n{text}");
+        }
+        assert!(
+            text.contains("records: 2 attempts readable, 0 voided, 8 unreadable, 0 missing"),
+            "{kind}: {text}"
+        );
+        let out = tunectl_fast(
+            &env,
+            &["ledger", "check", "records", "--format", "json"],
+            &ledger,
+            "check json",
+        );
+        let doc: Json = serde_json::from_str(&out.stdout).expect("JSON");
+        let damaged = doc["studies"][0]["damaged"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        assert_eq!(damaged.len(), 8, "{doc:#}");
+        assert!(damaged.iter().all(|d| d["kind"] == "unreadable"), "{doc:#}");
+        for args in [&["report", &study_arg][..], &["status", &study_arg][..]] {
+            let out = tunectl_fast(&env, args, &ledger, args[0]);
+            assert_eq!(out.code, Some(0), "{kind} {}: {}", args[0], out.text());
+        }
+    }
+}
+
 /// A lease object of trial folder `trial` (its key is the folder's name)
 /// in `ledger` of study `study`: generation 1, held by `owner` on `host`
 /// until `ahead` from now; the key.

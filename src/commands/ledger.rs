@@ -84,9 +84,11 @@ pub async fn check(a: LedgerCheckArgs) -> Result<(), CliError> {
         // Every object listed and read, whatever the index says.
         let checked = ledger.check_study(id).await.map_err(failed)?;
         let scan = &checked.scan;
+        let bad = scan.corrupt.len() + checked.records.len();
         let mut damaged: Vec<(&crate::ledger::CorruptObject, DamageKind)> = scan
             .corrupt
             .iter()
+            .chain(&checked.records)
             .map(|c| (c, DamageKind::Unreadable))
             .chain(checked.missing.iter().map(|c| (c, DamageKind::Missing)))
             .collect();
@@ -96,7 +98,7 @@ pub async fn check(a: LedgerCheckArgs) -> Result<(), CliError> {
                 "{id}: {} attempts readable, {} voided, {} unreadable, {} missing",
                 scan.attempts.len(),
                 scan.voided,
-                scan.corrupt.len(),
+                bad,
                 checked.missing.len()
             );
             if let Some(problem) = &record {
@@ -107,13 +109,13 @@ pub async fn check(a: LedgerCheckArgs) -> Result<(), CliError> {
             }
         }
         records += usize::from(record.is_some());
-        unreadable += scan.corrupt.len();
+        unreadable += bad;
         missing += checked.missing.len();
         studies.push(StudyCheck {
             study: id.clone(),
             readable_attempts: scan.attempts.len(),
             voided: scan.voided,
-            unreadable: scan.corrupt.len(),
+            unreadable: bad,
             missing: checked.missing.len(),
             study_record_problem: record,
             damaged: damaged

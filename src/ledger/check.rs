@@ -19,6 +19,30 @@ pub struct Checked {
     pub scan: Arc<Scan>,
     /// Attempt and `.void` objects that should be there and are not.
     pub missing: Vec<CorruptObject>,
+    /// Host, plan, verdict and drop objects that do not read as their
+    /// kind (or, in a local ledger, are no regular file: a listing skips
+    /// those without a word).
+    pub records: Vec<CorruptObject>,
+}
+
+/// Prefixes of a study whose objects are records of one kind each, read
+/// by `ledger check` as that kind.
+const RECORD_PARTS: [&str; 4] = ["hosts", "plan", "verdicts", "drops"];
+
+/// Why `bytes` under `<study>/<part>/` do not read as that part's record.
+fn record_problem(part: &str, bytes: &[u8]) -> Option<String> {
+    let read = match part {
+        "hosts" => serde_json::from_slice::<records::HostRecord>(bytes).map(|_| ()),
+        "plan" => serde_json::from_slice::<records::PlanRecord>(bytes).map(|_| ()),
+        "drops" => serde_json::from_slice::<records::DropRecord>(bytes).map(|_| ()),
+        _ => match serde_json::from_slice::<serde_json::Value>(bytes) {
+            Ok(v) if v.is_object() => Ok(()),
+            Ok(_) => return Some("not a verdict record: not a JSON object".to_string()),
+            Err(e) => Err(e),
+        },
+    };
+    read.err()
+        .map(|e| format!("not a valid {} record: {e}", part.trim_end_matches('s')))
 }
 
 /// Sub-prefixes only a study has.
@@ -150,7 +174,53 @@ impl Ledger {
             }
         }
         missing.sort_by(|a, b| a.key.cmp(&b.key));
-        Ok(Checked { scan, missing })
+        let records = self.check_records(study).await?;
+        Ok(Checked {
+            scan,
+            missing,
+            records,
+        })
+    }
+
+    /// Every host, plan, verdict and drop object of a study read as its
+    /// kind; what does not read, with why. Reads skip such objects (a
+    /// bucket without its plan is no verdict; an unreadable host record
+    /// leaves its fingerprint unknown), so only this says they are there.
+    async fn check_records(&self, study: &str) -> Result<Vec<CorruptObject>, LedgerError> {
+        let mut out = Vec::new();
+        for part in RECORD_PARTS {
+            let prefix = ObjPath::from(format!("{study}/{part}"));
+            for key in self.list(&prefix).await? {
+                let reason = match self.get(&key).await {
+                    Ok(None) => continue,
+                    Ok(Some(bytes)) => record_problem(part, &bytes),
+                    Err(e) => Some(format!(
+                        "cannot be read: {}",
+                        super::redact_error(&e.to_string())
+                    )),
+                };
+                if let Some(reason) = reason {
+                    out.push(CorruptObject {
+                        key: key.to_string(),
+                        reason,
+                    });
+                }
+            }
+            if let Some(root) = &self.local_root {
+                for (path, what) in super::local::not_files(&root.join(study).join(part), 4) {
+                    let key = path
+                        .strip_prefix(root)
+                        .map(|p| p.to_string_lossy().into_owned())
+                        .unwrap_or_else(|_| path.to_string_lossy().into_owned());
+                    out.push(CorruptObject {
+                        key,
+                        reason: format!("{what}, not an object: every read skips it"),
+                    });
+                }
+            }
+        }
+        out.sort_by(|a, b| a.key.cmp(&b.key));
+        Ok(out)
     }
 }
 

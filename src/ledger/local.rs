@@ -100,6 +100,49 @@ pub fn names(dir: &Path, after: Option<&str>, dirs: bool) -> std::io::Result<Vec
     Ok(out)
 }
 
+/// Entries under `dir` (folders followed up to `depth` levels) that a
+/// listing of the store skips without a word because they are no regular
+/// file: a FIFO, a socket, a device, a symbolic link to nothing. Each with
+/// what it is. A missing or unreadable folder lists nothing.
+pub fn not_files(dir: &Path, depth: usize) -> Vec<(PathBuf, &'static str)> {
+    use std::os::unix::fs::FileTypeExt;
+    let mut out = Vec::new();
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return out;
+    };
+    for entry in entries.flatten() {
+        let path = entry.path();
+        let meta = match std::fs::metadata(&path) {
+            Ok(m) => m,
+            Err(e) if e.kind() == ErrorKind::NotFound => {
+                out.push((path, "a symbolic link to nothing"));
+                continue;
+            }
+            Err(_) => continue,
+        };
+        let t = meta.file_type();
+        let what = if t.is_dir() {
+            if depth > 0 {
+                out.extend(not_files(&path, depth - 1));
+            }
+            continue;
+        } else if t.is_file() {
+            continue;
+        } else if t.is_fifo() {
+            "a FIFO"
+        } else if t.is_socket() {
+            "a socket"
+        } else if t.is_char_device() || t.is_block_device() {
+            "a device"
+        } else {
+            "not a regular file"
+        };
+        out.push((path, what));
+    }
+    out.sort();
+    out
+}
+
 /// Files the object store's local backend does not list: its staging
 /// files, named `<name>#<digits>` (everything after the first `#`
 /// digits, as that backend tells them).

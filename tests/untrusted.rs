@@ -674,10 +674,20 @@ measurement: {warmup: 0, repeats: 1, anchor_every: 0, confirm_repeats: 0}
     // Two trials to run again, each leased by someone else.
     let files = attempt_files(&env.ledger(), "leases");
     let trial = |v: &str| files[v].parent().expect("trial folder").to_path_buf();
-    let (fast, slow) = (trial("fast"), trial("slow"));
+    let (fast, slow, base) = (trial("fast"), trial("slow"), trial("base"));
     for t in [&fast, &slow] {
         std::fs::remove_dir_all(t).expect("remove the trial's attempt");
     }
+    // A lease a year ahead on a trial that has ended: it holds nothing,
+    // and `status` must not say that a launch takes it over.
+    let ended = forge_lease(
+        &env.ledger(),
+        "leases",
+        &base,
+        "mallory-8",
+        "far",
+        chrono::Duration::days(365),
+    );
     let year = chrono::Duration::days(365);
     let stale = forge_lease(&env.ledger(), "leases", &fast, "mallory-7", "far", year);
     let live = forge_lease(
@@ -700,7 +710,18 @@ measurement: {warmup: 0, repeats: 1, anchor_every: 0, confirm_repeats: 0}
             .unwrap_or_else(|| panic!("no line for {key}:\n{status}"));
         assert!(line.contains(&format!("held by {holder} until ")), "{line}");
         assert_eq!(line.contains("stale"), key == &stale, "{line}");
+        assert!(!line.contains("has ended"), "{line}");
     }
+    let line = status
+        .lines()
+        .find(|l| l.contains(&format!("trial {}", &ended[..16])))
+        .unwrap_or_else(|| panic!("no line for {ended}:\n{status}"));
+    assert!(
+        line.contains("held by mallory-8 on far until ")
+            && line.contains("the trial has ended")
+            && !line.contains("takes it over"),
+        "{line}"
+    );
     let doc: Json = serde_json::from_str(&env.tunectl_ok(&[
         "status",
         &env.study_arg(),
@@ -711,8 +732,13 @@ measurement: {warmup: 0, repeats: 1, anchor_every: 0, confirm_repeats: 0}
     ]))
     .expect("status JSON");
     let leases = doc["leases"].as_array().expect("leases");
-    assert_eq!(leases.len(), 2, "{doc}");
+    assert_eq!(leases.len(), 3, "{doc}");
     for l in leases {
+        let ended_one = l["trial_key"] == ended.as_str();
+        assert_eq!(l["ended"], ended_one, "{l}");
+        if ended_one {
+            continue;
+        }
         let stale_one = l["trial_key"] == stale.as_str();
         assert_eq!(l["stale"], stale_one, "{l}");
         assert_eq!(

@@ -88,10 +88,19 @@ struct LeaseStatus {
     host: String,
     expires_at: String,
     stale: bool,
+    /// Its trial has a result in the ledger: the lease holds nothing (a
+    /// launcher stopped between its record and the lease's release, or a
+    /// forged object), and no launch runs the trial again.
+    ended: bool,
 }
 
-/// The leases `status` shows, by trial key, and the live ones among them.
-fn lease_statuses(leases: Vec<LeaseRecord>) -> (Vec<LeaseStatus>, Vec<LeaseRecord>) {
+/// The leases `status` shows, by trial key, and the live ones among them
+/// (holding a trial that has not ended). `ended`: whether a trial key has
+/// a terminal attempt in the ledger.
+fn lease_statuses(
+    leases: Vec<LeaseRecord>,
+    ended: impl Fn(&str) -> bool,
+) -> (Vec<LeaseStatus>, Vec<LeaseRecord>) {
     let now = chrono::Utc::now();
     let mut shown: Vec<LeaseStatus> = leases
         .iter()
@@ -101,10 +110,14 @@ fn lease_statuses(leases: Vec<LeaseRecord>) -> (Vec<LeaseStatus>, Vec<LeaseRecor
             host: l.host.clone(),
             expires_at: l.expires_at.clone(),
             stale: l.from_the_future(now),
+            ended: ended(&l.trial_key),
         })
         .collect();
     shown.sort_by(|a, b| a.trial_key.cmp(&b.trial_key));
-    let live = leases.into_iter().filter(|l| l.holds(now)).collect();
+    let live = leases
+        .into_iter()
+        .filter(|l| l.holds(now) && !ended(&l.trial_key))
+        .collect();
     (shown, live)
 }
 
@@ -120,7 +133,12 @@ fn lease_lines(leases: &[LeaseStatus]) -> Vec<String> {
     )];
     for l in leases {
         let key: String = l.trial_key.chars().take(16).collect();
-        out.push(if l.stale {
+        out.push(if l.ended {
+            format!(
+                "  trial {key}: held by {} on {} until {}, but the trial has ended (its result is in the ledger): the lease holds nothing and no launch runs it again",
+                l.owner, l.host, l.expires_at
+            )
+        } else if l.stale {
             format!(
                 "  trial {key}: held by {} on {} until {}: further ahead than any lease can be ({} plus {} of clock skew), stale; the next launch takes it over",
                 l.owner,
@@ -351,7 +369,11 @@ pub async fn run(a: StatusArgs) -> Result<(), CliError> {
     }
     let scan = ledger.scan(&study_id).await.map_err(failed)?;
     let (hosts, _) = ledger.hosts(&study_id).await.map_err(failed)?;
-    let (shown, leases) = lease_statuses(ledger.unexpired_leases(&study_id).await.map_err(failed)?);
+    let terminal = scan.terminal();
+    let (shown, leases) = lease_statuses(
+        ledger.unexpired_leases(&study_id).await.map_err(failed)?,
+        |key| terminal.contains_key(key),
+    );
     let classes = count(&study_id, study.as_ref(), &scan, &hosts, &leases);
     let rows: Vec<&ClassStatus> = classes.values().collect();
     if a.output.json(a.json) {

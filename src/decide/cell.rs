@@ -459,7 +459,7 @@ pub(super) fn config_report(
                     .map(|why| Rejection {
                         class: FailureClass::OutputChanged,
                         detail: format!("{why} (repeat {}, host {})", a.repeat, a.host),
-                        cause: why,
+                        cause: why.to_string(),
                         log: String::new(),
                     })
             });

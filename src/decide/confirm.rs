@@ -155,7 +155,7 @@ pub(super) fn confirm(
                 reference.and_then(|r| {
                     crate::decide::gate::compare_outputs(r, a, rules.tolerance.as_ref())
                         .err()
-                        .map(|why| (Some(FailureClass::OutputChanged), why))
+                        .map(|why| (Some(FailureClass::OutputChanged), why.to_string()))
                 })
             } else {
                 None

@@ -10,6 +10,7 @@
 //! numerically.
 
 use std::collections::BTreeMap;
+use std::fmt;
 
 use regex::{Regex, RegexSet};
 
@@ -365,36 +366,142 @@ pub fn is_close(a: f64, b: f64, rtol: f64, atol: f64) -> bool {
     (a - b).abs() <= atol + rtol * b.abs()
 }
 
+/// Which attempt lacks a tolerance file's numbers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Lacking {
+    Both,
+    Baseline,
+    Candidate,
+}
+
+/// How a candidate's output differs from the baseline's: why the gate
+/// rejects it as `output_changed`. Its `Display` is the rejection's detail.
+#[derive(Debug, Clone, PartialEq)]
+pub enum OutputMismatch {
+    /// The digests differ (a side without one: `None`); `differing`: the
+    /// declared outputs whose hashes differ, when the records say.
+    Digest {
+        candidate: Option<String>,
+        baseline: Option<String>,
+        differing: Vec<String>,
+    },
+    /// A tolerance file without numbers recorded.
+    NoValues { file: String, lacking: Lacking },
+    /// A tolerance file with another count of numbers.
+    Count {
+        file: String,
+        candidate: usize,
+        baseline: usize,
+    },
+    /// The first value beyond tolerance (`index`), and how many are.
+    Beyond {
+        file: String,
+        index: usize,
+        candidate: f64,
+        baseline: f64,
+        rtol: f64,
+        atol: f64,
+        beyond: usize,
+        of: usize,
+    },
+}
+
+impl fmt::Display for OutputMismatch {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            OutputMismatch::Digest {
+                candidate,
+                baseline,
+                differing,
+            } => {
+                write!(
+                    f,
+                    "output digest {} ≠ baseline's {}",
+                    short(candidate.as_deref()),
+                    short(baseline.as_deref())
+                )?;
+                if !differing.is_empty() {
+                    write!(f, " ({} differs)", differing.join(", "))?;
+                }
+                Ok(())
+            }
+            OutputMismatch::NoValues { file, lacking } => {
+                let who = match lacking {
+                    Lacking::Both => "either attempt",
+                    Lacking::Baseline => "the baseline",
+                    Lacking::Candidate => "the candidate",
+                };
+                write!(
+                    f,
+                    "{file}: no numeric values recorded for {who}; cannot compare within tolerance"
+                )
+            }
+            OutputMismatch::Count {
+                file,
+                candidate,
+                baseline,
+            } => write!(f, "{file}: {candidate} values vs baseline's {baseline}"),
+            OutputMismatch::Beyond {
+                file,
+                index,
+                candidate,
+                baseline,
+                rtol,
+                atol,
+                beyond,
+                of,
+            } => {
+                write!(
+                    f,
+                    "{file}[{index}]: {} vs baseline {} ",
+                    num(*candidate),
+                    num(*baseline)
+                )?;
+                if candidate.is_nan() || baseline.is_nan() {
+                    f.write_str("(NaN matches only NaN)")?;
+                } else {
+                    write!(
+                        f,
+                        "exceeds atol {} + rtol {}·|b| = {}",
+                        num(*atol),
+                        num(*rtol),
+                        num6(atol + rtol * baseline.abs())
+                    )?;
+                }
+                if *beyond > 1 {
+                    write!(f, "; {beyond} of {of} values beyond tolerance")?;
+                }
+                Ok(())
+            }
+        }
+    }
+}
+
 /// Does the candidate produce the baseline's output? Digests must be equal
 /// (both absent is equal); each tolerance file must hold as many numbers as
-/// the baseline's and each within [`is_close`] of it. The error names what
+/// the baseline's and each within [`is_close`] of it. The error says what
 /// differs, for the rejection's detail.
 pub fn compare_outputs(
     baseline: &AttemptRecord,
     candidate: &AttemptRecord,
     tolerance: Option<&ToleranceSpec>,
-) -> Result<(), String> {
+) -> Result<(), OutputMismatch> {
     if baseline.digest != candidate.digest {
         // Name the declared outputs that differ, when the records say.
         let tolerance_files: &[String] = tolerance.map(|t| t.files.as_slice()).unwrap_or(&[]);
-        let differing: Vec<&str> = candidate
+        let differing: Vec<String> = candidate
             .outputs
             .iter()
             .filter(|(name, sha)| {
                 !tolerance_files.contains(name) && baseline.outputs.get(*name) != Some(*sha)
             })
-            .map(|(name, _)| name.as_str())
+            .map(|(name, _)| name.clone())
             .collect();
-        let which = if differing.is_empty() {
-            String::new()
-        } else {
-            format!(" ({} differs)", differing.join(", "))
-        };
-        return Err(format!(
-            "output digest {} ≠ baseline's {}{which}",
-            short(candidate.digest.as_deref()),
-            short(baseline.digest.as_deref())
-        ));
+        return Err(OutputMismatch::Digest {
+            candidate: candidate.digest.as_ref().map(|d| d.to_string()),
+            baseline: baseline.digest.as_ref().map(|d| d.to_string()),
+            differing,
+        });
     }
     let Some(t) = tolerance else {
         return Ok(());
@@ -406,50 +513,40 @@ pub fn compare_outputs(
         ) {
             (Some(b), Some(c)) => (b, c),
             (b, c) => {
-                let missing = match (b.is_none(), c.is_none()) {
-                    (true, true) => "either attempt",
-                    (true, false) => "the baseline",
-                    _ => "the candidate",
+                let lacking = match (b.is_none(), c.is_none()) {
+                    (true, true) => Lacking::Both,
+                    (true, false) => Lacking::Baseline,
+                    _ => Lacking::Candidate,
                 };
-                return Err(format!(
-                    "{file}: no numeric values recorded for {missing}; cannot compare within tolerance"
-                ));
+                return Err(OutputMismatch::NoValues {
+                    file: file.clone(),
+                    lacking,
+                });
             }
         };
         if b.len() != c.len() {
-            return Err(format!(
-                "{file}: {} values vs baseline's {}",
-                c.len(),
-                b.len()
-            ));
+            return Err(OutputMismatch::Count {
+                file: file.clone(),
+                candidate: c.len(),
+                baseline: b.len(),
+            });
         }
         let mut differing = c
             .iter()
             .zip(b)
             .enumerate()
             .filter(|(_, (a, b))| !is_close(**a, **b, t.rtol, t.atol));
-        if let Some((i, (a, bv))) = differing.next() {
-            let more = differing.count();
-            let why = if a.is_nan() || bv.is_nan() {
-                "(NaN matches only NaN)".to_string()
-            } else {
-                format!(
-                    "exceeds atol {} + rtol {}·|b| = {}",
-                    num(t.atol),
-                    num(t.rtol),
-                    num6(t.atol + t.rtol * bv.abs())
-                )
-            };
-            let tail = if more > 0 {
-                format!("; {} of {} values beyond tolerance", more + 1, b.len())
-            } else {
-                String::new()
-            };
-            return Err(format!(
-                "{file}[{i}]: {} vs baseline {} {why}{tail}",
-                num(*a),
-                num(*bv)
-            ));
+        if let Some((index, (a, bv))) = differing.next() {
+            return Err(OutputMismatch::Beyond {
+                file: file.clone(),
+                index,
+                candidate: *a,
+                baseline: *bv,
+                rtol: t.rtol,
+                atol: t.atol,
+                beyond: differing.count() + 1,
+                of: b.len(),
+            });
         }
     }
     Ok(())
@@ -838,13 +935,13 @@ mod tests {
         let b = record(Some("9f8e7d6c5b4a3928"), &[]);
         assert_eq!(compare_outputs(&a, &a.clone(), None), Ok(()));
         assert_eq!(
-            compare_outputs(&a, &b, None),
+            compare_outputs(&a, &b, None).map_err(|e| e.to_string()),
             Err("output digest 9f8e7d6c5b4a ≠ baseline's 1a2b3c4d5e6f".to_string())
         );
         let none = record(None, &[]);
         assert_eq!(compare_outputs(&none, &none.clone(), None), Ok(()));
         assert_eq!(
-            compare_outputs(&a, &none, None),
+            compare_outputs(&a, &none, None).map_err(|e| e.to_string()),
             Err("output digest (none) ≠ baseline's 1a2b3c4d5e6f".to_string())
         );
         // A tolerance does not excuse a different digest.
@@ -896,7 +993,7 @@ mod tests {
         let base = record(Some("d"), &[("logits.json", b)]);
         let cand = record(Some("d"), &[("logits.json", c)]);
         assert_eq!(
-            compare_outputs(&base, &cand, Some(&tol(1e-3, 1e-6))),
+            compare_outputs(&base, &cand, Some(&tol(1e-3, 1e-6))).map_err(|e| e.to_string()),
             Err(
                 "logits.json[17]: 0.5012 vs baseline 0.5 exceeds atol 1e-6 + rtol 0.001·|b| = 0.000501; 2 of 20 values beyond tolerance"
                     .to_string()
@@ -905,7 +1002,7 @@ mod tests {
         let one = record(Some("d"), &[("logits.json", vec![1.0, 2.0])]);
         let off = record(Some("d"), &[("logits.json", vec![1.0, 2.5])]);
         assert_eq!(
-            compare_outputs(&one, &off, Some(&tol(0.0, 0.1))),
+            compare_outputs(&one, &off, Some(&tol(0.0, 0.1))).map_err(|e| e.to_string()),
             Err(
                 "logits.json[1]: 2.5 vs baseline 2 exceeds atol 0.1 + rtol 0·|b| = 0.1".to_string()
             )
@@ -917,7 +1014,7 @@ mod tests {
         let base = record(Some("d"), &[("logits.json", vec![1.0, 2.0, 3.0])]);
         let cand = record(Some("d"), &[("logits.json", vec![1.0, 2.0])]);
         assert_eq!(
-            compare_outputs(&base, &cand, Some(&tol(1.0, 1.0))),
+            compare_outputs(&base, &cand, Some(&tol(1.0, 1.0))).map_err(|e| e.to_string()),
             Err("logits.json: 2 values vs baseline's 3".to_string())
         );
     }
@@ -929,11 +1026,11 @@ mod tests {
         assert_eq!(compare_outputs(&nan, &nan.clone(), Some(&t)), Ok(()));
         let num = record(Some("d"), &[("logits.json", vec![1.0, 2.0])]);
         assert_eq!(
-            compare_outputs(&num, &nan, Some(&t)),
+            compare_outputs(&num, &nan, Some(&t)).map_err(|e| e.to_string()),
             Err("logits.json[1]: NaN vs baseline 2 (NaN matches only NaN)".to_string())
         );
         assert_eq!(
-            compare_outputs(&nan, &num, Some(&t)),
+            compare_outputs(&nan, &num, Some(&t)).map_err(|e| e.to_string()),
             Err("logits.json[1]: 2 vs baseline NaN (NaN matches only NaN)".to_string())
         );
         let inf = record(Some("d"), &[("logits.json", vec![1.0, f64::INFINITY])]);
@@ -953,17 +1050,17 @@ mod tests {
         let with = record(Some("d"), &[("logits.json", vec![1.0])]);
         let without = record(Some("d"), &[]);
         assert_eq!(
-            compare_outputs(&with, &without, Some(&t)),
+            compare_outputs(&with, &without, Some(&t)).map_err(|e| e.to_string()),
             Err("logits.json: no numeric values recorded for the candidate; cannot compare within tolerance".to_string())
         );
         assert_eq!(
-            compare_outputs(&without, &with, Some(&t)),
+            compare_outputs(&without, &with, Some(&t)).map_err(|e| e.to_string()),
             Err("logits.json: no numeric values recorded for the baseline; cannot compare within tolerance".to_string())
         );
         assert!(
             compare_outputs(&without, &without.clone(), Some(&t))
                 .err()
-                .is_some_and(|e| e.contains("either attempt"))
+                .is_some_and(|e| e.to_string().contains("either attempt"))
         );
         // An empty array is values, not their absence.
         let empty = record(Some("d"), &[("logits.json", vec![])]);

@@ -6,30 +6,45 @@
 
 mod cells;
 mod constraints;
+mod gate;
 mod knobs;
+mod measurement;
+mod objective;
 mod parse;
+mod selection;
+mod trial;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use marked_yaml::Node;
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 
 pub use cells::{BucketRule, CellAxis};
 use cells::{parse_buckets, parse_cells};
 pub use constraints::Constraint;
 use constraints::{check_baseline, parse_constraints};
+use gate::parse_gate;
+pub use gate::{Gate, PATTERN_CLASSES, Tolerance};
 use knobs::parse_knobs;
 pub use knobs::{Knob, KnobKind, MAX_KNOB_VALUES};
-use parse::{list_or_none, ser_secs, stays_inside, top_key_span};
+use measurement::parse_measurement;
+pub use measurement::{DEFAULT_MAX_REPEATS, Measurement};
+pub use objective::{Better, Metric};
+use objective::{declared_metric_names, parse_metric, parse_metrics, parse_objective_command};
+use parse::{list_or_none, top_key_span};
+use selection::parse_selection;
+pub use selection::{DEFAULT_MIN_SAMPLES, Limit, Selection};
+use trial::parse_trial;
+pub use trial::{MAX_TRIAL_FILE_BYTES, TrialSpec};
 
 use super::diag::Diagnostics;
 use super::frozen::FrozenSpec;
 use super::result::{ResultSpec, parse_result};
 use super::template;
 use super::value::Value;
-use super::yaml::{self, Walker, index, is_identifier, join};
+use super::yaml::{self, Walker, index, join};
 use crate::fingerprint::{ClassField, ClassKey};
 
 /// Template variables that tunectl provides to every trial command.
@@ -45,188 +60,6 @@ pub const RESERVED_VARIABLES: &[&str] = &[
     "slot",
     "phase",
 ];
-
-#[derive(Debug, Clone, Serialize)]
-pub struct TrialSpec {
-    pub command: String,
-    #[serde(serialize_with = "ser_secs")]
-    pub timeout: Duration,
-    pub env: BTreeMap<String, String>,
-    /// `trial.files`: files of the benchmark (a wrapper script, a model
-    /// config) by path relative to the study directory, each with the
-    /// sha256 of its content when the study was loaded (`sha256:<hex>`).
-    /// Part of the spec, so a changed file is a changed study.
-    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
-    pub files: BTreeMap<String, String>,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Better {
-    Higher,
-    Lower,
-}
-
-impl Better {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Better::Higher => "higher is better",
-            Better::Lower => "lower is better",
-        }
-    }
-
-    /// As the study file and the frozen spec write it.
-    pub fn name(self) -> &'static str {
-        match self {
-            Better::Higher => "higher",
-            Better::Lower => "lower",
-        }
-    }
-}
-
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Metric {
-    pub name: String,
-    pub unit: String,
-    pub better: Better,
-}
-
-#[derive(Debug, Clone, Serialize)]
-pub struct Measurement {
-    pub warmup: u32,
-    pub repeats: u32,
-    /// Re-measure the baseline on a host after every this many candidate
-    /// trials of a cell (0: never).
-    pub anchor_every: u32,
-    /// An anchor this much worse than the best anchor of its cell means the
-    /// host drifted (thermal throttling, a noisy neighbour).
-    pub cool_drift: f64,
-    /// A cooling host is back once its anchor is within this of the best.
-    pub cool_eps: f64,
-    /// First wait of the cool-down back-off (doubles each retry).
-    #[serde(serialize_with = "ser_secs")]
-    pub cool_wait: Duration,
-    /// Longest total cool-down before the cell is dropped on that host.
-    #[serde(serialize_with = "ser_secs")]
-    pub cool_max_wait: Duration,
-    /// Most anchor re-measurements in one cool-down.
-    pub cool_max_retry: u32,
-    /// Interleaved baseline/winner pairs in the final confirmation round of
-    /// each bucket, at least (0: no confirmation, decisions stay drafts);
-    /// the round takes more when the sweep's estimate needs them to
-    /// confirm, up to `max_repeats`.
-    pub confirm_repeats: u32,
-    /// Most sweep runs a config gets at a cell when its decision is close
-    /// (racing), and most runs a side in the confirmation round. Left out
-    /// of the frozen spec at its default, so older studies keep their
-    /// hashes.
-    #[serde(skip_serializing_if = "is_default_max_repeats")]
-    pub max_repeats: u32,
-}
-
-/// `measurement.max_repeats` when the study does not say.
-pub const DEFAULT_MAX_REPEATS: u32 = 30;
-
-fn is_default_max_repeats(n: &u32) -> bool {
-    *n == DEFAULT_MAX_REPEATS
-}
-
-impl Default for Measurement {
-    fn default() -> Self {
-        Measurement {
-            warmup: 1,
-            repeats: 3,
-            anchor_every: 4,
-            cool_drift: 0.10,
-            cool_eps: 0.03,
-            cool_wait: Duration::from_secs(5),
-            cool_max_wait: Duration::from_secs(600),
-            cool_max_retry: 5,
-            confirm_repeats: 3,
-            max_repeats: DEFAULT_MAX_REPEATS,
-        }
-    }
-}
-
-/// How selection decides.
-#[derive(Debug, Clone, Serialize)]
-pub struct Selection {
-    /// A candidate must improve on the baseline by more than this (and by
-    /// more than the combined relative spread).
-    pub min_improvement: f64,
-    /// A decision resting on fewer hosts of the class is a draft.
-    pub min_hosts: u32,
-    /// Samples a config needs at a cell (on a host class) for its spread
-    /// to be known; with fewer, nothing wins on it. Left out of the frozen
-    /// spec at its default, so older studies keep their hashes.
-    #[serde(skip_serializing_if = "is_default_min_samples")]
-    pub min_samples: u32,
-    /// Bounds on secondary metrics (`metrics:` names): a candidate whose
-    /// median breaks one at a cell is rejected there. Left out of the
-    /// frozen spec when empty, so older studies keep their hashes.
-    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
-    pub limits: BTreeMap<String, Limit>,
-}
-
-/// A bound on a secondary metric (`selection.limits`), inclusive.
-#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
-pub struct Limit {
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub min: Option<f64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub max: Option<f64>,
-}
-
-impl Limit {
-    /// Why `value` breaks the bound, if it does (`above the limit max 200`).
-    pub fn broken_by(&self, value: f64) -> Option<String> {
-        if let Some(max) = self.max
-            && value > max
-        {
-            return Some(format!("above the limit max {max}"));
-        }
-        if let Some(min) = self.min
-            && value < min
-        {
-            return Some(format!("below the limit min {min}"));
-        }
-        None
-    }
-}
-
-pub const DEFAULT_MIN_SAMPLES: u32 = 3;
-
-fn is_default_min_samples(n: &u32) -> bool {
-    *n == DEFAULT_MIN_SAMPLES
-}
-
-impl Default for Selection {
-    fn default() -> Self {
-        Selection {
-            min_improvement: 0.02,
-            min_hosts: 1,
-            min_samples: DEFAULT_MIN_SAMPLES,
-            limits: BTreeMap::new(),
-        }
-    }
-}
-
-/// Numeric comparison of declared outputs that hold JSON arrays of numbers.
-#[derive(Debug, Clone, Serialize)]
-pub struct Tolerance {
-    pub files: Vec<String>,
-    pub rtol: f64,
-    pub atol: f64,
-}
-
-#[derive(Debug, Clone, Serialize)]
-pub struct Gate {
-    pub outputs: Vec<String>,
-    /// Extra stderr patterns (regular expressions) per failure class
-    /// (`compile_failure`, `oom`), checked before the defaults.
-    pub patterns: BTreeMap<String, Vec<String>>,
-    pub tolerance: Option<Tolerance>,
-}
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(tag = "kind", rename_all = "lowercase")]
@@ -856,501 +689,6 @@ fn parse_context(w: &mut Walker, node: &Node) -> BTreeMap<String, String> {
     out
 }
 
-const TRIAL_KEYS: &[&str] = &["command", "timeout", "env", "files"];
-
-/// Largest file `trial.files` hashes (a benchmark's scripts and configs,
-/// not its data).
-pub const MAX_TRIAL_FILE_BYTES: u64 = 256 << 20;
-
-fn parse_trial(w: &mut Walker, node: &Node, dir: &Path) -> Option<TrialSpec> {
-    let map = w.mapping(node, "trial")?;
-    w.check_keys(map, "trial", TRIAL_KEYS);
-    let command = w
-        .required(map, "trial", "command")
-        .and_then(|n| w.string(n, "trial.command"));
-    if let (Some(c), Some(n)) = (&command, map.get_node("command"))
-        && c.trim().is_empty()
-    {
-        w.error_at(n, "trial.command", "the command is empty");
-    }
-    let timeout = match map.get_node("timeout") {
-        Some(n) => w.duration(n, "trial.timeout"),
-        None => Some(Duration::from_secs(600)),
-    };
-    let env = match map.get_node("env") {
-        Some(n) => {
-            let env = w.string_map(n, "trial.env").unwrap_or_default();
-            if let Some(m) = n.as_mapping() {
-                for k in m.keys() {
-                    let name = k.as_str();
-                    if !is_identifier(name) || name.starts_with("TUNECTL_") {
-                        w.error(
-                            k.span(),
-                            &join("trial.env", name),
-                            format!("`{name}` is not a usable environment variable name (TUNECTL_* is reserved)"),
-                        );
-                    }
-                }
-            }
-            env
-        }
-        None => BTreeMap::new(),
-    };
-    let files = match map.get_node("files") {
-        Some(n) => parse_trial_files(w, n, dir)?,
-        None => BTreeMap::new(),
-    };
-    Some(TrialSpec {
-        command: command?,
-        timeout: timeout?,
-        env,
-        files,
-    })
-}
-
-/// `trial.files`: each a relative path inside the study directory naming a
-/// regular file, hashed now.
-fn parse_trial_files(w: &mut Walker, node: &Node, dir: &Path) -> Option<BTreeMap<String, String>> {
-    let paths = w.string_list(node, "trial.files")?;
-    let Node::Sequence(seq) = node else {
-        return None;
-    };
-    let mut out = BTreeMap::new();
-    for (i, (path, item)) in paths.iter().zip(seq.iter()).enumerate() {
-        let field = index("trial.files", i);
-        let p = Path::new(path);
-        if !stays_inside(path) {
-            w.error_at(
-                item,
-                &field,
-                format!("`{path}` must be a relative path inside the study directory"),
-            );
-            continue;
-        }
-        match hash_file(&dir.join(p)) {
-            Ok(digest) => {
-                if out.insert(path.clone(), digest).is_some() {
-                    w.error_at(item, &field, format!("`{path}` is listed twice"));
-                }
-            }
-            Err(why) => w.error_at(item, &field, format!("`{path}` {why}")),
-        }
-    }
-    Some(out)
-}
-
-/// `sha256:<hex>` of a regular file's content, or why it has none.
-fn hash_file(path: &Path) -> Result<String, String> {
-    use crate::safe_read::{Unreadable, read_chunks};
-    use sha2::{Digest, Sha256};
-    let mut hasher = Sha256::new();
-    read_chunks(path, MAX_TRIAL_FILE_BYTES, None, |b| hasher.update(b)).map_err(|e| match e {
-        Unreadable::Missing(e) => format!("cannot be read: {e}"),
-        Unreadable::Refused(why) if why.ends_with("not a regular file") => {
-            format!("{why} (list the files themselves)")
-        }
-        Unreadable::Refused(why) if why.contains("over the limit") => {
-            format!("{why} that trial.files hashes (list scripts and configs, not data)")
-        }
-        Unreadable::Refused(why) | Unreadable::Failed(why) => why,
-    })?;
-    Ok(format!("sha256:{}", hex::encode(hasher.finalize())))
-}
-
-/// Keys of `objective` and of `metrics:` entries (`metric` for the
-/// objective, `name` for the others; `command` is the objective's alone,
-/// see [`parse_objective_command`]).
-const METRIC_KEYS: &[&str] = &["metric", "name", "unit", "better", "command"];
-
-fn parse_metric(w: &mut Walker, node: &Node, field: &str, is_objective: bool) -> Option<Metric> {
-    let map = w.mapping(node, field)?;
-    let name_key = if is_objective { "metric" } else { "name" };
-    let allowed: Vec<&str> = METRIC_KEYS
-        .iter()
-        .copied()
-        .filter(|k| *k != if is_objective { "name" } else { "metric" })
-        .collect();
-    w.check_keys(map, field, &allowed);
-    if !is_objective && let Some(n) = map.get_node("command") {
-        w.error_at(
-            n,
-            &join(field, "command"),
-            "only the objective has a `command` (`objective.command`); a further metric is read from the same result",
-        );
-    }
-    let name = w
-        .required(map, field, name_key)
-        .and_then(|n| w.string(n, &join(field, name_key)));
-    let unit = match map.get_node("unit") {
-        Some(n) => w.string(n, &join(field, "unit")),
-        None => Some(String::new()),
-    };
-    let better_node = w.required(map, field, "better");
-    let better = better_node.and_then(|n| {
-        let f = join(field, "better");
-        match w.string(n, &f)?.as_str() {
-            "higher" => Some(Better::Higher),
-            "lower" => Some(Better::Lower),
-            other => {
-                w.error_at(
-                    n,
-                    &f,
-                    format!("expected `higher` or `lower`, found `{other}`"),
-                );
-                None
-            }
-        }
-    });
-    if let (Some(n), Some(node)) = (&name, map.get_node(name_key))
-        && !is_identifier(n)
-    {
-        w.error_at(
-            node,
-            &join(field, name_key),
-            format!("`{n}` is not a valid metric name"),
-        );
-    }
-    Some(Metric {
-        name: name?,
-        unit: unit?,
-        better: better?,
-    })
-}
-
-fn parse_metrics(w: &mut Walker, node: &Node, objective: Option<&Metric>) -> Vec<Metric> {
-    let mut out: Vec<Metric> = Vec::new();
-    let Some(seq) = w.sequence(node, "metrics") else {
-        return out;
-    };
-    for (i, item) in seq.iter().enumerate() {
-        let field = index("metrics", i);
-        if let Some(m) = parse_metric(w, item, &field, false) {
-            if objective.is_some_and(|o| o.name == m.name) || out.iter().any(|x| x.name == m.name) {
-                w.error_at(
-                    item,
-                    &field,
-                    format!("metric `{}` is declared twice", m.name),
-                );
-                continue;
-            }
-            out.push(m);
-        }
-    }
-    out
-}
-
-fn parse_measurement(w: &mut Walker, node: &Node) -> Option<Measurement> {
-    let map = w.mapping(node, "measurement")?;
-    w.check_keys(
-        map,
-        "measurement",
-        &[
-            "warmup",
-            "repeats",
-            "anchor_every",
-            "cool_drift",
-            "cool_eps",
-            "cool_wait",
-            "cool_max_wait",
-            "cool_max_retry",
-            "confirm_repeats",
-            "max_repeats",
-        ],
-    );
-    let d = Measurement::default();
-    let mut ok = true;
-    let mut count = |w: &mut Walker, key: &str, default: u32, min: u32, max: u32| -> u32 {
-        match map.get_node(key) {
-            Some(n) => w
-                .u32_in(n, &join("measurement", key), min, max)
-                .unwrap_or_else(|| {
-                    ok = false;
-                    default
-                }),
-            None => default,
-        }
-    };
-    let warmup = count(w, "warmup", d.warmup, 0, 100);
-    let repeats = count(w, "repeats", d.repeats, 1, 10_000);
-    let anchor_every = count(w, "anchor_every", d.anchor_every, 0, 1_000_000);
-    let cool_max_retry = count(w, "cool_max_retry", d.cool_max_retry, 1, 1000);
-    let confirm_repeats = count(w, "confirm_repeats", d.confirm_repeats, 0, 1000);
-    let max_repeats = count(w, "max_repeats", d.max_repeats, 1, 10_000);
-    let fraction = |w: &mut Walker, key: &str, default: f64| -> Option<f64> {
-        match map.get_node(key) {
-            Some(n) => {
-                let f = join("measurement", key);
-                let v = w.float(n, &f)?;
-                if !(v > 0.0 && v < 1.0) {
-                    w.error_at(
-                        n,
-                        &f,
-                        format!("must be a fraction between 0 and 1 (e.g. 0.1 for 10%), found {v}"),
-                    );
-                    return None;
-                }
-                Some(v)
-            }
-            None => Some(default),
-        }
-    };
-    let cool_drift = fraction(w, "cool_drift", d.cool_drift);
-    let cool_eps = fraction(w, "cool_eps", d.cool_eps);
-    let duration = |w: &mut Walker, key: &str, default: Duration| -> Option<Duration> {
-        match map.get_node(key) {
-            Some(n) => w.duration(n, &join("measurement", key)),
-            None => Some(default),
-        }
-    };
-    let cool_wait = duration(w, "cool_wait", d.cool_wait);
-    let cool_max_wait = duration(w, "cool_max_wait", d.cool_max_wait);
-    let (cool_drift, cool_eps) = (cool_drift?, cool_eps?);
-    if cool_eps >= cool_drift
-        && let Some(n) = map.get_node("cool_eps").or(map.get_node("cool_drift"))
-    {
-        w.error_at(
-            n,
-            "measurement.cool_eps",
-            format!("cool_eps ({cool_eps}) must be smaller than cool_drift ({cool_drift})"),
-        );
-        return None;
-    }
-    if !ok {
-        return None;
-    }
-    Some(Measurement {
-        warmup,
-        repeats,
-        anchor_every,
-        cool_drift,
-        cool_eps,
-        cool_wait: cool_wait?,
-        cool_max_wait: cool_max_wait?,
-        cool_max_retry,
-        confirm_repeats,
-        max_repeats,
-    })
-}
-
-fn parse_selection(w: &mut Walker, node: &Node, metrics: &[Metric]) -> Option<Selection> {
-    let map = w.mapping(node, "selection")?;
-    w.check_keys(
-        map,
-        "selection",
-        &["min_improvement", "min_hosts", "min_samples", "limits"],
-    );
-    let limits = match map.get_node("limits") {
-        Some(n) => parse_limits(w, n, metrics)?,
-        None => BTreeMap::new(),
-    };
-    let d = Selection::default();
-    let min_improvement = match map.get_node("min_improvement") {
-        Some(n) => {
-            let v = w.float(n, "selection.min_improvement")?;
-            if !(0.0..1.0).contains(&v) {
-                w.error_at(
-                    n,
-                    "selection.min_improvement",
-                    format!("must be a fraction between 0 and 1 (0.02 for 2%), found {v}"),
-                );
-                return None;
-            }
-            v
-        }
-        None => d.min_improvement,
-    };
-    let min_hosts = match map.get_node("min_hosts") {
-        Some(n) => w.u32_in(n, "selection.min_hosts", 1, 10_000)?,
-        None => d.min_hosts,
-    };
-    let min_samples = match map.get_node("min_samples") {
-        Some(n) => w.u32_in(n, "selection.min_samples", 2, 1_000_000)?,
-        None => d.min_samples,
-    };
-    Some(Selection {
-        min_improvement,
-        min_hosts,
-        min_samples,
-        limits,
-    })
-}
-
-/// `selection.limits`: metric name → `{min, max}` (at least one), each a
-/// finite number, for metrics declared under `metrics:`.
-fn parse_limits(
-    w: &mut Walker,
-    node: &Node,
-    metrics: &[Metric],
-) -> Option<BTreeMap<String, Limit>> {
-    let map = w.mapping(node, "selection.limits")?;
-    let mut out = BTreeMap::new();
-    let mut ok = true;
-    for (k, v) in map.iter() {
-        let name = k.as_str().to_string();
-        let field = format!("selection.limits.{name}");
-        if !metrics.iter().any(|m| m.name == name) {
-            let declared: Vec<&str> = metrics.iter().map(|m| m.name.as_str()).collect();
-            w.error_at(
-                v,
-                &field,
-                format!(
-                    "`{name}` is not a metric under `metrics:` (declared: {}); a limit bounds a secondary metric",
-                    if declared.is_empty() {
-                        "none".to_string()
-                    } else {
-                        declared.join(", ")
-                    }
-                ),
-            );
-            ok = false;
-            continue;
-        }
-        let Some(m) = w.mapping(v, &field) else {
-            ok = false;
-            continue;
-        };
-        w.check_keys(m, &field, &["min", "max"]);
-        let mut bound = |key: &str| -> Option<Option<f64>> {
-            match m.get_node(key) {
-                None => Some(None),
-                Some(n) => {
-                    let x = w.float(n, &format!("{field}.{key}"))?;
-                    if !x.is_finite() {
-                        w.error_at(n, &format!("{field}.{key}"), "must be a finite number");
-                        return None;
-                    }
-                    Some(Some(x))
-                }
-            }
-        };
-        let (Some(min), Some(max)) = (bound("min"), bound("max")) else {
-            ok = false;
-            continue;
-        };
-        match (min, max) {
-            (None, None) => {
-                w.error_at(v, &field, "give `min`, `max` or both");
-                ok = false;
-            }
-            (Some(lo), Some(hi)) if lo > hi => {
-                w.error_at(v, &field, format!("`min` {lo} is above `max` {hi}"));
-                ok = false;
-            }
-            _ => {
-                out.insert(name, Limit { min, max });
-            }
-        }
-    }
-    ok.then_some(out)
-}
-
-fn parse_gate(w: &mut Walker, node: &Node) -> Option<Gate> {
-    let map = w.mapping(node, "gate")?;
-    w.check_keys(map, "gate", &["outputs", "patterns", "tolerance"]);
-    let outputs = match map.get_node("outputs") {
-        Some(n) => w.string_list(n, "gate.outputs")?,
-        None => Vec::new(),
-    };
-    if let Some(Node::Sequence(seq)) = map.get_node("outputs") {
-        for (i, (path, item)) in outputs.iter().zip(seq.iter()).enumerate() {
-            if !stays_inside(path) {
-                w.error_at(
-                    item,
-                    &index("gate.outputs", i),
-                    format!("`{path}` must be a relative path inside the trial directory"),
-                );
-            }
-        }
-    }
-    let patterns = match map.get_node("patterns") {
-        Some(n) => parse_patterns(w, n)?,
-        None => BTreeMap::new(),
-    };
-    let tolerance = match map.get_node("tolerance") {
-        Some(n) => Some(parse_tolerance(w, n, &outputs)?),
-        None => None,
-    };
-    Some(Gate {
-        outputs,
-        patterns,
-        tolerance,
-    })
-}
-
-/// Failure classes a study can add stderr patterns for.
-pub const PATTERN_CLASSES: &[&str] = &["compile_failure", "oom"];
-
-fn parse_patterns(w: &mut Walker, node: &Node) -> Option<BTreeMap<String, Vec<String>>> {
-    let map = w.mapping(node, "gate.patterns")?;
-    w.check_keys(map, "gate.patterns", PATTERN_CLASSES);
-    let mut out = BTreeMap::new();
-    let mut ok = true;
-    for (k, v) in map.iter() {
-        if !PATTERN_CLASSES.contains(&k.as_str()) {
-            continue;
-        }
-        let field = join("gate.patterns", k.as_str());
-        let Some(list) = w.string_list(v, &field) else {
-            ok = false;
-            continue;
-        };
-        if let Some(seq) = v.as_sequence() {
-            for (i, (pattern, item)) in list.iter().zip(seq.iter()).enumerate() {
-                if let Err(e) = regex::Regex::new(pattern) {
-                    w.error_at(
-                        item,
-                        &index(&field, i),
-                        format!("invalid regular expression: {e}"),
-                    );
-                    ok = false;
-                }
-            }
-        }
-        out.insert(k.as_str().to_string(), list);
-    }
-    ok.then_some(out)
-}
-
-fn parse_tolerance(w: &mut Walker, node: &Node, outputs: &[String]) -> Option<Tolerance> {
-    let map = w.mapping(node, "gate.tolerance")?;
-    w.check_keys(map, "gate.tolerance", &["files", "rtol", "atol"]);
-    let files_node = w.required(map, "gate.tolerance", "files")?;
-    let files = w.string_list(files_node, "gate.tolerance.files")?;
-    if let Some(seq) = files_node.as_sequence() {
-        for (i, (f, item)) in files.iter().zip(seq.iter()).enumerate() {
-            if !outputs.contains(f) {
-                w.error_at(
-                    item,
-                    &index("gate.tolerance.files", i),
-                    format!("`{f}` is not one of gate.outputs"),
-                );
-                return None;
-            }
-        }
-    }
-    let bound = |w: &mut Walker, key: &str| -> Option<f64> {
-        match map.get_node(key) {
-            Some(n) => {
-                let f = join("gate.tolerance", key);
-                let v = w.float(n, &f)?;
-                if v < 0.0 {
-                    w.error_at(n, &f, format!("must not be negative, found {v}"));
-                    return None;
-                }
-                Some(v)
-            }
-            None => Some(0.0),
-        }
-    };
-    let rtol = bound(w, "rtol");
-    let atol = bound(w, "atol");
-    Some(Tolerance {
-        files,
-        rtol: rtol?,
-        atol: atol?,
-    })
-}
-
 const STRATEGY_KEYS: &[&str] = &[
     "kind",
     "seed",
@@ -1740,53 +1078,6 @@ fn parse_byte_size(w: &mut Walker, n: &Node, field: &str) -> Option<u64> {
     {
         Some(v) => Some(v),
         None => bad(w, t),
-    }
-}
-
-/// Metric names under `metrics:` as written, valid entries or not.
-fn declared_metric_names(map: &marked_yaml::types::MarkedMappingNode) -> Vec<String> {
-    map.get_sequence("metrics")
-        .map(|seq| {
-            seq.iter()
-                .filter_map(|item| item.as_mapping()?.get_scalar("name"))
-                .map(|n| n.as_str().to_string())
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
-/// `objective.command`: `Some(None)` when not written, `None` on an error.
-fn parse_objective_command(
-    w: &mut Walker,
-    map: &marked_yaml::types::MarkedMappingNode,
-    strategy: Option<&Strategy>,
-) -> Option<Option<String>> {
-    let Some(n) = map
-        .get_mapping("objective")
-        .and_then(|o| o.get_node("command"))
-    else {
-        return Some(None);
-    };
-    let command = w.string(n, "objective.command")?;
-    if command.trim().is_empty() {
-        w.error_at(n, "objective.command", "the command is empty");
-        return None;
-    }
-    match strategy {
-        Some(s) if !s.is_adaptive() => {
-            w.error_at(
-                n,
-                "objective.command",
-                format!(
-                    "applies only to the objective stage of an adaptive search (`strategy.kind: hyperband` or `tpe`); with `{}` every trial runs `trial.command`",
-                    s.name()
-                ),
-            );
-            None
-        }
-        Some(_) => Some(Some(command)),
-        // The strategy's own problem is reported.
-        None => None,
     }
 }
 
@@ -2257,7 +1548,7 @@ objective: {metric: t, unit: s, better: lower}
     }
 
     /// 7 lines; a test's own lines start at line 8.
-    const BASE: &str = r#"name: s
+    pub(super) const BASE: &str = r#"name: s
 knobs:
   x: {kind: int, values: [1, 2, 4, 8], default: 1}
   y: {kind: bool, default: false}
@@ -2266,7 +1557,7 @@ objective: {metric: t, unit: s, better: lower}
 metrics: [{name: loss, better: lower}]
 "#;
 
-    fn load(extra: &str) -> Result<Study, Diagnostics> {
+    pub(super) fn load(extra: &str) -> Result<Study, Diagnostics> {
         Study::from_text(Path::new("s.yaml"), &format!("{BASE}{extra}"))
     }
 
@@ -2429,64 +1720,6 @@ metrics: [{name: loss, better: lower}]
             .expect("valid");
             assert!(s.fidelity.is_some() && !s.strategy.is_adaptive());
         }
-    }
-
-    #[test]
-    fn objective_command_is_for_adaptive_searches() {
-        let s = load("fidelity: {unit: samples, min_budget: 1, max_budget: 9}\n").expect("valid");
-        assert_eq!(s.objective_command, None);
-        let text = BASE.replace(
-            "better: lower}\nmetrics",
-            "better: lower, command: 'full {{ x }} {{ budget }}'}\nmetrics",
-        );
-        let s = Study::from_text(
-            Path::new("s.yaml"),
-            &format!("{text}fidelity: {{unit: samples, min_budget: 1, max_budget: 9}}\n"),
-        )
-        .expect("valid");
-        assert_eq!(
-            s.objective_command.as_deref(),
-            Some("full {{ x }} {{ budget }}")
-        );
-        let s = Study::from_text(
-            Path::new("s.yaml"),
-            &format!("{text}strategy: {{kind: tpe, count: 3}}\n"),
-        )
-        .expect("valid");
-        assert!(s.objective_command.is_some());
-        // The objective's command, with the objective's spec hash.
-        let plain = load("strategy: {kind: tpe, count: 3}\n").expect("valid");
-        assert_ne!(s.spec_hash(), plain.spec_hash());
-
-        let problem_in = |text: &str| -> String {
-            let diags = Study::from_text(Path::new("s.yaml"), text).expect_err("a problem");
-            let lines: Vec<String> = diags.iter().map(|d| d.to_string()).collect();
-            assert_eq!(lines.len(), 1, "expected one problem, got {lines:#?}");
-            lines.into_iter().next().unwrap_or_default()
-        };
-        assert_eq!(
-            problem_in(&text),
-            "s.yaml:6:57: objective.command: applies only to the objective stage of an adaptive search (`strategy.kind: hyperband` or `tpe`); with `grid` every trial runs `trial.command`"
-        );
-        let unknown = BASE.replace(
-            "better: lower}\nmetrics",
-            "better: lower, command: 'full {{ z }}'}\nmetrics",
-        );
-        assert!(
-            problem_in(&format!("{unknown}strategy: {{kind: tpe, count: 3}}\n")).starts_with(
-                "s.yaml:6:57: objective.command: unknown template variable `z` (known: study, "
-            )
-        );
-        let metric_command = BASE.replace(
-            "metrics: [{name: loss, better: lower}]",
-            "metrics: [{name: loss, better: lower, command: x}]",
-        );
-        assert_eq!(
-            problem_in(&format!(
-                "{metric_command}strategy: {{kind: tpe, count: 3}}\n"
-            )),
-            "s.yaml:7:48: metrics[0].command: only the objective has a `command` (`objective.command`); a further metric is read from the same result"
-        );
     }
 
     #[test]

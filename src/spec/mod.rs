@@ -1,5 +1,14 @@
 //! Input files: studies and inventories, parsed from YAML with positions,
 //! validated with every problem collected. Nothing here runs a trial.
+//!
+//! The study file is read in `study/`: `study/mod.rs` holds [`Study`] and
+//! reads the sections in order, each parsed and checked in its own file
+//! (`knobs.rs` with the knobs' value domains, `cells.rs` with `buckets:`,
+//! `constraints.rs`, `trial.rs`, `gate.rs`, `objective.rs` with `metrics:`,
+//! `measurement.rs`, `selection.rs`, `strategy.rs` with `budget:`,
+//! `fidelity.rs`, `fingerprint.rs`); `checks.rs` checks the study as a
+//! whole (templates, size, rendering, warnings) and `parse.rs` holds the
+//! small helpers the sections share.
 
 pub mod diag;
 pub mod frozen;

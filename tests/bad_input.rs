@@ -476,6 +476,36 @@ objective: {metric: t, better: higher}
         ],
     },
     Case {
+        name: "knob named like tunectl's own template function",
+        file: "study.yaml",
+        text: r#"name: s
+knobs:
+  __tunectl_named: {kind: int, values: [1, 2], default: 1}
+trial: {command: "echo {{ __tunectl_named }}"}
+objective: {metric: t, better: higher}
+"#,
+        run: Run::PlanStudy,
+        expect: &[
+            "study.yaml:3:3: knobs.__tunectl_named: `__tunectl_named`: names starting with `__tunectl` are reserved for tunectl's own template functions; rename the knob",
+        ],
+    },
+    Case {
+        name: "cell axis named like tunectl's own template function",
+        file: "study.yaml",
+        text: r#"name: s
+knobs:
+  x: {kind: int, values: [1, 2], default: 1}
+cells:
+  __tunectl_x: [1]
+trial: {command: "echo {{ x }}"}
+objective: {metric: t, better: higher}
+"#,
+        run: Run::PlanStudy,
+        expect: &[
+            "study.yaml:5:3: cells.__tunectl_x: `__tunectl_x`: names starting with `__tunectl` are reserved for tunectl's own template functions",
+        ],
+    },
+    Case {
         name: "knob and cell axis with the same name",
         file: "study.yaml",
         text: r#"name: s

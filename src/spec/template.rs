@@ -201,6 +201,10 @@ const SENTINEL: char = '\0';
 /// ([`name_holes`]): `__tunectl_named("name", name)`.
 const NAMED_FN: &str = "__tunectl_named";
 
+/// Names starting with this are tunectl's own in a template ([`NAMED_FN`]):
+/// no knob or cell axis may take one.
+pub const RESERVED_PREFIX: &str = "__tunectl";
+
 /// A value and the template variable it was read from, so that its hole
 /// can refer to the trial contract's variable of that name.
 #[derive(Debug)]

@@ -65,6 +65,17 @@ pub(super) fn parse_cells(w: &mut Walker, node: &Node, knobs: &[Knob]) -> Vec<Ce
             );
             continue;
         }
+        if name.starts_with(crate::spec::template::RESERVED_PREFIX) {
+            w.error(
+                key.span(),
+                &field,
+                format!(
+                    "`{name}`: names starting with `{}` are reserved for tunectl's own template functions",
+                    crate::spec::template::RESERVED_PREFIX
+                ),
+            );
+            continue;
+        }
         if knobs.iter().any(|k| k.name == name) {
             w.error(
                 key.span(),

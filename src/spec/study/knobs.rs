@@ -82,6 +82,17 @@ pub(super) fn parse_knobs(w: &mut Walker, node: &Node) -> Vec<Knob> {
             );
             continue;
         }
+        if name.starts_with(crate::spec::template::RESERVED_PREFIX) {
+            w.error(
+                key.span(),
+                &field,
+                format!(
+                    "`{name}`: names starting with `{}` are reserved for tunectl's own template functions; rename the knob",
+                    crate::spec::template::RESERVED_PREFIX
+                ),
+            );
+            continue;
+        }
         if let Some(other) = knobs
             .iter()
             .find(|k: &&Knob| k.name.to_uppercase() == name.to_uppercase())

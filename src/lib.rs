@@ -12,6 +12,7 @@ pub mod decide;
 pub mod exec;
 pub mod fingerprint;
 pub mod fmt;
+pub mod launch;
 pub mod ledger;
 pub mod plan;
 pub mod report;

@@ -16,14 +16,14 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
-use super::AttemptSpec;
-use super::attempt::{RESULT_FILE, judge_with};
-use super::checkpoint::{Carry, RungCheckpoint, checkpoint_key};
 use super::events::{Emitter, LaunchEvent, Rejection, UnrecordedAttempt, Written};
 use super::run_study::LaunchHost;
 use super::schedule::Ran;
 use super::schedule::drift::Reading;
 use crate::decide::gate::Classifier;
+use crate::exec::AttemptSpec;
+use crate::exec::attempt::{RESULT_FILE, judge_with};
+use crate::exec::checkpoint::{Carry, RungCheckpoint, checkpoint_key};
 use crate::ledger::checkpoint::DEFAULT_CHECKPOINT_MAX_BYTES;
 use crate::ledger::lease::{Held, Lease, lease_ttl, renew_every};
 use crate::ledger::records::{self, AttemptRecord, AttemptStatus, PrunedAt, SharedStr};

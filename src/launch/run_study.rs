@@ -25,7 +25,7 @@ use super::schedule::drift::Reading;
 use super::schedule::{
     AnchorStep, BucketStep, Burst, Check, HostGate, Kind, Next, Scheduler, Setup, Void, VoidReason,
 };
-use super::{Discovery, HostState, Part, Transport};
+use crate::exec::{Discovery, HostState, Part, Transport};
 use crate::fingerprint::Fingerprint;
 use crate::ledger::records::{
     self, AttemptStatus, DropRecord, HostRecord, StudyRecord, VoidRecord,

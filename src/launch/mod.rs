@@ -1,5 +1,5 @@
 //! The launch round: scheduling trials over the hosts' slots and running
-//! them through the transports ([`crate::exec`]).
+//! them through the transports ([`crate::transport`]).
 //!
 //! A launch round is three layers: [`schedule`] decides what runs where and
 //! when (synchronous, no I/O); [`run_trial`] runs one trial (lease,

@@ -21,9 +21,6 @@ use super::run_study::LaunchHost;
 use super::schedule::Ran;
 use super::schedule::drift::Reading;
 use crate::decide::gate::Classifier;
-use crate::exec::AttemptSpec;
-use crate::exec::attempt::{RESULT_FILE, judge_with};
-use crate::exec::checkpoint::{Carry, RungCheckpoint, checkpoint_key};
 use crate::ledger::checkpoint::DEFAULT_CHECKPOINT_MAX_BYTES;
 use crate::ledger::lease::{Held, Lease, lease_ttl, renew_every};
 use crate::ledger::records::{self, AttemptRecord, AttemptStatus, PrunedAt, SharedStr};
@@ -33,6 +30,9 @@ use crate::scrub::{scrub_secrets, secret_values};
 use crate::search::PruneRule;
 use crate::space;
 use crate::spec::{CommandRenderer, Study, TrialVars, Value};
+use crate::transport::AttemptSpec;
+use crate::transport::attempt::{RESULT_FILE, judge_with};
+use crate::transport::checkpoint::{Carry, RungCheckpoint, checkpoint_key};
 use crate::trial::Role;
 
 /// How an attempt to run a trial ended.

@@ -3,7 +3,8 @@
 //! A [`Transport`] carries out one attempt on one host (fresh directory,
 //! warm-ups, the counted run, result file, output digests) and reports raw
 //! facts; it never judges them. [`attempt::judge`] turns those facts into a
-//! ledger record, the same way for every transport.
+//! ledger record, the same way for every transport, reading the metrics
+//! where the study's `result:` says they are ([`extract`]).
 //!
 //! Transports: [`local`] (this machine), [`ssh`] and [`slurm`]; the last
 //! two run the same POSIX agent on the host and read its report, the
@@ -14,7 +15,8 @@
 //! a Slurm entry's shared directory) and in the ledger.
 //!
 //! The launch round ([`crate::launch`]) schedules trials and runs them
-//! through these; nothing here depends on it.
+//! through these: its trial runner judges with [`attempt`] and carries
+//! checkpoints with [`checkpoint`]. Nothing here depends on it.
 
 pub mod attempt;
 pub mod checkpoint;

@@ -452,7 +452,7 @@ fn make(name: &str, seed: u64, iterations: u32, workers: usize) -> Box<dyn Strat
                 }
                 engine = engine.with_model(model).expect("a model of the space");
             }
-            // As the launcher builds it (src/exec/schedule/search.rs).
+            // As the launcher builds it (src/launch/schedule/search.rs).
             let search = Search::new(Engine::Hyperband(Box::new(engine)), workers)
                 .with_fixed_cost(FIXED_COST)
                 .with_continuation(continuation);

@@ -2,16 +2,17 @@
 //! performance knobs that neither crashes nor changes the output.
 //!
 //! The way through: [`spec`] (study and inventory files) → [`plan`] (the
-//! trial DAG) → [`exec`] (run trials on hosts) → [`ledger`] (append-only
-//! records) → [`report`] (per-host-class winners with their evidence).
+//! trial DAG) → [`launch`] (schedule trials and run them on hosts through
+//! [`transport`]) → [`ledger`] (append-only records) → [`report`]
+//! (per-host-class winners with their evidence).
 
 pub mod canon;
 pub mod cli;
 pub mod commands;
 pub mod decide;
-pub mod exec;
 pub mod fingerprint;
 pub mod fmt;
+pub mod launch;
 pub mod ledger;
 pub mod plan;
 pub mod report;
@@ -23,6 +24,7 @@ pub mod space;
 pub mod spec;
 pub mod stats;
 pub mod term;
+pub mod transport;
 pub mod trial;
 pub mod tuned;
 pub mod yaml_out;

@@ -55,9 +55,9 @@ fn study(text: &str) {
 }
 
 fn result(data: &[u8]) {
-    use tunectl::exec::AttemptOutcome;
-    use tunectl::exec::local::RunOutput;
     use tunectl::ledger::records::ExitInfo;
+    use tunectl::transport::AttemptOutcome;
+    use tunectl::transport::local::RunOutput;
     let (mode, body) = data.split_first().unwrap_or((&0, &[]));
     // Built once: its patterns are regexes.
     static CLASSIFIER: std::sync::OnceLock<tunectl::decide::gate::Classifier> =
@@ -76,7 +76,7 @@ fn result(data: &[u8]) {
                 result: Some(body.to_vec()),
                 ..Default::default()
             };
-            let _ = tunectl::exec::attempt::judge(&outcome, "t", c, 1.0);
+            let _ = tunectl::transport::attempt::judge(&outcome, "t", c, 1.0);
         }
         1 => {
             let _ = tunectl::decide::gate::parse_values(body);
@@ -94,7 +94,7 @@ fn result(data: &[u8]) {
                 }),
                 ..Default::default()
             };
-            let _ = tunectl::exec::attempt::judge(&outcome, "t", c, 1.0);
+            let _ = tunectl::transport::attempt::judge(&outcome, "t", c, 1.0);
         }
     }
 }

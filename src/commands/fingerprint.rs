@@ -63,7 +63,7 @@ async fn fingerprint_inventory(
     let inv = Inventory::load(path)?;
     let control_dir = ssh_control_dir().map_err(failed)?;
     let work_root = std::env::temp_dir().join("tunectl-work");
-    let mut transports: Vec<(String, Arc<dyn crate::exec::Transport>)> = Vec::new();
+    let mut transports: Vec<(String, Arc<dyn crate::transport::Transport>)> = Vec::new();
     for h in &inv.hosts {
         transports.push((
             h.name.clone(),

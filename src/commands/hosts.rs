@@ -4,9 +4,9 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use super::CliError;
-use crate::exec::local::LocalTransport;
-use crate::exec::ssh::SshTransport;
 use crate::spec::{Inventory, Transport};
+use crate::transport::local::LocalTransport;
+use crate::transport::ssh::SshTransport;
 
 /// The transport that reaches an inventory host.
 pub fn transport_for(
@@ -15,7 +15,7 @@ pub fn transport_for(
     work_root: &Path,
     control_dir: &Path,
     keep_workdirs: bool,
-) -> Result<Arc<dyn crate::exec::Transport>, CliError> {
+) -> Result<Arc<dyn crate::transport::Transport>, CliError> {
     Ok(match &h.transport {
         Transport::Ssh(cfg) => Arc::new(SshTransport::new(
             &h.name,
@@ -38,7 +38,7 @@ pub fn slurm_transport(
     inv: &Inventory,
     control_dir: &Path,
     keep_workdirs: bool,
-) -> Result<crate::exec::slurm::SlurmTransport, CliError> {
+) -> Result<crate::transport::slurm::SlurmTransport, CliError> {
     let Transport::Slurm(cfg) = &h.transport else {
         return Err(CliError::Invalid(format!(
             "host `{}` is not a slurm entry",
@@ -46,9 +46,9 @@ pub fn slurm_transport(
         )));
     };
     let login = match cfg.login.as_str() {
-        "local" => crate::exec::slurm::Login::Local,
+        "local" => crate::transport::slurm::Login::Local,
         name => match inv.host(name).map(|l| &l.transport) {
-            Some(Transport::Ssh(ssh)) => crate::exec::slurm::Login::Ssh(Arc::new(
+            Some(Transport::Ssh(ssh)) => crate::transport::slurm::Login::Ssh(Arc::new(
                 SshTransport::new(name, ssh.clone(), control_dir.to_path_buf(), false),
             )),
             _ => {
@@ -80,7 +80,7 @@ pub fn slurm_transport(
         }
         None => None,
     };
-    Ok(crate::exec::slurm::SlurmTransport::new(
+    Ok(crate::transport::slurm::SlurmTransport::new(
         &h.name,
         cfg.clone(),
         login,

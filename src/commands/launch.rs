@@ -10,10 +10,10 @@ use super::inputs::{Resolved, fork_id, ledger_url, load_inputs, resolution_notes
 use super::notify::{self, LaunchEnd, OutcomeSchema};
 use super::plan;
 use super::{CliError, failed, note, print_json, say_err, schema};
-use crate::exec::events::LaunchSummary;
-use crate::exec::progress;
-use crate::exec::run_study::{self as launch, LaunchHost};
-use crate::exec::run_trial::Spend;
+use crate::launch::events::LaunchSummary;
+use crate::launch::progress;
+use crate::launch::run_study::{self as launch, LaunchHost};
+use crate::launch::run_trial::Spend;
 use crate::ledger::Ledger;
 use crate::plan::Plan;
 use crate::report;
@@ -411,8 +411,8 @@ pub struct LaunchArgs {
     #[arg(long)]
     pub keep_workdirs: bool,
     /// How progress is shown on stderr (`--quiet` means `quiet`).
-    #[arg(long, value_enum, default_value_t = crate::exec::progress::ProgressMode::Auto)]
-    pub progress: crate::exec::progress::ProgressMode,
+    #[arg(long, value_enum, default_value_t = crate::launch::progress::ProgressMode::Auto)]
+    pub progress: crate::launch::progress::ProgressMode,
     /// Start a new study (id `<name>-<spec hash>`) when the spec differs from the ledger's.
     #[arg(long)]
     pub fork: bool,
@@ -462,7 +462,7 @@ async fn load_prior(
     from: &str,
     study: &Study,
     ledger: &Ledger,
-) -> Result<crate::exec::prior::Prior, CliError> {
+) -> Result<crate::launch::prior::Prior, CliError> {
     if !study.strategy.is_adaptive() {
         return Err(CliError::Invalid(format!(
             "--seed-from warm-starts an adaptive search (strategy hyperband or tpe); this study's strategy is {}",
@@ -498,7 +498,7 @@ async fn load_prior(
         .fidelity
         .as_ref()
         .map(|f| f.trial_budget(f.max_budget));
-    let prior = crate::exec::prior::Prior::load(source, &id, study, &space, &metric, budget)
+    let prior = crate::launch::prior::Prior::load(source, &id, study, &space, &metric, budget)
         .await
         .map_err(|e| CliError::Invalid(format!("--seed-from {from}: {e}")))?;
     note!(

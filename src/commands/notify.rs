@@ -12,7 +12,7 @@ use tokio::io::AsyncWriteExt;
 
 use super::{CliError, say_err};
 use crate::decide::{BucketReport, ClassReport};
-use crate::exec::events::LaunchSummary;
+use crate::launch::events::LaunchSummary;
 
 /// How long the command may run before it is killed (with its process
 /// group).

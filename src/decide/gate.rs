@@ -729,7 +729,7 @@ mod tests {
     /// head the capture keeps, though the tail holds only the traceback.
     #[test]
     fn compile_error_before_a_long_traceback() {
-        use crate::exec::local::{RunOutput, TAIL_BYTES};
+        use crate::transport::local::{RunOutput, TAIL_BYTES};
         let c = Classifier::default();
         let head = "triton.compiler.errors.CompilationError: at 7:8: block too large\n";
         let mut traceback = String::new();

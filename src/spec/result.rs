@@ -2,7 +2,7 @@
 //! when the trial command does not write `$TUNECTL_RESULT` itself (a JSON
 //! or CSV file it writes, its stdout or stderr, or a named preset for a
 //! common benchmark tool). Parsed and checked here, at load time; the
-//! reading itself is [`crate::exec::extract`].
+//! reading itself is [`crate::transport::extract`].
 
 use std::collections::BTreeMap;
 

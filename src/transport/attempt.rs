@@ -289,8 +289,8 @@ pub fn judge_with(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::exec::local::RunOutput;
     use crate::ledger::records::ExitInfo;
+    use crate::transport::local::RunOutput;
 
     fn ok_outcome(result: &str) -> AttemptOutcome {
         AttemptOutcome {

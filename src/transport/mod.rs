@@ -1,15 +1,10 @@
-//! Execution: running attempts on hosts and scheduling trials over slots.
+//! Transports: running attempts on hosts.
 //!
 //! A [`Transport`] carries out one attempt on one host (fresh directory,
 //! warm-ups, the counted run, result file, output digests) and reports raw
 //! facts; it never judges them. [`attempt::judge`] turns those facts into a
-//! ledger record, the same way for every transport.
-//!
-//! A launch round is three layers: [`schedule`] decides what runs where and
-//! when (synchronous, no I/O); [`run_trial`] runs one trial (lease,
-//! transport, judging, the attempt record); [`run_study`] drives workers
-//! over the hosts' slots between the two. They report what happens as
-//! typed [`events`], which [`progress`] alone turns into text.
+//! ledger record, the same way for every transport, reading the metrics
+//! where the study's `result:` says they are ([`extract`]).
 //!
 //! Transports: [`local`] (this machine), [`ssh`] and [`slurm`]; the last
 //! two run the same POSIX agent on the host and read its report, the
@@ -18,17 +13,15 @@
 //! [`checkpoint`] keeps the rungs' checkpoints of `fidelity.continuation`
 //! on the hosts ([`Transport::checkpoint_dir`]: the local host, SSH hosts,
 //! a Slurm entry's shared directory) and in the ledger.
+//!
+//! The launch round ([`crate::launch`]) schedules trials and runs them
+//! through these: its trial runner judges with [`attempt`] and carries
+//! checkpoints with [`checkpoint`]. Nothing here depends on it.
 
 pub mod attempt;
 pub mod checkpoint;
-pub mod events;
 pub mod extract;
 pub mod local;
-pub mod prior;
-pub mod progress;
-pub mod run_study;
-pub mod run_trial;
-pub mod schedule;
 pub mod slurm;
 pub mod ssh;
 pub mod wire;

@@ -643,7 +643,7 @@ pub async fn report(mode: ProgressMode, mut rx: mpsc::UnboundedReceiver<LaunchEv
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::exec::events::Setting;
+    use crate::launch::events::Setting;
 
     #[test]
     fn thresholds_say_where_they_come_from() {

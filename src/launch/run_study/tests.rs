@@ -12,9 +12,9 @@ use std::time::Instant;
 use async_trait::async_trait;
 
 use super::*;
-use crate::exec::local::RunOutput;
-use crate::exec::{AttemptOutcome, AttemptSpec};
 use crate::ledger::records::ExitInfo;
+use crate::transport::local::RunOutput;
+use crate::transport::{AttemptOutcome, AttemptSpec};
 
 /// Knob `a`: 1 is the baseline (100 ms), 2 is 10% faster, 3 is 30% faster.
 /// Lower is better.

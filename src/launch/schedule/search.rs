@@ -11,7 +11,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use super::{Kind, Ran, Scheduler, Setup, Unit};
-use crate::exec::events::{LaunchEvent, SearchStop};
+use crate::launch::events::{LaunchEvent, SearchStop};
 use crate::ledger::Scan;
 use crate::ledger::records::{AttemptRecord, AttemptStatus};
 use crate::search::{

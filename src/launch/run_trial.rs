@@ -16,9 +16,6 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
-use super::AttemptSpec;
-use super::attempt::{RESULT_FILE, judge_with};
-use super::checkpoint::{Carry, RungCheckpoint, checkpoint_key};
 use super::events::{Emitter, LaunchEvent, Rejection, UnrecordedAttempt, Written};
 use super::run_study::LaunchHost;
 use super::schedule::Ran;
@@ -33,6 +30,9 @@ use crate::scrub::{scrub_secrets, secret_values};
 use crate::search::PruneRule;
 use crate::space;
 use crate::spec::{CommandRenderer, Study, TrialVars, Value};
+use crate::transport::AttemptSpec;
+use crate::transport::attempt::{RESULT_FILE, judge_with};
+use crate::transport::checkpoint::{Carry, RungCheckpoint, checkpoint_key};
 use crate::trial::Role;
 
 /// How an attempt to run a trial ended.

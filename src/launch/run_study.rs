@@ -25,7 +25,6 @@ use super::schedule::drift::Reading;
 use super::schedule::{
     AnchorStep, BucketStep, Burst, Check, HostGate, Kind, Next, Scheduler, Setup, Void, VoidReason,
 };
-use super::{Discovery, HostState, Part, Transport};
 use crate::fingerprint::Fingerprint;
 use crate::ledger::records::{
     self, AttemptStatus, DropRecord, HostRecord, StudyRecord, VoidRecord,
@@ -35,6 +34,7 @@ use crate::plan::{ClassInfo, Plan, PlanHost};
 use crate::search::{Brackets, Shard};
 use crate::space;
 use crate::spec::Study;
+use crate::transport::{Discovery, HostState, Part, Transport};
 use crate::trial::{Role, RoleKind};
 
 /// A host ready to take trials.

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use super::drift::Reading;
 use super::*;
-use crate::exec::events::{Abandon, LaunchEvent, SkipCause};
+use crate::launch::events::{Abandon, LaunchEvent, SkipCause};
 use crate::ledger::Scan;
 use crate::ledger::records::{AttemptRecord, AttemptStatus};
 use crate::plan::{ClassInfo, Plan, PlanHost};

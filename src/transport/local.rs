@@ -810,8 +810,8 @@ impl Transport for LocalTransport {
 mod tests {
     use super::*;
     use crate::decide::gate::Classifier;
-    use crate::exec::attempt::{RESULT_FILE, judge};
     use crate::ledger::records::{AttemptStatus, FailureClass};
+    use crate::transport::attempt::{RESULT_FILE, judge};
 
     #[test]
     fn head_never_overlaps_tail() {
@@ -1286,7 +1286,7 @@ exit 1
             ]
             .into(),
         };
-        let j = crate::exec::attempt::judge_with(
+        let j = crate::transport::attempt::judge_with(
             &outcome,
             "t",
             Some(&result),
@@ -1304,7 +1304,7 @@ exit 1
                 column: "ms".into(),
             }),
         );
-        let j = crate::exec::attempt::judge_with(
+        let j = crate::transport::attempt::judge_with(
             &outcome,
             "t",
             Some(&result),

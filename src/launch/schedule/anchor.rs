@@ -21,7 +21,7 @@ use std::time::Duration;
 
 use super::drift::{Judgement, K_DRIFT, K_SETTLE, Reading, Thresholds, Watch, shortfall};
 use super::{Kind, Ran, Scheduler, Unit};
-use crate::exec::events::{Against, DropReason, LaunchEvent, Setting, Threshold};
+use crate::launch::events::{Against, DropReason, LaunchEvent, Setting, Threshold};
 
 /// Drift watch of one cell on one host.
 #[derive(Default)]

@@ -869,7 +869,7 @@ pub(crate) fn fill_outcome(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::exec::checkpoint::RunCheckpoint;
+    use crate::transport::checkpoint::RunCheckpoint;
 
     #[test]
     fn headers_parse() {

@@ -65,15 +65,8 @@ pub(super) fn parse_cells(w: &mut Walker, node: &Node, knobs: &[Knob]) -> Vec<Ce
             );
             continue;
         }
-        if name.starts_with(crate::spec::template::RESERVED_PREFIX) {
-            w.error(
-                key.span(),
-                &field,
-                format!(
-                    "`{name}`: names starting with `{}` are reserved for tunectl's own template functions",
-                    crate::spec::template::RESERVED_PREFIX
-                ),
-            );
+        if let Some(problem) = super::parse::own_prefix_problem(name) {
+            w.error(key.span(), &field, problem);
             continue;
         }
         if knobs.iter().any(|k| k.name == name) {

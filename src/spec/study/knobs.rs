@@ -82,15 +82,8 @@ pub(super) fn parse_knobs(w: &mut Walker, node: &Node) -> Vec<Knob> {
             );
             continue;
         }
-        if name.starts_with(crate::spec::template::RESERVED_PREFIX) {
-            w.error(
-                key.span(),
-                &field,
-                format!(
-                    "`{name}`: names starting with `{}` are reserved for tunectl's own template functions; rename the knob",
-                    crate::spec::template::RESERVED_PREFIX
-                ),
-            );
+        if let Some(problem) = super::parse::own_prefix_problem(name) {
+            w.error(key.span(), &field, format!("{problem}; rename the knob"));
             continue;
         }
         if let Some(other) = knobs

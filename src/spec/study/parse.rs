@@ -36,3 +36,12 @@ pub(super) fn list_or_none(names: &[&str]) -> String {
         names.join(", ")
     }
 }
+
+/// Why `name` cannot name a knob or a cell axis because tunectl's own
+/// template functions take names with its prefix; `None` when it can.
+pub(super) fn own_prefix_problem(name: &str) -> Option<String> {
+    let prefix = crate::spec::template::RESERVED_PREFIX;
+    name.starts_with(prefix).then(|| {
+        format!("`{name}`: names starting with `{prefix}` are reserved for tunectl's own template functions")
+    })
+}

@@ -177,10 +177,10 @@ pub(super) fn analyze_cell(
         );
         let mut r = r;
         if r.rejection.is_none() {
-            r.rejection = limit_broken(&g.sweep, rules).map(|detail| Rejection {
+            r.rejection = limit_broken(&g.sweep, rules).map(|broken| Rejection {
                 class: FailureClass::Limit,
-                cause: detail.clone(),
-                detail,
+                cause: broken.to_string(),
+                detail: broken.to_string(),
                 log: String::new(),
             });
         }
@@ -312,30 +312,26 @@ pub fn interval_text(i: &Interval) -> String {
 /// break, judged on the median of the metric's samples pooled over the
 /// class's hosts; a metric with no sample cannot be shown to keep its
 /// bound, and counts as broken.
-pub(super) fn limit_broken(attempts: &[&AttemptRecord], rules: &Rules) -> Option<String> {
+pub(super) fn limit_broken(attempts: &[&AttemptRecord], rules: &Rules) -> Option<LimitBroken> {
     for (metric, limit) in &rules.limits {
-        // `median 76.3 us … max 60 us`; a unit-less metric shows none.
-        let unit = rules
-            .units
-            .get(metric)
-            .filter(|u| !u.is_empty())
-            .map(|u| format!(" {u}"))
-            .unwrap_or_default();
+        let unit = rules.units.get(metric).cloned().unwrap_or_default();
         let samples: Vec<f64> = samples_by_host(attempts, metric)
             .into_values()
             .flatten()
             .collect();
         let Some(median) = crate::stats::median(&samples) else {
-            return Some(format!(
-                "{metric}: no sample recorded, so its limit cannot be checked"
-            ));
+            return Some(LimitBroken::NoSample {
+                metric: metric.clone(),
+            });
         };
-        if let Some(why) = limit.broken_by(median) {
-            return Some(format!(
-                "{metric}: median {}{unit} over {} samples, {why}{unit}",
-                crate::fmt::short(median),
-                samples.len()
-            ));
+        if let Some(breach) = limit.broken_by(median) {
+            return Some(LimitBroken::Breached {
+                metric: metric.clone(),
+                median,
+                samples: samples.len(),
+                breach,
+                unit,
+            });
         }
     }
     None
@@ -433,15 +429,12 @@ pub(super) fn config_report(
     let summary = Summary::of(&samples);
     let mut rejection = attempts.iter().find_map(|a| {
         (a.status == AttemptStatus::Failed).then(|| {
-            let f = a.failure.clone();
-            let cause = f
-                .as_ref()
-                .map(|f| f.detail.clone())
-                .unwrap_or_else(|| "failed".to_string());
+            let f = a.failure.as_ref();
+            let cause = f.map_or("failed", |f| f.detail.as_str());
             Rejection {
-                class: f.as_ref().map(|f| f.class).unwrap_or(FailureClass::Crash),
-                detail: format!("{cause} (repeat {}, host {})", a.repeat, a.host),
-                cause,
+                class: f.map_or(FailureClass::Crash, |f| f.class),
+                detail: Located::of(cause, a).to_string(),
+                cause: cause.to_string(),
                 log: a.stderr_head.to_string(),
             }
         })
@@ -458,7 +451,7 @@ pub(super) fn config_report(
                     .err()
                     .map(|why| Rejection {
                         class: FailureClass::OutputChanged,
-                        detail: format!("{why} (repeat {}, host {})", a.repeat, a.host),
+                        detail: Located::of(&why, a).to_string(),
                         cause: why.to_string(),
                         log: String::new(),
                     })

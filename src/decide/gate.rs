@@ -57,22 +57,25 @@ struct ClassPatterns {
 }
 
 impl ClassPatterns {
-    fn new(class: FailureClass, study: &[String], defaults: &[&str]) -> Result<Self, String> {
+    fn new(class: FailureClass, study: &[String], defaults: &[&str]) -> Result<Self, PatternError> {
         let mut each = Vec::new();
-        for (i, p) in study.iter().enumerate() {
-            let re = Regex::new(p).map_err(|e| {
-                format!(
-                    "gate.patterns.{}[{i}]: invalid regular expression `{p}`: {e}",
-                    class.as_str()
-                )
+        for (index, p) in study.iter().enumerate() {
+            let re = Regex::new(p).map_err(|error| PatternError::Invalid {
+                class,
+                index,
+                pattern: p.clone(),
+                error,
             })?;
             each.push(re);
         }
         for p in defaults {
-            each.push(Regex::new(p).map_err(|e| format!("default pattern `{p}`: {e}"))?);
+            each.push(Regex::new(p).map_err(|error| PatternError::Default {
+                pattern: p.to_string(),
+                error,
+            })?);
         }
         let set = RegexSet::new(each.iter().map(Regex::as_str))
-            .map_err(|e| format!("{} patterns: {e}", class.as_str()))?;
+            .map_err(|error| PatternError::Set { class, error })?;
         Ok(ClassPatterns { class, set, each })
     }
 
@@ -90,6 +93,64 @@ impl ClassPatterns {
     }
 }
 
+/// A line of stderr that states an error.
+const ERROR_LINE: &str =
+    r"(?i)(error|panic|exception|fatal|abort|overflow|failed|out of memory|segmentation)";
+
+/// Why a classifier could not be built from a study's `gate.patterns`.
+#[derive(Debug)]
+pub enum PatternError {
+    /// A class that takes no patterns.
+    UnknownClass(String),
+    /// A study's pattern that is not a regular expression.
+    Invalid {
+        class: FailureClass,
+        index: usize,
+        pattern: String,
+        error: regex::Error,
+    },
+    /// One of tunectl's own patterns (checked by the tests).
+    Default {
+        pattern: String,
+        error: regex::Error,
+    },
+    /// The patterns of a class, together.
+    Set {
+        class: FailureClass,
+        error: regex::Error,
+    },
+}
+
+impl fmt::Display for PatternError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            PatternError::UnknownClass(class) => write!(
+                f,
+                "gate.patterns: no failure class `{class}` takes patterns (expected one of: {})",
+                crate::spec::study::PATTERN_CLASSES.join(", ")
+            ),
+            PatternError::Invalid {
+                class,
+                index,
+                pattern,
+                error,
+            } => write!(
+                f,
+                "gate.patterns.{}[{index}]: invalid regular expression `{pattern}`: {error}",
+                class.as_str()
+            ),
+            PatternError::Default { pattern, error } => {
+                write!(f, "default pattern `{pattern}`: {error}")
+            }
+            PatternError::Set { class, error } => {
+                write!(f, "{} patterns: {error}", class.as_str())
+            }
+        }
+    }
+}
+
+impl std::error::Error for PatternError {}
+
 /// Classifies failed runs. Classes are tried in the order `compile_failure`,
 /// then `oom`; within a class the study's patterns come before the defaults.
 pub struct Classifier {
@@ -102,13 +163,10 @@ pub struct Classifier {
 impl Classifier {
     /// The defaults extended with a study's `gate.patterns` (class name →
     /// regular expressions; classes `compile_failure` and `oom`).
-    pub fn new(extra: &BTreeMap<String, Vec<String>>) -> Result<Classifier, String> {
+    pub fn new(extra: &BTreeMap<String, Vec<String>>) -> Result<Classifier, PatternError> {
         for class in extra.keys() {
             if !crate::spec::study::PATTERN_CLASSES.contains(&class.as_str()) {
-                return Err(format!(
-                    "gate.patterns: no failure class `{class}` takes patterns (expected one of: {})",
-                    crate::spec::study::PATTERN_CLASSES.join(", ")
-                ));
+                return Err(PatternError::UnknownClass(class.clone()));
             }
         }
         let study = |class: FailureClass| {
@@ -128,10 +186,10 @@ impl Classifier {
                 COMPILE_PATTERNS,
             )?,
         ];
-        let error_line = Regex::new(
-            r"(?i)(error|panic|exception|fatal|abort|overflow|failed|out of memory|segmentation)",
-        )
-        .map_err(|e| e.to_string())?;
+        let error_line = Regex::new(ERROR_LINE).map_err(|error| PatternError::Default {
+            pattern: ERROR_LINE.to_string(),
+            error,
+        })?;
         Ok(Classifier {
             classes,
             error_line,
@@ -182,23 +240,76 @@ fn detail_line(stderr: &str, error_line: &regex::Regex) -> Option<String> {
     Some(pick.chars().take(200).collect())
 }
 
-/// Name of a signal for messages.
-pub fn signal_name(sig: i32) -> String {
-    let name = match sig {
-        1 => "SIGHUP",
-        2 => "SIGINT",
-        3 => "SIGQUIT",
-        4 => "SIGILL",
-        6 => "SIGABRT",
-        7 => "SIGBUS",
-        8 => "SIGFPE",
-        9 => "SIGKILL",
-        11 => "SIGSEGV",
-        13 => "SIGPIPE",
-        15 => "SIGTERM",
-        _ => return format!("signal {sig}"),
-    };
-    name.to_string()
+/// A signal, written by its name where it has a common one (`SIGKILL`),
+/// else by its number (`signal 42`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Signal(pub i32);
+
+impl fmt::Display for Signal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let name = match self.0 {
+            1 => "SIGHUP",
+            2 => "SIGINT",
+            3 => "SIGQUIT",
+            4 => "SIGILL",
+            6 => "SIGABRT",
+            7 => "SIGBUS",
+            8 => "SIGFPE",
+            9 => "SIGKILL",
+            11 => "SIGSEGV",
+            13 => "SIGPIPE",
+            15 => "SIGTERM",
+            sig => return write!(f, "signal {sig}"),
+        };
+        f.write_str(name)
+    }
+}
+
+/// How a run that did not succeed ended.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum RunEnd {
+    /// No exit within the timeout; the process group was killed.
+    TimedOut { timeout_s: f64 },
+    /// Killed by a signal.
+    Killed(Signal),
+    /// Exited with a code other than 0.
+    Exited(i32),
+    /// Neither a code nor a signal was reported.
+    NoStatus,
+}
+
+/// What is known of a failed run: how it ended, whether that looks like
+/// the host's OOM killer with nothing in stderr to say so, and the one line
+/// of stderr that says most. Its `Display` is the failure's `detail` in the
+/// ledger.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FailureDetail {
+    pub end: RunEnd,
+    pub oom_killer_guess: bool,
+    pub line: Option<String>,
+}
+
+impl fmt::Display for FailureDetail {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.end {
+            RunEnd::TimedOut { timeout_s } => {
+                return write!(
+                    f,
+                    "no exit within the {timeout_s}s timeout; process group killed"
+                );
+            }
+            RunEnd::Killed(sig) => write!(f, "killed by {sig}")?,
+            RunEnd::Exited(code) => write!(f, "exit code {code}")?,
+            RunEnd::NoStatus => f.write_str("no exit status")?,
+        }
+        if self.oom_killer_guess {
+            f.write_str(" (likely the host's OOM killer)")?;
+        }
+        match &self.line {
+            Some(l) => write!(f, ": {l}"),
+            None => Ok(()),
+        }
+    }
 }
 
 impl Classifier {
@@ -212,44 +323,49 @@ impl Classifier {
         timed_out: bool,
         stderr: &str,
         timeout_s: f64,
-    ) -> Option<(FailureClass, String)> {
+    ) -> Option<(FailureClass, FailureDetail)> {
         if timed_out {
-            return Some((
-                FailureClass::Timeout,
-                format!("no exit within the {timeout_s}s timeout; process group killed"),
-            ));
+            let detail = FailureDetail {
+                end: RunEnd::TimedOut { timeout_s },
+                oom_killer_guess: false,
+                line: None,
+            };
+            return Some((FailureClass::Timeout, detail));
         }
         if exit.code == Some(0) && exit.signal.is_none() {
             return None;
         }
         let last_line = detail_line(stderr, &self.error_line);
-        let how = match (exit.code, exit.signal) {
-            (_, Some(sig)) => format!("killed by {}", signal_name(sig)),
-            (Some(code), None) => format!("exit code {code}"),
-            (None, None) => "no exit status".to_string(),
-        };
-        let with_line = |prefix: String, line: Option<&String>| match line {
-            Some(l) => format!("{prefix}: {l}"),
-            None => prefix,
+        let end = match (exit.code, exit.signal) {
+            (_, Some(sig)) => RunEnd::Killed(Signal(sig)),
+            (Some(code), None) => RunEnd::Exited(code),
+            (None, None) => RunEnd::NoStatus,
         };
         for class in &self.classes {
             if let Some(matched) = class.find(stderr) {
                 // The line that matched says more than the last error line
                 // (a compile error is often followed by a long traceback).
-                let line = matched.as_ref().or(last_line.as_ref());
-                return Some((class.class, with_line(how, line)));
+                let line = matched.or_else(|| last_line.clone());
+                let detail = FailureDetail {
+                    end,
+                    oom_killer_guess: false,
+                    line,
+                };
+                return Some((class.class, detail));
             }
         }
-        if exit.signal == Some(9) || exit.code == Some(137) {
-            return Some((
-                FailureClass::Oom,
-                with_line(
-                    format!("{how} (likely the host's OOM killer)"),
-                    last_line.as_ref(),
-                ),
-            ));
-        }
-        Some((FailureClass::Crash, with_line(how, last_line.as_ref())))
+        let oom_killer_guess = exit.signal == Some(9) || exit.code == Some(137);
+        let class = if oom_killer_guess {
+            FailureClass::Oom
+        } else {
+            FailureClass::Crash
+        };
+        let detail = FailureDetail {
+            end,
+            oom_killer_guess,
+            line: last_line,
+        };
+        Some((class, detail))
     }
 }
 
@@ -258,11 +374,59 @@ pub const MAX_VALUE_FILE_BYTES: u64 = 8 * 1024 * 1024;
 /// Most numbers a tolerance file may hold.
 pub const MAX_VALUES: usize = 1_000_000;
 
+/// Why a tolerance file's bytes are not a JSON array of numbers.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ValuesError {
+    /// Nothing but white space.
+    Empty,
+    /// The bytes end before the outer array is closed.
+    EndsInside,
+    /// Something unexpected at a byte offset.
+    At { byte: usize, what: ValuesFault },
+    /// More than [`MAX_VALUES`] numbers.
+    TooMany,
+}
+
+/// What was wrong at a byte of a tolerance file.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ValuesFault {
+    TextAfter,
+    CommaOrClose,
+    Array,
+    Value,
+    NotANumber(String),
+}
+
+impl fmt::Display for ValuesError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ValuesError::Empty => f.write_str("empty: expected a JSON array of numbers"),
+            ValuesError::EndsInside => {
+                f.write_str("not a JSON array of numbers: the file ends inside an array")
+            }
+            ValuesError::At { byte, what } => {
+                f.write_str("not a JSON array of numbers: ")?;
+                match what {
+                    ValuesFault::TextAfter => f.write_str("unexpected text after the array")?,
+                    ValuesFault::CommaOrClose => f.write_str("expected `,` or `]`")?,
+                    ValuesFault::Array => f.write_str("expected a JSON array (`[`)")?,
+                    ValuesFault::Value => f.write_str("expected a number or `[`")?,
+                    ValuesFault::NotANumber(t) => write!(f, "`{t}` is not a number")?,
+                }
+                write!(f, " at byte {byte}")
+            }
+            ValuesError::TooMany => {
+                write!(f, "more than {MAX_VALUES} numbers, over the limit")
+            }
+        }
+    }
+}
+
 /// Parse a tolerance file: a JSON array of numbers, possibly nested
 /// (flattened in document order). Besides JSON numbers it accepts `NaN`,
 /// `Infinity` and `-Infinity`, as Python's `json.dump` writes them. At most
 /// [`MAX_VALUES`] numbers.
-pub fn parse_values(bytes: &[u8]) -> Result<Vec<f64>, String> {
+pub fn parse_values(bytes: &[u8]) -> Result<Vec<f64>, ValuesError> {
     #[derive(PartialEq)]
     enum Want {
         ValueOrClose,
@@ -273,22 +437,22 @@ pub fn parse_values(bytes: &[u8]) -> Result<Vec<f64>, String> {
     let mut depth = 0usize;
     let mut want = Want::Value;
     let mut i = 0;
-    let at = |i: usize, what: &str| format!("not a JSON array of numbers: {what} at byte {i}");
+    let at = |byte: usize, what: ValuesFault| ValuesError::At { byte, what };
     loop {
         while i < bytes.len() && matches!(bytes[i], b' ' | b'\t' | b'\n' | b'\r') {
             i += 1;
         }
         if depth == 0 && want == Want::CommaOrClose {
             if i < bytes.len() {
-                return Err(at(i, "unexpected text after the array"));
+                return Err(at(i, ValuesFault::TextAfter));
             }
             return Ok(out);
         }
         let Some(&c) = bytes.get(i) else {
             return Err(if depth == 0 {
-                "empty: expected a JSON array of numbers".to_string()
+                ValuesError::Empty
             } else {
-                "not a JSON array of numbers: the file ends inside an array".to_string()
+                ValuesError::EndsInside
             });
         };
         match (&want, c) {
@@ -306,8 +470,8 @@ pub fn parse_values(bytes: &[u8]) -> Result<Vec<f64>, String> {
                 want = Want::Value;
                 i += 1;
             }
-            (Want::CommaOrClose, _) => return Err(at(i, "expected `,` or `]`")),
-            (_, _) if depth == 0 => return Err(at(i, "expected a JSON array (`[`)")),
+            (Want::CommaOrClose, _) => return Err(at(i, ValuesFault::CommaOrClose)),
+            (_, _) if depth == 0 => return Err(at(i, ValuesFault::Array)),
             (Want::Value | Want::ValueOrClose, _) => {
                 let len = bytes[i..]
                     .iter()
@@ -324,13 +488,13 @@ pub fn parse_values(bytes: &[u8]) -> Result<Vec<f64>, String> {
                         }) =>
                     {
                         t.parse::<f64>()
-                            .map_err(|_| at(i, &format!("`{t}` is not a number")))?
+                            .map_err(|_| at(i, ValuesFault::NotANumber(t.to_string())))?
                     }
-                    "" => return Err(at(i, "expected a number or `[`")),
-                    t => return Err(at(i, &format!("`{t}` is not a number"))),
+                    "" => return Err(at(i, ValuesFault::Value)),
+                    t => return Err(at(i, ValuesFault::NotANumber(t.to_string()))),
                 };
                 if out.len() == MAX_VALUES {
-                    return Err(format!("more than {MAX_VALUES} numbers, over the limit"));
+                    return Err(ValuesError::TooMany);
                 }
                 out.push(value);
                 want = Want::CommaOrClose;
@@ -598,7 +762,8 @@ mod tests {
                 5.0,
             )
             .expect("failure");
-        assert_eq!(cr, (FailureClass::Crash, "exit code 101: boom".to_string()));
+        assert_eq!(cr.0, FailureClass::Crash);
+        assert_eq!(cr.1.to_string(), "exit code 101: boom");
         let bt = c
             .classify(
                 &exit(Some(101), None),
@@ -607,7 +772,7 @@ mod tests {
                 5.0,
             )
             .expect("failure");
-        assert_eq!(bt.1, "exit code 101: accumulator overflow: i32");
+        assert_eq!(bt.1.to_string(), "exit code 101: accumulator overflow: i32");
         let py = c
             .classify(
                 &exit(Some(1), None),
@@ -616,11 +781,12 @@ mod tests {
                 5.0,
             )
             .expect("failure");
-        assert_eq!(py.1, "exit code 1: ValueError: bad tile");
+        assert_eq!(py.1.to_string(), "exit code 1: ValueError: bad tile");
         let seg = c
             .classify(&exit(None, Some(11)), false, "", 5.0)
             .expect("failure");
-        assert_eq!(seg, (FailureClass::Crash, "killed by SIGSEGV".to_string()));
+        assert_eq!(seg.0, FailureClass::Crash);
+        assert_eq!(seg.1.to_string(), "killed by SIGSEGV");
     }
 
     fn class_of(c: &Classifier, code: Option<i32>, signal: Option<i32>, stderr: &str) -> String {
@@ -678,13 +844,17 @@ mod tests {
         let (_, d) = c
             .classify(&exit(Some(137), None), false, "", 5.0)
             .expect("failure");
-        assert_eq!(d, "exit code 137 (likely the host's OOM killer)");
+        assert_eq!(
+            d.to_string(),
+            "exit code 137 (likely the host's OOM killer)"
+        );
         // A timeout wins over everything, a stderr pattern included.
         let t = c
             .classify(&exit(None, Some(9)), true, "CUDA out of memory", 30.0)
             .expect("failure");
         assert_eq!(t.0, FailureClass::Timeout);
-        assert!(t.1.contains("30s timeout"), "{}", t.1);
+        assert_eq!(t.1.end, RunEnd::TimedOut { timeout_s: 30.0 });
+        assert!(t.1.to_string().contains("30s timeout"), "{}", t.1);
         // Anything else is a crash, with the code or signal named.
         for (code, signal, named) in [
             (Some(1), None, "exit code 1"),
@@ -699,7 +869,7 @@ mod tests {
                 .classify(&exit(code, signal), false, "", 5.0)
                 .expect("failure");
             assert_eq!(class, FailureClass::Crash);
-            assert_eq!(detail, named);
+            assert_eq!(detail.to_string(), named);
         }
         // Exit 0 is not a failure, whatever stderr says.
         assert_eq!(class_of(&c, Some(0), None, "CUDA out of memory"), "none");
@@ -712,7 +882,14 @@ mod tests {
             "W0101 warning: something\nptxas fatal   : Unresolved extern function 'k'\n",
         );
         for i in 0..50 {
-            stderr.push_str(&format!("  File \"/x/y{i}.py\", line {i}, in f\n    g()\n"));
+            stderr += &[
+                "  File \"/x/y",
+                &i.to_string(),
+                ".py\", line ",
+                &i.to_string(),
+                ", in f\n    g()\n",
+            ]
+            .concat();
         }
         stderr.push_str("RuntimeError: see above\n");
         let (class, detail) = c
@@ -720,7 +897,7 @@ mod tests {
             .expect("failure");
         assert_eq!(class, FailureClass::CompileFailure);
         assert_eq!(
-            detail,
+            detail.to_string(),
             "exit code 1: ptxas fatal   : Unresolved extern function 'k'"
         );
     }
@@ -755,7 +932,7 @@ mod tests {
             .expect("failure");
         assert_eq!(class, FailureClass::CompileFailure);
         assert_eq!(
-            detail,
+            detail.to_string(),
             "exit code 1: triton.compiler.errors.CompilationError: at 7:8: block too large"
         );
     }
@@ -804,7 +981,7 @@ mod tests {
                 5.0,
             )
             .expect("failure");
-        assert_eq!(detail, "exit code 1: MyCompiler: bad schedule");
+        assert_eq!(detail.to_string(), "exit code 1: MyCompiler: bad schedule");
         // Classes keep their order: oom before compile (a compiler that
         // ran out of memory is a memory problem).
         assert_eq!(
@@ -841,12 +1018,23 @@ mod tests {
     fn bad_study_patterns_are_errors() {
         let bad = BTreeMap::from([("oom".to_string(), vec!["ok".to_string(), "(".to_string()])]);
         let e = Classifier::new(&bad).err().expect("invalid regex");
+        assert!(matches!(
+            e,
+            PatternError::Invalid {
+                class: FailureClass::Oom,
+                index: 1,
+                ..
+            }
+        ));
+        let e = e.to_string();
         assert!(
             e.starts_with("gate.patterns.oom[1]: invalid regular expression `(`"),
             "{e}"
         );
         let unknown = BTreeMap::from([("timeout".to_string(), vec!["x".to_string()])]);
         let e = Classifier::new(&unknown).err().expect("unknown class");
+        assert!(matches!(&e, PatternError::UnknownClass(c) if c == "timeout"));
+        let e = e.to_string();
         assert!(e.contains("`timeout`"), "{e}");
     }
 
@@ -886,16 +1074,24 @@ mod tests {
                 String::from_utf8_lossy(bad)
             );
         }
+        let e = parse_values(b"[1, x]").expect_err("not a number");
         assert_eq!(
-            parse_values(b"[1, x]").err().as_deref(),
-            Some("not a JSON array of numbers: `x` is not a number at byte 4")
+            e,
+            ValuesError::At {
+                byte: 4,
+                what: ValuesFault::NotANumber("x".to_string())
+            }
         );
-        let many = format!("[{}0]", "0,".repeat(MAX_VALUES));
         assert_eq!(
-            parse_values(many.as_bytes()).err().as_deref(),
-            Some("more than 1000000 numbers, over the limit")
+            e.to_string(),
+            "not a JSON array of numbers: `x` is not a number at byte 4"
         );
-        let exactly = format!("[{}0]", "0,".repeat(MAX_VALUES - 1));
+        let array = |n: usize| ["[", &"0,".repeat(n), "0]"].concat();
+        let many = array(MAX_VALUES);
+        let e = parse_values(many.as_bytes()).expect_err("too many");
+        assert_eq!(e, ValuesError::TooMany);
+        assert_eq!(e.to_string(), "more than 1000000 numbers, over the limit");
+        let exactly = array(MAX_VALUES - 1);
         assert_eq!(
             parse_values(exactly.as_bytes()).map(|v| v.len()),
             Ok(MAX_VALUES)

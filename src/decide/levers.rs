@@ -14,6 +14,7 @@
 //! contexts. Only configs that passed the gate count.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::fmt;
 
 use serde::Serialize;
 use serde_json::Value;
@@ -54,7 +55,44 @@ pub struct KnobEffect {
     pub pairs: usize,
     /// Why there is no estimate, when there is none.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub no_estimate: Option<String>,
+    pub no_estimate: Option<NoEstimate>,
+}
+
+/// Why a knob's effect has no estimate. Its `Display` is the JSON's
+/// `no_estimate` text.
+#[derive(Debug, Clone, PartialEq)]
+pub enum NoEstimate {
+    /// One value of the knob passed the gate.
+    OnlyValue { knob: String, value: String },
+    /// No two configs that passed the gate differ in this knob alone.
+    NoPair,
+    /// No value of the knob has a measurement.
+    NoMeasurement,
+    /// The best and worst values never met with the other knobs equal.
+    ExtremesNeverPaired,
+}
+
+impl fmt::Display for NoEstimate {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            NoEstimate::OnlyValue { knob, value } => {
+                write!(f, "only {knob}={value} passed the gate")
+            }
+            NoEstimate::NoPair => {
+                f.write_str("no two configs that passed the gate differ in this knob alone")
+            }
+            NoEstimate::NoMeasurement => f.write_str("no value has a measurement"),
+            NoEstimate::ExtremesNeverPaired => f.write_str(
+                "its best and worst values were never measured with the other knobs equal",
+            ),
+        }
+    }
+}
+
+impl Serialize for NoEstimate {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
 }
 
 /// A bucket's winner at the edge of what was tried of a knob.
@@ -285,20 +323,23 @@ fn effect(
         .flatten()
         .map(|(v, _)| value_text(v));
     contexts.retain(|_, values| values.len() > 1);
-    let none = |why: &str| KnobEffect {
+    let none = |why: NoEstimate| KnobEffect {
         knob: knob.to_string(),
         best: None,
         worst: None,
         ratio: None,
         spread: None,
         pairs: 0,
-        no_estimate: Some(why.to_string()),
+        no_estimate: Some(why),
     };
     if let Some(only) = only {
-        return none(&format!("only {knob}={only} passed the gate"));
+        return none(NoEstimate::OnlyValue {
+            knob: knob.to_string(),
+            value: only.to_string(),
+        });
     }
     if contexts.is_empty() {
-        return none("no two configs that passed the gate differ in this knob alone");
+        return none(NoEstimate::NoPair);
     }
     // Each value's performance relative to its context's geometric mean.
     let mut scores: BTreeMap<String, (Value, Vec<f64>)> = BTreeMap::new();
@@ -319,7 +360,7 @@ fn effect(
     let best = ranked.iter().max_by(|a, b| a.1.total_cmp(&b.1));
     let worst = ranked.iter().min_by(|a, b| a.1.total_cmp(&b.1));
     let (Some((best, _)), Some((worst, _))) = (best, worst) else {
-        return none("no value has a measurement");
+        return none(NoEstimate::NoMeasurement);
     };
     let ratios: Vec<f64> = contexts
         .values()
@@ -333,8 +374,6 @@ fn effect(
         ratio: summary.map(|s| s.median),
         spread: summary.filter(|s| s.n >= min_samples).map(|s| s.spread),
         pairs: ratios.len(),
-        no_estimate: summary.is_none().then(|| {
-            "its best and worst values were never measured with the other knobs equal".to_string()
-        }),
+        no_estimate: summary.is_none().then_some(NoEstimate::ExtremesNeverPaired),
     }
 }

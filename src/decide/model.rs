@@ -58,10 +58,80 @@ pub enum CellNote {
     BaselineOutputVaries,
     /// The baseline breaks a `selection.limits` bound (it still ships
     /// when nothing beats it: it is the default).
-    BaselineOverLimit { detail: String },
+    BaselineOverLimit { detail: LimitBroken },
     /// The baseline failed once and passed when run again: the failure
     /// is not believed.
     BaselineFailedOnce { detail: String },
+}
+
+/// A `selection.limits` bound that a config's samples break (their
+/// median, pooled over the class's hosts), or cannot be shown to keep.
+#[derive(Debug, Clone, PartialEq)]
+pub enum LimitBroken {
+    /// The metric has no sample.
+    NoSample { metric: String },
+    /// The median is outside the bound. `unit` may be empty.
+    Breached {
+        metric: String,
+        median: f64,
+        samples: usize,
+        breach: crate::spec::study::Breach,
+        unit: String,
+    },
+}
+
+impl fmt::Display for LimitBroken {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            LimitBroken::NoSample { metric } => write!(
+                f,
+                "{metric}: no sample recorded, so its limit cannot be checked"
+            ),
+            // `median 76.3 us … max 60 us`; a unit-less metric shows none.
+            LimitBroken::Breached {
+                metric,
+                median,
+                samples,
+                breach,
+                unit,
+            } => {
+                let sp = if unit.is_empty() { "" } else { " " };
+                write!(
+                    f,
+                    "{metric}: median {}{sp}{unit} over {samples} samples, {breach}{sp}{unit}",
+                    crate::fmt::short(*median)
+                )
+            }
+        }
+    }
+}
+
+/// A rejection's cause and the run it happened in:
+/// `exit code 1 (repeat 2, host gpu-a)`.
+pub struct Located<'a, C: fmt::Display + ?Sized> {
+    pub cause: &'a C,
+    pub repeat: u32,
+    pub host: &'a str,
+}
+
+impl<'a, C: fmt::Display + ?Sized> Located<'a, C> {
+    pub fn of(cause: &'a C, a: &'a AttemptRecord) -> Self {
+        Located {
+            cause,
+            repeat: a.repeat,
+            host: &a.host,
+        }
+    }
+}
+
+impl<C: fmt::Display + ?Sized> fmt::Display for Located<'_, C> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} (repeat {}, host {})",
+            self.cause, self.repeat, self.host
+        )
+    }
 }
 
 impl fmt::Display for CellNote {

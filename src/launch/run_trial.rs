@@ -183,7 +183,7 @@ impl<'a> Runner<'a> {
         Ok(Runner {
             renderer: CommandRenderer::new(s.study)?,
             objective_renderer,
-            classifier: Classifier::new(&s.study.gate.patterns)?,
+            classifier: Classifier::new(&s.study.gate.patterns).map_err(|e| e.to_string())?,
             study: s.study,
             study_id: s.study_id,
             spec_hash: s.spec_hash,

@@ -715,7 +715,9 @@ pub fn next_lines(a: &Analysis, next: &NextSteps) -> Vec<String> {
             _ => format!(
                 "{}: no estimate ({})",
                 e.knob,
-                e.no_estimate.as_deref().unwrap_or("no pair")
+                e.no_estimate
+                    .as_ref()
+                    .map_or_else(|| "no pair".to_string(), ToString::to_string)
             ),
         };
         out.push(line);

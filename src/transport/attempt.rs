@@ -205,7 +205,7 @@ pub fn judge_with(
         let detail = if outcome.failed_in_warmup {
             format!("{detail} (in warm-up run {})", outcome.warmups_run + 1)
         } else {
-            detail
+            detail.to_string()
         };
         j.failure = Some(fail(class, detail));
         return j;

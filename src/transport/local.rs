@@ -524,7 +524,7 @@ pub fn read_values(path: &Path, deadline: std::time::Instant) -> Result<Vec<f64>
             e
         }
     })?;
-    gate::parse_values(&bytes)
+    gate::parse_values(&bytes).map_err(|e| e.to_string())
 }
 
 /// What the counted run left: the result file, the digests of the declared

@@ -843,7 +843,7 @@ pub(crate) fn fill_outcome(
                     "over the limit of {} MiB",
                     MAX_VALUE_FILE_BYTES / (1024 * 1024)
                 )),
-                Some(b) => gate::parse_values(&b),
+                Some(b) => gate::parse_values(&b).map_err(|e| e.to_string()),
             };
             outcome.output_values.insert(name.clone(), value);
         }

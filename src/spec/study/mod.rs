@@ -52,7 +52,7 @@ pub use objective::{Better, Metric};
 use objective::{declared_metric_names, parse_metric, parse_metrics, parse_objective_command};
 use parse::top_key_span;
 use selection::parse_selection;
-pub use selection::{DEFAULT_MIN_SAMPLES, Limit, Selection};
+pub use selection::{Breach, DEFAULT_MIN_SAMPLES, Limit, Selection};
 pub use strategy::{Budget, DEFAULT_FINALISTS, MAX_STRATEGY_COUNT, Proposer, Strategy};
 use strategy::{check_strategy, parse_budget, parse_strategy};
 use trial::parse_trial;

@@ -39,19 +39,35 @@ pub struct Limit {
 }
 
 impl Limit {
-    /// Why `value` breaks the bound, if it does (`above the limit max 200`).
-    pub fn broken_by(&self, value: f64) -> Option<String> {
+    /// Which side of the bound `value` breaks, if it does.
+    pub fn broken_by(&self, value: f64) -> Option<Breach> {
         if let Some(max) = self.max
             && value > max
         {
-            return Some(format!("above the limit max {max}"));
+            return Some(Breach::AboveMax(max));
         }
         if let Some(min) = self.min
             && value < min
         {
-            return Some(format!("below the limit min {min}"));
+            return Some(Breach::BelowMin(min));
         }
         None
+    }
+}
+
+/// A value outside a [`Limit`]: `above the limit max 200`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Breach {
+    AboveMax(f64),
+    BelowMin(f64),
+}
+
+impl std::fmt::Display for Breach {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Breach::AboveMax(max) => write!(f, "above the limit max {max}"),
+            Breach::BelowMin(min) => write!(f, "below the limit min {min}"),
+        }
     }
 }
 

@@ -440,11 +440,12 @@ impl<'a> Runner<'a> {
         env
     }
 
-    /// What a rung's checkpoint needs on `host`.
-    fn carry<'h>(&'h self, host: &'h LaunchHost) -> Carry<'h> {
-        Carry {
+    /// What a rung's checkpoint needs on `host`; `None` when the host
+    /// keeps no checkpoints.
+    fn carry<'h>(&'h self, host: &'h LaunchHost) -> Option<Carry<'h>> {
+        Some(Carry {
             ledger: self.ledger,
-            transport: host.transport.as_ref(),
+            store: host.transport.checkpoints()?,
             host: &host.name,
             study_id: self.study_id,
             spec_hash: &self.spec_hash,
@@ -454,7 +455,7 @@ impl<'a> Runner<'a> {
                 .as_ref()
                 .and_then(|f| f.checkpoint_max_bytes)
                 .unwrap_or(DEFAULT_CHECKPOINT_MAX_BYTES),
-        }
+        })
     }
 
     /// The checkpoint directory of a rung under `fidelity.continuation`,
@@ -483,7 +484,7 @@ impl<'a> Runner<'a> {
         let continues = job.config != self.plan.space.baseline();
         let adopting = host.transport.adopts(&job.key);
         RungCheckpoint::prepare(
-            &self.carry(host),
+            &self.carry(host)?,
             &key,
             attempt_id,
             budget,
@@ -840,8 +841,9 @@ impl<'a> Runner<'a> {
         // The state becomes the next rung's only once its attempt is
         // recorded ok (and only then goes to the ledger); anything else
         // leaves the last committed one.
-        if let Some(c) = checkpoint {
-            let carry = self.carry(host);
+        if let Some(c) = checkpoint
+            && let Some(carry) = self.carry(host)
+        {
             match (written.is_ok() && j.status == AttemptStatus::Ok, job.budget) {
                 (true, Some(budget)) => {
                     let mut warnings = Vec::new();

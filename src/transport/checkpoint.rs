@@ -35,7 +35,7 @@ use std::path::{Path, PathBuf};
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use super::Transport;
+use super::CheckpointStore;
 use crate::canon::{sha256_hex, write_canonical, write_str};
 use crate::ledger::Ledger;
 use crate::ledger::checkpoint::Claim;
@@ -82,7 +82,8 @@ pub struct RunCheckpoint {
 /// What a rung's checkpoint needs from its launch.
 pub struct Carry<'a> {
     pub ledger: &'a Ledger,
-    pub transport: &'a dyn Transport,
+    /// How the host keeps checkpoints.
+    pub store: &'a dyn CheckpointStore,
     pub host: &'a str,
     pub study_id: &'a str,
     pub spec_hash: &'a str,
@@ -123,7 +124,7 @@ impl RungCheckpoint {
         adopting: bool,
         warnings: &mut Vec<String>,
     ) -> Option<RungCheckpoint> {
-        let base = carry.transport.checkpoint_dir(carry.study_id, key)?;
+        let base = carry.store.dir(carry.study_id, key)?;
         let resume = if continues && !adopting {
             choose(carry, key, &base, attempt_id, budget, warnings).await
         } else {
@@ -183,11 +184,8 @@ impl RungCheckpoint {
             trial_key: trial_key.to_string(),
             attempt_id: self.attempt_id.clone(),
         };
-        let t = carry.transport;
-        if let Err(e) = t
-            .checkpoint_commit(&self.base, &self.attempt_id, &claim)
-            .await
-        {
+        let t = carry.store;
+        if let Err(e) = t.commit(&self.base, &self.attempt_id, &claim).await {
             warnings.push(format!(
                 "cannot keep its checkpoint on host {}: {e}; its next rung runs from zero",
                 carry.host
@@ -199,7 +197,7 @@ impl RungCheckpoint {
             self.discard(carry).await;
             return;
         }
-        let size = match t.checkpoint_size(&self.base).await {
+        let size = match t.size(&self.base).await {
             Ok(size) => size,
             Err(e) => {
                 warnings.push(format!(
@@ -229,7 +227,7 @@ impl RungCheckpoint {
         let mut upload = carry
             .ledger
             .upload_checkpoint(carry.study_id, &self.key, carry.cap);
-        let stored = match t.checkpoint_export(&self.base, &mut upload).await {
+        let stored = match t.export(&self.base, &mut upload).await {
             Ok(()) => upload.finish(carry.ledger, claim).await,
             Err(e) => {
                 upload.abort().await;
@@ -251,10 +249,7 @@ impl RungCheckpoint {
     /// The attempt's working copy is dropped (it failed, was lost or
     /// pruned); the committed state stays as it was.
     pub async fn discard(self, carry: &Carry<'_>) {
-        carry
-            .transport
-            .checkpoint_discard(&self.base, &self.attempt_id)
-            .await;
+        carry.store.discard(&self.base, &self.attempt_id).await;
     }
 }
 
@@ -270,7 +265,7 @@ async fn choose(
     warnings: &mut Vec<String>,
 ) -> Option<Claim> {
     let usable = |c: &Claim| c.continues_to(budget, carry.spec_hash);
-    let here = match carry.transport.checkpoint_claim(base).await {
+    let here = match carry.store.claim(base).await {
         Ok(c) => c.filter(usable),
         Err(e) => {
             warnings.push(format!(
@@ -296,8 +291,8 @@ async fn choose(
     let installed = async {
         let mut archive = carry.ledger.open_checkpoint(&stored).await?;
         carry
-            .transport
-            .checkpoint_install(base, attempt_id, &stored.claim, &mut archive)
+            .store
+            .install(base, attempt_id, &stored.claim, &mut archive)
             .await
     }
     .await;

@@ -31,7 +31,7 @@ use tokio::process::Command;
 use tokio_util::sync::CancellationToken;
 
 use super::attempt::{MAX_OUTPUT_BYTES, MAX_RESULT_BYTES};
-use super::{AttemptOutcome, AttemptSpec, Transport, checkpoint};
+use super::{AttemptOutcome, AttemptSpec, CheckpointStore, Transport, checkpoint};
 use crate::decide::gate::{self, MAX_VALUE_FILE_BYTES};
 use crate::fingerprint::{self, Fingerprint};
 use crate::ledger::checkpoint::Claim;
@@ -588,48 +588,8 @@ impl Transport for LocalTransport {
         Some(self.work_root.join(study).join("checkpoints"))
     }
 
-    fn checkpoint_dir(&self, study: &str, key: &str) -> Option<String> {
-        self.checkpoint_root(study)
-            .map(|root| root.join(key).display().to_string())
-    }
-
-    async fn checkpoint_claim(&self, base: &str) -> Result<Option<Claim>, String> {
-        checkpoint::claim_here(base).await
-    }
-
-    async fn checkpoint_install(
-        &self,
-        base: &str,
-        attempt_id: &str,
-        claim: &Claim,
-        archive: &mut (dyn AsyncRead + Send + Unpin),
-    ) -> Result<(), String> {
-        checkpoint::install_from(PathBuf::from(base), attempt_id, claim, archive).await
-    }
-
-    async fn checkpoint_commit(
-        &self,
-        base: &str,
-        attempt_id: &str,
-        claim: &Claim,
-    ) -> Result<(), String> {
-        checkpoint::commit_here(base, attempt_id, claim).await
-    }
-
-    async fn checkpoint_size(&self, base: &str) -> Result<u64, String> {
-        checkpoint::size_here(base).await
-    }
-
-    async fn checkpoint_export(
-        &self,
-        base: &str,
-        sink: &mut (dyn tokio::io::AsyncWrite + Send + Unpin),
-    ) -> Result<(), String> {
-        checkpoint::pack_to(PathBuf::from(base), sink).await
-    }
-
-    async fn checkpoint_discard(&self, base: &str, attempt_id: &str) {
-        checkpoint::discard_here(base, attempt_id).await
+    fn checkpoints(&self) -> Option<&dyn CheckpointStore> {
+        Some(self)
     }
 
     async fn run_attempt(&self, spec: &AttemptSpec, cancel: &CancellationToken) -> AttemptOutcome {
@@ -803,6 +763,47 @@ impl Transport for LocalTransport {
             outcome.trial_dir = None;
         }
         outcome
+    }
+}
+
+#[async_trait]
+impl CheckpointStore for LocalTransport {
+    fn dir(&self, study: &str, key: &str) -> Option<String> {
+        Transport::checkpoint_root(self, study).map(|root| root.join(key).display().to_string())
+    }
+
+    async fn claim(&self, base: &str) -> Result<Option<Claim>, String> {
+        checkpoint::claim_here(base).await
+    }
+
+    async fn install(
+        &self,
+        base: &str,
+        attempt_id: &str,
+        claim: &Claim,
+        archive: &mut (dyn AsyncRead + Send + Unpin),
+    ) -> Result<(), String> {
+        checkpoint::install_from(PathBuf::from(base), attempt_id, claim, archive).await
+    }
+
+    async fn commit(&self, base: &str, attempt_id: &str, claim: &Claim) -> Result<(), String> {
+        checkpoint::commit_here(base, attempt_id, claim).await
+    }
+
+    async fn size(&self, base: &str) -> Result<u64, String> {
+        checkpoint::size_here(base).await
+    }
+
+    async fn export(
+        &self,
+        base: &str,
+        sink: &mut (dyn tokio::io::AsyncWrite + Send + Unpin),
+    ) -> Result<(), String> {
+        checkpoint::pack_to(PathBuf::from(base), sink).await
+    }
+
+    async fn discard(&self, base: &str, attempt_id: &str) {
+        checkpoint::discard_here(base, attempt_id).await
     }
 }
 

@@ -11,7 +11,7 @@
 //! protocol of [`wire`].
 //!
 //! [`checkpoint`] keeps the rungs' checkpoints of `fidelity.continuation`
-//! on the hosts ([`Transport::checkpoint_dir`]: the local host, SSH hosts,
+//! on the hosts ([`Transport::checkpoints`]: the local host, SSH hosts,
 //! a Slurm entry's shared directory) and in the ledger.
 //!
 //! The launch round ([`crate::launch`]) schedules trials and runs them
@@ -161,6 +161,42 @@ pub struct Part {
     pub transport: std::sync::Arc<dyn Transport>,
 }
 
+/// Where and how a host keeps rung checkpoints (layout in
+/// [`checkpoint`]): the operations on one checkpoint directory (`base`).
+#[async_trait]
+pub trait CheckpointStore: Send + Sync {
+    /// The directory of the checkpoint `key` of `study` on this host;
+    /// `None` while it cannot be known (the host's work directory is not
+    /// found yet).
+    fn dir(&self, study: &str, key: &str) -> Option<String>;
+    /// The claim of the committed state the host holds in `base`, if any.
+    async fn claim(&self, base: &str) -> Result<Option<Claim>, String>;
+    /// Install `archive` (a tar, checked as it is read: a read error means
+    /// it is not the claimed one) as the committed state of `claim` in
+    /// `base`; on any error the host's committed state is as it was.
+    async fn install(
+        &self,
+        base: &str,
+        attempt_id: &str,
+        claim: &Claim,
+        archive: &mut (dyn AsyncRead + Send + Unpin),
+    ) -> Result<(), String>;
+    /// The working copy of `attempt_id` becomes the committed state of
+    /// `claim`.
+    async fn commit(&self, base: &str, attempt_id: &str, claim: &Claim) -> Result<(), String>;
+    /// The size of the committed state's archive in `base`.
+    async fn size(&self, base: &str) -> Result<u64, String>;
+    /// Write the committed state in `base` as a tar to `sink`; an error
+    /// when it could not be read whole.
+    async fn export(
+        &self,
+        base: &str,
+        sink: &mut (dyn AsyncWrite + Send + Unpin),
+    ) -> Result<(), String>;
+    /// Drop the working copy of `attempt_id` (best effort).
+    async fn discard(&self, base: &str, attempt_id: &str);
+}
+
 #[async_trait]
 pub trait Transport: Send + Sync {
     /// Where an attempt runs on this host (a path that does not exist yet).
@@ -197,53 +233,12 @@ pub trait Transport: Send + Sync {
     fn checkpoint_root(&self, _study: &str) -> Option<std::path::PathBuf> {
         None
     }
-    /// The directory where this host keeps the checkpoint `key` of
-    /// `fidelity.continuation` (layout in [`checkpoint`]). `None`: rungs
-    /// on this host get their attempt's own directory and start from zero.
-    fn checkpoint_dir(&self, _study: &str, _key: &str) -> Option<String> {
+    /// How this host keeps the rung checkpoints of
+    /// `fidelity.continuation`; `None`: rungs on this host get their
+    /// attempt's own directory and start from zero.
+    fn checkpoints(&self) -> Option<&dyn CheckpointStore> {
         None
     }
-    /// The claim of the committed state the host holds in `base`, if any.
-    async fn checkpoint_claim(&self, _base: &str) -> Result<Option<Claim>, String> {
-        Ok(None)
-    }
-    /// Install `archive` (a tar, checked as it is read: a read error means
-    /// it is not the claimed one) as the committed state of `claim` in
-    /// `base`; on any error the host's committed state is as it was.
-    async fn checkpoint_install(
-        &self,
-        _base: &str,
-        _attempt_id: &str,
-        _claim: &Claim,
-        _archive: &mut (dyn AsyncRead + Send + Unpin),
-    ) -> Result<(), String> {
-        Err("this host keeps no checkpoints".to_string())
-    }
-    /// The working copy of `attempt_id` becomes the committed state of
-    /// `claim`.
-    async fn checkpoint_commit(
-        &self,
-        _base: &str,
-        _attempt_id: &str,
-        _claim: &Claim,
-    ) -> Result<(), String> {
-        Err("this host keeps no checkpoints".to_string())
-    }
-    /// The size of the committed state's archive in `base`.
-    async fn checkpoint_size(&self, _base: &str) -> Result<u64, String> {
-        Err("this host keeps no checkpoints".to_string())
-    }
-    /// Write the committed state in `base` as a tar to `sink`; an error
-    /// when it could not be read whole.
-    async fn checkpoint_export(
-        &self,
-        _base: &str,
-        _sink: &mut (dyn AsyncWrite + Send + Unpin),
-    ) -> Result<(), String> {
-        Err("this host keeps no checkpoints".to_string())
-    }
-    /// Drop the working copy of `attempt_id` (best effort).
-    async fn checkpoint_discard(&self, _base: &str, _attempt_id: &str) {}
     /// Whether the next attempt of `trial_key` here is a task an earlier
     /// launcher started (a Slurm batch found again), not a new run.
     fn adopts(&self, _trial_key: &str) -> bool {

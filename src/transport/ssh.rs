@@ -51,7 +51,7 @@ use super::wire::{
     AGENT_MARK, AGENT_READY, AgentOptions, Collected, Frame, attempt_script, fill_outcome,
     persistent_agent, persistent_request, read_frames, read_reply, wrap, wrap_guarded,
 };
-use super::{AttemptOutcome, AttemptSpec, HostState, Transport};
+use super::{AttemptOutcome, AttemptSpec, CheckpointStore, HostState, Transport};
 use crate::fingerprint::{self, Fingerprint, PROBE_TIMEOUT, TOOL_TIMEOUT};
 use crate::ledger::checkpoint::Claim;
 use crate::spec::inventory::{HostKeyChecking, SshHost};
@@ -880,105 +880,8 @@ impl Transport for SshTransport {
         }
     }
 
-    fn checkpoint_dir(&self, study: &str, key: &str) -> Option<String> {
-        let root = self.workdir.read().ok().and_then(|w| w.clone())?;
-        Some(format!("{root}/{study}/checkpoints/{key}"))
-    }
-
-    async fn checkpoint_claim(&self, base: &str) -> Result<Option<Claim>, String> {
-        let session = self.connected()?;
-        let body = format!(
-            "b={}
-if [ -d \"$b/state\" ] && [ -f \"$b/{COMMITTED}\" ]; then cat \"$b/{COMMITTED}\"; fi\n",
-            quote_word(base)
-        );
-        let out = run_script(&session, &body, SMALL_COMMAND).await?;
-        // An unreadable claim is none, as on the local host.
-        Ok(serde_json::from_slice(&out.stdout).ok())
-    }
-
-    async fn checkpoint_install(
-        &self,
-        base: &str,
-        attempt_id: &str,
-        claim: &Claim,
-        archive: &mut (dyn AsyncRead + Send + Unpin),
-    ) -> Result<(), String> {
-        let session = self.connected()?;
-        let _permit = self.sessions.acquire().await.map_err(|e| e.to_string())?;
-        let incoming = format!("{base}/incoming-{attempt_id}");
-        let unpack = format!(
-            "i={}; rm -rf \"$i\" && mkdir -p \"$i\" && cd \"$i\" && exec tar -xf -",
-            quote_word(&incoming)
-        );
-        let streamed = stream_into(&session, &unpack, archive).await;
-        let installed = match streamed {
-            Ok(()) => {
-                let body = format!(
-                    "b={}; i={}\n{}",
-                    quote_word(base),
-                    quote_word(&incoming),
-                    replace_state_script(claim, attempt_id)?
-                );
-                run_script(&session, &body, SMALL_COMMAND).await.map(|_| ())
-            }
-            Err(e) => Err(e),
-        };
-        if installed.is_err() {
-            let body = format!("rm -rf {}\n", quote_word(&incoming));
-            let _ = run_script(&session, &body, SMALL_COMMAND).await;
-        }
-        installed
-    }
-
-    async fn checkpoint_commit(
-        &self,
-        base: &str,
-        attempt_id: &str,
-        claim: &Claim,
-    ) -> Result<(), String> {
-        let session = self.connected()?;
-        let body = format!(
-            "b={}; i=\"$b\"/run-{}\n[ -d \"$i\" ] || {{ echo \"no working copy $i\" >&2; exit 1; }}\n{}\n",
-            quote_word(base),
-            quote_word(attempt_id),
-            replace_state_script(claim, attempt_id)?
-        );
-        run_script(&session, &body, SMALL_COMMAND).await.map(|_| ())
-    }
-
-    async fn checkpoint_size(&self, base: &str) -> Result<u64, String> {
-        let session = self.connected()?;
-        // Counted on the host, sending nothing: an archive over the cap
-        // never travels. (It reads the whole state once.)
-        let body = format!("cd {}/state && tar -cf - . | wc -c\n", quote_word(base));
-        let out = run_script(&session, &body, SMALL_COMMAND * 10).await?;
-        String::from_utf8_lossy(&out.stdout)
-            .trim()
-            .parse()
-            .map_err(|_| "the host did not say the archive's size".to_string())
-    }
-
-    async fn checkpoint_export(
-        &self,
-        base: &str,
-        sink: &mut (dyn AsyncWrite + Send + Unpin),
-    ) -> Result<(), String> {
-        let session = self.connected()?;
-        let _permit = self.sessions.acquire().await.map_err(|e| e.to_string())?;
-        let pack = format!("cd {}/state && exec tar -cf - .", quote_word(base));
-        stream_from(&session, &pack, sink).await
-    }
-
-    async fn checkpoint_discard(&self, base: &str, attempt_id: &str) {
-        if let Ok(session) = self.connected() {
-            let body = format!(
-                "rm -rf {}/run-{}\n",
-                quote_word(base),
-                quote_word(attempt_id)
-            );
-            let _ = run_script(&session, &body, SMALL_COMMAND).await;
-        }
+    fn checkpoints(&self) -> Option<&dyn CheckpointStore> {
+        Some(self)
     }
 
     async fn run_attempt(&self, spec: &AttemptSpec, cancel: &CancellationToken) -> AttemptOutcome {
@@ -1185,6 +1088,105 @@ if [ -d \"$b/state\" ] && [ -f \"$b/{COMMITTED}\" ]; then cat \"$b/{COMMITTED}\"
         fill_outcome(&mut outcome, spec, got, timed_out);
         outcome.elapsed = started.elapsed();
         outcome
+    }
+}
+
+#[async_trait]
+impl CheckpointStore for SshTransport {
+    fn dir(&self, study: &str, key: &str) -> Option<String> {
+        let root = self.workdir.read().ok().and_then(|w| w.clone())?;
+        Some(format!("{root}/{study}/checkpoints/{key}"))
+    }
+
+    async fn claim(&self, base: &str) -> Result<Option<Claim>, String> {
+        let session = self.connected()?;
+        let body = format!(
+            "b={}
+if [ -d \"$b/state\" ] && [ -f \"$b/{COMMITTED}\" ]; then cat \"$b/{COMMITTED}\"; fi\n",
+            quote_word(base)
+        );
+        let out = run_script(&session, &body, SMALL_COMMAND).await?;
+        // An unreadable claim is none, as on the local host.
+        Ok(serde_json::from_slice(&out.stdout).ok())
+    }
+
+    async fn install(
+        &self,
+        base: &str,
+        attempt_id: &str,
+        claim: &Claim,
+        archive: &mut (dyn AsyncRead + Send + Unpin),
+    ) -> Result<(), String> {
+        let session = self.connected()?;
+        let _permit = self.sessions.acquire().await.map_err(|e| e.to_string())?;
+        let incoming = format!("{base}/incoming-{attempt_id}");
+        let unpack = format!(
+            "i={}; rm -rf \"$i\" && mkdir -p \"$i\" && cd \"$i\" && exec tar -xf -",
+            quote_word(&incoming)
+        );
+        let streamed = stream_into(&session, &unpack, archive).await;
+        let installed = match streamed {
+            Ok(()) => {
+                let body = format!(
+                    "b={}; i={}\n{}",
+                    quote_word(base),
+                    quote_word(&incoming),
+                    replace_state_script(claim, attempt_id)?
+                );
+                run_script(&session, &body, SMALL_COMMAND).await.map(|_| ())
+            }
+            Err(e) => Err(e),
+        };
+        if installed.is_err() {
+            let body = format!("rm -rf {}\n", quote_word(&incoming));
+            let _ = run_script(&session, &body, SMALL_COMMAND).await;
+        }
+        installed
+    }
+
+    async fn commit(&self, base: &str, attempt_id: &str, claim: &Claim) -> Result<(), String> {
+        let session = self.connected()?;
+        let body = format!(
+            "b={}; i=\"$b\"/run-{}\n[ -d \"$i\" ] || {{ echo \"no working copy $i\" >&2; exit 1; }}\n{}\n",
+            quote_word(base),
+            quote_word(attempt_id),
+            replace_state_script(claim, attempt_id)?
+        );
+        run_script(&session, &body, SMALL_COMMAND).await.map(|_| ())
+    }
+
+    async fn size(&self, base: &str) -> Result<u64, String> {
+        let session = self.connected()?;
+        // Counted on the host, sending nothing: an archive over the cap
+        // never travels. (It reads the whole state once.)
+        let body = format!("cd {}/state && tar -cf - . | wc -c\n", quote_word(base));
+        let out = run_script(&session, &body, SMALL_COMMAND * 10).await?;
+        String::from_utf8_lossy(&out.stdout)
+            .trim()
+            .parse()
+            .map_err(|_| "the host did not say the archive's size".to_string())
+    }
+
+    async fn export(
+        &self,
+        base: &str,
+        sink: &mut (dyn AsyncWrite + Send + Unpin),
+    ) -> Result<(), String> {
+        let session = self.connected()?;
+        let _permit = self.sessions.acquire().await.map_err(|e| e.to_string())?;
+        let pack = format!("cd {}/state && exec tar -cf - .", quote_word(base));
+        stream_from(&session, &pack, sink).await
+    }
+
+    async fn discard(&self, base: &str, attempt_id: &str) {
+        if let Ok(session) = self.connected() {
+            let body = format!(
+                "rm -rf {}/run-{}\n",
+                quote_word(base),
+                quote_word(attempt_id)
+            );
+            let _ = run_script(&session, &body, SMALL_COMMAND).await;
+        }
     }
 }
 

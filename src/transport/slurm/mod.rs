@@ -60,7 +60,7 @@ use super::checkpoint::{self, RunCheckpoint};
 use super::local::RunOutput;
 use super::ssh::SshTransport;
 use super::wire::{self, AgentOptions, Collected, Frame};
-use super::{AttemptOutcome, AttemptSpec, Discovery, HostState, Part, Transport};
+use super::{AttemptOutcome, AttemptSpec, CheckpointStore, Discovery, HostState, Part, Transport};
 use crate::fingerprint::{self, ClassKey, Fingerprint};
 use crate::ledger::checkpoint::Claim;
 use crate::ledger::records::ExitInfo;
@@ -313,68 +313,8 @@ impl Transport for SlurmTransport {
         format!("{root}/{study}/work/{short_key}-{attempt_id}")
     }
 
-    fn checkpoint_dir(&self, study: &str, key: &str) -> Option<String> {
-        // In the shared directory: the login host moves archives, the
-        // nodes restore and save the state.
-        let root = self.inner.root.read().ok().and_then(|r| r.clone())?;
-        Some(format!("{root}/{study}/checkpoints/{key}"))
-    }
-
-    async fn checkpoint_claim(&self, base: &str) -> Result<Option<Claim>, String> {
-        match &self.inner.login {
-            Login::Local => checkpoint::claim_here(base).await,
-            Login::Ssh(t) => t.checkpoint_claim(base).await,
-        }
-    }
-
-    async fn checkpoint_install(
-        &self,
-        base: &str,
-        attempt_id: &str,
-        claim: &Claim,
-        archive: &mut (dyn AsyncRead + Send + Unpin),
-    ) -> Result<(), String> {
-        match &self.inner.login {
-            Login::Local => checkpoint::install_from(base.into(), attempt_id, claim, archive).await,
-            Login::Ssh(t) => t.checkpoint_install(base, attempt_id, claim, archive).await,
-        }
-    }
-
-    async fn checkpoint_commit(
-        &self,
-        base: &str,
-        attempt_id: &str,
-        claim: &Claim,
-    ) -> Result<(), String> {
-        match &self.inner.login {
-            Login::Local => checkpoint::commit_here(base, attempt_id, claim).await,
-            Login::Ssh(t) => t.checkpoint_commit(base, attempt_id, claim).await,
-        }
-    }
-
-    async fn checkpoint_size(&self, base: &str) -> Result<u64, String> {
-        match &self.inner.login {
-            Login::Local => checkpoint::size_here(base).await,
-            Login::Ssh(t) => t.checkpoint_size(base).await,
-        }
-    }
-
-    async fn checkpoint_export(
-        &self,
-        base: &str,
-        sink: &mut (dyn AsyncWrite + Send + Unpin),
-    ) -> Result<(), String> {
-        match &self.inner.login {
-            Login::Local => checkpoint::pack_to(base.into(), sink).await,
-            Login::Ssh(t) => t.checkpoint_export(base, sink).await,
-        }
-    }
-
-    async fn checkpoint_discard(&self, base: &str, attempt_id: &str) {
-        match &self.inner.login {
-            Login::Local => checkpoint::discard_here(base, attempt_id).await,
-            Login::Ssh(t) => t.checkpoint_discard(base, attempt_id).await,
-        }
+    fn checkpoints(&self) -> Option<&dyn CheckpointStore> {
+        Some(self)
     }
 
     fn adopts(&self, trial_key: &str) -> bool {
@@ -559,5 +499,67 @@ impl Transport for SlurmTransport {
         inner.stop.cancel();
         let (sbatch, polls) = self.calls();
         tracing::info!(host = %inner.name, sbatch, polls, "slurm calls");
+    }
+}
+
+#[async_trait]
+impl CheckpointStore for SlurmTransport {
+    fn dir(&self, study: &str, key: &str) -> Option<String> {
+        // In the shared directory: the login host moves archives, the
+        // nodes restore and save the state.
+        let root = self.inner.root.read().ok().and_then(|r| r.clone())?;
+        Some(format!("{root}/{study}/checkpoints/{key}"))
+    }
+
+    async fn claim(&self, base: &str) -> Result<Option<Claim>, String> {
+        match &self.inner.login {
+            Login::Local => checkpoint::claim_here(base).await,
+            Login::Ssh(t) => t.claim(base).await,
+        }
+    }
+
+    async fn install(
+        &self,
+        base: &str,
+        attempt_id: &str,
+        claim: &Claim,
+        archive: &mut (dyn AsyncRead + Send + Unpin),
+    ) -> Result<(), String> {
+        match &self.inner.login {
+            Login::Local => checkpoint::install_from(base.into(), attempt_id, claim, archive).await,
+            Login::Ssh(t) => t.install(base, attempt_id, claim, archive).await,
+        }
+    }
+
+    async fn commit(&self, base: &str, attempt_id: &str, claim: &Claim) -> Result<(), String> {
+        match &self.inner.login {
+            Login::Local => checkpoint::commit_here(base, attempt_id, claim).await,
+            Login::Ssh(t) => t.commit(base, attempt_id, claim).await,
+        }
+    }
+
+    async fn size(&self, base: &str) -> Result<u64, String> {
+        match &self.inner.login {
+            Login::Local => checkpoint::size_here(base).await,
+            Login::Ssh(t) => t.size(base).await,
+        }
+    }
+
+    async fn export(
+        &self,
+        base: &str,
+        sink: &mut (dyn AsyncWrite + Send + Unpin),
+    ) -> Result<(), String> {
+        match &self.inner.login {
+            Login::Local => checkpoint::pack_to(base.into(), sink).await,
+            Login::Ssh(t) => t.export(base, sink).await,
+        }
+    }
+
+    async fn discard(&self, base: &str, attempt_id: &str) {
+        match &self.inner.login {
+            Login::Local => checkpoint::discard_here(base, attempt_id).await,
+            Login::Ssh(t) => t.discard(base, attempt_id).await,
+        }
     }
 }

@@ -590,9 +590,6 @@ fn diagnostic(file: &Path, node: &Node, field: &str, message: String) -> String 
     .to_string()
 }
 
-/// Load a tuned file, or every `*.yaml`/`*.yml` file of a directory (sorted
-/// by name). They must all come from the same study and spec, with at
-/// most one file per host class.
 /// The `*.yaml` and `*.yml` files of `dir`, sorted: where tuned files are
 /// looked for.
 pub fn yaml_files(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
@@ -610,6 +607,9 @@ pub fn yaml_files(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
     Ok(v)
 }
 
+/// Load a tuned file, or every `*.yaml`/`*.yml` file of a directory (sorted
+/// by name). They must all come from the same study and spec, with at
+/// most one file per host class.
 pub fn load(path: &Path) -> Result<Vec<(PathBuf, TunedFile)>, String> {
     let files: Vec<PathBuf> = if path.is_dir() {
         let v = yaml_files(path).map_err(|e| format!("{}: cannot list: {e}", path.display()))?;

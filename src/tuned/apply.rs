@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use serde_json::{Map, Value as Json};
 
 use super::format::{describe_domain, domain_contains};
-use super::{TunedBucket, TunedFile, TunedLevel};
+use super::{TunedBucket, TunedFile, TunedLevel, text_map};
 use crate::plan::buckets;
 use crate::spec::{TrialVars, Value};
 use crate::yaml_out::{self, Yaml};
@@ -475,14 +475,7 @@ pub fn print_yaml(
                 .map(|(n, _)| n.as_str())
                 .collect::<Vec<_>>(),
         )
-        .with(
-            "environment",
-            Yaml::Map(
-                env.iter()
-                    .map(|(k, v)| (k.clone(), Yaml::from(v)))
-                    .collect(),
-            ),
-        );
+        .with("environment", text_map(env.iter().map(|(k, v)| (k, v))));
     if let Some(c) = command {
         body.insert("command", c);
     }

@@ -4,7 +4,7 @@
 
 use serde_json::Value as Json;
 
-use super::{SCHEMA, TunedLevel, short};
+use super::{SCHEMA, TunedLevel, short, text_map};
 use crate::decide::{Analysis, BucketReport, ClassReport, ConfigReport};
 use crate::fingerprint::Fingerprint;
 use crate::yaml_out::{self, Yaml};
@@ -254,16 +254,9 @@ pub fn export(analysis: &Analysis, class: &ClassReport) -> (String, String) {
     let body = match &analysis.class_key {
         Some(fields) => body.with(
             "class_key",
-            Yaml::map().with("fields", fields.clone()).with(
-                "tools",
-                Yaml::Map(
-                    analysis
-                        .class_tools
-                        .iter()
-                        .map(|(k, v)| (k.clone(), Yaml::from(v)))
-                        .collect(),
-                ),
-            ),
+            Yaml::map()
+                .with("fields", fields.clone())
+                .with("tools", text_map(&analysis.class_tools)),
         ),
         None => body,
     };
@@ -278,16 +271,7 @@ pub fn export(analysis: &Analysis, class: &ClassReport) -> (String, String) {
                 .with("better", analysis.objective.better.name()),
         )
         .with("statistic", &analysis.statistic)
-        .with(
-            "context",
-            Yaml::Map(
-                analysis
-                    .context
-                    .iter()
-                    .map(|(k, v)| (k.clone(), Yaml::from(v)))
-                    .collect(),
-            ),
-        )
+        .with("context", text_map(&analysis.context))
         .with("baseline", &analysis.baseline)
         .with(
             "judging",

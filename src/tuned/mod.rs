@@ -32,6 +32,8 @@ pub use format::{
 
 use serde::Deserialize;
 
+use crate::yaml_out::Yaml;
+
 /// Layout version of a tuned file.
 pub const SCHEMA: u32 = 1;
 
@@ -72,4 +74,15 @@ impl std::fmt::Display for TunedLevel {
 
 fn short(s: &str) -> &str {
     &s[..s.len().min(12)]
+}
+
+/// Text keys and values as a YAML mapping, in their order (a study's
+/// context and class-key tools, `apply --print`'s environment).
+fn text_map<'a>(entries: impl IntoIterator<Item = (&'a String, &'a String)>) -> Yaml {
+    Yaml::Map(
+        entries
+            .into_iter()
+            .map(|(k, v)| (k.clone(), Yaml::from(v)))
+            .collect(),
+    )
 }

@@ -555,56 +555,23 @@ impl SshTransport {
             let ended = read_reply(&mut stdout, tx).await;
             (stdout, ended)
         });
-        let mut got = Collected::default();
-        let mut pid: Option<u32> = None;
-        let mut deadline: Option<tokio::time::Instant> = None;
-        let mut give_up: Option<tokio::time::Instant> = None;
-        let mut timed_out = false;
-        let mut garbled: Option<String> = None;
-        let mut agent_ended = false;
         let mut stdin = agent.stdin;
-        loop {
-            let sleep_until = deadline.or(give_up);
-            tokio::select! {
-                frame = rx.recv() => match frame {
-                    Some(Ok(frame)) => {
-                        if take_frame(frame, &mut got, &mut pid, &mut deadline, spec.timeout) {
-                            break;
-                        }
-                    }
-                    Some(Err(e)) => {
-                        garbled = Some(e);
-                        break;
-                    }
-                    None => {
-                        agent_ended = true;
-                        break;
-                    }
-                },
-                _ = sleep_until_or_never(sleep_until) => {
-                    if deadline.is_some() {
-                        // Past its timeout: the agent kills the run's
-                        // group and reports it.
-                        timed_out = true;
-                        deadline = None;
-                        give_up = Some(tokio::time::Instant::now() + AFTER_KILL);
-                        if let Some(p) = pid {
-                            self.kill_through(session, &mut stdin, p).await;
-                        }
-                    } else {
-                        break;
-                    }
-                }
-                _ = cancel.cancelled(), if !outcome.cancelled => {
-                    outcome.cancelled = true;
-                    deadline = None;
-                    give_up = Some(tokio::time::Instant::now() + AFTER_KILL);
-                    if let Some(p) = pid {
-                        self.kill_through(session, &mut stdin, p).await;
-                    }
-                }
-            }
+        let mut watch = FrameWatch::new(spec.timeout, outcome.cancelled);
+        // Past its timeout or cancelled, the agent kills the run's group
+        // and reports it.
+        while let Watch::Kill(p) = watch.next(&mut rx, cancel).await {
+            self.kill_through(session, &mut stdin, p).await;
         }
+        let FrameWatch {
+            mut got,
+            pid,
+            timed_out,
+            cancelled,
+            garbled,
+            closed: agent_ended,
+            ..
+        } = watch;
+        outcome.cancelled = cancelled;
 
         if got.ended {
             // The reply is whole: the reader stopped right after `end`.
@@ -987,51 +954,21 @@ impl Transport for SshTransport {
             })
         });
 
-        let mut got = Collected::default();
-        let mut pid: Option<u32> = None;
-        let mut deadline: Option<tokio::time::Instant> = None;
-        let mut give_up: Option<tokio::time::Instant> = None;
-        let mut timed_out = false;
-        let mut garbled: Option<String> = None;
-        loop {
-            let sleep_until = deadline.or(give_up);
-            tokio::select! {
-                frame = rx.recv() => match frame {
-                    Some(Ok(frame)) => {
-                        if take_frame(frame, &mut got, &mut pid, &mut deadline, spec.timeout) {
-                            break;
-                        }
-                    }
-                    Some(Err(e)) => {
-                        garbled = Some(e);
-                        break;
-                    }
-                    None => break,
-                },
-                _ = sleep_until_or_never(sleep_until) => {
-                    if deadline.is_some() {
-                        // The run is past its timeout: kill its group and
-                        // read the agent's report of it.
-                        timed_out = true;
-                        deadline = None;
-                        give_up = Some(tokio::time::Instant::now() + AFTER_KILL);
-                        if let Some(p) = pid {
-                            let _ = self.kill_remote(&session, p).await;
-                        }
-                    } else {
-                        break;
-                    }
-                }
-                _ = cancel.cancelled(), if !outcome.cancelled => {
-                    outcome.cancelled = true;
-                    deadline = None;
-                    give_up = Some(tokio::time::Instant::now() + AFTER_KILL);
-                    if let Some(p) = pid {
-                        let _ = self.kill_remote(&session, p).await;
-                    }
-                }
-            }
+        let mut watch = FrameWatch::new(spec.timeout, outcome.cancelled);
+        // Past its timeout or cancelled: kill the run's group and read the
+        // agent's report of it.
+        while let Watch::Kill(p) = watch.next(&mut rx, cancel).await {
+            let _ = self.kill_remote(&session, p).await;
         }
+        let FrameWatch {
+            mut got,
+            pid,
+            timed_out,
+            cancelled,
+            garbled,
+            ..
+        } = watch;
+        outcome.cancelled = cancelled;
         if let Some(r) = reader {
             r.abort();
         }
@@ -1314,27 +1251,115 @@ async fn sleep_until_or_never(t: Option<tokio::time::Instant>) {
     }
 }
 
-/// Take one frame of a running attempt into `got`: the counted run's
-/// start (its process group, and the timeout counting from then) and end.
-/// Whether the attempt's report is over.
-fn take_frame(
-    frame: Frame,
-    got: &mut Collected,
-    pid: &mut Option<u32>,
-    deadline: &mut Option<tokio::time::Instant>,
+/// The launcher's side of a running attempt's frames, the same for a
+/// one-off attempt script and for the persistent agent: what the frames
+/// said, the counted run's process group and its deadline (counting from
+/// its `run` frame), and why reading stopped.
+struct FrameWatch {
+    got: Collected,
+    pid: Option<u32>,
+    deadline: Option<tokio::time::Instant>,
+    /// After a kill: how long to wait for the agent's report of it.
+    give_up: Option<tokio::time::Instant>,
     timeout: Duration,
-) -> bool {
-    match frame {
-        Frame::Run { pid: p, .. } => {
-            *pid = Some(p);
-            *deadline = Some(tokio::time::Instant::now() + timeout);
+    timed_out: bool,
+    cancelled: bool,
+    /// A frame that did not read.
+    garbled: Option<String>,
+    /// The frames ended without `end` (the agent or its output ended).
+    closed: bool,
+}
+
+/// What the caller of [`FrameWatch::next`] does next.
+enum Watch {
+    /// Kill the run's process group (past its timeout, or cancelled),
+    /// then call `next` again for the agent's report of it.
+    Kill(u32),
+    /// Reading is over: the report ended, broke off or never came.
+    Over,
+}
+
+impl FrameWatch {
+    fn new(timeout: Duration, cancelled: bool) -> FrameWatch {
+        FrameWatch {
+            got: Collected::default(),
+            pid: None,
+            deadline: None,
+            give_up: None,
+            timeout,
+            timed_out: false,
+            cancelled,
+            garbled: None,
+            closed: false,
         }
-        Frame::Rc { .. } => *deadline = None,
-        _ => {}
     }
-    let end = frame == Frame::End;
-    got.absorb_live(frame);
-    end
+
+    /// Read frames until the caller must act or reading is over.
+    async fn next(
+        &mut self,
+        rx: &mut mpsc::UnboundedReceiver<Result<Frame, String>>,
+        cancel: &CancellationToken,
+    ) -> Watch {
+        loop {
+            let sleep_until = self.deadline.or(self.give_up);
+            tokio::select! {
+                frame = rx.recv() => match frame {
+                    Some(Ok(frame)) => {
+                        if self.take(frame) {
+                            return Watch::Over;
+                        }
+                    }
+                    Some(Err(e)) => {
+                        self.garbled = Some(e);
+                        return Watch::Over;
+                    }
+                    None => {
+                        self.closed = true;
+                        return Watch::Over;
+                    }
+                },
+                _ = sleep_until_or_never(sleep_until) => {
+                    if self.deadline.is_none() {
+                        return Watch::Over;
+                    }
+                    self.timed_out = true;
+                    if let Some(kill) = self.stop() {
+                        return kill;
+                    }
+                }
+                _ = cancel.cancelled(), if !self.cancelled => {
+                    self.cancelled = true;
+                    if let Some(kill) = self.stop() {
+                        return kill;
+                    }
+                }
+            }
+        }
+    }
+
+    /// The run is to stop: no deadline any more, a while to wait for the
+    /// report of its kill, and the kill when its group is known.
+    fn stop(&mut self) -> Option<Watch> {
+        self.deadline = None;
+        self.give_up = Some(tokio::time::Instant::now() + AFTER_KILL);
+        self.pid.map(Watch::Kill)
+    }
+
+    /// Take one frame: the counted run's start (its process group, and the
+    /// timeout counting from then) and end. Whether the report is over.
+    fn take(&mut self, frame: Frame) -> bool {
+        match frame {
+            Frame::Run { pid, .. } => {
+                self.pid = Some(pid);
+                self.deadline = Some(tokio::time::Instant::now() + self.timeout);
+            }
+            Frame::Rc { .. } => self.deadline = None,
+            _ => {}
+        }
+        let end = frame == Frame::End;
+        self.got.absorb_live(frame);
+        end
+    }
 }
 
 /// Run the fingerprint probe over a connection.

@@ -1,6 +1,8 @@
 //! The charts of the page, drawn with plotters as inline SVG.
 
 use super::*;
+use plotters::chart::MeshStyle;
+use plotters::coord::types::RangedCoordf64;
 
 /// A point with its tooltip, in the chart's pixel coordinates.
 pub(super) struct Tip {
@@ -15,6 +17,42 @@ pub(super) struct Drawn {
 }
 
 type DrawResult = Result<Vec<Tip>, String>;
+
+/// A chart's plotting area: numbers on both axes.
+type Plot<'a, 'b> = ChartContext<'a, SVGBackend<'b>, Cartesian2d<RangedCoordf64, RangedCoordf64>>;
+
+/// What every chart of the page shares: its caption (of `caption_size`
+/// points), margins and label areas (`y_area` pixels for the y labels), on
+/// axes `x` and `y`.
+fn axes<'a, 'b>(
+    root: &'a DrawingArea<SVGBackend<'b>, Shift>,
+    caption: &str,
+    caption_size: u32,
+    y_area: u32,
+    x: std::ops::Range<f64>,
+    y: std::ops::Range<f64>,
+) -> Result<Plot<'a, 'b>, String> {
+    ChartBuilder::on(root)
+        .caption(caption, (FONT, caption_size))
+        .margin(10)
+        .x_label_area_size(42)
+        .y_label_area_size(y_area)
+        .build_cartesian_2d(x, y)
+        .map_err(|e| e.to_string())
+}
+
+/// The grid and the label styles every chart shares; the caller adds its
+/// axes' descriptions and formats, and draws it.
+fn mesh<'a, 'c, 'b>(
+    ch: &'c mut Plot<'a, 'b>,
+) -> MeshStyle<'a, 'c, RangedCoordf64, RangedCoordf64, SVGBackend<'b>> {
+    let mut m = ch.configure_mesh();
+    m.label_style((FONT, 12))
+        .light_line_style(WHITE)
+        .bold_line_style(GRID)
+        .axis_desc_style((FONT, 12));
+    m
+}
 
 /// Draw with plotters into an SVG string of `height` pixels; the chart's
 /// `<svg>` gets `id`, `class`, a `<title>` and one invisible circle per
@@ -206,24 +244,21 @@ pub(super) fn speedup_chart(
         baseline_text(a, cell)
     );
     chart(id, "chart-speedup", &title, height, |root| {
-        let mut ch = ChartBuilder::on(root)
-            .caption(caption, (FONT, 15))
-            .margin(10)
-            .x_label_area_size(42)
-            .y_label_area_size((longest as u32 * 6 + 16).min(420))
-            .build_cartesian_2d(lo..hi, -0.7f64..(n as f64 - 0.3))
-            .map_err(|e| e.to_string())?;
-        ch.configure_mesh()
-            .label_style((FONT, 12))
-            .light_line_style(WHITE)
-            .bold_line_style(GRID)
+        let mut ch = axes(
+            root,
+            &caption,
+            15,
+            (longest as u32 * 6 + 16).min(420),
+            lo..hi,
+            -0.7f64..(n as f64 - 0.3),
+        )?;
+        mesh(&mut ch)
             .disable_y_mesh()
             .y_labels(n * 4 + 2)
             .y_label_formatter(&|y| row_label(&labels, *y))
             .y_label_style((FONT, 11))
             .x_label_formatter(&|x| format!("{}×", tick(*x)))
             .x_desc(x_desc)
-            .axis_desc_style((FONT, 12))
             .draw()
             .map_err(|e| e.to_string())?;
         let top = n as f64 - 0.3;
@@ -417,17 +452,15 @@ pub(super) fn samples_chart(
             .join(" vs ")
     );
     chart(id, "chart-samples", &title, 90 + 70 * n as u32, |root| {
-        let mut ch = ChartBuilder::on(root)
-            .caption(short(&caption, 150), (FONT, 13))
-            .margin(10)
-            .x_label_area_size(42)
-            .y_label_area_size((longest as u32 * 6 + 16).min(300))
-            .build_cartesian_2d(lo..hi, -0.6f64..(n as f64 - 0.4))
-            .map_err(|e| e.to_string())?;
-        ch.configure_mesh()
-            .label_style((FONT, 12))
-            .light_line_style(WHITE)
-            .bold_line_style(GRID)
+        let mut ch = axes(
+            root,
+            &short(&caption, 150),
+            13,
+            (longest as u32 * 6 + 16).min(300),
+            lo..hi,
+            -0.6f64..(n as f64 - 0.4),
+        )?;
+        mesh(&mut ch)
             .disable_y_mesh()
             .y_labels(n * 4 + 2)
             .y_label_formatter(&|y| row_label(&labels, *y))
@@ -439,7 +472,6 @@ pub(super) fn samples_chart(
                 unit,
                 a.objective.better.name()
             ))
-            .axis_desc_style((FONT, 12))
             .draw()
             .map_err(|e| e.to_string())?;
         let mut tips = Vec::new();
@@ -582,22 +614,12 @@ pub(super) fn anchors_chart(
         "anchor sequence"
     };
     chart(id, "chart-anchors", &title, 300, |root| {
-        let mut ch = ChartBuilder::on(root)
-            .caption(short(&caption, 150), (FONT, 13))
-            .margin(10)
-            .x_label_area_size(42)
-            .y_label_area_size(70)
-            .build_cartesian_2d(xlo..xhi, ylo..yhi)
-            .map_err(|e| e.to_string())?;
-        ch.configure_mesh()
-            .label_style((FONT, 12))
-            .light_line_style(WHITE)
-            .bold_line_style(GRID)
+        let mut ch = axes(root, &short(&caption, 150), 13, 70, xlo..xhi, ylo..yhi)?;
+        mesh(&mut ch)
             .x_desc(x_desc)
             .y_desc(format!("{} ({unit})", a.objective.name))
             .x_label_formatter(&|x| tick(*x))
             .y_label_formatter(&|y| tick(*y))
-            .axis_desc_style((FONT, 12))
             .draw()
             .map_err(|e| e.to_string())?;
         if let Some(r) = reference {
@@ -735,17 +757,8 @@ pub(super) fn search_chart(
     );
     let legend: Vec<String> = budgets.iter().map(|b| budget_name(*b)).collect();
     let svg = chart(id, "chart-search", &title, 320, |root| {
-        let mut ch = ChartBuilder::on(root)
-            .caption(caption, (FONT, 13))
-            .margin(10)
-            .x_label_area_size(42)
-            .y_label_area_size(70)
-            .build_cartesian_2d(0.0..xhi, ylo..yhi)
-            .map_err(|e| e.to_string())?;
-        ch.configure_mesh()
-            .label_style((FONT, 12))
-            .light_line_style(WHITE)
-            .bold_line_style(GRID)
+        let mut ch = axes(root, &caption, 13, 70, 0.0..xhi, ylo..yhi)?;
+        mesh(&mut ch)
             .x_desc("cumulative trial-seconds (screening runs, in the order they ran)")
             .y_desc(format!(
                 "{} ({unit}, {})",
@@ -754,7 +767,6 @@ pub(super) fn search_chart(
             ))
             .x_label_formatter(&|x| tick(*x))
             .y_label_formatter(&|y| tick(*y))
-            .axis_desc_style((FONT, 12))
             .draw()
             .map_err(|e| e.to_string())?;
         let mut tips = Vec::new();
@@ -915,17 +927,8 @@ pub(super) fn pareto_chart(
     );
     let base_label = cell.baseline.as_ref().map(|b| b.label.clone());
     let svg = chart(id, "chart-pareto", &title, 380, |root| {
-        let mut ch = ChartBuilder::on(root)
-            .caption(caption, (FONT, 13))
-            .margin(10)
-            .x_label_area_size(42)
-            .y_label_area_size(70)
-            .build_cartesian_2d(xlo..xhi, ylo..yhi)
-            .map_err(|e| e.to_string())?;
-        ch.configure_mesh()
-            .label_style((FONT, 12))
-            .light_line_style(WHITE)
-            .bold_line_style(GRID)
+        let mut ch = axes(root, &caption, 13, 70, xlo..xhi, ylo..yhi)?;
+        mesh(&mut ch)
             .x_desc(format!(
                 "{} ({ounit}, {}; median, bars ± spread)",
                 a.objective.name,
@@ -934,7 +937,6 @@ pub(super) fn pareto_chart(
             .y_desc(format!("{} ({munit}, {})", m.name, m.better.name()))
             .x_label_formatter(&|x| tick(*x))
             .y_label_formatter(&|y| tick(*y))
-            .axis_desc_style((FONT, 12))
             .draw()
             .map_err(|e| e.to_string())?;
         ch.draw_series(LineSeries::new(

@@ -20,6 +20,7 @@ pub mod safe_read;
 pub mod schema;
 pub mod scrub;
 pub mod search;
+pub mod shell_quote;
 pub mod space;
 pub mod spec;
 pub mod stats;

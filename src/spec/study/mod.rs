@@ -40,7 +40,7 @@ use checks::{check_rendering, check_size, check_templates, warn_about};
 pub use constraints::Constraint;
 use constraints::{check_baseline, parse_constraints};
 use fidelity::parse_fidelity;
-pub use fidelity::{DEFAULT_ETA, Fidelity};
+pub use fidelity::{DEFAULT_ETA, Fidelity, MAX_BRACKET_CONFIGS, hyperband_s_max, round_budget};
 use fingerprint::parse_fingerprint;
 use gate::parse_gate;
 pub use gate::{Gate, PATTERN_CLASSES, Tolerance};

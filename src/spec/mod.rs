@@ -26,8 +26,8 @@ pub use frozen::FrozenSpec;
 pub use inventory::{Host, Inventory, Transport};
 pub use study::{
     Better, BucketRule, DEFAULT_FINALISTS, Fidelity, Knob, KnobKind, MAX_BRACKET_CONFIGS,
-    Measurement, Metric, Proposer, Selection, Strategy, Study, Tolerance, hyperband_s_max,
-    round_budget,
+    MAX_GRID_ENUMERATION, Measurement, Metric, Proposer, Selection, Strategy, Study, Tolerance,
+    TooLarge, cell_label, cells, check_size, grid_limit, hyperband_s_max, round_budget,
 };
 pub use template::{CommandRenderer, TemplateCheck, TrialVars};
 pub use value::Value;

@@ -24,6 +24,7 @@ mod measurement;
 mod objective;
 mod parse;
 mod selection;
+mod size;
 mod strategy;
 mod trial;
 
@@ -33,10 +34,10 @@ use std::path::{Path, PathBuf};
 use marked_yaml::Node;
 use serde::Serialize;
 
-pub use cells::{BucketRule, CellAxis};
+pub use cells::{BucketRule, CellAxis, cell_label, cells};
 use cells::{parse_buckets, parse_cells};
 pub use checks::MAX_TEMPLATE_BYTES;
-use checks::{check_rendering, check_size, check_templates, warn_about};
+use checks::{check_rendering, check_templates, refuse_too_large, warn_about};
 pub use constraints::Constraint;
 use constraints::{check_baseline, parse_constraints};
 use fidelity::parse_fidelity;
@@ -53,6 +54,7 @@ use objective::{declared_metric_names, parse_metric, parse_metrics, parse_object
 use parse::top_key_span;
 use selection::parse_selection;
 pub use selection::{DEFAULT_MIN_SAMPLES, Limit, Selection};
+pub use size::{MAX_GRID_ENUMERATION, TooLarge, check_size, grid_limit};
 pub use strategy::{Budget, DEFAULT_FINALISTS, MAX_STRATEGY_COUNT, Proposer, Strategy};
 use strategy::{check_strategy, parse_budget, parse_strategy};
 use trial::parse_trial;
@@ -245,7 +247,7 @@ impl Study {
     }
 
     /// Number of cells (1 when the study has no cell axes), at most
-    /// `u128::MAX`; counted, never listed (see [`crate::space::check_size`]).
+    /// `u128::MAX`; counted, never listed (see [`check_size`]).
     pub fn cell_count(&self) -> u128 {
         self.cells
             .iter()
@@ -414,7 +416,7 @@ fn parse_study(w: &mut Walker, root: &Node, path: &Path, dir: &Path) -> Option<S
     // These evaluate the study as a whole: only meaningful when every part
     // of it is valid. The size first: the others list its cells.
     if w.diags.is_empty() {
-        check_size(w, map, &study);
+        refuse_too_large(w, map, &study);
     }
     if w.diags.is_empty() {
         check_baseline(w, map, &study);

@@ -13,6 +13,8 @@ pub mod decide;
 pub mod fingerprint;
 pub mod fmt;
 pub mod launch;
+#[cfg(test)]
+mod layering;
 pub mod ledger;
 pub mod plan;
 pub mod report;

@@ -7,9 +7,10 @@
 //! Each section of the file is parsed and checked in its own submodule:
 //! `knobs`, `cells` (with `buckets:`), `constraints`, `trial`, `gate`,
 //! `objective` (with `metrics:`), `measurement`, `selection`, `strategy`
-//! (with `budget:`), `fidelity` and `fingerprint`; `checks` holds the
-//! checks of the study as a whole (templates, size, rendering, warnings)
-//! and `parse` the small helpers the sections share. This module holds
+//! (with `budget:`), `fidelity` and `fingerprint`; `size` says how large a
+//! study may be, `checks` holds the checks of the study as a whole
+//! (templates, size, rendering, warnings) and `parse` the small helpers
+//! the sections share. This module holds
 //! [`Study`] itself, the top-level keys, and `parse_study`, which reads the
 //! sections in order (and `context:`, `ledger:` and the name on the way).
 

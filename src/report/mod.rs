@@ -4,7 +4,7 @@
 //! unit, host class, baseline and workload context.
 //!
 //! This module chooses the format ([`Format`], [`render_sized`]) and writes
-//! the JSON; [`render`] (the module) holds what the formats share, which
+//! the JSON; [`render`](mod@render) holds what the formats share, which
 //! [`terminal`] and [`html`] use.
 
 pub mod html;

@@ -106,7 +106,7 @@ SAFE = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_=/,.
 
 
 def shell_quote(text: str) -> str:
-    """spec::shell::quote_word: bare when safe, else single-quoted."""
+    """shell_quote::quote_word: bare when safe, else single-quoted."""
     if text and all(c in SAFE for c in text):
         return text
     return "'" + text.replace("'", "'\\''") + "'"

@@ -33,7 +33,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use crate::spec::shell::single_quote;
+use crate::shell_quote::single_quote;
 
 pub mod accel;
 mod classkey;
@@ -514,6 +514,28 @@ impl GpuVendor {
     #[allow(clippy::trivially_copy_pass_by_ref)]
     pub fn is_nvidia(&self) -> bool {
         *self == GpuVendor::Nvidia
+    }
+}
+
+/// CUDA's device variable: [`default_device_env`] unless a host's GPUs are
+/// all AMD or all Intel.
+pub const DEFAULT_DEVICE_ENV: &str = "CUDA_VISIBLE_DEVICES";
+
+/// The variable that pins a slot's device on a host without `device_env`,
+/// by the vendor of the GPUs its fingerprint shows: `HIP_VISIBLE_DEVICES`
+/// when all are AMD (HIP reads it; ROCm's runtime-level
+/// `ROCR_VISIBLE_DEVICES` would also hide the devices from OpenCL, which a
+/// trial may want to see), `ZE_AFFINITY_MASK` when all are Intel (Level
+/// Zero's), else [`DEFAULT_DEVICE_ENV`], as before vendors were told apart
+/// (NVIDIA, mixed hosts, no GPU).
+pub fn default_device_env(fp: &Fingerprint) -> &'static str {
+    let all = |v: GpuVendor| !fp.gpus.is_empty() && fp.gpus.iter().all(|g| g.vendor == v);
+    if all(GpuVendor::Amd) {
+        "HIP_VISIBLE_DEVICES"
+    } else if all(GpuVendor::Intel) {
+        "ZE_AFFINITY_MASK"
+    } else {
+        DEFAULT_DEVICE_ENV
     }
 }
 

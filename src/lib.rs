@@ -13,6 +13,8 @@ pub mod decide;
 pub mod fingerprint;
 pub mod fmt;
 pub mod launch;
+#[cfg(test)]
+mod layering;
 pub mod ledger;
 pub mod plan;
 pub mod report;
@@ -20,6 +22,7 @@ pub mod safe_read;
 pub mod schema;
 pub mod scrub;
 pub mod search;
+pub mod shell_quote;
 pub mod space;
 pub mod spec;
 pub mod stats;

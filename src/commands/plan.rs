@@ -10,8 +10,8 @@ use super::{CliError, failed, print_json, schema};
 use crate::fingerprint;
 use crate::ledger::Ledger;
 use crate::plan::{ClassInfo, Plan, PlanHost};
+use crate::shell_quote::quote_word;
 use crate::space;
-use crate::spec::shell::quote_word;
 use crate::spec::{CommandRenderer, Inventory, Study, Transport, TrialVars, Value};
 
 use crate::fmt::duration as fmt_secs;

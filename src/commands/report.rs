@@ -80,7 +80,7 @@ pub async fn run(a: ReportArgs) -> Result<(), CliError> {
                     &|_| true,
                 )
             }
-            _ => report::render::render_sized(&analysis, a.format, a.all, width),
+            _ => report::render_sized(&analysis, a.format, a.all, width),
         };
         return emit(a.output.as_deref(), &text);
     };
@@ -112,7 +112,7 @@ pub async fn run(a: ReportArgs) -> Result<(), CliError> {
             note!(
                 "note: shard {sh}: only this shard's configs are listed; decisions (fastest, what ships) are those of the whole ledger"
             );
-            report::render::render_sized(&analysis, a.format, a.all, width)
+            report::render_sized(&analysis, a.format, a.all, width)
         }
     };
     emit(a.output.as_deref(), &text)

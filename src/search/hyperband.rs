@@ -22,33 +22,12 @@ use std::cmp::Ordering;
 use std::collections::{BTreeSet, HashSet};
 
 use crate::spec::Better;
-
-/// Most configs one bracket may start; the largest bracket starts
-/// `eta^s_max` configs, so this bounds `max_budget / min_budget`.
-pub const MAX_BRACKET_CONFIGS: u64 = 10_000_000;
-
-/// Relative slack when comparing `eta^s` with `max_budget / min_budget`, so
-/// that a ratio computed as 80.99999999999999 still counts as 81.
-const RATIO_TOLERANCE: f64 = 1e-9;
+pub use crate::spec::{MAX_BRACKET_CONFIGS, round_budget};
 
 /// Consecutive already-seen configs [`Asha`] skips from its source before it
 /// treats the source as exhausted (a guard against a sampler that repeats
 /// forever on a small space).
 pub const MAX_DUPLICATE_DRAWS: u64 = 100_000;
-
-/// The integer budget a trial receives when the study's budget unit is a
-/// whole number (samples, iterations): `budget` rounded to the nearest
-/// integer, halves away from zero, and at least 1.
-///
-/// Rung budgets grow by a factor `eta >= 2`, so when `min_budget >= 1` the
-/// rounded budgets of a bracket are strictly increasing (`round(eta·x) >=
-/// round(x + 1) = round(x) + 1` for `x >= 1`) and its top rung gets exactly
-/// `round(max_budget)`.
-pub fn round_budget(budget: f64) -> u64 {
-    // `as` saturates: a budget past u64::MAX (or NaN, which validation
-    // rules out) cannot wrap.
-    budget.round().max(1.0) as u64
-}
 
 /// One rung of a bracket: `configs` run at `budget`; the best `survivors`
 /// of them go on.
@@ -148,47 +127,14 @@ pub struct Brackets {
 }
 
 impl Brackets {
-    /// The brackets for a study's `fidelity:` section. Errors name the field:
-    /// `min_budget` must be a positive finite number, `max_budget` finite and
-    /// at least `min_budget`, `eta` at least 2, and the largest bracket may
-    /// start at most [`MAX_BRACKET_CONFIGS`] configs.
+    /// The brackets for a study's `fidelity:` section, on the study's own
+    /// check of it ([`crate::spec::hyperband_s_max`]). Errors name the
+    /// field: `min_budget` must be a positive finite number, `max_budget`
+    /// finite and at least `min_budget`, `eta` at least 2, and the largest
+    /// bracket may start at most [`MAX_BRACKET_CONFIGS`] configs.
     pub fn new(min_budget: f64, max_budget: f64, eta: u32) -> Result<Brackets, String> {
-        if !(min_budget.is_finite() && min_budget > 0.0) {
-            return Err(format!(
-                "min_budget must be a positive number, got {min_budget}"
-            ));
-        }
-        if !max_budget.is_finite() {
-            return Err(format!(
-                "max_budget must be a finite number, got {max_budget}"
-            ));
-        }
-        if max_budget < min_budget {
-            return Err(format!(
-                "max_budget ({max_budget}) must be at least min_budget ({min_budget})"
-            ));
-        }
-        if eta < 2 {
-            return Err(format!(
-                "eta must be at least 2 (each rung keeps the top 1/eta), got {eta}"
-            ));
-        }
-        let ratio = max_budget / min_budget;
+        let s_max = crate::spec::hyperband_s_max(min_budget, max_budget, eta)?;
         let eta64 = u64::from(eta);
-        let mut s_max = 0u32;
-        let mut power = 1u64; // eta^s_max
-        while let Some(next) = power.checked_mul(eta64) {
-            if next as f64 > ratio * (1.0 + RATIO_TOLERANCE) {
-                break;
-            }
-            if next > MAX_BRACKET_CONFIGS {
-                return Err(format!(
-                    "max_budget / min_budget = {ratio} with eta {eta} makes a bracket of more than {MAX_BRACKET_CONFIGS} configs; raise min_budget or eta"
-                ));
-            }
-            power = next;
-            s_max += 1;
-        }
         let brackets = (0..=s_max)
             .rev()
             .map(|s| bracket(s, s_max, eta64, max_budget))

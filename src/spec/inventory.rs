@@ -120,32 +120,15 @@ fn ser_opt_secs<S: serde::Serializer>(d: &Option<Duration>, s: S) -> Result<S::O
     }
 }
 
-pub const DEFAULT_DEVICE_ENV: &str = "CUDA_VISIBLE_DEVICES";
+/// Where the device variable of a host without `device_env` comes from:
+/// the host's fingerprint (its GPUs' vendor).
+pub use crate::fingerprint::{DEFAULT_DEVICE_ENV, default_device_env};
 
 /// At most this many hosts in one inventory, host patterns expanded.
 pub const MAX_INVENTORY_HOSTS: usize = 10_000;
 
 /// A `hosts_file` larger than this is refused (10,000 hosts of 100 bytes).
 const MAX_HOSTS_FILE_BYTES: u64 = 1 << 20;
-
-/// The variable that pins a slot's device on a host without `device_env`,
-/// by the vendor of the GPUs its fingerprint shows: `HIP_VISIBLE_DEVICES`
-/// when all are AMD (HIP reads it; ROCm's runtime-level
-/// `ROCR_VISIBLE_DEVICES` would also hide the devices from OpenCL, which a
-/// trial may want to see), `ZE_AFFINITY_MASK` when all are Intel (Level
-/// Zero's), else [`DEFAULT_DEVICE_ENV`], as before vendors were told apart
-/// (NVIDIA, mixed hosts, no GPU).
-pub fn default_device_env(fp: &crate::fingerprint::Fingerprint) -> &'static str {
-    use crate::fingerprint::GpuVendor;
-    let all = |v: GpuVendor| !fp.gpus.is_empty() && fp.gpus.iter().all(|g| g.vendor == v);
-    if all(GpuVendor::Amd) {
-        "HIP_VISIBLE_DEVICES"
-    } else if all(GpuVendor::Intel) {
-        "ZE_AFFINITY_MASK"
-    } else {
-        DEFAULT_DEVICE_ENV
-    }
-}
 
 impl Host {
     /// Trials this host runs (or keeps queued) at once: `slots`, or a Slurm

@@ -25,8 +25,9 @@ pub use diag::{Diagnostic, Diagnostics};
 pub use frozen::FrozenSpec;
 pub use inventory::{Host, Inventory, Transport};
 pub use study::{
-    Better, BucketRule, DEFAULT_FINALISTS, Fidelity, Knob, KnobKind, Measurement, Metric, Proposer,
-    Selection, Strategy, Study, Tolerance,
+    Better, BucketRule, DEFAULT_FINALISTS, Fidelity, Knob, KnobKind, MAX_BRACKET_CONFIGS,
+    MAX_GRID_ENUMERATION, Measurement, Metric, Proposer, Selection, Strategy, Study, Tolerance,
+    TooLarge, cell_label, cells, check_size, grid_limit, hyperband_s_max, round_budget,
 };
 pub use template::{CommandRenderer, TemplateCheck, TrialVars};
 pub use value::Value;

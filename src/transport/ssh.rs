@@ -54,8 +54,8 @@ use super::wire::{
 use super::{AttemptOutcome, AttemptSpec, CheckpointStore, HostState, Transport};
 use crate::fingerprint::{self, Fingerprint, PROBE_TIMEOUT, TOOL_TIMEOUT};
 use crate::ledger::checkpoint::Claim;
+use crate::shell_quote::quote_word;
 use crate::spec::inventory::{HostKeyChecking, SshHost};
-use crate::spec::shell::quote_word;
 
 /// Default `connect_timeout`.
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(15);

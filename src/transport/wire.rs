@@ -24,7 +24,7 @@
 //!
 //! Every value in a request (paths, the command, the environment of the
 //! trial contract) is one shell word, quoted by
-//! [`crate::spec::shell::quote_word`]; environment names are checked
+//! [`crate::shell_quote::quote_word`]; environment names are checked
 //! ([`is_env_name`]).
 //!
 //! An attempt's request ([`attempt_script`]) is the agent (`agent.sh`: shell
@@ -146,7 +146,7 @@ use super::local::{HEAD_BYTES, MAX_LOG_BYTES, RunOutput, TAIL_BYTES, head_and_ta
 use super::{AttemptOutcome, AttemptSpec};
 use crate::decide::gate::{self, MAX_VALUE_FILE_BYTES};
 use crate::ledger::records::ExitInfo;
-use crate::spec::shell::quote_word;
+use crate::shell_quote::quote_word;
 use crate::trial::Phase;
 
 /// Longest file frame accepted from a host: the largest file the agent

@@ -254,7 +254,7 @@ pub(super) fn class_section(out: &mut String, a: &Analysis, class: &ClassReport,
                 row.extend(a.metrics.iter().map(|m| {
                     r.metrics
                         .get(&m.name)
-                        .map(|s| crate::report::terminal::summary_text(s, &m.unit, min_samples))
+                        .map(|s| crate::report::render::summary_text(s, &m.unit, min_samples))
                         .unwrap_or_else(|| "—".to_string())
                 }));
                 row.push(speedup_cell(role, r));

@@ -230,7 +230,7 @@ pub fn render_measurements(
     out
 }
 
-pub(super) fn render_csv(a: &Analysis) -> String {
+pub(in crate::report) fn render_csv(a: &Analysis) -> String {
     let mut out = String::new();
     let mut cols = [
         "study",

@@ -8,13 +8,13 @@ fn md_escape(s: &str) -> String {
     crate::term::escape(s).replace('|', "\\|")
 }
 
-pub(super) fn render_markdown(a: &Analysis, all: bool) -> String {
+pub(in crate::report) fn render_markdown(a: &Analysis, all: bool) -> String {
     let min_samples = a.judging.selection.min_samples as usize;
     let mut out = String::from("# tunectl report\n\n");
     for l in header(a) {
         let _ = writeln!(out, "- {}", md_escape(&l));
     }
-    if let Some(l) = crate::report::terminal::secondary_line(a) {
+    if let Some(l) = secondary_line(a) {
         let _ = writeln!(out, "- {}", md_escape(&l));
     }
     let unit = &a.objective.unit;
@@ -63,7 +63,7 @@ pub(super) fn render_markdown(a: &Analysis, all: bool) -> String {
                         let text = r
                             .metrics
                             .get(&m.name)
-                            .map(|s| crate::report::terminal::summary_text(s, &m.unit, min_samples))
+                            .map(|s| summary_text(s, &m.unit, min_samples))
                             .unwrap_or_else(|| "—".to_string());
                         format!(" {} |", md_escape(&text))
                     })
@@ -96,7 +96,7 @@ pub(super) fn render_markdown(a: &Analysis, all: bool) -> String {
         }
     }
     for class in &a.classes {
-        let lines = crate::report::terminal::next_lines(a, &class.next);
+        let lines = next_lines(a, &class.next);
         if lines.is_empty() {
             continue;
         }
@@ -104,7 +104,7 @@ pub(super) fn render_markdown(a: &Analysis, all: bool) -> String {
             out,
             "\n## what to try next on {}\n\n{}\n",
             class.host_class,
-            md_escape(crate::report::terminal::EFFECT_METHOD)
+            md_escape(EFFECT_METHOD)
         );
         for l in lines {
             let _ = writeln!(out, "- {}", md_escape(&l));

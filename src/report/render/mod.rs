@@ -1,7 +1,13 @@
-//! Rendering an [`Analysis`] as a terminal table, Markdown, JSON or CSV.
-//! Every value printed carries its n and spread, and every table names its
-//! host class, cell, baseline, workload context, study hash and version.
+//! What the report's formats share (the header and footer, a cell's rows,
+//! the bucket table, the numbers as text), and the Markdown and CSV
+//! renderers. Every value printed carries its n and spread, and every table
+//! names its host class, cell, baseline, workload context, study hash and
+//! version. The terminal table (`terminal`) and the HTML page (`html`) use
+//! this module, never the reverse; the choice of format is `report`'s.
 
+use std::collections::BTreeMap;
+
+use crate::decide::levers::{NextSteps, value_text};
 use crate::decide::{Analysis, BucketReport, CellReport, ClassReport, ConfigReport};
 use crate::spec::frozen::Judging;
 use crate::stats::Summary;
@@ -9,24 +15,9 @@ use crate::stats::Summary;
 mod csv;
 mod markdown;
 
-use csv::render_csv;
+pub(super) use csv::render_csv;
 pub use csv::render_measurements;
-use markdown::render_markdown;
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum Format {
-    Table,
-    Markdown,
-    Json,
-    Csv,
-    /// CSV, one row per (config, host class, cell) with what was measured
-    /// and no decision: the rows of `--shard` reports concatenate to a full
-    /// run's.
-    Measurements,
-    /// One self-contained HTML page: what ships, charts and the evidence
-    /// tables (see `report::html`).
-    Html,
-}
+pub(super) use markdown::render_markdown;
 
 /// A budget: whole numbers as integers (`81`), others as [`num`].
 pub fn budget(x: f64) -> String {
@@ -69,10 +60,7 @@ pub(super) fn speedup_cell(role: RowRole, r: &ConfigReport) -> String {
     match (r.speedup, r.interval) {
         (Some(_), _) if role == RowRole::Baseline => "1× (itself)".to_string(),
         (Some(_), Some(i)) => format!("{:.3}× [{:.3}, {:.3}]", i.speedup, i.low, i.high),
-        (Some(s), None) => format!(
-            "{s:.3}× {} (no interval)",
-            crate::report::terminal::pm_pct(r.combined_spread)
-        ),
+        (Some(s), None) => format!("{s:.3}× {} (no interval)", pm_pct(r.combined_spread)),
         (None, _) => "—".to_string(),
     }
 }
@@ -270,7 +258,7 @@ pub(super) fn bucket_row(b: &BucketReport) -> [String; 6] {
         None => "baseline".to_string(),
     };
     let vs = match &b.winner {
-        Some(_) => crate::report::terminal::winner_numbers(b).join("; "),
+        Some(_) => winner_numbers(b).join("; "),
         None => "1× (the baseline itself)".to_string(),
     };
     let mut decision = b.decision.to_string();
@@ -392,45 +380,248 @@ pub(super) fn search_table(class: &crate::decide::ClassReport) -> Option<SearchT
     Some((title, header, rows))
 }
 
-/// The JSON report: the analysis under its schema name (docs/json.md).
-#[derive(serde::Serialize)]
-struct JsonReport<'a> {
-    schema: &'static str,
-    #[serde(flatten)]
-    analysis: &'a Analysis,
-}
-
-/// [`render_sized`] at the width of [`terminal::width`] without `--width`.
-pub fn render(a: &Analysis, format: Format, all: bool) -> String {
-    render_sized(a, format, all, crate::report::terminal::width(None))
-}
-
-/// `a` in `format`; the table fits in `width` columns.
-pub fn render_sized(a: &Analysis, format: Format, all: bool, width: usize) -> String {
-    match format {
-        // Text for people: values from studies and hosts are shown escaped
-        // (crate::term); cells are escaped one by one, the rest as a block.
-        Format::Table => {
-            crate::term::escape_block(&crate::report::terminal::render(a, all, width)).into_owned()
-        }
-        Format::Markdown => crate::term::escape_block(&render_markdown(a, all)).into_owned(),
-        Format::Json => {
-            let doc = JsonReport {
-                schema: crate::schema::REPORT,
-                analysis: a,
-            };
-            serde_json::to_string_pretty(&doc).unwrap_or_default() + "\n"
-        }
-        Format::Csv => render_csv(a),
-        Format::Measurements => render_measurements(a, &|_| None, &|_| true),
-        Format::Html => crate::report::html::render_html(a, all),
-    }
-}
-
 /// A table's cells with control characters escaped, newlines included
 /// (one cell, one line).
 pub(super) fn cells_for_people<S: AsRef<str>>(row: Vec<S>) -> Vec<String> {
     row.iter()
         .map(|c| crate::term::escape(c.as_ref()).into_owned())
         .collect()
+}
+
+/// A relative value as a percentage: `1.2%`, `0.35%`, `0.012%` (two
+/// significant digits below 1%, so that a small spread never reads 0).
+pub fn pct_text(x: f64) -> String {
+    let p = x * 100.0;
+    if p == 0.0 || p.abs() >= 1.0 {
+        format!("{p:.1}%")
+    } else {
+        let decimals = (1 - p.abs().log10().floor() as i32).clamp(1, 6) as usize;
+        format!("{p:.decimals$}%")
+    }
+}
+
+/// A relative spread as `± 1.2%`, `± ?` when unknown.
+pub fn pm_pct(spread: Option<f64>) -> String {
+    match spread {
+        Some(s) => format!("± {}", pct_text(s)),
+        None => "± ?".to_string(),
+    }
+}
+
+/// A summary as `median ± spread (relative) n=N`, `± ?` below
+/// `min_samples`.
+pub fn summary_text(s: &Summary, unit: &str, min_samples: usize) -> String {
+    let unit = if unit.is_empty() {
+        String::new()
+    } else {
+        format!(" {unit}")
+    };
+    if s.n < min_samples {
+        format!("{}{unit} ± ? n={}", num(s.median), s.n)
+    } else {
+        format!(
+            "{} ± {}{unit} ({}) n={}",
+            num(s.median),
+            num(s.spread),
+            pct_text(s.relative_spread()),
+            s.n
+        )
+    }
+}
+
+/// The header's line on the secondary metrics, when the study has any.
+pub fn secondary_line(a: &Analysis) -> Option<String> {
+    if a.metrics.is_empty() {
+        return None;
+    }
+    let also: Vec<String> = a
+        .metrics
+        .iter()
+        .map(|m| format!("{} [{}], {} is better", m.name, m.unit, m.better.name()))
+        .collect();
+    Some(format!(
+        "also measured (shown, judged only by selection.limits): {}",
+        also.join("; ")
+    ))
+}
+
+/// How "what to try next" estimates a knob's effect.
+pub const EFFECT_METHOD: &str = "knob effects, largest first: BEST vs WORST value of the knob, the median over pairs of configs that passed the gate and differ in that knob alone (same cell) of BEST's objective / WORST's (above 1: BEST is better), ± the scaled MAD of those ratios, n pairs";
+
+/// A bucket winner's numbers: its speedup with the interval and the runs
+/// it rests on, the spread of single runs beside them, then the final
+/// round's when it ran. Empty without a winner.
+pub fn winner_numbers(b: &BucketReport) -> Vec<String> {
+    let Some(w) = &b.winner else {
+        return Vec::new();
+    };
+    let at: Vec<(&ConfigReport, &ConfigReport)> = b
+        .per_cell
+        .iter()
+        .filter_map(|c| Some((c.winner.as_ref()?, c.baseline.as_ref()?)))
+        .collect();
+    // The dispersion of single runs: the mean of the cells' combined
+    // spreads, unknown when one is. For reading; decisions use intervals.
+    let spreads: Option<Vec<f64>> = at.iter().map(|(w, _)| w.combined_spread).collect();
+    let spread = spreads
+        .filter(|s| !s.is_empty())
+        .map(|s| s.iter().sum::<f64>() / s.len() as f64);
+    let over = if at.len() > 1 {
+        format!(
+            " over {} cells; geometric mean, lowest cell {:.3}×",
+            at.len(),
+            w.min_cell_speedup
+        )
+    } else {
+        String::new()
+    };
+    let mut out = vec![format!(
+        "{}{over}; single runs scatter {}; a win needed its lower bound above {:.3}×",
+        crate::decide::interval_text(&w.interval),
+        pm_pct(spread),
+        1.0 + b.threshold.unwrap_or(0.0)
+    )];
+    if let Some(c) = &w.confirmation {
+        let outcome = match (&c.failure, c.confirmed) {
+            (Some(f), _) => format!("failed: {f}"),
+            (None, true) => "confirmed".to_string(),
+            (None, false) if c.incomplete => {
+                format!("{} of {} runs a side measured", c.runs_done, c.runs)
+            }
+            (None, false) => "not confirmed".to_string(),
+        };
+        let measured = c
+            .interval
+            .map(|i| crate::decide::interval_text(&i))
+            .unwrap_or_else(|| format!("{:.3}×", c.speedup));
+        let grown = if c.runs > c.planned {
+            format!(", grown from {}", c.planned)
+        } else {
+            String::new()
+        };
+        out.push(format!(
+            "final round ({} runs a side{grown}): {measured}, {outcome}",
+            c.runs
+        ));
+    }
+    out
+}
+
+/// A knob effect's ratio as `1.85× ± 0.12 (n=6 pairs)`.
+pub fn effect_text(ratio: f64, spread: Option<f64>, pairs: usize) -> String {
+    let spread = match spread {
+        Some(s) => format!("± {}", num(s)),
+        None => "± ?".to_string(),
+    };
+    let pairs = if pairs == 1 {
+        "n=1 pair".to_string()
+    } else {
+        format!("n={pairs} pairs")
+    };
+    format!("{ratio:.3}× {spread} ({pairs})")
+}
+
+/// The sentences of "what to try next", in order, shared with Markdown.
+pub fn next_lines(a: &Analysis, next: &NextSteps) -> Vec<String> {
+    let mut out = Vec::new();
+    if next.effects.is_empty() && next.edges.is_empty() && next.untried.is_empty() {
+        return out;
+    }
+    let min = a.judging.selection.min_samples;
+    for e in &next.effects {
+        let line = match (e.ratio, &e.best, &e.worst) {
+            (Some(r), Some(best), Some(worst)) => format!(
+                "{}: {} vs {}: {}{}",
+                e.knob,
+                value_text(best),
+                value_text(worst),
+                effect_text(r, e.spread, e.pairs),
+                if e.spread.is_none() {
+                    format!(", fewer than {min}: spread unknown")
+                } else {
+                    String::new()
+                }
+            ),
+            _ => format!(
+                "{}: no estimate ({})",
+                e.knob,
+                e.no_estimate
+                    .as_ref()
+                    .map_or_else(|| "no pair".to_string(), ToString::to_string)
+            ),
+        };
+        out.push(line);
+    }
+    // One line per edge, with every bucket that ships it.
+    let mut edges: BTreeMap<(String, String, &str, bool), Vec<&str>> = BTreeMap::new();
+    for e in &next.edges {
+        edges
+            .entry((
+                e.knob.clone(),
+                value_text(&e.value),
+                e.side,
+                e.edge_of_range,
+            ))
+            .or_default()
+            .push(e.bucket.as_str());
+    }
+    for ((knob, value, side, of_range), buckets) in edges {
+        let more = if side == "largest" {
+            "larger"
+        } else {
+            "smaller"
+        };
+        let (which, then) = if of_range {
+            (
+                format!("the {side} value of {knob}'s range"),
+                format!("a {more} one might do better: widen the range"),
+            )
+        } else {
+            (
+                format!("the {side} value of {knob} tried"),
+                format!("{more} values of its range were never tried"),
+            )
+        };
+        // A study without cell axes has one bucket: no need to name it.
+        let place = match buckets.as_slice() {
+            [only] if only.starts_with('(') => String::new(),
+            all => format!(" in {}", all.join(" and ")),
+        };
+        out.push(format!("{knob}={value} ships{place}, {which}: {then}"));
+    }
+    for u in &next.untried {
+        let values: Vec<String> = u.values.iter().map(value_text).collect();
+        let causes: Vec<&str> = u
+            .possible_causes
+            .iter()
+            .map(|c| match *c {
+                "constraint" => "a constraint names the knob",
+                "search" => "the search did not pick them",
+                "budget" => "budget.max_trials may have cut the grid",
+                "pending" => "trials are still to run",
+                other => other,
+            })
+            .collect();
+        out.push(format!(
+            "never tried: {}={} (possible causes: {})",
+            u.knob,
+            values.join(", "),
+            causes.join("; ")
+        ));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn small_percentages_keep_two_significant_digits() {
+        assert_eq!(pct_text(0.0), "0.0%");
+        assert_eq!(pct_text(0.0297), "3.0%");
+        assert_eq!(pct_text(0.0023), "0.23%");
+        assert_eq!(pct_text(0.00074), "0.074%");
+        assert_eq!(pm_pct(None), "± ?");
+    }
 }

@@ -6,10 +6,41 @@ use std::collections::BTreeMap;
 use marked_yaml::Node;
 use serde::{Deserialize, Serialize};
 
-use super::RESERVED_VARIABLES;
 use super::knobs::{Knob, explicit_values};
+use super::{RESERVED_VARIABLES, Study};
 use crate::spec::value::Value;
 use crate::spec::yaml::{Walker, is_identifier, join};
+
+/// Cells of a study in order (one empty cell when it has no axes).
+pub fn cells(study: &Study) -> Vec<Vec<Value>> {
+    let mut out: Vec<Vec<Value>> = vec![Vec::new()];
+    for axis in &study.cells {
+        let mut next = Vec::with_capacity(out.len() * axis.values.len());
+        for prefix in &out {
+            for v in &axis.values {
+                let mut c = prefix.clone();
+                c.push(v.clone());
+                next.push(c);
+            }
+        }
+        out = next;
+    }
+    out
+}
+
+/// `n=500000 seq=128`, or `(single cell)` when the study has no axes.
+pub fn cell_label(study: &Study, cell: &[Value]) -> String {
+    if study.cells.is_empty() {
+        return "(single cell)".to_string();
+    }
+    study
+        .cells
+        .iter()
+        .zip(cell)
+        .map(|(a, v)| format!("{}={}", a.name, v))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
 
 /// A workload axis: tuned *for*, not tuned.
 #[derive(Debug, Clone, Serialize)]

@@ -205,7 +205,7 @@ pub(super) fn check_rendering(
     study: &Study,
 ) {
     let baseline: Vec<Value> = study.knobs.iter().map(|k| k.default.clone()).collect();
-    let cells = crate::space::cells(study);
+    let cells = super::cells(study);
     let Some(first_cell) = cells.first() else {
         return;
     };
@@ -320,7 +320,7 @@ pub(super) fn check_rendering(
                     let cell_text = if study.cells.is_empty() {
                         String::new()
                     } else {
-                        format!(" at cell {}", crate::space::cell_label(study, cell))
+                        format!(" at cell {}", super::cell_label(study, cell))
                     };
                     if let Some(n) = node_of(&failed) {
                         w.error_at(
@@ -336,15 +336,15 @@ pub(super) fn check_rendering(
     }
 }
 
-/// Refuse a study too large to plan ([`crate::space::check_size`]): at
+/// Refuse a study too large to plan ([`super::check_size`]): at
 /// `knobs` when its grid is what is too large, else at `cells`.
-pub(super) fn check_size(
+pub(super) fn refuse_too_large(
     w: &mut Walker,
     map: &marked_yaml::types::MarkedMappingNode,
     study: &Study,
 ) {
-    use crate::space::TooLarge;
-    if let Err(e) = crate::space::check_size(study) {
+    use super::TooLarge;
+    if let Err(e) = super::check_size(study) {
         let at = match &e {
             TooLarge::Grid(_) => None,
             TooLarge::Cells(_) | TooLarge::Pairs(_) => map.get_node("cells").map(|n| (n, "cells")),

@@ -88,7 +88,7 @@ pub(super) fn check_baseline(
         }
     };
     let baseline: Vec<Value> = study.knobs.iter().map(|k| k.default.clone()).collect();
-    for cell in crate::space::cells(study) {
+    for cell in super::cells(study) {
         match checker.violated(&baseline, &cell) {
             Ok(None) => {}
             Ok(Some(i)) => {
@@ -98,7 +98,7 @@ pub(super) fn check_baseline(
                     .and_then(|s| s.get(i))
                     .unwrap_or(constraints_node);
                 let where_ = if c.uses_cells {
-                    format!(" at cell {}", crate::space::cell_label(study, &cell))
+                    format!(" at cell {}", super::cell_label(study, &cell))
                 } else {
                     String::new()
                 };

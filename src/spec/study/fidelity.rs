@@ -67,11 +67,82 @@ impl Fidelity {
     /// The budget as the trial sees it (and as it enters the trial key).
     pub fn trial_budget(&self, budget: f64) -> f64 {
         if self.integer {
-            crate::search::round_budget(budget) as f64
+            round_budget(budget) as f64
         } else {
             budget
         }
     }
+}
+
+/// Most configs one Hyperband bracket may start; the largest bracket
+/// starts `eta^s_max` configs, so this bounds `max_budget / min_budget`.
+pub const MAX_BRACKET_CONFIGS: u64 = 10_000_000;
+
+/// Relative slack when comparing `eta^s` with `max_budget / min_budget`, so
+/// that a ratio computed as 80.99999999999999 still counts as 81.
+const RATIO_TOLERANCE: f64 = 1e-9;
+
+/// The integer budget a trial receives when the study's budget unit is a
+/// whole number (samples, iterations): `budget` rounded to the nearest
+/// integer, halves away from zero, and at least 1.
+///
+/// Rung budgets grow by a factor `eta >= 2`, so when `min_budget >= 1` the
+/// rounded budgets of a bracket are strictly increasing (`round(eta·x) >=
+/// round(x + 1) = round(x) + 1` for `x >= 1`) and its top rung gets exactly
+/// `round(max_budget)`.
+pub fn round_budget(budget: f64) -> u64 {
+    // `as` saturates: a budget past u64::MAX (or NaN, which validation
+    // rules out) cannot wrap.
+    budget.round().max(1.0) as u64
+}
+
+/// How many Hyperband brackets past the first a fidelity section makes
+/// (`s_max = floor(log_eta(max_budget / min_budget))`, computed as the
+/// largest `s` with `eta^s <= R · (1 + 1e-9)` in integers, so float error
+/// in `R` cannot lose a bracket), or why it makes none. Errors name the
+/// field: `min_budget` must be a positive finite number, `max_budget`
+/// finite and at least `min_budget`, `eta` at least 2, and the largest
+/// bracket may start at most [`MAX_BRACKET_CONFIGS`] configs. The section
+/// is checked with it when the study loads; `search::Brackets` builds the
+/// brackets on it.
+pub fn hyperband_s_max(min_budget: f64, max_budget: f64, eta: u32) -> Result<u32, String> {
+    if !(min_budget.is_finite() && min_budget > 0.0) {
+        return Err(format!(
+            "min_budget must be a positive number, got {min_budget}"
+        ));
+    }
+    if !max_budget.is_finite() {
+        return Err(format!(
+            "max_budget must be a finite number, got {max_budget}"
+        ));
+    }
+    if max_budget < min_budget {
+        return Err(format!(
+            "max_budget ({max_budget}) must be at least min_budget ({min_budget})"
+        ));
+    }
+    if eta < 2 {
+        return Err(format!(
+            "eta must be at least 2 (each rung keeps the top 1/eta), got {eta}"
+        ));
+    }
+    let ratio = max_budget / min_budget;
+    let eta64 = u64::from(eta);
+    let mut s_max = 0u32;
+    let mut power = 1u64; // eta^s_max
+    while let Some(next) = power.checked_mul(eta64) {
+        if next as f64 > ratio * (1.0 + RATIO_TOLERANCE) {
+            break;
+        }
+        if next > MAX_BRACKET_CONFIGS {
+            return Err(format!(
+                "max_budget / min_budget = {ratio} with eta {eta} makes a bracket of more than {MAX_BRACKET_CONFIGS} configs; raise min_budget or eta"
+            ));
+        }
+        power = next;
+        s_max += 1;
+    }
+    Ok(s_max)
 }
 
 const FIDELITY_KEYS: &[&str] = &[
@@ -235,7 +306,7 @@ pub(super) fn parse_fidelity(
         Some(false) => false,
         None => whole(min) && whole(max),
     };
-    if let Err(e) = crate::search::Brackets::new(min, max, eta) {
+    if let Err(e) = hyperband_s_max(min, max, eta) {
         match key_span {
             Some(span) => w.error(span, "fidelity", e),
             None => w.error_at(node, "fidelity", e),

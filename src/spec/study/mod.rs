@@ -7,9 +7,10 @@
 //! Each section of the file is parsed and checked in its own submodule:
 //! `knobs`, `cells` (with `buckets:`), `constraints`, `trial`, `gate`,
 //! `objective` (with `metrics:`), `measurement`, `selection`, `strategy`
-//! (with `budget:`), `fidelity` and `fingerprint`; `checks` holds the
-//! checks of the study as a whole (templates, size, rendering, warnings)
-//! and `parse` the small helpers the sections share. This module holds
+//! (with `budget:`), `fidelity` and `fingerprint`; `size` says how large a
+//! study may be, `checks` holds the checks of the study as a whole
+//! (templates, size, rendering, warnings) and `parse` the small helpers
+//! the sections share. This module holds
 //! [`Study`] itself, the top-level keys, and `parse_study`, which reads the
 //! sections in order (and `context:`, `ledger:` and the name on the way).
 
@@ -24,6 +25,7 @@ mod measurement;
 mod objective;
 mod parse;
 mod selection;
+mod size;
 mod strategy;
 mod trial;
 
@@ -33,14 +35,14 @@ use std::path::{Path, PathBuf};
 use marked_yaml::Node;
 use serde::Serialize;
 
-pub use cells::{BucketRule, CellAxis};
+pub use cells::{BucketRule, CellAxis, cell_label, cells};
 use cells::{parse_buckets, parse_cells};
 pub use checks::MAX_TEMPLATE_BYTES;
-use checks::{check_rendering, check_size, check_templates, warn_about};
+use checks::{check_rendering, check_templates, refuse_too_large, warn_about};
 pub use constraints::Constraint;
 use constraints::{check_baseline, parse_constraints};
 use fidelity::parse_fidelity;
-pub use fidelity::{DEFAULT_ETA, Fidelity};
+pub use fidelity::{DEFAULT_ETA, Fidelity, MAX_BRACKET_CONFIGS, hyperband_s_max, round_budget};
 use fingerprint::parse_fingerprint;
 use gate::parse_gate;
 pub use gate::{Gate, PATTERN_CLASSES, Tolerance};
@@ -53,6 +55,7 @@ use objective::{declared_metric_names, parse_metric, parse_metrics, parse_object
 use parse::top_key_span;
 use selection::parse_selection;
 pub use selection::{Breach, DEFAULT_MIN_SAMPLES, Limit, Selection};
+pub use size::{MAX_GRID_ENUMERATION, TooLarge, check_size, grid_limit};
 pub use strategy::{Budget, DEFAULT_FINALISTS, MAX_STRATEGY_COUNT, Proposer, Strategy};
 use strategy::{check_strategy, parse_budget, parse_strategy};
 use trial::parse_trial;
@@ -245,7 +248,7 @@ impl Study {
     }
 
     /// Number of cells (1 when the study has no cell axes), at most
-    /// `u128::MAX`; counted, never listed (see [`crate::space::check_size`]).
+    /// `u128::MAX`; counted, never listed (see [`check_size`]).
     pub fn cell_count(&self) -> u128 {
         self.cells
             .iter()
@@ -414,7 +417,7 @@ fn parse_study(w: &mut Walker, root: &Node, path: &Path, dir: &Path) -> Option<S
     // These evaluate the study as a whole: only meaningful when every part
     // of it is valid. The size first: the others list its cells.
     if w.diags.is_empty() {
-        check_size(w, map, &study);
+        refuse_too_large(w, map, &study);
     }
     if w.diags.is_empty() {
         check_baseline(w, map, &study);

@@ -64,8 +64,8 @@ use super::{AttemptOutcome, AttemptSpec, CheckpointStore, Discovery, HostState, 
 use crate::fingerprint::{self, ClassKey, Fingerprint};
 use crate::ledger::checkpoint::Claim;
 use crate::ledger::records::ExitInfo;
+use crate::shell_quote::quote_word;
 use crate::spec::inventory::SlurmHost;
-use crate::spec::shell::quote_word;
 use nodes::NodeClasses;
 
 /// The default batch script (templates/slurm-array.sh).

@@ -9,7 +9,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use crate::spec::shell::quote_word;
+use crate::shell_quote::quote_word;
 
 /// Nodes of a partition with the same features and generic resources.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -12,8 +12,8 @@ use crate::launch::launcher::{LaunchNote, LaunchOutcome, Launcher, Narrator};
 use crate::launch::progress;
 use crate::launch::run_study::{LaunchError, LaunchHost, LaunchOptions};
 use crate::launch::run_trial::Spend;
-use crate::ledger::Ledger;
-use crate::plan::Plan;
+use crate::ledger::{Ledger, Scan};
+use crate::plan::PlanOnce;
 use crate::space::ConfigSpace;
 use crate::spec::{Host, Inventory, Study, Transport};
 
@@ -246,11 +246,14 @@ async fn launch(a: &LaunchArgs, end: &mut LaunchEnd) -> Result<LaunchOutcome, Cl
         Some(from) => Some(Arc::new(load_prior(from, &study, &ledger).await?)),
         None => None,
     };
-    if let Some(sh) = a.shard {
+    // The plan is listed once for the launch: here with a shard, else by
+    // the spend check or the first round, whichever comes first.
+    let plans = Arc::new(PlanOnce::new(a.shard));
+    if a.shard.is_some() {
         // Refused before anything runs (the plan says why).
-        Plan::build_shard(&study, &[], Some(sh)).map_err(CliError::Invalid)?;
+        plans.get(&study).map_err(CliError::Invalid)?;
     }
-    check_spend(a, &study, &inv, &selected, &study_id, &ledger).await?;
+    let first_scan = check_spend(a, &study, &inv, &selected, &study_id, &ledger, &plans).await?;
     let work_root = a
         .workdir
         .clone()
@@ -301,6 +304,8 @@ async fn launch(a: &LaunchArgs, end: &mut LaunchEnd) -> Result<LaunchOutcome, Cl
             prior,
             shard: a.shard,
             spend: Arc::new(Spend::new(study.budget.max_trial_time)),
+            plan: plans,
+            first_scan,
         },
         progress: progress_mode,
         narrator: narrator(a.study.display().to_string()),
@@ -319,7 +324,8 @@ async fn launch(a: &LaunchArgs, end: &mut LaunchEnd) -> Result<LaunchOutcome, Cl
 
 /// Refuse a launch that would spend more trial time than the study's
 /// `budget.max_trial_time` by the plan's estimate, or that runs on remote
-/// hosts without a cap, unless `--yes` acknowledges it.
+/// hosts without a cap, unless `--yes` acknowledges it. The ledger's
+/// attempts of the study, when it read them.
 async fn check_spend(
     a: &LaunchArgs,
     study: &Study,
@@ -327,7 +333,8 @@ async fn check_spend(
     selected: &[&Host],
     study_id: &str,
     ledger: &Ledger,
-) -> Result<(), CliError> {
+    plans: &PlanOnce,
+) -> Result<Option<Arc<Scan>>, CliError> {
     let cap = study.budget.max_trial_time;
     let remote: Vec<&str> = selected
         .iter()
@@ -335,13 +342,13 @@ async fn check_spend(
         .map(|h| h.name.as_str())
         .collect();
     if a.yes || (cap.is_none() && remote.is_empty()) {
-        return Ok(());
+        return Ok(None);
     }
     let hosts = Inventory {
         hosts: selected.iter().map(|h| (*h).clone()).collect(),
         ..inv.clone()
     };
-    let outlook = plan::outlook(study, &hosts, study_id, Some(ledger), a.shard).await?;
+    let outlook = plan::outlook(study, &hosts, study_id, Some(ledger), plans).await?;
     let (expected, worst) = outlook.trial_seconds(study);
     let what = match expected {
         Some(e) => format!(
@@ -365,7 +372,7 @@ async fn check_spend(
                 "{what}, more than budget.max_trial_time {}. Raise the cap, or pass --yes to launch anyway: it stops starting trials at the cap, and a later launch goes on",
                 fmt_secs(cap.as_secs_f64())
             ))),
-            Some(_) => Ok(()),
+            Some(_) => Ok(outlook.scan),
             // Nothing to estimate from but the timeouts: the cap is the
             // acknowledgement, and the launch stops at it.
             None if worst > cap.as_secs_f64() => {
@@ -373,9 +380,9 @@ async fn check_spend(
                     "note: {what}; budget.max_trial_time {} stops the launch if it gets there",
                     fmt_secs(cap.as_secs_f64())
                 );
-                Ok(())
+                Ok(outlook.scan)
             }
-            None => Ok(()),
+            None => Ok(outlook.scan),
         },
     }
 }

@@ -165,7 +165,7 @@ impl Launcher<'_> {
             study,
             study_id,
             ledger,
-            options,
+            mut options,
             progress: progress_mode,
             narrator: tell,
         } = self;
@@ -193,12 +193,15 @@ impl Launcher<'_> {
                 Ok(h) => h,
                 Err(e) => return Launched::stopped(None, e),
             };
+            let round_options = options.clone();
+            // Later rounds read the ledger anew.
+            options.first_scan = None;
             let result = run_study::run_study(
                 study,
                 study_id,
                 ledger,
                 round_hosts,
-                options.clone(),
+                round_options,
                 tx.clone(),
                 cancel.clone(),
             )

@@ -29,8 +29,8 @@ use crate::fingerprint::Fingerprint;
 use crate::ledger::records::{
     self, AttemptStatus, DropRecord, HostRecord, StudyRecord, VoidRecord,
 };
-use crate::ledger::{Ledger, new_attempt_id};
-use crate::plan::{ClassInfo, Plan, PlanHost};
+use crate::ledger::{Ledger, Scan, new_attempt_id};
+use crate::plan::{ClassInfo, Plan, PlanHost, PlanOnce};
 use crate::search::{Brackets, Shard};
 use crate::space;
 use crate::spec::Study;
@@ -69,6 +69,13 @@ pub struct LaunchOptions {
     pub shard: Option<Shard>,
     /// The trial time this launch may spend (shared by its rounds).
     pub spend: Arc<Spend>,
+    /// The study's plan, listed once for the launch (shared by its
+    /// rounds; listed by the first round unless it was before).
+    pub plan: Arc<PlanOnce>,
+    /// The ledger's attempts of the study as the launch read them before
+    /// its first round (its spend check): that round seeds from them
+    /// instead of reading the ledger again; `None`: the round reads it.
+    pub first_scan: Option<Arc<Scan>>,
 }
 
 /// Default `--host-timeout`.
@@ -345,12 +352,17 @@ pub async fn run_study(
     let plan_hosts: Vec<PlanHost> = probed.iter().map(|p| p.plan_host.clone()).collect();
     let (hosts, fingerprints): (Vec<LaunchHost>, Vec<Fingerprint>) =
         probed.into_iter().map(|p| (p.host, p.fingerprint)).unzip();
-    let plan =
-        Plan::build_shard(study, &plan_hosts, options.shard).map_err(LaunchError::Invalid)?;
+    let plan = options
+        .plan
+        .on(study, &plan_hosts)
+        .map_err(LaunchError::Invalid)?;
     for n in &plan.notes {
         emitter.emit(LaunchEvent::PlanNote { text: n.clone() });
     }
-    let scan = ledger.scan(study_id).await?;
+    let scan = match options.first_scan.clone() {
+        Some(scan) => scan,
+        None => ledger.scan(study_id).await?,
+    };
     for c in &scan.corrupt {
         emitter.emit(LaunchEvent::UnreadableObject {
             key: c.key.clone(),

@@ -113,6 +113,57 @@ pub async fn resolve(ledger: &Ledger, study: &Study) -> Result<Resolved, CliErro
     })
 }
 
+/// The ledger's study a study argument names ([`open_study`]).
+pub enum Opened {
+    /// Its record: the study of that id, or the one a study file
+    /// resolves to (judged by the file's settings).
+    Launched(StudyRecord),
+    /// The ledger holds no such study.
+    NotThere,
+    /// A study file whose spec was never launched: the ledger holds its
+    /// name with another spec, `record` ([`Resolved::Changed`]).
+    Changed {
+        record: StudyRecord,
+        changes: Vec<String>,
+        forks: Vec<String>,
+    },
+}
+
+/// Open the study a study argument (`arg`, read by [`study_arg`] as
+/// `name` and, for a file, `study`) names in `ledger`: by id, or the one
+/// the file resolves to ([`resolve`]), saying so when that is a fork or
+/// (when the command `judges`) is judged by changed settings.
+pub async fn open_study(
+    ledger: &Ledger,
+    arg: &str,
+    name: &str,
+    study: Option<&Study>,
+    judges: bool,
+) -> Result<Opened, CliError> {
+    let Some(s) = study else {
+        return Ok(match ledger.read_study(name).await.map_err(failed)? {
+            Some(record) => Opened::Launched(record),
+            None => Opened::NotThere,
+        });
+    };
+    Ok(match resolve(ledger, s).await? {
+        Resolved::Launched { record, fork } => {
+            resolution_notes(arg, s, &record, fork, judges);
+            Opened::Launched(record)
+        }
+        Resolved::New => Opened::NotThere,
+        Resolved::Changed {
+            record,
+            changes,
+            forks,
+        } => Opened::Changed {
+            record,
+            changes,
+            forks,
+        },
+    })
+}
+
 /// What a command says when a study file resolves to a fork, or (when it
 /// `judges`) is judged by settings other than those of the study's launch.
 pub fn resolution_notes(file: &str, study: &Study, record: &StudyRecord, fork: bool, judges: bool) {
@@ -178,36 +229,26 @@ pub async fn load_analysis(
             ledger.url()
         ))
     };
-    let record = match &study {
-        None => ledger
-            .read_study(&name)
-            .await
-            .map_err(failed)?
-            .ok_or_else(|| not_there(&name))?,
-        Some(s) => match resolve(&ledger, s).await? {
-            Resolved::Launched { record, fork } => {
-                resolution_notes(study_arg, s, &record, fork, true);
-                record
+    let record = match open_study(&ledger, study_arg, &name, study.as_ref(), true).await? {
+        Opened::Launched(record) => record,
+        Opened::NotThere => return Err(not_there(&name)),
+        Opened::Changed {
+            record,
+            changes,
+            forks,
+        } => {
+            let why = changed_text(&name, &changes, &forks);
+            if usage == Use::Ship {
+                return Err(CliError::Invalid(format!(
+                    "{study_arg}: this spec was never launched: {why}; export `{name}` by its id to ship what it found, or launch this spec with `tunectl launch --fork` first"
+                )));
             }
-            Resolved::New => return Err(not_there(&name)),
-            Resolved::Changed {
-                record,
-                changes,
-                forks,
-            } => {
-                let why = changed_text(&name, &changes, &forks);
-                if usage == Use::Ship {
-                    return Err(CliError::Invalid(format!(
-                        "{study_arg}: this spec was never launched: {why}; export `{name}` by its id to ship what it found, or launch this spec with `tunectl launch --fork` first"
-                    )));
-                }
-                say_err!(
-                    "warning: {study_arg}: this spec was never launched: {why}; showing `{name}` as launched (spec {}); `tunectl launch --fork` measures this one",
-                    &record.spec_hash[..record.spec_hash.len().min(12)]
-                );
-                record
-            }
-        },
+            say_err!(
+                "warning: {study_arg}: this spec was never launched: {why}; showing `{name}` as launched (spec {}); `tunectl launch --fork` measures this one",
+                &record.spec_hash[..record.spec_hash.len().min(12)]
+            );
+            record
+        }
     };
     report::analyze_ledger(&ledger, &record.study_id, &record)
         .await

@@ -3,20 +3,17 @@
 
 use std::sync::Arc;
 
-use tokio_util::sync::CancellationToken;
-
 use super::hosts::{ssh_control_dir, transport_for};
 use super::inputs::{Resolved, fork_id, ledger_url, load_inputs, resolution_notes, resolve};
 use super::notify::{self, LaunchEnd, OutcomeSchema};
 use super::plan;
-use super::{CliError, failed, note, print_json, say_err, schema};
-use crate::launch::events::LaunchSummary;
+use super::{CliError, Exit, failed, note, print_json, say_err, schema};
+use crate::launch::launcher::{LaunchNote, LaunchOutcome, Launcher, Narrator};
 use crate::launch::progress;
-use crate::launch::run_study::{self as launch, LaunchHost};
+use crate::launch::run_study::{LaunchError, LaunchHost, LaunchOptions};
 use crate::launch::run_trial::Spend;
 use crate::ledger::Ledger;
-use crate::plan::Plan;
-use crate::report;
+use crate::plan::PlanOnce;
 use crate::space::ConfigSpace;
 use crate::spec::{Host, Inventory, Study, Transport};
 
@@ -27,17 +24,178 @@ pub async fn run(a: LaunchArgs) -> Result<(), CliError> {
         started: Some(std::time::Instant::now()),
         ..Default::default()
     };
-    let result = launch(&a, &mut end).await;
+    let ended = launch(&a, &mut end).await;
     if let Some(command) = end.notify.clone() {
-        notify::run(&command, &end.outcome(&result)).await;
+        notify::run(&command, &end.outcome(&ended)).await;
     }
     if a.output.json(false) {
-        print_json(&end.outcome_as(&result, OutcomeSchema::Named(schema::LAUNCH)))?;
+        print_json(&end.outcome_as(&ended, OutcomeSchema::Named(schema::LAUNCH)))?;
     }
-    result
+    let outcome = ended?;
+    match exit_of(&outcome) {
+        Exit::Success => Ok(()),
+        exit => Err(CliError::Launch(exit, said(&outcome))),
+    }
 }
 
-async fn launch(a: &LaunchArgs, end: &mut LaunchEnd) -> Result<(), CliError> {
+/// What a launch's outcome comes to (docs/cli.md, exit codes).
+pub fn exit_of(outcome: &LaunchOutcome) -> Exit {
+    match outcome {
+        LaunchOutcome::Verdict => Exit::Success,
+        LaunchOutcome::Unrecorded { .. }
+        | LaunchOutcome::HostsLost { .. }
+        | LaunchOutcome::BudgetSpent { .. }
+        | LaunchOutcome::BaselineFails { .. } => Exit::Failed,
+        LaunchOutcome::Drafts { .. } => Exit::Drafts,
+        LaunchOutcome::Stalled { .. } => Exit::Stalled,
+        LaunchOutcome::Interrupted => Exit::Interrupted,
+    }
+}
+
+/// What is said of a launch's outcome on stderr, and in the `message` of
+/// its JSON and notify documents; `None` on exit 0 and for an interrupt
+/// (said as it happened).
+pub fn said(outcome: &LaunchOutcome) -> Option<String> {
+    Some(match outcome {
+        LaunchOutcome::Verdict | LaunchOutcome::Interrupted => return None,
+        LaunchOutcome::Unrecorded { ledger, .. } => format!(
+            "the ledger {ledger} could not record every attempt: the launch stopped starting trials, and no verdicts were written (fix the ledger and launch again)"
+        ),
+        LaunchOutcome::HostsLost { .. } => {
+            "the study is incomplete: a host class lost every host (see above)".to_string()
+        }
+        LaunchOutcome::BudgetSpent { spent, cap } => format!(
+            "the launch stopped starting trials at budget.max_trial_time {} ({} of trial time spent): the study is incomplete; launch again (with a higher cap) to go on: nothing that ran runs again",
+            fmt_secs(*cap),
+            fmt_secs(*spent)
+        ),
+        LaunchOutcome::Stalled { classes } => {
+            let classes: Vec<String> = classes
+                .iter()
+                .map(|(c, n)| format!("{c}: {n} trials"))
+                .collect();
+            format!(
+                "the launch stopped making progress: no host could take what was left of {} (see above); launch again to run them",
+                classes.join(", ")
+            )
+        }
+        LaunchOutcome::BaselineFails { failures } => {
+            let lines: Vec<String> = failures
+                .iter()
+                .map(|f| {
+                    format!(
+                        "{} · cell {}: {}: {}{}",
+                        f.host_class,
+                        f.cell,
+                        f.class,
+                        f.detail,
+                        if f.log.is_empty() {
+                            String::new()
+                        } else {
+                            format!("\n    its stderr:\n      {}", f.log.join("\n      "))
+                        }
+                    )
+                })
+                .collect();
+            format!(
+                "the baseline fails reproducibly (its first run and its re-run), so nothing can be judged there: an error of the study, not a verdict; fix the command or the defaults and launch again:\n  {}",
+                lines.join("\n  ")
+            )
+        }
+        LaunchOutcome::Drafts {
+            drafts,
+            dropped_cells,
+        } => {
+            let lines: Vec<String> = drafts
+                .iter()
+                .map(|d| format!("{} · {}: {}", d.host_class, d.bucket, d.reason))
+                .collect();
+            format!(
+                "the launch finished, but not every bucket is a VERDICT ({} {}{}); what export writes for them is not final:\n  {}",
+                drafts.len(),
+                if drafts.len() == 1 { "draft" } else { "drafts" },
+                if *dropped_cells > 0 {
+                    format!(", {dropped_cells} cells dropped after drift")
+                } else {
+                    String::new()
+                },
+                lines.join("\n  ")
+            )
+        }
+    })
+}
+
+/// What a launch says as it goes, on stderr; `study_file`: the study as
+/// given, for the command that shows the evidence.
+fn narrator(study_file: String) -> Narrator {
+    Arc::new(move |n: &LaunchNote<'_>| match n {
+        LaunchNote::Launching { study_id, ledger } => {
+            note!("launching study {study_id} · ledger {ledger}");
+        }
+        LaunchNote::Interrupted => {
+            say_err!("interrupted: stopping; running trials are killed and recorded as lost");
+        }
+        LaunchNote::AnotherRound { hosts } => {
+            note!(
+                "hosts {} changed class mid-launch: probing again to tune their new class",
+                hosts.join(", ")
+            );
+        }
+        LaunchNote::RoundsOver { summary } => {
+            for (h, why) in &summary.unreachable_hosts {
+                say_err!("warning: host {h}: {why} (skipped in this launch)");
+            }
+            for (c, left) in &summary.abandoned_classes {
+                say_err!(
+                    "warning: class {c}: {left} queued trials not run: every host stayed down past --host-timeout; launch again when they answer"
+                );
+            }
+            if !summary.unrecorded.is_empty() {
+                eprintln!(
+                    "error: {} attempts were NOT recorded in the ledger (their trials run again on a later launch):",
+                    summary.unrecorded.len()
+                );
+                for u in &summary.unrecorded {
+                    eprintln!("  {}", progress::unrecorded_line(u));
+                }
+            }
+        }
+        LaunchNote::Verdict { class, bucket } => {
+            note!(
+                "{} · {}: ships {} [{}] · {}",
+                class.host_class,
+                bucket.label,
+                bucket
+                    .winner
+                    .as_ref()
+                    .map(|w| w.label.as_str())
+                    .unwrap_or("baseline"),
+                bucket.level.as_str().to_uppercase(),
+                bucket.decision
+            );
+        }
+        LaunchNote::Finished { summary } => {
+            note!(
+                "{} · `tunectl report {}` shows the evidence",
+                progress::summary_line(summary),
+                study_file
+            );
+        }
+    })
+}
+
+/// A launch that stopped in an error: invalid input (exit 2) when the
+/// study cannot be planned or its spec changed, else exit 1.
+fn stopped(e: LaunchError) -> CliError {
+    match e {
+        LaunchError::SpecChanged { .. } | LaunchError::Invalid(_) => {
+            CliError::Invalid(e.to_string())
+        }
+        other => failed(other),
+    }
+}
+
+async fn launch(a: &LaunchArgs, end: &mut LaunchEnd) -> Result<LaunchOutcome, CliError> {
     let (study, inv) = load_inputs(&a.study, a.inventory.as_deref())?;
     // From here on the launch's end is worth telling.
     end.notify = a.notify.clone().or_else(|| inv.notify.clone());
@@ -88,11 +246,14 @@ async fn launch(a: &LaunchArgs, end: &mut LaunchEnd) -> Result<(), CliError> {
         Some(from) => Some(Arc::new(load_prior(from, &study, &ledger).await?)),
         None => None,
     };
-    if let Some(sh) = a.shard {
+    // The plan is listed once for the launch: here with a shard, else by
+    // the spend check or the first round, whichever comes first.
+    let plans = Arc::new(PlanOnce::new(a.shard));
+    if a.shard.is_some() {
         // Refused before anything runs (the plan says why).
-        Plan::build_shard(&study, &[], Some(sh)).map_err(CliError::Invalid)?;
+        plans.get(&study).map_err(CliError::Invalid)?;
     }
-    check_spend(a, &study, &inv, &selected, &study_id, &ledger).await?;
+    check_spend(a, &study, &inv, &selected, &study_id, &ledger, &plans).await?;
     let work_root = a
         .workdir
         .clone()
@@ -127,208 +288,43 @@ async fn launch(a: &LaunchArgs, end: &mut LaunchEnd) -> Result<(), CliError> {
     };
     // Bad templates or login hosts stop the launch before anything runs.
     make_hosts()?;
-    let cancel = CancellationToken::new();
-    let on_signal = cancel.clone();
-    tokio::spawn(async move {
-        if tokio::signal::ctrl_c().await.is_ok() {
-            say_err!("interrupted: stopping; running trials are killed and recorded as lost");
-            on_signal.cancel();
-        }
-    });
-    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
     let progress_mode = if super::quiet() {
         progress::ProgressMode::Quiet
     } else {
         a.progress
     };
-    let reporter = tokio::spawn(progress::report(progress_mode, rx));
-    note!("launching study {study_id} · ledger {}", ledger.url());
-    let options = launch::LaunchOptions {
-        no_cooldown: a.no_cooldown,
-        store_logs: a.store_logs,
-        host_timeout: a.host_timeout,
-        prior,
-        shard: a.shard,
-        spend: Arc::new(Spend::new(study.budget.max_trial_time)),
-    };
-    let mut summary = LaunchSummary::default();
-    // A host whose fingerprint changed mid-launch is a new host class: the
-    // launch goes round again (probing anew) so that class is tuned too.
-    for round in 0..MAX_LAUNCH_ROUNDS {
-        let result = launch::run_study(
-            &study,
-            &study_id,
-            &ledger,
-            make_hosts()?,
-            options.clone(),
-            tx.clone(),
-            cancel.clone(),
-        )
-        .await;
-        let this = match result {
-            Ok(s) => s,
-            Err(e) => {
-                drop(tx);
-                let _ = reporter.await;
-                return Err(match e {
-                    launch::LaunchError::SpecChanged { .. } | launch::LaunchError::Invalid(_) => {
-                        CliError::Invalid(e.to_string())
-                    }
-                    other => failed(other),
-                });
-            }
-        };
-        let again =
-            !this.changed_hosts.is_empty() && !this.interrupted && this.unrecorded.is_empty();
-        summary.add(&this);
-        if !again {
-            break;
-        }
-        if round + 1 < MAX_LAUNCH_ROUNDS {
-            note!(
-                "hosts {} changed class mid-launch: probing again to tune their new class",
-                this.changed_hosts.join(", ")
-            );
-        }
+    let launched = Launcher {
+        study: &study,
+        study_id: &study_id,
+        ledger: &ledger,
+        options: LaunchOptions {
+            no_cooldown: a.no_cooldown,
+            store_logs: a.store_logs,
+            host_timeout: a.host_timeout,
+            prior,
+            shard: a.shard,
+            spend: Arc::new(Spend::new(study.budget.max_trial_time)),
+            plan: plans,
+        },
+        progress: progress_mode,
+        narrator: narrator(a.study.display().to_string()),
     }
-    drop(tx);
-    let _ = reporter.await;
-    end.summary = Some(summary.clone());
-    for (h, why) in &summary.unreachable_hosts {
-        say_err!("warning: host {h}: {why} (skipped in this launch)");
-    }
-    for (c, left) in &summary.abandoned_classes {
-        say_err!(
-            "warning: class {c}: {left} queued trials not run: every host stayed down past --host-timeout; launch again when they answer"
-        );
-    }
-    let incomplete = !summary.abandoned_classes.is_empty();
-    // Attempts that ran and are not in the ledger: verdicts derived now
-    // would rest on an incomplete record, so the ones there stay.
-    let unrecorded = !summary.unrecorded.is_empty();
-    if unrecorded {
-        eprintln!(
-            "error: {} attempts were NOT recorded in the ledger (their trials run again on a later launch):",
-            summary.unrecorded.len()
-        );
-        for u in &summary.unrecorded {
-            eprintln!("  {}", progress::unrecorded_line(u));
-        }
-    }
-    // Verdicts: derived from the ledger, rewritten after every launch;
-    // not after attempts went unrecorded (they stay as they were).
-    // Buckets that ended as drafts: (class, bucket label, why).
-    let mut drafts: Vec<String> = Vec::new();
-    let mut baseline_failures: Vec<String> = Vec::new();
-    if !unrecorded {
-        report::write_verdicts(
-            &ledger,
-            &study_id,
-            Some(&study.frozen()),
-            |class, bucket| {
-                end.buckets.push(notify::BucketOutcome::of(class, bucket));
-                for pc in &bucket.per_cell {
-                    if let Some(r) = pc.baseline.as_ref().and_then(|b| b.rejection.as_ref()) {
-                        let log: Vec<&str> = r.log.lines().take(12).collect();
-                        baseline_failures.push(format!(
-                            "{} · cell {}: {}: {}{}",
-                            class.host_class,
-                            pc.cell_label,
-                            r.class.as_str(),
-                            r.detail,
-                            if log.is_empty() {
-                                String::new()
-                            } else {
-                                format!("\n    its stderr:\n      {}", log.join("\n      "))
-                            }
-                        ));
-                    }
-                }
-                if bucket.level != crate::decide::Level::Verdict {
-                    drafts.push(format!(
-                        "{} · {}: {}",
-                        class.host_class, bucket.label, bucket.level_reason
-                    ));
-                }
-                note!(
-                    "{} · {}: ships {} [{}] · {}",
-                    class.host_class,
-                    bucket.label,
-                    bucket
-                        .winner
-                        .as_ref()
-                        .map(|w| w.label.as_str())
-                        .unwrap_or("baseline"),
-                    bucket.level.as_str().to_uppercase(),
-                    bucket.decision
-                );
-            },
-        )
-        .await
-        .map_err(failed)?;
-    }
-    note!(
-        "{} · `tunectl report {}` shows the evidence",
-        progress::summary_line(&summary),
-        a.study.display()
-    );
-    if unrecorded {
-        return Err(CliError::Failed(format!(
-            "the ledger {} could not record every attempt: the launch stopped starting trials, and no verdicts were written (fix the ledger and launch again)",
-            ledger.url()
-        )));
-    }
-    if summary.interrupted {
-        return Err(CliError::Interrupted);
-    }
-    if incomplete {
-        return Err(CliError::Failed(
-            "the study is incomplete: a host class lost every host (see above)".to_string(),
-        ));
-    }
-    if let Some((spent, cap)) = summary.budget_spent {
-        return Err(CliError::Failed(format!(
-            "the launch stopped starting trials at budget.max_trial_time {} ({} of trial time spent): the study is incomplete; launch again (with a higher cap) to go on: nothing that ran runs again",
-            fmt_secs(cap),
-            fmt_secs(spent)
-        )));
-    }
-    if !summary.stalled.is_empty() {
-        let classes: Vec<String> = summary
-            .stalled
-            .iter()
-            .map(|(c, n)| format!("{c}: {n} trials"))
-            .collect();
-        return Err(CliError::Stalled(format!(
-            "the launch stopped making progress: no host could take what was left of {} (see above); launch again to run them",
-            classes.join(", ")
-        )));
-    }
-    if !baseline_failures.is_empty() {
-        return Err(CliError::Failed(format!(
-            "the baseline fails reproducibly (its first run and its re-run), so nothing can be judged there: an error of the study, not a verdict; fix the command or the defaults and launch again:\n  {}",
-            baseline_failures.join("\n  ")
-        )));
-    }
-    if !drafts.is_empty() {
-        return Err(CliError::Drafts(format!(
-            "the launch finished, but not every bucket is a VERDICT ({} {}{}); what export writes for them is not final:\n  {}",
-            drafts.len(),
-            if drafts.len() == 1 { "draft" } else { "drafts" },
-            if summary.dropped_cells > 0 {
-                format!(", {} cells dropped after drift", summary.dropped_cells)
-            } else {
-                String::new()
-            },
-            drafts.join("\n  ")
-        )));
-    }
-    Ok(())
+    .run(|| {
+        make_hosts().map_err(|e| match e {
+            CliError::Invalid(m) => LaunchError::Invalid(m),
+            e => LaunchError::Other(e.message().unwrap_or_default().to_string()),
+        })
+    })
+    .await;
+    end.summary = launched.summary;
+    end.buckets = launched.buckets;
+    launched.outcome.map_err(stopped)
 }
 
 /// Refuse a launch that would spend more trial time than the study's
 /// `budget.max_trial_time` by the plan's estimate, or that runs on remote
-/// hosts without a cap, unless `--yes` acknowledges it.
+/// hosts without a cap, unless `--yes` acknowledges it. The ledger's
+/// attempts of the study, when it read them.
 async fn check_spend(
     a: &LaunchArgs,
     study: &Study,
@@ -336,6 +332,7 @@ async fn check_spend(
     selected: &[&Host],
     study_id: &str,
     ledger: &Ledger,
+    plans: &PlanOnce,
 ) -> Result<(), CliError> {
     let cap = study.budget.max_trial_time;
     let remote: Vec<&str> = selected
@@ -350,7 +347,7 @@ async fn check_spend(
         hosts: selected.iter().map(|h| (*h).clone()).collect(),
         ..inv.clone()
     };
-    let outlook = plan::outlook(study, &hosts, study_id, Some(ledger), a.shard).await?;
+    let outlook = plan::outlook(study, &hosts, study_id, Some(ledger), plans).await?;
     let (expected, worst) = outlook.trial_seconds(study);
     let what = match expected {
         Some(e) => format!(
@@ -452,10 +449,6 @@ pub struct LaunchArgs {
     pub output: crate::commands::FormatArgs,
 }
 
-/// Launch rounds at most in one `tunectl launch` (a round starts again when
-/// a host's fingerprint changed).
-const MAX_LAUNCH_ROUNDS: usize = 3;
-
 /// `--seed-from`: `<ledger URL or path>#<study id>`, or a study id in the
 /// launch's ledger.
 async fn load_prior(
@@ -507,4 +500,115 @@ async fn load_prior(
         prior.classes()
     );
     Ok(prior)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::launch::launcher::{BaselineFailure, DraftBucket};
+
+    /// Every outcome, with its exit code and whether it is said.
+    fn every_outcome() -> Vec<(LaunchOutcome, u8, bool)> {
+        vec![
+            (LaunchOutcome::Verdict, 0, false),
+            (
+                LaunchOutcome::Unrecorded {
+                    ledger: "file:///l".into(),
+                    attempts: 2,
+                },
+                1,
+                true,
+            ),
+            (LaunchOutcome::Interrupted, 130, false),
+            (
+                LaunchOutcome::HostsLost {
+                    classes: vec![("c".into(), 3)],
+                },
+                1,
+                true,
+            ),
+            (
+                LaunchOutcome::BudgetSpent {
+                    spent: 70.0,
+                    cap: 60.0,
+                },
+                1,
+                true,
+            ),
+            (
+                LaunchOutcome::Stalled {
+                    classes: vec![("c".into(), 4)],
+                },
+                4,
+                true,
+            ),
+            (
+                LaunchOutcome::BaselineFails {
+                    failures: vec![BaselineFailure {
+                        host_class: "c".into(),
+                        cell: "n=1".into(),
+                        class: "crash".into(),
+                        detail: "exit code 3".into(),
+                        log: vec!["boom".into()],
+                    }],
+                },
+                1,
+                true,
+            ),
+            (
+                LaunchOutcome::Drafts {
+                    drafts: vec![DraftBucket {
+                        host_class: "c".into(),
+                        bucket: "b".into(),
+                        reason: "too few runs".into(),
+                    }],
+                    dropped_cells: 1,
+                },
+                3,
+                true,
+            ),
+        ]
+    }
+
+    #[test]
+    fn every_outcome_has_its_exit_code_and_its_sentence() {
+        for (outcome, code, is_said) in every_outcome() {
+            let exit = exit_of(&outcome);
+            assert_eq!(exit.code(), code, "{outcome:?}");
+            assert_eq!(said(&outcome).is_some(), is_said, "{outcome:?}");
+            // What the process exits with is what the documents say.
+            if exit != Exit::Success {
+                assert_eq!(CliError::Launch(exit, said(&outcome)).code(), code);
+            }
+        }
+    }
+
+    #[test]
+    fn the_sentences_name_what_the_outcome_holds() {
+        let text = |o: &LaunchOutcome| said(o).expect("said");
+        let all = every_outcome();
+        assert!(text(&all[1].0).starts_with("the ledger file:///l could not record"));
+        assert!(
+            text(&all[4].0).contains("budget.max_trial_time 1m ("),
+            "{}",
+            text(&all[4].0)
+        );
+        assert!(text(&all[5].0).contains("what was left of c: 4 trials"));
+        assert!(
+            text(&all[6].0)
+                .ends_with("c · cell n=1: crash: exit code 3\n    its stderr:\n      boom")
+        );
+        assert_eq!(
+            text(&all[7].0),
+            "the launch finished, but not every bucket is a VERDICT (1 draft, 1 cells dropped after drift); what export writes for them is not final:\n  c · b: too few runs"
+        );
+    }
+
+    #[test]
+    fn an_error_before_the_launch_keeps_its_exit_code() {
+        assert_eq!(CliError::Invalid("x".into()).status(), Exit::Invalid);
+        assert_eq!(CliError::Failed("x".into()).code(), 1);
+        assert_eq!(stopped(LaunchError::Invalid("too large".into())).code(), 2);
+        assert_eq!(stopped(LaunchError::Other("no host".into())).code(), 1);
+    }
 }

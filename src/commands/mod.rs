@@ -75,17 +75,46 @@ pub fn quiet() -> bool {
     QUIET.load(Ordering::Relaxed)
 }
 
+/// What a command's end comes to: its exit code (docs/cli.md).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Exit {
+    /// 0: success (a launch: every bucket is a VERDICT).
+    Success,
+    /// 1: the study could not run or did not finish.
+    Failed,
+    /// 2: invalid input.
+    Invalid,
+    /// 3: a launch that finished with buckets that are not verdicts.
+    Drafts,
+    /// 4: a launch that stopped making progress.
+    Stalled,
+    /// 130: interrupted (Ctrl-C).
+    Interrupted,
+}
+
+impl Exit {
+    /// The exit code.
+    pub fn code(self) -> u8 {
+        match self {
+            Exit::Success => 0,
+            Exit::Failed => 1,
+            Exit::Invalid => 2,
+            Exit::Drafts => 3,
+            Exit::Stalled => 4,
+            Exit::Interrupted => 130,
+        }
+    }
+}
+
 /// What went wrong, mapped to an exit code.
 #[derive(Debug)]
 pub enum CliError {
     Invalid(String),
     Failed(String),
-    Interrupted,
-    /// The launch finished with buckets that are not verdicts (exit 3).
-    Drafts(String),
-    /// The launch stopped making progress: a class had trials no host of
-    /// it could take, and its watchdog ended it (exit 4).
-    Stalled(String),
+    /// A launch that ended otherwise than with a verdict for every bucket
+    /// ([`launch::exit_of`]): its exit and what is said of it (`None`:
+    /// said as it happened).
+    Launch(Exit, Option<String>),
 }
 
 impl From<Diagnostics> for CliError {
@@ -95,33 +124,33 @@ impl From<Diagnostics> for CliError {
 }
 
 impl CliError {
+    /// What the error comes to.
+    pub fn status(&self) -> Exit {
+        match self {
+            CliError::Invalid(_) => Exit::Invalid,
+            CliError::Failed(_) => Exit::Failed,
+            CliError::Launch(exit, _) => *exit,
+        }
+    }
+
     /// The exit code (docs/cli.md).
     pub fn code(&self) -> u8 {
-        match self {
-            CliError::Invalid(_) => 2,
-            CliError::Failed(_) => 1,
-            CliError::Interrupted => 130,
-            CliError::Drafts(_) => 3,
-            CliError::Stalled(_) => 4,
-        }
+        self.status().code()
     }
 
     /// What is said on stderr; `None` for an interrupt (said as it
     /// happened).
     pub fn message(&self) -> Option<&str> {
         match self {
-            CliError::Invalid(m)
-            | CliError::Failed(m)
-            | CliError::Drafts(m)
-            | CliError::Stalled(m) => Some(m),
-            CliError::Interrupted => None,
+            CliError::Invalid(m) | CliError::Failed(m) => Some(m),
+            CliError::Launch(_, m) => m.as_deref(),
         }
     }
 
     /// Say what went wrong on stderr (once) and give the exit code.
     pub fn exit(self) -> ExitCode {
-        let word = match self {
-            CliError::Drafts(_) => "note",
+        let word = match self.status() {
+            Exit::Drafts => "note",
             _ => "error",
         };
         if let Some(m) = self.message() {

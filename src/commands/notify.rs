@@ -10,9 +10,11 @@ use std::time::Duration;
 use serde::Serialize;
 use tokio::io::AsyncWriteExt;
 
-use super::{CliError, say_err};
-use crate::decide::{BucketReport, ClassReport};
+use super::launch::{exit_of, said};
+use super::{CliError, Exit, say_err};
 use crate::launch::events::LaunchSummary;
+pub use crate::launch::launcher::BucketOutcome;
+use crate::launch::launcher::LaunchOutcome;
 
 /// How long the command may run before it is killed (with its process
 /// group).
@@ -34,36 +36,6 @@ pub struct LaunchEnd {
     pub buckets: Vec<BucketOutcome>,
     /// When the launch started.
     pub started: Option<std::time::Instant>,
-}
-
-/// One bucket's decision.
-#[derive(Debug, Clone, Serialize)]
-pub struct BucketOutcome {
-    pub host_class: String,
-    pub class_label: String,
-    pub bucket: String,
-    /// The winner's label, or `baseline`.
-    pub ships: String,
-    pub level: String,
-    pub decision: String,
-    pub level_reason: String,
-}
-
-impl BucketOutcome {
-    pub fn of(class: &ClassReport, bucket: &BucketReport) -> BucketOutcome {
-        BucketOutcome {
-            host_class: class.host_class.clone(),
-            class_label: class.label.clone(),
-            bucket: bucket.label.clone(),
-            ships: bucket
-                .winner
-                .as_ref()
-                .map_or_else(|| "baseline".to_string(), |w| w.label.clone()),
-            level: bucket.level.as_str().to_string(),
-            decision: bucket.decision.to_string(),
-            level_reason: bucket.level_reason.to_string(),
-        }
-    }
 }
 
 /// The document on the command's stdin (docs/cli.md, `launch --notify`),
@@ -117,34 +89,29 @@ pub struct Counts {
 }
 
 impl LaunchEnd {
-    /// The outcome of a launch that ended with `result`, for the notify
+    /// The outcome of a launch that ended with `ended`, for the notify
     /// command.
-    pub fn outcome(&self, result: &Result<(), CliError>) -> Outcome<'_> {
-        self.outcome_as(result, OutcomeSchema::Notify(1))
+    pub fn outcome(&self, ended: &Result<LaunchOutcome, CliError>) -> Outcome<'_> {
+        self.outcome_as(ended, OutcomeSchema::Notify(1))
     }
 
-    /// The outcome of a launch that ended with `result`, under `schema`.
-    pub fn outcome_as(&self, result: &Result<(), CliError>, schema: OutcomeSchema) -> Outcome<'_> {
-        let (outcome, message) = match result {
-            Ok(()) => ("verdict", None),
-            Err(e) => {
-                let word = match e {
-                    CliError::Invalid(_) => "invalid",
-                    CliError::Failed(_) => "failed",
-                    CliError::Interrupted => "interrupted",
-                    CliError::Drafts(_) => "draft",
-                    CliError::Stalled(_) => "stalled",
-                };
-                (word, e.message().map(str::to_string))
-            }
+    /// The outcome of a launch that ended with `ended`, under `schema`.
+    pub fn outcome_as(
+        &self,
+        ended: &Result<LaunchOutcome, CliError>,
+        schema: OutcomeSchema,
+    ) -> Outcome<'_> {
+        let (exit, message) = match ended {
+            Ok(o) => (exit_of(o), said(o)),
+            Err(e) => (e.status(), e.message().map(str::to_string)),
         };
         Outcome {
             schema,
             study: &self.study_id,
             name: &self.name,
             ledger: &self.ledger,
-            outcome,
-            exit_code: result.as_ref().err().map_or(0, CliError::code),
+            outcome: word(exit),
+            exit_code: exit.code(),
             elapsed_seconds: self.started.map(|s| s.elapsed().as_secs_f64()),
             message,
             summary: self.summary.as_ref().map(|s| Counts {
@@ -165,6 +132,18 @@ impl LaunchEnd {
             buckets: &self.buckets,
             report: &self.report,
         }
+    }
+}
+
+/// The word for how a launch ended (docs/cli.md, `launch --notify`).
+fn word(exit: Exit) -> &'static str {
+    match exit {
+        Exit::Success => "verdict",
+        Exit::Failed => "failed",
+        Exit::Invalid => "invalid",
+        Exit::Drafts => "draft",
+        Exit::Stalled => "stalled",
+        Exit::Interrupted => "interrupted",
     }
 }
 
@@ -253,7 +232,7 @@ mod tests {
     #[tokio::test]
     async fn a_command_that_hangs_is_killed_at_its_limit() {
         let end = outcome();
-        let o = end.outcome(&Ok(()));
+        let o = end.outcome(&Ok(LaunchOutcome::Verdict));
         let started = std::time::Instant::now();
         let err = try_run("sleep 30 & wait", &o, Duration::from_millis(300))
             .await
@@ -267,7 +246,14 @@ mod tests {
         let dir = tempfile::tempdir().expect("tmp");
         let out = dir.path().join("got");
         let end = outcome();
-        let o = end.outcome(&Err(CliError::Drafts("2 drafts".into())));
+        let o = end.outcome(&Ok(LaunchOutcome::Drafts {
+            drafts: vec![crate::launch::launcher::DraftBucket {
+                host_class: "c".into(),
+                bucket: "b".into(),
+                reason: "2 runs".into(),
+            }],
+            dropped_cells: 0,
+        }));
         let cmd = format!(
             "cat > '{}'; echo \"$TUNECTL_STUDY $TUNECTL_OUTCOME $TUNECTL_EXIT_CODE\" >> '{}'",
             out.display(),
@@ -285,7 +271,10 @@ mod tests {
         );
         assert_eq!(doc["outcome"], "draft");
         assert_eq!(doc["exit_code"], 3);
-        assert_eq!(doc["message"], "2 drafts");
+        assert_eq!(
+            doc["message"],
+            "the launch finished, but not every bucket is a VERDICT (1 draft); what export writes for them is not final:\n  c · b: 2 runs"
+        );
         assert_eq!(env.trim(), "s draft 3");
         let err = try_run("exit 7", &o, Duration::from_secs(20))
             .await

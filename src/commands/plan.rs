@@ -1,6 +1,7 @@
 //! `tunectl plan`: what a launch would run, where, and at what cost.
 
 use std::collections::{BTreeMap, HashSet};
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde::Serialize;
@@ -8,8 +9,8 @@ use serde::Serialize;
 use super::inputs::{Resolved, fork_id, ledger_url, load_inputs, resolve};
 use super::{CliError, failed, print_json, schema};
 use crate::fingerprint;
-use crate::ledger::Ledger;
-use crate::plan::{ClassInfo, Plan, PlanHost};
+use crate::ledger::{Ledger, Scan};
+use crate::plan::{ClassInfo, Plan, PlanHost, PlanOnce};
 use crate::shell_quote::quote_word;
 use crate::space;
 use crate::spec::{CommandRenderer, Inventory, Study, Transport, TrialVars, Value};
@@ -318,26 +319,28 @@ pub struct Outlook {
     /// Run times in the ledger, scaled to the objective's budget.
     pub timings: Vec<f64>,
     pub typical: Option<f64>,
+    /// The ledger's attempts of the study, as read for this outlook.
+    pub scan: Option<Arc<Scan>>,
 }
 
-/// Plan `study` on `inv` as study `study_id` (see [`Outlook`]). The local
-/// machine is probed (read-only); other hosts take their last fingerprint
-/// in the ledger.
+/// Plan `study` on `inv` as study `study_id` (see [`Outlook`]), from
+/// `plans` (listed now unless it was). The local machine is probed
+/// (read-only); other hosts take their last fingerprint in the ledger.
 pub async fn outlook(
     study: &Study,
     inv: &Inventory,
     study_id: &str,
     ledger: Option<&Ledger>,
-    shard: Option<crate::search::Shard>,
+    plans: &PlanOnce,
 ) -> Result<Outlook, CliError> {
     let (hosts, nodes) = plan_hosts(inv, study, study_id, ledger).await;
-    let plan = Plan::build_shard(study, &hosts, shard).map_err(CliError::Invalid)?;
+    let plan = plans.on(study, &hosts).map_err(CliError::Invalid)?;
     plan.check_acyclic().map_err(failed)?;
     let (held, scan) = match ledger {
-        Some(l) => (
-            l.trial_keys(study_id).await.map_err(failed)?,
-            Some(l.scan(study_id).await.map_err(failed)?),
-        ),
+        Some(l) => {
+            let (scan, held) = l.scan_with_trial_keys(study_id).await.map_err(failed)?;
+            (held, Some(scan))
+        }
         None => (BTreeMap::new(), None),
     };
     let in_plan = (!held.is_empty()).then(|| count_in_plan(study, study_id, &plan, &held));
@@ -372,6 +375,7 @@ pub async fn outlook(
         in_plan,
         timings,
         typical,
+        scan,
     })
 }
 
@@ -458,7 +462,15 @@ pub async fn run(a: PlanArgs) -> Result<(), CliError> {
         in_plan,
         timings,
         typical,
-    } = outlook(&study, &inv, &study_id, ledger.as_ref(), a.shard).await?;
+        scan: _,
+    } = outlook(
+        &study,
+        &inv,
+        &study_id,
+        ledger.as_ref(),
+        &PlanOnce::new(a.shard),
+    )
+    .await?;
 
     let renderer = CommandRenderer::new(&study).map_err(CliError::Invalid)?;
     let mut first = Vec::new();

@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 
 use serde::Serialize;
 
-use super::inputs::{Resolved, changed_text, ledger_url, resolution_notes, resolve, study_arg};
+use super::inputs::{Opened, changed_text, ledger_url, open_study, study_arg};
 use super::{CliError, failed, print_json, say, say_err, schema};
 use crate::ledger::lease::LeaseRecord;
 use crate::ledger::{HostRecord, Ledger, Scan};
@@ -330,32 +330,31 @@ pub async fn run(a: StatusArgs) -> Result<(), CliError> {
     // A study file means the study it resolves to (its name, or the fork
     // of its spec); one whose spec was never launched shows its name's
     // study, without pending counts (the file does not plan that study).
-    let (study_id, study, record) = match study {
-        None => {
-            let Some(record) = ledger.read_study(&name).await.map_err(failed)? else {
-                return Err(not_there(&name));
-            };
-            (name, None, record)
+    let (study_id, study, record) = match open_study(
+        &ledger,
+        &a.study,
+        &name,
+        study.as_ref(),
+        false,
+    )
+    .await?
+    {
+        // By id: that id, whatever the record says.
+        Opened::Launched(record) if study.is_none() => (name, None, record),
+        Opened::Launched(record) => (record.study_id.clone(), study, record),
+        Opened::NotThere => return Err(not_there(&name)),
+        Opened::Changed {
+            record,
+            changes,
+            forks,
+        } => {
+            say_err!(
+                "warning: {}: this spec was never launched: {}; showing `{name}` as launched, without pending counts; `tunectl launch --fork` measures this one",
+                a.study,
+                changed_text(&name, &changes, &forks)
+            );
+            (record.study_id.clone(), None, record)
         }
-        Some(s) => match resolve(&ledger, &s).await? {
-            Resolved::Launched { record, fork } => {
-                resolution_notes(&a.study, &s, &record, fork, false);
-                (record.study_id.clone(), Some(s), record)
-            }
-            Resolved::New => return Err(not_there(&name)),
-            Resolved::Changed {
-                record,
-                changes,
-                forks,
-            } => {
-                say_err!(
-                    "warning: {}: this spec was never launched: {}; showing `{name}` as launched, without pending counts; `tunectl launch --fork` measures this one",
-                    a.study,
-                    changed_text(&name, &changes, &forks)
-                );
-                (record.study_id.clone(), None, record)
-            }
-        },
     };
     if a.watch {
         return watch::run(watch::Watched {

@@ -9,6 +9,7 @@
 //! is `--seed-from`: what an earlier study says about the same knobs.
 
 pub mod events;
+pub mod launcher;
 pub mod prior;
 pub mod progress;
 pub mod run_study;

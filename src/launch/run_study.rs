@@ -30,7 +30,7 @@ use crate::ledger::records::{
     self, AttemptStatus, DropRecord, HostRecord, StudyRecord, VoidRecord,
 };
 use crate::ledger::{Ledger, new_attempt_id};
-use crate::plan::{ClassInfo, Plan, PlanHost};
+use crate::plan::{ClassInfo, Plan, PlanHost, PlanOnce};
 use crate::search::{Brackets, Shard};
 use crate::space;
 use crate::spec::Study;
@@ -69,6 +69,9 @@ pub struct LaunchOptions {
     pub shard: Option<Shard>,
     /// The trial time this launch may spend (shared by its rounds).
     pub spend: Arc<Spend>,
+    /// The study's plan, listed once for the launch (shared by its
+    /// rounds; listed by the first round unless it was before).
+    pub plan: Arc<PlanOnce>,
 }
 
 /// Default `--host-timeout`.
@@ -345,11 +348,15 @@ pub async fn run_study(
     let plan_hosts: Vec<PlanHost> = probed.iter().map(|p| p.plan_host.clone()).collect();
     let (hosts, fingerprints): (Vec<LaunchHost>, Vec<Fingerprint>) =
         probed.into_iter().map(|p| (p.host, p.fingerprint)).unzip();
-    let plan =
-        Plan::build_shard(study, &plan_hosts, options.shard).map_err(LaunchError::Invalid)?;
+    let plan = options
+        .plan
+        .on(study, &plan_hosts)
+        .map_err(LaunchError::Invalid)?;
     for n in &plan.notes {
         emitter.emit(LaunchEvent::PlanNote { text: n.clone() });
     }
+    // Read when the round starts, after the study is registered and the
+    // hosts probed: attempts another launcher recorded meanwhile count.
     let scan = ledger.scan(study_id).await?;
     for c in &scan.corrupt {
         emitter.emit(LaunchEvent::UnreadableObject {

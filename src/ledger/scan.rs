@@ -439,7 +439,16 @@ impl Ledger {
 
     /// Trial keys that have at least one attempt object, with how many.
     pub async fn trial_keys(&self, study: &str) -> Result<BTreeMap<String, usize>, LedgerError> {
-        self.scan(study).await?;
+        Ok(self.scan_with_trial_keys(study).await?.1)
+    }
+
+    /// [`Ledger::scan`] and [`Ledger::trial_keys`] of one look at the
+    /// ledger.
+    pub async fn scan_with_trial_keys(
+        &self,
+        study: &str,
+    ) -> Result<(Arc<Scan>, BTreeMap<String, usize>), LedgerError> {
+        let scan = self.scan(study).await?;
         let cache = self.known.lock().await;
         let mut out: BTreeMap<String, usize> = BTreeMap::new();
         if let Some(k) = cache.get(study) {
@@ -452,7 +461,7 @@ impl Ledger {
                 }
             }
         }
-        Ok(out)
+        Ok((scan, out))
     }
 
     /// Write the index when none is usable or it has fallen behind (and the

@@ -10,7 +10,7 @@
 pub mod buckets;
 
 use std::collections::{BTreeMap, HashSet};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use petgraph::graph::{DiGraph, NodeIndex};
@@ -262,6 +262,7 @@ impl SearchPlan {
     }
 }
 
+#[derive(Debug, Clone)]
 pub struct Plan {
     pub space: ConfigSpace,
     pub cells: Vec<Vec<Value>>,
@@ -318,6 +319,41 @@ pub struct Remaining {
     pub to_run: Vec<SweepTrial>,
     /// Those it will not: their config, or their cell's baseline, failed.
     pub skipped: Vec<SweepTrial>,
+}
+
+/// A study's plan before its hosts are known, listed the first time it is
+/// needed and then shared: one launch lists its configs once, and each set
+/// of hosts (the spend check's, each round's) gets its classes and DAG
+/// from it ([`Plan::for_hosts`]).
+#[derive(Debug, Default)]
+pub struct PlanOnce {
+    shard: Option<crate::search::Shard>,
+    listed: OnceLock<Plan>,
+}
+
+impl PlanOnce {
+    /// The plan of a study (or of one shard of its grid), not listed yet.
+    pub fn new(shard: Option<crate::search::Shard>) -> PlanOnce {
+        PlanOnce {
+            shard,
+            listed: OnceLock::new(),
+        }
+    }
+
+    /// The plan of `study` without hosts: listed now the first time (with
+    /// [`Plan::build_shard`]'s refusals), else as it was listed then.
+    pub fn get(&self, study: &Study) -> Result<&Plan, String> {
+        if let Some(p) = self.listed.get() {
+            return Ok(p);
+        }
+        let p = Plan::build_shard(study, &[], self.shard)?;
+        Ok(self.listed.get_or_init(|| p))
+    }
+
+    /// [`PlanOnce::get`] on `hosts`.
+    pub fn on(&self, study: &Study, hosts: &[PlanHost]) -> Result<Plan, String> {
+        Ok(self.get(study)?.for_hosts(hosts))
+    }
 }
 
 impl Plan {
@@ -401,30 +437,51 @@ impl Plan {
         if let Some(max) = study.budget.max_trials {
             apply_budget(&mut per_cell, repeats, max, stopped_early, &mut notes);
         }
-        let classes = plan_classes(hosts);
         let search = SearchPlan::new(study, &space)?;
-        let mut graph = build_graph(&classes, hosts, &per_cell, space.baseline());
-        if let Some(sp) = &search {
-            add_search_nodes(&mut graph, sp, classes.len(), cells.len());
-        }
         let buckets = cells
             .iter()
             .map(|c| buckets::bucket_under(&study.buckets, &space::cell_json(study, c)))
             .collect();
-        Ok(Plan {
+        let listed = Plan {
             space,
             cells,
             per_cell,
             pruned,
-            classes,
-            hosts: hosts.to_vec(),
-            graph,
+            classes: Vec::new(),
+            hosts: Vec::new(),
+            graph: DiGraph::new(),
             repeats,
             warmup: study.measurement.warmup,
             notes,
             search,
             buckets,
-        })
+        };
+        Ok(listed.for_hosts(hosts))
+    }
+
+    /// This plan on `hosts`: the same configs, cells and search, with the
+    /// host classes and the DAG of those hosts ([`Plan::build_shard`] of
+    /// the same study on `hosts`, without listing the configs again).
+    pub fn for_hosts(&self, hosts: &[PlanHost]) -> Plan {
+        let classes = plan_classes(hosts);
+        let mut graph = build_graph(&classes, hosts, &self.per_cell, self.space.baseline());
+        if let Some(sp) = &self.search {
+            add_search_nodes(&mut graph, sp, classes.len(), self.cells.len());
+        }
+        Plan {
+            space: self.space.clone(),
+            cells: self.cells.clone(),
+            per_cell: self.per_cell.clone(),
+            pruned: self.pruned.clone(),
+            classes,
+            hosts: hosts.to_vec(),
+            graph,
+            repeats: self.repeats,
+            warmup: self.warmup,
+            notes: self.notes.clone(),
+            search: self.search.clone(),
+            buckets: self.buckets.clone(),
+        }
     }
 
     /// The bucket cell `cell` belongs to.
@@ -830,6 +887,32 @@ mod tests {
             }),
         };
         vec![h("x", "hc-a"), h("y", "hc-a"), h("z", "hc-b")]
+    }
+
+    #[test]
+    fn a_plan_listed_once_gives_each_host_set_the_plan_built_on_it() {
+        let s = study("");
+        let once = PlanOnce::new(None);
+        let listed: *const Plan = once.get(&s).expect("listed");
+        for hosts in [hosts(), hosts()[..1].to_vec(), Vec::new()] {
+            let direct = Plan::build(&s, &hosts).expect("plan");
+            let on = once.on(&s, &hosts).expect("plan");
+            assert_eq!(
+                format!("{:?}", (&on.classes, &on.graph, &on.per_cell, &on.cells)),
+                format!(
+                    "{:?}",
+                    (
+                        &direct.classes,
+                        &direct.graph,
+                        &direct.per_cell,
+                        &direct.cells
+                    )
+                )
+            );
+            assert_eq!(on.hosts.len(), hosts.len());
+        }
+        // Listed once: later calls get the same plan.
+        assert!(std::ptr::eq(listed, once.get(&s).expect("listed")));
     }
 
     #[test]

@@ -30,7 +30,7 @@ const LAYERS: &[&[&str]] = &[
     // What the records mean.
     &["decide"],
     // What acts on it.
-    &["transport", "launch", "report", "tuned"],
+    &["transport", "report", "launch", "tuned"],
     // The commands.
     &["commands", "cli"],
 ];

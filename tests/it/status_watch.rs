@@ -2,13 +2,12 @@
 //! program (tests/support/fake.rs) in the same ledger: on a terminal (a
 //! pseudo-terminal from util-linux `script`) and with stdout a file.
 
-mod support;
-
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use support::env::{Env, Running};
-use support::wait_for;
+use crate::support;
+use crate::support::env::{Env, Running};
+use crate::support::wait_for;
 
 /// 3 configs × 3 repeats at one cell, each measured run sleeping 0.5 s
 /// (about 5 s in all on one slot), then a confirmation round of the winner

@@ -51,7 +51,6 @@
 //! starts munged; if munged is not answering, the first cluster runs
 //! `slurm_install` from that script to start it). Facts about Slurm that
 //! this relies on: docs/testing.md and the comments below.
-#![allow(dead_code)]
 
 use std::collections::{HashMap, HashSet};
 use std::fs::{self, File};
@@ -124,13 +123,9 @@ pub struct Node {
     pub name: String,
     pub gpu_type: String,
     pub gpus: u32,
-    pub gpu_name: String,
     pub cpus: u32,
     /// slurmd's port (`Port=` of its NodeName line).
     pub port: u16,
-    /// `<dir>/nodes/<name>/bin`: the FAKE nvidia-smi; first on PATH in jobs
-    /// on this node (TaskProlog).
-    pub bin: PathBuf,
     /// slurmd's log file (`SlurmdLogFile`).
     pub log: PathBuf,
     /// slurmd's stdout and stderr (errors before the log file opens).
@@ -299,10 +294,8 @@ impl Cluster {
                 name: spec.name.to_string(),
                 gpu_type: spec.gpu_type.to_string(),
                 gpus: spec.gpus,
-                gpu_name: spec.gpu_name.to_string(),
                 cpus: spec.cpus,
                 port: 0,
-                bin,
                 log: root.join(format!("log/slurmd-{}.log", spec.name)),
                 out: root.join(format!("log/slurmd-{}.out", spec.name)),
                 child: None,

@@ -3,8 +3,6 @@
 //! on the local host, with the CKPT trial below: a trial that keeps its
 //! work in `$TUNECTL_CHECKPOINT_DIR` and checks what tunectl hands it.
 
-mod support;
-
 use std::collections::{BTreeMap, BTreeSet};
 use std::ffi::OsStr;
 use std::path::Path;
@@ -12,10 +10,12 @@ use std::process::Command;
 use std::time::Duration;
 
 use serde_json::Value as Json;
-use support::env::Env;
-use support::slurm::{Cluster, NodeSpec};
-use support::sshd::{Fleet, HostSpec};
-use support::{ledger_files, ran_to_the_end};
+
+use crate::support;
+use crate::support::env::Env;
+use crate::support::slurm::{Cluster, NodeSpec};
+use crate::support::sshd::{Fleet, HostSpec};
+use crate::support::{ledger_files, ran_to_the_end};
 
 /// The CKPT trial, `ckpt-trial.sh` in the study directory. Knobs a, b, c
 /// (ints 0..4); budget `B` = `$TUNECTL_BUDGET` (27 when empty); throughput

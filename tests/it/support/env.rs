@@ -3,7 +3,6 @@
 //! program](super::fake)), a ledger (`ledger/`, or any URL), work
 //! directories, and the outputs of every command run, which all run the
 //! tunectl binary with a clean environment and a time limit.
-#![allow(dead_code)]
 
 use std::collections::BTreeMap;
 use std::ffi::OsStr;

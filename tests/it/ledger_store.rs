@@ -13,8 +13,6 @@
 //! stderr, and every object left in the store, are checked for the
 //! (throwaway) credentials the commands were given.
 
-mod support;
-
 use std::collections::{BTreeMap, BTreeSet};
 use std::ops::Deref;
 use std::path::Path;
@@ -27,8 +25,10 @@ use futures::TryStreamExt;
 use object_store::path::Path as ObjPath;
 use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
 use serde_json::Value as Json;
-use support::env::{Env, Out};
-use support::{ran, ran_to_the_end};
+
+use crate::support;
+use crate::support::env::{Env, Out};
+use crate::support::{ran, ran_to_the_end};
 
 /// A quickstart-like study: knobs with an output trap (`wrong`) and a crash
 /// trap (`crash`), two cells in two buckets, warm-ups, repeats and a final

@@ -2,13 +2,11 @@
 //! client: no tunectl code runs here. Needs openssh-server and
 //! openssh-client (scripts/test.sh installs them).
 
-mod support;
-
 use std::io::{BufRead, BufReader};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use support::sshd::{Fleet, HostSpec, process_alive, wait_process_gone};
+use crate::support::sshd::{Fleet, HostSpec, process_alive, wait_process_gone};
 
 const H100: &str = "NVIDIA H100 80GB HBM3";
 const A100: &str = "NVIDIA A100-SXM4-80GB";

@@ -6,17 +6,17 @@
 //! A100 `tile=256` runs out of memory and nothing beats the baseline;
 //! `fast_math=true` changes the output everywhere).
 
-mod support;
-
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use serde_json::Value as Json;
-use support::slurm::{Cluster, NodeSpec};
-use support::sshd;
-use support::{ledger_files, ran_to_the_end, wait_for};
+
+use crate::support;
+use crate::support::slurm::{Cluster, NodeSpec};
+use crate::support::sshd;
+use crate::support::{ledger_files, ran_to_the_end, wait_for};
 
 const NODES: [NodeSpec; 2] = [
     NodeSpec {

@@ -6,15 +6,14 @@
 //! the expansion of an environment variable: its text is never in the
 //! command (`spec::template`).
 
-mod support;
-
 use std::collections::BTreeSet;
 use std::path::Path;
 use std::time::Duration;
 
 use assert_cmd::Command;
-use support::injection::markers;
-use support::{injection, ledger_files, ran_to_the_end};
+
+use crate::support::injection::markers;
+use crate::support::{injection, ledger_files, ran_to_the_end};
 
 fn tunectl(dir: &Path) -> Command {
     let mut cmd = Command::cargo_bin("tunectl").expect("the tunectl binary");

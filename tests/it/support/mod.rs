@@ -1,5 +1,5 @@
-//! The harness every integration test shares. A test file includes it with
-//! `mod support;`; each uses part of it, hence `allow(dead_code)`.
+//! The harness every integration test shares: the modules of the `it`
+//! test binary (tests/it/main.rs) use it as `crate::support`.
 //!
 //! - [`env`]: [`Env`](env::Env), one test's study directory, ledger and
 //!   tunectl commands on the local host;
@@ -10,7 +10,6 @@
 //! - [`s3`]: the S3-compatible test server and its buckets;
 //! - [`sshd`], [`slurm`]: real sshd fleets and Slurm clusters on this machine
 //!   (`slurm` is also included by benches/slurm_calls.rs, so it stands alone).
-#![allow(dead_code)]
 
 pub mod env;
 pub mod fake;

@@ -3,16 +3,16 @@
 //! program of tests/support/fake.rs: its search profile over knobs a, b, c
 //! is known, so the optimum is known.
 
-mod support;
-
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
 use serde_json::Value as Json;
-use support::env::{Env, Running};
-use support::{ledger_files, ran_to_the_end};
+
+use crate::support;
+use crate::support::env::{Env, Running};
+use crate::support::{ledger_files, ran_to_the_end};
 
 /// The true (noise-free, full-budget, objective) value of a config.
 fn true_tp(a: i64, b: i64, c: i64) -> i64 {

@@ -2,12 +2,10 @@
 //! slurmctld/slurmd daemons: what the Slurm transport tests rely on. Needs
 //! root, slurm-wlm and munge (scripts/test.sh installs them).
 
-mod support;
-
 use std::fs;
 use std::time::Duration;
 
-use support::slurm::{self, Cluster, NodeSpec};
+use crate::support::slurm::{self, Cluster, NodeSpec};
 
 const H100: &str = "NVIDIA H100 80GB HBM3";
 const A100: &str = "NVIDIA A100-SXM4-80GB";

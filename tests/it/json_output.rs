@@ -3,13 +3,12 @@
 //! their documented types, and docs/json.md documents every schema name
 //! the code can emit. Also `--quiet` and `--verbose`.
 
-mod support;
-
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
 use serde_json::Value as Json;
-use support::env::{Env, Out};
+
+use crate::support::env::{Env, Out};
 
 /// Two modes, one cell: a launch runs 6 trials of the FAKE program and
 /// ends with a DRAFT (no confirmation round, exit 3), which leaves a

@@ -127,7 +127,6 @@
 //! script: `mode= n= repeat= role= phase= hot= budget= trial= attempt=
 //! knobs=` (the trial key, attempt id and `$TUNECTL_KNOBS` last). [`runs`]
 //! reads it.
-#![allow(dead_code)]
 
 use std::path::{Path, PathBuf};
 

@@ -5,17 +5,16 @@
 //! The FAKE trial program is tests/support/fake.rs's, reporting 5 samples
 //! per run here (see [`verdict_env`]).
 
-mod support;
-
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use std::path::Path;
 
 use serde_json::Value as Json;
-use support::env::Env;
-use support::fake::Run;
-use support::wait_for;
+
+use crate::support::env::Env;
+use crate::support::fake::Run;
+use crate::support::wait_for;
 
 /// An Env for `study` whose fake reports 5 samples per measured run, so
 /// that a run alone has a spread.

@@ -7,15 +7,15 @@
 //! at /usr/bin/chromium (or `TUNECTL_TEST_CHROMIUM`); scripts/test.sh
 //! installs it.
 
-mod support;
-
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::Value as Json;
-use support::env::Env;
+
+use crate::support;
+use crate::support::env::Env;
 
 /// The longest a browser may take to load and dump one page.
 const BROWSER_LIMIT: Duration = Duration::from_secs(60);

@@ -7,8 +7,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-#[allow(dead_code)]
-#[path = "../benches/fuzz/targets.rs"]
+#[path = "../../benches/fuzz/targets.rs"]
 mod targets;
 
 fn cases(dir: &Path) -> Vec<(String, PathBuf)> {

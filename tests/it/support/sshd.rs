@@ -14,7 +14,6 @@
 //! Needs `/usr/sbin/sshd`, `ssh` and `ssh-keygen` (Debian: openssh-server,
 //! openssh-client; `scripts/test.sh` installs them). Facts about sshd that
 //! this relies on: docs/testing.md and the comments below.
-#![allow(dead_code)]
 
 use std::collections::hash_map::DefaultHasher;
 use std::collections::{HashMap, HashSet};
@@ -62,8 +61,6 @@ pub struct SshdHost {
     pub root: PathBuf,
     /// The public host key, "ssh-ed25519 AAAA..." (no comment).
     pub host_key_pub: String,
-    pub gpu_name: String,
-    pub gpu_count: u32,
     /// sshd's stderr (`-e`), appended to across restarts.
     pub log: PathBuf,
     config: PathBuf,
@@ -201,8 +198,6 @@ impl Fleet {
                 port,
                 root,
                 host_key_pub,
-                gpu_name: spec.gpu_name.to_string(),
-                gpu_count: spec.gpu_count,
                 log,
                 config,
                 child: Some(child),

@@ -5,14 +5,14 @@
 //! expire a year ahead. Each case runs the binary on a small study in a
 //! tempdir and looks at the ledger and the output.
 
-mod support;
-
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use serde_json::Value as Json;
-use support::env::{Env, Out};
-use support::ran_to_the_end;
+
+use crate::support;
+use crate::support::env::{Env, Out};
+use crate::support::ran_to_the_end;
 
 /// `tunectl launch` with plain progress (what a terminal shows).
 fn launch(env: &Env) -> Out {

@@ -7,14 +7,14 @@
 //! (examples/hyperband, the same workload with a `fidelity:` section) runs
 //! end to end.
 
-mod support;
-
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use assert_cmd::Command;
 use serde_json::Value as Json;
-use support::{ran_to_the_end, sshd};
+
+use crate::support;
+use crate::support::{ran_to_the_end, sshd};
 
 /// Build the quickstart workload (release, its own target dir) and lay the
 /// study out in `dir` as `examples/quickstart/run.sh` does.

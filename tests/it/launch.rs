@@ -2,15 +2,15 @@
 //! written at test time (POSIX sh) whose knob → speed/crash/output profile
 //! is known, so the expected verdicts are known too.
 
-mod support;
-
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use assert_cmd::Command;
 use serde_json::Value as Json;
-use support::env::Env;
-use support::{is_hex, process_gone, ran, ran_to_the_end, wait_for};
+
+use crate::support;
+use crate::support::env::Env;
+use crate::support::{is_hex, process_gone, ran, ran_to_the_end, wait_for};
 
 /// The main study of the FAKE trial program (tests/support/fake.rs): 5
 /// modes x 2 cells, 3 repeats, 1 warm-up. base runs at 100 ops/s, fast at

@@ -6,10 +6,9 @@
 //! The study is [`KERNEL`], run by the FAKE bench [`KERNEL_BENCH`] (a
 //! known profile, nothing measured).
 
-mod support;
-
 use serde_json::Value as Json;
-use support::env::Env;
+
+use crate::support::env::Env;
 
 /// Three knobs over two cells: `block` and `threads` change the speed,
 /// `accum=i32` crashes, `accum=f32` changes the output; `threads=8` is

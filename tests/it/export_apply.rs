@@ -5,14 +5,14 @@
 //! The host class mismatch uses tests/fixtures/fake-nvidia-smi (a FAKE, not
 //! NVIDIA's tool) first on PATH, so that this machine probes as 2× H100.
 
-mod support;
-
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
 
 use serde_json::{Value as Json, json};
-use support::env::{Env, Out};
+
+use crate::support;
+use crate::support::env::{Env, Out};
 
 /// 4 modes × 2 cells (pow2 buckets: n ∈ [1, 2) and n ∈ [2, 4)). The FAKE
 /// trial program (tests/support/fake.rs) runs base at 100 ops/s; fast at

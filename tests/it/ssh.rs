@@ -6,8 +6,6 @@
 //! nothing beats the baseline; `fast_math=true` changes the output
 //! everywhere.
 
-mod support;
-
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -16,8 +14,10 @@ use std::time::{Duration, Instant};
 use assert_cmd::Command;
 use serde_json::Value as Json;
 use sha2::{Digest, Sha256};
-use support::sshd::{Fleet, HostSpec};
-use support::{ledger_files, ran_to_the_end, sshd, wait_for};
+
+use crate::support;
+use crate::support::sshd::{Fleet, HostSpec};
+use crate::support::{ledger_files, ran_to_the_end, sshd, wait_for};
 
 const H100: &str = "NVIDIA H100 80GB HBM3";
 const A100: &str = "NVIDIA A100-SXM4-80GB";

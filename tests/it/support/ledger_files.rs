@@ -1,6 +1,5 @@
 //! Reading a local ledger's attempt records straight from its files (not
 //! with tunectl's own reader).
-#![allow(dead_code)]
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

@@ -538,7 +538,7 @@ fn a_relaunch_elsewhere_resumes_from_an_s3_ledger() {
     let Some(endpoint) = support::s3::endpoint() else {
         return;
     };
-    let bucket = format!("tunectl-ck-{}", std::process::id());
+    let bucket = format!("tunectl-ck-{}", support::unique());
     support::s3::create_bucket(&endpoint, &bucket);
     let env = ckpt_env("ck-s3", "continuation: true")
         .with_var("AWS_ACCESS_KEY_ID", "tunectl-test")

@@ -18,7 +18,6 @@ use std::ops::Deref;
 use std::path::Path;
 use std::process::Command;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use futures::TryStreamExt;
@@ -28,7 +27,7 @@ use serde_json::Value as Json;
 
 use crate::support;
 use crate::support::env::{Env, Out};
-use crate::support::{ran, ran_to_the_end};
+use crate::support::{ran, ran_to_the_end, unique};
 
 /// A quickstart-like study: knobs with an output trap (`wrong`) and a crash
 /// trap (`crash`), two cells in two buckets, warm-ups, repeats and a final
@@ -64,17 +63,6 @@ const LEASE_TTL: &str = "2s";
 enum Backend {
     Local,
     S3,
-}
-
-/// A fresh value per call, for bucket names and throwaway secrets.
-fn unique() -> String {
-    static COUNTER: AtomicUsize = AtomicUsize::new(0);
-    let n = COUNTER.fetch_add(1, Ordering::SeqCst);
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.subsec_nanos())
-        .unwrap_or(0);
-    format!("{:x}{:08x}{n}", std::process::id(), nanos)
 }
 
 /// A closed TCP port on loopback (bound, then released).

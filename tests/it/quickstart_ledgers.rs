@@ -144,7 +144,7 @@ fn the_quickstart_runs_on_s3_as_on_a_local_ledger() {
     };
     let tmp = tempfile::tempdir().expect("tempdir");
     let study = quickstart_in(tmp.path());
-    let bucket = format!("quickstart-{}", std::process::id());
+    let bucket = format!("quickstart-{}", support::unique());
     support::s3::create_bucket(&endpoint, &bucket);
 
     let local = tmp.path().join("ledger").display().to_string();

@@ -20,7 +20,22 @@ pub mod slurm;
 pub mod sshd;
 
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
+
+/// A fresh value per call (lower-case hex and digits), for bucket names and
+/// throwaway secrets: this process's id, the time's nanoseconds and a count
+/// of the calls in this process, so no two tests of the one test binary
+/// get the same value, whatever their module.
+pub fn unique() -> String {
+    static COUNTER: AtomicUsize = AtomicUsize::new(0);
+    let n = COUNTER.fetch_add(1, Ordering::SeqCst);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or(0);
+    format!("{:x}{:08x}{n}", std::process::id(), nanos)
+}
 
 /// Whether a launch ran to its end: exit 0 when every bucket it reports is
 /// a VERDICT, exit 3 when one is a DRAFT (`tunectl launch`'s contract).

@@ -851,8 +851,9 @@ fn key_without_comment(line: &str) -> String {
 }
 
 /// Loopback addresses 127.X.Y.Z for one fleet: X.Y and the first Z vary by
-/// process, fleet and time, so fleets of parallel tests and test binaries
-/// rarely share an address (if they do, their ports still differ).
+/// process, fleet (a count of this process's fleets, whatever module
+/// started them) and time, so fleets of parallel tests and of other test
+/// runs rarely share an address (if they do, their ports still differ).
 fn pick_addresses(n: usize) -> Vec<String> {
     let seq = FLEETS.fetch_add(1, Ordering::Relaxed);
     let mut hasher = DefaultHasher::new();

@@ -20,7 +20,7 @@ use crate::support::{ledger_files, ran_to_the_end};
 /// The CKPT trial, `ckpt-trial.sh` in the study directory. Knobs a, b, c
 /// (ints 0..4); budget `B` = `$TUNECTL_BUDGET` (27 when empty); throughput
 /// `1000 - 10 × ((a-3)² + (b-1)² + (c-2)²)`, plus `((7a + 3b + c) mod 5) ×
-/// 60 / B` below 27 (the search profile of tests/support/fake.rs).
+/// 60 / B` below 27 (the search profile of tests/it/support/fake.rs).
 ///
 /// A rung (`$TUNECTL_ROLE` rung) starts from `F` =
 /// `$TUNECTL_RESUME_FROM_BUDGET` (0 when unset) and:
@@ -827,7 +827,7 @@ fn a_relaunch_after_ctrl_c_on_an_ssh_host_resumes_from_the_host_s_copy() {
     assert_eq!(rung_outcomes(&ledger), rung_outcomes(&reference));
 }
 
-/// One Slurm node with two FAKE H100s (tests/support/slurm.rs).
+/// One Slurm node with two FAKE H100s (tests/it/support/slurm.rs).
 const SLURM_NODE: [NodeSpec; 1] = [NodeSpec {
     name: "gpu-a",
     gpu_type: "h100",

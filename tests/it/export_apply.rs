@@ -15,7 +15,7 @@ use crate::support;
 use crate::support::env::{Env, Out};
 
 /// 4 modes × 2 cells (pow2 buckets: n ∈ [1, 2) and n ∈ [2, 4)). The FAKE
-/// trial program (tests/support/fake.rs) runs base at 100 ops/s; fast at
+/// trial program (tests/it/support/fake.rs) runs base at 100 ops/s; fast at
 /// 200 at n=1 but 90 at n=2 (slower there); wrong at 300 with another
 /// out.txt (output changed); crash exits 3.
 const STUDY: &str = r#"name: fake-tune
@@ -36,7 +36,7 @@ gate: {outputs: [out.txt]}
 /// The FAKE workload `apply` runs: prints its arguments and the trial
 /// contract's variables, one per line, then exits 7.
 const FAKE_WORKLOAD: &str = r#"#!/bin/sh
-# FAKE workload for tests/export_apply.rs: shows what tunectl apply gave it.
+# FAKE workload for tests/it/export_apply.rs: shows what tunectl apply gave it.
 printf 'arg1=%s\n' "$1"
 printf 'arg2=%s\n' "$2"
 printf 'args=%s\n' "$#"

@@ -280,7 +280,7 @@ fn the_quickstart_report_opens_in_a_browser_with_its_charts_and_tables() {
     assert!(dom.contains("<title>") && dom.contains("n = "));
 }
 
-/// A Hyperband study of the fake (tests/search.rs's search profile).
+/// A Hyperband study of the fake (tests/it/search.rs's search profile).
 const SEARCH_STUDY: &str = r#"name: fleet
 knobs:
   a: {kind: int, values: [0, 1, 2, 3], default: 0}

@@ -140,7 +140,7 @@ fidelity: {unit: steps, min_budget: 1, max_budget: 3}
     assert_eq!(markers(dir), Vec::<String>::new());
 }
 
-/// The reported templates (tests/support/injection.rs): a `#` right after
+/// The reported templates (tests/it/support/injection.rs): a `#` right after
 /// a closing `"` or after `$#` is part of the word for `sh`, where the
 /// context analysis believed a comment; with each value of a set of shell
 /// code, the launch ran values as code. Now the command holds a reference

@@ -12,7 +12,7 @@ use crate::support;
 use crate::support::env::Env;
 use crate::support::{is_hex, process_gone, ran, ran_to_the_end, wait_for};
 
-/// The main study of the FAKE trial program (tests/support/fake.rs): 5
+/// The main study of the FAKE trial program (tests/it/support/fake.rs): 5
 /// modes x 2 cells, 3 repeats, 1 warm-up. base runs at 100 ops/s, fast at
 /// 200, slow at 50; wrong (150) changes out.txt; crash exits 3.
 const STUDY: &str = r#"name: fake

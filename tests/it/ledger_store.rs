@@ -8,7 +8,7 @@
 //! needs; `TUNECTL_TEST_SKIP_S3=1` skips it on purpose (each skipped test
 //! says so), for a `cargo test` on a machine without the server.
 //!
-//! The trial program is the FAKE of tests/support/fake.rs, whose profile is
+//! The trial program is the FAKE of tests/it/support/fake.rs, whose profile is
 //! known, so the expected decisions are known. Every command's stdout and
 //! stderr, and every object left in the store, are checked for the
 //! (throwaway) credentials the commands were given.

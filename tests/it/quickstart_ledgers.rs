@@ -2,7 +2,7 @@
 //! program) runs with an `s3://` ledger on the test server exactly as with a
 //! local one: same trials, same rejections with the same classes, a
 //! decision for every bucket, and a relaunch that runs nothing. It also runs
-//! over a fleet of real sshd hosts (tests/support/sshd.rs) of two host
+//! over a fleet of real sshd hosts (tests/it/support/sshd.rs) of two host
 //! classes, with one report block per class. The Hyperband example
 //! (examples/hyperband, the same workload with a `fidelity:` section) runs
 //! end to end.

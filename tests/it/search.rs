@@ -1,6 +1,6 @@
 //! Adaptive search end to end (`strategy: hyperband` and `tpe`, `--seed-from`)
 //! and grid shards (`--shard i/n`), on the local host with the FAKE trial
-//! program of tests/support/fake.rs: its search profile over knobs a, b, c
+//! program of tests/it/support/fake.rs: its search profile over knobs a, b, c
 //! is known, so the optimum is known.
 
 use std::collections::{BTreeMap, BTreeSet};

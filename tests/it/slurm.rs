@@ -1,5 +1,5 @@
 //! The slurm transport against a real single-node Slurm
-//! (tests/support/slurm.rs): two node names on this machine with FAKE GPUs
+//! (tests/it/support/slurm.rs): two node names on this machine with FAKE GPUs
 //! and FAKE `nvidia-smi` model two host classes (gpu-a: H100, gpu-b:
 //! A100), each pinned by an inventory entry's `constraint`. Trials run the
 //! FAKE program tests/fixtures/fake-gpu-trial (on H100 `tile=128` wins; on
@@ -714,7 +714,7 @@ result:
     );
 }
 
-/// The reported injection templates (tests/support/injection.rs) as
+/// The reported injection templates (tests/it/support/injection.rs) as
 /// Slurm batch tasks: the command and its environment are written into
 /// the task's script, and every value reaches the command as the
 /// expansion of a variable set there: none runs, each template prints the

@@ -1,4 +1,4 @@
-//! Checks of the Slurm test harness (tests/support/slurm.rs) against real
+//! Checks of the Slurm test harness (tests/it/support/slurm.rs) against real
 //! slurmctld/slurmd daemons: what the Slurm transport tests rely on. Needs
 //! root, slurm-wlm and munge (scripts/test.sh installs them).
 

@@ -1,5 +1,5 @@
 //! The ssh transport against a fleet of real sshd hosts on loopback
-//! (tests/support/sshd.rs), each with a FAKE `nvidia-smi` (two H100 hosts
+//! (tests/it/support/sshd.rs), each with a FAKE `nvidia-smi` (two H100 hosts
 //! with 2 GPUs, two A100 hosts with 1), running the FAKE trial program
 //! tests/fixtures/fake-gpu-trial, whose per-model profile is known:
 //! on H100 `tile=128` wins; on A100 `tile=256` runs out of memory and
@@ -644,7 +644,7 @@ gate:
     }
 }
 
-/// The reported injection templates (tests/support/injection.rs) over
+/// The reported injection templates (tests/it/support/injection.rs) over
 /// ssh: the command and its environment travel in the attempt's script,
 /// and every value reaches the command as the expansion of a variable set
 /// there: none runs, each template prints the literal value.

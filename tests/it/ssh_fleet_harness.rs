@@ -1,4 +1,4 @@
-//! Checks the sshd fleet harness (tests/support/sshd.rs) with the plain `ssh`
+//! Checks the sshd fleet harness (tests/it/support/sshd.rs) with the plain `ssh`
 //! client: no tunectl code runs here. Needs openssh-server and
 //! openssh-client (scripts/test.sh installs them).
 

@@ -1,5 +1,5 @@
 //! `tunectl status --watch` beside a real local launch of the FAKE trial
-//! program (tests/support/fake.rs) in the same ledger: on a terminal (a
+//! program (tests/it/support/fake.rs) in the same ledger: on a terminal (a
 //! pseudo-terminal from util-linux `script`) and with stdout a file.
 
 use std::process::{Command, Stdio};

@@ -2,7 +2,7 @@
 //! --format json`, with fake trial programs whose knob → (speed, noise,
 //! crash, output) profile is known, so the right verdict is known too.
 //!
-//! The FAKE trial program is tests/support/fake.rs's, reporting 5 samples
+//! The FAKE trial program is tests/it/support/fake.rs's, reporting 5 samples
 //! per run here (see [`verdict_env`]).
 
 use std::collections::BTreeMap;

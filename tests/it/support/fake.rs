@@ -161,7 +161,7 @@ pub const VARS: [&str; 17] = [
 pub const FAKE_TRIAL: &str = r#"#!/bin/sh
 # FAKE trial program of tunectl's integration tests: it measures nothing and
 # reports made-up numbers from a known profile. Its contract is documented in
-# tests/support/fake.rs.
+# tests/it/support/fake.rs.
 set -u
 here=$(dirname "$0")
 mode=${1:?usage: fake-trial.sh MODE [N]}

@@ -276,7 +276,7 @@ impl Cluster {
                 &smi,
                 &format!(
                     "#!/bin/sh\n\
-                     # FAKE nvidia-smi of Slurm test node `{name}` (tests/support/slurm.rs): NOT\n\
+                     # FAKE nvidia-smi of Slurm test node `{name}` (tests/it/support/slurm.rs): NOT\n\
                      # NVIDIA's tool. It sets this node's fake GPUs and runs\n\
                      # tests/fixtures/fake-nvidia-smi.\n\
                      FAKE_GPU_NAME={gpu}\n\
@@ -307,7 +307,7 @@ impl Cluster {
             &taskprolog,
             &format!(
                 "#!/bin/sh\n\
-                 # TaskProlog of Slurm test cluster t{pid}x{seq} (tests/support/slurm.rs).\n\
+                 # TaskProlog of Slurm test cluster t{pid}x{seq} (tests/it/support/slurm.rs).\n\
                  # slurmstepd runs it before each task; `export NAME=value` lines on its\n\
                  # stdout are set in the task's environment. It puts the node's FAKE\n\
                  # nvidia-smi first on PATH and marks the task as this cluster's.\n\
@@ -319,7 +319,7 @@ impl Cluster {
         chmod_x(&taskprolog);
 
         let mut gres = String::from(
-            "# FAKE GPUs of the Slurm test cluster (tests/support/slurm.rs): the files\n\
+            "# FAKE GPUs of the Slurm test cluster (tests/it/support/slurm.rs): the files\n\
              # are symlinks to /dev/null. AutoDetect=off: there is no NVML here.\n\
              AutoDetect=off\n",
         );
@@ -491,7 +491,7 @@ impl Cluster {
     fn slurm_conf(&self, extra: &str) -> String {
         let root = self.dir.path().display();
         let mut s = format!(
-            "# Slurm test cluster {name} (tests/support/slurm.rs): one slurmctld and one\n\
+            "# Slurm test cluster {name} (tests/it/support/slurm.rs): one slurmctld and one\n\
              # slurmd per node name, all on this machine.\n\
              ClusterName={name}\n\
              # Several clusters on one machine each use localhost with their own port.\n\

@@ -146,7 +146,7 @@ impl Fleet {
                 &smi,
                 &format!(
                     "#!/bin/sh\n\
-                     # FAKE nvidia-smi of test host `{name}` (tests/support/sshd.rs): NOT NVIDIA's\n\
+                     # FAKE nvidia-smi of test host `{name}` (tests/it/support/sshd.rs): NOT NVIDIA's\n\
                      # tool. It sets this host's fake GPUs and runs tests/fixtures/fake-nvidia-smi.\n\
                      FAKE_GPU_NAME={gpu}\n\
                      FAKE_GPU_COUNT={count}\n\
@@ -546,7 +546,7 @@ enum Launch {
 fn sshd_config(name: &str, addr: &str, root: &Path, host_key: &Path, authorized: &Path) -> String {
     let root = root.display();
     format!(
-        "# sshd of test host `{name}` (tests/support/sshd.rs)\n\
+        "# sshd of test host `{name}` (tests/it/support/sshd.rs)\n\
          # The address only: a `:port` here would override -p.\n\
          ListenAddress {addr}\n\
          HostKey {host_key}\n\

@@ -9,6 +9,8 @@ use std::path::Path;
 
 use assert_cmd::Command;
 
+use crate::support;
+
 /// A study that loads, used with bad inventories.
 const VALID_STUDY: &str = r#"name: bad-input
 knobs:
@@ -41,12 +43,7 @@ struct Case {
 }
 
 fn tunectl(dir: &Path) -> Command {
-    let mut cmd = Command::cargo_bin("tunectl").expect("the tunectl binary");
-    cmd.current_dir(dir)
-        .env_remove("TUNECTL_LEDGER")
-        .env_remove("TUNECTL_WORKDIR")
-        .env_remove("TUNECTL_LOG");
-    cmd
+    support::env::tunectl_in(dir)
 }
 
 /// Run tunectl on `file` in `dir` the way `run` says; (exit code, stdout, stderr).

@@ -1,9 +1,10 @@
 //! `--help` says what every command and argument is for, with examples
 //! and exit codes: checked on clap's command tree, and through the binary.
 
-use assert_cmd::Command;
 use clap::CommandFactory;
 use tunectl::cli::Cli;
+
+use crate::support;
 
 /// Every subcommand (at any depth) and every argument of `cmd` without
 /// help text, named by their path (`tunectl launch --ledger`).
@@ -66,8 +67,7 @@ fn every_command_help_shows_examples_and_exit_codes() {
     commands.push(Vec::new());
     for path in commands {
         for flag in ["-h", "--help"] {
-            let out = Command::cargo_bin("tunectl")
-                .expect("the binary")
+            let out = support::env::tunectl_command()
                 .args(&path)
                 .arg(flag)
                 .output()
@@ -103,12 +103,11 @@ fn quiet_and_verbose_are_global_flags() {
 /// full disk) is one, named, with exit 1.
 #[test]
 fn a_closed_pipe_is_quiet_and_a_full_disk_is_an_error() {
-    let exe = assert_cmd::cargo::cargo_bin("tunectl");
     for args in [&["man"][..], &["completions", "bash"], &["--help"]] {
         // The read end is closed before tunectl writes a byte.
         let (reader, writer) = std::io::pipe().expect("pipe");
         drop(reader);
-        let out = std::process::Command::new(&exe)
+        let out = support::env::tunectl_command()
             .args(args)
             .stdout(writer)
             .stderr(std::process::Stdio::piped())
@@ -125,7 +124,7 @@ fn a_closed_pipe_is_quiet_and_a_full_disk_is_an_error() {
     let Ok(full) = std::fs::OpenOptions::new().write(true).open("/dev/full") else {
         return;
     };
-    let out = std::process::Command::new(&exe)
+    let out = support::env::tunectl_command()
         .arg("man")
         .stdout(full)
         .output()

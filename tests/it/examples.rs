@@ -7,17 +7,14 @@ use std::path::{Path, PathBuf};
 
 use assert_cmd::Command;
 
+use crate::support;
+
 fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
 fn tunectl(dir: &Path) -> Command {
-    let mut cmd = Command::cargo_bin("tunectl").expect("the tunectl binary");
-    cmd.current_dir(dir)
-        .env_remove("TUNECTL_LEDGER")
-        .env_remove("TUNECTL_WORKDIR")
-        .env_remove("TUNECTL_LOG");
-    cmd
+    support::env::tunectl_in(dir)
 }
 
 /// Every `*.yaml` / `*.yml` file under `dir`, recursively, sorted.

@@ -12,16 +12,13 @@ use std::time::Duration;
 
 use assert_cmd::Command;
 
+use crate::support;
 use crate::support::injection::markers;
 use crate::support::{injection, ledger_files, ran_to_the_end};
 
 fn tunectl(dir: &Path) -> Command {
-    let mut cmd = Command::cargo_bin("tunectl").expect("the tunectl binary");
-    cmd.current_dir(dir)
-        .env_remove("TUNECTL_LEDGER")
-        .env_remove("TUNECTL_WORKDIR")
-        .env_remove("TUNECTL_LOG")
-        .timeout(Duration::from_secs(120));
+    let mut cmd = support::env::tunectl_in(dir);
+    cmd.timeout(Duration::from_secs(120));
     cmd
 }
 

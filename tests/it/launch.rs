@@ -5,7 +5,6 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use assert_cmd::Command;
 use serde_json::Value as Json;
 
 use crate::support;
@@ -867,17 +866,10 @@ fn fingerprint_reports_the_gpus_of_a_fake_nvidia_smi() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let path = support::path_with(&support::fake_nvidia_smi(tmp.path()));
     let fingerprint = |gpus: &str| -> Json {
-        let out = Command::cargo_bin("tunectl")
-            .expect("binary")
+        let out = support::env::tunectl_in(tmp.path())
             .args(["fingerprint", "--json"])
-            .current_dir(tmp.path())
             .env("PATH", &path)
             .env("FAKE_GPU_COUNT", gpus)
-            .env_remove("FAKE_GPU_NAME")
-            .env_remove("FAKE_GPU_MEMORY_MIB")
-            .env_remove("FAKE_DRIVER")
-            .env_remove("FAKE_CUDA")
-            .env_remove("FAKE_NVIDIA_SMI_FAIL")
             .timeout(Duration::from_secs(60))
             .output()
             .expect("run fingerprint");
@@ -921,32 +913,14 @@ fn fingerprint_reports_the_gpus_of_a_fake_nvidia_smi() {
 }
 
 /// `tunectl fingerprint --json` with `bin` first on PATH, the FAKE sysfs
-/// `sysfs` and `vars`; the outer FAKE settings removed.
+/// `sysfs` and `vars`; the outer FAKE settings removed (by the harness).
 fn fingerprint_with(dir: &Path, bin: &Path, sysfs: &Path, vars: &[(&str, &str)]) -> Json {
-    let mut cmd = Command::cargo_bin("tunectl").expect("binary");
+    let mut cmd = support::env::tunectl_in(dir);
     cmd.args(["fingerprint", "--json"])
-        .current_dir(dir)
         .env("PATH", support::path_with(bin))
         .env("TUNECTL_FAKE_SYSFS", sysfs)
         .env("ROCM_PATH", dir.join("no-rocm"))
         .timeout(Duration::from_secs(60));
-    for var in [
-        "FAKE_AMD_GPU_NAME",
-        "FAKE_AMD_GPU_COUNT",
-        "FAKE_AMD_VRAM_MB",
-        "FAKE_AMD_DRIVER",
-        "FAKE_ROCM",
-        "FAKE_AMD_SMI_LAYOUT",
-        "FAKE_AMD_SMI_FAIL",
-        "FAKE_AMD_SMI_GARBAGE",
-        "FAKE_XPU_GPU_NAME",
-        "FAKE_XPU_GPU_COUNT",
-        "FAKE_XPU_MEMORY_MIB",
-        "FAKE_XPU_DRIVER",
-        "FAKE_XPU_SMI_FAIL",
-    ] {
-        cmd.env_remove(var);
-    }
     for (k, v) in vars {
         cmd.env(k, v);
     }

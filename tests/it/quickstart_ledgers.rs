@@ -27,13 +27,26 @@ fn quickstart_in(dir: &Path) -> PathBuf {
 }
 
 fn tunectl(dir: &Path) -> Command {
-    let mut c = Command::cargo_bin("tunectl").expect("binary");
-    c.current_dir(dir).timeout(Duration::from_secs(300));
+    let mut c = support::env::tunectl_in(dir);
+    c.timeout(Duration::from_secs(300));
     c
 }
 
-/// Launch, then report as JSON; (launch stderr, report).
-fn run(dir: &Path, study: &Path, ledger: &str) -> (String, Json) {
+/// Launch, then report as JSON; (launch stderr, report). An `s3://`
+/// ledger is on the S3 test server at `endpoint`, with throwaway
+/// credentials (the harness clears the outer `AWS_ENDPOINT_URL`).
+fn run(dir: &Path, study: &Path, ledger: &str, endpoint: Option<&str>) -> (String, Json) {
+    let tunectl = |dir: &Path| {
+        let mut c = tunectl(dir);
+        if let Some(endpoint) = endpoint {
+            c.env("AWS_ACCESS_KEY_ID", "tunectl-test")
+                .env("AWS_SECRET_ACCESS_KEY", "tunectl-test-secret")
+                .env("AWS_REGION", "us-east-1")
+                .env("AWS_ALLOW_HTTP", "true")
+                .env("AWS_ENDPOINT_URL", endpoint);
+        }
+        c
+    };
     let out = tunectl(dir)
         .arg("launch")
         .arg(study)
@@ -149,8 +162,8 @@ fn the_quickstart_runs_on_s3_as_on_a_local_ledger() {
 
     let local = tmp.path().join("ledger").display().to_string();
     let s3 = format!("s3://{bucket}/ledgers");
-    let (local_err, local_report) = run(tmp.path(), &study, &local);
-    let (s3_err, s3_report) = run(tmp.path(), &study, &s3);
+    let (local_err, local_report) = run(tmp.path(), &study, &local, None);
+    let (s3_err, s3_report) = run(tmp.path(), &study, &s3, Some(&endpoint));
     assert_eq!(shape(&local_report), shape(&s3_report));
     // Trials run, less the confirmation rounds, the racing and the anchors
     // (one every few candidate trials, racing ones included): whether a
@@ -183,7 +196,7 @@ fn the_quickstart_runs_on_s3_as_on_a_local_ledger() {
     the_latency_limit_holds(&s3_report);
     the_latency_limit_holds(&local_report);
     // A relaunch runs nothing, on S3 too.
-    let (again, _) = run(tmp.path(), &study, &s3);
+    let (again, _) = run(tmp.path(), &study, &s3, Some(&endpoint));
     assert!(again.contains("ran 0 trials"), "{again}");
 }
 
@@ -279,7 +292,7 @@ fn the_hyperband_example_runs_end_to_end() {
         "{text}"
     );
     let ledger = tmp.path().join("ledger").display().to_string();
-    let (_, report) = run(tmp.path(), &study, &ledger);
+    let (_, report) = run(tmp.path(), &study, &ledger, None);
     let class = &report["classes"][0];
     // What ships is exact: never the accumulators that change the output
     // (f32) or crash (i32), whatever the timings.

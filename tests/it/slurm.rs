@@ -138,7 +138,7 @@ fn which(tool: &str) -> String {
 const KNOBS: &str = "  tile: {kind: int, values: [64, 128, 256], default: 64}\n  fast_math: {kind: bool, default: false}\n";
 
 fn launch_cmd(cluster: &Cluster, s: &Setup, extra: &[&str]) -> std::process::Command {
-    let mut c = std::process::Command::new(assert_cmd::cargo::cargo_bin("tunectl"));
+    let mut c = support::env::tunectl_command();
     c.args([
         "launch",
         "--yes",
@@ -152,7 +152,6 @@ fn launch_cmd(cluster: &Cluster, s: &Setup, extra: &[&str]) -> std::process::Com
     .arg(&s.ledger)
     .args(extra)
     .arg(&s.study)
-    .env_remove("TUNECTL_LEDGER")
     .current_dir(&s.root);
     for (k, v) in cluster.env() {
         c.env(k, v);
@@ -184,7 +183,7 @@ fn calls(s: &Setup, tool: &str) -> Vec<String> {
 }
 
 fn report_json(s: &Setup) -> Json {
-    let out = std::process::Command::new(assert_cmd::cargo::cargo_bin("tunectl"))
+    let out = support::env::tunectl_command()
         .args(["report", "--format", "json", "--ledger"])
         .arg(&s.ledger)
         .arg(&s.study)
@@ -862,13 +861,12 @@ fn measured(s: &Setup, study: &str) -> std::collections::BTreeSet<String> {
 }
 
 fn plan_json(cluster: &Cluster, s: &Setup) -> Json {
-    let mut c = std::process::Command::new(assert_cmd::cargo::cargo_bin("tunectl"));
+    let mut c = support::env::tunectl_command();
     c.args(["plan", "--dry-run", "--json", "--inventory"])
         .arg(&s.inventory)
         .arg("--ledger")
         .arg(&s.ledger)
         .arg(&s.study)
-        .env_remove("TUNECTL_LEDGER")
         .current_dir(&s.root);
     for (k, v) in cluster.env() {
         c.env(k, v);

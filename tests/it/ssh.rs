@@ -93,8 +93,8 @@ fn write(path: &Path, text: &str) {
 }
 
 fn tunectl() -> Command {
-    let mut c = Command::cargo_bin("tunectl").expect("tunectl binary");
-    c.env_remove("TUNECTL_LEDGER").env("NO_COLOR", "1");
+    let mut c = Command::from_std(support::env::tunectl_command());
+    c.env("NO_COLOR", "1");
     c
 }
 
@@ -723,7 +723,7 @@ fn a_host_down_at_start_is_reported_and_skipped() {
 
 /// Run `launch` in the background; returns the child.
 fn spawn_launch(study: &Path, inv: &Path, ledger: &Path, extra: &[&str]) -> std::process::Child {
-    std::process::Command::new(assert_cmd::cargo::cargo_bin("tunectl"))
+    support::env::tunectl_command()
         .args([
             "launch",
             "--yes",
@@ -737,7 +737,6 @@ fn spawn_launch(study: &Path, inv: &Path, ledger: &Path, extra: &[&str]) -> std:
         .arg(ledger)
         .args(extra)
         .arg(study)
-        .env_remove("TUNECTL_LEDGER")
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()

@@ -2,7 +2,6 @@
 //! program (tests/it/support/fake.rs) in the same ledger: on a terminal (a
 //! pseudo-terminal from util-linux `script`) and with stdout a file.
 
-use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use crate::support;
@@ -80,13 +79,10 @@ fn on_a_terminal_the_watch_refreshes_in_place_and_ends_with_the_launch() {
             env.ledger_url(),
         ])
     );
-    let mut script = Command::new("script");
+    let mut script = env.command("script");
     script
         .args(["-qfec", &inner, "/dev/null"])
-        .current_dir(env.path())
-        .env_remove("TUNECTL_LEDGER")
-        .env("TERM", "xterm")
-        .stdin(Stdio::null());
+        .env("TERM", "xterm");
     let watch = env.finish(env.spawn(script));
     // The watch ends by itself, once the launch has nothing running or
     // pending: by then every trial, the confirmation round's too, is in.

@@ -65,6 +65,31 @@ const OUTER_VARS: [&str; 31] = [
 /// tunectl needs, far below a read of `/dev/zero` without end.
 pub const BOUNDED_MEMORY: u64 = 2 << 30;
 
+/// `program` with the outer environment's tunectl, AWS endpoint and fake
+/// settings removed ([`OUTER_VARS`], [`fake::VARS`]): what every command of
+/// the tests starts from, through [`Env::command`] or [`tunectl_command`].
+pub fn clean_command(program: impl AsRef<OsStr>) -> Command {
+    let mut c = Command::new(program);
+    for var in OUTER_VARS.iter().chain(fake::VARS.iter()) {
+        c.env_remove(var);
+    }
+    c
+}
+
+/// The tunectl binary with the clean environment of [`clean_command`], for
+/// a test that keeps its own directories rather than an [`Env`].
+pub fn tunectl_command() -> Command {
+    clean_command(env!("CARGO_BIN_EXE_tunectl"))
+}
+
+/// [`tunectl_command`] in `dir`, as an `assert_cmd` command (for its
+/// `timeout`).
+pub fn tunectl_in(dir: &Path) -> assert_cmd::Command {
+    let mut c = assert_cmd::Command::from_std(tunectl_command());
+    c.current_dir(dir);
+    c
+}
+
 pub struct Env {
     tmp: tempfile::TempDir,
     /// `--ledger` of every command that takes one.
@@ -212,11 +237,14 @@ impl Env {
     /// The tunectl binary in the temp directory, its environment cleaned of
     /// the outer one's tunectl, AWS and fake settings.
     pub fn tunectl(&self) -> Command {
-        let mut c = Command::new(env!("CARGO_BIN_EXE_tunectl"));
+        self.command(env!("CARGO_BIN_EXE_tunectl"))
+    }
+
+    /// `program` (one that runs tunectl, e.g. util-linux `script`) in the
+    /// temp directory, with the environment of [`Env::tunectl`].
+    pub fn command(&self, program: impl AsRef<OsStr>) -> Command {
+        let mut c = clean_command(program);
         c.current_dir(self.path()).stdin(Stdio::null());
-        for var in OUTER_VARS.iter().chain(fake::VARS.iter()) {
-            c.env_remove(var);
-        }
         for (k, v) in &self.vars {
             c.env(k, v);
         }

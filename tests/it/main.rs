@@ -1,9 +1,10 @@
 //! The integration tests, one test binary (`cargo test --test it`) that
 //! links the crate once. Each module is one area, run through the tunectl
-//! binary and the shared harness in [`support`]; run one module with a
+//! binary and the shared harness in [`support`]. Run one module with a
 //! filter on its path, e.g. `cargo test --test it verdict::`, or one test
 //! with its full path, e.g. `cargo test --test it -- --exact
-//! verdict::the_fastest_config_wins_and_is_confirmed` (`--list` names them all).
+//! verdict::the_fastest_config_wins_and_is_confirmed`; `--list` names them
+//! all.
 //!
 //! All tests of every module run as threads of this one process: nothing
 //! here may change the process's environment or working directory, and

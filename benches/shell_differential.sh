@@ -6,7 +6,7 @@
 # run under every shell installed (dash, bash --posix, busybox sh); it
 # fails on the first value that runs (a marker file appears) or whose text
 # is in a command. The test suite runs 64 cases of it
-# (tests/props.rs, no_value_runs_under_any_shell_whatever_the_template).
+# (tests/it/props.rs, no_value_runs_under_any_shell_whatever_the_template).
 #
 #   benches/shell_differential.sh [CASES]        default: 20000
 #
@@ -18,5 +18,5 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 cases=${1:-20000}
 echo "shell differential: $cases generated templates at $(git rev-parse --short HEAD 2>/dev/null || echo '?')$(git diff --quiet 2>/dev/null || echo '+changes')" >&2
-TUNECTL_SHELL_CASES=$cases cargo test --quiet --test props \
-    no_value_runs_under_any_shell_whatever_the_template -- --nocapture
+TUNECTL_SHELL_CASES=$cases cargo test --quiet --test it \
+    props::no_value_runs_under_any_shell_whatever_the_template -- --nocapture

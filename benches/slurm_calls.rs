@@ -1,5 +1,5 @@
 //! Slurm call economy: `tunectl launch` of TRIALS (1,000) no-op trials on a
-//! real single-node Slurm (tests/support/slurm.rs: two node names on this
+//! real single-node Slurm (tests/it/support/slurm.rs: two node names on this
 //! machine), counting every `sbatch` and `squeue` call through wrappers
 //! first on PATH. Not a timed test: it prints a table for
 //! docs/benchmarks.md.
@@ -11,7 +11,9 @@
 //! one batched query per poll interval. Needs root, slurm-wlm and munge
 //! (scripts/slurm.sh installs them).
 
-#[path = "../tests/support/slurm.rs"]
+// The bench uses part of the test harness's Slurm module.
+#[allow(dead_code)]
+#[path = "../tests/it/support/slurm.rs"]
 mod slurm;
 
 use std::path::Path;

@@ -1,5 +1,5 @@
 #!/bin/sh
-# Headless Chromium for the HTML report's test: tests/html_report.rs renders
+# Headless Chromium for the HTML report's test: tests/it/html_report.rs renders
 # reports with `tunectl report --format html` and opens each page in
 # `chromium --headless --dump-dom` to check its charts, tables and script.
 #

@@ -1,5 +1,5 @@
 #!/bin/sh
-# The S3-compatible test server for the ledger tests (tests/ledger_store.rs):
+# The S3-compatible test server for the ledger tests (tests/it/ledger_store.rs):
 # moto from PyPI, in a virtual environment under .cache/ (git-ignored).
 #
 #   . scripts/moto.sh        (sourced by scripts/test.sh, from the repository root)

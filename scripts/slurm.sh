@@ -1,5 +1,5 @@
 #!/bin/sh
-# Slurm and MUNGE for the Slurm transport tests: tests/support/slurm.rs starts
+# Slurm and MUNGE for the Slurm transport tests: tests/it/support/slurm.rs starts
 # real single-node Slurm clusters (one slurmctld and one slurmd per node name,
 # each cluster with its own slurm.conf, ports and state directories, started
 # and stopped by the tests themselves). All of them authenticate through the

@@ -1,5 +1,5 @@
 #!/bin/sh
-# OpenSSH for the ssh transport tests: tests/support/sshd.rs starts real sshd
+# OpenSSH for the ssh transport tests: tests/it/support/sshd.rs starts real sshd
 # hosts on loopback addresses (one /usr/sbin/sshd per host, started and
 # stopped by the tests themselves) and drives them with the ssh client.
 #

@@ -38,32 +38,33 @@ else
 fi
 
 # The ssh transport tests start their own sshd hosts on loopback
-# (tests/support/sshd.rs): only the OpenSSH server and client are needed.
+# (tests/it/support/sshd.rs): only the OpenSSH server and client are needed.
 . ./scripts/sshd.sh
 echo "== OpenSSH (sshd for the ssh transport tests)" >&2
 sshd_install
 
 # The Slurm transport tests start their own slurmctld and slurmd per cluster
-# (tests/support/slurm.rs): Slurm, MUNGE and a running munged are needed.
+# (tests/it/support/slurm.rs): Slurm, MUNGE and a running munged are needed.
 . ./scripts/slurm.sh
 echo "== Slurm and MUNGE (for the Slurm transport tests)" >&2
 slurm_install
 
-# The onnxruntime example's test (tests/examples.rs) tunes a real runtime:
+# The onnxruntime example's test (tests/it/examples.rs) tunes a real runtime:
 # install its pinned wheels from PyPI once (some 20 s on a fast link; a no-op
 # when .cache/onnxruntime-venv already imports them).
 echo "== onnxruntime, onnx and numpy (for the onnxruntime example)" >&2
 ./examples/onnxruntime/setup.sh >/dev/null
 
 # The HTML report's test opens the pages it renders in headless Chromium
-# (tests/html_report.rs).
+# (tests/it/html_report.rs).
 . ./scripts/chromium.sh
 echo "== Chromium (headless, for the HTML report test)" >&2
 chromium_install
 
-# The test build links some twenty binaries (about 2 GB in target/): say
-# how much room there is, so that a linker killed by a full disk is told
-# apart from a failing test.
+# The test build links several large binaries (the unit tests, the one
+# integration test binary of tests/it/, the benches, the example): say how
+# much room there is, so that a linker killed by a full disk is told apart
+# from a failing test.
 echo "== free disk space where target/ is built" >&2
 df -h . >&2 || true
 

@@ -1,6 +1,6 @@
 //! The fuzz targets: bytes in, through the public functions the binary
 //! uses. Shared by the fuzzer (benches/fuzz.rs) and the regression replay
-//! (tests/fuzz_regressions.rs).
+//! (tests/it/fuzz_regressions.rs).
 
 use std::path::{Path, PathBuf};
 

@@ -1,0 +1,237 @@
+//! Values are data, never code: knob values that look like shell code run
+//! through `tunectl launch` in every shell context a template can put them
+//! in (and in the templates reported to fool the context analysis), and
+//! nothing of them runs (no marker file appears) while the trial command
+//! sees each value exactly as written. A value reaches the command only as
+//! the expansion of an environment variable: its text is never in the
+//! command (`spec::template`).
+
+use std::collections::BTreeSet;
+use std::path::Path;
+use std::time::Duration;
+
+use assert_cmd::Command;
+
+use crate::support;
+use crate::support::injection::markers;
+use crate::support::{injection, ledger_files, ran_to_the_end};
+
+fn tunectl(dir: &Path) -> Command {
+    let mut cmd = support::env::tunectl_in(dir);
+    cmd.timeout(Duration::from_secs(120));
+    cmd
+}
+
+#[test]
+fn values_that_look_like_code_stay_data_in_every_quoting_context() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let dir = tmp.path();
+    std::fs::create_dir(dir.join("seen")).expect("mkdir seen");
+    let mark = |n: u32| dir.join(format!("pwned{n}")).display().to_string();
+    let values: Vec<String> = vec![
+        "plain".into(),
+        format!("$(touch {})", mark(1)),
+        format!("`touch {}`", mark(2)),
+        format!("'; touch {}; '", mark(3)),
+        format!("\"; touch {}; \"", mark(4)),
+        "\"".into(),
+        "'".into(),
+        format!("a\nb; touch {}", mark(5)),
+        "back\\".into(),
+        "$HOME ${HOME} $((1+1))".into(),
+        "--x=* ~ !1 #c".into(),
+    ];
+    let yaml_values: Vec<String> = values
+        .iter()
+        .map(|v| serde_json::to_string(v).expect("json"))
+        .collect();
+    // The value as a plain word, after `=`, inside "...", after '...', and
+    // inside "..." inside $(...), each between brackets; then an expression
+    // of it (a variable of its own), and a cell's value.
+    let study = format!(
+        r#"name: injection
+knobs:
+  v: {{kind: categorical, values: [{}], default: plain}}
+cells:
+  c: ["$(touch {mark0})"]
+trial:
+  command: >-
+    printf '[%s][%s][%s][%s][%s][%s][%s]' {{{{ v }}}} --v={{{{ v }}}} "--v={{{{ v }}}}" '--v='{{{{ v }}}}
+    "$(printf '%s' "{{{{ v }}}}")" {{{{ v ~ '!' }}}} {{{{ c }}}} > {{{{ study_dir }}}}/seen/{{{{ trial_id }}}}.txt;
+    echo '{{"metrics": {{"t": 1}}}}' > {{{{ result }}}}
+objective: {{metric: t, better: higher}}
+measurement: {{warmup: 0, repeats: 1, anchor_every: 0, confirm_repeats: 0}}
+"#,
+        yaml_values.join(", "),
+        mark0 = mark(0)
+    );
+    std::fs::write(dir.join("study.yaml"), &study).expect("write study");
+    let out = tunectl(dir)
+        .args([
+            "launch",
+            "study.yaml",
+            "--progress",
+            "quiet",
+            "--keep-workdirs",
+        ])
+        .arg("--ledger")
+        .arg(dir.join("ledger"))
+        .arg("--workdir")
+        .arg(dir.join("work"))
+        .output()
+        .expect("run launch");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        ran_to_the_end(out.status.code(), &stderr),
+        "launch failed:\n{stderr}"
+    );
+    assert_eq!(markers(dir), Vec::<String>::new(), "a value ran as code");
+    let seen: BTreeSet<String> = std::fs::read_dir(dir.join("seen"))
+        .expect("seen/")
+        .flatten()
+        .map(|e| std::fs::read_to_string(e.path()).expect("read"))
+        .collect();
+    let expected: BTreeSet<String> = values
+        .iter()
+        .map(|v| {
+            format!(
+                "[{v}][--v={v}][--v={v}][--v={v}][{}][{v}!][$(touch {})]",
+                v.trim_end_matches('\n'),
+                mark(0)
+            )
+        })
+        .collect();
+    assert_eq!(seen, expected, "stderr:\n{stderr}");
+}
+
+#[test]
+fn a_value_where_no_quoting_is_safe_is_refused_at_load_with_its_place() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let dir = tmp.path();
+    let study = r#"name: injection
+knobs:
+  v: {kind: categorical, values: [a, "$(touch pwned)"], default: a}
+trial:
+  command: >-
+    printf '%s' {{ v }}
+    `echo {{ v }}` > {{ result }}
+objective: {metric: t, better: higher, command: "x=${{ v }}"}
+strategy: {kind: tpe, count: 2}
+fidelity: {unit: steps, min_budget: 1, max_budget: 3}
+"#;
+    std::fs::write(dir.join("study.yaml"), study).expect("write study");
+    let out = tunectl(dir)
+        .args(["plan", "study.yaml", "--dry-run"])
+        .output()
+        .expect("run plan");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("study.yaml:7:11: trial.command: a value inside backticks"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("study.yaml:8:53: objective.command: a value right after `$`"),
+        "{stderr}"
+    );
+    assert_eq!(markers(dir), Vec::<String>::new());
+}
+
+/// The reported templates (tests/it/support/injection.rs): a `#` right after
+/// a closing `"` or after `$#` is part of the word for `sh`, where the
+/// context analysis believed a comment; with each value of a set of shell
+/// code, the launch ran values as code. Now the command holds a reference
+/// to `TUNECTL_KNOB_V` wherever the analysis places the hole: no value
+/// runs, and each template prints the literal value.
+#[test]
+fn the_reported_templates_run_no_value_and_print_each_as_written() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let dir = tmp.path();
+    let values = injection::payloads(dir);
+    std::fs::write(
+        dir.join("study.yaml"),
+        injection::study("reported", &values),
+    )
+    .expect("write study");
+    let out = tunectl(dir)
+        .args(["launch", "study.yaml", "--progress", "quiet"])
+        .arg("--ledger")
+        .arg(dir.join("ledger"))
+        .arg("--workdir")
+        .arg(dir.join("work"))
+        .output()
+        .expect("run launch");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        ran_to_the_end(out.status.code(), &stderr),
+        "launch failed:\n{stderr}"
+    );
+    assert_eq!(markers(dir), Vec::<String>::new(), "a value ran as code");
+    injection::check(
+        &ledger_files::attempts(&dir.join("ledger"), "reported"),
+        &values,
+    );
+}
+
+/// Inside '...' the shell expands nothing, so a value there could not be
+/// passed as a variable: the template is refused at load with its place,
+/// and `plan --dry-run` shows each command with references and the
+/// values beside it.
+#[test]
+fn a_value_inside_single_quotes_is_refused_and_the_plan_shows_references() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let dir = tmp.path();
+    let study = |command: &str| {
+        format!(
+            "name: refs\nknobs:\n  v: {{kind: categorical, values: [a, \"$(touch pwned)\"], default: a}}\ncells:\n  n: [1]\ntrial:\n  command: {}\nobjective: {{metric: t, better: higher}}\n",
+            serde_json::to_string(command).expect("JSON")
+        )
+    };
+    std::fs::write(dir.join("study.yaml"), study("printf '%s' '--v={{ v }}'"))
+        .expect("write study");
+    let out = tunectl(dir)
+        .args(["plan", "study.yaml", "--dry-run"])
+        .output()
+        .expect("run plan");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains(
+            "study.yaml:7:30: trial.command: a value inside '...': the shell expands nothing there"
+        ),
+        "{stderr}"
+    );
+
+    std::fs::write(
+        dir.join("study.yaml"),
+        study("run --v={{ v }} \"-n {{ n }}\" {{ n * 2 }}"),
+    )
+    .expect("write study");
+    let out = tunectl(dir)
+        .args(["plan", "study.yaml", "--dry-run"])
+        .output()
+        .expect("run plan");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{stdout}");
+    assert!(
+        stdout.contains(
+            "  #0 baseline\n      $ run --v=\"${TUNECTL_KNOB_V}\" \"-n ${TUNECTL_CELL_N}\" \"${TUNECTL_ARG_1}\"\n        with TUNECTL_KNOB_V=a TUNECTL_CELL_N=1 TUNECTL_ARG_1=2\n  #1 v=$(touch pwned)\n      $ (as #0) with TUNECTL_KNOB_V='$(touch pwned)'\n"
+        ),
+        "{stdout}"
+    );
+    let out = tunectl(dir)
+        .args(["plan", "study.yaml", "--dry-run", "--format", "json"])
+        .output()
+        .expect("run plan");
+    let plan: serde_json::Value = serde_json::from_slice(&out.stdout).expect("plan JSON");
+    let first = &plan["first_configs"][1];
+    assert_eq!(
+        first["command"],
+        "run --v=\"${TUNECTL_KNOB_V}\" \"-n ${TUNECTL_CELL_N}\" \"${TUNECTL_ARG_1}\""
+    );
+    assert_eq!(
+        first["command_env"],
+        serde_json::json!({"TUNECTL_KNOB_V": "$(touch pwned)", "TUNECTL_CELL_N": "1", "TUNECTL_ARG_1": "2"})
+    );
+    assert_eq!(markers(dir), Vec::<String>::new());
+}

@@ -30,9 +30,9 @@ use crate::scrub::{scrub_secrets, secret_values};
 use crate::search::PruneRule;
 use crate::space;
 use crate::spec::{CommandRenderer, Study, TrialVars, Value};
-use crate::transport::AttemptSpec;
 use crate::transport::attempt::{RESULT_FILE, judge_with};
 use crate::transport::checkpoint::{Carry, RungCheckpoint, checkpoint_key};
+use crate::transport::{AttemptSpec, Ended};
 use crate::trial::Role;
 
 /// How an attempt to run a trial ended.
@@ -716,10 +716,10 @@ impl<'a> Runner<'a> {
             .lock()
             .ok()
             .and_then(|mut p| p.take())
-            .filter(|_| outcome.cancelled && outcome.host_lost.is_none());
+            .filter(|_| outcome.cancelled());
         let pruned = stopped.or_else(|| {
             let rule = job.prune.as_ref()?;
-            if outcome.cancelled || outcome.host_lost.is_some() || outcome.setup_error.is_some() {
+            if outcome.ended != Ended::Ran {
                 return None;
             }
             match outcome.result_files.get(PROGRESS_FILE)? {
@@ -804,16 +804,9 @@ impl<'a> Runner<'a> {
             stderr_tail: scrub(run.map(|r| r.stderr_tail.clone()).unwrap_or_default()),
             stderr_head: scrub(run.map(|r| r.stderr_head.clone()).unwrap_or_default()),
             lost_reason: outcome
-                .host_lost
-                .clone()
-                .or_else(|| outcome.setup_error.clone())
-                .or_else(|| {
-                    outcome
-                        .cancelled
-                        .then(|| "stopped by the launcher".to_string())
-                })
+                .lost_reason()
                 .filter(|_| j.status == AttemptStatus::Lost)
-                .map(scrub),
+                .map(|why| scrub(why.to_string())),
             resumed_from: checkpoint.as_ref().and_then(|c| c.resume_from),
             pruned,
         };
@@ -914,7 +907,7 @@ impl<'a> Runner<'a> {
             key: job.key,
             attempt_id,
             value,
-            host_lost: outcome.host_lost.is_some(),
+            host_lost: matches!(outcome.ended, Ended::HostLost(_)),
             record: Some(Arc::new(record)),
         })
     }

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 
 use sha2::{Digest, Sha256};
 
-use super::{AttemptOutcome, extract};
+use super::{AttemptOutcome, Ended, extract};
 use crate::decide::gate::Classifier;
 use crate::ledger::records::{AttemptStatus, Failure, FailureClass};
 use crate::spec::result::ResultSpec;
@@ -172,18 +172,9 @@ pub fn judge_with(
         detail,
         phase,
     };
-    if outcome.cancelled {
-        j.status = AttemptStatus::Lost;
-        j.failure = None;
-        return j;
-    }
-    if outcome.host_lost.is_some() {
-        j.status = AttemptStatus::Lost;
-        return j;
-    }
-    if outcome.setup_error.is_some() {
-        // The host could not start the trial (full disk, no shell): not the
-        // config's fault, so the trial runs again on a later launch.
+    // Stopped by the launcher, on a host that dropped, or never started
+    // (full disk, no shell: not the config's fault): the trial runs again.
+    if outcome.ended != Ended::Ran {
         j.status = AttemptStatus::Lost;
         return j;
     }

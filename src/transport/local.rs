@@ -31,7 +31,7 @@ use tokio::process::Command;
 use tokio_util::sync::CancellationToken;
 
 use super::attempt::{MAX_OUTPUT_BYTES, MAX_RESULT_BYTES};
-use super::{AttemptOutcome, AttemptSpec, CheckpointStore, Transport, checkpoint};
+use super::{AttemptOutcome, AttemptSpec, CheckpointStore, Ended, Transport, checkpoint};
 use crate::decide::gate::{self, MAX_VALUE_FILE_BYTES};
 use crate::fingerprint::{self, Fingerprint};
 use crate::ledger::checkpoint::Claim;
@@ -625,10 +625,10 @@ impl Transport for LocalTransport {
         .map_err(std::io::Error::other)
         .and_then(|r: std::io::Result<()>| r);
         if let Err(e) = made {
-            outcome.setup_error = Some(format!(
+            outcome.end(Ended::SetupFailed(format!(
                 "cannot create trial directory {}: {e}",
                 dir.display()
-            ));
+            )));
             return outcome;
         }
         let runs = (0..spec.warmup)
@@ -645,8 +645,9 @@ impl Transport for LocalTransport {
                     .map_err(std::io::Error::other)
                     .and_then(|r| r);
                 if let Err(e) = restored {
-                    outcome.setup_error =
-                        Some(format!("cannot prepare the checkpoint directory: {e}"));
+                    outcome.end(Ended::SetupFailed(format!(
+                        "cannot prepare the checkpoint directory: {e}"
+                    )));
                     break;
                 }
             }
@@ -693,12 +694,14 @@ impl Transport for LocalTransport {
             let out = match run(&run_spec, cancel).await {
                 Ok(o) => o,
                 Err(e) => {
-                    outcome.setup_error = Some(format!("cannot start `sh`: {e}"));
+                    outcome.end(Ended::SetupFailed(format!("cannot start `sh`: {e}")));
                     break;
                 }
             };
             let ok = out.exit.code == Some(0) && !out.timed_out && !out.cancelled;
-            outcome.cancelled = out.cancelled;
+            if out.cancelled {
+                outcome.end(Ended::Cancelled);
+            }
             // Metrics are read from the counted run's streams alone.
             let mut out = out;
             outcome.streams = std::mem::take(&mut out.streams);
@@ -749,8 +752,7 @@ impl Transport for LocalTransport {
                 }
             }
         }
-        let succeeded = outcome.setup_error.is_none()
-            && !outcome.cancelled
+        let succeeded = outcome.ended == Ended::Ran
             && !outcome.failed_in_warmup
             && outcome
                 .run

@@ -102,21 +102,72 @@ pub struct AttemptOutcome {
     /// they did not come back (over the limit).
     pub streams: BTreeMap<String, Result<Vec<u8>, String>>,
     pub elapsed: Duration,
-    /// The launcher stopped the attempt (Ctrl-C): it is lost, not failed.
-    pub cancelled: bool,
-    /// The attempt could not be started (no working directory...).
-    pub setup_error: Option<String>,
+    /// Whether the attempt ran to its end, or how it was lost.
+    pub ended: Ended,
     /// Where the attempt ran (kept for failed attempts).
     pub trial_dir: Option<String>,
-    /// The host dropped while the attempt ran (or before it could start):
-    /// the attempt is lost and runs again on another host of its class.
-    pub host_lost: Option<String>,
     /// The attempt was started by an earlier launcher (a batch task found
     /// again): its id, which the record keeps.
     pub adopted_attempt: Option<String>,
     /// The checkpoint that adopted task's request restored (`None`: none,
     /// or a request of an older launcher that did not say).
     pub adopted_checkpoint: Option<checkpoint::RunCheckpoint>,
+}
+
+/// How an attempt ended for the launcher: it ran (what it left is in the
+/// outcome's facts, a failure of the config included), or it is lost and
+/// runs again. Where several happen to one attempt (the launcher stops it,
+/// then the connection drops), [`AttemptOutcome::end`] keeps the one
+/// listed last here.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub enum Ended {
+    /// It ran: it succeeded or failed on its own.
+    #[default]
+    Ran,
+    /// The launcher stopped it (Ctrl-C, its prune rule): lost, not failed.
+    Cancelled,
+    /// It could not be started, or what it left could not be read (no
+    /// working directory, a wrapper that ran nothing...): not the config's
+    /// fault.
+    SetupFailed(String),
+    /// The host dropped while it ran, or before it could start: it runs
+    /// again on another host of its class.
+    HostLost(String),
+}
+
+impl Ended {
+    fn weight(&self) -> u8 {
+        match self {
+            Ended::Ran => 0,
+            Ended::Cancelled => 1,
+            Ended::SetupFailed(_) => 2,
+            Ended::HostLost(_) => 3,
+        }
+    }
+}
+
+impl AttemptOutcome {
+    /// Say how the attempt ended; what was said before stays when it
+    /// weighs more (see [`Ended`]).
+    pub fn end(&mut self, how: Ended) {
+        if how.weight() > self.ended.weight() {
+            self.ended = how;
+        }
+    }
+
+    /// The launcher stopped it, and nothing weightier happened.
+    pub fn cancelled(&self) -> bool {
+        self.ended == Ended::Cancelled
+    }
+
+    /// Why the attempt is lost (`None`: it ran), in words for its record.
+    pub fn lost_reason(&self) -> Option<&str> {
+        match &self.ended {
+            Ended::Ran => None,
+            Ended::Cancelled => Some("stopped by the launcher"),
+            Ended::SetupFailed(why) | Ended::HostLost(why) => Some(why),
+        }
+    }
 }
 
 /// Whether a host can take trials now.

@@ -51,7 +51,7 @@ use super::wire::{
     AGENT_MARK, AGENT_READY, AgentOptions, Collected, Frame, attempt_script, fill_outcome,
     persistent_agent, persistent_request, read_frames, read_reply, wrap, wrap_guarded,
 };
-use super::{AttemptOutcome, AttemptSpec, CheckpointStore, HostState, Transport};
+use super::{AttemptOutcome, AttemptSpec, CheckpointStore, Ended, HostState, Transport};
 use crate::fingerprint::{self, Fingerprint, PROBE_TIMEOUT, TOOL_TIMEOUT};
 use crate::ledger::checkpoint::Claim;
 use crate::shell_quote::quote_word;
@@ -504,7 +504,7 @@ impl SshTransport {
         let request = match persistent_request(spec, &opts) {
             Ok(r) => r,
             Err(e) => {
-                outcome.setup_error = Some(e);
+                outcome.end(Ended::SetupFailed(e));
                 return AgentRun::Done;
             }
         };
@@ -515,8 +515,9 @@ impl SshTransport {
                 Err(e) => {
                     if session.check().await.is_err() {
                         self.mark_down(&e).await;
-                        outcome.host_lost =
-                            Some(format!("the connection to the host was lost ({e})"));
+                        outcome.end(Ended::HostLost(format!(
+                            "the connection to the host was lost ({e})"
+                        )));
                         return AgentRun::Done;
                     }
                     tracing::debug!(
@@ -539,12 +540,13 @@ impl SshTransport {
             drop(agent);
             if session.check().await.is_err() {
                 self.mark_down("the connection ended").await;
-                outcome.host_lost = Some(format!(
+                outcome.end(Ended::HostLost(format!(
                     "the connection to the host was lost (sending the attempt: {e})"
-                ));
+                )));
             } else {
-                outcome.host_lost =
-                    Some(format!("the host's agent ended (sending the attempt: {e})"));
+                outcome.end(Ended::HostLost(format!(
+                    "the host's agent ended (sending the attempt: {e})"
+                )));
             }
             return AgentRun::Done;
         }
@@ -556,7 +558,7 @@ impl SshTransport {
             (stdout, ended)
         });
         let mut stdin = agent.stdin;
-        let mut watch = FrameWatch::new(spec.timeout, outcome.cancelled);
+        let mut watch = FrameWatch::new(spec.timeout, outcome.cancelled());
         // Past its timeout or cancelled, the agent kills the run's group
         // and reports it.
         while let Watch::Kill(p) = watch.next(&mut rx, cancel).await {
@@ -571,7 +573,9 @@ impl SshTransport {
             closed: agent_ended,
             ..
         } = watch;
-        outcome.cancelled = cancelled;
+        if cancelled {
+            outcome.end(Ended::Cancelled);
+        }
 
         if got.ended {
             // The reply is whole: the reader stopped right after `end`.
@@ -585,7 +589,7 @@ impl SshTransport {
                 });
             }
             if let Some(m) = got.setup.take() {
-                outcome.setup_error = Some(m);
+                outcome.end(Ended::SetupFailed(m));
                 return AgentRun::Done;
             }
             let timed_out = timed_out || got.timed_out;
@@ -614,23 +618,23 @@ impl SshTransport {
                     attempt_id: spec.attempt_id.clone(),
                 });
             }
-            outcome.host_lost = Some(reason);
+            outcome.end(Ended::HostLost(reason));
             return AgentRun::Done;
         }
-        if outcome.cancelled {
+        if outcome.cancelled() {
             return AgentRun::Done;
         }
         if let Some(p) = pid {
             let _ = self.kill_remote(session, p).await;
         }
         match garbled {
-            Some(g) => outcome.setup_error = Some(g),
+            Some(g) => outcome.end(Ended::SetupFailed(g)),
             None if !agent_ended => {
-                outcome.setup_error = Some(if err.is_empty() {
+                outcome.end(Ended::SetupFailed(if err.is_empty() {
                     "the host's agent stopped reporting".to_string()
                 } else {
                     format!("the host's agent stopped reporting: {err}")
-                });
+                }));
             }
             None => {
                 // The agent's shell died (killed on the host): the attempt
@@ -641,7 +645,9 @@ impl SshTransport {
                 } else {
                     format!(": {}", err.chars().take(500).collect::<String>())
                 };
-                outcome.host_lost = Some(format!("the host's agent ended during the attempt{why}"));
+                outcome.end(Ended::HostLost(format!(
+                    "the host's agent ended during the attempt{why}"
+                )));
             }
         }
         AgentRun::Done
@@ -858,17 +864,17 @@ impl Transport for SshTransport {
             ..Default::default()
         };
         let Some(session) = self.session() else {
-            outcome.host_lost = Some(format!(
+            outcome.end(Ended::HostLost(format!(
                 "the connection to the host was lost (host `{}` is not connected)",
                 self.name
-            ));
+            )));
             return outcome;
         };
         if !self.agent_off.load(Ordering::Relaxed) {
             let _permit = tokio::select! {
                 p = self.sessions.acquire() => p.ok(),
                 _ = cancel.cancelled() => {
-                    outcome.cancelled = true;
+                    outcome.end(Ended::Cancelled);
                     return outcome;
                 }
             };
@@ -896,14 +902,14 @@ impl Transport for SshTransport {
         let script = match attempt_script(spec, &opts) {
             Ok(s) => s,
             Err(e) => {
-                outcome.setup_error = Some(e);
+                outcome.end(Ended::SetupFailed(e));
                 return outcome;
             }
         };
         let _permit = tokio::select! {
             p = self.sessions.acquire() => p.ok(),
             _ = cancel.cancelled() => {
-                outcome.cancelled = true;
+                outcome.end(Ended::Cancelled);
                 return outcome;
             }
         };
@@ -919,10 +925,13 @@ impl Transport for SshTransport {
                 let text = error_chain(&e);
                 if session.check().await.is_err() {
                     self.mark_down(&text).await;
-                    outcome.host_lost =
-                        Some(format!("the connection to the host was lost ({text})"));
+                    outcome.end(Ended::HostLost(format!(
+                        "the connection to the host was lost ({text})"
+                    )));
                 } else {
-                    outcome.setup_error = Some(format!("cannot start a session: {text}"));
+                    outcome.end(Ended::SetupFailed(format!(
+                        "cannot start a session: {text}"
+                    )));
                 }
                 return outcome;
             }
@@ -933,9 +942,9 @@ impl Transport for SshTransport {
         if let Some(stdin) = input.as_mut() {
             let sent = stdin.write_all(wrap_guarded(&script).as_bytes()).await;
             if let Err(e) = sent {
-                outcome.host_lost = Some(format!(
+                outcome.end(Ended::HostLost(format!(
                     "the connection to the host was lost (sending the attempt script: {e})"
-                ));
+                )));
                 self.mark_down("the connection ended").await;
                 return outcome;
             }
@@ -954,7 +963,7 @@ impl Transport for SshTransport {
             })
         });
 
-        let mut watch = FrameWatch::new(spec.timeout, outcome.cancelled);
+        let mut watch = FrameWatch::new(spec.timeout, outcome.cancelled());
         // Past its timeout or cancelled: kill the run's group and read the
         // agent's report of it.
         while let Watch::Kill(p) = watch.next(&mut rx, cancel).await {
@@ -968,7 +977,9 @@ impl Transport for SshTransport {
             garbled,
             ..
         } = watch;
-        outcome.cancelled = cancelled;
+        if cancelled {
+            outcome.end(Ended::Cancelled);
+        }
         if let Some(r) = reader {
             r.abort();
         }
@@ -999,8 +1010,8 @@ impl Transport for SshTransport {
                         attempt_id: spec.attempt_id.clone(),
                     });
                 }
-                outcome.host_lost = Some(reason);
-            } else if !outcome.cancelled {
+                outcome.end(Ended::HostLost(reason));
+            } else if !outcome.cancelled() {
                 let why = garbled.unwrap_or_else(|| {
                     if wrapper_err.is_empty() {
                         "the host's wrapper ended without reporting".to_string()
@@ -1011,13 +1022,13 @@ impl Transport for SshTransport {
                 if let Some(p) = pid {
                     let _ = self.kill_remote(&session, p).await;
                 }
-                outcome.setup_error = Some(why);
+                outcome.end(Ended::SetupFailed(why));
             }
             outcome.elapsed = started.elapsed();
             return outcome;
         }
         if let Some(m) = got.setup.take() {
-            outcome.setup_error = Some(m);
+            outcome.end(Ended::SetupFailed(m));
             outcome.elapsed = started.elapsed();
             return outcome;
         }

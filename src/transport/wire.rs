@@ -143,7 +143,7 @@ use tokio::sync::mpsc;
 
 use super::attempt::{MAX_OUTPUT_BYTES, MAX_RESULT_BYTES};
 use super::local::{HEAD_BYTES, MAX_LOG_BYTES, RunOutput, TAIL_BYTES, head_and_tail};
-use super::{AttemptOutcome, AttemptSpec};
+use super::{AttemptOutcome, AttemptSpec, Ended};
 use crate::decide::gate::{self, MAX_VALUE_FILE_BYTES};
 use crate::ledger::records::ExitInfo;
 use crate::shell_quote::quote_word;
@@ -764,12 +764,14 @@ pub(crate) fn fill_outcome(
     timed_out: bool,
 ) {
     let Some((phase, exit, elapsed, _)) = got.runs.pop() else {
-        outcome.setup_error = Some("the host's wrapper ran nothing".to_string());
+        outcome.end(Ended::SetupFailed(
+            "the host's wrapper ran nothing".to_string(),
+        ));
         return;
     };
     let warmups_ok = got.runs.len() as u32;
     let exit = exit.unwrap_or_default();
-    let ok = exit.code == Some(0) && !timed_out && !outcome.cancelled;
+    let ok = exit.code == Some(0) && !timed_out && !outcome.cancelled();
     let mut take = |tag: &str| got.files.remove(tag).unwrap_or_default();
     let (_, stdout_tail) = head_and_tail(
         Vec::new(),
@@ -784,7 +786,7 @@ pub(crate) fn fill_outcome(
     outcome.run = Some(RunOutput {
         exit,
         timed_out,
-        cancelled: outcome.cancelled,
+        cancelled: outcome.cancelled(),
         elapsed: elapsed.unwrap_or_default(),
         stdout_tail,
         stderr_tail,
@@ -822,9 +824,9 @@ pub(crate) fn fill_outcome(
                         .insert(name.clone(), Ok(h.to_ascii_lowercase()));
                 }
                 Ok(other) => {
-                    outcome.setup_error = Some(format!(
+                    outcome.end(Ended::SetupFailed(format!(
                         "cannot digest output `{name}` on the host (got `{other}`; it needs sha256sum, shasum or openssl)"
-                    ));
+                    )));
                     return;
                 }
                 Err(why) => {
@@ -861,7 +863,7 @@ pub(crate) fn fill_outcome(
             outcome.logs.insert(stream.to_string(), b);
         }
     }
-    if ok && !outcome.cancelled {
+    if ok && !outcome.cancelled() {
         outcome.trial_dir = None;
     }
 }

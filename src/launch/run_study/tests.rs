@@ -14,7 +14,7 @@ use async_trait::async_trait;
 use super::*;
 use crate::ledger::records::ExitInfo;
 use crate::transport::local::RunOutput;
-use crate::transport::{AttemptOutcome, AttemptSpec};
+use crate::transport::{AttemptOutcome, AttemptSpec, Ended};
 
 /// Knob `a`: 1 is the baseline (100 ms), 2 is 10% faster, 3 is 30% faster.
 /// Lower is better.
@@ -120,7 +120,7 @@ impl Transport for FakeHost {
         if self.drop_at == Some(n) {
             self.down_checks.store(3, Ordering::SeqCst);
             return AttemptOutcome {
-                host_lost: Some("connection reset (fake)".to_string()),
+                ended: Ended::HostLost("connection reset (fake)".to_string()),
                 ..Default::default()
             };
         }

@@ -402,7 +402,7 @@ impl Inner {
         for t in lost {
             if let Some(tx) = t.tx {
                 let _ = tx.send(AttemptOutcome {
-                    host_lost: Some(format!("{reason}; the task was waiting in the queue")),
+                    ended: Ended::HostLost(format!("{reason}; the task was waiting in the queue")),
                     trial_dir: Some(t.spec.trial_dir.clone()),
                     ..Default::default()
                 });
@@ -600,11 +600,11 @@ pub(super) async fn judge_task(
             } else {
                 "; pin the class with `constraint` or `gres`".to_string()
             };
-            outcome.host_lost = Some(format!(
+            outcome.end(Ended::HostLost(format!(
                 "slurm: ran on a node of another host class{node}: {} (expected {}){next}",
                 fp.class_label_under(key),
                 expected.class_label_under(key)
-            ));
+            )));
             return outcome;
         }
         if learned {
@@ -612,17 +612,17 @@ pub(super) async fn judge_task(
         }
     }
     if task.cancelling && !got.ended {
-        outcome.cancelled = true;
+        outcome.end(Ended::Cancelled);
         return outcome;
     }
     if !got.ended {
         let why = unreported(&task.state, &task.node, task.cancelling);
         match why {
             Unreported::Lost(reason) => {
-                outcome.host_lost = Some(match garbled {
+                outcome.end(Ended::HostLost(match garbled {
                     Some(g) => format!("{reason}; its report: {g}"),
                     None => reason,
-                });
+                }));
             }
             Unreported::Failed { timed_out, detail } => {
                 let warmups = got.runs.iter().filter(|r| r.1.is_some()).count() as u32;
@@ -650,7 +650,7 @@ pub(super) async fn judge_task(
         return outcome;
     }
     if let Some(m) = got.setup.take() {
-        outcome.setup_error = Some(m);
+        outcome.end(Ended::SetupFailed(m));
         return outcome;
     }
     let timed_out = got.timed_out;
@@ -724,7 +724,7 @@ pub(super) async fn submitter(inner: Arc<Inner>) {
                 tracing::warn!("submitting a job array failed: {e}");
                 for p in batch {
                     let _ = p.tx.send(AttemptOutcome {
-                        setup_error: Some(e.clone()),
+                        ended: Ended::SetupFailed(e.clone()),
                         ..Default::default()
                     });
                 }

@@ -60,7 +60,9 @@ use super::checkpoint::{self, RunCheckpoint};
 use super::local::RunOutput;
 use super::ssh::SshTransport;
 use super::wire::{self, AgentOptions, Collected, Frame};
-use super::{AttemptOutcome, AttemptSpec, CheckpointStore, Discovery, HostState, Part, Transport};
+use super::{
+    AttemptOutcome, AttemptSpec, CheckpointStore, Discovery, Ended, HostState, Part, Transport,
+};
 use crate::fingerprint::{self, ClassKey, Fingerprint};
 use crate::ledger::checkpoint::Claim;
 use crate::ledger::records::ExitInfo;
@@ -404,7 +406,7 @@ impl Transport for SlurmTransport {
         tokio::select! {
             outcome = rx => {
                 let mut outcome = outcome.unwrap_or_else(|_| AttemptOutcome {
-                    host_lost: Some("slurm: the launcher stopped watching the task".to_string()),
+                    ended: Ended::HostLost("slurm: the launcher stopped watching the task".to_string()),
                     ..Default::default()
                 });
                 outcome.adopted_attempt = adopted_attempt;
@@ -438,7 +440,7 @@ impl Transport for SlurmTransport {
                 }
                 inner.wake_poller.notify_one();
                 AttemptOutcome {
-                    cancelled: true,
+                    ended: Ended::Cancelled,
                     adopted_attempt,
                     adopted_checkpoint,
                     ..Default::default()

@@ -87,7 +87,7 @@ pub fn said(outcome: &LaunchOutcome) -> Option<String> {
                         "{} · cell {}: {}: {}{}",
                         f.host_class,
                         f.cell,
-                        f.class,
+                        f.class.as_str(),
                         f.detail,
                         if f.log.is_empty() {
                             String::new()
@@ -547,7 +547,7 @@ mod tests {
                     failures: vec![BaselineFailure {
                         host_class: "c".into(),
                         cell: "n=1".into(),
-                        class: "crash".into(),
+                        class: crate::ledger::records::FailureClass::Crash,
                         detail: "exit code 3".into(),
                         log: vec!["boom".into()],
                     }],
@@ -560,7 +560,9 @@ mod tests {
                     drafts: vec![DraftBucket {
                         host_class: "c".into(),
                         bucket: "b".into(),
-                        reason: "too few runs".into(),
+                        reason: crate::decide::LevelReasons(vec![
+                            crate::decide::LevelReason::NothingMeasured,
+                        ]),
                     }],
                     dropped_cells: 1,
                 },
@@ -600,7 +602,7 @@ mod tests {
         );
         assert_eq!(
             text(&all[7].0),
-            "the launch finished, but not every bucket is a VERDICT (1 draft, 1 cells dropped after drift); what export writes for them is not final:\n  c · b: too few runs"
+            "the launch finished, but not every bucket is a VERDICT (1 draft, 1 cells dropped after drift); what export writes for them is not final:\n  c · b: no candidate has been measured yet"
         );
     }
 

@@ -250,7 +250,9 @@ mod tests {
             drafts: vec![crate::launch::launcher::DraftBucket {
                 host_class: "c".into(),
                 bucket: "b".into(),
-                reason: "2 runs".into(),
+                reason: crate::decide::LevelReasons(vec![
+                    crate::decide::LevelReason::NothingMeasured,
+                ]),
             }],
             dropped_cells: 0,
         }));
@@ -273,7 +275,7 @@ mod tests {
         assert_eq!(doc["exit_code"], 3);
         assert_eq!(
             doc["message"],
-            "the launch finished, but not every bucket is a VERDICT (1 draft); what export writes for them is not final:\n  c · b: 2 runs"
+            "the launch finished, but not every bucket is a VERDICT (1 draft); what export writes for them is not final:\n  c · b: no candidate has been measured yet"
         );
         assert_eq!(env.trim(), "s draft 3");
         let err = try_run("exit 7", &o, Duration::from_secs(20))

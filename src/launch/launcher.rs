@@ -13,8 +13,9 @@ use tokio_util::sync::CancellationToken;
 use super::events::LaunchSummary;
 use super::progress::{self, ProgressMode};
 use super::run_study::{self, LaunchError, LaunchHost, LaunchOptions};
-use crate::decide::{BucketReport, ClassReport, Level};
+use crate::decide::{BucketReport, ClassReport, Level, LevelReasons};
 use crate::ledger::Ledger;
+use crate::ledger::records::FailureClass;
 use crate::spec::Study;
 
 /// Launch rounds at most in one launch (a round starts again when a host's
@@ -55,7 +56,7 @@ pub enum LaunchOutcome {
 pub struct DraftBucket {
     pub host_class: String,
     pub bucket: String,
-    pub reason: String,
+    pub reason: LevelReasons,
 }
 
 /// A cell whose baseline fails reproducibly.
@@ -64,7 +65,7 @@ pub struct BaselineFailure {
     pub host_class: String,
     pub cell: String,
     /// The failure class (`crash`, `timeout`...) and its detail.
-    pub class: String,
+    pub class: FailureClass,
     pub detail: String,
     /// The head of its stderr (12 lines at most).
     pub log: Vec<String>,
@@ -247,7 +248,7 @@ impl Launcher<'_> {
                             baseline_failures.push(BaselineFailure {
                                 host_class: class.host_class.clone(),
                                 cell: pc.cell_label.clone(),
-                                class: r.class.as_str().to_string(),
+                                class: r.class,
                                 detail: r.detail.clone(),
                                 log: r.log.lines().take(12).map(str::to_string).collect(),
                             });
@@ -257,7 +258,7 @@ impl Launcher<'_> {
                         drafts.push(DraftBucket {
                             host_class: class.host_class.clone(),
                             bucket: bucket.label.clone(),
-                            reason: bucket.level_reason.to_string(),
+                            reason: bucket.level_reason.clone(),
                         });
                     }
                     tell(&LaunchNote::Verdict { class, bucket });
@@ -328,7 +329,7 @@ mod tests {
         DraftBucket {
             host_class: "c".into(),
             bucket: "b".into(),
-            reason: "r".into(),
+            reason: LevelReasons::default(),
         }
     }
 
@@ -336,7 +337,7 @@ mod tests {
         BaselineFailure {
             host_class: "c".into(),
             cell: "n=1".into(),
-            class: "crash".into(),
+            class: FailureClass::Crash,
             detail: "exit code 3".into(),
             log: Vec::new(),
         }

@@ -478,32 +478,39 @@ fn onnxruntime_example_rejects_the_fp16_weights_and_decides_its_bucket() {
         assert!(cell["baseline"]["trials"].as_u64() >= Some(3), "{cell}");
     }
 
-    // The trap: float16 weights change the output beyond the tolerance.
+    // The trap: float16 weights change the output beyond the tolerance. A
+    // sweep cut short may not have reached it; whatever was measured is
+    // judged the same way.
     let rejected = cell["rejected"].as_array().expect("rejected");
-    assert_eq!(
-        rejected.len(),
-        1,
-        "only weights=fp16 is rejected: {rejected:#?}"
-    );
-    let fp16 = &rejected[0];
-    assert_eq!(fp16["label"], "weights=fp16", "{fp16}");
-    assert_eq!(fp16["config"]["weights"], "fp16", "{fp16}");
-    assert_eq!(fp16["rejection"]["class"], "output_changed", "{fp16}");
-    let detail = fp16["rejection"]["detail"].as_str().expect("detail");
-    assert!(
-        detail.starts_with("outputs.json[")
-            && detail.contains("exceeds atol 1e-5 + rtol 0.0001")
-            && detail.contains("beyond tolerance"),
-        "{detail}"
-    );
+    if full_sweep {
+        assert_eq!(
+            rejected.len(),
+            1,
+            "only weights=fp16 is rejected: {rejected:#?}"
+        );
+    } else {
+        assert!(rejected.len() <= 1, "at most weights=fp16: {rejected:#?}");
+    }
+    for fp16 in rejected {
+        check_fp16_rejection(fp16);
+    }
 
-    // Every other config passed the gate, with all its repeats.
+    // Every other config passed the gate, with all its repeats (a sweep cut
+    // short: every config it measured).
     let eligible = cell["eligible"].as_array().expect("eligible");
     let labels: Vec<&str> = eligible
         .iter()
         .map(|c| c["label"].as_str().expect("label"))
         .collect();
-    assert_eq!(eligible.len(), 6, "7 candidates, 1 rejected: {labels:?}");
+    if full_sweep {
+        assert_eq!(eligible.len(), 6, "7 candidates, 1 rejected: {labels:?}");
+        assert!(
+            labels.contains(&"opt_level=disable"),
+            "opt_level=disable differs in the last bits and passes only by the tolerance: {labels:?}"
+        );
+    } else {
+        assert!(eligible.len() <= 6, "7 candidates at most: {labels:?}");
+    }
     for c in eligible {
         assert_eq!(c["config"]["weights"], "fp32", "{c}");
         if full_sweep {
@@ -511,10 +518,6 @@ fn onnxruntime_example_rejects_the_fp16_weights_and_decides_its_bucket() {
         }
         assert!(c["rejection"].is_null(), "{c}");
     }
-    assert!(
-        labels.contains(&"opt_level=disable"),
-        "opt_level=disable differs in the last bits and passes only by the tolerance: {labels:?}"
-    );
 
     // A decision for the bucket: a float32 config or the baseline.
     let buckets = class["buckets"].as_array().expect("buckets");
@@ -537,6 +540,20 @@ fn onnxruntime_example_rejects_the_fp16_weights_and_decides_its_bucket() {
         assert!(decision.contains("dropped on host"), "{bucket}");
     }
     assert_eq!(bucket["config"]["weights"], "fp32", "{bucket}");
+}
+
+/// weights=fp16, rejected because its outputs moved beyond the tolerance.
+fn check_fp16_rejection(fp16: &serde_json::Value) {
+    assert_eq!(fp16["label"], "weights=fp16", "{fp16}");
+    assert_eq!(fp16["config"]["weights"], "fp16", "{fp16}");
+    assert_eq!(fp16["rejection"]["class"], "output_changed", "{fp16}");
+    let detail = fp16["rejection"]["detail"].as_str().expect("detail");
+    assert!(
+        detail.starts_with("outputs.json[")
+            && detail.contains("exceeds atol 1e-5 + rtol 0.0001")
+            && detail.contains("beyond tolerance"),
+        "{detail}"
+    );
 }
 
 /// `tunectl completions SHELL` and `tunectl man` are generated from the

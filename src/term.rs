@@ -1,7 +1,9 @@
 //! Text for people: whatever a user, a host or a trial wrote (knob and cell
 //! values, host names, failure details, trial output) reaches a terminal
 //! only through [`escape`] or [`escape_block`], so an escape sequence in it
-//! is shown, never obeyed. JSON output keeps JSON's own escaping.
+//! is shown, never obeyed. JSON output ([`json_pretty`]) writes the
+//! same characters in JSON's own escaping (`\u009b`), so a document on a
+//! terminal is as safe as text and still reads back to the same values.
 
 use std::borrow::Cow;
 
@@ -53,6 +55,95 @@ pub fn escape_block(s: &str) -> Cow<'_, str> {
     escaped(s, true)
 }
 
+/// Characters a JSON document for a terminal writes as `\uXXXX` besides
+/// those JSON itself escapes (C0, `"` and `\`): DEL, C1 controls,
+/// bidirectional controls, and the line and paragraph separators.
+fn json_escapes(c: char) -> bool {
+    c == '\u{7f}'
+        || ('\u{80}'..='\u{9f}').contains(&c)
+        || is_bidi_control(c)
+        || matches!(c, '\u{2028}' | '\u{2029}')
+}
+
+/// serde_json's pretty printer, with [`json_escapes`] characters escaped in
+/// strings and keys.
+struct TerminalJson<'a>(serde_json::ser::PrettyFormatter<'a>);
+
+impl serde_json::ser::Formatter for TerminalJson<'_> {
+    fn write_string_fragment<W: ?Sized + std::io::Write>(
+        &mut self,
+        w: &mut W,
+        fragment: &str,
+    ) -> std::io::Result<()> {
+        let mut start = 0;
+        for (i, c) in fragment.char_indices() {
+            if json_escapes(c) {
+                w.write_all(&fragment.as_bytes()[start..i])?;
+                write!(w, "\\u{:04x}", u32::from(c))?;
+                start = i + c.len_utf8();
+            }
+        }
+        w.write_all(&fragment.as_bytes()[start..])
+    }
+
+    fn begin_array<W: ?Sized + std::io::Write>(&mut self, w: &mut W) -> std::io::Result<()> {
+        self.0.begin_array(w)
+    }
+
+    fn end_array<W: ?Sized + std::io::Write>(&mut self, w: &mut W) -> std::io::Result<()> {
+        self.0.end_array(w)
+    }
+
+    fn begin_array_value<W: ?Sized + std::io::Write>(
+        &mut self,
+        w: &mut W,
+        first: bool,
+    ) -> std::io::Result<()> {
+        self.0.begin_array_value(w, first)
+    }
+
+    fn end_array_value<W: ?Sized + std::io::Write>(&mut self, w: &mut W) -> std::io::Result<()> {
+        self.0.end_array_value(w)
+    }
+
+    fn begin_object<W: ?Sized + std::io::Write>(&mut self, w: &mut W) -> std::io::Result<()> {
+        self.0.begin_object(w)
+    }
+
+    fn end_object<W: ?Sized + std::io::Write>(&mut self, w: &mut W) -> std::io::Result<()> {
+        self.0.end_object(w)
+    }
+
+    fn begin_object_key<W: ?Sized + std::io::Write>(
+        &mut self,
+        w: &mut W,
+        first: bool,
+    ) -> std::io::Result<()> {
+        self.0.begin_object_key(w, first)
+    }
+
+    fn begin_object_value<W: ?Sized + std::io::Write>(&mut self, w: &mut W) -> std::io::Result<()> {
+        self.0.begin_object_value(w)
+    }
+
+    fn end_object_value<W: ?Sized + std::io::Write>(&mut self, w: &mut W) -> std::io::Result<()> {
+        self.0.end_object_value(w)
+    }
+}
+
+/// `doc` as pretty JSON (two-space indent, as `serde_json::to_string_pretty`)
+/// for stdout: DEL, C1, bidirectional controls and U+2028/U+2029 are
+/// written as `\uXXXX`, so no string a host or a trial wrote acts on the
+/// terminal that shows the document. It parses to the same values.
+pub fn json_pretty(doc: &impl serde::Serialize) -> Result<String, serde_json::Error> {
+    let mut bytes = Vec::with_capacity(4096);
+    let formatter = TerminalJson(serde_json::ser::PrettyFormatter::new());
+    let mut ser = serde_json::Serializer::with_formatter(&mut bytes, formatter);
+    doc.serialize(&mut ser)?;
+    // Only whole UTF-8 fragments and ASCII were written.
+    String::from_utf8(bytes).map_err(|e| serde::ser::Error::custom(e.to_string()))
+}
+
 /// The first error writing to stdout other than a closed pipe, for the
 /// exit status (see [`out`]).
 static STDOUT_FAILED: std::sync::OnceLock<String> = std::sync::OnceLock::new();
@@ -84,6 +175,34 @@ pub fn stdout_failure() -> Option<&'static str> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn json_for_a_terminal_escapes_what_json_leaves_raw_and_reads_back() {
+        let value = serde_json::json!({
+            "c1\u{9b}key": ["a\u{1b}[31m\u{7f}\u{85}\u{9b}2J\u{202e}exe\u{2028}·±€😀", 1.5, null],
+            "plain": {"nested": true}
+        });
+        let text = json_pretty(&value).expect("json");
+        assert!(
+            !text
+                .chars()
+                .any(|c| json_escapes(c) || (c.is_control() && c != '\n')),
+            "{text:?}"
+        );
+        assert!(
+            text.contains(r#""a\u001b[31m\u007f\u0085\u009b2J\u202eexe\u2028·±€😀""#),
+            "{text}"
+        );
+        assert!(text.contains(r#""c1\u009bkey""#), "{text}");
+        let back: serde_json::Value = serde_json::from_str(&text).expect("reads back");
+        assert_eq!(back, value);
+        // Nothing to escape: byte for byte serde_json's pretty form.
+        let clean = serde_json::json!({"a": [1, {"b": "c"}], "d": []});
+        assert_eq!(
+            json_pretty(&clean).expect("json"),
+            serde_json::to_string_pretty(&clean).expect("json")
+        );
+    }
 
     #[test]
     fn control_characters_are_shown_not_obeyed() {

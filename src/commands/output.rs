@@ -33,9 +33,10 @@ impl FormatArgs {
     }
 }
 
-/// `doc` as pretty JSON on stdout, one document.
+/// `doc` as pretty JSON on stdout, one document, with the characters a
+/// terminal would obey escaped ([`crate::term::json_pretty`]).
 pub fn print_json(doc: &impl Serialize) -> Result<(), CliError> {
-    let text = serde_json::to_string_pretty(doc).map_err(failed)?;
+    let text = crate::term::json_pretty(doc).map_err(failed)?;
     crate::term::out(&format!("{text}\n"));
     Ok(())
 }

@@ -7,7 +7,7 @@ use serde::Serialize;
 
 use super::inputs::{Opened, changed_text, ledger_url, open_study, study_arg};
 use super::{CliError, failed, print_json, say, say_err, schema};
-use crate::ledger::lease::LeaseRecord;
+use crate::ledger::lease::{LeaseRecord, UnreadableLease};
 use crate::ledger::{HostRecord, Ledger, Scan};
 use crate::plan::{ClassInfo, Plan, PlanHost, Progress};
 use crate::spec::Study;
@@ -76,6 +76,9 @@ struct StatusDoc<'a> {
     classes: &'a [&'a ClassStatus],
     unreadable_objects: usize,
     leases: &'a [LeaseStatus],
+    /// Lease objects that do not read: a launch cannot take their trials'
+    /// leases until they are removed.
+    unreadable_leases: &'a [UnreadableLease],
 }
 
 /// A trial's lease that has not expired: a launcher runs the trial, and
@@ -369,10 +372,9 @@ pub async fn run(a: StatusArgs) -> Result<(), CliError> {
     let scan = ledger.scan(&study_id).await.map_err(failed)?;
     let (hosts, _) = ledger.hosts(&study_id).await.map_err(failed)?;
     let terminal = scan.terminal();
-    let (shown, leases) = lease_statuses(
-        ledger.unexpired_leases(&study_id).await.map_err(failed)?,
-        |key| terminal.contains_key(key),
-    );
+    let found = ledger.unexpired_leases(&study_id).await.map_err(failed)?;
+    let unreadable_leases = found.unreadable;
+    let (shown, leases) = lease_statuses(found.unexpired, |key| terminal.contains_key(key));
     let classes = count(&study_id, study.as_ref(), &scan, &hosts, &leases);
     let rows: Vec<&ClassStatus> = classes.values().collect();
     if a.output.json(a.json) {
@@ -383,6 +385,7 @@ pub async fn run(a: StatusArgs) -> Result<(), CliError> {
             classes: &rows,
             unreadable_objects: scan.corrupt.len(),
             leases: &shown,
+            unreadable_leases: &unreadable_leases,
         });
     }
     say!("study {study_id} · ledger {}", ledger.url());
@@ -423,6 +426,14 @@ pub async fn run(a: StatusArgs) -> Result<(), CliError> {
     }
     for line in lease_lines(&shown) {
         say!("{line}");
+    }
+    for l in &unreadable_leases {
+        let key: String = l.trial_key.chars().take(16).collect();
+        say!(
+            "  trial {key}: its lease does not read ({}): a launch cannot run this trial until `{}` is removed from the ledger",
+            l.reason,
+            l.object
+        );
     }
     if !scan.corrupt.is_empty() {
         say!(

@@ -71,7 +71,11 @@ pub fn run(a: ValidateArgs) -> Result<(), CliError> {
             crate::safe_read::MAX_STUDY_FILE_BYTES.max(crate::safe_read::MAX_INVENTORY_FILE_BYTES),
         )
         .unwrap_or_default();
-        let is_inventory = text.lines().any(|l| l.starts_with("hosts:"));
+        // A top-level `hosts` key, however the YAML is written; a file that
+        // does not parse is taken by a `hosts:` line, and its loader says
+        // what is wrong with it.
+        let is_inventory = crate::spec::yaml::has_top_level_key(f, &text, "hosts")
+            .unwrap_or_else(|| text.lines().any(|l| l.starts_with("hosts:")));
         let mut warnings: Vec<Problem> = Vec::new();
         let (kind, r) = if is_inventory {
             ("inventory", Inventory::load(f).map(|_| ()))

@@ -499,32 +499,67 @@ impl Ledger {
     }
 
     /// The live leases of a study: trials running now somewhere (a lease
-    /// from the future holds nothing, see [`Ledger::unexpired_leases`]).
-    pub async fn live_leases(&self, study: &str) -> Result<Vec<LeaseRecord>, LedgerError> {
+    /// from the future holds nothing, see [`Ledger::unexpired_leases`]),
+    /// and the lease objects that do not read.
+    pub async fn live_leases(&self, study: &str) -> Result<Leases, LedgerError> {
         let now = chrono::Utc::now();
         let mut all = self.unexpired_leases(study).await?;
-        all.retain(|r| r.holds(now));
+        all.unexpired.retain(|r| r.holds(now));
         Ok(all)
     }
 
     /// The newest generation of every trial's lease that has not expired,
     /// leases from the future ([`LeaseRecord::from_the_future`]) included:
-    /// what `status` shows.
-    pub async fn unexpired_leases(&self, study: &str) -> Result<Vec<LeaseRecord>, LedgerError> {
+    /// what `status` shows. A newest generation that does not read (not a
+    /// regular file, cut short, not a lease) is listed apart: a launch
+    /// cannot take that trial's lease until it is removed, and `status`
+    /// says so rather than fail on it. Only a listing that fails is an
+    /// error.
+    pub async fn unexpired_leases(&self, study: &str) -> Result<Leases, LedgerError> {
         let all = self.lease_generations(study).await?;
         let now = chrono::Utc::now();
-        let mut out = Vec::new();
-        for gens in all.values() {
-            if let Some((_, k)) = gens.last()
-                && let Some(bytes) = self.get(k).await?
-                && let Ok(r) = serde_json::from_slice::<LeaseRecord>(&bytes)
-                && !r.expired(now)
-            {
-                out.push(r);
+        let mut out = Leases::default();
+        for (trial, gens) in &all {
+            let Some((_, k)) = gens.last() else {
+                continue;
+            };
+            let unreadable = |reason: String| UnreadableLease {
+                trial_key: trial.clone(),
+                object: k.to_string(),
+                reason,
+            };
+            match self.get(k).await {
+                // Released and gone since the listing.
+                Ok(None) => {}
+                Ok(Some(bytes)) => match serde_json::from_slice::<LeaseRecord>(&bytes) {
+                    Ok(r) if !r.expired(now) => out.unexpired.push(r),
+                    Ok(_) => {}
+                    // A released generation is empty: nothing held.
+                    Err(_) if bytes.is_empty() => {}
+                    Err(e) => out.unreadable.push(unreadable(format!("not a lease: {e}"))),
+                },
+                Err(e) => out.unreadable.push(unreadable(e.to_string())),
             }
         }
         Ok(out)
     }
+}
+
+/// What [`Ledger::unexpired_leases`] found.
+#[derive(Debug, Default)]
+pub struct Leases {
+    pub unexpired: Vec<LeaseRecord>,
+    /// Newest generations that do not read, by trial.
+    pub unreadable: Vec<UnreadableLease>,
+}
+
+/// A trial's newest lease generation that does not read as a lease.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct UnreadableLease {
+    pub trial_key: String,
+    /// Its object key in the ledger.
+    pub object: String,
+    pub reason: String,
 }
 
 #[cfg(test)]
@@ -568,9 +603,19 @@ mod tests {
                 .await
                 .expect("io")
         );
-        assert_eq!(ledger.live_leases("s").await.expect("io").len(), 1);
+        assert_eq!(
+            ledger.live_leases("s").await.expect("io").unexpired.len(),
+            1
+        );
         ledger.release_lease(&b).await;
-        assert!(ledger.live_leases("s").await.expect("io").is_empty());
+        assert!(
+            ledger
+                .live_leases("s")
+                .await
+                .expect("io")
+                .unexpired
+                .is_empty()
+        );
         // A's expired generations stay; the trial can be taken again, with
         // the generation after them.
         let c = ledger
@@ -629,10 +674,15 @@ mod tests {
             };
             forge(dir.path(), "M", chrono::Duration::days(365));
             assert!(
-                ledger.live_leases("s").await.expect("io").is_empty(),
+                ledger
+                    .live_leases("s")
+                    .await
+                    .expect("io")
+                    .unexpired
+                    .is_empty(),
                 "{store}: a lease from the future is not live"
             );
-            let shown = ledger.unexpired_leases("s").await.expect("io");
+            let shown = ledger.unexpired_leases("s").await.expect("io").unexpired;
             assert_eq!(shown.len(), 1, "{store}: status shows it");
             let a = ledger
                 .acquire_lease("s", "k", "A", "h", ttl)
@@ -643,12 +693,17 @@ mod tests {
             let stale = a.took_over.clone().expect("said");
             assert_eq!((stale.owner.as_str(), stale.host.as_str()), ("M", "h0"));
             assert_eq!(a.own_generations().len(), 2, "{store}");
-            let live = ledger.live_leases("s").await.expect("io");
+            let live = ledger.live_leases("s").await.expect("io").unexpired;
             assert_eq!(live.len(), 1, "{store}");
             assert_eq!(live[0].owner, "A", "{store}");
             ledger.release_lease(&a).await;
             assert!(
-                ledger.unexpired_leases("s").await.expect("io").is_empty(),
+                ledger
+                    .unexpired_leases("s")
+                    .await
+                    .expect("io")
+                    .unexpired
+                    .is_empty(),
                 "{store}: released with the stale one"
             );
 
@@ -740,12 +795,12 @@ mod tests {
             .await
             .expect("io");
         assert!(matches!(held, Err(Held::By { ref owner, .. }) if owner == "A"));
-        let live = ledger.live_leases("s").await.expect("io");
+        let live = ledger.live_leases("s").await.expect("io").unexpired;
         let mut owners: Vec<&str> = live.iter().map(|l| l.owner.as_str()).collect();
         owners.sort();
         assert_eq!(owners, ["A", "B"]);
         ledger.release_lease(&a.expect("lease")).await;
-        let live = ledger.live_leases("s").await.expect("io");
+        let live = ledger.live_leases("s").await.expect("io").unexpired;
         assert_eq!(live.len(), 1);
         assert_eq!(live[0].trial_key, "k2");
         assert!(!dir.path().join("s/leases/k1").exists());

@@ -1286,6 +1286,13 @@ mod tests {
             .expect("write");
         assert!(dir.path().join("s/trials/ab/a2.json").exists());
         assert!(!gen1.exists(), "not released");
-        assert!(ledger.live_leases("s").await.expect("io").is_empty());
+        assert!(
+            ledger
+                .live_leases("s")
+                .await
+                .expect("io")
+                .unexpired
+                .is_empty()
+        );
     }
 }

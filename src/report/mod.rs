@@ -57,7 +57,7 @@ pub fn render_sized(a: &Analysis, format: Format, all: bool, width: usize) -> St
                 schema: crate::schema::REPORT,
                 analysis: a,
             };
-            serde_json::to_string_pretty(&doc).unwrap_or_default() + "\n"
+            crate::term::json_pretty(&doc).unwrap_or_default() + "\n"
         }
         Format::Csv => render_csv(a),
         Format::Measurements => render_measurements(a, &|_| None, &|_| true),

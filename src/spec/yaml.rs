@@ -91,6 +91,17 @@ pub fn parse_kind(file: &Path, text: &str, kind: FileKind) -> Result<Node, Diagn
     Err(not_of_kind(file, &node, kind))
 }
 
+/// Whether `text` parses to a mapping with `key` among its top-level keys,
+/// in any YAML style (block, flow, quoted keys, after `---`); `None` when
+/// it does not parse (the loader then says why).
+pub fn has_top_level_key(file: &Path, text: &str, key: &str) -> Option<bool> {
+    let node = parse_checked(file, text, false).ok()?;
+    Some(
+        node.as_mapping()
+            .is_some_and(|m| m.keys().any(|k| k.as_str() == key)),
+    )
+}
+
 /// Whether `node` is a mapping with at least one top-level key of `kind`.
 fn looks_like(node: &Node, kind: FileKind) -> bool {
     node.as_mapping()

@@ -364,6 +364,51 @@ fn validate_as_json() {
     assert!(out.stderr.contains("bad.yaml:"), "{}", out.text());
 }
 
+/// An inventory is told by its top-level `hosts` key however the YAML is
+/// written (flow style, a quoted key, after `---`); a `hosts:` line was
+/// the test before, and such inventories were checked as studies.
+#[test]
+fn validate_tells_an_inventory_in_any_yaml_style() {
+    let env = Env::new(STUDY);
+    let inventories = [
+        env.write(
+            "flow.yaml",
+            "{hosts: [{name: here, transport: local, slots: 1}]}\n",
+        ),
+        env.write(
+            "quoted.yaml",
+            "---\n\"hosts\":\n  - {name: here, transport: local, slots: 1}\n",
+        ),
+        env.write(
+            "spaced.yaml",
+            "hosts :\n  - name: here\n    transport: local\n    slots: 1\n",
+        ),
+    ];
+    for file in &inventories {
+        let path = file.display().to_string();
+        let out = env.tunectl_run(&["validate", &path, "--format", "json"]);
+        assert_eq!(out.code, Some(0), "{path}: {}", out.text());
+        let doc = document(&out, "tunectl.validate/1");
+        assert_eq!(doc["files"][0]["kind"], "inventory", "{path}: {doc}");
+        assert_eq!(doc["files"][0]["valid"], true, "{path}: {doc}");
+    }
+    // A bad one in flow style is refused as an inventory, by field.
+    let bad = env.write(
+        "bad-flow.yaml",
+        "{hosts: [{name: here, transport: telnet, slots: 1}]}\n",
+    );
+    let out = env.tunectl_run(&["validate", &bad.display().to_string(), "--format", "json"]);
+    assert_eq!(out.code, Some(2), "{}", out.text());
+    let doc = document(&out, "tunectl.validate/1");
+    assert_eq!(doc["files"][0]["kind"], "inventory", "{doc}");
+    assert!(
+        doc["files"][0]["problems"][0]["field"]
+            .as_str()
+            .is_some_and(|f| f.starts_with("hosts[0]")),
+        "{doc}"
+    );
+}
+
 /// Every schema name in the code has a section in docs/json.md, and the
 /// docs name no schema the code does not know.
 #[test]

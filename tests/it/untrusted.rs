@@ -237,7 +237,8 @@ fingerprint:
 
 /// Escape sequences in knob values, cell values, failure details and trial
 /// output used to reach the terminal raw from `plan`, `launch` and
-/// `report`: they are shown escaped (`\x1b`); JSON keeps its own escaping.
+/// `report`: they are shown escaped (`\x1b`); JSON writes them in its own
+/// escaping, C1 controls included.
 #[test]
 fn escape_sequences_are_shown_escaped() {
     // The fake runs as `base` for v=plain; else as `garbled` (escapes on
@@ -307,6 +308,15 @@ measurement: {warmup: 0, repeats: 1, anchor_every: 0, confirm_repeats: 0}
         .arg(env.ledger())
         .arg(env.study());
     let out = env.run(cmd);
+    // JSON escapes what a terminal would obey, C1 too (serde_json alone
+    // leaves DEL, C1 and bidirectional controls raw), and keeps the value.
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    assert!(!raw(&out.stdout), "JSON report prints raw escapes");
+    assert!(
+        out.stdout.contains("x\\u001b[31mred\\u009b"),
+        "{}",
+        out.stdout
+    );
     let json: Json = serde_json::from_str(&out.stdout).expect("report JSON");
     assert!(
         json.to_string().contains("x\\u001b[31mred\u{9b}"),
@@ -462,7 +472,8 @@ fn tunectl_fast(env: &Env, args: &[&str], ledger: &Path, what: &str) -> Out {
 /// `ledger check` reports the attempt as unreadable (exit 1) and the rest
 /// of the ledger as it is, a launch goes on without it (the trial runs
 /// again), `report` fails on the study record, a launch says it cannot
-/// take the lease and `status` fails on it.
+/// take the lease, and `status` shows the study with the lease named as
+/// what stops its trial.
 #[test]
 fn ledger_objects_must_be_regular_files() {
     let study = r#"name: objects
@@ -548,13 +559,37 @@ measurement: {warmup: 0, repeats: 1, anchor_every: 0, confirm_repeats: 0}
             text.contains("error: cannot take the lease of a trial") && text.contains(&named),
             "{kind}: {text}"
         );
+        // `status` shows the study all the same, the lease named as what
+        // stops the trial (it used to fail on it, showing nothing).
         let out = tunectl_fast(&env, &["status", &study_arg], &ledger, "status");
-        assert_eq!(out.code, Some(1), "{kind}: {}", out.text());
+        assert_eq!(out.code, Some(0), "{kind}: {}", out.text());
         assert!(
-            out.stderr.contains(&named),
+            out.stdout.contains("done 1 ")
+                && out
+                    .stdout
+                    .contains(&format!("trial {}: its lease does not read", &key[..16]))
+                && out.stdout.contains(&named)
+                && out.stdout.contains("a launch cannot run this trial until"),
             "{kind}: no `{named}`:\n{}",
             out.text()
         );
+        let out = tunectl_fast(
+            &env,
+            &["status", &study_arg, "--format", "json"],
+            &ledger,
+            "status",
+        );
+        assert_eq!(out.code, Some(0), "{kind}: {}", out.text());
+        let doc: Json = serde_json::from_str(&out.stdout).expect("status JSON");
+        let unreadable = &doc["unreadable_leases"][0];
+        assert_eq!(unreadable["trial_key"], key.as_str(), "{kind}: {doc}");
+        assert!(
+            unreadable["reason"]
+                .as_str()
+                .is_some_and(|r| r.contains(what)),
+            "{kind}: {doc}"
+        );
+        assert_eq!(doc["leases"], serde_json::json!([]), "{kind}: {doc}");
     }
 }
 

@@ -306,7 +306,13 @@ async fn read(w: &Watched) -> Result<(Frame, usize), CliError> {
     let scan = w.ledger.scan(&w.study_id).await.map_err(failed)?;
     let writers = w.ledger.open_log_streams(&w.study_id).await;
     let (hosts, _) = w.ledger.hosts(&w.study_id).await.map_err(failed)?;
-    let leases = w.ledger.live_leases(&w.study_id).await.map_err(failed)?;
+    // A lease that does not read holds no trial here; `status` names it.
+    let leases = w
+        .ledger
+        .live_leases(&w.study_id)
+        .await
+        .map_err(failed)?
+        .unexpired;
     let plans = w.ledger.plans(&w.study_id).await.map_err(failed)?;
     let classes: Vec<ClassStatus> = count(&w.study_id, w.study.as_ref(), &scan, &hosts, &leases)
         .into_values()

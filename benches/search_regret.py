@@ -461,7 +461,7 @@ def table_main(rust_path, optuna_path):
         labels = sorted({k[0] for k in rows}, key=lambda l: order[l])
         strategies = ["grid", "random", "hyperband", "hyperband (1 iteration)", "hyperband+continuation",
                       "hyperband+continuation+prune", "hyperband+tpe", "hyperband+tpe+continuation",
-                      "hyperband+tpe+continuation+prune", "tpe", "optuna", "optuna+finalists"]
+                      "hyperband+tpe+continuation+prune", "tpe", "tpe+prune", "optuna", "optuna+finalists"]
         print(f"\n### {name}: {var['configs_within_hit']} of {len(var['values'])} configs within "
               f"{hit:.0%} of the optimum, {var['crashing_configs']} crash; grid {grid:,.0f} "
               f"trial-seconds; hb1 = {hb1:.3f} of grid (mean)\n")
@@ -489,7 +489,7 @@ def table_main(rust_path, optuna_path):
         for strat, nw in ((s_, w_) for s_ in ("hyperband", "hyperband+continuation",
                                                "hyperband+continuation+prune", "hyperband+tpe",
                                                "hyperband+tpe+continuation",
-                                               "hyperband+tpe+continuation+prune", "tpe")
+                                               "hyperband+tpe+continuation+prune", "tpe", "tpe+prune")
                           for w_ in workers):
             ok = [l for l in labels if order[l] <= 1 / 3 + 1e-9
                   and summary.get((l, strat, nw)) and summary[(l, strat, nw)]["hit"] >= 0.9]

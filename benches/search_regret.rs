@@ -224,26 +224,32 @@ impl Model {
     /// 0, the value a rung at `r` reports, so a run reads at each budget
     /// what a trial stopped there would have measured. When the driver's
     /// rule stops it at `r`, it has paid for the budget up to `r`.
-    fn trial(&self, seed: u64, ask: &Ask) -> (f64, Trial) {
+    /// A trial's seconds, how it ended, and the readings it reported on its
+    /// way (budget, value) at each ladder budget it passed below its own
+    /// (with `ask.reads`, or a prune rule to apply).
+    fn trial(&self, seed: u64, ask: &Ask) -> (f64, Trial, Vec<(f64, f64)>) {
         let x = ask.config;
         let Some(f) = self.f[x as usize] else {
-            return (CRASH_SECONDS, Trial::Ran);
+            return (CRASH_SECONDS, Trial::Ran, Vec::new());
         };
         let from = ask.from.unwrap_or(0.0);
         let pay = |b: f64| T0 + (b - from + self.c[x as usize]) * f;
-        if !ask.rule.is_empty() {
+        let mut readings = Vec::new();
+        if !ask.rule.is_empty() || ask.reads {
             let mut r = MIN_BUDGET;
             while r < ask.budget {
                 if r > from
                     && let Some(v) = self.measure(seed, x, r, 0)
-                    && ask.rule.prunes(r, v).is_some()
                 {
-                    return (pay(r), Trial::Pruned);
+                    readings.push((r, v));
+                    if ask.rule.prunes(r, v).is_some() {
+                        return (pay(r), Trial::Pruned, readings);
+                    }
                 }
                 r *= ETA as f64;
             }
         }
-        (pay(ask.budget), Trial::Ran)
+        (pay(ask.budget), Trial::Ran, readings)
     }
 
     /// The `rep`-th measurement of `x` at budget `b` in run `seed`: `None`
@@ -289,6 +295,9 @@ struct Ask {
     from: Option<f64>,
     /// `fidelity.prune`: the driver's rule for this job (empty otherwise).
     rule: PruneRule,
+    /// The trial reports its readings at the ladder's budgets to the
+    /// search (`tpe+prune`: they make the later trials' prune rules).
+    reads: bool,
 }
 
 enum Next {
@@ -300,6 +309,8 @@ enum Next {
 trait Strategy {
     fn next(&mut self, pending: &HashSet<u64>) -> Next;
     fn report(&mut self, ask: &Ask, value: Option<f64>);
+    /// The readings a trial reported on its way, before its result.
+    fn readings(&mut self, _ask: &Ask, _readings: &[(f64, f64)]) {}
     /// Best results at max budget so far, best first (ties: lower index).
     fn finalists(&self) -> Vec<(u64, f64)>;
 }
@@ -349,6 +360,7 @@ impl Strategy for Ordered {
                 job: None,
                 from: None,
                 rule: PruneRule::default(),
+                reads: false,
             }),
             None => Next::Wait,
         }
@@ -370,6 +382,8 @@ struct Driven {
     /// Hyperband with `fidelity.continuation`: its brackets, for the
     /// budget a promoted rung continues from.
     continues: Option<Brackets>,
+    /// Jobs report their readings on the way (`tpe+prune`).
+    reads: bool,
 }
 
 impl Strategy for Driven {
@@ -385,9 +399,16 @@ impl Strategy for Driven {
                     .filter(|_| job.rung > 0)
                     .and_then(|b| b.budget_for_rung(job.bracket, job.rung - 1)),
                 rule: self.search.prune_rule(i),
+                reads: self.reads,
             }),
             Step::Wait | Step::Done => Next::Wait,
         }
+    }
+    fn readings(&mut self, ask: &Ask, readings: &[(f64, f64)]) {
+        let (i, _) = ask.job.expect("a search job");
+        self.search
+            .report_readings(i, readings)
+            .expect("a job handed out");
     }
     fn report(&mut self, ask: &Ask, value: Option<f64>) {
         let (i, _) = ask.job.expect("a search job");
@@ -463,9 +484,10 @@ fn make(name: &str, seed: u64, iterations: u32, workers: usize) -> Box<dyn Strat
                     search
                 },
                 continues: continuation.then_some(brackets),
+                reads: false,
             })
         }
-        "tpe" => {
+        "tpe" | TPE_PRUNE => {
             let tpe = Tpe::new(domains(), Better::Lower, seed).expect("tpe");
             let engine = TpeEngine::new(
                 tpe,
@@ -476,10 +498,23 @@ fn make(name: &str, seed: u64, iterations: u32, workers: usize) -> Box<dyn Strat
                 Box::new(|_| true),
             )
             .expect("tpe engine");
+            let search =
+                Search::new(Engine::Tpe(Box::new(engine)), workers).with_fixed_cost(FIXED_COST);
+            let reads = name == TPE_PRUNE;
             Box::new(Driven {
-                search: Search::new(Engine::Tpe(Box::new(engine)), workers)
-                    .with_fixed_cost(FIXED_COST),
+                search: if reads {
+                    // Every trial at max budget, read at the ladder's
+                    // budgets on its way and stopped where successive
+                    // halving would not keep it.
+                    let ladder: Vec<f64> = (0..4).map(|k| MIN_BUDGET * 3f64.powi(k)).collect();
+                    search
+                        .with_pruning(ETA, Better::Lower)
+                        .with_readings(&ladder)
+                } else {
+                    search
+                },
                 continues: None,
+                reads,
             })
         }
         _ => unreachable!("strategy {name}"),
@@ -509,6 +544,8 @@ struct Running {
     /// What the trial reports: `Trial::Pruned` when its prune rule stopped
     /// it.
     value: Trial,
+    /// Its readings on the way (budget, value).
+    readings: Vec<(f64, f64)>,
 }
 
 /// Runs `strategy` on `workers` simulated workers until it has nothing left
@@ -532,7 +569,7 @@ fn simulate(
             let Next::Run(ask) = strategy.next(&pending) else {
                 break;
             };
-            let (seconds, value) = model.trial(seed, &ask);
+            let (seconds, value, readings) = model.trial(seed, &ask);
             started += seconds;
             seq += 1;
             pending.insert(ask.config);
@@ -543,6 +580,7 @@ fn simulate(
                 seconds,
                 ask,
                 value,
+                readings,
             });
         }
         let Some(i) = (0..running.len()).min_by(|&a, &b| {
@@ -555,6 +593,7 @@ fn simulate(
         now = done.end;
         completed += done.seconds;
         pending.remove(&done.ask.config);
+        strategy.readings(&done.ask, &done.readings);
         if done.value == Trial::Pruned {
             // Its (config, budget) was not measured: no rep is used.
             strategy.report(&done.ask, None);
@@ -873,7 +912,11 @@ const HB_PRUNE: &str = "hyperband+continuation+prune";
 const HB_TPE: &str = "hyperband+tpe";
 const HB_TPE_CONT: &str = "hyperband+tpe+continuation";
 const HB_TPE_PRUNE: &str = "hyperband+tpe+continuation+prune";
-const STRATEGIES: [&str; 9] = [
+/// `kind: tpe` with in-run pruning: every trial at max budget, stopped at
+/// a ladder budget where its reading is not in the top 1/eta of the
+/// readings there so far.
+const TPE_PRUNE: &str = "tpe+prune";
+const STRATEGIES: [&str; 10] = [
     "grid",
     "random",
     "hyperband",
@@ -883,6 +926,7 @@ const STRATEGIES: [&str; 9] = [
     HB_TPE_CONT,
     HB_TPE_PRUNE,
     "tpe",
+    TPE_PRUNE,
 ];
 
 struct SeedRuns {

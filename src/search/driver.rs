@@ -33,6 +33,16 @@
 //! stopped and reported as [`Outcome::Failed`] (never ranked, never
 //! promoted).
 //!
+//! **Readings** ([`Search::with_readings`]). A search whose jobs all run
+//! at one budget (TPE) has no results at smaller budgets to stop a job
+//! against; with a ladder of budgets, the readings each job reported on
+//! its way (pruned or not) become those results, taken in with the job's
+//! result on the virtual clock, and each job gets one of Hyperband's
+//! brackets over the ladder (the budget it may first be stopped at), as
+//! Optuna's TPE sampler with its Hyperband pruner does. The launcher does
+//! not offer it yet (`fidelity.prune` is `hyperband` only); the search
+//! bench measures it (`tpe+prune`).
+//!
 //! **Resume.** A relaunch replays the search from the start: each job whose
 //! trial the ledger already holds gets its recorded result at once, so the
 //! replay hands out the same jobs and runs only those not finished.
@@ -592,6 +602,13 @@ pub struct Search {
     seen: BTreeMap<u64, Vec<f64>>,
     /// The prune rule of each job handed out (empty without pruning).
     rules: Vec<PruneRule>,
+    /// With [`Search::with_readings`]: the budgets a job's own readings
+    /// are ranked at (increasing), and each job's readings as reported.
+    ladder: Vec<f64>,
+    readings: Vec<Vec<(f64, f64)>>,
+    /// With readings, how many jobs each bracket has (bracket `b` is first
+    /// stopped at ladder budget `b`; the last, never).
+    bracket_jobs: Vec<u64>,
 }
 
 /// A job's length on the virtual clock: the budget it adds (its budget,
@@ -624,6 +641,9 @@ impl Search {
             prune: None,
             seen: BTreeMap::new(),
             rules: Vec::new(),
+            ladder: Vec::new(),
+            readings: Vec::new(),
+            bracket_jobs: Vec::new(),
         }
     }
 
@@ -641,6 +661,86 @@ impl Search {
         self
     }
 
+    /// Rank the readings a job reports while it runs
+    /// ([`Search::report_readings`]) at the budgets of `ladder` below the
+    /// job's own, for the [`PruneRule`]s of later jobs: the in-run pruning
+    /// of a search whose jobs all run at one budget (`kind: tpe`), as
+    /// Optuna's successive-halving pruner does. A job's reading counts at
+    /// the largest ladder budget at or below the budget it was read at (its
+    /// first such reading only). With [`Search::with_pruning`].
+    pub fn with_readings(mut self, ladder: &[f64]) -> Search {
+        let mut ladder: Vec<f64> = ladder
+            .iter()
+            .copied()
+            .filter(|b| b.is_finite() && *b > 0.0)
+            .collect();
+        ladder.sort_by(f64::total_cmp);
+        ladder.dedup();
+        self.bracket_jobs = vec![0; ladder.len() + 1];
+        self.ladder = ladder;
+        self
+    }
+
+    /// The bracket of the next job: Hyperband's brackets over the ladder,
+    /// as Optuna's Hyperband pruner has them. Bracket `b` is first checked
+    /// at ladder budget `b` (it has `s = rungs - b` halvings below the
+    /// job's budget; the last never stops a job) and gets Hyperband's
+    /// share of the jobs, `ceil((rungs + 1) / (s + 1) * eta^s)`; jobs go to
+    /// the bracket furthest below its share (ties: the more aggressive),
+    /// so the assignment is a function of the job's number alone. One
+    /// bracket that stops at every budget would lose for good the configs a
+    /// proxy misjudges at small budgets.
+    fn next_bracket(&mut self, eta: u32) -> usize {
+        let rungs = self.ladder.len();
+        let share: Vec<f64> = (0..=rungs)
+            .map(|b| {
+                let s = (rungs - b) as i32;
+                ((rungs as f64 + 1.0) / (f64::from(s) + 1.0) * f64::from(eta.max(2)).powi(s)).ceil()
+            })
+            .collect();
+        let total: f64 = share.iter().sum();
+        let jobs = self.bracket_jobs.iter().sum::<u64>() as f64 + 1.0;
+        let deficit = |b: usize| share[b] * jobs / total - self.bracket_jobs[b] as f64;
+        let pick = (0..=rungs)
+            .max_by(|&a, &b| deficit(a).total_cmp(&deficit(b)).then(b.cmp(&a)))
+            .unwrap_or(0);
+        self.bracket_jobs[pick] += 1;
+        pick
+    }
+
+    /// The readings (budget, value) job `index` reported while it ran, in
+    /// the order it wrote them; taken in with its result, on the virtual
+    /// clock. Without [`Search::with_readings`] they are not used.
+    pub fn report_readings(&mut self, index: usize, readings: &[(f64, f64)]) -> Result<(), String> {
+        let slot = self
+            .readings
+            .get_mut(index)
+            .ok_or_else(|| format!("job {index} was never handed out"))?;
+        *slot = readings.to_vec();
+        Ok(())
+    }
+
+    /// Job `index`'s readings at the ladder's budgets below its own: the
+    /// first reading at or past each ladder budget and before the next.
+    fn ladder_readings(&self, index: usize, budget: f64) -> Vec<(f64, f64)> {
+        let mut out: Vec<(f64, f64)> = Vec::new();
+        let Some(readings) = self.readings.get(index) else {
+            return out;
+        };
+        for &(b, v) in readings {
+            if !b.is_finite() || !v.is_finite() || b >= budget {
+                continue;
+            }
+            let Some(&at) = self.ladder.iter().rev().find(|r| **r <= b) else {
+                continue;
+            };
+            if at < budget && !out.iter().any(|(r, _)| *r == at) {
+                out.push((at, v));
+            }
+        }
+        out
+    }
+
     /// The prune rule of job `index` (empty when pruning is off or nothing
     /// was seen at a smaller budget when it started).
     pub fn prune_rule(&self, index: usize) -> PruneRule {
@@ -648,8 +748,8 @@ impl Search {
     }
 
     /// The rule for a job starting now: what the engine has seen below its
-    /// budget.
-    fn rule_for(&self, job: &Job) -> PruneRule {
+    /// budget, from budget `from` on.
+    fn rule_for(&self, job: &Job, from: f64) -> PruneRule {
         let Some((eta, better)) = self.prune else {
             return PruneRule::default();
         };
@@ -657,6 +757,7 @@ impl Search {
             .seen
             .iter()
             .map(|(bits, values)| (f64::from_bits(*bits), values.clone()))
+            .filter(|(b, _)| *b >= from)
             .collect();
         PruneRule::new(eta, better, job.budget, levels)
     }
@@ -684,10 +785,20 @@ impl Search {
                 } else {
                     None
                 };
-                let rule = self.rule_for(&job);
+                // With readings, a job is stopped from its bracket's first
+                // ladder budget on.
+                let mut stops_from = 0.0;
+                if let Some((eta, _)) = self.prune
+                    && !self.ladder.is_empty()
+                {
+                    let bracket = self.next_bracket(eta);
+                    stops_from = self.ladder.get(bracket).copied().unwrap_or(f64::INFINITY);
+                }
+                let rule = self.rule_for(&job, stops_from);
                 self.issued.push(job);
                 self.results.push(None);
                 self.rules.push(rule);
+                self.readings.push(Vec::new());
                 self.running
                     .push((self.now + duration(&job, from, self.fixed_cost), index));
                 return Ok(Step::Run(index, job));
@@ -718,6 +829,12 @@ impl Search {
                 && self.prune.is_some()
             {
                 self.seen.entry(job.budget.to_bits()).or_default().push(v);
+            }
+            if self.prune.is_some() && !self.ladder.is_empty() {
+                // What it read on its way, pruned or not.
+                for (at, v) in self.ladder_readings(index, job.budget) {
+                    self.seen.entry(at.to_bits()).or_default().push(v);
+                }
             }
             self.running.swap_remove(at);
             self.now = end;
@@ -1210,6 +1327,116 @@ mod tests {
         let mut s = hyperband(7, 4);
         drive_search(&mut s, 4, 1);
         assert!((0..s.issued()).all(|i| s.prune_rule(i).is_empty()));
+    }
+
+    /// A TPE search whose jobs (all at 27) report readings at 1, 3 and 9
+    /// and stop where their rule says (reported as failed, as the launcher
+    /// reports a pruned trial), driven with `slots` workers and results in
+    /// an order scrambled by `shuffle`. Per job: its rule, and the budget
+    /// it was stopped at.
+    fn drive_readings(slots: usize, shuffle: u64) -> Vec<(PruneRule, Option<f64>)> {
+        let mut s = tpe(3, slots)
+            .with_pruning(3, Better::Higher)
+            .with_readings(&[9.0, 1.0, 3.0]);
+        let mut rng = ChaCha8Rng::seed_from_u64(shuffle);
+        let mut running: Vec<(usize, Job)> = Vec::new();
+        let mut stopped: BTreeMap<usize, Option<f64>> = BTreeMap::new();
+        for _ in 0..10_000 {
+            while running.len() < slots {
+                match s.step().unwrap() {
+                    Step::Run(i, job) => running.push((i, job)),
+                    Step::Wait => break,
+                    Step::Done => {
+                        return (0..s.issued())
+                            .map(|i| (s.prune_rule(i), stopped[&i]))
+                            .collect();
+                    }
+                }
+            }
+            let (i, job) = running.swap_remove(rng.random_range(0..running.len()));
+            // A reading a little off the value at 27, worse for odd configs
+            // at small budgets (a proxy that misleads there).
+            let rule = s.prune_rule(i);
+            let mut readings = Vec::new();
+            let mut at = None;
+            for b in [1.0, 3.0, 9.0] {
+                let v = value(job.config, b) - if job.config % 2 == 1 { 9.0 / b } else { 0.0 };
+                readings.push((b, v));
+                if rule.prunes(b, v).is_some() {
+                    at = Some(b);
+                    break;
+                }
+            }
+            s.report_readings(i, &readings).unwrap();
+            let outcome = match at {
+                Some(_) => Outcome::Failed,
+                None => Outcome::Value(value(job.config, job.budget)),
+            };
+            stopped.insert(i, at);
+            s.report(i, outcome).unwrap();
+        }
+        panic!("the search did not end");
+    }
+
+    #[test]
+    fn readings_prune_jobs_of_one_budget_by_bracket() {
+        let jobs = drive_readings(1, 1);
+        assert_eq!(jobs.len(), 40);
+        // Each job's bracket is the smallest budget its rule may stop it at
+        // (none: the last bracket, never stopped).
+        let first = |r: &PruneRule| r.levels.first().map(|(b, _)| *b);
+        let mut per_bracket: BTreeMap<u64, usize> = BTreeMap::new();
+        for (rule, at) in &jobs {
+            assert_eq!(rule.until, 27.0);
+            let from = first(rule);
+            // Levels are the readings at the ladder's budgets, from the
+            // bracket's first on.
+            assert!(
+                rule.levels
+                    .iter()
+                    .all(|(b, _)| [1.0, 3.0, 9.0].contains(b) && from.is_some_and(|f| *b >= f)),
+                "{rule:?}"
+            );
+            if let Some(at) = at {
+                assert!(from.is_some_and(|f| *at >= f), "{rule:?} stopped at {at}");
+            }
+            *per_bracket
+                .entry(from.map_or(u64::MAX, |b| b as u64))
+                .or_default() += 1;
+        }
+        assert!(
+            jobs.iter().any(|(_, at)| at.is_some()),
+            "nothing was pruned"
+        );
+        assert!(
+            jobs.iter().filter(|(_, at)| at.is_none()).count() >= 8,
+            "most jobs were pruned: {jobs:?}"
+        );
+        // Hyperband's shares over 3 rungs: 27, 12, 6 and 4 of 49. The
+        // first jobs find no readings yet (no levels): counted apart.
+        let levels_known: usize = per_bracket
+            .iter()
+            .filter(|(b, _)| **b != u64::MAX)
+            .map(|(_, n)| n)
+            .sum();
+        assert!(levels_known >= 25, "{per_bracket:?}");
+        assert!(
+            per_bracket.get(&1).copied().unwrap_or(0) >= 15,
+            "{per_bracket:?}"
+        );
+        assert!(
+            per_bracket.get(&9).copied().unwrap_or(0) >= 3,
+            "{per_bracket:?}"
+        );
+    }
+
+    #[test]
+    fn readings_prune_the_same_whatever_order_results_arrive_in() {
+        let first = drive_readings(4, 1);
+        assert!(first.iter().any(|(_, at)| at.is_some()));
+        for shuffle in 2..5 {
+            assert_eq!(drive_readings(4, shuffle), first, "shuffle {shuffle}");
+        }
     }
 
     #[test]

@@ -125,9 +125,24 @@ pub fn said(outcome: &LaunchOutcome) -> Option<String> {
     })
 }
 
-/// What a launch says as it goes, on stderr; `study_file`: the study as
-/// given, for the command that shows the evidence.
-fn narrator(study_file: String) -> Narrator {
+/// The command that shows a launch's evidence, ready to paste into a shell:
+/// `tunectl report <study>`, with `--ledger <url>` when `ledger` is given.
+fn report_command(study: &std::path::Path, ledger: Option<&str>) -> String {
+    use crate::shell_quote::quote_word;
+    let mut cmd = format!(
+        "tunectl report {}",
+        quote_word(&study.display().to_string())
+    );
+    if let Some(url) = ledger {
+        cmd.push_str(" --ledger ");
+        cmd.push_str(&quote_word(url));
+    }
+    cmd
+}
+
+/// What a launch says as it goes, on stderr; `report`: the command that
+/// shows the evidence.
+fn narrator(report: String) -> Narrator {
     Arc::new(move |n: &LaunchNote<'_>| match n {
         LaunchNote::Launching { study_id, ledger } => {
             note!("launching study {study_id} · ledger {ledger}");
@@ -176,9 +191,8 @@ fn narrator(study_file: String) -> Narrator {
         }
         LaunchNote::Finished { summary } => {
             note!(
-                "{} · `tunectl report {}` shows the evidence",
+                "{} · `{report}` shows the evidence",
                 progress::summary_line(summary),
-                study_file
             );
         }
     })
@@ -201,7 +215,7 @@ async fn launch(a: &LaunchArgs, end: &mut LaunchEnd) -> Result<LaunchOutcome, Cl
     end.notify = a.notify.clone().or_else(|| inv.notify.clone());
     end.name = study.id().to_string();
     end.study_id = study.id().to_string();
-    end.report = format!("tunectl report {}", a.study.display());
+    end.report = report_command(&a.study, None);
     for name in &a.hosts {
         if inv.host(name).is_none() {
             let known: Vec<&str> = inv.hosts.iter().map(|h| h.name.as_str()).collect();
@@ -219,6 +233,11 @@ async fn launch(a: &LaunchArgs, end: &mut LaunchEnd) -> Result<LaunchOutcome, Cl
     let url = ledger_url(a.ledger.as_deref(), Some(&study), Some(&inv));
     let ledger = Ledger::open(&url).map_err(failed)?;
     end.ledger = ledger.url().to_string();
+    // `report` reads the flag (or TUNECTL_LEDGER) and the study's own
+    // ledger, never the inventory's: the command names the ledger unless
+    // the study file alone leads `report` to it.
+    let named = a.ledger.is_some() || (study.ledger.is_none() && inv.ledger.is_some());
+    end.report = report_command(&a.study, named.then(|| ledger.url()));
     // An unreachable or unreadable store stops the launch before any trial.
     ledger.check_reachable().await.map_err(failed)?;
     // The study this file means: its name, or the fork of its spec that a
@@ -307,7 +326,7 @@ async fn launch(a: &LaunchArgs, end: &mut LaunchEnd) -> Result<LaunchOutcome, Cl
             plan: plans,
         },
         progress: progress_mode,
-        narrator: narrator(a.study.display().to_string()),
+        narrator: narrator(end.report.clone()),
     }
     .run(|| {
         make_hosts().map_err(|e| match e {

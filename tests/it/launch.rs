@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use serde_json::Value as Json;
 
 use crate::support;
-use crate::support::env::Env;
+use crate::support::env::{Env, Out};
 use crate::support::{is_hex, process_gone, ran, ran_to_the_end, wait_for};
 
 /// The main study of the FAKE trial program (tests/it/support/fake.rs): 5
@@ -1516,6 +1516,87 @@ fn the_notify_command_gets_the_outcome_and_never_changes_the_exit_status() {
             .contains("measurement.repeats: 3 → 4"),
         "{doc}"
     );
+}
+
+/// The command a launch ends on (`... · \`tunectl report ...\` shows the
+/// evidence`) runs as pasted into a shell: with `--ledger` when the launch
+/// was given its ledger (the flag, or the inventory's, which `report`
+/// never reads), without it when the study file names its ledger.
+#[test]
+fn the_report_command_a_launch_names_runs_as_pasted() {
+    let env = Env::new(STUDY);
+    let hint = regex::Regex::new(r"`(tunectl report [^`]*)` shows the evidence").expect("regex");
+    let named = |out: &Out| -> String {
+        hint.captures(&out.stderr)
+            .map(|c| c[1].to_string())
+            .unwrap_or_else(|| panic!("no report command:\n{}", out.text()))
+    };
+    // As pasted, `tunectl` being the binary under test.
+    let paste = |cmd: &str| {
+        let bin = format!("'{}'", env!("CARGO_BIN_EXE_tunectl"));
+        let mut sh = env.command("sh");
+        sh.arg("-c").arg(cmd.replacen("tunectl", &bin, 1));
+        env.run(sh)
+    };
+    let shows_the_winner = |out: &Out, what: &str| {
+        assert_eq!(out.code, Some(0), "{what}: {}", out.text());
+        assert!(out.stdout.contains("mode=fast"), "{what}: {}", out.text());
+    };
+
+    // `--ledger`.
+    let out = env.launch(&["--progress", "plain"]);
+    assert!(ran_to_the_end(out.code, &out.stderr), "{}", out.text());
+    let cmd = named(&out);
+    assert!(cmd.contains(" --ledger "), "{cmd}");
+    shows_the_winner(&paste(&cmd), "--ledger");
+    // The bare command would not find it (the default ledger is ./ledgers).
+    let bare = format!("tunectl report {}", env.study_arg());
+    assert_ne!(paste(&bare).code, Some(0), "{bare}");
+
+    // The inventory's ledger.
+    let inv = env.write(
+        "inventory.yaml",
+        &format!(
+            "ledger: {}\nhosts:\n  - {{name: box, transport: local}}\n",
+            env.ledger_url()
+        ),
+    );
+    let mut launch = env.tunectl();
+    launch
+        .args([
+            "launch",
+            &env.study_arg(),
+            "--progress",
+            "plain",
+            "--inventory",
+        ])
+        .arg(&inv)
+        .arg("--workdir")
+        .arg(env.work());
+    let out = env.run(launch);
+    assert!(ran_to_the_end(out.code, &out.stderr), "{}", out.text());
+    let cmd = named(&out);
+    assert!(cmd.contains(" --ledger "), "{cmd}");
+    shows_the_winner(&paste(&cmd), "the inventory's ledger");
+
+    // The study file's own ledger: `report` finds it alone.
+    let text = std::fs::read_to_string(env.study()).expect("study");
+    env.write_study(&format!("ledger: {}\n{text}", env.ledger_url()));
+    let mut launch = env.tunectl();
+    launch
+        .args([
+            "launch",
+            &env.study_arg(),
+            "--progress",
+            "plain",
+            "--workdir",
+        ])
+        .arg(env.work());
+    let out = env.run(launch);
+    assert!(ran_to_the_end(out.code, &out.stderr), "{}", out.text());
+    let cmd = named(&out);
+    assert_eq!(cmd, format!("tunectl report {}", env.study_arg()));
+    shows_the_winner(&paste(&cmd), "the study's ledger");
 }
 
 #[test]

@@ -42,6 +42,23 @@ pub fn exact6(x: f64) -> String {
     exact(format!("{x:.5e}").parse().unwrap_or(x))
 }
 
+/// A count with its noun, singular for one: `count(1, "trial", "trials")`
+/// is `1 trial`, `count(3, ...)` is `3 trials`.
+pub fn count(n: impl Into<u64>, one: &str, many: &str) -> String {
+    let n = n.into();
+    format!("{n} {}", if n == 1 { one } else { many })
+}
+
+#[cfg(test)]
+mod count_tests {
+    #[test]
+    fn one_is_singular_and_every_other_count_plural() {
+        assert_eq!(super::count(1u64, "trial", "trials"), "1 trial");
+        assert_eq!(super::count(0u64, "trial", "trials"), "0 trials");
+        assert_eq!(super::count(2u64, "cell", "cells"), "2 cells");
+    }
+}
+
 /// Seconds as people read them, to the second (`1h 2m 5s`; negative: `0s`).
 pub fn duration(secs: f64) -> String {
     let secs = if secs.is_finite() { secs.max(0.0) } else { 0.0 };

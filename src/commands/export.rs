@@ -113,10 +113,10 @@ pub async fn run(a: ExportArgs) -> Result<(), CliError> {
             .count();
         let keeping = class.buckets.len() - won - pending;
         note!(
-            "{} · {}: {} buckets ({won} with a winner, {keeping} keeping the baseline, {pending} pending)",
+            "{} · {}: {} ({won} with a winner, {keeping} keeping the baseline, {pending} pending)",
             class.host_class,
             class.label,
-            class.buckets.len(),
+            crate::fmt::count(class.buckets.len() as u64, "bucket", "buckets"),
         );
         written.push(WrittenFile {
             path: path.display().to_string(),

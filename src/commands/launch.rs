@@ -115,7 +115,10 @@ pub fn said(outcome: &LaunchOutcome) -> Option<String> {
                 drafts.len(),
                 if drafts.len() == 1 { "draft" } else { "drafts" },
                 if *dropped_cells > 0 {
-                    format!(", {dropped_cells} cells dropped after drift")
+                    format!(
+                        ", {} dropped after drift",
+                        crate::fmt::count(*dropped_cells as u64, "cell", "cells")
+                    )
                 } else {
                     String::new()
                 },
@@ -621,7 +624,7 @@ mod tests {
         );
         assert_eq!(
             text(&all[7].0),
-            "the launch finished, but not every bucket is a VERDICT (1 draft, 1 cells dropped after drift); what export writes for them is not final:\n  c · b: no candidate has been measured yet"
+            "the launch finished, but not every bucket is a VERDICT (1 draft, 1 cell dropped after drift); what export writes for them is not final:\n  c · b: no candidate has been measured yet"
         );
     }
 

@@ -906,7 +906,11 @@ fn render_plan(v: &PlanView) -> String {
             }
         }
     }
-    let _ = writeln!(o, "\ntotal: {} trials", v.total_trials);
+    let _ = writeln!(
+        o,
+        "\ntotal: {}",
+        crate::fmt::count(v.total_trials as u64, "trial", "trials")
+    );
     for n in &v.notes {
         let _ = writeln!(o, "note: {n}");
     }

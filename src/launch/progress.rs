@@ -158,8 +158,8 @@ pub fn summary_line(s: &LaunchSummary) -> String {
         ));
     }
     format!(
-        "ran {} trials ({} ok, {} failed{}{}), {} lost, {} already in the ledger, {} skipped{}",
-        s.ran,
+        "ran {} ({} ok, {} failed{}{}), {} lost, {} already in the ledger, {} skipped{}",
+        crate::fmt::count(s.ran, "trial", "trials"),
         s.ok,
         s.failed,
         if s.pruned > 0 {

@@ -237,7 +237,7 @@ fn cell_table(a: &Analysis, cell: &CellReport, all: bool, width: usize) -> (Tabl
         let mut row = vec![role.to_string(), r.label.clone()];
         row.push(match r.summary {
             Some(s) => summary_cell(&s, min_samples),
-            None => format!("— ({} trials)", r.trials),
+            None => format!("— ({})", super::render::trials(r.trials)),
         });
         for m in &a.metrics {
             row.push(

@@ -1518,6 +1518,33 @@ fn the_notify_command_gets_the_outcome_and_never_changes_the_exit_status() {
     );
 }
 
+/// One trial is `1 trial`, in the plan's total and the launch's summary.
+#[test]
+fn one_trial_is_said_in_the_singular() {
+    let env = Env::new(
+        &STUDY
+            .replace(
+                "gate: {outputs: [out.txt]}\n",
+                "gate: {outputs: [out.txt]}\nbudget: {max_trials: 1}\n",
+            )
+            .replace("n: [1, 2]", "n: [1]")
+            .replace("repeats: 3", "repeats: 1")
+            .replace("warmup: 1", "warmup: 0"),
+    );
+    let mut plan = env.tunectl();
+    plan.args(["plan", &env.study_arg(), "--dry-run", "--ledger"])
+        .arg(env.ledger());
+    let out = env.run(plan);
+    assert_eq!(out.code, Some(0), "{}", out.text());
+    assert!(out.stdout.contains("\ntotal: 1 trial\n"), "{}", out.text());
+    let out = env.launch(&["--progress", "plain"]);
+    assert!(
+        out.stderr.contains("ran 1 trial (1 ok, 0 failed"),
+        "{}",
+        out.text()
+    );
+}
+
 /// The command a launch ends on (`... · \`tunectl report ...\` shows the
 /// evidence`) runs as pasted into a shell: with `--ledger` when the launch
 /// was given its ledger (the flag, or the inventory's, which `report`

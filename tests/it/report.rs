@@ -265,7 +265,7 @@ fn next_levers_in_table_markdown_and_json() {
     assert!(tail.contains("(n=6 pairs)"), "{tail}");
     assert!(
         tail.contains(
-            "- block=16384 ships in n ∈ [1, 2) and n ∈ [2, 4), the largest value of block's range"
+            "- block=16384 ships in n ∈ [1, 2) and n ∈ [2, 4), the largest value of the range of block"
         ),
         "{tail}"
     );

@@ -46,10 +46,15 @@ pub(super) fn value_cell(r: &ConfigReport, unit: &str) -> String {
     }
 }
 
+/// `1 trial`, `3 trials`.
+pub(super) fn trials(n: usize) -> String {
+    crate::fmt::count(n as u64, "trial", "trials")
+}
+
 pub(super) fn n_cell(r: &ConfigReport) -> String {
     match r.summary {
-        Some(s) => format!("{} ({} trials)", s.n, r.trials),
-        None => format!("0 ({} trials)", r.trials),
+        Some(s) => format!("{} ({})", s.n, trials(r.trials)),
+        None => format!("0 ({})", trials(r.trials)),
     }
 }
 
@@ -573,7 +578,7 @@ pub fn next_lines(a: &Analysis, next: &NextSteps) -> Vec<String> {
         };
         let (which, then) = if of_range {
             (
-                format!("the {side} value of {knob}'s range"),
+                format!("the {side} value of the range of {knob}"),
                 format!("a {more} one might do better: widen the range"),
             )
         } else {

@@ -117,7 +117,7 @@ pub fn said(outcome: &LaunchOutcome) -> Option<String> {
                 if *dropped_cells > 0 {
                     format!(
                         ", {} dropped after drift",
-                        crate::fmt::count(*dropped_cells as u64, "cell", "cells")
+                        crate::fmt::count(*dropped_cells, "cell", "cells")
                     )
                 } else {
                     String::new()

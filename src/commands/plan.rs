@@ -909,7 +909,7 @@ fn render_plan(v: &PlanView) -> String {
     let _ = writeln!(
         o,
         "\ntotal: {}",
-        crate::fmt::count(v.total_trials as u64, "trial", "trials")
+        crate::fmt::count(v.total_trials, "trial", "trials")
     );
     for n in &v.notes {
         let _ = writeln!(o, "note: {n}");

@@ -199,6 +199,28 @@ pub fn changed_text(name: &str, changes: &[String], forks: &[String]) -> String 
     text
 }
 
+/// What to say after "study `x` is not in the ledger `url`" when `url` is a
+/// local folder that is itself one study's folder inside a ledger (it holds
+/// a `study.json`, as `ledgers/quickstart` does): the ledger is its parent.
+pub fn ledger_hint(url: &str) -> String {
+    let path = std::path::Path::new(url);
+    let is_study_folder =
+        std::fs::symlink_metadata(path.join("study.json")).is_ok_and(|m| m.is_file());
+    match path.parent().filter(|_| is_study_folder) {
+        Some(parent) => {
+            let parent = match parent.as_os_str().is_empty() {
+                true => ".".to_string(),
+                false => parent.display().to_string(),
+            };
+            format!(
+                " (`{url}` is the folder of one study inside a ledger, not a ledger: the ledger is `{parent}`, `--ledger {}`)",
+                crate::shell_quote::quote_word(&parent)
+            )
+        }
+        None => String::new(),
+    }
+}
+
 /// Whether an analysis is for showing or for shipping: `export` refuses a
 /// study file whose spec was never launched rather than write another
 /// spec's tuned values for it.
@@ -224,9 +246,15 @@ pub async fn load_analysis(
         )));
     };
     let not_there = |id: &str| {
+        let hint = ledger_hint(&url);
         CliError::Failed(format!(
-            "study `{id}` is not in the ledger `{}`; run `tunectl launch` first",
-            ledger.url()
+            "study `{id}` is not in the ledger `{}`{}",
+            ledger.url(),
+            if hint.is_empty() {
+                "; run `tunectl launch` first"
+            } else {
+                &hint
+            }
         ))
     };
     let record = match open_study(&ledger, study_arg, &name, study.as_ref(), true).await? {

@@ -326,8 +326,9 @@ pub async fn run(a: StatusArgs) -> Result<(), CliError> {
     ledger.check_reachable().await.map_err(failed)?;
     let not_there = |id: &str| {
         CliError::Failed(format!(
-            "study `{id}` is not in the ledger `{}`",
-            ledger.url()
+            "study `{id}` is not in the ledger `{}`{}",
+            ledger.url(),
+            super::inputs::ledger_hint(&url)
         ))
     };
     // A study file means the study it resolves to (its name, or the fork

@@ -1518,6 +1518,35 @@ fn the_notify_command_gets_the_outcome_and_never_changes_the_exit_status() {
     );
 }
 
+/// A study's folder given as the ledger (`--ledger ledgers/quickstart`, the
+/// folder the README names) is said to be one, with the ledger to give.
+#[test]
+fn a_study_folder_given_as_the_ledger_names_the_ledger() {
+    let env = Env::new(STUDY);
+    let out = env.launch(&[]);
+    assert!(ran_to_the_end(out.code, &out.stderr), "{}", out.text());
+    let folder = env.ledger().join("fake");
+    assert!(folder.join("study.json").is_file());
+    let folder_arg = folder.display().to_string();
+    let ledger_arg = env.ledger().display().to_string();
+    for command in ["report", "status"] {
+        let mut cmd = env.tunectl();
+        cmd.args([command, &env.study_arg(), "--ledger", &folder_arg]);
+        let out = env.run(cmd);
+        assert_eq!(out.code, Some(1), "{command}: {}", out.text());
+        assert!(
+            out.stderr.contains(&format!(
+                "`{folder_arg}` is the folder of one study inside a ledger, not a ledger: the ledger is `{ledger_arg}`, `--ledger {ledger_arg}`"
+            )),
+            "{command}: {}",
+            out.text()
+        );
+        let mut cmd = env.tunectl();
+        cmd.args([command, &env.study_arg(), "--ledger", &ledger_arg]);
+        assert_eq!(env.run(cmd).code, Some(0), "{command} with the ledger");
+    }
+}
+
 /// One trial is `1 trial`, in the plan's total and the launch's summary.
 #[test]
 fn one_trial_is_said_in_the_singular() {

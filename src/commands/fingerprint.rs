@@ -21,7 +21,7 @@ pub struct FingerprintArgs {
     /// Same as `--format json`.
     #[arg(long, conflicts_with = "format")]
     pub json: bool,
-    /// Probe every host of this inventory (local, ssh) instead of this
+    /// Probe every host of this inventory (local, ssh, Slurm) instead of this
     /// machine, and group them into host classes.
     #[arg(long, short)]
     pub inventory: Option<std::path::PathBuf>,

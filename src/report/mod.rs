@@ -19,6 +19,9 @@ use render::{render_csv, render_markdown, render_measurements};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Format {
+    /// The terminal report, for people (`text`, as the other commands call
+    /// it, is the same).
+    #[value(alias = "text")]
     Table,
     Markdown,
     Json,
@@ -28,7 +31,7 @@ pub enum Format {
     /// run's.
     Measurements,
     /// One self-contained HTML page: what ships, charts and the evidence
-    /// tables (see `report::html`).
+    /// tables; it loads nothing from the network.
     Html,
 }
 

@@ -86,6 +86,39 @@ fn every_command_help_shows_examples_and_exit_codes() {
     }
 }
 
+/// Help names no internal path (`report::html`), and every command that
+/// prints for people takes `--format text` (`report` calls it `table`).
+#[test]
+fn help_names_no_internal_path_and_text_is_a_format_everywhere() {
+    let mut root = Cli::command();
+    let mut paths = Vec::new();
+    runnable(&root, Vec::new(), &mut paths);
+    let path = regex::Regex::new(r"\b[a-z_]+::[a-z_]+").expect("regex");
+    for p in &paths {
+        let mut cmd = &mut root;
+        for name in p {
+            cmd = cmd.find_subcommand_mut(name).expect("subcommand");
+        }
+        let help = cmd.render_long_help().to_string();
+        assert!(
+            !path.is_match(&help),
+            "`tunectl {}` help names an internal path:\n{help}",
+            p.join(" ")
+        );
+        if let Some(format) = cmd.get_arguments().find(|a| a.get_id() == "format") {
+            let takes_text = format
+                .get_possible_values()
+                .iter()
+                .any(|v| v.matches("text", false));
+            assert!(
+                takes_text,
+                "`tunectl {} --format text` is refused",
+                p.join(" ")
+            );
+        }
+    }
+}
+
 #[test]
 fn quiet_and_verbose_are_global_flags() {
     let cmd = Cli::command();

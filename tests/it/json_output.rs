@@ -185,6 +185,30 @@ fn report_as_json() {
         doc["classes"][0]["buckets"][0]["level"].is_string(),
         "{doc}"
     );
+    // Every field the document has, at the top, per class, per cell, per
+    // bucket and per config, is in docs/json.md's section.
+    let docs = docs_json_md();
+    let section = docs
+        .split("\n## ")
+        .find(|s| s.starts_with("`tunectl.report/2`"))
+        .expect("docs/json.md: tunectl.report/2");
+    let class = &doc["classes"][0];
+    for (what, object) in [
+        ("top", &doc),
+        ("class", class),
+        ("cell", &class["cells"][0]),
+        ("bucket", &class["buckets"][0]),
+        ("config", &class["cells"][0]["baseline"]),
+        ("next", &class["next"]),
+        ("knob effect", &class["next"]["effects"][0]),
+    ] {
+        for key in object.as_object().expect("an object").keys() {
+            assert!(
+                section.contains(&format!("`{key}`")),
+                "docs/json.md's tunectl.report/2 does not name the {what} field `{key}`"
+            );
+        }
+    }
 }
 
 #[test]

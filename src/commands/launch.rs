@@ -249,6 +249,14 @@ async fn launch(a: &LaunchArgs, end: &mut LaunchEnd) -> Result<LaunchOutcome, Cl
     let study_id = match resolve(&ledger, &study).await? {
         Resolved::Launched { record, fork } => {
             resolution_notes(&file, &study, &record, fork, true);
+            let running = study.frozen().running_changes_from(&record.spec);
+            if !running.is_empty() {
+                note!(
+                    "note: running `{}` with {file}'s {}, changed since it was launched (not a new study: it does not change what a measurement means); what ran before stays as recorded, a trial that timed out included (`--fork` measures them all again)",
+                    record.study_id,
+                    running.join("; ")
+                );
+            }
             record.study_id
         }
         Resolved::New => study.id().to_string(),

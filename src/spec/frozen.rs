@@ -30,6 +30,13 @@ pub const JUDGING: [&str; 4] = [
     "gate.tolerance.atol",
 ];
 
+/// Settings that say how a trial is run, not what a successful measurement
+/// means, as key paths into the frozen spec: a change neither starts a new
+/// study nor re-judges one. A launch runs with the file's value; what
+/// ran under the stored one stays as recorded (a trial that timed out
+/// under a shorter `trial.timeout` stays timed out).
+pub const RUNNING: [&str; 1] = ["trial.timeout"];
+
 /// A frozen spec: its JSON as stored and the sections read from it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct FrozenSpec {
@@ -280,6 +287,14 @@ impl FrozenSpec {
         d
     }
 
+    /// How the [`RUNNING`] settings of `self` differ from `old`'s, as key
+    /// paths with old → new values.
+    pub fn running_changes_from(&self, old: &FrozenSpec) -> Vec<String> {
+        let mut out = Vec::new();
+        diff(&running(&old.json), &running(&self.json), "", &mut out);
+        out
+    }
+
     /// Whether `self` and `other` mean the same measurements (their judging
     /// settings may differ).
     pub fn measures_as(&self, other: &FrozenSpec) -> bool {
@@ -320,12 +335,15 @@ impl FrozenSpec {
     }
 }
 
-/// The frozen JSON without the judging settings.
+/// The frozen JSON without the judging and the [`RUNNING`] settings.
 fn measured(json: &serde_json::Value) -> serde_json::Value {
     let mut v = json.clone();
     if let Some(obj) = v.as_object_mut() {
         obj.remove("selection");
         obj.remove("buckets");
+        if let Some(trial) = obj.get_mut("trial").and_then(|t| t.as_object_mut()) {
+            trial.remove("timeout");
+        }
         if let Some(t) = obj
             .get_mut("gate")
             .and_then(|g| g.get_mut("tolerance"))
@@ -336,6 +354,14 @@ fn measured(json: &serde_json::Value) -> serde_json::Value {
         }
     }
     v
+}
+
+/// Only the [`RUNNING`] settings of the frozen JSON (those it has).
+fn running(json: &serde_json::Value) -> serde_json::Value {
+    match json.get("trial").and_then(|t| t.get("timeout")) {
+        Some(t) => serde_json::json!({ "trial": { "timeout": t } }),
+        None => serde_json::json!({}),
+    }
 }
 
 /// Only the judging settings of the frozen JSON (those it has).

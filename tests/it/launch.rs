@@ -1547,6 +1547,48 @@ fn a_study_folder_given_as_the_ledger_names_the_ledger() {
     }
 }
 
+/// A new `trial.timeout` is no new study (it does not change what a
+/// successful measurement means): the relaunch is not refused, runs
+/// nothing again, and says what changed; `plan` sees the same study. A
+/// change of what is measured is still refused.
+#[test]
+fn a_changed_timeout_keeps_the_study() {
+    let env = Env::new(STUDY);
+    let out = env.launch(&[]);
+    assert!(ran_to_the_end(out.code, &out.stderr), "{}", out.text());
+    env.write_study(&STUDY.replace("timeout: 20s", "timeout: 45s"));
+    let out = env.launch(&["--progress", "plain"]);
+    assert!(ran_to_the_end(out.code, &out.stderr), "{}", out.text());
+    assert!(
+        out.stderr.contains("note: running `fake` with ")
+            && out.stderr.contains("trial.timeout: ")
+            && out
+                .stderr
+                .contains("changed since it was launched (not a new study"),
+        "{}",
+        out.text()
+    );
+    assert_eq!(out.ran(), 0, "{}", out.text());
+    let mut plan = env.tunectl();
+    plan.args(["plan", &env.study_arg(), "--dry-run", "--ledger"])
+        .arg(env.ledger());
+    let out = env.run(plan);
+    assert_eq!(out.code, Some(0), "{}", out.text());
+    // What is measured still makes another study.
+    env.write_study(
+        &STUDY
+            .replace("timeout: 20s", "timeout: 45s")
+            .replace("repeats: 3", "repeats: 4"),
+    );
+    let out = env.launch(&[]);
+    assert_eq!(out.code, Some(2), "{}", out.text());
+    assert!(
+        out.stderr.contains("measurement.repeats: 3 → 4") && !out.stderr.contains("trial.timeout"),
+        "{}",
+        out.text()
+    );
+}
+
 /// One trial is `1 trial`, in the plan's total and the launch's summary.
 #[test]
 fn one_trial_is_said_in_the_singular() {

@@ -663,7 +663,8 @@ impl Transport for LocalTransport {
             }
             let mut env = spec.env.clone();
             env.push(("TUNECTL_PHASE".into(), phase.as_str().into()));
-            let log_files = spec.keep_logs.then(|| {
+            // Kept directories hold what the runs printed too.
+            let log_files = (spec.keep_logs || self.keep_workdirs).then(|| {
                 (
                     dir.join(".tunectl-stdout.log"),
                     dir.join(".tunectl-stderr.log"),

@@ -1589,6 +1589,57 @@ fn a_changed_timeout_keeps_the_study() {
     );
 }
 
+/// `--keep-workdirs` keeps what a successful trial wrote, and what its
+/// runs printed (a kept directory was empty of it).
+#[test]
+fn kept_workdirs_hold_what_the_runs_printed() {
+    let env = Env::new(&STUDY.replace(
+        "command: \"sh {{ study_dir }}",
+        "command: \"echo printed-{{ mode }} && sh {{ study_dir }}",
+    ));
+    let out = env.launch(&["--keep-workdirs"]);
+    assert!(ran_to_the_end(out.code, &out.stderr), "{}", out.text());
+    let mut logs = Vec::new();
+    let mut stack = vec![env.work()];
+    while let Some(dir) = stack.pop() {
+        for entry in std::fs::read_dir(&dir).expect("read work dir") {
+            let path = entry.expect("entry").path();
+            if path.is_dir() {
+                stack.push(path);
+            } else if path.file_name().is_some_and(|n| n == ".tunectl-stdout.log") {
+                logs.push(path);
+            }
+        }
+    }
+    // Every trial that ran (the crash's too) has its directory and logs.
+    assert_eq!(logs.len(), RUN_TRIALS, "{logs:?}");
+    let mut measured = 0;
+    for log in &logs {
+        let text = std::fs::read_to_string(log).expect("stdout log");
+        // A section per run (a warm-up, where one ran, and the counted
+        // run; the crash config fails in its warm-up at each of the 2
+        // cells), each with what the run printed.
+        assert!(
+            text.starts_with("== tunectl: "),
+            "{}: {text}",
+            log.display()
+        );
+        assert!(
+            text.contains(" run ==\nprinted-"),
+            "{}: {text}",
+            log.display()
+        );
+        measured += usize::from(text.contains("== tunectl: measure run ==\nprinted-"));
+        let dir = log.parent().expect("dir");
+        assert!(
+            dir.join(".tunectl-stderr.log").is_file(),
+            "{}",
+            dir.display()
+        );
+    }
+    assert_eq!(measured, RUN_TRIALS - 2);
+}
+
 /// One trial is `1 trial`, in the plan's total and the launch's summary.
 #[test]
 fn one_trial_is_said_in_the_singular() {

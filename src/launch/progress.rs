@@ -108,7 +108,9 @@ impl Bar {
                 },
             )
             .progress_chars("=> ");
-        let bar = ProgressBar::with_draw_target(Some(0), target);
+        // No length until the plan says how many trials: a length of 0
+        // draws a full bar.
+        let bar = ProgressBar::with_draw_target(None, target);
         bar.set_style(style);
         Bar { bar, beyond_plan }
     }
@@ -117,7 +119,9 @@ impl Bar {
         let beyond = c.running > 0 || c.confirm_trials < c.confirm_queued;
         self.beyond_plan
             .store(plan_over(c) && beyond, Ordering::Relaxed);
-        self.bar.set_length(c.planned);
+        if c.planned > 0 {
+            self.bar.set_length(c.planned);
+        }
         self.bar.set_position(c.planned_over());
         self.bar.set_message(counts_line(c));
     }
@@ -809,6 +813,20 @@ mod tests {
         fn flush(&self) -> std::io::Result<()> {
             Ok(())
         }
+    }
+
+    #[test]
+    fn before_the_plan_the_bar_is_empty_not_full() {
+        let screen = Screen::new(80);
+        let b = Bar::new(ProgressDrawTarget::term_like(Box::new(screen.clone())));
+        b.show(&LaunchSummary::default());
+        b.bar.tick();
+        let line = screen.last_line();
+        assert!(
+            line.starts_with("ETA ? [                    ] 0/"),
+            "{line:?}"
+        );
+        assert!(!line.contains('='), "{line:?}");
     }
 
     #[test]

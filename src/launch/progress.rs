@@ -127,6 +127,33 @@ impl Bar {
     }
 }
 
+/// `--progress plain`'s line, every 10 s: the plan's trials over, an ETA
+/// and the counts, and the time since the launch started.
+fn plain_line(c: &LaunchSummary, elapsed: Duration) -> String {
+    format!(
+        "progress: {}/{} trials · {} · {} ({}s)",
+        c.planned_over(),
+        c.planned,
+        plain_eta(c, elapsed),
+        counts_line(c),
+        elapsed.as_secs()
+    )
+}
+
+/// The trials of the plan left at the rate the ended ones took (those
+/// skipped or found done took no time): `ETA ?` before one has ended, and
+/// once the plan is over while anchors or a confirmation round still run.
+fn plain_eta(c: &LaunchSummary, elapsed: Duration) -> String {
+    let over = c.planned_over();
+    let left = c.planned.saturating_sub(over);
+    let ended = c.planned_ended.saturating_sub(c.voided);
+    if ended == 0 || left == 0 {
+        return "ETA ?".to_string();
+    }
+    let eta = elapsed.mul_f64(left as f64 / ended as f64);
+    format!("ETA {}", crate::fmt::duration(eta.as_secs_f64()))
+}
+
 /// The launch's closing line: what ran (confirmation rounds and anchors
 /// among it), what was found done or skipped, and what drift cost.
 pub fn summary_line(s: &LaunchSummary) -> String {
@@ -608,7 +635,6 @@ pub async fn report(mode: ProgressMode, mut rx: mpsc::UnboundedReceiver<LaunchEv
     };
     let mut c = LaunchSummary::default();
     let started = Instant::now();
-    let mut last_line = Instant::now();
     let period = Duration::from_secs(10);
     let mut tick = tokio::time::interval(period);
     tick.tick().await;
@@ -626,15 +652,8 @@ pub async fn report(mode: ProgressMode, mut rx: mpsc::UnboundedReceiver<LaunchEv
                 }
             }
             _ = tick.tick() => {
-                if mode == ProgressMode::Plain && last_line.elapsed() >= period {
-                    eprintln!(
-                        "progress: {}/{} trials · {} ({}s)",
-                        c.planned_over(),
-                        c.planned,
-                        counts_line(&c),
-                        started.elapsed().as_secs()
-                    );
-                    last_line = Instant::now();
+                if mode == ProgressMode::Plain {
+                    eprintln!("{}", plain_line(&c, started.elapsed()));
                 }
             }
         }
@@ -813,6 +832,31 @@ mod tests {
         fn flush(&self) -> std::io::Result<()> {
             Ok(())
         }
+    }
+
+    #[test]
+    fn a_plain_line_has_an_eta_from_the_trials_that_ran() {
+        let mut c = LaunchSummary {
+            planned: 100,
+            ..Default::default()
+        };
+        let line = plain_line(&c, Duration::from_secs(10));
+        assert!(
+            line.starts_with("progress: 0/100 trials · ETA ? · "),
+            "{line}"
+        );
+        // 20 ran in 40 s, 30 were found done: 50 left at 2 s each.
+        c.planned_ended = 20;
+        c.planned_found_done = 30;
+        let line = plain_line(&c, Duration::from_secs(40));
+        assert!(
+            line.starts_with("progress: 50/100 trials · ETA 1m 40s · "),
+            "{line}"
+        );
+        assert!(line.ends_with(" (40s)"), "{line}");
+        // The plan is over: nothing to estimate.
+        c.planned_ended = 70;
+        assert!(plain_line(&c, Duration::from_secs(90)).contains(" · ETA ? · "));
     }
 
     #[test]

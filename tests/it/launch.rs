@@ -1710,40 +1710,26 @@ fn the_report_command_a_launch_names_runs_as_pasted() {
             env.ledger_url()
         ),
     );
-    let mut launch = env.tunectl();
-    launch
-        .args([
-            "launch",
-            &env.study_arg(),
-            "--progress",
-            "plain",
-            "--inventory",
-        ])
-        .arg(&inv)
-        .arg("--workdir")
-        .arg(env.work());
-    let out = env.run(launch);
-    assert!(ran_to_the_end(out.code, &out.stderr), "{}", out.text());
-    let cmd = named(&out);
+    // A launch without `--ledger` (the harness's launch gives one).
+    let launch_with = |extra: &[&std::ffi::OsStr]| {
+        let mut launch = env.tunectl();
+        launch
+            .args(["launch", &env.study_arg(), "--progress", "plain"])
+            .args(extra)
+            .arg("--workdir")
+            .arg(env.work());
+        let out = env.run(launch);
+        assert!(ran_to_the_end(out.code, &out.stderr), "{}", out.text());
+        named(&out)
+    };
+    let cmd = launch_with(&["--inventory".as_ref(), inv.as_os_str()]);
     assert!(cmd.contains(" --ledger "), "{cmd}");
     shows_the_winner(&paste(&cmd), "the inventory's ledger");
 
     // The study file's own ledger: `report` finds it alone.
     let text = std::fs::read_to_string(env.study()).expect("study");
     env.write_study(&format!("ledger: {}\n{text}", env.ledger_url()));
-    let mut launch = env.tunectl();
-    launch
-        .args([
-            "launch",
-            &env.study_arg(),
-            "--progress",
-            "plain",
-            "--workdir",
-        ])
-        .arg(env.work());
-    let out = env.run(launch);
-    assert!(ran_to_the_end(out.code, &out.stderr), "{}", out.text());
-    let cmd = named(&out);
+    let cmd = launch_with(&[]);
     assert_eq!(cmd, format!("tunectl report {}", env.study_arg()));
     shows_the_winner(&paste(&cmd), "the study's ledger");
 }

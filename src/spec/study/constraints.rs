@@ -21,6 +21,11 @@ pub struct Constraint {
     pub line: usize,
 }
 
+/// The longest constraint a study may hold. A constraint is one condition
+/// over a few knobs; past this only a generated or damaged file gets, and
+/// parsing one (25 KB of unary minuses) takes seconds.
+pub const MAX_CONSTRAINT_BYTES: usize = 4 * 1024;
+
 pub(super) fn parse_constraints(
     w: &mut Walker,
     node: &Node,
@@ -38,6 +43,17 @@ pub(super) fn parse_constraints(
         let Some(expr) = w.string(item, &field) else {
             continue;
         };
+        if expr.len() > MAX_CONSTRAINT_BYTES {
+            w.error_at(
+                item,
+                &field,
+                format!(
+                    "the constraint is {} bytes long; at most {MAX_CONSTRAINT_BYTES} are accepted",
+                    expr.len()
+                ),
+            );
+            continue;
+        }
         match template::expression_variables(&expr) {
             Err(e) => w.error_at(item, &field, format!("invalid constraint `{expr}`: {e}")),
             Ok(vars) => {

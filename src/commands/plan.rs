@@ -998,10 +998,17 @@ fn render_search_plan(o: &mut String, sp: &crate::plan::SearchPlan, repeats: u32
             "  continuation: a promoted rung continues its config's previous rung from a checkpoint kept on its host and in the ledger; the virtual clock charges it only the budget it adds, the counts and costs above every rung in full"
         );
     }
-    if sp.prune {
+    if sp.prune && sp.read_at.is_empty() {
         let _ = writeln!(
             o,
             "  pruning: a rung whose progress ranks where ASHA would not promote it is stopped and recorded as pruned"
+        );
+    } else if sp.prune {
+        let at: Vec<String> = sp.read_at.iter().map(|b| fmt_b(*b)).collect();
+        let _ = writeln!(
+            o,
+            "  pruning: a run's progress is read at {}{unit}; one that ranks where successive halving would not keep it there (against the readings there of the runs the search had seen when it started; while those are fewer than eta - 1, below their best) is stopped and recorded as pruned. Runs are checked from the first, second, ... of those budgets, or never, in Hyperband's shares. The counts and costs above take every run in full",
+            at.join(", ")
         );
     }
 }

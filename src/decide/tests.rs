@@ -147,6 +147,7 @@ fn attempt(
         lost_reason: None,
         resumed_from: None,
         pruned: None,
+        readings: Vec::new(),
         stderr_tail: String::new(),
     }
 }

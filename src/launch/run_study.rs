@@ -646,6 +646,7 @@ impl<'a> Launch<'a> {
                     key: setup.key_of(class, unit),
                     warm,
                     prune: s.prune_rule(class, unit),
+                    reads: s.reading_ladder(class, unit),
                 }
             }) else {
                 return;
@@ -785,6 +786,7 @@ impl<'a> Launch<'a> {
                 budget: setup.objective_budget,
                 warm: false,
                 prune: None,
+                reads: Vec::new(),
             }
         })?;
         let TrialResult::Done(ran) = self.runner.run(host, job).await else {

@@ -64,6 +64,10 @@ pub struct TrialJob {
     /// When to stop this rung early from its progress file
     /// (`fidelity.prune`); `None` for every other trial.
     pub prune: Option<PruneRule>,
+    /// The budgets at which its progress is kept in its record
+    /// (`AttemptRecord::readings`: a rung of a `kind: tpe` search with
+    /// `fidelity.prune`); empty for every other trial.
+    pub reads: Vec<f64>,
 }
 
 /// The trial time a launch may spend (`budget.max_trial_time`), shared by
@@ -690,7 +694,8 @@ impl<'a> Runner<'a> {
                 }
             }
         };
-        let pruned: Mutex<Option<PrunedAt>> = Mutex::new(None);
+        // Where the watch stopped it, and the progress file it read then.
+        let pruned: Mutex<Option<(PrunedAt, Vec<u8>)>> = Mutex::new(None);
         let watch = async {
             let Some((rule, path)) = watched else {
                 return std::future::pending::<()>().await;
@@ -711,22 +716,31 @@ impl<'a> Runner<'a> {
         renewed_to(held, Some(renewed.load(Ordering::SeqCst)));
         // Stopped by its prune rule (not by Ctrl-C or a lost lease first),
         // or, having ended on its own, its progress says it would have been
-        // (read back from any host).
+        // (read back from any host). Its readings are the lines up to
+        // where it stopped, whichever way it was read.
         let stopped = pruned
             .lock()
             .ok()
             .and_then(|mut p| p.take())
             .filter(|_| outcome.cancelled());
-        let pruned = stopped.or_else(|| {
-            let rule = job.prune.as_ref()?;
-            if outcome.ended != Ended::Ran {
-                return None;
+        let (pruned, readings) = match stopped {
+            Some((at, bytes)) => {
+                let readings = progress(job.prune.as_ref(), &bytes).1;
+                (Some(at), readings)
             }
-            match outcome.result_files.get(PROGRESS_FILE)? {
-                Ok(bytes) => first_prune(rule, bytes),
-                Err(_) => None,
+            None => match outcome.result_files.get(PROGRESS_FILE) {
+                Some(Ok(bytes)) if outcome.ended == Ended::Ran => {
+                    progress(job.prune.as_ref(), bytes)
+                }
+                _ => (None, Vec::new()),
+            },
+        };
+        let readings = match job.budget {
+            Some(until) if !job.reads.is_empty() => {
+                crate::search::ladder_readings(&job.reads, &readings, until)
             }
-        });
+            _ => Vec::new(),
+        };
         let finished_at = chrono::Utc::now();
         if self.spend.add(outcome.elapsed) {
             self.events.emit(LaunchEvent::BudgetSpent {
@@ -809,6 +823,7 @@ impl<'a> Runner<'a> {
                 .map(|why| scrub(why.to_string())),
             resumed_from: checkpoint.as_ref().and_then(|c| c.resume_from),
             pruned,
+            readings,
         };
         // Once the ledger has failed, an attempt that was already running
         // gets one try: it is worth no more waiting.
@@ -923,9 +938,9 @@ const MAX_PROGRESS_BYTES: u64 = 4 * 1024 * 1024;
 const PROGRESS_POLL: Duration = Duration::from_millis(100);
 
 /// Read a running trial's progress file (`budget value` lines, appended)
-/// until a line makes `rule` stop it: returns where. A file that is not a
-/// regular one is never read.
-async fn watch_progress(rule: &PruneRule, path: &std::path::Path) -> Option<PrunedAt> {
+/// until a line makes `rule` stop it: returns where, and the file as read
+/// then. A file that is not a regular one is never read.
+async fn watch_progress(rule: &PruneRule, path: &std::path::Path) -> Option<(PrunedAt, Vec<u8>)> {
     loop {
         tokio::time::sleep(PROGRESS_POLL).await;
         let regular = tokio::fs::symlink_metadata(path)
@@ -944,29 +959,36 @@ async fn watch_progress(rule: &PruneRule, path: &std::path::Path) -> Option<Prun
         let Ok(Ok(bytes)) = read else {
             continue;
         };
-        if let Some(at) = first_prune(rule, &bytes) {
-            return Some(at);
+        if let (Some(at), _) = progress(Some(rule), &bytes) {
+            return Some((at, bytes));
         }
     }
 }
 
-/// The first complete line of a progress file that makes `rule` stop the
-/// trial. Lines that are not two numbers, and a last line without its
-/// newline (still being written), are passed over. The same lines give the
-/// same answer whether read while the trial runs or after it ended, so
-/// whether a rung is pruned depends on what it reported, not on when the
+/// A progress file's complete lines, up to the first that makes `rule`
+/// stop the trial: where it stops (if a line does), and the (budget,
+/// value) of those lines, the stopping one included. Lines that are not
+/// two numbers, and a last line without its newline (still being
+/// written), are passed over. The same lines give the same answer whether
+/// read while the trial runs or after it ended, so whether a rung is
+/// pruned, and what it read, depends on what it reported, not on when the
 /// file was read.
-fn first_prune(rule: &PruneRule, bytes: &[u8]) -> Option<PrunedAt> {
+fn progress(rule: Option<&PruneRule>, bytes: &[u8]) -> (Option<PrunedAt>, Vec<(f64, f64)>) {
     let text = String::from_utf8_lossy(bytes);
     let complete = text.rfind('\n').map_or("", |end| &text[..end]);
-    complete.lines().find_map(|line| {
-        let (budget, value) = progress_line(line)?;
-        rule.prunes(budget, value).map(|rung_budget| PrunedAt {
-            rung_budget,
-            budget,
-            value,
-        })
-    })
+    let mut read = Vec::new();
+    for (budget, value) in complete.lines().filter_map(progress_line) {
+        read.push((budget, value));
+        if let Some(rung_budget) = rule.and_then(|r| r.prunes(budget, value)) {
+            let at = PrunedAt {
+                rung_budget,
+                budget,
+                value,
+            };
+            return (Some(at), read);
+        }
+    }
+    (None, read)
 }
 
 /// `budget value`: two finite numbers separated by white space.
@@ -1001,23 +1023,29 @@ mod tests {
             9.0,
             vec![(1.0, vec![10.0, 20.0, 30.0, 40.0, 50.0])],
         );
+        let stop = |bytes: &[u8]| progress(Some(&rule), bytes).0;
         // Below every rung budget, malformed or not numbers: passed over.
         let file = b"0.5 1\nnot a line\n2 x\n1 2 3\n2 inf\n";
-        assert_eq!(first_prune(&rule, file), None);
-        // Second best at 1, then fifth at 2: stopped there.
+        assert_eq!(progress(Some(&rule), file), (None, vec![(0.5, 1.0)]));
+        // Second best at 1, then fifth at 2: stopped there, and what it
+        // read is the lines up to that one.
         let file = b"1 45\n2 35\n3 60\n";
+        let at = PrunedAt {
+            rung_budget: 1.0,
+            budget: 2.0,
+            value: 35.0,
+        };
         assert_eq!(
-            first_prune(&rule, file),
-            Some(PrunedAt {
-                rung_budget: 1.0,
-                budget: 2.0,
-                value: 35.0
-            })
+            progress(Some(&rule), file),
+            (Some(at), vec![(1.0, 45.0), (2.0, 35.0)])
         );
+        // Without a rule every line is read.
+        assert_eq!(progress(None, file).1.len(), 3);
         // A last line without its newline is still being written.
-        assert_eq!(first_prune(&rule, b"1 45\n2 35"), None);
+        assert_eq!(stop(b"1 45\n2 35"), None);
+        assert_eq!(progress(None, b"1 45\n2 35").1, vec![(1.0, 45.0)]);
         // At the job's own budget a value is its result.
-        assert_eq!(first_prune(&rule, b"9 0\n"), None);
-        assert_eq!(first_prune(&rule, b"\xff\xfe\n"), None);
+        assert_eq!(stop(b"9 0\n"), None);
+        assert_eq!(stop(b"\xff\xfe\n"), None);
     }
 }

@@ -97,6 +97,9 @@ struct Row(
     Option<u32>,          // s digest
     u32,                  // v outputs
     Option<u32>,          // v output_values (NaN and infinities as strings)
+    // readings (budget, value) of a `kind: tpe` rung; absent in an index
+    // written before rungs had readings (it holds none).
+    #[serde(default)] Vec<(f64, f64)>,
 );
 
 /// An index file, decoded (see [`decode`]): its attempts are turned into
@@ -263,7 +266,8 @@ struct OutputValues(#[serde(with = "super::records::values_serde")] BTreeMap<Str
 
 /// Drop what no scan reads: the rendered command, the output tails, the
 /// lost reason, where a rung resumed from and where it was pruned, the
-/// start and finish times (read the attempt object for those).
+/// start and finish times (read the attempt object for those). A rung's
+/// readings stay: a relaunch replays its search from them.
 pub fn slim(mut r: AttemptRecord) -> AttemptRecord {
     r.command = String::new();
     r.stdout_tail = String::new();
@@ -406,6 +410,7 @@ pub fn encode(study: &str, c: &View) -> Result<Vec<u8>, String> {
             r.digest.as_deref().map(|d| t.s(d)),
             outputs,
             output_values,
+            r.readings.clone(),
         ));
     }
     let file = FileOut {
@@ -524,6 +529,7 @@ fn convert(
             digest,
             outputs,
             output_values,
+            readings,
         ) = row;
         if !name_ok(&trial_key) || !name_ok(&attempt_id) {
             return Err(format!("attempt {i} has no usable trial key or attempt id"));
@@ -603,6 +609,7 @@ fn convert(
             lost_reason: None,
             resumed_from: None,
             pruned: None,
+            readings,
         })
     }
 }
@@ -709,6 +716,9 @@ mod tests {
             r.output_values
                 .insert("v.json".into(), vec![1.5, f64::NAN, f64::INFINITY]);
         }
+        if i == 3 {
+            r.readings = vec![(81.0, 0.5), (243.0, 0.25)];
+        }
         r
     }
 
@@ -747,6 +757,14 @@ mod tests {
             let b = serde_json::to_value(b).expect("b");
             assert_eq!(a, b);
         }
+        // An index written before rows had readings: rows one shorter.
+        let mut v: serde_json::Value = serde_json::from_slice(&bytes).expect("json");
+        for row in v["attempts"].as_array_mut().expect("rows") {
+            row.as_array_mut().expect("row").pop();
+        }
+        let old = decode("s", v.to_string().as_bytes()).expect("an older index");
+        assert_eq!(old.records.len(), 4);
+        assert!(old.records.iter().all(|r| r.readings.is_empty()));
     }
 
     #[test]

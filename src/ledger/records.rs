@@ -350,6 +350,13 @@ pub struct AttemptRecord {
     /// Where a `pruned` attempt was stopped.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pruned: Option<PrunedAt>,
+    /// What a rung of a `kind: tpe` search with `fidelity.prune` read on
+    /// its way, as (budget, proxy value) pairs: the first progress line at
+    /// or past each rung budget below its own, up to the line it was
+    /// pruned on. Later rungs are stopped against them, so a relaunch
+    /// replays them from here. Empty (and left out) for every other trial.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub readings: Vec<(f64, f64)>,
 }
 
 /// The intermediate value a rung trial was pruned on.

@@ -134,6 +134,11 @@ pub struct SearchPlan {
     /// `fidelity.prune`: rungs may be stopped early from their progress.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub prune: bool,
+    /// `kind: tpe` with `fidelity.prune`: the budgets (as trials receive
+    /// them) at which each run is read on its way and may be stopped:
+    /// the rung budgets of Hyperband's brackets below `max_budget`.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub read_at: Vec<f64>,
 }
 
 impl SearchPlan {
@@ -220,6 +225,21 @@ impl SearchPlan {
             }
             (None, None) => return Err("hyperband needs a `fidelity:` section".to_string()),
         }
+        let read_at: Vec<f64> = match (count, f.filter(|f| f.prune)) {
+            (Some(_), Some(f)) => {
+                let mut ladder: Vec<f64> =
+                    crate::search::Brackets::new(f.min_budget, f.max_budget, f.eta)?
+                        .brackets()
+                        .iter()
+                        .flat_map(|b| b.rungs.iter().map(|r| f.trial_budget(r.budget)))
+                        .filter(|b| *b < f.trial_budget(f.max_budget))
+                        .collect();
+                ladder.sort_by(f64::total_cmp);
+                ladder.dedup();
+                ladder
+            }
+            _ => Vec::new(),
+        };
         let objective_trials = (1 + u64::from(finalists)) * repeats;
         let grid_trials = (1 + candidates) * repeats;
         let fixed_cost = f.map_or(0.0, |f| f.fixed_cost);
@@ -253,6 +273,7 @@ impl SearchPlan {
             search_runs,
             continuation: f.is_some_and(|f| f.continuation),
             prune: f.is_some_and(|f| f.prune),
+            read_at,
         }))
     }
 

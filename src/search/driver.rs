@@ -39,9 +39,11 @@
 //! its way (pruned or not) become those results, taken in with the job's
 //! result on the virtual clock, and each job gets one of Hyperband's
 //! brackets over the ladder (the budget it may first be stopped at), as
-//! Optuna's TPE sampler with its Hyperband pruner does. The launcher does
-//! not offer it yet (`fidelity.prune` is `hyperband` only); the search
-//! bench measures it (`tpe+prune`).
+//! Optuna's TPE sampler with its Hyperband pruner does, and a job is kept
+//! only when it is the best so far where too few readings are there to
+//! take a top `1 / eta` ([`PruneRule::keep_only_the_best_at_first`]).
+//! `kind: tpe` with `fidelity.prune` in the launcher; the search bench
+//! measures it (`tpe+prune`).
 //!
 //! **Resume.** A relaunch replays the search from the start: each job whose
 //! trial the ledger already holds gets its recorded result at once, so the
@@ -55,6 +57,7 @@ use rand_chacha::ChaCha8Rng;
 
 use super::hyperband::{Asha, Brackets, Job, Outcome, Scored};
 use super::proposer::{ModelProposer, Proposal};
+use super::prune::{PruneRule, ladder_readings};
 use super::tpe::Tpe;
 use crate::spec::Better;
 
@@ -497,77 +500,6 @@ impl Engine {
     }
 }
 
-/// When a running job is stopped early (`fidelity.prune`): the results the
-/// engine had seen, per budget smaller than the job's, when it started.
-#[derive(Debug, Clone, PartialEq, Default)]
-pub struct PruneRule {
-    /// `eta`: a config goes on from a budget when it ranks in the top
-    /// `floor(n / eta)` of the `n` results there (itself included).
-    eta: u32,
-    /// Budget and the values seen there, budgets increasing.
-    levels: Vec<(f64, Vec<f64>)>,
-    better: Option<Better>,
-    /// The job's own budget: a value reached there is its result, ranked
-    /// at its own rung, never a reason to stop it.
-    until: f64,
-}
-
-impl PruneRule {
-    /// A rule for a job at budget `until` from the values seen at smaller
-    /// budgets (`levels`: budget and values, in any order).
-    pub fn new(eta: u32, better: Better, until: f64, levels: Vec<(f64, Vec<f64>)>) -> PruneRule {
-        let mut levels: Vec<(f64, Vec<f64>)> = levels
-            .into_iter()
-            .filter(|(b, values)| *b < until && !values.is_empty())
-            .collect();
-        levels.sort_by(|a, b| a.0.total_cmp(&b.0));
-        PruneRule {
-            eta,
-            levels,
-            better: Some(better),
-            until,
-        }
-    }
-
-    /// The same rule with every budget passed through `f` (to the units
-    /// the trial reports in, e.g. rounded budgets).
-    pub fn map_budgets(mut self, f: impl Fn(f64) -> f64) -> PruneRule {
-        for level in &mut self.levels {
-            level.0 = f(level.0);
-        }
-        self.until = f(self.until);
-        self
-    }
-
-    /// Whether a value `value` reached at `budget` means the job stops:
-    /// the budget of the rung it falls short at, or `None` to go on. ASHA's
-    /// own rule: with `n` results at that rung, the job's value (tied
-    /// values rank it first) must be in the top `floor((n + 1) / eta)`;
-    /// when that is 0 there is too little evidence to stop anything. A
-    /// value at or past the job's own budget never stops it.
-    pub fn prunes(&self, budget: f64, value: f64) -> Option<f64> {
-        let better = self.better?;
-        if !value.is_finite() || budget.is_nan() || budget >= self.until {
-            return None;
-        }
-        let (at, seen) = self.levels.iter().rev().find(|(b, _)| *b <= budget)?;
-        let ahead = seen
-            .iter()
-            .filter(|v| match better {
-                Better::Higher => **v > value,
-                Better::Lower => **v < value,
-            })
-            .count();
-        let keep = (seen.len() + 1) / self.eta.max(2) as usize;
-        (keep > 0 && ahead >= keep).then_some(*at)
-    }
-
-    /// Whether this rule can ever stop a job.
-    pub fn is_empty(&self) -> bool {
-        self.levels.is_empty() || self.better.is_none()
-    }
-}
-
 /// What the scheduler does next for a search.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Step {
@@ -720,25 +652,18 @@ impl Search {
         Ok(())
     }
 
-    /// Job `index`'s readings at the ladder's budgets below its own: the
-    /// first reading at or past each ladder budget and before the next.
+    /// Job `index`'s readings at the ladder's budgets below its own.
     fn ladder_readings(&self, index: usize, budget: f64) -> Vec<(f64, f64)> {
-        let mut out: Vec<(f64, f64)> = Vec::new();
-        let Some(readings) = self.readings.get(index) else {
-            return out;
-        };
-        for &(b, v) in readings {
-            if !b.is_finite() || !v.is_finite() || b >= budget {
-                continue;
-            }
-            let Some(&at) = self.ladder.iter().rev().find(|r| **r <= b) else {
-                continue;
-            };
-            if at < budget && !out.iter().any(|(r, _)| *r == at) {
-                out.push((at, v));
-            }
-        }
-        out
+        self.readings
+            .get(index)
+            .map(|r| ladder_readings(&self.ladder, r, budget))
+            .unwrap_or_default()
+    }
+
+    /// The budgets a job's readings are taken at ([`Search::with_readings`];
+    /// empty without).
+    pub fn ladder(&self) -> &[f64] {
+        &self.ladder
     }
 
     /// The prune rule of job `index` (empty when pruning is off or nothing
@@ -759,7 +684,14 @@ impl Search {
             .map(|(bits, values)| (f64::from_bits(*bits), values.clone()))
             .filter(|(b, _)| *b >= from)
             .collect();
-        PruneRule::new(eta, better, job.budget, levels)
+        let rule = PruneRule::new(eta, better, job.budget, levels);
+        // Jobs read on their way (`with_readings`) follow Optuna's pruner
+        // for its first trials too.
+        if self.ladder.is_empty() {
+            rule
+        } else {
+            rule.keep_only_the_best_at_first()
+        }
     }
 
     /// Count `fixed` budget units for every job besides its budget on the
@@ -1270,45 +1202,6 @@ mod tests {
         assert!(top < all, "{top} {all}");
         // One worker decides in hand-out order either way: same search.
         assert_eq!((cjobs, cfinalists), (jobs, finalists));
-    }
-
-    #[test]
-    fn a_prune_rule_stops_what_asha_would_not_promote() {
-        let rule = PruneRule {
-            eta: 3,
-            levels: vec![
-                (1.0, vec![10.0, 20.0, 30.0, 40.0, 50.0, 60.0]),
-                (3.0, vec![5.0]),
-            ],
-            better: Some(Better::Higher),
-            until: 9.0,
-        };
-        // 6 results at budget 1 and the job's: the top floor(7/3) = 2 go
-        // on. 55 is second, 45 third.
-        assert_eq!(rule.prunes(2.0, 55.0), None);
-        assert_eq!(rule.prunes(2.0, 45.0), Some(1.0));
-        // A tie ranks the job first.
-        assert_eq!(rule.prunes(1.0, 50.0), None);
-        // Below every budget seen: nothing to hold it against.
-        assert_eq!(rule.prunes(0.5, 0.0), None);
-        // One result at budget 3: floor(2/3) = 0, too little to stop on.
-        assert_eq!(rule.prunes(3.0, 0.0), None);
-        assert_eq!(rule.prunes(2.0, f64::NAN), None);
-        // At (or past) its own budget a value is the job's result.
-        assert_eq!(rule.prunes(9.0, 0.0), None);
-        let lower = PruneRule {
-            better: Some(Better::Lower),
-            ..rule.clone()
-        };
-        assert_eq!(lower.prunes(1.0, 15.0), None);
-        assert_eq!(lower.prunes(1.0, 25.0), Some(1.0));
-        // Budgets as the trial sees them.
-        let mapped = rule.map_budgets(|b| b * 10.0);
-        assert_eq!(mapped.prunes(2.0, 0.0), None);
-        assert_eq!(mapped.prunes(29.0, 0.0), Some(10.0));
-        assert_eq!(mapped.prunes(89.0, 0.0), None);
-        assert_eq!(mapped.prunes(10.0, 45.0), Some(10.0));
-        assert!(PruneRule::default().is_empty());
     }
 
     #[test]

@@ -16,19 +16,23 @@
 //!   them uniform.
 //! - [`driver`]: [`Search`], one search as the scheduler drives it, with
 //!   decisions that do not depend on the order results arrive in.
+//! - [`prune`]: [`PruneRule`], when a running job is stopped early from
+//!   its readings (`fidelity.prune`).
 //! - [`shard`]: [`Shard`], `--shard i/n`, a deterministic split of an
 //!   ordered candidate list into contiguous ranges.
 
 pub mod driver;
 pub mod hyperband;
 pub mod proposer;
+pub mod prune;
 pub mod shard;
 pub mod tpe;
 
-pub use driver::{Engine, HyperbandEngine, PruneRule, Search, Source, Step, TpeEngine};
+pub use driver::{Engine, HyperbandEngine, Search, Source, Step, TpeEngine};
 pub use hyperband::{
     Asha, Bracket, Brackets, Job, Outcome, Rung, RungStatus, Scored, round_budget,
 };
 pub use proposer::{ModelProposer, Proposal};
+pub use prune::{PruneRule, ladder_readings};
 pub use shard::Shard;
 pub use tpe::{KnobDomain, Tpe, TpeOptions};

@@ -17,10 +17,32 @@ use crate::support::slurm::{Cluster, NodeSpec};
 use crate::support::sshd::{Fleet, HostSpec};
 use crate::support::{ledger_files, ran_to_the_end};
 
-/// The CKPT trial, `ckpt-trial.sh` in the study directory. Knobs a, b, c
-/// (ints 0..4); budget `B` = `$TUNECTL_BUDGET` (27 when empty); throughput
-/// `1000 - 10 × ((a-3)² + (b-1)² + (c-2)²)`, plus `((7a + 3b + c) mod 5) ×
-/// 60 / B` below 27 (the search profile of tests/it/support/fake.rs).
+/// What the CKPT and TPE trials start with: knobs, budget, and `tp_at K`,
+/// the throughput at budget K.
+const TRIAL_PRELUDE: &str = r#"#!/bin/sh
+set -eu
+here=$(dirname "$0")
+a=$TUNECTL_KNOB_A
+b=$TUNECTL_KNOB_B
+c=$TUNECTL_KNOB_C
+B=${TUNECTL_BUDGET:-27}
+tp_at() {
+    t=$((1000 - 10 * ((a - 3) * (a - 3) + (b - 1) * (b - 1) + (c - 2) * (c - 2))))
+    if [ "$1" -lt 27 ]; then t=$((t + ((7 * a + 3 * b + c) % 5) * 60 / $1)); fi
+    echo "$t"
+}
+"#;
+
+/// [`TRIAL_PRELUDE`] and the rest of a trial.
+fn trial_script(rest: &str) -> String {
+    format!("{TRIAL_PRELUDE}{rest}")
+}
+
+/// The CKPT trial, `ckpt-trial.sh` in the study directory ([`TRIAL_PRELUDE`]
+/// and this). Knobs a, b, c (ints 0..4); budget `B` = `$TUNECTL_BUDGET`
+/// (27 when empty); throughput `1000 - 10 × ((a-3)² + (b-1)² + (c-2)²)`,
+/// plus `((7a + 3b + c) mod 5) × 60 / B` below 27 (the search profile of
+/// tests/it/support/fake.rs).
 ///
 /// A rung (`$TUNECTL_ROLE` rung) starts from `F` =
 /// `$TUNECTL_RESUME_FROM_BUDGET` (0 when unset) and:
@@ -41,20 +63,8 @@ use crate::support::{ledger_files, ran_to_the_end};
 /// - writes `B` to `at` and `$TUNECTL_KNOBS` to `knobs` in the directory.
 ///
 /// Every run writes `out.txt` (the same for every config) and the result.
-const CKPT_TRIAL: &str = r#"#!/bin/sh
-set -eu
-here=$(dirname "$0")
-a=$TUNECTL_KNOB_A
-b=$TUNECTL_KNOB_B
-c=$TUNECTL_KNOB_C
-B=${TUNECTL_BUDGET:-27}
-role=${TUNECTL_ROLE:-sweep}
+const CKPT_TRIAL: &str = r#"role=${TUNECTL_ROLE:-sweep}
 phase=${TUNECTL_PHASE:-measure}
-tp_at() {
-    t=$((1000 - 10 * ((a - 3) * (a - 3) + (b - 1) * (b - 1) + (c - 2) * (c - 2))))
-    if [ "$1" -lt 27 ]; then t=$((t + ((7 * a + 3 * b + c) % 5) * 60 / $1)); fi
-    echo "$t"
-}
 if [ "$role" = rung ]; then
     ck=${TUNECTL_CHECKPOINT_DIR:?no checkpoint directory}
     from=${TUNECTL_RESUME_FROM_BUDGET:-0}
@@ -119,7 +129,11 @@ strategy: {{kind: hyperband, seed: 4, finalists: 2, parallel: 2}}
 
 fn ckpt_env(name: &str, extra: &str) -> Env {
     let env = Env::new(&study(name, extra));
-    std::fs::write(env.study_dir().join("ckpt-trial.sh"), CKPT_TRIAL).expect("write ckpt trial");
+    std::fs::write(
+        env.study_dir().join("ckpt-trial.sh"),
+        trial_script(CKPT_TRIAL),
+    )
+    .expect("write ckpt trial");
     env.write(
         "inventory.yaml",
         "hosts:\n  - name: local\n    transport: local\n    slots: 2\n",
@@ -656,6 +670,156 @@ fn rungs_that_asha_would_not_promote_are_pruned_and_reported() {
     let doc: Json = serde_json::from_str(&out.stdout).expect("launch JSON");
     assert_eq!(doc["summary"]["pruned"], pruned.len() as u64, "{doc}");
     assert_eq!(doc["summary"]["failed"], 0, "{doc}");
+}
+
+/// The TPE trial, `tpe-trial.sh` in the study directory ([`TRIAL_PRELUDE`]
+/// and this): the CKPT
+/// trial's throughput (knobs a, b, c; budget `B`, 27 when empty), no
+/// checkpoints. With `$TUNECTL_PROGRESS_FILE` set it appends `k
+/// value-at-k` for k in `1..B`, sleeping `CK_STEP` (default 0.02) seconds
+/// after each, and it appends `ROLE KNOBS` to `runs.log` beside the script
+/// when it starts.
+const TPE_TRIAL: &str = r#"echo "${TUNECTL_ROLE:-sweep} $TUNECTL_KNOBS" >> "$here/runs.log"
+if [ -n "${TUNECTL_PROGRESS_FILE:-}" ]; then
+    k=1
+    while [ "$k" -lt "$B" ]; do
+        echo "$k $(tp_at "$k")" >> "$TUNECTL_PROGRESS_FILE"
+        sleep "${CK_STEP:-0.02}"
+        k=$((k + 1))
+    done
+fi
+echo "ok" > out.txt
+printf '{"metrics": {"throughput": [%s]}}\n' "$(tp_at "$B")" > "$TUNECTL_RESULT"
+"#;
+
+/// A `kind: tpe` study of the TPE trial with in-run pruning (budgets 1..27,
+/// eta 3: rungs are read at 1, 3 and 9).
+fn tpe_prune_env(name: &str) -> Env {
+    let env = Env::new(&format!(
+        r#"name: {name}
+{KNOBS}trial:
+  command: "sh {{{{ study_dir }}}}/tpe-trial.sh"
+  timeout: 30s
+objective: {{metric: throughput, unit: ops/s, better: higher}}
+fidelity: {{unit: steps, min_budget: 1, max_budget: 27, eta: 3, prune: true}}
+measurement: {{warmup: 0, repeats: 3, anchor_every: 0, confirm_repeats: 3}}
+gate: {{outputs: [out.txt]}}
+strategy: {{kind: tpe, seed: 5, count: 24, finalists: 2, parallel: 2}}
+"#
+    ));
+    std::fs::write(
+        env.study_dir().join("tpe-trial.sh"),
+        trial_script(TPE_TRIAL),
+    )
+    .expect("write tpe trial");
+    env.write(
+        "inventory.yaml",
+        "hosts:\n  - name: local\n    transport: local\n    slots: 2\n",
+    );
+    env
+}
+
+/// Each rung's outcome and what it read: (config, status, readings).
+fn rung_readings(ledger: &Path) -> BTreeSet<(Abc, String, String)> {
+    all_attempts(ledger)
+        .iter()
+        .filter(|a| a["role"] == "rung" && a["status"] != "lost")
+        .map(|a| {
+            (
+                abc(&a["config"]),
+                a["status"].as_str().unwrap_or("").to_string(),
+                a.get("readings").map(Json::to_string).unwrap_or_default(),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn tpe_rungs_are_pruned_on_their_way_and_a_relaunch_replays_them() {
+    let env = tpe_prune_env("tpe-prune");
+    let plan = env.tunectl_ok(&["plan", "--dry-run", &env.study_arg()]);
+    assert!(
+        plan.contains("  pruning: a run's progress is read at 1, 3, 9 steps;"),
+        "{plan}"
+    );
+    let reference = env.path().join("ledger-ref");
+    launch(&env, &reference, "work-ref");
+    assert_clean(&reference);
+    let attempts = all_attempts(&reference);
+    let rungs: Vec<&Json> = attempts.iter().filter(|a| a["role"] == "rung").collect();
+    // The baseline's rung and 24 configs, each run once at max budget.
+    assert_eq!(rungs.len(), 25, "{rungs:?}");
+    let pruned = rungs.iter().filter(|a| a["status"] == "pruned").count();
+    assert!(pruned >= 3, "{pruned} of 24 pruned");
+    for a in &rungs {
+        assert_eq!(a["fidelity"].as_f64(), Some(27.0), "{a}");
+        let readings: Vec<(f64, f64)> = a
+            .get("readings")
+            .map(|r| serde_json::from_value(r.clone()).expect("readings"))
+            .unwrap_or_default();
+        if a["config"] == json_default_config() {
+            // The baseline is read by no one.
+            assert!(readings.is_empty(), "{a}");
+            continue;
+        }
+        // One reading per rung budget below 27, in order (the trial's
+        // line there); a pruned rung's stop at the rung budget at or below
+        // the line it was stopped on.
+        let budgets: Vec<f64> = readings.iter().map(|r| r.0).collect();
+        match a["status"].as_str() {
+            Some("ok") => assert_eq!(budgets, vec![1.0, 3.0, 9.0], "{a}"),
+            Some("pruned") => {
+                let line = a["pruned"]["budget"].as_f64().unwrap_or(0.0);
+                let last = budgets.last().copied().unwrap_or(0.0);
+                let ladder = [1.0, 3.0, 9.0];
+                assert!(ladder.starts_with(&budgets), "{a}");
+                let below = ladder.iter().rev().find(|b| **b <= line).copied();
+                assert_eq!(Some(last), below, "{a}");
+                assert!(a["pruned"]["rung_budget"].as_f64() <= Some(last), "{a}");
+            }
+            other => panic!("rung {other:?}: {a}"),
+        }
+    }
+    // Slower trials prune the same and read the same.
+    let slower = env.path().join("ledger-slow");
+    let mut cmd = launch_cmd(&env, &slower, "work-slow");
+    cmd.env("CK_STEP", "0.05");
+    let out = env.run(cmd);
+    assert!(ran_to_the_end(out.code, &out.stderr), "{}", out.text());
+    assert_eq!(rung_readings(&slower), rung_readings(&reference));
+    // Interrupted (SIGINT, as Ctrl-C) after 8 rungs started, then
+    // relaunched: the same rungs, pruned the same, nothing run twice but
+    // what was running when it stopped.
+    let ledger = env.ledger();
+    let log = env.study_dir().join("runs.log");
+    let rung_runs = || {
+        std::fs::read_to_string(&log)
+            .unwrap_or_default()
+            .lines()
+            .filter(|l| l.starts_with("rung "))
+            .map(str::to_string)
+            .collect::<Vec<_>>()
+    };
+    std::fs::remove_file(&log).expect("clear runs.log");
+    let running = env.spawn(launch_cmd(&env, &ledger, "work"));
+    let started = support::wait_for(Duration::from_secs(60), || rung_runs().len() >= 8);
+    assert!(started, "the launch did not get going");
+    running.signal(libc::SIGINT);
+    env.finish(running);
+    assert!(rung_runs().len() < 25, "finished before the interrupt");
+    launch(&env, &ledger, "work");
+    assert_clean(&ledger);
+    assert_eq!(rung_readings(&ledger), rung_readings(&reference));
+    let mut seen: BTreeMap<String, usize> = BTreeMap::new();
+    for run in rung_runs() {
+        *seen.entry(run).or_insert(0) += 1;
+    }
+    assert!(seen.values().filter(|n| **n > 1).count() <= 2, "{seen:?}");
+}
+
+/// The default config of [`KNOBS`] as the ledger writes it.
+fn json_default_config() -> Json {
+    serde_json::json!({"a": 0, "b": 0, "c": 0})
 }
 
 /// Two SSH hosts of one host class.

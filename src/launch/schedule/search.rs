@@ -237,8 +237,19 @@ impl Scheduler<'_> {
                     .map(|f| f.max_budget)
                     .unwrap_or(f64::NAN);
                 let engine = TpeEngine::new(tpe, metric.better, count, budget, &warm, accept)?;
-                Ok(Search::new(Engine::Tpe(Box::new(engine)), workers)
-                    .with_fixed_cost(study.fidelity.as_ref().map_or(0.0, |f| f.fixed_cost)))
+                let search = Search::new(Engine::Tpe(Box::new(engine)), workers)
+                    .with_fixed_cost(study.fidelity.as_ref().map_or(0.0, |f| f.fixed_cost));
+                Ok(match study.fidelity.as_ref().filter(|f| f.prune) {
+                    // Every config runs at max_budget and is read on its
+                    // way at the rung budgets the plan lists.
+                    Some(f) => {
+                        let ladder = self.s.plan.search.as_ref().map(|p| p.read_at.as_slice());
+                        search
+                            .with_pruning(f.eta, metric.better)
+                            .with_readings(ladder.unwrap_or_default())
+                    }
+                    None => search,
+                })
             }
             _ => Err("not an adaptive strategy".to_string()),
         }
@@ -281,6 +292,7 @@ impl Scheduler<'_> {
                                 Some(rec) => {
                                     let outcome =
                                         s.rung_outcome(search.base[bi as usize].as_deref(), &rec);
+                                    let _ = search.search.report_readings(index, &rec.readings);
                                     let _ = search.search.report(index, outcome);
                                     out.push(LaunchEvent::AlreadyDone {
                                         count: 1,
@@ -445,6 +457,21 @@ impl Scheduler<'_> {
         )
     }
 
+    /// The budgets at which a rung job's progress is kept in its attempt
+    /// record ([`Search::ladder`]: a `kind: tpe` search with
+    /// `fidelity.prune`); empty for every other unit.
+    pub fn reading_ladder(&self, class: usize, unit: Unit) -> Vec<f64> {
+        if unit.kind != Kind::Rung || unit.pos == 0 {
+            return Vec::new();
+        }
+        self.st
+            .classes
+            .get(class)
+            .and_then(|c| c.searches.get(&unit.cell))
+            .map(|s| s.search.ladder().to_vec())
+            .unwrap_or_default()
+    }
+
     /// Book-keeping of a rung unit that ended (not lost with its host).
     pub(super) fn finish_rung(&mut self, class: usize, unit: Unit, ran: Option<&Ran>) {
         let budget = self.s.budgets.get(unit.budget as usize).copied().flatten();
@@ -475,7 +502,10 @@ impl Scheduler<'_> {
             return;
         };
         let outcome = match &record {
-            Some(rec) => s.rung_outcome(search.base[unit.budget as usize].as_deref(), rec),
+            Some(rec) => {
+                let _ = search.search.report_readings(index, &rec.readings);
+                s.rung_outcome(search.base[unit.budget as usize].as_deref(), rec)
+            }
             // Lost (not with its host) or not recorded: the search goes on
             // without it.
             None => Outcome::Failed,

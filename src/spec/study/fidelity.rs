@@ -38,9 +38,10 @@ pub struct Fidelity {
     #[serde(skip_serializing_if = "is_false")]
     pub continuation: bool,
     /// `fidelity.prune`: rung trials report intermediate values
-    /// (`$TUNECTL_PROGRESS_FILE`) and one that ASHA would not promote at a
-    /// rung budget it has passed is stopped and recorded as pruned. Default
-    /// false. Left out of the frozen spec when false.
+    /// (`$TUNECTL_PROGRESS_FILE`) and one that successive halving would not
+    /// keep at a rung budget it has passed is stopped and recorded as
+    /// pruned (hyperband and tpe). Default false. Left out of the frozen
+    /// spec when false.
     #[serde(skip_serializing_if = "is_false")]
     pub prune: bool,
     /// `fidelity.checkpoint_max_bytes`: the largest checkpoint stored in
@@ -453,7 +454,19 @@ mod tests {
             problem("fidelity: {unit: s, min_budget: 1, max_budget: 9, prune: 1}\n"),
             "s.yaml:8:58: fidelity.prune: expected true or false, found the integer 1"
         );
-        // Continuation and pruning are hyperband's.
+        // Continuation is hyperband's; pruning hyperband's and tpe's.
+        assert!(
+            load("fidelity: {unit: s, min_budget: 1, max_budget: 9, prune: true}\nstrategy: {kind: tpe, count: 5}\n")
+                .expect("prune with tpe")
+                .fidelity
+                .is_some_and(|f| f.prune)
+        );
+        assert_eq!(
+            problem(
+                "fidelity: {unit: s, min_budget: 1, max_budget: 9, prune: true}\nstrategy: {kind: random, count: 5}\n"
+            ),
+            "s.yaml:8:58: fidelity.prune: `prune: true` stops the rung trials of a hyperband or tpe search on their way; `strategy.kind: random` runs each config once, at one budget"
+        );
         assert_eq!(
             problem(
                 "fidelity: {unit: s, min_budget: 1, max_budget: 9, continuation: true}\nstrategy: {kind: tpe, count: 5}\n"

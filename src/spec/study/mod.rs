@@ -335,19 +335,33 @@ fn parse_study(w: &mut Walker, root: &Node, path: &Path, dir: &Path) -> Option<S
         }),
         None => Some(Strategy::Grid),
     };
-    // Continuation and pruning act between the rungs of a hyperband search;
-    // any other strategy runs each config once, at one budget.
+    // Continuation acts between the rungs of a hyperband search; pruning
+    // stops a rung trial of hyperband or tpe on its way. Grid and random
+    // run each config once, at one budget, and read nothing on the way.
     if let (Some(Some(f)), Some(s), Some(node)) = (&fidelity, &strategy, fidelity_node)
-        && !matches!(s, Strategy::Hyperband { .. })
         && let Some(fidelity_map) = node.as_mapping()
     {
-        for (key, on) in [("continuation", f.continuation), ("prune", f.prune)] {
-            if on && let Some(n) = fidelity_map.get_node(key) {
+        let hyperband = matches!(s, Strategy::Hyperband { .. });
+        let tpe = matches!(s, Strategy::Tpe { .. });
+        let checks = [
+            (
+                "continuation",
+                f.continuation && !hyperband,
+                "acts between the rungs of a hyperband search",
+            ),
+            (
+                "prune",
+                f.prune && !hyperband && !tpe,
+                "stops the rung trials of a hyperband or tpe search on their way",
+            ),
+        ];
+        for (key, wrong, what) in checks {
+            if wrong && let Some(n) = fidelity_map.get_node(key) {
                 w.error_at(
                     n,
                     &join("fidelity", key),
                     format!(
-                        "`{key}: true` acts between the rungs of a hyperband search; `strategy.kind: {}` runs each config once, at one budget",
+                        "`{key}: true` {what}; `strategy.kind: {}` runs each config once, at one budget",
                         s.name()
                     ),
                 );

@@ -15,6 +15,18 @@ pub fn sig(x: f64) -> String {
     format!("{x:.decimals$}")
 }
 
+/// A spread (the dispersion of single runs): 2 significant digits, at
+/// most 6 decimals (`0.094`, `1.7`, `170`, `0`). A spread is itself known
+/// to a few percent at best: more digits would only be noise.
+pub fn spread(x: f64) -> String {
+    if x == 0.0 || !x.is_finite() {
+        return exact(x);
+    }
+    let mag = x.abs().log10().floor() as i32;
+    let decimals = (1 - mag).clamp(0, 6) as usize;
+    format!("{x:.decimals$}")
+}
+
 /// A measured value in a sentence: at most 3 decimals, no trailing zeros
 /// (`76.3`, `0.125`, `4`).
 pub fn short(x: f64) -> String {
@@ -85,6 +97,10 @@ mod tests {
         assert_eq!(sig(12.3456), "12.35");
         assert_eq!(sig(1234.56), "1235");
         assert_eq!(sig(0.0), "0");
+        assert_eq!(spread(0.093851), "0.094");
+        assert_eq!(spread(1.704), "1.7");
+        assert_eq!(spread(170.4), "170");
+        assert_eq!(spread(0.0), "0");
         assert_eq!(short(76.3), "76.3");
         assert_eq!(short(4.0), "4");
         assert_eq!(short(0.1254), "0.125");

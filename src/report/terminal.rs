@@ -96,7 +96,12 @@ fn summary_cell(s: &Summary, min_samples: usize) -> String {
     if s.n < min_samples {
         format!("{} ± ? n={}", num(s.median), s.n)
     } else {
-        format!("{} ± {} n={}", num(s.median), num(s.spread), s.n)
+        format!(
+            "{} ± {} n={}",
+            num(s.median),
+            crate::fmt::spread(s.spread),
+            s.n
+        )
     }
 }
 

@@ -804,7 +804,7 @@ fn markdown_and_csv_reports_carry_n_spread_and_host_class() {
         .collect();
     assert_eq!(base_rows.len(), 2, "{md}");
     for row in base_rows {
-        assert!(row.contains("| 100.1 ± 0.1483 ops/s (0.1%) |"), "{row}");
+        assert!(row.contains("| 100.1 ± 0.15 ops/s (0.1%) |"), "{row}");
         assert!(row.contains("| 3 (3 trials) |"), "{row}");
     }
     assert!(md.contains("| fastest | mode=fast |"), "{md}");

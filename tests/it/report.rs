@@ -193,10 +193,10 @@ fn secondary_metrics_in_table_markdown_and_csv() {
     let table = report(&env, &["--width", "120"]);
     assert!(table.contains("chunk_us [us]"), "{table}");
     // The baseline's chunk_us: 1000/100, 1000/100.1, 1000/100.2.
-    assert!(table.contains("9.990 ± 0.01483 n=3"), "{table}");
+    assert!(table.contains("9.990 ± 0.015 n=3"), "{table}");
     let md = report(&env, &["--format", "markdown"]);
     assert!(md.contains("| chunk_us median ± spread (n) |"), "{md}");
-    assert!(md.contains("9.990 ± 0.01483 us (0.15%) n=3"), "{md}");
+    assert!(md.contains("9.990 ± 0.015 us (0.15%) n=3"), "{md}");
     let csv = report(&env, &["--format", "csv"]);
     let mut rows = csv::Reader::from_reader(csv.as_bytes());
     let headers = rows.headers().expect("headers").clone();

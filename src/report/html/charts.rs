@@ -671,7 +671,7 @@ pub(super) fn anchors_chart(
                             .unwrap_or_else(|| "an unknown time".to_string()),
                         num(s.median),
                         if known {
-                            format!("{} {unit}", num(s.spread))
+                            format!("{} {unit}", crate::fmt::spread(s.spread))
                         } else {
                             "? (spread unknown)".to_string()
                         },
@@ -992,7 +992,12 @@ pub(super) fn pareto_chart(
             }
             let spread = |x: &crate::stats::Summary, unit: &str| {
                 if spread_known {
-                    format!("{} ± {} {unit} (n = {})", num(x.median), num(x.spread), x.n)
+                    format!(
+                        "{} ± {} {unit} (n = {})",
+                        num(x.median),
+                        crate::fmt::spread(x.spread),
+                        x.n
+                    )
                 } else {
                     format!("{} {unit} ± ? (spread unknown, n = {})", num(x.median), x.n)
                 }

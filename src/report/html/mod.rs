@@ -107,7 +107,12 @@ fn unit_of(m: &MetricInfo) -> String {
 fn summary_text(r: &ConfigReport, unit: &str) -> String {
     match r.summary {
         Some(s) if r.relative_spread.is_some() => {
-            format!("{} ± {} {unit} (n = {})", num(s.median), num(s.spread), s.n)
+            format!(
+                "{} ± {} {unit} (n = {})",
+                num(s.median),
+                crate::fmt::spread(s.spread),
+                s.n
+            )
         }
         Some(s) => format!("{} {unit} ± ? (spread unknown, n = {})", num(s.median), s.n),
         None => "no measurement".to_string(),

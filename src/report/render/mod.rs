@@ -39,7 +39,7 @@ pub(super) fn value_cell(r: &ConfigReport, unit: &str) -> String {
         Some(s) => format!(
             "{} ± {} {unit} ({:.1}%)",
             num(s.median),
-            num(s.spread),
+            crate::fmt::spread(s.spread),
             r.relative_spread.unwrap_or(0.0) * 100.0
         ),
         None => "—".to_string(),
@@ -427,7 +427,7 @@ pub fn summary_text(s: &Summary, unit: &str, min_samples: usize) -> String {
         format!(
             "{} ± {}{unit} ({}) n={}",
             num(s.median),
-            num(s.spread),
+            crate::fmt::spread(s.spread),
             pct_text(s.relative_spread()),
             s.n
         )
@@ -451,7 +451,7 @@ pub fn secondary_line(a: &Analysis) -> Option<String> {
 }
 
 /// How "what to try next" estimates a knob's effect.
-pub const EFFECT_METHOD: &str = "knob effects, largest first: BEST vs WORST value of the knob, the median over pairs of configs that passed the gate and differ in that knob alone (same cell) of BEST's objective / WORST's (above 1: BEST is better), ± the scaled MAD of those ratios, n pairs";
+pub const EFFECT_METHOD: &str = "knob effects, largest first: BEST vs WORST value of the knob, the median over pairs of configs that passed the gate and differ in that knob alone (same cell) of BEST's objective / WORST's (above 1: BEST is better), ± the scaled MAD of those ratios as a share of the effect, n pairs";
 
 /// A bucket winner's numbers: its speedup with the interval and the runs
 /// it rests on, the spread of single runs beside them, then the final
@@ -512,10 +512,12 @@ pub fn winner_numbers(b: &BucketReport) -> Vec<String> {
     out
 }
 
-/// A knob effect's ratio as `1.85× ± 0.12 (n=6 pairs)`.
+/// A knob effect's ratio as `1.85× ± 6.5% (n=6 pairs)`: the spread of
+/// the pairs' ratios, relative to the ratio, as every spread is shown.
 pub fn effect_text(ratio: f64, spread: Option<f64>, pairs: usize) -> String {
     let spread = match spread {
-        Some(s) => format!("± {}", num(s)),
+        Some(s) if ratio.is_finite() && ratio > 0.0 => pm_pct(Some(s / ratio)),
+        Some(s) => format!("± {}", crate::fmt::spread(s)),
         None => "± ?".to_string(),
     };
     let pairs = if pairs == 1 {

@@ -310,7 +310,11 @@ fn evidence(out: &mut String, a: &Analysis, class: &ClassReport, all: bool, widt
         let (t, hidden) = cell_table(a, cell, all, width);
         let _ = writeln!(out, "{t}");
         if hidden > 0 {
-            let _ = writeln!(out, "({hidden} more eligible configs; --all shows them)");
+            let _ = writeln!(
+                out,
+                "({} more; --all shows them)",
+                crate::fmt::count(hidden as u64, "eligible config", "eligible configs")
+            );
         }
     }
     if !all {

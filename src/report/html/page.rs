@@ -274,7 +274,8 @@ pub(super) fn class_section(out: &mut String, a: &Analysis, class: &ClassReport,
         if !all && hidden > 0 {
             let _ = writeln!(
                 out,
-                "<p class=\"note\">({hidden} more eligible configs; --all shows them)</p>"
+                "<p class=\"note\">({} more; --all shows them)</p>",
+                crate::fmt::count(hidden as u64, "eligible config", "eligible configs")
             );
         }
     }

@@ -312,8 +312,12 @@ fn evidence(out: &mut String, a: &Analysis, class: &ClassReport, all: bool, widt
         if hidden > 0 {
             let _ = writeln!(
                 out,
-                "({} more; --all shows them)",
-                crate::fmt::count(hidden as u64, "eligible config", "eligible configs")
+                "({hidden} more {}; --all shows them)",
+                if hidden == 1 {
+                    "eligible config"
+                } else {
+                    "eligible configs"
+                }
             );
         }
     }

@@ -274,8 +274,12 @@ pub(super) fn class_section(out: &mut String, a: &Analysis, class: &ClassReport,
         if !all && hidden > 0 {
             let _ = writeln!(
                 out,
-                "<p class=\"note\">({} more; --all shows them)</p>",
-                crate::fmt::count(hidden as u64, "eligible config", "eligible configs")
+                "<p class=\"note\">({hidden} more {}; --all shows them)</p>",
+                if hidden == 1 {
+                    "eligible config"
+                } else {
+                    "eligible configs"
+                }
             );
         }
     }

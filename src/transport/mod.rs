@@ -10,6 +10,12 @@
 //! two run the same POSIX agent on the host and read its report, the
 //! protocol of [`wire`].
 //!
+//! What goes wrong is data, not sentences ([`error`]): a
+//! [`TransportError`] for a host, a command or a report that failed (also
+//! why an attempt is lost, [`Ended`]), and [`FileError`], [`ResultError`]
+//! and [`ExtractError`] for what a trial left that cannot be used. Their
+//! messages are the words the ledger and the launch's output show.
+//!
 //! [`checkpoint`] keeps the rungs' checkpoints of `fidelity.continuation`
 //! on the hosts ([`Transport::checkpoints`]: the local host, SSH hosts,
 //! a Slurm entry's shared directory) and in the ledger.

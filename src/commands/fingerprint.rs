@@ -92,7 +92,7 @@ async fn fingerprint_inventory(
                     }));
                 }
             }
-            Err(e) => down.push(serde_json::json!({"host": name, "error": e})),
+            Err(e) => down.push(serde_json::json!({"host": name, "error": e.to_string()})),
         }
     }
     let mut doc = serde_json::json!({

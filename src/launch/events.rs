@@ -14,6 +14,7 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 
 use crate::ledger::records::{AttemptStatus, FailureClass};
+use crate::transport::TransportError;
 use crate::trial::RoleKind;
 
 /// Something that happened in a launch.
@@ -45,7 +46,7 @@ pub enum LaunchEvent {
     /// A remote host did not answer its probe: the study goes on without it.
     HostUnreachable {
         host: String,
-        reason: String,
+        reason: TransportError,
     },
     /// A ledger object that is not what its key says: its trial runs again.
     UnreadableObject {
@@ -111,7 +112,7 @@ pub enum LaunchEvent {
     },
     HostDropped {
         host: String,
-        reason: String,
+        reason: TransportError,
     },
     /// Every host of a class is down; its trials wait up to `timeout`.
     ClassAllDown {
@@ -473,7 +474,7 @@ pub struct LaunchSummary {
     /// Attempts lost with a host that dropped, queued again.
     pub requeued: u64,
     /// Hosts that did not answer at the start, and why: skipped.
-    pub unreachable_hosts: Vec<(String, String)>,
+    pub unreachable_hosts: Vec<(String, TransportError)>,
     /// Hosts whose fingerprint changed mid-launch: another host class now.
     pub changed_hosts: Vec<String>,
     /// Host classes given up after every host stayed down past

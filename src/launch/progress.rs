@@ -943,7 +943,9 @@ mod tests {
         );
         let ev = LaunchEvent::HostDropped {
             host: "h1".to_string(),
-            reason: "connection reset".to_string(),
+            reason: crate::transport::TransportError::Ssh {
+                detail: "connection reset".to_string(),
+            },
         };
         assert!(ev.is_warning());
         assert!(describe(&ev)[0].starts_with("warning: host `h1` dropped (connection reset)"));

@@ -184,7 +184,7 @@ pub async fn probe_hosts(
                 for p in &parts {
                     p.transport.prepare(study_id).await?;
                 }
-                Ok::<_, String>(Found::Parts(parts))
+                Ok::<_, crate::transport::TransportError>(Found::Parts(parts))
             }
         }
     }))

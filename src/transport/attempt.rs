@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 
 use sha2::{Digest, Sha256};
 
-use super::{AttemptOutcome, Ended, extract};
+use super::{AttemptOutcome, Ended, ResultError, extract};
 use crate::decide::gate::Classifier;
 use crate::ledger::records::{AttemptStatus, Failure, FailureClass};
 use crate::spec::result::ResultSpec;
@@ -39,43 +39,41 @@ type Metrics = BTreeMap<String, Vec<f64>>;
 /// Parse `{"metrics": {...}, "digest": "..."}`. `metrics` may be left out
 /// when the study's `result:` reads them elsewhere (`metrics_required`
 /// false).
-fn parse_result(bytes: &[u8], metrics_required: bool) -> Result<(Metrics, Option<String>), String> {
-    let value: serde_json::Value = serde_json::from_slice(bytes)
-        .map_err(|e| format!("the result file is not valid JSON: {e}"))?;
-    let obj = value
-        .as_object()
-        .ok_or("the result file must hold one JSON object")?;
+fn parse_result(
+    bytes: &[u8],
+    metrics_required: bool,
+) -> Result<(Metrics, Option<String>), ResultError> {
+    let value: serde_json::Value =
+        serde_json::from_slice(bytes).map_err(|e| ResultError::NotJson {
+            detail: e.to_string(),
+        })?;
+    let obj = value.as_object().ok_or(ResultError::NotObject)?;
     let empty = serde_json::Map::new();
     let metrics = match obj.get("metrics").and_then(|m| m.as_object()) {
         Some(m) => m,
         None if !metrics_required && obj.get("metrics").is_none() => &empty,
-        None => return Err("the result has no `metrics` object".to_string()),
+        None => return Err(ResultError::NoMetrics),
     };
     let mut out = BTreeMap::new();
     for (name, v) in metrics {
+        let not_numbers = || ResultError::NotNumbers { name: name.clone() };
         let samples: Vec<f64> = match v {
             serde_json::Value::Number(n) => n.as_f64().into_iter().collect(),
             serde_json::Value::Array(items) => {
                 let nums: Option<Vec<f64>> = items.iter().map(|i| i.as_f64()).collect();
-                nums.ok_or(format!(
-                    "metric `{name}` must be a number or an array of numbers"
-                ))?
+                nums.ok_or_else(not_numbers)?
             }
-            _ => {
-                return Err(format!(
-                    "metric `{name}` must be a number or an array of numbers"
-                ));
-            }
+            _ => return Err(not_numbers()),
         };
         if samples.is_empty() || samples.iter().any(|s| !s.is_finite()) {
-            return Err(format!("metric `{name}` has no finite samples"));
+            return Err(ResultError::NoFiniteSamples { name: name.clone() });
         }
         out.insert(name.clone(), samples);
     }
     let digest = match obj.get("digest") {
         None | Some(serde_json::Value::Null) => None,
         Some(serde_json::Value::String(s)) => Some(s.clone()),
-        Some(_) => return Err("`digest` must be a string".to_string()),
+        Some(_) => return Err(ResultError::DigestNotString),
     };
     Ok((out, digest))
 }
@@ -89,24 +87,13 @@ pub fn first_unusable(samples: &[f64]) -> Option<&f64> {
 /// ratios of them, and 0, a negative number or a subnormal one (which JSON
 /// can write, e.g. `5e-324`) would make a ratio infinite, negative or
 /// meaningless.
-pub fn check_ratio_samples(name: &str, samples: &[f64]) -> Result<(), String> {
+pub fn check_ratio_samples(name: &str, samples: &[f64]) -> Result<(), ResultError> {
     match first_unusable(samples) {
         None => Ok(()),
-        Some(x) => {
-            let what = if x.is_finite() && *x > 0.0 {
-                "is subnormal (too close to zero), not a positive finite number"
-            } else {
-                "is not a positive finite number"
-            };
-            let shown = if *x != 0.0 && x.is_finite() && !(1e-6..1e16).contains(&x.abs()) {
-                format!("{x:e}")
-            } else {
-                x.to_string()
-            };
-            Err(format!(
-                "metric {name}: sample {shown} {what}; speedups are ratios"
-            ))
-        }
+        Some(x) => Err(ResultError::Unusable {
+            name: name.to_string(),
+            sample: *x,
+        }),
     }
 }
 
@@ -127,13 +114,11 @@ pub fn judge(
 fn read_metrics(
     outcome: &AttemptOutcome,
     result: Option<&ResultSpec>,
-) -> Result<(Metrics, Option<String>), String> {
+) -> Result<(Metrics, Option<String>), ResultError> {
     let (mut metrics, digest) = match (&outcome.result, result) {
         (Some(bytes), _) => parse_result(bytes, result.is_none())?,
         (None, Some(_)) => (Metrics::new(), None),
-        (None, None) => {
-            return Err("exit 0 but nothing written to $TUNECTL_RESULT".to_string());
-        }
+        (None, None) => return Err(ResultError::NotWritten),
     };
     if let Some(spec) = result {
         // A metric `result:` gives is read there, whatever the file says.
@@ -204,13 +189,13 @@ pub fn judge_with(
     let no_result = |detail: String| Some(fail(FailureClass::NoResult, detail));
     if let Some(e) = &outcome.result_error {
         j.status = AttemptStatus::Failed;
-        j.failure = no_result(e.clone());
+        j.failure = no_result(e.to_string());
         return j;
     }
     match read_metrics(outcome, result) {
         Err(e) => {
             j.status = AttemptStatus::Failed;
-            j.failure = no_result(e);
+            j.failure = no_result(e.to_string());
             return j;
         }
         Ok((metrics, digest)) => {
@@ -229,7 +214,7 @@ pub fn judge_with(
             }
             if let Err(e) = check_ratio_samples(objective, &metrics[objective]) {
                 j.status = AttemptStatus::Failed;
-                j.failure = no_result(e);
+                j.failure = no_result(e.to_string());
                 return j;
             }
             j.metrics = metrics;

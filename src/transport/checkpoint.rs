@@ -35,7 +35,7 @@ use std::path::{Path, PathBuf};
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use super::CheckpointStore;
+use super::{CheckpointStore, TransportError};
 use crate::canon::{sha256_hex, write_canonical, write_str};
 use crate::ledger::Ledger;
 use crate::ledger::checkpoint::Claim;
@@ -231,7 +231,7 @@ impl RungCheckpoint {
             Ok(()) => upload.finish(carry.ledger, claim).await,
             Err(e) => {
                 upload.abort().await;
-                Err(e)
+                Err(e.to_string())
             }
         };
         if let Err(e) = stored {
@@ -294,6 +294,7 @@ async fn choose(
             .store
             .install(base, attempt_id, &stored.claim, &mut archive)
             .await
+            .map_err(|e| e.to_string())
     }
     .await;
     match installed {
@@ -418,7 +419,7 @@ pub fn packed_size(base: &Path) -> io::Result<u64> {
 pub async fn pack_to(
     base: PathBuf,
     sink: &mut (dyn tokio::io::AsyncWrite + Send + Unpin),
-) -> Result<(), String> {
+) -> Result<(), TransportError> {
     struct Chunks(tokio::sync::mpsc::Sender<Vec<u8>>);
     impl Write for Chunks {
         fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
@@ -435,17 +436,17 @@ pub async fn pack_to(
     let packer = tokio::task::spawn_blocking(move || {
         pack(&base, io::BufWriter::with_capacity(1 << 20, Chunks(tx)))
     });
-    let mut sent: Result<(), String> = Ok(());
+    let mut sent: Result<(), TransportError> = Ok(());
     while let Some(chunk) = rx.recv().await {
         if let Err(e) = sink.write_all(&chunk).await {
-            sent = Err(e.to_string());
+            sent = Err(TransportError::Transfer(e.into()));
             break;
         }
     }
     drop(rx);
     let packed = match packer.await {
-        Ok(r) => r.map_err(|e| format!("cannot pack the checkpoint: {e}")),
-        Err(e) => Err(e.to_string()),
+        Ok(r) => r.map_err(|e| TransportError::Pack(e.into())),
+        Err(e) => Err(joined(e)),
     };
     sent.and(packed)
 }
@@ -456,7 +457,7 @@ pub async fn install_from(
     attempt_id: &str,
     claim: &Claim,
     archive: &mut (dyn tokio::io::AsyncRead + Send + Unpin),
-) -> Result<(), String> {
+) -> Result<(), TransportError> {
     let file = base.join(format!("incoming-{attempt_id}.tar"));
     let copied = async {
         tokio::fs::create_dir_all(&base).await?;
@@ -488,7 +489,7 @@ pub async fn install_from(
         Err(e) => Err(e),
     };
     let _ = tokio::fs::remove_file(&file).await;
-    done.map_err(|e| e.to_string())
+    done.map_err(|e| TransportError::Checkpoint(e.into()))
 }
 
 /// Drop the working copy of `attempt_id`.
@@ -500,28 +501,39 @@ pub fn discard(base: &Path, attempt_id: &str) {
 // local host, a Slurm entry whose client commands run here), off the
 // runtime.
 
-pub async fn claim_here(base: &str) -> Result<Option<Claim>, String> {
+pub async fn claim_here(base: &str) -> Result<Option<Claim>, TransportError> {
     let base = PathBuf::from(base);
     tokio::task::spawn_blocking(move || read_claim(&base))
         .await
-        .map_err(|e| e.to_string())
+        .map_err(joined)
 }
 
-pub async fn commit_here(base: &str, attempt_id: &str, claim: &Claim) -> Result<(), String> {
+pub async fn commit_here(
+    base: &str,
+    attempt_id: &str,
+    claim: &Claim,
+) -> Result<(), TransportError> {
     let (b, id, c) = (PathBuf::from(base), attempt_id.to_string(), claim.clone());
     tokio::task::spawn_blocking(move || commit(&b, &id, &c))
         .await
-        .map_err(|e| e.to_string())?
-        .map_err(|e| e.to_string())
+        .map_err(joined)?
+        .map_err(|e| TransportError::Checkpoint(e.into()))
 }
 
 /// The archive's size, counted by packing it (reading the state once).
-pub async fn size_here(base: &str) -> Result<u64, String> {
+pub async fn size_here(base: &str) -> Result<u64, TransportError> {
     let b = PathBuf::from(base);
     tokio::task::spawn_blocking(move || packed_size(&b))
         .await
-        .map_err(|e| e.to_string())?
-        .map_err(|e| e.to_string())
+        .map_err(joined)?
+        .map_err(|e| TransportError::Checkpoint(e.into()))
+}
+
+/// A blocking task that panicked or was cancelled.
+fn joined(e: tokio::task::JoinError) -> TransportError {
+    TransportError::Task {
+        detail: e.to_string(),
+    }
 }
 
 pub async fn discard_here(base: &str, attempt_id: &str) {

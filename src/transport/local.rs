@@ -31,7 +31,10 @@ use tokio::process::Command;
 use tokio_util::sync::CancellationToken;
 
 use super::attempt::{MAX_OUTPUT_BYTES, MAX_RESULT_BYTES};
-use super::{AttemptOutcome, AttemptSpec, CheckpointStore, Ended, Transport, checkpoint};
+use super::{
+    AttemptOutcome, AttemptSpec, CheckpointStore, Ended, FileError, ResultError, Transport,
+    TransportError, checkpoint,
+};
 use crate::decide::gate::{self, MAX_VALUE_FILE_BYTES};
 use crate::fingerprint::{self, Fingerprint};
 use crate::ledger::checkpoint::Claim;
@@ -192,7 +195,7 @@ pub struct RunOutput {
     pub stderr_head: String,
     /// The streams asked for whole ([`RunSpec::keep_streams`]), or why not
     /// (longer than the limit).
-    pub streams: BTreeMap<String, Result<Vec<u8>, String>>,
+    pub streams: BTreeMap<String, Result<Vec<u8>, FileError>>,
 }
 
 impl RunOutput {
@@ -248,14 +251,13 @@ impl Capture {
     }
 
     /// The whole stream, or why it is not kept.
-    fn whole_bytes(&self) -> Result<Vec<u8>, String> {
+    fn whole_bytes(&self) -> Result<Vec<u8>, FileError> {
         match &self.whole {
             Some(b) => Ok(b.clone()),
-            None => Err(format!(
-                "is {} bytes, over the limit of {}",
-                self.total,
-                size_label(MAX_RESULT_BYTES)
-            )),
+            None => Err(FileError::TooLarge {
+                bytes: self.total as u64,
+                limit: MAX_RESULT_BYTES,
+            }),
         }
     }
 
@@ -449,7 +451,7 @@ pub async fn run(spec: &RunSpec, cancel: &CancellationToken) -> io::Result<RunOu
         if spec.keep_streams.iter().any(|s| s == name) {
             let whole = buf
                 .lock()
-                .map_err(|_| "could not be kept".to_string())
+                .map_err(|_| FileError::NotKept)
                 .and_then(|b| b.whole_bytes());
             streams.insert(name.to_string(), whole);
         }
@@ -491,7 +493,7 @@ pub fn read_regular(
     path: &Path,
     cap: u64,
     deadline: std::time::Instant,
-) -> Result<Vec<u8>, String> {
+) -> Result<Vec<u8>, FileError> {
     safe_read::read_regular(path, cap, Some(deadline)).map_err(written)
 }
 
@@ -500,31 +502,28 @@ pub fn sha256_regular(
     path: &Path,
     cap: u64,
     deadline: std::time::Instant,
-) -> Result<String, String> {
+) -> Result<String, FileError> {
     let mut hasher = Sha256::new();
     safe_read::read_chunks(path, cap, Some(deadline), |b| hasher.update(b)).map_err(written)?;
     Ok(hex::encode(hasher.finalize()))
 }
 
 /// Why a trial's file was not read, as its messages say it.
-fn written(e: safe_read::Unreadable) -> String {
+fn written(e: safe_read::Unreadable) -> FileError {
     match e {
-        safe_read::Unreadable::Missing(_) => "was not written".to_string(),
-        safe_read::Unreadable::Refused(why) | safe_read::Unreadable::Failed(why) => why,
+        safe_read::Unreadable::Missing(_) => FileError::NotWritten,
+        other => FileError::Unreadable(other),
     }
 }
 
 /// The numbers of a tolerance file (at most 8 MiB and
 /// [`gate::MAX_VALUES`] numbers), or why they cannot be used.
-pub fn read_values(path: &Path, deadline: std::time::Instant) -> Result<Vec<f64>, String> {
-    let bytes = read_regular(path, MAX_VALUE_FILE_BYTES, deadline).map_err(|e| {
-        if e == "was not written" {
-            "cannot be read: it was not written".to_string()
-        } else {
-            e
-        }
+pub fn read_values(path: &Path, deadline: std::time::Instant) -> Result<Vec<f64>, FileError> {
+    let bytes = read_regular(path, MAX_VALUE_FILE_BYTES, deadline).map_err(|e| match e {
+        FileError::NotWritten => FileError::ValuesNotWritten,
+        e => e,
     })?;
-    gate::parse_values(&bytes).map_err(|e| e.to_string())
+    gate::parse_values(&bytes).map_err(FileError::Values)
 }
 
 /// What the counted run left: the result file, the digests of the declared
@@ -539,13 +538,13 @@ fn collect_files(
 ) {
     match read_regular(result_path, MAX_RESULT_BYTES, deadline) {
         Ok(b) => outcome.result = Some(b),
-        Err(e) if e == "was not written" => {}
-        Err(e) => {
+        Err(FileError::NotWritten) => {}
+        Err(why) => {
             let name = result_path
                 .file_name()
                 .map(|n| n.to_string_lossy().into_owned())
                 .unwrap_or_default();
-            outcome.result_error = Some(format!("the result file `{name}` {e}"));
+            outcome.result_error = Some(ResultError::Unread { name, why });
         }
     }
     for name in &spec.outputs {
@@ -567,10 +566,10 @@ fn collect_files(
 
 #[async_trait]
 impl Transport for LocalTransport {
-    async fn probe(&self, tools: &BTreeMap<String, String>) -> Result<Fingerprint, String> {
+    async fn probe(&self, tools: &BTreeMap<String, String>) -> Result<Fingerprint, TransportError> {
         fingerprint::probe_local(tools)
             .await
-            .map_err(|e| e.to_string())
+            .map_err(|e| TransportError::Probe(e.into()))
     }
 
     fn trial_dir(&self, study: &str, trial_key: &str, attempt_id: &str) -> String {
@@ -625,10 +624,10 @@ impl Transport for LocalTransport {
         .map_err(std::io::Error::other)
         .and_then(|r: std::io::Result<()>| r);
         if let Err(e) = made {
-            outcome.end(Ended::SetupFailed(format!(
-                "cannot create trial directory {}: {e}",
-                dir.display()
-            )));
+            outcome.end(Ended::SetupFailed(TransportError::TrialDir {
+                path: dir.display().to_string(),
+                source: e.into(),
+            }));
             return outcome;
         }
         let runs = (0..spec.warmup)
@@ -645,9 +644,7 @@ impl Transport for LocalTransport {
                     .map_err(std::io::Error::other)
                     .and_then(|r| r);
                 if let Err(e) = restored {
-                    outcome.end(Ended::SetupFailed(format!(
-                        "cannot prepare the checkpoint directory: {e}"
-                    )));
+                    outcome.end(Ended::SetupFailed(TransportError::CheckpointDir(e.into())));
                     break;
                 }
             }
@@ -695,7 +692,7 @@ impl Transport for LocalTransport {
             let out = match run(&run_spec, cancel).await {
                 Ok(o) => o,
                 Err(e) => {
-                    outcome.end(Ended::SetupFailed(format!("cannot start `sh`: {e}")));
+                    outcome.end(Ended::SetupFailed(TransportError::StartSh(e.into())));
                     break;
                 }
             };
@@ -775,7 +772,7 @@ impl CheckpointStore for LocalTransport {
         Transport::checkpoint_root(self, study).map(|root| root.join(key).display().to_string())
     }
 
-    async fn claim(&self, base: &str) -> Result<Option<Claim>, String> {
+    async fn claim(&self, base: &str) -> Result<Option<Claim>, TransportError> {
         checkpoint::claim_here(base).await
     }
 
@@ -785,15 +782,20 @@ impl CheckpointStore for LocalTransport {
         attempt_id: &str,
         claim: &Claim,
         archive: &mut (dyn AsyncRead + Send + Unpin),
-    ) -> Result<(), String> {
+    ) -> Result<(), TransportError> {
         checkpoint::install_from(PathBuf::from(base), attempt_id, claim, archive).await
     }
 
-    async fn commit(&self, base: &str, attempt_id: &str, claim: &Claim) -> Result<(), String> {
+    async fn commit(
+        &self,
+        base: &str,
+        attempt_id: &str,
+        claim: &Claim,
+    ) -> Result<(), TransportError> {
         checkpoint::commit_here(base, attempt_id, claim).await
     }
 
-    async fn size(&self, base: &str) -> Result<u64, String> {
+    async fn size(&self, base: &str) -> Result<u64, TransportError> {
         checkpoint::size_here(base).await
     }
 
@@ -801,7 +803,7 @@ impl CheckpointStore for LocalTransport {
         &self,
         base: &str,
         sink: &mut (dyn tokio::io::AsyncWrite + Send + Unpin),
-    ) -> Result<(), String> {
+    ) -> Result<(), TransportError> {
         checkpoint::pack_to(PathBuf::from(base), sink).await
     }
 
@@ -891,7 +893,7 @@ mod tests {
         assert_eq!(c.whole_bytes().map(|b| b.len()), Ok(8 * 1024 * 1024));
         c.push(b"x");
         assert_eq!(
-            c.whole_bytes(),
+            c.whole_bytes().map_err(|e| e.to_string()),
             Err("is 8388609 bytes, over the limit of 8 MiB".to_string())
         );
         // The tail is kept as always.
@@ -1109,16 +1111,15 @@ fi
         text.push_str("0]");
         std::fs::write(&path, &text).expect("write");
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-        assert!(
-            read_values(&path, deadline).is_err_and(
-                |e| e.starts_with("is ") && e.ends_with(" bytes, over the limit of 8 MiB")
-            ),
-        );
+        assert!(read_values(&path, deadline).is_err_and(|e| {
+            let e = e.to_string();
+            e.starts_with("is ") && e.ends_with(" bytes, over the limit of 8 MiB")
+        }),);
         std::fs::write(&path, "[1, 2, [3]]").expect("write");
         assert_eq!(read_values(&path, deadline), Ok(vec![1.0, 2.0, 3.0]));
         assert!(
             read_values(&dir.path().join("absent.json"), deadline)
-                .is_err_and(|e| e.starts_with("cannot be read"))
+                .is_err_and(|e| e.to_string().starts_with("cannot be read"))
         );
     }
 
@@ -1266,10 +1267,7 @@ exit 1
             .run_attempt(&spec, &CancellationToken::new())
             .await;
         assert_eq!(outcome.result_files["r.csv"], Ok(b"ms\n1.5\n2\n".to_vec()));
-        assert_eq!(
-            outcome.result_files["w.csv"],
-            Err("was not written".to_string())
-        );
+        assert_eq!(outcome.result_files["w.csv"], Err(FileError::NotWritten));
         let source = |from: Source| MetricSource { from, scale: None };
         let mut result = ResultSpec {
             preset: None,

@@ -10,6 +10,12 @@
 //! two run the same POSIX agent on the host and read its report, the
 //! protocol of [`wire`].
 //!
+//! What goes wrong is data, not sentences ([`error`]): a
+//! [`TransportError`] for a host, a command or a report that failed (also
+//! why an attempt is lost, [`Ended`]), and [`FileError`], [`ResultError`]
+//! and [`ExtractError`] for what a trial left that cannot be used. Their
+//! messages are the words the ledger and the launch's output show.
+//!
 //! [`checkpoint`] keeps the rungs' checkpoints of `fidelity.continuation`
 //! on the hosts ([`Transport::checkpoints`]: the local host, SSH hosts,
 //! a Slurm entry's shared directory) and in the ledger.
@@ -20,6 +26,7 @@
 
 pub mod attempt;
 pub mod checkpoint;
+pub mod error;
 pub mod extract;
 pub mod local;
 pub mod slurm;
@@ -35,6 +42,10 @@ use tokio_util::sync::CancellationToken;
 
 use crate::fingerprint::Fingerprint;
 use crate::ledger::checkpoint::Claim;
+pub use error::{
+    ExtractError, FileError, PathError, ResultError, SlurmCommand, SourceError, TransportError,
+    WireError,
+};
 use local::RunOutput;
 
 /// Everything a transport needs to carry out one attempt.
@@ -89,18 +100,18 @@ pub struct AttemptOutcome {
     pub result: Option<Vec<u8>>,
     /// Why `$TUNECTL_RESULT` was there but not read (not a regular file,
     /// over the size limit...).
-    pub result_error: Option<String>,
+    pub result_error: Option<ResultError>,
     /// sha256 of each declared output, or why it has none (`was not
     /// written`, `is a FIFO, not a regular file`...).
-    pub outputs: BTreeMap<String, Result<String, String>>,
+    pub outputs: BTreeMap<String, Result<String, FileError>>,
     /// The numbers of each tolerance file, or why they could not be read.
-    pub output_values: BTreeMap<String, Result<Vec<f64>, String>>,
+    pub output_values: BTreeMap<String, Result<Vec<f64>, FileError>>,
     /// The contents of each file of [`AttemptSpec::result_files`], or why
     /// it was not read (`was not written`, over the limit...).
-    pub result_files: BTreeMap<String, Result<Vec<u8>, String>>,
+    pub result_files: BTreeMap<String, Result<Vec<u8>, FileError>>,
     /// The counted run's whole streams of [`AttemptSpec::streams`], or why
     /// they did not come back (over the limit).
-    pub streams: BTreeMap<String, Result<Vec<u8>, String>>,
+    pub streams: BTreeMap<String, Result<Vec<u8>, FileError>>,
     pub elapsed: Duration,
     /// Whether the attempt ran to its end, or how it was lost.
     pub ended: Ended,
@@ -129,10 +140,10 @@ pub enum Ended {
     /// It could not be started, or what it left could not be read (no
     /// working directory, a wrapper that ran nothing...): not the config's
     /// fault.
-    SetupFailed(String),
+    SetupFailed(TransportError),
     /// The host dropped while it ran, or before it could start: it runs
     /// again on another host of its class.
-    HostLost(String),
+    HostLost(TransportError),
 }
 
 impl Ended {
@@ -161,11 +172,11 @@ impl AttemptOutcome {
     }
 
     /// Why the attempt is lost (`None`: it ran), in words for its record.
-    pub fn lost_reason(&self) -> Option<&str> {
+    pub fn lost_reason(&self) -> Option<String> {
         match &self.ended {
             Ended::Ran => None,
-            Ended::Cancelled => Some("stopped by the launcher"),
-            Ended::SetupFailed(why) | Ended::HostLost(why) => Some(why),
+            Ended::Cancelled => Some(TransportError::StoppedByLauncher.to_string()),
+            Ended::SetupFailed(why) | Ended::HostLost(why) => Some(why.to_string()),
         }
     }
 }
@@ -178,7 +189,7 @@ pub enum HostState {
     /// Not answering; the next try is in `retry_in`. `first`: this down
     /// period has not been reported yet.
     Down {
-        reason: String,
+        reason: TransportError,
         since: std::time::Instant,
         retry_in: Duration,
         first: bool,
@@ -221,7 +232,7 @@ pub trait CheckpointStore: Send + Sync {
     /// found yet).
     fn dir(&self, study: &str, key: &str) -> Option<String>;
     /// The claim of the committed state the host holds in `base`, if any.
-    async fn claim(&self, base: &str) -> Result<Option<Claim>, String>;
+    async fn claim(&self, base: &str) -> Result<Option<Claim>, TransportError>;
     /// Install `archive` (a tar, checked as it is read: a read error means
     /// it is not the claimed one) as the committed state of `claim` in
     /// `base`; on any error the host's committed state is as it was.
@@ -231,19 +242,24 @@ pub trait CheckpointStore: Send + Sync {
         attempt_id: &str,
         claim: &Claim,
         archive: &mut (dyn AsyncRead + Send + Unpin),
-    ) -> Result<(), String>;
+    ) -> Result<(), TransportError>;
     /// The working copy of `attempt_id` becomes the committed state of
     /// `claim`.
-    async fn commit(&self, base: &str, attempt_id: &str, claim: &Claim) -> Result<(), String>;
+    async fn commit(
+        &self,
+        base: &str,
+        attempt_id: &str,
+        claim: &Claim,
+    ) -> Result<(), TransportError>;
     /// The size of the committed state's archive in `base`.
-    async fn size(&self, base: &str) -> Result<u64, String>;
+    async fn size(&self, base: &str) -> Result<u64, TransportError>;
     /// Write the committed state in `base` as a tar to `sink`; an error
     /// when it could not be read whole.
     async fn export(
         &self,
         base: &str,
         sink: &mut (dyn AsyncWrite + Send + Unpin),
-    ) -> Result<(), String>;
+    ) -> Result<(), TransportError>;
     /// Drop the working copy of `attempt_id` (best effort).
     async fn discard(&self, base: &str, attempt_id: &str);
 }
@@ -253,12 +269,12 @@ pub trait Transport: Send + Sync {
     /// Where an attempt runs on this host (a path that does not exist yet).
     fn trial_dir(&self, study: &str, trial_key: &str, attempt_id: &str) -> String;
     /// Probe the host's fingerprint.
-    async fn probe(&self, tools: &BTreeMap<String, String>) -> Result<Fingerprint, String>;
+    async fn probe(&self, tools: &BTreeMap<String, String>) -> Result<Fingerprint, TransportError>;
     /// Carry out one attempt.
     async fn run_attempt(&self, spec: &AttemptSpec, cancel: &CancellationToken) -> AttemptOutcome;
     /// Get ready for a study before probing (find work of earlier
     /// launchers...).
-    async fn prepare(&self, _study_id: &str) -> Result<(), String> {
+    async fn prepare(&self, _study_id: &str) -> Result<(), TransportError> {
         Ok(())
     }
     /// Find out, before probing, whether this host holds machines of
@@ -269,7 +285,7 @@ pub trait Transport: Send + Sync {
         _study_id: &str,
         _tools: &BTreeMap<String, String>,
         _class_key: &crate::fingerprint::ClassKey,
-    ) -> Result<Discovery, String> {
+    ) -> Result<Discovery, TransportError> {
         Ok(Discovery::Probe)
     }
     /// Whether the host can take a trial now (reconnecting when due).

@@ -51,7 +51,10 @@ use super::wire::{
     AGENT_MARK, AGENT_READY, AgentOptions, Collected, Frame, attempt_script, fill_outcome,
     persistent_agent, persistent_request, read_frames, read_reply, wrap, wrap_guarded,
 };
-use super::{AttemptOutcome, AttemptSpec, CheckpointStore, Ended, HostState, Transport};
+use super::{
+    AttemptOutcome, AttemptSpec, CheckpointStore, Ended, HostState, Transport, TransportError,
+    WireError,
+};
 use crate::fingerprint::{self, Fingerprint, PROBE_TIMEOUT, TOOL_TIMEOUT};
 use crate::ledger::checkpoint::Claim;
 use crate::shell_quote::quote_word;
@@ -153,7 +156,7 @@ struct Orphan {
 #[derive(Debug)]
 struct Conn {
     /// Why the host is down and since when; `None` while it is up.
-    down: Option<(String, Instant)>,
+    down: Option<(TransportError, Instant)>,
     /// The down period was reported to the scheduler.
     reported: bool,
     retry_at: Instant,
@@ -189,23 +192,23 @@ impl SshTransport {
     /// Run a small POSIX `sh` script on the host (connecting first if
     /// needed) and return its stdout; a non-zero exit is an error with its
     /// stderr. For a Slurm login host.
-    pub async fn run_remote(&self, body: &str, limit: Duration) -> Result<Vec<u8>, String> {
+    pub async fn run_remote(&self, body: &str, limit: Duration) -> Result<Vec<u8>, TransportError> {
         let session = self.live_session().await?;
         run_script(&session, body, limit).await.map(|o| o.stdout)
     }
 
     /// The live master connection, connecting first when there is none or
     /// it has ended.
-    async fn live_session(&self) -> Result<Arc<Session>, String> {
+    async fn live_session(&self) -> Result<Arc<Session>, TransportError> {
         if let Some(s) = self.session()
             && s.check().await.is_ok()
         {
             return Ok(s);
         }
-        let s = self
-            .connect()
-            .await
-            .map_err(|e| format!("cannot connect to {}: {e}", self.cfg.host))?;
+        let s = self.connect().await.map_err(|e| TransportError::Connect {
+            host: self.cfg.host.clone(),
+            cause: Box::new(e),
+        })?;
         if let Ok(mut c) = self.current.write() {
             *c = Some(s.clone());
         }
@@ -218,13 +221,14 @@ impl SshTransport {
 
     /// The live connection, or why there is none (the host is down: its
     /// checkpoints wait for it).
-    fn connected(&self) -> Result<Arc<Session>, String> {
-        self.session()
-            .ok_or_else(|| format!("host `{}` is not connected", self.name))
+    fn connected(&self) -> Result<Arc<Session>, TransportError> {
+        self.session().ok_or_else(|| TransportError::NotConnected {
+            host: self.name.clone(),
+        })
     }
 
     /// Open the master connection and find the remote work root.
-    async fn connect(&self) -> Result<Arc<Session>, String> {
+    async fn connect(&self) -> Result<Arc<Session>, TransportError> {
         let mut b = SessionBuilder::default();
         b.known_hosts_check(match self.cfg.strict_host_key_checking {
             HostKeyChecking::Yes => KnownHosts::Strict,
@@ -256,10 +260,7 @@ impl SshTransport {
         if let Some(j) = &self.cfg.proxy_jump {
             b.jump_hosts(j.split(',').map(str::trim).filter(|s| !s.is_empty()));
         }
-        let session = b
-            .connect_mux(&self.cfg.host)
-            .await
-            .map_err(|e| error_chain(&e))?;
+        let session = b.connect_mux(&self.cfg.host).await.map_err(|e| ssh(&e))?;
         let session = Arc::new(session);
         let root = self.resolve_workdir(&session).await?;
         if let Ok(mut w) = self.workdir.write() {
@@ -270,7 +271,7 @@ impl SshTransport {
 
     /// `workdir`, or `${XDG_CACHE_HOME:-$HOME/.cache}/tunectl/work`; `~/`
     /// and relative paths are taken from the remote home.
-    async fn resolve_workdir(&self, session: &Arc<Session>) -> Result<String, String> {
+    async fn resolve_workdir(&self, session: &Arc<Session>) -> Result<String, TransportError> {
         let body = match &self.cfg.workdir {
             Some(w) if w.starts_with('/') => return Ok(w.trim_end_matches('/').to_string()),
             Some(w) => format!(
@@ -282,20 +283,18 @@ impl SshTransport {
         let out = run_script(session, &body, SMALL_COMMAND).await?;
         let root = String::from_utf8_lossy(&out.stdout).trim().to_string();
         if !root.starts_with('/') {
-            return Err(format!(
-                "cannot find a work directory on the host (got `{root}`; is $HOME set?)"
-            ));
+            return Err(TransportError::NoWorkdir { got: root });
         }
         Ok(root)
     }
 
     /// The host dropped: forget the connection and plan the first retry.
-    async fn mark_down(&self, reason: &str) {
+    async fn mark_down(&self, reason: &TransportError) {
         let old = self.current.write().ok().and_then(|mut s| s.take());
         self.drop_agents();
         let mut conn = self.conn.lock().await;
         if conn.down.is_none() {
-            conn.down = Some((reason.to_string(), Instant::now()));
+            conn.down = Some((reason.clone(), Instant::now()));
             conn.reported = false;
             conn.backoff = FIRST_RETRY;
             conn.retry_at = Instant::now() + FIRST_RETRY;
@@ -348,7 +347,7 @@ impl SshTransport {
     /// Stop a remote run: SIGTERM to its process group, SIGKILL after a
     /// grace period. Uses a session of its own (not counted against
     /// `max_sessions`: a full host must still be able to kill).
-    async fn kill_remote(&self, session: &Arc<Session>, pgid: u32) -> Result<(), String> {
+    async fn kill_remote(&self, session: &Arc<Session>, pgid: u32) -> Result<(), TransportError> {
         let body = format!(
             "kill -s TERM -- -{pgid} 2>/dev/null || kill -s TERM {pgid} 2>/dev/null || exit 0\n\
              tc_i=0\n\
@@ -390,7 +389,7 @@ impl SshTransport {
     }
 
     /// Start a persistent agent on a new session and wait for its greeting.
-    async fn start_agent(&self, session: &Arc<Session>) -> Result<Agent, String> {
+    async fn start_agent(&self, session: &Arc<Session>) -> Result<Agent, TransportError> {
         let mut child =
             Session::to_raw_command(session.clone(), format!("exec /bin/sh -s {AGENT_MARK}"))
                 .stdin(Stdio::piped())
@@ -398,13 +397,13 @@ impl SshTransport {
                 .stderr(Stdio::piped())
                 .spawn()
                 .await
-                .map_err(|e| format!("cannot start a session: {}", error_chain(&e)))?;
+                .map_err(|e| session_start(&e))?;
         let (Some(mut stdin), Some(stdout), Some(mut err)) = (
             child.stdin().take(),
             child.stdout().take(),
             child.stderr().take(),
         ) else {
-            return Err("the session has no standard streams".to_string());
+            return Err(TransportError::NoStdio { missing: "streams" });
         };
         // Drained for the agent's life: a full stderr pipe would stop the
         // shell. The end is kept for messages.
@@ -425,37 +424,36 @@ impl SshTransport {
         });
         let mut stdout = BufReader::new(stdout);
         let greet = async {
+            let cannot_send = |e: std::io::Error| TransportError::CannotSend {
+                what: "agent",
+                source: e.into(),
+            };
             stdin
                 .write_all(persistent_agent().as_bytes())
                 .await
-                .map_err(|e| format!("cannot send the agent: {e}"))?;
-            stdin
-                .flush()
-                .await
-                .map_err(|e| format!("cannot send the agent: {e}"))?;
+                .map_err(cannot_send)?;
+            stdin.flush().await.map_err(cannot_send)?;
             let mut line = Vec::new();
             (&mut stdout)
                 .take(256)
                 .read_until(b'\n', &mut line)
                 .await
-                .map_err(|e| format!("reading from the agent: {e}"))?;
+                .map_err(|e| TransportError::AgentRead(e.into()))?;
             if line.strip_suffix(b"\n") == Some(AGENT_READY.as_bytes()) {
                 Ok(())
             } else if line.is_empty() {
-                Err("the agent ended without greeting".to_string())
+                Err(TransportError::AgentSilent)
             } else {
-                Err(format!(
-                    "the agent greeted with `{}`",
-                    String::from_utf8_lossy(&line).trim()
-                ))
+                Err(TransportError::AgentGreeting {
+                    got: String::from_utf8_lossy(&line).trim().to_string(),
+                })
             }
         };
         let greeted = match tokio::time::timeout(AGENT_START, greet).await {
             Ok(r) => r,
-            Err(_) => Err(format!(
-                "the agent did not greet within {} s",
-                AGENT_START.as_secs()
-            )),
+            Err(_) => Err(TransportError::AgentSlow {
+                secs: AGENT_START.as_secs(),
+            }),
         };
         let agent = Agent {
             session: session.clone(),
@@ -476,7 +474,10 @@ impl SshTransport {
                 Err(if err.is_empty() {
                     e
                 } else {
-                    format!("{e}: {}", err.chars().take(500).collect::<String>())
+                    TransportError::AgentStderr {
+                        cause: Box::new(e),
+                        stderr: err.chars().take(500).collect(),
+                    }
                 })
             }
         }
@@ -515,9 +516,9 @@ impl SshTransport {
                 Err(e) => {
                     if session.check().await.is_err() {
                         self.mark_down(&e).await;
-                        outcome.end(Ended::HostLost(format!(
-                            "the connection to the host was lost ({e})"
-                        )));
+                        outcome.end(Ended::HostLost(TransportError::ConnectionLost {
+                            cause: Some(Box::new(e)),
+                        }));
                         return AgentRun::Done;
                     }
                     tracing::debug!(
@@ -538,15 +539,19 @@ impl SshTransport {
             // Nothing ran: the attempt is lost (the host with it, when its
             // connection is gone).
             drop(agent);
+            let sending = Box::new(TransportError::Sending {
+                what: "the attempt",
+                source: e.into(),
+            });
             if session.check().await.is_err() {
-                self.mark_down("the connection ended").await;
-                outcome.end(Ended::HostLost(format!(
-                    "the connection to the host was lost (sending the attempt: {e})"
-                )));
+                self.mark_down(&TransportError::ConnectionEnded).await;
+                outcome.end(Ended::HostLost(TransportError::ConnectionLost {
+                    cause: Some(sending),
+                }));
             } else {
-                outcome.end(Ended::HostLost(format!(
-                    "the host's agent ended (sending the attempt: {e})"
-                )));
+                outcome.end(Ended::HostLost(TransportError::AgentEnded {
+                    cause: sending,
+                }));
             }
             return AgentRun::Done;
         }
@@ -589,7 +594,7 @@ impl SshTransport {
                 });
             }
             if let Some(m) = got.setup.take() {
-                outcome.end(Ended::SetupFailed(m));
+                outcome.end(Ended::SetupFailed(TransportError::HostSetup(m)));
                 return AgentRun::Done;
             }
             let timed_out = timed_out || got.timed_out;
@@ -608,7 +613,7 @@ impl SshTransport {
         drop(stdin);
         drop(agent._child);
         if session.check().await.is_err() {
-            let reason = "the connection to the host was lost".to_string();
+            let reason = TransportError::ConnectionLost { cause: None };
             self.mark_down(&reason).await;
             if let Some(p) = pid
                 && let Ok(mut o) = self.orphans.lock()
@@ -628,26 +633,19 @@ impl SshTransport {
             let _ = self.kill_remote(session, p).await;
         }
         match garbled {
-            Some(g) => outcome.end(Ended::SetupFailed(g)),
+            Some(g) => outcome.end(Ended::SetupFailed(g.into())),
             None if !agent_ended => {
-                outcome.end(Ended::SetupFailed(if err.is_empty() {
-                    "the host's agent stopped reporting".to_string()
-                } else {
-                    format!("the host's agent stopped reporting: {err}")
+                outcome.end(Ended::SetupFailed(TransportError::AgentStopped {
+                    stderr: err,
                 }));
             }
             None => {
                 // The agent's shell died (killed on the host): the attempt
                 // is lost and runs again, as with a lost host, but the host
                 // stays up; the next attempt starts a new agent.
-                let why = if err.is_empty() {
-                    String::new()
-                } else {
-                    format!(": {}", err.chars().take(500).collect::<String>())
-                };
-                outcome.end(Ended::HostLost(format!(
-                    "the host's agent ended during the attempt{why}"
-                )));
+                outcome.end(Ended::HostLost(TransportError::AgentDied {
+                    stderr: err.chars().take(500).collect(),
+                }));
             }
         }
         AgentRun::Done
@@ -676,6 +674,20 @@ fn expand_home(path: &str) -> PathBuf {
     }
 }
 
+/// What `openssh` said, with its sources.
+fn ssh(e: &openssh::Error) -> TransportError {
+    TransportError::Ssh {
+        detail: error_chain(e),
+    }
+}
+
+/// A session that did not start, and what `openssh` said.
+fn session_start(e: &openssh::Error) -> TransportError {
+    TransportError::SessionStart {
+        detail: error_chain(e),
+    }
+}
+
 /// An error and its sources, on one line.
 pub(crate) fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
     let mut text = e.to_string();
@@ -700,7 +712,7 @@ async fn run_script(
     session: &Arc<Session>,
     body: &str,
     limit: Duration,
-) -> Result<ScriptOutput, String> {
+) -> Result<ScriptOutput, TransportError> {
     let work = async {
         let mut child = Session::to_raw_command(session.clone(), "exec /bin/sh -s")
             .stdin(Stdio::piped())
@@ -708,31 +720,31 @@ async fn run_script(
             .stderr(Stdio::piped())
             .spawn()
             .await
-            .map_err(|e| error_chain(&e))?;
+            .map_err(|e| ssh(&e))?;
         if let Some(mut stdin) = child.stdin().take() {
-            stdin
-                .write_all(wrap(body).as_bytes())
-                .await
-                .map_err(|e| format!("cannot send the script: {e}"))?;
+            stdin.write_all(wrap(body).as_bytes()).await.map_err(|e| {
+                TransportError::CannotSend {
+                    what: "script",
+                    source: e.into(),
+                }
+            })?;
             let _ = stdin.shutdown().await;
         }
-        let out = child
-            .wait_with_output()
-            .await
-            .map_err(|e| error_chain(&e))?;
+        let out = child.wait_with_output().await.map_err(|e| ssh(&e))?;
         if !out.status.success() {
             let err = String::from_utf8_lossy(&out.stderr);
-            return Err(format!(
-                "remote script failed ({}): {}",
-                out.status,
-                err.trim().chars().take(500).collect::<String>()
-            ));
+            return Err(TransportError::RemoteScript {
+                status: out.status.to_string(),
+                stderr: err.trim().chars().take(500).collect(),
+            });
         }
         Ok(ScriptOutput { stdout: out.stdout })
     };
     match tokio::time::timeout(limit, work).await {
         Ok(r) => r,
-        Err(_) => Err(format!("no answer within {} s", limit.as_secs())),
+        Err(_) => Err(TransportError::NoAnswer {
+            secs: limit.as_secs(),
+        }),
     }
 }
 
@@ -749,7 +761,7 @@ impl Transport for SshTransport {
         format!("{root}/{study}/{short_key}-{attempt_id}")
     }
 
-    async fn probe(&self, tools: &BTreeMap<String, String>) -> Result<Fingerprint, String> {
+    async fn probe(&self, tools: &BTreeMap<String, String>) -> Result<Fingerprint, TransportError> {
         if let Ok(mut t) = self.tools.lock() {
             *t = tools.clone();
         }
@@ -766,7 +778,7 @@ impl Transport for SshTransport {
             if s.check().await.is_ok() {
                 return HostState::Up { rejoined: false };
             }
-            self.mark_down("the connection ended").await;
+            self.mark_down(&TransportError::ConnectionEnded).await;
         }
         let mut conn = self.conn.lock().await;
         if self.session().is_some() {
@@ -776,7 +788,7 @@ impl Transport for SshTransport {
         let (reason, since) = conn
             .down
             .clone()
-            .unwrap_or_else(|| ("not connected".to_string(), now));
+            .unwrap_or((TransportError::NeverConnected, now));
         if now < conn.retry_at {
             let first = !conn.reported;
             conn.reported = true;
@@ -796,7 +808,7 @@ impl Transport for SshTransport {
                         conn.backoff = (conn.backoff * 2).min(MAX_RETRY);
                         conn.retry_at = Instant::now() + conn.backoff;
                         return HostState::Down {
-                            reason: format!("answers but its probe failed: {e}"),
+                            reason: TransportError::ProbeFailed(Box::new(e)),
                             since,
                             retry_in: conn.backoff,
                             first: false,
@@ -864,10 +876,11 @@ impl Transport for SshTransport {
             ..Default::default()
         };
         let Some(session) = self.session() else {
-            outcome.end(Ended::HostLost(format!(
-                "the connection to the host was lost (host `{}` is not connected)",
-                self.name
-            )));
+            outcome.end(Ended::HostLost(TransportError::ConnectionLost {
+                cause: Some(Box::new(TransportError::NotConnected {
+                    host: self.name.clone(),
+                })),
+            }));
             return outcome;
         };
         if !self.agent_off.load(Ordering::Relaxed) {
@@ -922,16 +935,14 @@ impl Transport for SshTransport {
         let mut child = match spawned {
             Ok(c) => c,
             Err(e) => {
-                let text = error_chain(&e);
                 if session.check().await.is_err() {
+                    let text = ssh(&e);
                     self.mark_down(&text).await;
-                    outcome.end(Ended::HostLost(format!(
-                        "the connection to the host was lost ({text})"
-                    )));
+                    outcome.end(Ended::HostLost(TransportError::ConnectionLost {
+                        cause: Some(Box::new(text)),
+                    }));
                 } else {
-                    outcome.end(Ended::SetupFailed(format!(
-                        "cannot start a session: {text}"
-                    )));
+                    outcome.end(Ended::SetupFailed(session_start(&e)));
                 }
                 return outcome;
             }
@@ -942,10 +953,13 @@ impl Transport for SshTransport {
         if let Some(stdin) = input.as_mut() {
             let sent = stdin.write_all(wrap_guarded(&script).as_bytes()).await;
             if let Err(e) = sent {
-                outcome.end(Ended::HostLost(format!(
-                    "the connection to the host was lost (sending the attempt script: {e})"
-                )));
-                self.mark_down("the connection ended").await;
+                outcome.end(Ended::HostLost(TransportError::ConnectionLost {
+                    cause: Some(Box::new(TransportError::Sending {
+                        what: "the attempt script",
+                        source: e.into(),
+                    })),
+                }));
+                self.mark_down(&TransportError::ConnectionEnded).await;
                 return outcome;
             }
         }
@@ -1000,7 +1014,7 @@ impl Transport for SshTransport {
         if !got.ended {
             let connected = session.check().await.is_ok();
             if !connected {
-                let reason = "the connection to the host was lost".to_string();
+                let reason = TransportError::ConnectionLost { cause: None };
                 self.mark_down(&reason).await;
                 if let Some(p) = pid
                     && let Ok(mut o) = self.orphans.lock()
@@ -1012,13 +1026,13 @@ impl Transport for SshTransport {
                 }
                 outcome.end(Ended::HostLost(reason));
             } else if !outcome.cancelled() {
-                let why = garbled.unwrap_or_else(|| {
-                    if wrapper_err.is_empty() {
-                        "the host's wrapper ended without reporting".to_string()
-                    } else {
-                        format!("the host's wrapper failed: {wrapper_err}")
-                    }
-                });
+                let why = match garbled {
+                    Some(g) => g.into(),
+                    None if wrapper_err.is_empty() => TransportError::WrapperSilent,
+                    None => TransportError::WrapperFailed {
+                        stderr: wrapper_err,
+                    },
+                };
                 if let Some(p) = pid {
                     let _ = self.kill_remote(&session, p).await;
                 }
@@ -1028,7 +1042,7 @@ impl Transport for SshTransport {
             return outcome;
         }
         if let Some(m) = got.setup.take() {
-            outcome.end(Ended::SetupFailed(m));
+            outcome.end(Ended::SetupFailed(TransportError::HostSetup(m)));
             outcome.elapsed = started.elapsed();
             return outcome;
         }
@@ -1046,7 +1060,7 @@ impl CheckpointStore for SshTransport {
         Some(format!("{root}/{study}/checkpoints/{key}"))
     }
 
-    async fn claim(&self, base: &str) -> Result<Option<Claim>, String> {
+    async fn claim(&self, base: &str) -> Result<Option<Claim>, TransportError> {
         let session = self.connected()?;
         let body = format!(
             "b={}
@@ -1064,9 +1078,13 @@ if [ -d \"$b/state\" ] && [ -f \"$b/{COMMITTED}\" ]; then cat \"$b/{COMMITTED}\"
         attempt_id: &str,
         claim: &Claim,
         archive: &mut (dyn AsyncRead + Send + Unpin),
-    ) -> Result<(), String> {
+    ) -> Result<(), TransportError> {
         let session = self.connected()?;
-        let _permit = self.sessions.acquire().await.map_err(|e| e.to_string())?;
+        let _permit = self
+            .sessions
+            .acquire()
+            .await
+            .map_err(|_| TransportError::SessionsClosed)?;
         let incoming = format!("{base}/incoming-{attempt_id}");
         let unpack = format!(
             "i={}; rm -rf \"$i\" && mkdir -p \"$i\" && cd \"$i\" && exec tar -xf -",
@@ -1092,7 +1110,12 @@ if [ -d \"$b/state\" ] && [ -f \"$b/{COMMITTED}\" ]; then cat \"$b/{COMMITTED}\"
         installed
     }
 
-    async fn commit(&self, base: &str, attempt_id: &str, claim: &Claim) -> Result<(), String> {
+    async fn commit(
+        &self,
+        base: &str,
+        attempt_id: &str,
+        claim: &Claim,
+    ) -> Result<(), TransportError> {
         let session = self.connected()?;
         let body = format!(
             "b={}; i=\"$b\"/run-{}\n[ -d \"$i\" ] || {{ echo \"no working copy $i\" >&2; exit 1; }}\n{}\n",
@@ -1103,7 +1126,7 @@ if [ -d \"$b/state\" ] && [ -f \"$b/{COMMITTED}\" ]; then cat \"$b/{COMMITTED}\"
         run_script(&session, &body, SMALL_COMMAND).await.map(|_| ())
     }
 
-    async fn size(&self, base: &str) -> Result<u64, String> {
+    async fn size(&self, base: &str) -> Result<u64, TransportError> {
         let session = self.connected()?;
         // Counted on the host, sending nothing: an archive over the cap
         // never travels. (It reads the whole state once.)
@@ -1112,16 +1135,20 @@ if [ -d \"$b/state\" ] && [ -f \"$b/{COMMITTED}\" ]; then cat \"$b/{COMMITTED}\"
         String::from_utf8_lossy(&out.stdout)
             .trim()
             .parse()
-            .map_err(|_| "the host did not say the archive's size".to_string())
+            .map_err(|_| TransportError::NoArchiveSize)
     }
 
     async fn export(
         &self,
         base: &str,
         sink: &mut (dyn AsyncWrite + Send + Unpin),
-    ) -> Result<(), String> {
+    ) -> Result<(), TransportError> {
         let session = self.connected()?;
-        let _permit = self.sessions.acquire().await.map_err(|e| e.to_string())?;
+        let _permit = self
+            .sessions
+            .acquire()
+            .await
+            .map_err(|_| TransportError::SessionsClosed)?;
         let pack = format!("cd {}/state && exec tar -cf - .", quote_word(base));
         stream_from(&session, &pack, sink).await
     }
@@ -1140,8 +1167,10 @@ if [ -d \"$b/state\" ] && [ -f \"$b/{COMMITTED}\" ]; then cat \"$b/{COMMITTED}\"
 
 /// The lines that make `$i` the committed state of `claim` in `$b`: the
 /// claim goes first and comes back last (see [`super::checkpoint`]).
-fn replace_state_script(claim: &Claim, attempt_id: &str) -> Result<String, String> {
-    let json = serde_json::to_string(claim).map_err(|e| e.to_string())?;
+fn replace_state_script(claim: &Claim, attempt_id: &str) -> Result<String, TransportError> {
+    let json = serde_json::to_string(claim).map_err(|e| TransportError::Encode {
+        detail: e.to_string(),
+    })?;
     Ok(format!(
         "rm -f \"$b/{COMMITTED}\" && rm -rf \"$b/state\" && mv \"$i\" \"$b/state\" || exit 1\n\
          t=\"$b/{COMMITTED}\".{}.tmp\n\
@@ -1165,7 +1194,7 @@ async fn spawn_streaming(
     command: &str,
     stdin: Stdio,
     stdout: Stdio,
-) -> Result<Streaming, String> {
+) -> Result<Streaming, TransportError> {
     let mut child = Session::to_raw_command(
         session.clone(),
         format!("exec /bin/sh -c {}", quote_word(command)),
@@ -1175,7 +1204,7 @@ async fn spawn_streaming(
     .stderr(Stdio::piped())
     .spawn()
     .await
-    .map_err(|e| format!("cannot start a session: {}", error_chain(&e)))?;
+    .map_err(|e| session_start(&e))?;
     let err = child.stderr().take().map(|mut e| {
         tokio::spawn(async move {
             let mut buf = Vec::new();
@@ -1193,10 +1222,10 @@ async fn stream_into(
     session: &Arc<Session>,
     command: &str,
     input: &mut (dyn AsyncRead + Send + Unpin),
-) -> Result<(), String> {
+) -> Result<(), TransportError> {
     let (mut child, err) = spawn_streaming(session, command, Stdio::piped(), Stdio::null()).await?;
     let Some(mut stdin) = child.stdin().take() else {
-        return Err("the session has no standard input".to_string());
+        return Err(TransportError::NoStdio { missing: "input" });
     };
     let copied = async {
         tokio::io::copy(input, &mut stdin).await?;
@@ -1208,7 +1237,7 @@ async fn stream_into(
         // the command wrote, once it has ended.
         drop(stdin);
         let _ = tokio::time::timeout(SMALL_COMMAND, finish_stream((child, err))).await;
-        return Err(e.to_string());
+        return Err(TransportError::Transfer(e.into()));
     }
     drop(stdin);
     finish_stream((child, err)).await
@@ -1220,13 +1249,13 @@ async fn stream_from(
     session: &Arc<Session>,
     command: &str,
     sink: &mut (dyn AsyncWrite + Send + Unpin),
-) -> Result<(), String> {
+) -> Result<(), TransportError> {
     let (mut child, err) = spawn_streaming(session, command, Stdio::null(), Stdio::piped()).await?;
     let Some(mut stdout) = child.stdout().take() else {
-        return Err("the session has no standard output".to_string());
+        return Err(TransportError::NoStdio { missing: "output" });
     };
     if let Err(e) = tokio::io::copy(&mut stdout, sink).await {
-        return Err(e.to_string());
+        return Err(TransportError::Transfer(e.into()));
     }
     drop(stdout);
     finish_stream((child, err)).await
@@ -1234,8 +1263,8 @@ async fn stream_from(
 
 /// Wait for a streaming session's command: an error with its stderr
 /// unless it exited 0.
-async fn finish_stream((child, err): Streaming) -> Result<(), String> {
-    let status = child.wait().await.map_err(|e| error_chain(&e))?;
+async fn finish_stream((child, err): Streaming) -> Result<(), TransportError> {
+    let status = child.wait().await.map_err(|e| ssh(&e))?;
     let err = match err {
         Some(e) => e.await.unwrap_or_default(),
         None => Vec::new(),
@@ -1243,14 +1272,14 @@ async fn finish_stream((child, err): Streaming) -> Result<(), String> {
     if status.success() {
         Ok(())
     } else {
-        Err(format!(
-            "the host's command failed ({status}): {}",
-            String::from_utf8_lossy(&err)
+        Err(TransportError::HostCommand {
+            status: status.to_string(),
+            stderr: String::from_utf8_lossy(&err)
                 .trim()
                 .chars()
                 .take(500)
-                .collect::<String>()
-        ))
+                .collect(),
+        })
     }
 }
 
@@ -1276,7 +1305,7 @@ struct FrameWatch {
     timed_out: bool,
     cancelled: bool,
     /// A frame that did not read.
-    garbled: Option<String>,
+    garbled: Option<WireError>,
     /// The frames ended without `end` (the agent or its output ended).
     closed: bool,
 }
@@ -1308,7 +1337,7 @@ impl FrameWatch {
     /// Read frames until the caller must act or reading is over.
     async fn next(
         &mut self,
-        rx: &mut mpsc::UnboundedReceiver<Result<Frame, String>>,
+        rx: &mut mpsc::UnboundedReceiver<Result<Frame, WireError>>,
         cancel: &CancellationToken,
     ) -> Watch {
         loop {
@@ -1377,8 +1406,8 @@ impl FrameWatch {
 async fn probe_over(
     session: &Arc<Session>,
     tools: &BTreeMap<String, String>,
-) -> Result<Fingerprint, String> {
-    let script = fingerprint::probe_script(tools).map_err(|e| e.to_string())?;
+) -> Result<Fingerprint, TransportError> {
+    let script = fingerprint::probe_script(tools).map_err(|e| TransportError::Probe(e.into()))?;
     let n = u32::try_from(tools.len()).unwrap_or(u32::MAX);
     let limit = PROBE_TIMEOUT.saturating_add(TOOL_TIMEOUT.saturating_mul(n));
     let out = run_script(session, &script, limit).await?;

@@ -143,7 +143,9 @@ use tokio::sync::mpsc;
 
 use super::attempt::{MAX_OUTPUT_BYTES, MAX_RESULT_BYTES};
 use super::local::{HEAD_BYTES, MAX_LOG_BYTES, RunOutput, TAIL_BYTES, head_and_tail};
-use super::{AttemptOutcome, AttemptSpec, Ended};
+use super::{
+    AttemptOutcome, AttemptSpec, Ended, FileError, ResultError, TransportError, WireError,
+};
 use crate::decide::gate::{self, MAX_VALUE_FILE_BYTES};
 use crate::ledger::records::ExitInfo;
 use crate::shell_quote::quote_word;
@@ -235,7 +237,10 @@ fn head_window() -> usize {
 }
 
 /// The remote script of one attempt (see the module documentation).
-pub(crate) fn attempt_script(spec: &AttemptSpec, opts: &AgentOptions) -> Result<String, String> {
+pub(crate) fn attempt_script(
+    spec: &AttemptSpec,
+    opts: &AgentOptions,
+) -> Result<String, TransportError> {
     let mut s = agent_functions();
     s.push_str(&attempt_body(spec, opts)?);
     Ok(s)
@@ -270,7 +275,7 @@ pub(crate) fn persistent_agent() -> String {
 pub(crate) fn persistent_request(
     spec: &AttemptSpec,
     opts: &AgentOptions,
-) -> Result<String, String> {
+) -> Result<String, TransportError> {
     let body = attempt_body(spec, opts)?;
     Ok(format!(
         "tc_a() {{
@@ -283,7 +288,7 @@ tc_spawn {}
 }
 
 /// The steps of one attempt, without the agent's functions.
-fn attempt_body(spec: &AttemptSpec, opts: &AgentOptions) -> Result<String, String> {
+fn attempt_body(spec: &AttemptSpec, opts: &AgentOptions) -> Result<String, TransportError> {
     let keep_workdirs = opts.keep_workdirs;
     let mut s = String::new();
     let q = quote_word;
@@ -319,7 +324,7 @@ fn attempt_body(spec: &AttemptSpec, opts: &AgentOptions) -> Result<String, Strin
     }
     for (k, v) in &spec.env {
         if !is_env_name(k) {
-            return Err(format!("`{k}` is not a valid environment variable name"));
+            return Err(TransportError::EnvName { name: k.clone() });
         }
         let _ = writeln!(s, "{k}={}; export {k}", q(v));
     }
@@ -501,7 +506,7 @@ pub(crate) enum Frame {
 /// ends the stream with an error.
 pub(crate) async fn read_frames<R: tokio::io::AsyncRead + Unpin>(
     reader: R,
-    tx: mpsc::UnboundedSender<Result<Frame, String>>,
+    tx: mpsc::UnboundedSender<Result<Frame, WireError>>,
 ) {
     read_reply(&mut BufReader::new(reader), tx).await;
 }
@@ -512,7 +517,7 @@ pub(crate) async fn read_frames<R: tokio::io::AsyncRead + Unpin>(
 /// ended or broke first.
 pub(crate) async fn read_reply<R: tokio::io::AsyncRead + Unpin>(
     reader: &mut BufReader<R>,
-    tx: mpsc::UnboundedSender<Result<Frame, String>>,
+    tx: mpsc::UnboundedSender<Result<Frame, WireError>>,
 ) -> bool {
     let mut line = Vec::new();
     loop {
@@ -528,15 +533,15 @@ pub(crate) async fn read_reply<R: tokio::io::AsyncRead + Unpin>(
             Ok(0) => return false,
             Ok(_) => {}
             Err(e) => {
-                let _ = tx.send(Err(format!("reading from the host: {e}")));
+                let _ = tx.send(Err(WireError::Read(e.into())));
                 return false;
             }
         }
         if line.len() > MAX_HEADER_BYTES {
-            let _ = tx.send(Err(format!(
-                "unexpected line from the host's wrapper: `{}` (longer than {MAX_HEADER_BYTES} bytes)",
-                String::from_utf8_lossy(&line[..200])
-            )));
+            let _ = tx.send(Err(WireError::LongLine {
+                start: String::from_utf8_lossy(&line[..200]).into_owned(),
+                limit: MAX_HEADER_BYTES,
+            }));
             return false;
         }
         let text = String::from_utf8_lossy(&line);
@@ -544,20 +549,25 @@ pub(crate) async fn read_reply<R: tokio::io::AsyncRead + Unpin>(
         let frame = match parse_header(text) {
             Ok(Header::Frame(f)) => f,
             Ok(Header::File { tag, len }) if len > MAX_FRAME_BYTES => {
-                let _ = tx.send(Err(format!(
-                    "the reply for `{tag}` announces {len} bytes, more than the {MAX_FRAME_BYTES} a report may hold"
-                )));
+                let _ = tx.send(Err(WireError::TooLong {
+                    tag,
+                    len,
+                    limit: MAX_FRAME_BYTES,
+                }));
                 return false;
             }
             Ok(Header::File { tag, len }) => {
                 let mut bytes = vec![0u8; len];
                 if let Err(e) = reader.read_exact(&mut bytes).await {
-                    let _ = tx.send(Err(format!("the reply for `{tag}` was cut short: {e}")));
+                    let _ = tx.send(Err(WireError::CutShort {
+                        tag,
+                        source: e.into(),
+                    }));
                     return false;
                 }
                 let mut nl = [0u8; 1];
                 if reader.read_exact(&mut nl).await.is_err() || nl[0] != b'\n' {
-                    let _ = tx.send(Err(format!("the reply for `{tag}` is garbled")));
+                    let _ = tx.send(Err(WireError::Garbled { tag }));
                     return false;
                 }
                 Frame::File { tag, bytes }
@@ -579,7 +589,7 @@ pub(crate) async fn read_reply<R: tokio::io::AsyncRead + Unpin>(
 
 /// The frames of a complete reply (already read: a Slurm task's report, a
 /// file fetch), and the error that ended it early, if any.
-pub(crate) async fn read_report(bytes: &[u8]) -> (Vec<Frame>, Option<String>) {
+pub(crate) async fn read_report(bytes: &[u8]) -> (Vec<Frame>, Option<WireError>) {
     let (tx, mut rx) = mpsc::unbounded_channel();
     read_frames(bytes, tx).await;
     let mut frames = Vec::new();
@@ -598,12 +608,9 @@ enum Header {
     File { tag: String, len: usize },
 }
 
-fn parse_header(line: &str) -> Result<Header, String> {
-    let garbled = || {
-        format!(
-            "unexpected line from the host's wrapper: `{}`",
-            line.chars().take(200).collect::<String>()
-        )
+fn parse_header(line: &str) -> Result<Header, WireError> {
+    let garbled = || WireError::UnexpectedLine {
+        line: line.chars().take(200).collect(),
     };
     let rest = line.strip_prefix("@@tunectl ").ok_or_else(garbled)?;
     let mut words = rest.splitn(2, ' ');
@@ -741,18 +748,23 @@ impl Collected {
 }
 
 /// A file the agent sent (at most [`MAX_RESULT_BYTES`]), or why not.
-fn sent_file(got: &mut Collected, tag: &str) -> Result<Vec<u8>, String> {
+fn sent_file(got: &mut Collected, tag: &str) -> Result<Vec<u8>, FileError> {
     match got.files.remove(tag) {
-        Some(b) if b.len() as u64 > MAX_RESULT_BYTES => Err(format!(
-            "is {} bytes, over the limit of {} MiB",
-            b.len(),
-            MAX_RESULT_BYTES / (1024 * 1024)
-        )),
-        Some(b) => Ok(b),
-        None => Err(match got.missing.get(tag) {
-            Some(Some(why)) => why.clone(),
-            _ => "was not written".to_string(),
+        Some(b) if b.len() as u64 > MAX_RESULT_BYTES => Err(FileError::TooLarge {
+            bytes: b.len() as u64,
+            limit: MAX_RESULT_BYTES,
         }),
+        Some(b) => Ok(b),
+        None => Err(host_why(got.missing.get(tag).cloned().flatten())),
+    }
+}
+
+/// Why the host did not send a file, in its words (none: it was not
+/// written).
+fn host_why(why: Option<String>) -> FileError {
+    match why {
+        Some(w) if w != "was not written" => FileError::Host(w),
+        _ => FileError::NotWritten,
     }
 }
 
@@ -764,9 +776,7 @@ pub(crate) fn fill_outcome(
     timed_out: bool,
 ) {
     let Some((phase, exit, elapsed, _)) = got.runs.pop() else {
-        outcome.end(Ended::SetupFailed(
-            "the host's wrapper ran nothing".to_string(),
-        ));
+        outcome.end(Ended::SetupFailed(TransportError::RanNothing));
         return;
     };
     let warmups_ok = got.runs.len() as u32;
@@ -808,7 +818,10 @@ pub(crate) fn fill_outcome(
                 .rsplit('/')
                 .next()
                 .unwrap_or(&spec.result_path);
-            outcome.result_error = Some(format!("the result file `{name}` {why}"));
+            outcome.result_error = Some(ResultError::Unread {
+                name: name.to_string(),
+                why: FileError::Host(why.clone()),
+            });
         }
         for (i, name) in spec.outputs.iter().enumerate() {
             let digest = got
@@ -816,7 +829,7 @@ pub(crate) fn fill_outcome(
                 .get(&i)
                 .cloned()
                 .unwrap_or(Err(None))
-                .map_err(|why| why.unwrap_or_else(|| "was not written".to_string()));
+                .map_err(host_why);
             match digest {
                 Ok(h) if h.len() == 64 && h.bytes().all(|b| b.is_ascii_hexdigit()) => {
                     outcome
@@ -824,9 +837,10 @@ pub(crate) fn fill_outcome(
                         .insert(name.clone(), Ok(h.to_ascii_lowercase()));
                 }
                 Ok(other) => {
-                    outcome.end(Ended::SetupFailed(format!(
-                        "cannot digest output `{name}` on the host (got `{other}`; it needs sha256sum, shasum or openssl)"
-                    )));
+                    outcome.end(Ended::SetupFailed(TransportError::NoDigest {
+                        output: name.clone(),
+                        got: other,
+                    }));
                     return;
                 }
                 Err(why) => {
@@ -837,15 +851,16 @@ pub(crate) fn fill_outcome(
         for (i, name) in spec.tolerance_files.iter().enumerate() {
             let tag = format!("value:{i}");
             let value = match got.files.remove(&tag) {
-                None => Err(match got.missing.get(&tag) {
-                    Some(Some(why)) if why != "was not written" => why.clone(),
-                    _ => "cannot be read: it was not written".to_string(),
+                None => Err(match host_why(got.missing.get(&tag).cloned().flatten()) {
+                    FileError::NotWritten => FileError::ValuesNotWritten,
+                    why => why,
                 }),
-                Some(b) if b.len() as u64 > MAX_VALUE_FILE_BYTES => Err(format!(
-                    "over the limit of {} MiB",
-                    MAX_VALUE_FILE_BYTES / (1024 * 1024)
-                )),
-                Some(b) => gate::parse_values(&b).map_err(|e| e.to_string()),
+                Some(b) if b.len() as u64 > MAX_VALUE_FILE_BYTES => {
+                    Err(FileError::ValuesTooLarge {
+                        limit: MAX_VALUE_FILE_BYTES,
+                    })
+                }
+                Some(b) => gate::parse_values(&b).map_err(FileError::Values),
             };
             outcome.output_values.insert(name.clone(), value);
         }
@@ -871,6 +886,12 @@ pub(crate) fn fill_outcome(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// [`read_report`], the error in words.
+    async fn report_text(bytes: &[u8]) -> (Vec<Frame>, Option<String>) {
+        let (frames, error) = read_report(bytes).await;
+        (frames, error.map(|e| e.to_string()))
+    }
     use crate::transport::checkpoint::RunCheckpoint;
 
     #[test]
@@ -972,7 +993,7 @@ mod tests {
             .expect("script sent");
         drop(stdin);
         let out = child.wait_with_output().await.expect("sh ends");
-        let (frames, error) = read_report(&out.stdout).await;
+        let (frames, error) = report_text(&out.stdout).await;
         assert_eq!(error, None);
         let mut got = Collected::default();
         for f in frames {
@@ -1021,7 +1042,7 @@ mod tests {
         text.extend_from_slice(b"@@tunectl file log:stderr 0\n\n");
         text.extend_from_slice(b"@@tunectl missing probe it is a FIFO, not a regular file\n");
         text.extend_from_slice(b"@@tunectl end\n");
-        let (frames, error) = read_report(&text).await;
+        let (frames, error) = report_text(&text).await;
         assert_eq!(error, None);
         assert_eq!(frames.len(), 13);
         assert_eq!(
@@ -1080,14 +1101,14 @@ mod tests {
     #[tokio::test]
     async fn a_truncated_reply() {
         let (frames, error) =
-            read_report(b"@@tunectl run measure 7\n@@tunectl file result 50\nhello\n").await;
+            report_text(b"@@tunectl run measure 7\n@@tunectl file result 50\nhello\n").await;
         assert_eq!(frames.len(), 1);
         assert!(
             error.is_some_and(|e| e.starts_with("the reply for `result` was cut short")),
             "a short body is an error, not a short file"
         );
 
-        let (frames, error) = read_report(b"@@tunectl run measure 7\n@@tunectl rc 0 x x\n").await;
+        let (frames, error) = report_text(b"@@tunectl run measure 7\n@@tunectl rc 0 x x\n").await;
         assert_eq!((frames.len(), error), (2, None));
         let mut got = Collected::default();
         for f in frames {
@@ -1096,12 +1117,12 @@ mod tests {
         assert!(!got.ended);
 
         // Cut inside a header line.
-        let (frames, error) = read_report(b"@@tunectl run measure 7\n@@tunectl e").await;
+        let (frames, error) = report_text(b"@@tunectl run measure 7\n@@tunectl e").await;
         assert_eq!(frames.len(), 1);
         assert!(error.is_some_and(|e| e.contains("`@@tunectl e`")));
 
         // Cut between a body and its newline.
-        let (_, error) = read_report(b"@@tunectl file result 5\nhello").await;
+        let (_, error) = report_text(b"@@tunectl file result 5\nhello").await;
         assert_eq!(error.as_deref(), Some("the reply for `result` is garbled"));
     }
 
@@ -1123,7 +1144,7 @@ mod tests {
             (b"\xff\xfe@@tunectl end\n", "@@tunectl end"),
             (b"@@TUNECTL end\n", "TUNECTL"),
         ] {
-            let (frames, error) = read_report(text).await;
+            let (frames, error) = report_text(text).await;
             assert!(frames.is_empty(), "{shown}");
             let error = error.expect("an error");
             assert!(
@@ -1133,11 +1154,11 @@ mod tests {
             );
         }
         // A body followed by something else than its newline.
-        let (frames, error) = read_report(b"@@tunectl file result 5\nhello!@@tunectl end\n").await;
+        let (frames, error) = report_text(b"@@tunectl file result 5\nhello!@@tunectl end\n").await;
         assert!(frames.is_empty());
         assert_eq!(error.as_deref(), Some("the reply for `result` is garbled"));
         // A garbled line ends the reply: nothing after it is read.
-        let (frames, error) = read_report(b"@@tunectl run measure 7\nnoise\n@@tunectl end\n").await;
+        let (frames, error) = report_text(b"@@tunectl run measure 7\nnoise\n@@tunectl end\n").await;
         assert_eq!(frames.len(), 1);
         assert!(error.is_some());
     }
@@ -1147,17 +1168,17 @@ mod tests {
     #[tokio::test]
     async fn oversized_frames_are_refused() {
         let text = format!("@@tunectl file log:stdout {}\n", MAX_FRAME_BYTES + 1);
-        let (frames, error) = read_report(text.as_bytes()).await;
+        let (frames, error) = report_text(text.as_bytes()).await;
         assert!(frames.is_empty());
         assert!(error.is_some_and(|e| e.contains("more than the") && e.contains("log:stdout")));
         // A length that is no usize at all.
-        let (_, error) = read_report(b"@@tunectl file result 99999999999999999999999\n").await;
+        let (_, error) = report_text(b"@@tunectl file result 99999999999999999999999\n").await;
         assert!(error.is_some_and(|e| e.starts_with("unexpected line")));
 
         // A header line without end.
         let mut text = b"@@tunectl setup ".to_vec();
         text.resize(MAX_HEADER_BYTES + 100, b'x');
-        let (frames, error) = read_report(&text).await;
+        let (frames, error) = report_text(&text).await;
         assert!(frames.is_empty());
         let error = error.expect("an error");
         assert!(
@@ -1169,14 +1190,14 @@ mod tests {
         let mut text = b"@@tunectl setup ".to_vec();
         text.resize(MAX_HEADER_BYTES - 1, b'x');
         text.extend_from_slice(b"\n@@tunectl end\n");
-        let (frames, error) = read_report(&text).await;
+        let (frames, error) = report_text(&text).await;
         assert_eq!(error, None);
         assert_eq!(frames.len(), 2);
     }
 
     #[tokio::test]
     async fn nothing_after_end_is_read() {
-        let (frames, error) = read_report(b"@@tunectl end\n@@tunectl setup late\ngarbage\n").await;
+        let (frames, error) = report_text(b"@@tunectl end\n@@tunectl setup late\ngarbage\n").await;
         assert_eq!(frames, vec![Frame::End]);
         assert_eq!(error, None);
     }
@@ -1446,10 +1467,7 @@ mod tests {
             outcome.result_files["r.json"],
             Ok(b"{\"a\": [1.5, 2]}".to_vec())
         );
-        assert_eq!(
-            outcome.result_files["w.json"],
-            Err("was not written".to_string())
-        );
+        assert_eq!(outcome.result_files["w.json"], Err(FileError::NotWritten));
         let stdout = outcome.streams["stdout"].as_ref().expect("stdout");
         assert!(stdout.starts_with(b"first=measure\nfiller"));
         assert_eq!(stdout.len(), 14 + 2000 * 11);

@@ -14,7 +14,7 @@ use async_trait::async_trait;
 use super::*;
 use crate::ledger::records::ExitInfo;
 use crate::transport::local::RunOutput;
-use crate::transport::{AttemptOutcome, AttemptSpec, Ended};
+use crate::transport::{AttemptOutcome, AttemptSpec, Ended, TransportError};
 
 /// Knob `a`: 1 is the baseline (100 ms), 2 is 10% faster, 3 is 30% faster.
 /// Lower is better.
@@ -87,13 +87,23 @@ impl FakeHost {
     }
 }
 
+/// How a fake host drops.
+fn connection_reset() -> TransportError {
+    TransportError::Ssh {
+        detail: "connection reset (fake)".to_string(),
+    }
+}
+
 #[async_trait]
 impl Transport for FakeHost {
     fn trial_dir(&self, study: &str, trial_key: &str, attempt_id: &str) -> String {
         ["/fake", study, trial_key, attempt_id].join("/")
     }
 
-    async fn probe(&self, _tools: &BTreeMap<String, String>) -> Result<Fingerprint, String> {
+    async fn probe(
+        &self,
+        _tools: &BTreeMap<String, String>,
+    ) -> Result<Fingerprint, TransportError> {
         Ok(Fingerprint {
             schema: crate::fingerprint::SCHEMA_VERSION,
             hostname: Some(self.name.clone()),
@@ -120,7 +130,7 @@ impl Transport for FakeHost {
         if self.drop_at == Some(n) {
             self.down_checks.store(3, Ordering::SeqCst);
             return AttemptOutcome {
-                ended: Ended::HostLost("connection reset (fake)".to_string()),
+                ended: Ended::HostLost(connection_reset()),
                 ..Default::default()
             };
         }
@@ -169,7 +179,7 @@ impl Transport for FakeHost {
             return HostState::Up { rejoined: true };
         }
         HostState::Down {
-            reason: "connection reset (fake)".to_string(),
+            reason: connection_reset(),
             since: Instant::now(),
             retry_in: Duration::from_millis(10),
             first: left == 3,

@@ -40,6 +40,7 @@ fn one(
 ) -> Result<Vec<f64>, String> {
     extract(&spec(&[("m", s)]), &fetched(files), &fetched(streams))
         .map(|mut m| m.remove("m").unwrap_or_default())
+        .map_err(|e| e.to_string())
 }
 
 #[test]
@@ -76,11 +77,14 @@ fn stdout_and_stderr_by_regex() {
     // A stream that did not come back says why.
     let over: Fetched = [(
         "stderr".to_string(),
-        Err("is 9000000 bytes, over the limit of 8 MiB".to_string()),
+        Err(FileError::TooLarge {
+            bytes: 9_000_000,
+            limit: 8 * 1024 * 1024,
+        }),
     )]
     .into();
     assert_eq!(
-        extract(&spec(&[("m", s)]), &Fetched::new(), &over),
+        extract(&spec(&[("m", s)]), &Fetched::new(), &over).map_err(|e| e.to_string()),
         Err("result.m: stderr is 9000000 bytes, over the limit of 8 MiB".to_string())
     );
 }
@@ -149,13 +153,14 @@ fn json_paths() {
         )
         .is_err_and(|e| e.starts_with("result.m: o.json: not valid JSON: "))
     );
-    let missing: Fetched = [("o.json".to_string(), Err("was not written".to_string()))].into();
+    let missing: Fetched = [("o.json".to_string(), Err(FileError::NotWritten))].into();
     assert_eq!(
         extract(
             &spec(&[("m", source(json("o.json", "a"), None))]),
             &missing,
             &Fetched::new()
-        ),
+        )
+        .map_err(|e| e.to_string()),
         Err("result.m: o.json was not written".to_string())
     );
 }
@@ -199,7 +204,7 @@ fn from_preset(name: &str, doc: &str) -> Result<BTreeMap<String, Vec<f64>>, Stri
         metrics: p.sources(p.file, &names),
     };
     assert_eq!(spec.metrics.len(), p.metrics.len());
-    extract(&spec, &fetched(&[(p.file, doc)]), &Fetched::new())
+    extract(&spec, &fetched(&[(p.file, doc)]), &Fetched::new()).map_err(|e| e.to_string())
 }
 
 /// hyperfine 1.x `--export-json` (the fields of its exported

@@ -33,7 +33,7 @@ impl SlurmTransport {
         study_id: &str,
         tools: &BTreeMap<String, String>,
         key: &ClassKey,
-    ) -> Result<Discovery, String> {
+    ) -> Result<Discovery, TransportError> {
         let inner = &self.inner;
         if let Ok(mut k) = inner.class_key.lock() {
             *k = key.clone();
@@ -62,7 +62,7 @@ impl SlurmTransport {
         let probes = futures::future::join_all(types.iter().map(|t| async move {
             match t.up.first() {
                 Some(n) => inner.probe_on(tools, Some(n)).await,
-                None => Err("no node of this type is up".to_string()),
+                None => Err(TransportError::NoNodeUp),
             }
         }))
         .await;
@@ -75,7 +75,7 @@ impl SlurmTransport {
             let fp = match probe {
                 Ok(fp) => fp,
                 Err(e) => {
-                    left_out.push(format!("{}: {e}", t.describe()));
+                    left_out.push((t.describe(), e));
                     continue;
                 }
             };
@@ -93,14 +93,11 @@ impl SlurmTransport {
                 None => classes.push((fp, vec![t])),
             }
         }
-        for why in &left_out {
-            tracing::warn!(host = %inner.name, "node type left out: {why}");
+        for (t, why) in &left_out {
+            tracing::warn!(host = %inner.name, "node type left out: {t}: {why}");
         }
         if classes.is_empty() {
-            return Err(format!(
-                "no node type of the partition answered its probe: {}",
-                left_out.join("; ")
-            ));
+            return Err(TransportError::NoNodeType { left_out });
         }
         if classes.len() == 1 {
             let (fp, _) = classes.remove(0);
@@ -146,11 +143,11 @@ impl SlurmTransport {
     }
 
     /// Find this study's jobs of earlier launchers and adopt their tasks.
-    pub(super) async fn adopt(&self) -> Result<(), String> {
+    pub(super) async fn adopt(&self) -> Result<(), TransportError> {
         let inner = &self.inner;
         let states = match inner.query().await {
             Ok(s) => s,
-            Err(e) => return Err(format!("cannot list the study's jobs: {e}")),
+            Err(e) => return Err(TransportError::ListJobs(Box::new(e))),
         };
         // Batch directories named in the jobs' comments.
         let mut batches: BTreeMap<String, String> = BTreeMap::new();

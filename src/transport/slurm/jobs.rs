@@ -23,7 +23,7 @@ impl Inner {
         format!("tunectl-{}", self.study_id())
     }
 
-    pub(super) async fn root(&self) -> Result<String, String> {
+    pub(super) async fn root(&self) -> Result<String, TransportError> {
         if let Some(r) = self.root.read().ok().and_then(|r| r.clone()) {
             return Ok(r);
         }
@@ -63,7 +63,7 @@ impl Inner {
         tasks: usize,
         time_limit: &str,
         batch_id: &str,
-    ) -> Result<String, String> {
+    ) -> Result<String, TransportError> {
         // Every value here is pasted into the script as is: a control
         // character (a newline above all) would add a line of its own. The
         // inventory refuses them; this keeps any other caller honest.
@@ -87,16 +87,18 @@ impl Inner {
             if let Some(v) = value
                 && v.chars().any(char::is_control)
             {
-                return Err(format!(
-                    "{what} `{}` contains a control character; it would add a line to the batch script",
-                    v.escape_debug()
-                ));
+                return Err(TransportError::ControlChar {
+                    what,
+                    value: v.to_string(),
+                });
             }
         }
         let mut env = minijinja::Environment::new();
         env.set_undefined_behavior(minijinja::UndefinedBehavior::Strict);
         env.add_template("batch", &self.template)
-            .map_err(|e| format!("the batch template does not parse: {e}"))?;
+            .map_err(|e| TransportError::TemplateParse {
+                detail: e.to_string(),
+            })?;
         let array = match self.cfg.array_throttle {
             Some(n) => format!("0-{}%{n}", tasks - 1),
             None => format!("0-{}", tasks - 1),
@@ -118,7 +120,9 @@ impl Inner {
         };
         env.get_template("batch")
             .and_then(|t| t.render(ctx))
-            .map_err(|e| format!("cannot render the batch template: {e}"))
+            .map_err(|e| TransportError::TemplateRender {
+                detail: e.to_string(),
+            })
     }
 
     /// `sbatch` options that steer a job: a probe to its node
@@ -150,7 +154,7 @@ impl Inner {
         specs: &[&AttemptSpec],
         probe_only: bool,
         probe_node: Option<&str>,
-    ) -> Result<(String, String), String> {
+    ) -> Result<(String, String), TransportError> {
         let root = self.root().await?;
         let study = self.study_id();
         let batch_id = format!(
@@ -160,7 +164,8 @@ impl Inner {
         );
         let batch_dir = format!("{root}/{study}/batches/{batch_id}");
         let tools = self.tools.lock().map(|t| t.clone()).unwrap_or_default();
-        let probe = fingerprint::probe_script(&tools).map_err(|e| e.to_string())?;
+        let probe =
+            fingerprint::probe_script(&tools).map_err(|e| TransportError::Probe(e.into()))?;
         let mut files = Vec::new();
         let count = if probe_only { 1 } else { specs.len() };
         if probe_only {
@@ -196,7 +201,9 @@ impl Inner {
             }
             files.push((
                 format!("{batch_dir}/manifest.json"),
-                serde_json::to_string_pretty(&manifest).map_err(|e| e.to_string())?,
+                serde_json::to_string_pretty(&manifest).map_err(|e| TransportError::Encode {
+                    detail: e.to_string(),
+                })?,
             ));
         }
         let time_limit = if probe_only {
@@ -218,7 +225,7 @@ impl Inner {
             .login
             .sh(&format!("sbatch --parsable {}", args.join(" ")))
             .await
-            .map_err(|e| format!("sbatch failed: {e}"))?;
+            .map_err(|e| slurm(SlurmCommand::Sbatch, e))?;
         let text = String::from_utf8_lossy(&out);
         let job = text
             .trim()
@@ -227,7 +234,9 @@ impl Inner {
             .unwrap_or_default()
             .to_string();
         if job.is_empty() || !job.bytes().all(|b| b.is_ascii_digit()) {
-            return Err(format!("sbatch answered `{}`, not a job id", text.trim()));
+            return Err(TransportError::NotAJobId {
+                answer: text.trim().to_string(),
+            });
         }
         Ok((job, batch_dir))
     }
@@ -237,7 +246,7 @@ impl Inner {
         &self,
         tools: &BTreeMap<String, String>,
         node: Option<&str>,
-    ) -> Result<Fingerprint, String> {
+    ) -> Result<Fingerprint, TransportError> {
         let (job, batch_dir) = self.submit(&[], true, node).await?;
         let frames = format!("{batch_dir}/t0.frames");
         let id = format!("{job}_0");
@@ -263,26 +272,25 @@ impl Inner {
                     return Ok(fp);
                 }
                 if state.is_some() || start.elapsed() > VANISH_GRACE {
-                    return Err(format!(
-                        "the probe job {job} ended ({}) without a fingerprint",
-                        state.unwrap_or_else(|| "vanished".to_string())
-                    ));
+                    return Err(TransportError::ProbeJobEnded { job, state });
                 }
             }
             if start.elapsed() > PROBE_WAIT {
                 let _ = self.login.sh(&format!("scancel {job}")).await;
-                return Err(format!(
-                    "the probe job {job} did not run within {} s (state {})",
-                    PROBE_WAIT.as_secs(),
-                    state.unwrap_or_default()
-                ));
+                return Err(TransportError::ProbeJobWaiting {
+                    job,
+                    secs: PROBE_WAIT.as_secs(),
+                    state: state.unwrap_or_default(),
+                });
             }
         }
     }
 
     /// One `squeue` for every job of the study: `jobid_taskid` → (state,
     /// node, comment).
-    pub(super) async fn query(&self) -> Result<HashMap<String, (String, String, String)>, String> {
+    pub(super) async fn query(
+        &self,
+    ) -> Result<HashMap<String, (String, String, String)>, TransportError> {
         self.poll_calls.fetch_add(1, Ordering::Relaxed);
         let out = self
             .login
@@ -291,7 +299,7 @@ impl Inner {
                 quote_word(&self.job_name())
             ))
             .await
-            .map_err(|e| format!("squeue failed: {e}"))?;
+            .map_err(|e| slurm(SlurmCommand::Squeue, e))?;
         let mut map = HashMap::new();
         for line in String::from_utf8_lossy(&out).lines() {
             let mut parts = line.splitn(4, '|');
@@ -311,7 +319,7 @@ impl Inner {
     /// For a steered part: `None` when a node of its class is up, else
     /// why none is (`gpu-a down`). `sinfo` failing counts as up: only
     /// Slurm's word takes a class down.
-    pub(super) async fn class_down(&self) -> Option<String> {
+    pub(super) async fn class_down(&self) -> Option<TransportError> {
         let steer = self.steer.lock().ok().and_then(|s| s.clone())?;
         let members = steer.nodes.lock().map(|m| m.of(&steer.class)).ok()?;
         if members.is_empty() {
@@ -339,15 +347,9 @@ impl Inner {
         states.sort();
         states.dedup();
         Some(if states.is_empty() {
-            format!(
-                "slurm: no node of the class is listed ({})",
-                members.join(", ")
-            )
+            TransportError::ClassUnlisted { nodes: members }
         } else {
-            format!(
-                "slurm: every node of the class is down ({})",
-                states.join(", ")
-            )
+            TransportError::ClassDown { states }
         })
     }
 
@@ -402,7 +404,7 @@ impl Inner {
         for t in lost {
             if let Some(tx) = t.tx {
                 let _ = tx.send(AttemptOutcome {
-                    ended: Ended::HostLost(format!("{reason}; the task was waiting in the queue")),
+                    ended: Ended::HostLost(TransportError::QueuedTask(Box::new(reason.clone()))),
                     trial_dir: Some(t.spec.trial_dir.clone()),
                     ..Default::default()
                 });
@@ -423,12 +425,12 @@ impl Inner {
         }
         let args: Vec<String> = ids.iter().map(|i| quote_word(i)).collect();
         if let Err(e) = self.login.sh(&format!("scancel {}", args.join(" "))).await {
-            tracing::warn!("scancel failed: {e}");
+            tracing::warn!("{}", slurm(SlurmCommand::Scancel, e));
         }
     }
 
     /// Answer the waiting attempts of tasks that ended.
-    pub(super) async fn poll_once(&self) -> Result<(), String> {
+    pub(super) async fn poll_once(&self) -> Result<(), TransportError> {
         self.cancel_requested().await;
         if self.inflight.lock().map(|m| m.is_empty()).unwrap_or(true) {
             return Ok(());
@@ -497,6 +499,14 @@ impl Inner {
     }
 }
 
+/// A client command that failed, and why.
+pub(super) fn slurm(command: SlurmCommand, cause: TransportError) -> TransportError {
+    TransportError::Slurm {
+        command,
+        cause: Box::new(cause),
+    }
+}
+
 /// Slurm states after which a task runs no more.
 pub(super) fn is_final(state: &str) -> bool {
     matches!(
@@ -521,7 +531,7 @@ pub(super) enum Unreported {
     /// A failure of the trial, of this class of Slurm state.
     Failed { timed_out: bool, detail: String },
     /// Lost through no fault of the trial (node failure, preemption...).
-    Lost(String),
+    Lost(TransportError),
 }
 
 pub(super) fn unreported(state: &str, node: &str, cancelling: bool) -> Unreported {
@@ -545,14 +555,15 @@ pub(super) fn unreported(state: &str, node: &str, cancelling: bool) -> Unreporte
             timed_out: false,
             detail: format!("slurm: the task failed{on} before its wrapper reported (FAILED)"),
         },
-        "CANCELLED" if cancelling => Unreported::Lost("stopped by the launcher".to_string()),
-        "CANCELLED" => {
-            Unreported::Lost(format!("slurm: the task was cancelled outside tunectl{on}"))
-        }
-        "VANISHED" => {
-            Unreported::Lost("slurm: the task vanished from the queue without a report".to_string())
-        }
-        other => Unreported::Lost(format!("slurm: {other}{on}")),
+        "CANCELLED" if cancelling => Unreported::Lost(TransportError::StoppedByLauncher),
+        "CANCELLED" => Unreported::Lost(TransportError::CancelledOutside {
+            node: node.to_string(),
+        }),
+        "VANISHED" => Unreported::Lost(TransportError::Vanished),
+        other => Unreported::Lost(TransportError::TaskEnded {
+            state: other.to_string(),
+            node: node.to_string(),
+        }),
     }
 }
 
@@ -573,11 +584,6 @@ pub(super) async fn judge_task(
     for f in frames {
         got.absorb(f);
     }
-    let node = if task.node.is_empty() {
-        String::new()
-    } else {
-        format!(" (node {})", task.node)
-    };
     // Classed by the node that ran it: a task on a node of another class
     // than planned is lost and runs again. A mixed partition's part learns
     // the node's class, so that its later jobs keep off that node (and the
@@ -592,19 +598,12 @@ pub(super) async fn judge_task(
                     .is_ok_and(|mut m| m.learn(&task.node, &class))
         });
         if class != expected.host_class_under(key) {
-            let next = if steer.is_some() {
-                format!(
-                    "; node {} is kept out of this class's jobs from now on",
-                    task.node
-                )
-            } else {
-                "; pin the class with `constraint` or `gres`".to_string()
-            };
-            outcome.end(Ended::HostLost(format!(
-                "slurm: ran on a node of another host class{node}: {} (expected {}){next}",
-                fp.class_label_under(key),
-                expected.class_label_under(key)
-            )));
+            outcome.end(Ended::HostLost(TransportError::OtherClass {
+                node: task.node.clone(),
+                got: fp.class_label_under(key),
+                expected: expected.class_label_under(key),
+                steered: steer.is_some(),
+            }));
             return outcome;
         }
         if learned {
@@ -620,7 +619,10 @@ pub(super) async fn judge_task(
         match why {
             Unreported::Lost(reason) => {
                 outcome.end(Ended::HostLost(match garbled {
-                    Some(g) => format!("{reason}; its report: {g}"),
+                    Some(report) => TransportError::BadReport {
+                        cause: Box::new(reason),
+                        report,
+                    },
                     None => reason,
                 }));
             }
@@ -650,7 +652,7 @@ pub(super) async fn judge_task(
         return outcome;
     }
     if let Some(m) = got.setup.take() {
-        outcome.end(Ended::SetupFailed(m));
+        outcome.end(Ended::SetupFailed(TransportError::HostSetup(m)));
         return outcome;
     }
     let timed_out = got.timed_out;

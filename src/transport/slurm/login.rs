@@ -12,7 +12,7 @@ pub enum Login {
 
 impl Login {
     /// Run a POSIX `sh` script; stdout, or an error with stderr.
-    pub(super) async fn sh(&self, body: &str) -> Result<Vec<u8>, String> {
+    pub(super) async fn sh(&self, body: &str) -> Result<Vec<u8>, TransportError> {
         match self {
             Login::Ssh(t) => t.run_remote(body, COMMAND_LIMIT).await,
             Login::Local => {
@@ -23,14 +23,15 @@ impl Login {
                     .kill_on_drop(true);
                 let out = tokio::time::timeout(COMMAND_LIMIT, cmd.output())
                     .await
-                    .map_err(|_| format!("no answer within {} s", COMMAND_LIMIT.as_secs()))?
-                    .map_err(|e| format!("cannot run /bin/sh: {e}"))?;
+                    .map_err(|_| TransportError::NoAnswer {
+                        secs: COMMAND_LIMIT.as_secs(),
+                    })?
+                    .map_err(|e| TransportError::RunSh(e.into()))?;
                 if !out.status.success() {
-                    return Err(format!(
-                        "{} ({})",
-                        String::from_utf8_lossy(&out.stderr).trim(),
-                        out.status
-                    ));
+                    return Err(TransportError::LocalCommand {
+                        status: out.status.to_string(),
+                        stderr: String::from_utf8_lossy(&out.stderr).trim().to_string(),
+                    });
                 }
                 Ok(out.stdout)
             }
@@ -38,18 +39,27 @@ impl Login {
     }
 
     /// Create files (and their directories).
-    pub(super) async fn write_files(&self, files: &[(String, String)]) -> Result<(), String> {
+    pub(super) async fn write_files(
+        &self,
+        files: &[(String, String)],
+    ) -> Result<(), TransportError> {
         match self {
             Login::Local => {
                 for (path, text) in files {
                     if let Some(dir) = std::path::Path::new(path).parent() {
-                        tokio::fs::create_dir_all(dir)
-                            .await
-                            .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+                        tokio::fs::create_dir_all(dir).await.map_err(|e| {
+                            TransportError::CreateDir {
+                                path: dir.display().to_string(),
+                                source: e.into(),
+                            }
+                        })?;
                     }
                     tokio::fs::write(path, text)
                         .await
-                        .map_err(|e| format!("cannot write {path}: {e}"))?;
+                        .map_err(|e| TransportError::WriteFile {
+                            path: path.clone(),
+                            source: e.into(),
+                        })?;
                 }
                 Ok(())
             }
@@ -73,7 +83,7 @@ impl Login {
     pub(super) async fn read_files(
         &self,
         paths: &[String],
-    ) -> Result<HashMap<String, Vec<u8>>, String> {
+    ) -> Result<HashMap<String, Vec<u8>>, TransportError> {
         let mut out = HashMap::new();
         match self {
             Login::Local => {
@@ -83,7 +93,9 @@ impl Login {
                         crate::safe_read::read_regular(&path, MAX_REPORT_FILE_BYTES, None)
                     })
                     .await
-                    .map_err(|e| e.to_string())?;
+                    .map_err(|e| TransportError::Task {
+                        detail: e.to_string(),
+                    })?;
                     match read {
                         Ok(b) => {
                             out.insert(p.clone(), b);
@@ -112,18 +124,18 @@ impl Login {
     }
 
     /// `$HOME` where the files live.
-    pub(super) async fn home(&self) -> Result<String, String> {
+    pub(super) async fn home(&self) -> Result<String, TransportError> {
         let out = self.sh("printf '%s\\n' \"$HOME\"").await?;
         let home = String::from_utf8_lossy(&out).trim().to_string();
         if !home.starts_with('/') {
-            return Err(format!("cannot find the home directory (got `{home}`)"));
+            return Err(TransportError::NoHome { got: home });
         }
         Ok(home)
     }
 }
 
 /// Frames of a complete report (bytes already read).
-pub(super) async fn parse_frames(bytes: &[u8]) -> Result<Vec<Frame>, String> {
+pub(super) async fn parse_frames(bytes: &[u8]) -> Result<Vec<Frame>, WireError> {
     match wire::read_report(bytes).await {
         (frames, None) => Ok(frames),
         (_, Some(e)) => Err(e),

@@ -61,7 +61,8 @@ use super::local::RunOutput;
 use super::ssh::SshTransport;
 use super::wire::{self, AgentOptions, Collected, Frame};
 use super::{
-    AttemptOutcome, AttemptSpec, CheckpointStore, Discovery, Ended, HostState, Part, Transport,
+    AttemptOutcome, AttemptSpec, CheckpointStore, Discovery, Ended, HostState, Part, SlurmCommand,
+    Transport, TransportError, WireError,
 };
 use crate::fingerprint::{self, ClassKey, Fingerprint};
 use crate::ledger::checkpoint::Claim;
@@ -183,7 +184,7 @@ struct Inner {
 /// Every node of a part's class is down (as `sinfo` says).
 #[derive(Clone)]
 struct ClassDown {
-    reason: String,
+    reason: TransportError,
     since: Instant,
     next_check: Instant,
     reported: bool,
@@ -273,7 +274,7 @@ impl SlurmTransport {
 
     /// The node types of the entry's partition, as `sinfo` lists them now
     /// (for `plan`: no job is submitted).
-    pub async fn node_types(&self) -> Result<Vec<nodes::NodeType>, String> {
+    pub async fn node_types(&self) -> Result<Vec<nodes::NodeType>, TransportError> {
         let partition = self.inner.cfg.partition.as_deref();
         let out = self
             .inner
@@ -326,14 +327,14 @@ impl Transport for SlurmTransport {
             .is_ok_and(|a| a.contains_key(trial_key))
     }
 
-    async fn prepare(&self, study_id: &str) -> Result<(), String> {
+    async fn prepare(&self, study_id: &str) -> Result<(), TransportError> {
         if let Ok(mut s) = self.inner.study.write() {
             *s = Some(study_id.to_string());
         }
         self.adopt().await
     }
 
-    async fn probe(&self, tools: &BTreeMap<String, String>) -> Result<Fingerprint, String> {
+    async fn probe(&self, tools: &BTreeMap<String, String>) -> Result<Fingerprint, TransportError> {
         let inner = &self.inner;
         if let Ok(mut t) = inner.tools.lock() {
             *t = tools.clone();
@@ -351,7 +352,7 @@ impl Transport for SlurmTransport {
         study_id: &str,
         tools: &BTreeMap<String, String>,
         key: &ClassKey,
-    ) -> Result<Discovery, String> {
+    ) -> Result<Discovery, TransportError> {
         self.discover_classes(study_id, tools, key).await
     }
 
@@ -406,7 +407,7 @@ impl Transport for SlurmTransport {
         tokio::select! {
             outcome = rx => {
                 let mut outcome = outcome.unwrap_or_else(|_| AttemptOutcome {
-                    ended: Ended::HostLost("slurm: the launcher stopped watching the task".to_string()),
+                    ended: Ended::HostLost(TransportError::Unwatched),
                     ..Default::default()
                 });
                 outcome.adopted_attempt = adopted_attempt;
@@ -513,7 +514,7 @@ impl CheckpointStore for SlurmTransport {
         Some(format!("{root}/{study}/checkpoints/{key}"))
     }
 
-    async fn claim(&self, base: &str) -> Result<Option<Claim>, String> {
+    async fn claim(&self, base: &str) -> Result<Option<Claim>, TransportError> {
         match &self.inner.login {
             Login::Local => checkpoint::claim_here(base).await,
             Login::Ssh(t) => t.claim(base).await,
@@ -526,21 +527,26 @@ impl CheckpointStore for SlurmTransport {
         attempt_id: &str,
         claim: &Claim,
         archive: &mut (dyn AsyncRead + Send + Unpin),
-    ) -> Result<(), String> {
+    ) -> Result<(), TransportError> {
         match &self.inner.login {
             Login::Local => checkpoint::install_from(base.into(), attempt_id, claim, archive).await,
             Login::Ssh(t) => t.install(base, attempt_id, claim, archive).await,
         }
     }
 
-    async fn commit(&self, base: &str, attempt_id: &str, claim: &Claim) -> Result<(), String> {
+    async fn commit(
+        &self,
+        base: &str,
+        attempt_id: &str,
+        claim: &Claim,
+    ) -> Result<(), TransportError> {
         match &self.inner.login {
             Login::Local => checkpoint::commit_here(base, attempt_id, claim).await,
             Login::Ssh(t) => t.commit(base, attempt_id, claim).await,
         }
     }
 
-    async fn size(&self, base: &str) -> Result<u64, String> {
+    async fn size(&self, base: &str) -> Result<u64, TransportError> {
         match &self.inner.login {
             Login::Local => checkpoint::size_here(base).await,
             Login::Ssh(t) => t.size(base).await,
@@ -551,7 +557,7 @@ impl CheckpointStore for SlurmTransport {
         &self,
         base: &str,
         sink: &mut (dyn AsyncWrite + Send + Unpin),
-    ) -> Result<(), String> {
+    ) -> Result<(), TransportError> {
         match &self.inner.login {
             Login::Local => checkpoint::pack_to(base.into(), sink).await,
             Login::Ssh(t) => t.export(base, sink).await,

@@ -36,10 +36,13 @@ fn unreported_states_map_to_failure_classes_or_loss() {
     }
     assert_eq!(
         unreported("CANCELLED", "", true),
-        Unreported::Lost("stopped by the launcher".to_string())
+        Unreported::Lost(TransportError::StoppedByLauncher)
     );
     match unreported("CANCELLED", "gpu-b", false) {
-        Unreported::Lost(r) => assert!(r.contains("outside tunectl"), "{r}"),
+        Unreported::Lost(r) => assert_eq!(
+            r.to_string(),
+            "slurm: the task was cancelled outside tunectl on node gpu-b"
+        ),
         other => panic!("{other:?}"),
     }
 }
@@ -107,7 +110,8 @@ fn the_default_template_renders_every_option() {
     let err = bad
         .inner
         .render_batch("/s", 1, "7", "b1")
-        .expect_err("refused");
+        .expect_err("refused")
+        .to_string();
     assert!(
         err.contains("partition") && err.contains("control character"),
         "{err}"

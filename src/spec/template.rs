@@ -57,8 +57,47 @@ fn strip_globals(env: &Environment<'_>, names: impl IntoIterator<Item = String>)
     out
 }
 
+/// The longest tag (`{{ ... }}`, `{% ... %}`, from its opening to its
+/// closing or the end of the template) a template may hold. A tag names a
+/// knob, perhaps with a filter or a test; past this size only a generated
+/// or damaged file gets, and the template engine takes time that grows
+/// faster than the tag (16 KB of unary minuses: about 2 s).
+pub const MAX_TAG_BYTES: usize = 1024;
+
+/// Refuse a template with a tag longer than [`MAX_TAG_BYTES`], before it
+/// is parsed.
+pub fn check_tag_sizes(source: &str) -> Result<(), String> {
+    let mut rest = source;
+    let mut offset = 0;
+    while let Some(open) = rest.find(['{']) {
+        let after = &rest[open..];
+        let close = if after.starts_with("{{") {
+            "}}"
+        } else if after.starts_with("{%") {
+            "%}"
+        } else {
+            offset += open + 1;
+            rest = &rest[open + 1..];
+            continue;
+        };
+        let body = &after[2..];
+        let len = body.find(close).unwrap_or(body.len());
+        if len > MAX_TAG_BYTES {
+            return Err(format!(
+                "the tag at byte {} is {len} bytes long; at most {MAX_TAG_BYTES} are accepted",
+                offset + open
+            ));
+        }
+        let next = open + 2 + (len + close.len()).min(body.len());
+        offset += next;
+        rest = &rest[next..];
+    }
+    Ok(())
+}
+
 /// Top-level variables a template uses.
 pub fn template_variables(source: &str) -> Result<Vec<String>, String> {
+    check_tag_sizes(source)?;
     let env = base_env();
     let tmpl = env.template_from_str(source).map_err(describe)?;
     Ok(strip_globals(&env, tmpl.undeclared_variables(false)))
@@ -524,6 +563,7 @@ impl CommandRenderer {
 
     /// `field` names the command in errors.
     fn build(study: &Study, command: &str, field: &str) -> Result<Self, String> {
+        check_tag_sizes(command).map_err(|e| format!("{field}: {e}"))?;
         check_or_describe(command).map_err(|e| format!("{field}: {e}"))?;
         let mut shell = shell_env();
         add_shell_template(&mut shell, "command", command)
@@ -616,6 +656,33 @@ impl TrialVars {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_tag_longer_than_the_cap_is_refused_before_it_is_parsed() {
+        let long = format!("echo {{{{ {}v }}}}", "- ".repeat(MAX_TAG_BYTES));
+        let started = std::time::Instant::now();
+        let e = template_variables(&long).unwrap_err();
+        assert!(started.elapsed() < std::time::Duration::from_millis(100));
+        assert_eq!(
+            e,
+            format!(
+                "the tag at byte 5 is {} bytes long; at most 1024 are accepted",
+                2 * MAX_TAG_BYTES + 3
+            )
+        );
+        // Unclosed, or a statement: the same.
+        let unclosed = format!("a {{% if {}", "x".repeat(MAX_TAG_BYTES + 1));
+        assert!(
+            check_tag_sizes(&unclosed)
+                .unwrap_err()
+                .contains("at byte 2")
+        );
+        // Short tags, braces and `${x}` are fine however many.
+        let many = "{{ v }} ${x} {a} ".repeat(2000);
+        assert_eq!(check_tag_sizes(&many), Ok(()));
+        assert_eq!(check_tag_sizes("{{"), Ok(()));
+        assert_eq!(check_tag_sizes("{{ v }}{%"), Ok(()));
+    }
 
     #[test]
     fn variables_of_templates_and_expressions() {

@@ -212,8 +212,15 @@ pub fn main() -> ExitCode {
         2 => tracing_subscriber::EnvFilter::new("debug"),
         _ => tracing_subscriber::EnvFilter::new("trace"),
     };
+    // Colour only on a terminal, and not with NO_COLOR set
+    // (https://no-color.org): a log piped to a file stays plain text.
+    let colour = {
+        use std::io::IsTerminal as _;
+        std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())
+    };
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(colour)
         .with_writer(std::io::stderr)
         .try_init();
     let runtime = match tokio::runtime::Runtime::new() {

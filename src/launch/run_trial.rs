@@ -913,6 +913,15 @@ impl<'a> Runner<'a> {
             (Role::Rung, Some(f)) => &f.proxy.name,
             _ => &study.objective.name,
         };
+        // One line per trial at `-v`.
+        tracing::info!(
+            "{}",
+            trial_line(
+                &record,
+                metric,
+                crate::fmt::duration_short(record.duration_s)
+            )
+        );
         let value = j
             .metrics
             .get(metric)
@@ -926,6 +935,61 @@ impl<'a> Runner<'a> {
             record: Some(Arc::new(record)),
         })
     }
+}
+
+/// A recorded attempt on one line, for `-v`: `sweep a=2 @ n=1 on gpu-a
+/// (repeat 1): ok in 1.2s, throughput 123.4 (median of 3)`, or how it
+/// failed and the first line of why.
+fn trial_line(r: &AttemptRecord, metric: &str, took: String) -> String {
+    let budget = r
+        .fidelity
+        .map(|b| format!(" at budget {}", crate::fmt::short(b)))
+        .unwrap_or_default();
+    let outcome = match r.status {
+        AttemptStatus::Ok => match r.metrics.get(metric) {
+            Some(samples) if !samples.is_empty() => {
+                let median = crate::stats::median(samples).unwrap_or(f64::NAN);
+                if samples.len() == 1 {
+                    format!("ok in {took}, {metric} {}", crate::fmt::sig(median))
+                } else {
+                    format!(
+                        "ok in {took}, {metric} {} (median of {})",
+                        crate::fmt::sig(median),
+                        samples.len()
+                    )
+                }
+            }
+            _ => format!("ok in {took}"),
+        },
+        AttemptStatus::Failed => match &r.failure {
+            Some(f) => format!(
+                "failed in {took}: {}: {}",
+                f.class.as_str(),
+                f.detail.lines().next().unwrap_or("")
+            ),
+            None => format!("failed in {took}"),
+        },
+        AttemptStatus::Lost => format!(
+            "lost after {took}: {}",
+            r.lost_reason.as_deref().unwrap_or("no reason recorded")
+        ),
+        AttemptStatus::Pruned => match &r.pruned {
+            Some(p) => format!(
+                "pruned after {took}: {metric} {} at budget {}",
+                crate::fmt::sig(p.value),
+                crate::fmt::short(p.budget)
+            ),
+            None => format!("pruned after {took}"),
+        },
+    };
+    format!(
+        "{} {} @ {}{budget} on {} (repeat {}): {outcome}",
+        r.role.as_str(),
+        r.config_label,
+        r.cell_label,
+        r.host,
+        r.repeat,
+    )
 }
 
 /// Name of the progress file in the trial directory (`fidelity.prune`).

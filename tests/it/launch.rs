@@ -1011,6 +1011,32 @@ fn fingerprint_reports_the_gpus_of_a_fake_xpu_smi_else_sysfs() {
 
 /// What people read: the report table of the fake study, with the machine's
 /// host class, its label and the version redacted.
+/// `-v` prints one line per trial (what ran, where, how it ended and why
+/// a failed one failed), and a log into a pipe carries no colour codes.
+#[test]
+fn verbose_launch_says_each_trial_in_plain_text() {
+    let env = Env::new(STUDY);
+    let stderr = env.launch_ok(&["-v"]).stderr;
+    let lines: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.contains(" INFO ") && l.contains(" on local (repeat "))
+        .collect();
+    assert_eq!(lines.len(), RUN_TRIALS, "{stderr}");
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.contains("sweep baseline @ n=") && l.contains(": ok in ")),
+        "{stderr}"
+    );
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.contains("mode=crash") && l.contains(": failed in ")),
+        "{stderr}"
+    );
+    assert!(!stderr.contains('\u{1b}'), "{stderr:?}");
+}
+
 #[test]
 fn report_table_snapshot() {
     let env = Env::new(STUDY);

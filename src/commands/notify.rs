@@ -73,6 +73,9 @@ pub enum OutcomeSchema {
 pub struct Counts {
     pub ran: u64,
     pub ok: u64,
+    /// Of `ok`: trials whose config the gate rejected because its output
+    /// differs from the baseline's.
+    pub output_changed: u64,
     pub failed: u64,
     /// Rung trials stopped early by `fidelity.prune` (among `ran`).
     pub pruned: u64,
@@ -117,6 +120,7 @@ impl LaunchEnd {
             summary: self.summary.as_ref().map(|s| Counts {
                 ran: s.ran,
                 ok: s.ok,
+                output_changed: s.output_changed,
                 failed: s.failed,
                 pruned: s.pruned,
                 lost: s.lost,

@@ -8,6 +8,7 @@
 //! and the progress bar's numbers), and the progress reporter
 //! (`progress.rs`) is the only code that turns events into text.
 
+use std::collections::BTreeMap;
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -85,6 +86,9 @@ pub enum LaunchEvent {
         racing: bool,
         /// Why a failed attempt was rejected.
         rejection: Option<Rejection>,
+        /// Of an `ok` attempt: its (host class, cell, config) labels, so
+        /// that the summary can say how many the gate rejected.
+        ok_of: Option<TrialOf>,
     },
     /// An attempt ran and could not be written to the ledger. `first`: the
     /// first such attempt of the launch (no new trial starts from now on).
@@ -471,6 +475,11 @@ pub struct LaunchSummary {
     pub confirm_trials: u64,
     /// Racing trials that ran (sweep trials beyond the plan's repeats).
     pub racing_trials: u64,
+    /// `ok` trials that ran, by (host class, cell, config).
+    pub ok_of: BTreeMap<TrialOf, u64>,
+    /// Of `ok`: trials whose config the gate rejected as output changed
+    /// (known once the verdicts are written).
+    pub output_changed: u64,
     /// Attempts lost with a host that dropped, queued again.
     pub requeued: u64,
     /// Hosts that did not answer at the start, and why: skipped.
@@ -490,6 +499,9 @@ pub struct LaunchSummary {
     /// (spent, cap) in seconds.
     pub budget_spent: Option<(f64, f64)>,
 }
+
+/// Where an `ok` trial belongs: (host class, cell label, config label).
+pub type TrialOf = (String, String, String);
 
 impl LaunchSummary {
     /// Count one event: the only code that keeps the launch's numbers.
@@ -528,9 +540,13 @@ impl LaunchSummary {
                 status,
                 role,
                 racing,
+                ok_of,
                 ..
             } => {
                 self.running = self.running.saturating_sub(1);
+                if let Some(of) = ok_of {
+                    *self.ok_of.entry(of.clone()).or_insert(0) += 1;
+                }
                 if *racing && *status != AttemptStatus::Lost {
                     self.racing_trials += 1;
                 }
@@ -615,6 +631,10 @@ impl LaunchSummary {
         self.dropped_cells += o.dropped_cells;
         self.confirm_trials += o.confirm_trials;
         self.racing_trials += o.racing_trials;
+        for (of, n) in &o.ok_of {
+            *self.ok_of.entry(of.clone()).or_insert(0) += n;
+        }
+        self.output_changed += o.output_changed;
         self.requeued += o.requeued;
         // What the ledger held at the start, and its unreadable objects,
         // are the first round's.
@@ -706,6 +726,7 @@ mod tests {
                 role: RoleKind::Confirm,
                 racing: false,
                 rejection: None,
+                ok_of: None,
             },
             LaunchEvent::TrialStarted,
             LaunchEvent::TrialFinished {
@@ -713,6 +734,7 @@ mod tests {
                 role: RoleKind::Sweep,
                 racing: false,
                 rejection: None,
+                ok_of: None,
             },
             LaunchEvent::TrialRequeued,
             LaunchEvent::AnchorStarted,

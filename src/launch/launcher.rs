@@ -236,6 +236,9 @@ impl Launcher<'_> {
         let mut buckets = Vec::new();
         let mut drafts = Vec::new();
         let mut baseline_failures = Vec::new();
+        // This launch's ok trials of configs the gate rejected as output
+        // changed.
+        let mut output_changed = 0u64;
         if !unrecorded {
             let written = crate::report::write_verdicts(
                 ledger,
@@ -243,6 +246,24 @@ impl Launcher<'_> {
                 Some(&study.frozen()),
                 |class, bucket| {
                     buckets.push(BucketOutcome::of(class, bucket));
+                    let cells = class
+                        .cells
+                        .iter()
+                        .filter(|c| bucket.cells.contains(&c.cell_label));
+                    for cell in cells {
+                        for r in &cell.rejected {
+                            if r.rejection.as_ref().map(|x| x.class)
+                                == Some(FailureClass::OutputChanged)
+                            {
+                                let of = (
+                                    class.host_class.clone(),
+                                    cell.cell_label.clone(),
+                                    r.label.clone(),
+                                );
+                                output_changed += summary.ok_of.get(&of).copied().unwrap_or(0);
+                            }
+                        }
+                    }
                     for pc in &bucket.per_cell {
                         if let Some(r) = pc.baseline.as_ref().and_then(|b| b.rejection.as_ref()) {
                             baseline_failures.push(BaselineFailure {
@@ -273,6 +294,7 @@ impl Launcher<'_> {
                 };
             }
         }
+        summary.output_changed = output_changed;
         tell(&LaunchNote::Finished { summary: &summary });
         let outcome = outcome_of(ledger.url(), &summary, baseline_failures, drafts);
         Launched {

@@ -189,9 +189,14 @@ pub fn summary_line(s: &LaunchSummary) -> String {
         ));
     }
     format!(
-        "ran {} ({} ok, {} failed{}{}), {} lost, {} already in the ledger, {} skipped{}",
+        "ran {} ({} ok, {}{} failed{}{}), {} lost, {} already in the ledger, {} skipped{}",
         crate::fmt::count(s.ran, "trial", "trials"),
-        s.ok,
+        s.ok.saturating_sub(s.output_changed),
+        if s.output_changed > 0 {
+            format!("{} with changed output, ", s.output_changed)
+        } else {
+            String::new()
+        },
         s.failed,
         if s.pruned > 0 {
             format!(", {} pruned", s.pruned)
@@ -718,6 +723,7 @@ mod tests {
             role,
             racing: false,
             rejection: None,
+            ok_of: None,
         };
         for ev in [
             LaunchEvent::TrialStarted,

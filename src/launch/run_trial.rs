@@ -907,6 +907,13 @@ impl<'a> Runner<'a> {
                 class: f.class,
                 detail: f.detail.clone(),
             }),
+            ok_of: (j.status == AttemptStatus::Ok).then(|| {
+                (
+                    record.host_class.to_string(),
+                    cell_label.clone(),
+                    config_label.clone(),
+                )
+            }),
         });
         // Rungs are read on the proxy metric.
         let metric = match (&job.role, &study.fidelity) {

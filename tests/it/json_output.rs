@@ -77,7 +77,14 @@ fn launch_prints_its_outcome() {
     assert_eq!(doc["study"], "jsonout", "{doc}");
     let summary = &doc["summary"];
     assert_eq!(summary["ran"], 6, "{doc}");
-    for key in ["ok", "failed", "lost", "already_in_ledger", "skipped"] {
+    for key in [
+        "ok",
+        "output_changed",
+        "failed",
+        "lost",
+        "already_in_ledger",
+        "skipped",
+    ] {
         assert!(is_u64(&summary[key]), "{key}: {doc}");
     }
     assert!(

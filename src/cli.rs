@@ -12,6 +12,7 @@ use crate::commands::export::ExportArgs;
 use crate::commands::fingerprint::FingerprintArgs;
 use crate::commands::launch::LaunchArgs;
 use crate::commands::ledger::LedgerCheckArgs;
+use crate::commands::logs::LogsArgs;
 use crate::commands::plan::PlanArgs;
 use crate::commands::report::ReportArgs;
 use crate::commands::status::StatusArgs;
@@ -109,6 +110,15 @@ Examples:
 Exit codes: 0 the status was printed; 1 the ledger could not be read or holds \
 no such study; 2 invalid study file or arguments.";
 
+    pub const LOGS: &str = "\
+Examples:
+  tunectl logs study.yaml
+  tunectl logs study.yaml --config 'accum=i32' --cell n=500000
+  tunectl logs my-study --ledger s3://bucket/tunectl --status all --limit 5 --format json
+
+Exit codes: 0 the attempts were printed (or none matched); 1 the ledger could \
+not be read or holds no such study; 2 invalid study file or arguments.";
+
     pub const LEDGER_CHECK: &str = "\
 Examples:
   tunectl ledger check --ledger ./ledgers
@@ -168,6 +178,10 @@ pub enum Command {
     /// Per host class: trials done, failed, lost, running and pending.
     #[command(after_help = help::STATUS)]
     Status(StatusArgs),
+    /// What trials printed: the failed ones by default, with their command,
+    /// exit and stdout/stderr.
+    #[command(after_help = help::LOGS)]
+    Logs(LogsArgs),
     /// Inspect the ledger itself.
     #[command(subcommand)]
     Ledger(LedgerCommand),
@@ -251,6 +265,7 @@ async fn run(cli: Cli) -> Result<(), CliError> {
         Command::Export(a) => commands::export::run(a).await,
         Command::Apply(a) => commands::apply::run(a).await,
         Command::Status(a) => commands::status::run(a).await,
+        Command::Logs(a) => commands::logs::run(a).await,
         Command::Ledger(LedgerCommand::Check(a)) => commands::ledger::check(a).await,
         Command::Fingerprint(a) => commands::fingerprint::run(a).await,
         Command::Validate(a) => commands::validate::run(a),

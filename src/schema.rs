@@ -7,6 +7,7 @@
 pub const PLAN: &str = "tunectl.plan/1";
 pub const LAUNCH: &str = "tunectl.launch/1";
 pub const STATUS: &str = "tunectl.status/1";
+pub const LOGS: &str = "tunectl.logs/1";
 pub const REPORT: &str = "tunectl.report/2";
 pub const EXPORT: &str = "tunectl.export/1";
 pub const LEDGER_CHECK: &str = "tunectl.ledger-check/1";
@@ -15,7 +16,7 @@ pub const FINGERPRINT_INVENTORY: &str = "tunectl.fingerprint-inventory/1";
 pub const VALIDATE: &str = "tunectl.validate/1";
 
 /// All of them, for the test that docs/json.md documents each.
-pub const ALL: [&str; 9] = [
+pub const ALL: [&str; 10] = [
     PLAN,
     LAUNCH,
     STATUS,
@@ -25,4 +26,5 @@ pub const ALL: [&str; 9] = [
     FINGERPRINT,
     FINGERPRINT_INVENTORY,
     VALIDATE,
+    LOGS,
 ];

@@ -20,6 +20,7 @@ pub mod hosts;
 pub mod inputs;
 pub mod launch;
 pub mod ledger;
+pub mod logs;
 pub mod notify;
 pub mod plan;
 pub mod report;

@@ -961,6 +961,41 @@ impl Ledger {
         Ok((found.into_iter().next(), skipped))
     }
 
+    /// One attempt object, whole (a scan leaves out its command and
+    /// output): `None` when it is not there. An object that is not a
+    /// readable record of that trial and attempt is an error naming it.
+    pub async fn read_attempt(
+        &self,
+        study: &str,
+        trial: &str,
+        attempt: &str,
+    ) -> Result<Option<AttemptRecord>, LedgerError> {
+        let key = ObjPath::from(format!("{study}/trials/{trial}/{attempt}.json"));
+        let Some(bytes) = self.get(&key).await? else {
+            return Ok(None);
+        };
+        match scan::check_record(&key, &bytes) {
+            Ok(r)
+                if r.study_id.as_ref() == study
+                    && r.trial_key == trial
+                    && r.attempt_id == attempt =>
+            {
+                Ok(Some(r))
+            }
+            Ok(_) => Err(self.unreadable(&key, "a record of another trial or attempt".into())),
+            Err(reason) => Err(self.unreadable(&key, reason)),
+        }
+    }
+
+    fn unreadable(&self, key: &ObjPath, reason: String) -> LedgerError {
+        LedgerError::Io {
+            url: self.url().to_string(),
+            op: "read",
+            key: key.to_string(),
+            message: reason,
+        }
+    }
+
     /// Study ids in the ledger (top-level prefixes with a study record).
     pub async fn studies(&self) -> Result<Vec<String>, LedgerError> {
         let mut out = Vec::new();

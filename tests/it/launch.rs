@@ -1039,6 +1039,71 @@ fn verbose_launch_says_each_trial_in_plain_text() {
     assert!(!stderr.contains('\u{1b}'), "{stderr:?}");
 }
 
+/// `tunectl logs` shows a failed trial's command, exit and stderr from the
+/// ledger, filters by config, cell and status, and says so when nothing
+/// matches.
+#[test]
+fn logs_show_what_a_failed_trial_printed() {
+    let env = Env::new(STUDY);
+    env.launch_ok(&[]);
+    let study = env.study().display().to_string();
+    let logs = |extra: &[&str]| {
+        let mut args = vec!["logs", study.as_str(), "--ledger", env.ledger_url()];
+        args.extend_from_slice(extra);
+        env.tunectl_ok(&args)
+    };
+    let text = logs(&[]);
+    // mode=crash ran once per cell and failed there.
+    assert_eq!(
+        text.matches("== sweep mode=crash @ n=").count(),
+        2,
+        "{text}"
+    );
+    assert!(text.contains("· failed"), "{text}");
+    assert!(text.contains("exit: code 3"), "{text}");
+    assert!(
+        text.contains("fake-trial: mode crash: giving up on purpose"),
+        "{text}"
+    );
+    let doc: Json = serde_json::from_str(&logs(&[
+        "--status",
+        "all",
+        "--config",
+        "mode=fast",
+        "--cell",
+        "n=1",
+        "--format",
+        "json",
+    ]))
+    .expect("logs JSON");
+    assert_eq!(doc["schema"], "tunectl.logs/1", "{doc}");
+    let attempts = doc["attempts"].as_array().expect("attempts");
+    assert_eq!(attempts.len(), 3, "{doc}");
+    assert!(
+        attempts
+            .iter()
+            .all(|a| a["config"] == "mode=fast" && a["cell"] == "n=1" && a["status"] == "ok"),
+        "{doc}"
+    );
+    assert!(
+        attempts[0]["command"]
+            .as_str()
+            .is_some_and(|c| !c.is_empty()),
+        "{doc}"
+    );
+    // --limit keeps the latest; nothing matching is said, not an error.
+    let limited = logs(&["--status", "ok", "--limit", "1"]);
+    assert!(
+        limited.contains("attempts match; the latest 1 (--limit):"),
+        "{limited}"
+    );
+    let none = logs(&["--status", "lost"]);
+    assert!(
+        none.starts_with("no lost attempt of study fake matches"),
+        "{none}"
+    );
+}
+
 #[test]
 fn report_table_snapshot() {
     let env = Env::new(STUDY);

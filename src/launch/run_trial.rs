@@ -231,15 +231,16 @@ impl<'a> Runner<'a> {
         let lease = if matches!(job.role, Role::Anchor { .. }) {
             None
         } else {
+            let (config, cell) = self.labels(&job);
+            let what = format!("{} {config} @ {cell}", job.role.kind().as_str());
+            let holder = crate::ledger::lease::Holder {
+                owner: &self.owner,
+                host: &host.name,
+                what: &what,
+            };
             match self
                 .ledger
-                .acquire_lease(
-                    self.study_id,
-                    &job.key,
-                    &self.owner,
-                    &host.name,
-                    lease_ttl(),
-                )
+                .acquire_lease(self.study_id, &job.key, &holder, lease_ttl())
                 .await
             {
                 Ok(Ok(lease)) => {

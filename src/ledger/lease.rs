@@ -69,6 +69,15 @@ pub fn renew_every() -> Duration {
     lease_ttl() / 4
 }
 
+/// Who takes a lease: the launcher (`owner`), the host the trial runs
+/// on, and what runs (`config @ cell`, for people).
+#[derive(Debug, Clone, Copy)]
+pub struct Holder<'a> {
+    pub owner: &'a str,
+    pub host: &'a str,
+    pub what: &'a str,
+}
+
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct LeaseRecord {
     pub schema: u32,
@@ -79,6 +88,14 @@ pub struct LeaseRecord {
     pub generation: u64,
     pub expires_at: String,
     pub written_at: String,
+    /// What runs under it, for people (`status --watch`): `config @ cell`.
+    /// Absent in leases of earlier versions.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub what: String,
+    /// When its holder took it (kept by renewals): how long the trial has
+    /// been running. Absent in leases of earlier versions.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub taken_at: String,
 }
 
 impl LeaseRecord {
@@ -199,16 +216,15 @@ fn acquire_local(
     root: &std::path::Path,
     study: &str,
     trial: &str,
-    owner: &str,
-    host: &str,
+    holder: &Holder<'_>,
     ttl: Duration,
 ) -> Result<Result<Taken, Held>, LocalError> {
     let latest = latest_local(root, study, trial)?;
-    let (generation, stale) = match free_generation(latest, owner, chrono::Utc::now()) {
+    let (generation, stale) = match free_generation(latest, holder.owner, chrono::Utc::now()) {
         Ok(g) => g,
         Err(held) => return Ok(Err(held)),
     };
-    let record = Ledger::lease_record(trial, owner, host, generation, ttl);
+    let record = Ledger::lease_record(trial, holder, generation, ttl, None);
     let k = key(study, trial, generation);
     let bytes = serde_json::to_vec(&record).map_err(|e| ("encode", k.clone(), e.to_string()))?;
     match super::local::create_new(&super::local::file_of(root, &k), &bytes) {
@@ -354,6 +370,8 @@ impl Ledger {
             generation: 0,
             expires_at: String::new(),
             written_at: String::new(),
+            what: String::new(),
+            taken_at: String::new(),
         }
     }
 
@@ -381,22 +399,26 @@ impl Ledger {
         }
     }
 
+    /// Generation `generation` of a lease held by `holder`, taken at
+    /// `taken_at` (now, for a new one).
     fn lease_record(
         trial: &str,
-        owner: &str,
-        host: &str,
+        holder: &Holder<'_>,
         generation: u64,
         ttl: Duration,
+        taken_at: Option<&str>,
     ) -> LeaseRecord {
         let now = chrono::Utc::now();
         LeaseRecord {
             schema: super::records::SCHEMA,
             trial_key: trial.to_string(),
-            owner: owner.to_string(),
-            host: host.to_string(),
+            owner: holder.owner.to_string(),
+            host: holder.host.to_string(),
             generation,
             expires_at: (now + chrono::Duration::from_std(ttl).unwrap_or_default()).to_rfc3339(),
             written_at: now.to_rfc3339(),
+            what: holder.what.to_string(),
+            taken_at: taken_at.map_or_else(|| now.to_rfc3339(), str::to_string),
         }
     }
 
@@ -405,17 +427,26 @@ impl Ledger {
         &self,
         study: &str,
         trial: &str,
-        owner: &str,
-        host: &str,
+        holder: &Holder<'_>,
         ttl: Duration,
     ) -> Result<Result<Lease, Held>, LedgerError> {
         let mut no_attempts = false;
         let taken = match &self.local_root {
             Some(root) => {
                 let (root, study_id) = (root.clone(), study.to_string());
-                let (trial, owner, host) = (trial.to_string(), owner.to_string(), host.to_string());
+                let trial = trial.to_string();
+                let (owner, host, what) = (
+                    holder.owner.to_string(),
+                    holder.host.to_string(),
+                    holder.what.to_string(),
+                );
                 let (taken, none) = tokio::task::spawn_blocking(move || {
-                    let taken = acquire_local(&root, &study_id, &trial, &owner, &host, ttl);
+                    let holder = Holder {
+                        owner: &owner,
+                        host: &host,
+                        what: &what,
+                    };
+                    let taken = acquire_local(&root, &study_id, &trial, &holder, ttl);
                     // After the create, as the caller's look for a finished
                     // attempt would be: a folder that is not there holds
                     // none (one that is, or cannot be told, is read then).
@@ -430,10 +461,7 @@ impl Ledger {
                 no_attempts = none;
                 taken.map_err(|(op, k, e)| self.io_err(op, &k, e))?
             }
-            None => {
-                self.acquire_in_store(study, trial, owner, host, ttl)
-                    .await?
-            }
+            None => self.acquire_in_store(study, trial, holder, ttl).await?,
         };
         Ok(taken.map(|(record, took_over)| Lease {
             study: study.to_string(),
@@ -453,16 +481,15 @@ impl Ledger {
         &self,
         study: &str,
         trial: &str,
-        owner: &str,
-        host: &str,
+        holder: &Holder<'_>,
         ttl: Duration,
     ) -> Result<Result<Taken, Held>, LedgerError> {
         let latest = self.latest_lease(study, trial).await?;
-        let (generation, stale) = match free_generation(latest, owner, chrono::Utc::now()) {
+        let (generation, stale) = match free_generation(latest, holder.owner, chrono::Utc::now()) {
             Ok(g) => g,
             Err(held) => return Ok(Err(held)),
         };
-        let record = Self::lease_record(trial, owner, host, generation, ttl);
+        let record = Self::lease_record(trial, holder, generation, ttl, None);
         if self.create_generation(&record, study).await? {
             Ok(Ok((record, stale)))
         } else {
@@ -473,13 +500,14 @@ impl Ledger {
 
     /// Extend a held lease. `Ok(false)`: it was taken over (it had expired).
     pub async fn renew_lease(&self, lease: &mut Lease, ttl: Duration) -> Result<bool, LedgerError> {
-        let next = Self::lease_record(
-            &lease.record.trial_key,
-            &lease.record.owner,
-            &lease.record.host,
-            lease.record.generation + 1,
-            ttl,
-        );
+        let r = &lease.record;
+        let holder = Holder {
+            owner: &r.owner,
+            host: &r.host,
+            what: &r.what,
+        };
+        let taken_at = (!r.taken_at.is_empty()).then_some(r.taken_at.as_str());
+        let next = Self::lease_record(&r.trial_key, &holder, r.generation + 1, ttl, taken_at);
         if self.create_generation(&next, &lease.study).await? {
             lease.record = next;
             Ok(true)
@@ -571,12 +599,30 @@ mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         let ledger = Ledger::open(&dir.path().display().to_string()).expect("ledger");
         let a = ledger
-            .acquire_lease("s", "k", "A", "h1", Duration::from_secs(60))
+            .acquire_lease(
+                "s",
+                "k",
+                &Holder {
+                    owner: "A",
+                    host: "h1",
+                    what: "sweep x=1 @ n=2",
+                },
+                Duration::from_secs(60),
+            )
             .await
             .expect("io");
         assert!(a.is_ok());
         let b = ledger
-            .acquire_lease("s", "k", "B", "h2", Duration::from_secs(60))
+            .acquire_lease(
+                "s",
+                "k",
+                &Holder {
+                    owner: "B",
+                    host: "h2",
+                    what: "",
+                },
+                Duration::from_secs(60),
+            )
             .await
             .expect("io");
         assert!(matches!(b, Err(Held::By { ref owner, .. }) if owner == "A"));
@@ -589,10 +635,26 @@ mod tests {
                 .expect("io")
         );
         assert_eq!(lease.record.generation, 2);
+        // A renewal says what runs, and since when, as the first did.
+        let first = ledger.live_leases("s").await.expect("io").unexpired;
+        assert_eq!(first.len(), 1);
+        assert_eq!(lease.record.what, "sweep x=1 @ n=2");
+        assert_eq!(first[0].what, "sweep x=1 @ n=2");
+        assert_eq!(first[0].taken_at, lease.record.taken_at);
+        assert!(!lease.record.taken_at.is_empty());
         tokio::time::sleep(Duration::from_millis(20)).await;
         // Expired: B takes over with the next generation; A's renewal fails.
         let b = ledger
-            .acquire_lease("s", "k", "B", "h2", Duration::from_secs(60))
+            .acquire_lease(
+                "s",
+                "k",
+                &Holder {
+                    owner: "B",
+                    host: "h2",
+                    what: "",
+                },
+                Duration::from_secs(60),
+            )
             .await
             .expect("io")
             .expect("takeover");
@@ -619,7 +681,16 @@ mod tests {
         // A's expired generations stay; the trial can be taken again, with
         // the generation after them.
         let c = ledger
-            .acquire_lease("s", "k", "C", "h3", Duration::from_secs(60))
+            .acquire_lease(
+                "s",
+                "k",
+                &Holder {
+                    owner: "C",
+                    host: "h3",
+                    what: "",
+                },
+                Duration::from_secs(60),
+            )
             .await
             .expect("io")
             .expect("free again");
@@ -646,6 +717,8 @@ mod tests {
             generation: 1,
             expires_at: (now + ahead).to_rfc3339(),
             written_at: now.to_rfc3339(),
+            what: String::new(),
+            taken_at: String::new(),
         };
         std::fs::create_dir_all(dir.join("s/leases")).expect("mkdir");
         std::fs::write(
@@ -685,7 +758,16 @@ mod tests {
             let shown = ledger.unexpired_leases("s").await.expect("io").unexpired;
             assert_eq!(shown.len(), 1, "{store}: status shows it");
             let a = ledger
-                .acquire_lease("s", "k", "A", "h", ttl)
+                .acquire_lease(
+                    "s",
+                    "k",
+                    &Holder {
+                        owner: "A",
+                        host: "h",
+                        what: "",
+                    },
+                    ttl,
+                )
                 .await
                 .expect("io")
                 .unwrap_or_else(|_| panic!("{store}: the stale lease still holds"));
@@ -715,7 +797,16 @@ mod tests {
                 chrono::Duration::from_std(near).expect("duration"),
             );
             let held = ledger
-                .acquire_lease("s", "k", "A", "h", ttl)
+                .acquire_lease(
+                    "s",
+                    "k",
+                    &Holder {
+                        owner: "A",
+                        host: "h",
+                        what: "",
+                    },
+                    ttl,
+                )
                 .await
                 .expect("io");
             assert!(
@@ -778,12 +869,30 @@ mod tests {
         let ledger = Ledger::open(&dir.path().display().to_string()).expect("ledger");
         let ttl = Duration::from_secs(60);
         let a = ledger
-            .acquire_lease("s", "k1", "A", "h", ttl)
+            .acquire_lease(
+                "s",
+                "k1",
+                &Holder {
+                    owner: "A",
+                    host: "h",
+                    what: "",
+                },
+                ttl,
+            )
             .await
             .expect("io");
         assert!(a.is_ok());
         let b = ledger
-            .acquire_lease("s", "k2", "B", "h", ttl)
+            .acquire_lease(
+                "s",
+                "k2",
+                &Holder {
+                    owner: "B",
+                    host: "h",
+                    what: "",
+                },
+                ttl,
+            )
             .await
             .expect("io");
         assert!(b.is_ok());
@@ -791,7 +900,16 @@ mod tests {
         std::fs::create_dir_all(dir.path().join("s/leases/k3")).expect("mkdir");
         std::fs::write(dir.path().join("s/leases/k3/000000000001.json"), b"{}").expect("write");
         let held = ledger
-            .acquire_lease("s", "k1", "C", "h", ttl)
+            .acquire_lease(
+                "s",
+                "k1",
+                &Holder {
+                    owner: "C",
+                    host: "h",
+                    what: "",
+                },
+                ttl,
+            )
             .await
             .expect("io");
         assert!(matches!(held, Err(Held::By { ref owner, .. }) if owner == "A"));
@@ -818,29 +936,74 @@ mod tests {
         let slow = Ledger::with_store(std::sync::Arc::new(store), "slow".into());
         let ttl = Duration::from_secs(60);
         let a = fast
-            .acquire_lease("s", "k", "A", "h", ttl)
+            .acquire_lease(
+                "s",
+                "k",
+                &Holder {
+                    owner: "A",
+                    host: "h",
+                    what: "",
+                },
+                ttl,
+            )
             .await
             .expect("io");
         let a = a.expect("free");
         let held = slow
-            .acquire_lease("s", "k", "B", "h", ttl)
+            .acquire_lease(
+                "s",
+                "k",
+                &Holder {
+                    owner: "B",
+                    host: "h",
+                    what: "",
+                },
+                ttl,
+            )
             .await
             .expect("io");
         assert!(matches!(held, Err(Held::By { ref owner, .. }) if owner == "A"));
         let b = slow
-            .acquire_lease("s", "k2", "B", "h", ttl)
+            .acquire_lease(
+                "s",
+                "k2",
+                &Holder {
+                    owner: "B",
+                    host: "h",
+                    what: "",
+                },
+                ttl,
+            )
             .await
             .expect("io");
         let b = b.expect("free");
         let held = fast
-            .acquire_lease("s", "k2", "A", "h", ttl)
+            .acquire_lease(
+                "s",
+                "k2",
+                &Holder {
+                    owner: "A",
+                    host: "h",
+                    what: "",
+                },
+                ttl,
+            )
             .await
             .expect("io");
         assert!(matches!(held, Err(Held::By { ref owner, .. }) if owner == "B"));
         // Released by one, taken by the other at the next generation.
         fast.release_lease(&a).await;
         let c = slow
-            .acquire_lease("s", "k", "B", "h", ttl)
+            .acquire_lease(
+                "s",
+                "k",
+                &Holder {
+                    owner: "B",
+                    host: "h",
+                    what: "",
+                },
+                ttl,
+            )
             .await
             .expect("io");
         assert_eq!(c.expect("free again").record.generation, 1);
@@ -848,7 +1011,16 @@ mod tests {
         // A garbage newest generation holds nothing: the next one is taken.
         std::fs::write(dir.path().join("s/leases/k2.000000000004.json"), b"torn").expect("write");
         let d = fast
-            .acquire_lease("s", "k2", "A", "h", ttl)
+            .acquire_lease(
+                "s",
+                "k2",
+                &Holder {
+                    owner: "A",
+                    host: "h",
+                    what: "",
+                },
+                ttl,
+            )
             .await
             .expect("io");
         assert_eq!(d.expect("taken over").record.generation, 5);
@@ -857,7 +1029,16 @@ mod tests {
         assert!(!b.no_attempts, "object_store's path looks nothing up");
         std::fs::create_dir_all(dir.path().join("s/trials/k3")).expect("mkdir");
         let e = fast
-            .acquire_lease("s", "k3", "A", "h", ttl)
+            .acquire_lease(
+                "s",
+                "k3",
+                &Holder {
+                    owner: "A",
+                    host: "h",
+                    what: "",
+                },
+                ttl,
+            )
             .await
             .expect("io");
         assert!(!e.expect("free").no_attempts);
@@ -872,7 +1053,13 @@ mod tests {
         for i in 0..16 {
             let l = ledger.clone();
             tasks.push(tokio::spawn(async move {
-                l.acquire_lease("s", "k", &format!("L{i}"), "h", Duration::from_secs(60))
+                let owner = format!("L{i}");
+                let holder = Holder {
+                    owner: &owner,
+                    host: "h",
+                    what: "",
+                };
+                l.acquire_lease("s", "k", &holder, Duration::from_secs(60))
                     .await
                     .map(|r| r.is_ok())
             }));

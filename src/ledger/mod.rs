@@ -1225,7 +1225,16 @@ mod tests {
         // Nor is a lease generation: the second launcher does not get it.
         let ttl = Duration::from_secs(60);
         let a = ledger
-            .acquire_lease("s", "k", "A", "h", ttl)
+            .acquire_lease(
+                "s",
+                "k",
+                &crate::ledger::lease::Holder {
+                    owner: "A",
+                    host: "h",
+                    what: "",
+                },
+                ttl,
+            )
             .await
             .expect("io");
         assert!(a.is_ok());
@@ -1300,7 +1309,16 @@ mod tests {
         let ledger = Ledger::open(&dir.path().display().to_string()).expect("ledger");
         let ttl = Duration::from_secs(60);
         let lease = ledger
-            .acquire_lease("s", "ab", "A", "h", ttl)
+            .acquire_lease(
+                "s",
+                "ab",
+                &crate::ledger::lease::Holder {
+                    owner: "A",
+                    host: "h",
+                    what: "",
+                },
+                ttl,
+            )
             .await
             .expect("io")
             .expect("free");

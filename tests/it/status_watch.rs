@@ -107,6 +107,15 @@ fn on_a_terminal_the_watch_refreshes_in_place_and_ends_with_the_launch() {
     )
     .expect("regex");
     assert!(counts.is_match(screen), "no counts with an ETA:\n{screen}");
+    // What runs now: which config, at which cell, on which host, how long.
+    let running = regex::Regex::new(
+        r"running now: (sweep|confirm) (baseline|mode=\w+) @ n=\d+ on local for \d+\.\ds",
+    )
+    .expect("regex");
+    assert!(
+        running.is_match(screen),
+        "nothing said running now:\n{screen}"
+    );
     // While it runs, the leader is a DRAFT with its speedup, n and interval.
     let draft = regex::Regex::new(
         r"bucket [^:]+: DRAFT \(.+?\) · leader mode=fast: [12]\.\d{3}× the baseline \(n=\d+ vs \d+ of the baseline, [12]\.\d{3}× \[[12]\.\d{3}, [12]\.\d{3}\] 95% CI\)",

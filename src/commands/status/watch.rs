@@ -11,7 +11,7 @@
 //! itself once nothing is running or pending and no launch is writing to
 //! the study ([`Ending`]), and on Ctrl-C.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashSet};
 use std::io::IsTerminal;
 use std::time::{Duration, Instant};
 
@@ -20,6 +20,7 @@ use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use super::{ClassStatus, count};
 use crate::commands::{CliError, failed, say_err};
 use crate::decide::{Analysis, BucketReport, ConfigReport, Level, Scope, analyze_scoped};
+use crate::ledger::lease::LeaseRecord;
 use crate::ledger::records::{AttemptRecord, AttemptStatus};
 use crate::ledger::{Ledger, Scan, StudyRecord};
 use crate::spec::Study;
@@ -230,12 +231,66 @@ struct Frame {
     idle: bool,
 }
 
+/// The most trials the watch names as running, per class.
+const RUNNING_SHOWN: usize = 3;
+
+/// What runs now on a class's hosts, from the live leases of trials with
+/// no result yet: the longest-running first, `what @ host (for how
+/// long)`, at most [`RUNNING_SHOWN`] lines and how many more.
+fn running_lines(
+    c: &ClassStatus,
+    leases: &[LeaseRecord],
+    ended: &HashSet<&str>,
+    now: chrono::DateTime<chrono::Utc>,
+) -> Vec<String> {
+    let mut running: Vec<(&LeaseRecord, Option<f64>)> = leases
+        .iter()
+        .filter(|l| c.hosts.contains(&l.host) && !ended.contains(l.trial_key.as_str()))
+        .map(|l| {
+            let since = chrono::DateTime::parse_from_rfc3339(&l.taken_at)
+                .ok()
+                .map(|t| (now - t.with_timezone(&chrono::Utc)).num_milliseconds() as f64 / 1e3);
+            (l, since)
+        })
+        .collect();
+    running.sort_by(|a, b| {
+        b.1.unwrap_or(0.0)
+            .total_cmp(&a.1.unwrap_or(0.0))
+            .then(a.0.trial_key.cmp(&b.0.trial_key))
+    });
+    let mut out: Vec<String> = running
+        .iter()
+        .take(RUNNING_SHOWN)
+        .map(|(l, since)| {
+            let what = if l.what.is_empty() {
+                format!("trial {}", l.trial_key.chars().take(12).collect::<String>())
+            } else {
+                l.what.clone()
+            };
+            let took = since
+                .map(|s| format!(" for {}", crate::fmt::duration_short(s.max(0.0))))
+                .unwrap_or_default();
+            format!("  running now: {what} on {}{took}", l.host)
+        })
+        .collect();
+    if running.len() > RUNNING_SHOWN {
+        out.push(format!(
+            "  and {} more running",
+            running.len() - RUNNING_SHOWN
+        ));
+    }
+    out
+}
+
 fn frame(
     study: Option<&Study>,
     scan: &Scan,
     classes: &[ClassStatus],
     analysis: &Analysis,
+    leases: &[LeaseRecord],
 ) -> Frame {
+    let ended: HashSet<&str> = scan.terminal().into_keys().collect();
+    let now = chrono::Utc::now();
     let no_pending = match study {
         Some(s) if s.strategy.is_adaptive() => "an adaptive search plans its trials as it goes",
         Some(_) => "the study file does not plan the study launched",
@@ -275,6 +330,7 @@ fn frame(
             eta.text()
         ));
         body.push(counts);
+        body.extend(running_lines(c, leases, &ended, now));
         if let Some(report) = analysis
             .classes
             .iter()
@@ -319,7 +375,10 @@ async fn read(w: &Watched) -> Result<(Frame, usize), CliError> {
         .collect();
     // The watch shows decisions and live counts, never next levers.
     let analysis = analyze_scoped(&w.record, &scan, &hosts, &plans, Scope::Decisions, |_| true);
-    Ok((frame(w.study.as_ref(), &scan, &classes, &analysis), writers))
+    Ok((
+        frame(w.study.as_ref(), &scan, &classes, &analysis, &leases),
+        writers,
+    ))
 }
 
 /// When the watch ends by itself.

@@ -463,11 +463,19 @@ impl fmt::Display for LevelReason {
                 min_samples,
             } => write!(
                 f,
-                "{candidates} candidates have fewer than two runs or selection.min_samples = {min_samples} samples at some cell: no interval of their speedup is known"
+                "{} {} fewer than two runs or selection.min_samples = {min_samples} samples at some cell: no interval of {} speedup is known",
+                crate::fmt::count(*candidates as u64, "candidate", "candidates"),
+                if *candidates == 1 { "has" } else { "have" },
+                if *candidates == 1 { "its" } else { "their" },
             ),
             LevelReason::NotMeasuredEverywhere { candidates } => write!(
                 f,
-                "{candidates} candidates are not measured at every cell yet"
+                "{} not measured at every cell yet",
+                if *candidates == 1 {
+                    "1 candidate is".to_string()
+                } else {
+                    format!("{candidates} candidates are")
+                }
             ),
             LevelReason::CellsDropped(cells) => {
                 f.write_str("cells were dropped: ")?;

@@ -19,7 +19,9 @@ use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 use super::{ClassStatus, count};
 use crate::commands::{CliError, failed, say_err};
-use crate::decide::{Analysis, BucketReport, ConfigReport, Level, Scope, analyze_scoped};
+use crate::decide::{
+    Analysis, BucketReport, CellReport, ConfigReport, Level, Scope, analyze_scoped,
+};
 use crate::ledger::lease::LeaseRecord;
 use crate::ledger::records::{AttemptRecord, AttemptStatus};
 use crate::ledger::{Ledger, Scan, StudyRecord};
@@ -191,7 +193,7 @@ fn baseline_evidence(b: &BucketReport) -> String {
 
 /// One bucket's leader and its level. `busy`: trials of the class are
 /// running or pending, so whatever leads is a DRAFT.
-fn leader_line(b: &BucketReport, busy: bool) -> String {
+fn leader_line(b: &BucketReport, busy: bool, ahead: Option<&ConfigReport>) -> String {
     let level = match (b.level, busy) {
         (Level::Verdict, false) => format!("VERDICT ({})", b.level_reason),
         (Level::Verdict, true) => "DRAFT (trials still running or pending)".to_string(),
@@ -213,12 +215,52 @@ fn leader_line(b: &BucketReport, busy: bool) -> String {
             "no leader yet: the baseline has not run here".to_string()
         }
         None => format!(
-            "leader: the baseline ({}): {}",
+            "leader: the baseline ({}): {}{}",
             baseline_evidence(b),
-            b.decision
+            b.decision,
+            // While trials run, the candidate ahead so far, unless the
+            // decision names it already.
+            ahead
+                .filter(|r| busy && !b.decision.to_string().contains(r.label.as_str()))
+                .map(ahead_text)
+                .unwrap_or_default()
         ),
     };
     format!("  bucket {}: {level} · {leader}", b.label)
+}
+
+/// The candidate ahead of the baseline so far, where none is shown to
+/// beat it yet: ` · ahead so far: mode=fast 1.950× (n=2, no interval yet;
+/// not shown to beat the minimum yet)`.
+fn ahead_text(r: &ConfigReport) -> String {
+    let Some(speedup) = r.speedup.filter(|s| s.is_finite() && *s > 1.0) else {
+        return String::new();
+    };
+    let n = r.summary.map(|s| s.n).unwrap_or(0);
+    let interval = match r.interval {
+        Some(i) => format!(", {:.3}× [{:.3}, {:.3}] 95% CI", i.speedup, i.low, i.high),
+        None => ", no interval yet".to_string(),
+    };
+    format!(
+        " · ahead so far: {} {speedup:.3}× (n={n}{interval}; not shown to beat the minimum yet)",
+        r.label
+    )
+}
+
+/// The candidate with the largest speedup over the baseline at any cell of
+/// bucket `b` so far (none when the baseline leads everywhere).
+fn ahead_of_baseline<'a>(cells: &'a [CellReport], b: &BucketReport) -> Option<&'a ConfigReport> {
+    cells
+        .iter()
+        .filter(|c| b.cells.contains(&c.cell_label))
+        .flat_map(|c| c.eligible.iter())
+        .filter(|r| r.speedup.is_some_and(|s| s.is_finite() && s > 1.0))
+        .max_by(|x, y| {
+            x.speedup
+                .unwrap_or(0.0)
+                .total_cmp(&y.speedup.unwrap_or(0.0))
+                .then(y.label.cmp(&x.label))
+        })
 }
 
 /// One refresh: what the ledger says now.
@@ -337,7 +379,8 @@ fn frame(
             .find(|r| r.host_class == c.host_class)
         {
             for b in &report.buckets {
-                body.push(leader_line(b, busy));
+                let ahead = ahead_of_baseline(&report.cells, b);
+                body.push(leader_line(b, busy, ahead));
             }
         }
     }

@@ -607,6 +607,7 @@ impl Serialize for ConfigReport {
             rejection: &'a Option<Rejection>,
             #[serde(skip_serializing_if = "BTreeMap::is_empty")]
             metrics: BTreeMap<&'a str, SummaryJson>,
+            samples: &'a BTreeMap<String, Vec<f64>>,
         }
         View {
             label: &self.label,
@@ -628,6 +629,7 @@ impl Serialize for ConfigReport {
                 .iter()
                 .map(|(k, s)| (k.as_str(), summary_json(s, self.min_samples)))
                 .collect(),
+            samples: &self.by_host,
         }
         .serialize(ser)
     }

@@ -33,6 +33,9 @@ pub enum Format {
     /// One self-contained HTML page: what ships, charts and the evidence
     /// tables; it loads nothing from the network.
     Html,
+    /// CSV, one row per sample of the objective (host class, cell, config,
+    /// host, value): every run, for your own analysis.
+    Samples,
 }
 
 /// The JSON report: the analysis under its schema name (docs/json.md).
@@ -65,5 +68,6 @@ pub fn render_sized(a: &Analysis, format: Format, all: bool, width: usize) -> St
         Format::Csv => render_csv(a),
         Format::Measurements => render_measurements(a, &|_| None, &|_| true),
         Format::Html => html::render_html(a, all),
+        Format::Samples => render::render_samples(a),
     }
 }

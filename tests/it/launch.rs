@@ -1013,6 +1013,49 @@ fn fingerprint_reports_the_gpus_of_a_fake_xpu_smi_else_sysfs() {
 
 /// What people read: the report table of the fake study, with the machine's
 /// host class, its label and the version redacted.
+/// Every sample is exported: the `samples` CSV has one row per sample of
+/// the objective, the same values as the JSON report's `samples`, and as
+/// many as the summaries count.
+#[test]
+fn samples_are_exported_one_row_each_and_in_the_json() {
+    let env = Env::new(STUDY);
+    env.launch_ok(&[]);
+    let json = env.report_json();
+    let study = env.study().display().to_string();
+    let csv = parse_csv(&env.report(&study, "samples"));
+    assert_eq!(
+        csv[0].join(","),
+        "study,spec_hash,host_class,cell,config,config_json,status,host,sample,metric,value,unit"
+    );
+    let mut from_json = 0;
+    for cell in json["classes"][0]["cells"].as_array().expect("cells") {
+        let configs = std::iter::once(&cell["baseline"])
+            .chain(cell["eligible"].as_array().into_iter().flatten())
+            .chain(cell["rejected"].as_array().into_iter().flatten());
+        for c in configs.filter(|c| !c.is_null()) {
+            let n = c["summary"]["n"].as_u64().unwrap_or(0) as usize;
+            let samples: Vec<f64> = c["samples"]["local"]
+                .as_array()
+                .map(|v| v.iter().filter_map(Json::as_f64).collect())
+                .unwrap_or_default();
+            assert_eq!(samples.len(), n, "{c}");
+            from_json += n;
+            // The same values, in the same order, in the CSV.
+            let rows: Vec<f64> = csv[1..]
+                .iter()
+                .filter(|r| {
+                    r[3] == cell["cell_label"].as_str().unwrap_or("")
+                        && r[4] == c["label"].as_str().unwrap_or("")
+                })
+                .map(|r| r[10].parse().expect("a number"))
+                .collect();
+            assert_eq!(rows, samples, "{c}");
+        }
+    }
+    assert_eq!(csv.len() - 1, from_json);
+    assert!(from_json > 0);
+}
+
 /// `-v` prints one line per trial (what ran, where, how it ended and why
 /// a failed one failed), and a log into a pipe carries no colour codes.
 #[test]

@@ -311,6 +311,58 @@ pub(in crate::report) fn render_csv(a: &Analysis) -> String {
     out
 }
 
+/// `--format samples`: every sample of the objective the decisions read,
+/// one CSV row each (hyperfine's `--export-json` has every run): the
+/// study, host class, cell, config, its status, the host, the sample's
+/// position on that host, its value and unit. Baseline first, then the
+/// eligible configs best first, then the rejected; hosts by name; samples
+/// in repeat order.
+pub fn render_samples(a: &Analysis) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "study,spec_hash,host_class,cell,config,config_json,status,host,sample,metric,value,unit"
+    );
+    for class in &a.classes {
+        for cell in &class.cells {
+            let configs = cell
+                .baseline
+                .iter()
+                .chain(&cell.eligible)
+                .chain(&cell.rejected);
+            for r in configs {
+                let status = if r.rejection.is_some() {
+                    "rejected"
+                } else {
+                    "eligible"
+                };
+                let json = crate::canon::canonical_json(&r.config);
+                for (host, values) in r.samples() {
+                    for (i, v) in values.iter().enumerate() {
+                        let fields = [
+                            a.study_id.clone(),
+                            a.spec_hash.clone(),
+                            class.host_class.clone(),
+                            cell.cell_label.clone(),
+                            r.label.clone(),
+                            json.clone(),
+                            status.to_string(),
+                            host.clone(),
+                            (i + 1).to_string(),
+                            a.objective.name.clone(),
+                            crate::fmt::exact(*v),
+                            a.objective.unit.clone(),
+                        ];
+                        let row: Vec<String> = fields.iter().map(|x| csv_field(x)).collect();
+                        let _ = writeln!(out, "{}", row.join(","));
+                    }
+                }
+            }
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::csv_field;

@@ -16,7 +16,7 @@ mod csv;
 mod markdown;
 
 pub(super) use csv::render_csv;
-pub use csv::render_measurements;
+pub use csv::{render_measurements, render_samples};
 pub(super) use markdown::render_markdown;
 
 /// A budget: whole numbers as integers (`81`), others as [`num`].

@@ -245,10 +245,9 @@ impl<'a> Runner<'a> {
             {
                 Ok(Ok(lease)) => {
                     if let Some(stale) = &lease.took_over {
-                        let (config, cell) = self.labels(&job);
                         self.events.emit(LaunchEvent::LeaseFromTheFuture {
-                            config,
-                            cell,
+                            config: config.clone(),
+                            cell: cell.clone(),
                             trial: job.key.chars().take(16).collect(),
                             owner: stale.owner.clone(),
                             host: stale.host.clone(),
@@ -259,7 +258,7 @@ impl<'a> Runner<'a> {
                 }
                 Ok(Err(Held::By {
                     owner,
-                    host: holder,
+                    host: held_on,
                     expires_at,
                 })) => {
                     let fresh = self
@@ -268,13 +267,12 @@ impl<'a> Runner<'a> {
                         .map(|mut n| n.insert((job.key.clone(), owner.clone())))
                         .unwrap_or(true);
                     if fresh {
-                        let (config, cell) = self.labels(&job);
                         self.events.emit(LaunchEvent::LeaseHeld {
                             config,
                             cell,
                             trial: job.key.chars().take(16).collect(),
                             owner,
-                            host: holder,
+                            host: held_on,
                             expires_at: expires_at.clone(),
                         });
                     }

@@ -176,21 +176,12 @@ pub fn render_measurements(
     for class in &a.classes {
         for cell in &class.cells {
             let base = cell.baseline.as_ref();
-            let configs = cell
-                .baseline
-                .iter()
-                .chain(&cell.eligible)
-                .chain(&cell.rejected);
-            for r in configs {
+            for r in configs_of(cell) {
                 if !keep(&r.config) {
                     continue;
                 }
                 let json = crate::canon::canonical_json(&r.config);
-                let status = if r.rejection.is_some() {
-                    "rejected"
-                } else {
-                    "eligible"
-                };
+                let status = status_of(r);
                 let mut fields = vec![
                     a.study_id.clone(),
                     a.spec_hash.clone(),
@@ -311,6 +302,24 @@ pub(in crate::report) fn render_csv(a: &Analysis) -> String {
     out
 }
 
+/// A cell's configs in report order: the baseline, the eligible ones
+/// (best first), the rejected.
+fn configs_of(cell: &CellReport) -> impl Iterator<Item = &ConfigReport> {
+    cell.baseline
+        .iter()
+        .chain(&cell.eligible)
+        .chain(&cell.rejected)
+}
+
+/// `eligible` or `rejected`, as the CSV formats write it.
+fn status_of(r: &ConfigReport) -> &'static str {
+    if r.rejection.is_some() {
+        "rejected"
+    } else {
+        "eligible"
+    }
+}
+
 /// `--format samples`: every sample of the objective the decisions read,
 /// one CSV row each (hyperfine's `--export-json` has every run): the
 /// study, host class, cell, config, its status, the host, the sample's
@@ -325,17 +334,8 @@ pub fn render_samples(a: &Analysis) -> String {
     );
     for class in &a.classes {
         for cell in &class.cells {
-            let configs = cell
-                .baseline
-                .iter()
-                .chain(&cell.eligible)
-                .chain(&cell.rejected);
-            for r in configs {
-                let status = if r.rejection.is_some() {
-                    "rejected"
-                } else {
-                    "eligible"
-                };
+            for r in configs_of(cell) {
+                let status = status_of(r);
                 let json = crate::canon::canonical_json(&r.config);
                 for (host, values) in r.samples() {
                     for (i, v) in values.iter().enumerate() {

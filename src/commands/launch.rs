@@ -208,7 +208,10 @@ fn stopped(e: LaunchError) -> CliError {
         LaunchError::SpecChanged { .. } | LaunchError::Invalid(_) => {
             CliError::Invalid(e.to_string())
         }
-        other => failed(other),
+        LaunchError::Ledger(_)
+        | LaunchError::ProbeFailed { .. }
+        | LaunchError::NoHostAnswered { .. }
+        | LaunchError::Hosts(_) => failed(e),
     }
 }
 
@@ -342,7 +345,7 @@ async fn launch(a: &LaunchArgs, end: &mut LaunchEnd) -> Result<LaunchOutcome, Cl
     .run(|| {
         make_hosts().map_err(|e| match e {
             CliError::Invalid(m) => LaunchError::Invalid(m),
-            e => LaunchError::Other(e.message().unwrap_or_default().to_string()),
+            e => LaunchError::Hosts(e.message().unwrap_or_default().to_string()),
         })
     })
     .await;
@@ -641,6 +644,9 @@ mod tests {
         assert_eq!(CliError::Invalid("x".into()).status(), Exit::Invalid);
         assert_eq!(CliError::Failed("x".into()).code(), 1);
         assert_eq!(stopped(LaunchError::Invalid("too large".into())).code(), 2);
-        assert_eq!(stopped(LaunchError::Other("no host".into())).code(), 1);
+        assert_eq!(
+            stopped(LaunchError::NoHostAnswered { hosts: Vec::new() }).code(),
+            1
+        );
     }
 }

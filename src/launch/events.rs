@@ -279,7 +279,7 @@ pub enum LaunchEvent {
     CheckpointNotCarried {
         config: String,
         cell: String,
-        detail: String,
+        problem: crate::transport::checkpoint::CheckpointProblem,
     },
     RenderFailed {
         config: String,

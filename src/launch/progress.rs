@@ -598,8 +598,8 @@ pub fn describe(ev: &LaunchEvent) -> Vec<String> {
         LaunchEvent::CheckpointNotCarried {
             config,
             cell,
-            detail,
-        } => one(format!("warning: rung of {config} @ {cell}: {detail}")),
+            problem,
+        } => one(format!("warning: rung of {config} @ {cell}: {problem}")),
         LaunchEvent::LeaseLost { config, cell } => one(format!(
             "warning: lost the lease of {config} @ {cell}; stopping it (it will run again)"
         )),

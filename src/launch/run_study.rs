@@ -34,7 +34,7 @@ use crate::plan::{ClassInfo, Plan, PlanHost, PlanOnce};
 use crate::search::{Brackets, Shard};
 use crate::space;
 use crate::spec::Study;
-use crate::transport::{Discovery, HostState, Part, Transport};
+use crate::transport::{Discovery, HostState, Part, Transport, TransportError};
 use crate::trial::{Role, RoleKind};
 
 /// A host ready to take trials.
@@ -100,8 +100,30 @@ pub enum LaunchError {
     /// it (exit 2).
     #[error("{0}")]
     Invalid(String),
+    /// The launcher's own host could not be probed (a remote host that
+    /// does not answer is left out instead).
+    #[error("probing host `{host}` failed: {reason}")]
+    ProbeFailed {
+        host: String,
+        reason: TransportError,
+    },
+    /// Every host was left out: nothing ran.
+    #[error("no host answered; nothing was run ({})", unreachable_list(.hosts))]
+    NoHostAnswered {
+        hosts: Vec<(String, TransportError)>,
+    },
+    /// The inventory's hosts could not be set up (the message says which
+    /// file, entry and field).
     #[error("{0}")]
-    Other(String),
+    Hosts(String),
+}
+
+fn unreachable_list(hosts: &[(String, TransportError)]) -> String {
+    hosts
+        .iter()
+        .map(|(h, e)| format!("{h}: {e}"))
+        .collect::<Vec<_>>()
+        .join("; ")
 }
 
 /// Check the study against the ledger's record of it, creating the record
@@ -201,10 +223,10 @@ pub async fn probe_hosts(
                 continue;
             }
             Err(e) => {
-                return Err(LaunchError::Other(format!(
-                    "probing host `{}` failed: {e}",
-                    h.name
-                )));
+                return Err(LaunchError::ProbeFailed {
+                    host: h.name.clone(),
+                    reason: e,
+                });
             }
         };
         let made: Vec<(LaunchHost, Vec<String>, Fingerprint)> = match found {
@@ -333,16 +355,9 @@ pub async fn run_study(
     let record = register_study(study, study_id, ledger).await?;
     let probed = probe_hosts(study, study_id, ledger, hosts, &emitter).await?;
     if probed.is_empty() {
-        let why: Vec<String> = emitter
-            .summary()
-            .unreachable_hosts
-            .iter()
-            .map(|(h, e)| format!("{h}: {e}"))
-            .collect();
-        return Err(LaunchError::Other(format!(
-            "no host answered; nothing was run ({})",
-            why.join("; ")
-        )));
+        return Err(LaunchError::NoHostAnswered {
+            hosts: emitter.summary().unreachable_hosts,
+        });
     }
     // From here on, hosts are those that answered, in inventory order.
     let plan_hosts: Vec<PlanHost> = probed.iter().map(|p| p.plan_host.clone()).collect();
@@ -374,7 +389,7 @@ pub async fn run_study(
                 .unwrap_or(0)
         })
         .collect();
-    let (budgets, objective_budget) = trial_budgets(study).map_err(LaunchError::Other)?;
+    let (budgets, objective_budget) = trial_budgets(study).map_err(LaunchError::Invalid)?;
     let terminal = scan.terminal();
     let setup = Setup {
         study,
@@ -427,7 +442,7 @@ pub async fn run_study(
         named_objects: scan.corrupt.iter().map(|c| c.key.clone()).collect(),
         spend: options.spend.clone(),
     })
-    .map_err(LaunchError::Other)?;
+    .map_err(LaunchError::Invalid)?;
     let launch = Launch {
         study,
         study_id,

@@ -471,7 +471,7 @@ impl<'a> Runner<'a> {
         host: &LaunchHost,
         job: &TrialJob,
         attempt_id: &str,
-        warnings: &mut Vec<String>,
+        warnings: &mut Vec<crate::transport::checkpoint::CheckpointProblem>,
     ) -> Option<RungCheckpoint> {
         let fidelity = self.study.fidelity.as_ref()?;
         if !fidelity.continuation || job.role != Role::Rung {
@@ -524,12 +524,17 @@ impl<'a> Runner<'a> {
 
     /// Say what became of a rung's checkpoint, when it was not what the
     /// contract promises (carried to the next rung).
-    fn checkpoint_warnings(&self, config: &str, cell: &str, warnings: Vec<String>) {
-        for detail in warnings {
+    fn checkpoint_warnings(
+        &self,
+        config: &str,
+        cell: &str,
+        warnings: Vec<crate::transport::checkpoint::CheckpointProblem>,
+    ) {
+        for problem in warnings {
             self.events.emit(LaunchEvent::CheckpointNotCarried {
                 config: config.to_string(),
                 cell: cell.to_string(),
-                detail,
+                problem,
             });
         }
     }

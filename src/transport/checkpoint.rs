@@ -43,6 +43,82 @@ use crate::ledger::checkpoint::Claim;
 /// Name of the claim file beside the committed state.
 pub const COMMITTED: &str = "committed.json";
 
+/// What became of a rung's checkpoint when it was not what the contract
+/// promises (carried to the next rung). `error` is the underlying
+/// failure's own text; what it means for the rung is the variant.
+#[derive(Debug, Clone, PartialEq)]
+pub enum CheckpointProblem {
+    /// The attempt's state could not be committed on its host: the
+    /// config's next rung runs from zero.
+    NotKept { host: String, error: String },
+    /// Committed on the host, but its size could not be read for the
+    /// ledger's archive: kept on the host only.
+    NotArchived { host: String, error: String },
+    /// Over `fidelity.checkpoint_max_bytes`: kept on the host only.
+    OverCap { host: String, size: u64, cap: u64 },
+    /// The ledger's archive could not be written: kept on the host only.
+    NotStored { host: String, error: String },
+    /// The host's committed claim could not be read (not used).
+    UnreadableOnHost { host: String, error: String },
+    /// The ledger's archive of it could not be read (not used).
+    IgnoredInLedger { error: String },
+    /// The ledger's archive at `budget` could not be installed on the
+    /// host: the rung runs from the host's own state at `runs_from`, or
+    /// from zero.
+    NotBrought {
+        host: String,
+        budget: f64,
+        error: String,
+        runs_from: Option<f64>,
+    },
+}
+
+impl std::fmt::Display for CheckpointProblem {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            CheckpointProblem::NotKept { host, error } => write!(
+                f,
+                "cannot keep its checkpoint on host {host}: {error}; its next rung runs from zero"
+            ),
+            CheckpointProblem::NotArchived { host, error } => write!(
+                f,
+                "cannot archive its checkpoint on host {host}: {error}; kept there only"
+            ),
+            CheckpointProblem::OverCap { host, size, cap } => write!(
+                f,
+                "its checkpoint is {} ({size} bytes), over fidelity.checkpoint_max_bytes ({}): kept on host {host} only; a next rung on another host runs from zero",
+                human_bytes(*size),
+                human_bytes(*cap),
+            ),
+            CheckpointProblem::NotStored { host, error } => write!(
+                f,
+                "cannot store its checkpoint in the ledger: {error}; kept on host {host} only"
+            ),
+            CheckpointProblem::UnreadableOnHost { host, error } => {
+                write!(f, "cannot read its checkpoint on host {host}: {error}")
+            }
+            CheckpointProblem::IgnoredInLedger { error } => {
+                write!(f, "ignoring its checkpoint in the ledger: {error}")
+            }
+            CheckpointProblem::NotBrought {
+                host,
+                budget,
+                error,
+                runs_from,
+            } => {
+                write!(
+                    f,
+                    "cannot bring its checkpoint at budget {budget} from the ledger to host {host}: {error}; the rung runs from "
+                )?;
+                match runs_from {
+                    Some(b) => write!(f, "the host's own at budget {b}"),
+                    None => f.write_str("zero"),
+                }
+            }
+        }
+    }
+}
+
 /// The key of a config's checkpoint: sha256 of the canonical JSON of
 /// `{"cell", "checkpoint": true, "config", "host_class", "study"}` (the
 /// trial key's facts without fidelity, repeat and role, which the rungs of
@@ -122,7 +198,7 @@ impl RungCheckpoint {
         budget: f64,
         continues: bool,
         adopting: bool,
-        warnings: &mut Vec<String>,
+        warnings: &mut Vec<CheckpointProblem>,
     ) -> Option<RungCheckpoint> {
         let base = carry.store.dir(carry.study_id, key)?;
         let resume = if continues && !adopting {
@@ -172,7 +248,7 @@ impl RungCheckpoint {
         carry: &Carry<'_>,
         budget: f64,
         trial_key: &str,
-        warnings: &mut Vec<String>,
+        warnings: &mut Vec<CheckpointProblem>,
     ) {
         if !self.commits {
             self.discard(carry).await;
@@ -186,10 +262,10 @@ impl RungCheckpoint {
         };
         let t = carry.store;
         if let Err(e) = t.commit(&self.base, &self.attempt_id, &claim).await {
-            warnings.push(format!(
-                "cannot keep its checkpoint on host {}: {e}; its next rung runs from zero",
-                carry.host
-            ));
+            warnings.push(CheckpointProblem::NotKept {
+                host: carry.host.to_string(),
+                error: e.to_string(),
+            });
             carry
                 .ledger
                 .forget_checkpoint(carry.study_id, &self.key)
@@ -200,10 +276,10 @@ impl RungCheckpoint {
         let size = match t.size(&self.base).await {
             Ok(size) => size,
             Err(e) => {
-                warnings.push(format!(
-                    "cannot archive its checkpoint on host {}: {e}; kept there only",
-                    carry.host
-                ));
+                warnings.push(CheckpointProblem::NotArchived {
+                    host: carry.host.to_string(),
+                    error: e.to_string(),
+                });
                 carry
                     .ledger
                     .forget_checkpoint(carry.study_id, &self.key)
@@ -212,12 +288,11 @@ impl RungCheckpoint {
             }
         };
         if size > carry.cap {
-            warnings.push(format!(
-                "its checkpoint is {} ({size} bytes), over fidelity.checkpoint_max_bytes ({}): kept on host {} only; a next rung on another host runs from zero",
-                human_bytes(size),
-                human_bytes(carry.cap),
-                carry.host
-            ));
+            warnings.push(CheckpointProblem::OverCap {
+                host: carry.host.to_string(),
+                size,
+                cap: carry.cap,
+            });
             carry
                 .ledger
                 .forget_checkpoint(carry.study_id, &self.key)
@@ -235,10 +310,10 @@ impl RungCheckpoint {
             }
         };
         if let Err(e) = stored {
-            warnings.push(format!(
-                "cannot store its checkpoint in the ledger: {e}; kept on host {} only",
-                carry.host
-            ));
+            warnings.push(CheckpointProblem::NotStored {
+                host: carry.host.to_string(),
+                error: e,
+            });
             carry
                 .ledger
                 .forget_checkpoint(carry.study_id, &self.key)
@@ -262,23 +337,25 @@ async fn choose(
     base: &str,
     attempt_id: &str,
     budget: f64,
-    warnings: &mut Vec<String>,
+    warnings: &mut Vec<CheckpointProblem>,
 ) -> Option<Claim> {
     let usable = |c: &Claim| c.continues_to(budget, carry.spec_hash);
     let here = match carry.store.claim(base).await {
         Ok(c) => c.filter(usable),
         Err(e) => {
-            warnings.push(format!(
-                "cannot read its checkpoint on host {}: {e}",
-                carry.host
-            ));
+            warnings.push(CheckpointProblem::UnreadableOnHost {
+                host: carry.host.to_string(),
+                error: e.to_string(),
+            });
             None
         }
     };
     let stored = match carry.ledger.checkpoint(carry.study_id, key).await {
         Ok(s) => s.filter(|s| usable(&s.claim)),
         Err(e) => {
-            warnings.push(format!("ignoring its checkpoint in the ledger: {e}"));
+            warnings.push(CheckpointProblem::IgnoredInLedger {
+                error: e.to_string(),
+            });
             None
         }
     };
@@ -300,13 +377,12 @@ async fn choose(
     match installed {
         Ok(()) => Some(stored.claim),
         Err(e) => {
-            warnings.push(format!(
-                "cannot bring its checkpoint at budget {} from the ledger to host {}: {e}; the rung runs from {}",
-                stored.claim.budget,
-                carry.host,
-                here.as_ref()
-                    .map_or("zero".to_string(), |h| format!("the host's own at budget {}", h.budget))
-            ));
+            warnings.push(CheckpointProblem::NotBrought {
+                host: carry.host.to_string(),
+                budget: stored.claim.budget,
+                error: e,
+                runs_from: here.as_ref().map(|h| h.budget),
+            });
             here
         }
     }
@@ -578,6 +654,38 @@ fn copy_tree(from: &Path, to: &Path) -> io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_checkpoint_problem_says_where_the_next_rung_starts() {
+        let brought = |runs_from| {
+            CheckpointProblem::NotBrought {
+                host: "gpu-a".into(),
+                budget: 9.0,
+                error: "no space left".into(),
+                runs_from,
+            }
+            .to_string()
+        };
+        assert_eq!(
+            brought(None),
+            "cannot bring its checkpoint at budget 9 from the ledger to host gpu-a: no space left; the rung runs from zero"
+        );
+        assert!(
+            brought(Some(3.0)).ends_with("the rung runs from the host's own at budget 3"),
+            "{}",
+            brought(Some(3.0))
+        );
+        let over = CheckpointProblem::OverCap {
+            host: "gpu-a".into(),
+            size: 3 * 1024 * 1024,
+            cap: 1024 * 1024,
+        }
+        .to_string();
+        assert!(
+            over.starts_with("its checkpoint is 3.0 MiB (3145728 bytes), over fidelity.checkpoint_max_bytes (1.0 MiB)"),
+            "{over}"
+        );
+    }
 
     fn write(dir: &str, name: &str, text: &str) {
         std::fs::write(Path::new(dir).join(name), text).unwrap();

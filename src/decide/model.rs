@@ -275,8 +275,10 @@ pub struct SearchRow {
     pub best: Option<(String, f64)>,
 }
 
-/// One bucket of cells of one host class, and what wins it.
-#[derive(Debug, Clone, Serialize)]
+/// One bucket of cells of one host class, and what wins it. Serialised
+/// with `outcome` and `level_because` beside the decision and its level
+/// reasons: their stable codes ([`Decision::code`], [`LevelReason::code`]).
+#[derive(Debug, Clone)]
 pub struct BucketReport {
     /// Stable id: first 16 hex of the sha256 of `bounds`.
     pub key: String,
@@ -307,13 +309,60 @@ pub struct BucketReport {
     pub interval: Option<Interval>,
     /// Where the intervals cannot decide yet: the configs that get more
     /// runs, and how many each should have at every cell.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub racing: Option<Racing>,
     /// Runs a side at every cell that the final interleaved round takes
     /// (sized from the sweep's estimate), when there is a winner to
     /// confirm.
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub confirm_runs: Option<u32>,
+}
+
+impl Serialize for BucketReport {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        #[derive(Serialize)]
+        struct Out<'a> {
+            key: &'a str,
+            label: &'a str,
+            bounds: &'a serde_json::Value,
+            cells: &'a [String],
+            config: &'a serde_json::Value,
+            winner: &'a Option<BucketWinner>,
+            decision: &'a Decision,
+            outcome: &'static str,
+            level: &'a Level,
+            level_reason: &'a LevelReasons,
+            level_because: Vec<&'static str>,
+            threshold: Option<f64>,
+            per_cell: &'a [BucketCell],
+            refusals: &'a [Refusal],
+            rejected: &'a [ConfigReport],
+            interval: &'a Option<Interval>,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            racing: &'a Option<Racing>,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            confirm_runs: Option<u32>,
+        }
+        Out {
+            key: &self.key,
+            label: &self.label,
+            bounds: &self.bounds,
+            cells: &self.cells,
+            config: &self.config,
+            winner: &self.winner,
+            decision: &self.decision,
+            outcome: self.decision.code(),
+            level: &self.level,
+            level_reason: &self.level_reason,
+            level_because: self.level_reason.codes(),
+            threshold: self.threshold,
+            per_cell: &self.per_cell,
+            refusals: &self.refusals,
+            rejected: &self.rejected,
+            interval: &self.interval,
+            racing: &self.racing,
+            confirm_runs: self.confirm_runs,
+        }
+        .serialize(s)
+    }
 }
 
 /// More runs where a bucket's decision is close (racing): the baseline and

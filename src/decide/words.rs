@@ -277,6 +277,63 @@ impl fmt::Display for SweepWin {
     }
 }
 
+impl Decision {
+    /// A stable word for what was decided, for programs (JSON `outcome`):
+    /// the variant in snake case. The wording (`Display`) may change; this
+    /// does not.
+    pub fn code(&self) -> &'static str {
+        match self {
+            Decision::BaselineUnusable { .. } => "baseline_unusable",
+            Decision::CellDropped { .. } => "cell_dropped",
+            Decision::Refused(_) => "refused",
+            Decision::NotYetShown { .. } => "not_yet_shown",
+            Decision::NotShownAtCap { .. } => "not_shown_at_cap",
+            Decision::NoImprovement { .. } => "no_improvement",
+            Decision::TooFewRuns { .. } => "too_few_runs",
+            Decision::NotMeasuredEverywhere { .. } => "not_measured_everywhere",
+            Decision::NothingMeasured => "nothing_measured",
+            Decision::NothingPassedTheGate => "nothing_passed_the_gate",
+            Decision::Wins { for_now: false, .. } => "wins",
+            Decision::Wins { for_now: true, .. } => "wins_for_now",
+            Decision::RoundFailed { .. } => "round_failed",
+            Decision::NotConfirmed { .. } => "not_confirmed",
+        }
+    }
+}
+
+impl LevelReason {
+    /// A stable word for the reason, for programs (JSON `level_because`).
+    pub fn code(&self) -> &'static str {
+        match self {
+            LevelReason::BaselineFailsReproducibly => "baseline_fails_reproducibly",
+            LevelReason::BaselineNotMeasuredEverywhere => "baseline_not_measured_everywhere",
+            LevelReason::CellDroppedMidSweep => "cell_dropped_mid_sweep",
+            LevelReason::NothingMeasured => "nothing_measured",
+            LevelReason::TooFewRuns { .. } => "too_few_runs",
+            LevelReason::NotMeasuredEverywhere { .. } => "not_measured_everywhere",
+            LevelReason::CellsDropped(_) => "cells_dropped",
+            LevelReason::Racing { .. } => "racing",
+            LevelReason::AllMeasured => "all_measured",
+            LevelReason::AwaitingRound { .. } => "awaiting_round",
+            LevelReason::WinnerFailedRound => "winner_failed_round",
+            LevelReason::WinnerNotConfirmed => "winner_not_confirmed",
+            LevelReason::NoRound => "no_round",
+            LevelReason::FewRepeats { .. } => "few_repeats",
+            LevelReason::FewHosts { .. } => "few_hosts",
+            LevelReason::Confirmed(_) => "confirmed",
+            LevelReason::NoPlan => "no_plan",
+            LevelReason::Unfinished(_) => "unfinished",
+        }
+    }
+}
+
+impl LevelReasons {
+    /// Each reason's [`LevelReason::code`], in order.
+    pub fn codes(&self) -> Vec<&'static str> {
+        self.0.iter().map(LevelReason::code).collect()
+    }
+}
+
 impl fmt::Display for Decision {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
@@ -470,12 +527,9 @@ impl fmt::Display for LevelReason {
             ),
             LevelReason::NotMeasuredEverywhere { candidates } => write!(
                 f,
-                "{} not measured at every cell yet",
-                if *candidates == 1 {
-                    "1 candidate is".to_string()
-                } else {
-                    format!("{candidates} candidates are")
-                }
+                "{} {} not measured at every cell yet",
+                crate::fmt::count(*candidates as u64, "candidate", "candidates"),
+                if *candidates == 1 { "is" } else { "are" },
             ),
             LevelReason::CellsDropped(cells) => {
                 f.write_str("cells were dropped: ")?;

@@ -81,7 +81,11 @@ pub struct BucketOutcome {
     pub ships: String,
     pub level: String,
     pub decision: String,
+    /// The decision's stable code ([`crate::decide::Decision::code`]).
+    pub outcome: &'static str,
     pub level_reason: String,
+    /// The level reasons' stable codes.
+    pub level_because: Vec<&'static str>,
 }
 
 impl BucketOutcome {
@@ -96,7 +100,9 @@ impl BucketOutcome {
                 .map_or_else(|| "baseline".to_string(), |w| w.label.clone()),
             level: bucket.level.as_str().to_string(),
             decision: bucket.decision.to_string(),
+            outcome: bucket.decision.code(),
             level_reason: bucket.level_reason.to_string(),
+            level_because: bucket.level_reason.codes(),
         }
     }
 }

@@ -13,9 +13,9 @@ use serde_json::Value as Json;
 
 use crate::support;
 use crate::support::env::Env;
+use crate::support::ledger_files;
 use crate::support::slurm::{Cluster, NodeSpec};
 use crate::support::sshd::{Fleet, HostSpec};
-use crate::support::{ledger_files, ran_to_the_end};
 
 /// What the CKPT and TPE trials start with: knobs, budget, and `tp_at K`,
 /// the throughput at budget K.
@@ -151,18 +151,14 @@ fn launch_cmd(env: &Env, ledger: impl AsRef<OsStr>, work: &str) -> Command {
         .arg(ledger)
         .arg("--workdir")
         .arg(env.path().join(work))
-        .args(["--progress", "quiet"]);
+        .args(["--progress", "quiet", "--format", "json"]);
     cmd
 }
 
 /// A launch that must run to its end; its stderr.
 fn launch(env: &Env, ledger: impl AsRef<OsStr>, work: &str) -> String {
     let out = env.run(launch_cmd(env, ledger, work));
-    assert!(
-        ran_to_the_end(out.code, &out.stderr),
-        "launch failed:\n{}",
-        out.text()
-    );
+    assert!(out.ran_to_the_end(), "launch failed:\n{}", out.text());
     out.stderr
 }
 
@@ -564,10 +560,8 @@ fn a_relaunch_elsewhere_resumes_from_an_s3_ledger() {
     interrupted_launch(&env, &url, "work-1");
     let (config, from, to) = interrupted_rung(&env);
     let before = work_runs(&env);
-    let mut cmd = launch_cmd(&env, &url, "work-2");
-    cmd.args(["--format", "json"]);
-    let out = env.run(cmd);
-    assert!(ran_to_the_end(out.code, &out.stderr), "{}", out.text());
+    let out = env.run(launch_cmd(&env, &url, "work-2"));
+    assert!(out.ran_to_the_end(), "{}", out.text());
     let doc: Json = serde_json::from_str(&out.stdout).expect("launch JSON");
     assert_eq!(doc["summary"]["failed"], 0, "{doc}");
     // Nothing of it is in work-2: it came from the bucket.
@@ -662,9 +656,9 @@ fn rungs_that_asha_would_not_promote_are_pruned_and_reported() {
     // the same study again, its trials twice as slow, prunes the same.
     let again = env.path().join("ledger-again");
     let mut cmd = launch_cmd(&env, &again, "work-again");
-    cmd.env("CK_STEP", "0.04").args(["--format", "json"]);
+    cmd.env("CK_STEP", "0.04");
     let out = env.run(cmd);
-    assert!(ran_to_the_end(out.code, &out.stderr), "{}", out.text());
+    assert!(out.ran_to_the_end(), "{}", out.text());
     assert_eq!(rung_outcomes(&again), rung_outcomes(&ledger));
     // The launch's JSON outcome counts them too.
     let doc: Json = serde_json::from_str(&out.stdout).expect("launch JSON");
@@ -785,7 +779,7 @@ fn tpe_rungs_are_pruned_on_their_way_and_a_relaunch_replays_them() {
     let mut cmd = launch_cmd(&env, &slower, "work-slow");
     cmd.env("CK_STEP", "0.05");
     let out = env.run(cmd);
-    assert!(ran_to_the_end(out.code, &out.stderr), "{}", out.text());
+    assert!(out.ran_to_the_end(), "{}", out.text());
     assert_eq!(rung_readings(&slower), rung_readings(&reference));
     // Interrupted (SIGINT, as Ctrl-C) after 8 rungs started, then
     // relaunched: the same rungs, pruned the same, nothing run twice but
@@ -854,7 +848,7 @@ fn launch_ssh(env: &Env, ledger: &Path) -> String {
     let mut cmd = launch_cmd(env, ledger, "work");
     cmd.args(["--no-cooldown", "--yes"]);
     let out = env.run(cmd);
-    assert!(ran_to_the_end(out.code, &out.stderr), "{}", out.text());
+    assert!(out.ran_to_the_end(), "{}", out.text());
     out.stderr
 }
 
@@ -1042,7 +1036,7 @@ fn rungs_on_a_slurm_partition_continue_through_its_shared_directory() {
     env.write("inventory.yaml", &slurm_inventory(&env));
     let ledger = env.ledger();
     let out = env.run(slurm_launch_cmd(&env, &cluster, &ledger));
-    assert!(ran_to_the_end(out.code, &out.stderr), "{}", out.text());
+    assert!(out.ran_to_the_end(), "{}", out.text());
     assert_clean(&ledger);
     let runs = work_runs(&env);
     assert!(runs.iter().any(|r| r.1 > 0), "{runs:?}");
@@ -1071,7 +1065,7 @@ fn a_relaunch_adopts_a_continued_rung_s_batch_task_and_commits_what_it_ran() {
     let _ = env.finish(running);
     let (config, from, to) = interrupted_rung(&env);
     let out = env.run(slurm_launch_cmd(&env, &cluster, &ledger));
-    assert!(ran_to_the_end(out.code, &out.stderr), "{}", out.text());
+    assert!(out.ran_to_the_end(), "{}", out.text());
     // Its state was committed as it ran (no checkpoint lost on the way).
     assert!(!out.stderr.contains("warning: rung of"), "{}", out.stderr);
     assert_clean(&ledger);

@@ -9,7 +9,7 @@ use serde_json::Value as Json;
 
 use crate::support;
 use crate::support::env::{Env, Out};
-use crate::support::{is_hex, process_gone, ran, ran_to_the_end, wait_for};
+use crate::support::{is_hex, process_gone, ran, wait_for};
 
 /// The main study of the FAKE trial program (tests/it/support/fake.rs): 5
 /// modes x 2 cells, 3 repeats, 1 warm-up. base runs at 100 ops/s, fast at
@@ -204,11 +204,12 @@ fn relaunch_runs_no_new_trial() {
     let report_before = env.report_json();
     assert_eq!(attempts_before, RUN_TRIALS);
 
-    let stderr = env.launch_ok(&[]).stderr;
-    assert_eq!(ran(&stderr), 0, "{stderr}");
-    assert!(
-        stderr.contains("ran 0 trials (0 ok, 0 failed), 0 lost"),
-        "{stderr}"
+    let out = env.launch_ok(&[]);
+    assert_eq!(
+        out.counts(&["ran", "ok", "failed", "lost"]),
+        [0, 0, 0, 0],
+        "{}",
+        out.text()
     );
     assert_eq!(attempt_count(&env, "fake"), attempts_before);
     assert_eq!(env.runs().len(), runs_before, "the fake program ran again");
@@ -235,15 +236,16 @@ fn an_interrupted_launch_resumes_without_counting_twice() {
     running.signal(libc::SIGINT);
     let t0 = Instant::now();
     let out = env.finish(running);
-    let stderr = out.stderr;
-    assert_eq!(out.code, Some(130), "{stderr}");
+    assert_eq!(out.code, Some(130), "{}", out.text());
     assert!(
         t0.elapsed() < Duration::from_secs(10),
         "stopping took {:?}",
         t0.elapsed()
     );
+    assert_eq!(out.launch_doc()["outcome"], "interrupted", "{}", out.text());
+    assert_eq!(out.count("lost"), 1, "{}", out.text());
+    let stderr = out.stderr;
     assert!(stderr.contains("interrupted"), "{stderr}");
-    assert!(stderr.contains(", 1 lost, "), "{stderr}");
 
     // The interrupted trial is recorded as lost, and no trial is terminal twice.
     let first = env.attempts("fake");
@@ -314,11 +316,16 @@ measurement: {warmup: 0, repeats: 1, confirm_repeats: 0}
 "#,
     );
     let t0 = Instant::now();
-    let stderr = env.launch_ok(&[]).stderr;
+    let out = env.launch_ok(&[]);
     let took = t0.elapsed();
     // 1 s timeout, then SIGTERM (ignored by the fake), SIGKILL 2 s later.
     assert!(took < Duration::from_secs(9), "launch took {took:?}");
-    assert!(stderr.contains("ran 3 trials (2 ok, 1 failed)"), "{stderr}");
+    assert_eq!(
+        out.counts(&["ran", "ok", "failed"]),
+        [3, 2, 1],
+        "{}",
+        out.text()
+    );
 
     let report = env.report_json();
     let cell = cells(&report)[0];
@@ -401,7 +408,7 @@ measurement: {warmup: 0, repeats: 1, confirm_repeats: 0}
     // Put back, it is the same study again: nothing runs.
     env.write("study/wrapper.sh", &wrapper(1));
     let out = env.launch_ok(&[]);
-    assert!(out.stderr.contains("ran 0 trials"), "{}", out.text());
+    assert_eq!(out.count("ran"), 0, "{}", out.text());
 
     std::fs::remove_file(env.study_dir().join("wrapper.sh")).expect("rm");
     let out = env.tunectl_run(&["validate", &env.study_arg()]);
@@ -519,8 +526,8 @@ measurement: {warmup: 0, repeats: 1, confirm_repeats: 0}
     assert!(out.stdout.contains("study forks ·"), "{}", out.text());
 
     let out = env.launch(&["--fork"]);
-    let (code, stderr) = (out.code, out.stderr);
-    assert!(ran_to_the_end(code, &stderr), "{stderr}");
+    assert!(out.ran_to_the_end(), "{}", out.text());
+    let stderr = out.stderr;
     assert!(stderr.contains(&format!("study `{fork_id}`")), "{stderr}");
     assert!(env.ledger().join(&fork_id).join("study.json").is_file());
     assert_eq!(attempt_count(&env, &fork_id), 2);
@@ -538,7 +545,7 @@ measurement: {warmup: 0, repeats: 1, confirm_repeats: 0}
     // plain launch continues it and reruns nothing.
     let runs = env.runs().len();
     let out = env.launch_ok(&[]);
-    assert!(out.stderr.contains("ran 0 trials"), "{}", out.text());
+    assert_eq!(out.count("ran"), 0, "{}", out.text());
     assert!(
         out.stderr
             .contains(&format!("is study `{fork_id}` in this ledger")),
@@ -653,7 +660,7 @@ fn judging_settings_re_judge_the_recorded_evidence_without_a_fork() {
     assert_eq!(attempt_count(&env, "rejudge"), attempts + 12);
     let runs = env.runs().len();
     let out = env.launch_verdict(&[]);
-    assert!(out.stderr.contains("ran 0 trials"), "{}", out.text());
+    assert_eq!(out.count("ran"), 0, "{}", out.text());
     let report = env.report_json();
     assert_eq!(report["spec_hash"], first["spec_hash"], "the same study");
     assert_eq!(shipped(&report), ["mode=far"]);
@@ -739,8 +746,14 @@ fn a_host_that_does_not_answer_is_reported_and_the_others_run() {
     let mut cmd = env.launch_cmd(&["--inventory", &inv, "--yes"]);
     cmd.env("SLURM_CONF", &conf);
     let out = env.run(cmd);
+    assert!(out.ran_to_the_end(), "{}", out.text());
+    assert_eq!(
+        out.launch_doc()["summary"]["unreachable_hosts"],
+        serde_json::json!(["gpu-a"]),
+        "{}",
+        out.text()
+    );
     let stderr = out.stderr;
-    assert!(ran_to_the_end(out.code, &stderr), "{stderr}");
     assert!(
         stderr.contains("warning: host `gpu-a` does not answer"),
         "{stderr}"
@@ -1167,8 +1180,7 @@ fn report_table_snapshot() {
 fn store_logs_keeps_full_logs_beside_each_attempt() {
     let env = Env::new(STUDY);
     let out = env.launch(&["--store-logs"]);
-    let (code, stderr) = (out.code, out.stderr);
-    assert!(ran_to_the_end(code, &stderr), "{stderr}");
+    assert!(out.ran_to_the_end(), "{}", out.text());
     let trials = env.ledger().join("fake").join("trials");
     let mut logs = Vec::new();
     for dir in std::fs::read_dir(&trials).expect("trials dir").flatten() {
@@ -1590,7 +1602,7 @@ fn the_notify_command_gets_the_outcome_and_never_changes_the_exit_status() {
     let got = env.path().join("notified.json");
     let cmd = format!("cat > '{}'", got.display());
     let out = env.launch(&["--notify", &cmd]);
-    assert!(ran_to_the_end(out.code, &out.stderr), "{}", out.text());
+    assert!(out.ran_to_the_end(), "{}", out.text());
     let doc: Json =
         serde_json::from_str(&std::fs::read_to_string(&got).expect("notified")).expect("JSON");
     assert_eq!(doc["study"], "fake");
@@ -1625,7 +1637,7 @@ fn the_notify_command_gets_the_outcome_and_never_changes_the_exit_status() {
     );
     std::fs::remove_file(&got).expect("rm");
     let out = env.launch(&["--inventory", &inv.display().to_string()]);
-    assert!(ran_to_the_end(out.code, &out.stderr), "{}", out.text());
+    assert!(out.ran_to_the_end(), "{}", out.text());
     assert!(
         out.stderr.contains("warning: the notify command (cat > "),
         "{}",
@@ -1660,7 +1672,7 @@ fn the_notify_command_gets_the_outcome_and_never_changes_the_exit_status() {
 fn a_study_folder_given_as_the_ledger_names_the_ledger() {
     let env = Env::new(STUDY);
     let out = env.launch(&[]);
-    assert!(ran_to_the_end(out.code, &out.stderr), "{}", out.text());
+    assert!(out.ran_to_the_end(), "{}", out.text());
     let folder = env.ledger().join("fake");
     assert!(folder.join("study.json").is_file());
     let folder_arg = folder.display().to_string();
@@ -1691,10 +1703,10 @@ fn a_study_folder_given_as_the_ledger_names_the_ledger() {
 fn a_changed_timeout_keeps_the_study() {
     let env = Env::new(STUDY);
     let out = env.launch(&[]);
-    assert!(ran_to_the_end(out.code, &out.stderr), "{}", out.text());
+    assert!(out.ran_to_the_end(), "{}", out.text());
     env.write_study(&STUDY.replace("timeout: 20s", "timeout: 45s"));
     let out = env.launch(&["--progress", "plain"]);
-    assert!(ran_to_the_end(out.code, &out.stderr), "{}", out.text());
+    assert!(out.ran_to_the_end(), "{}", out.text());
     assert!(
         out.stderr.contains("note: running `fake` with ")
             && out.stderr.contains("trial.timeout: ")
@@ -1734,7 +1746,7 @@ fn kept_workdirs_hold_what_the_runs_printed() {
         "command: \"echo printed-{{ mode }} && sh {{ study_dir }}",
     ));
     let out = env.launch(&["--keep-workdirs"]);
-    assert!(ran_to_the_end(out.code, &out.stderr), "{}", out.text());
+    assert!(out.ran_to_the_end(), "{}", out.text());
     let mut logs = Vec::new();
     let mut stack = vec![env.work()];
     while let Some(dir) = stack.pop() {
@@ -1796,8 +1808,9 @@ fn one_trial_is_said_in_the_singular() {
     assert_eq!(out.code, Some(0), "{}", out.text());
     assert!(out.stdout.contains("\ntotal: 1 trial\n"), "{}", out.text());
     let out = env.launch(&["--progress", "plain"]);
-    assert!(
-        out.stderr.contains("ran 1 trial (1 ok, 0 failed"),
+    assert_eq!(
+        out.counts(&["ran", "ok", "failed"]),
+        [1, 1, 0],
         "{}",
         out.text()
     );
@@ -1830,7 +1843,7 @@ fn the_report_command_a_launch_names_runs_as_pasted() {
 
     // `--ledger`.
     let out = env.launch(&["--progress", "plain"]);
-    assert!(ran_to_the_end(out.code, &out.stderr), "{}", out.text());
+    assert!(out.ran_to_the_end(), "{}", out.text());
     let cmd = named(&out);
     assert!(cmd.contains(" --ledger "), "{cmd}");
     shows_the_winner(&paste(&cmd), "--ledger");
@@ -1850,12 +1863,19 @@ fn the_report_command_a_launch_names_runs_as_pasted() {
     let launch_with = |extra: &[&std::ffi::OsStr]| {
         let mut launch = env.tunectl();
         launch
-            .args(["launch", &env.study_arg(), "--progress", "plain"])
+            .args([
+                "launch",
+                &env.study_arg(),
+                "--progress",
+                "plain",
+                "--format",
+                "json",
+            ])
             .args(extra)
             .arg("--workdir")
             .arg(env.work());
         let out = env.run(launch);
-        assert!(ran_to_the_end(out.code, &out.stderr), "{}", out.text());
+        assert!(out.ran_to_the_end(), "{}", out.text());
         named(&out)
     };
     let cmd = launch_with(&["--inventory".as_ref(), inv.as_os_str()]);
@@ -2142,7 +2162,7 @@ fn a_limit_on_a_secondary_metric_rejects_the_fastest_config_and_re_judges_when_r
         serde_json::json!(["selection.limits.lat.max: 200.0 → 400.0"])
     );
     let out = env.launch_ok(&[]);
-    assert!(out.stderr.contains("ran 0 trials"), "{}", out.text());
+    assert_eq!(out.count("ran"), 0, "{}", out.text());
     assert_eq!(attempt_count(&env, "limited"), attempts);
 
     // A limit on a metric the study does not declare is a load error.

@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 use serde_json::Value as Json;
 
 use crate::support;
+use crate::support::remote::{self, A100, H100, KNOBS, Launched, class_of, fake_gpu_trial};
 use crate::support::slurm::{Cluster, NodeSpec};
 use crate::support::sshd;
 use crate::support::{ledger_files, ran_to_the_end, wait_for};
@@ -23,24 +24,17 @@ const NODES: [NodeSpec; 2] = [
         name: "gpu-a",
         gpu_type: "h100",
         gpus: 1,
-        gpu_name: "NVIDIA H100 80GB HBM3",
+        gpu_name: H100,
         cpus: 2,
     },
     NodeSpec {
         name: "gpu-b",
         gpu_type: "a100",
         gpus: 1,
-        gpu_name: "NVIDIA A100-SXM4-80GB",
+        gpu_name: A100,
         cpus: 2,
     },
 ];
-
-fn fake_trial() -> String {
-    format!(
-        "{}/tests/fixtures/fake-gpu-trial",
-        env!("CARGO_MANIFEST_DIR")
-    )
-}
 
 struct Setup {
     _tmp: tempfile::TempDir,
@@ -84,7 +78,7 @@ selection: {{min_samples: 2}}
 gate:
   outputs: [out.txt]
 "#,
-            trial = fake_trial()
+            trial = fake_gpu_trial()
         ),
     )
     .expect("study");
@@ -135,8 +129,6 @@ fn which(tool: &str) -> String {
     panic!("{tool} not found: install slurm-wlm (scripts/test.sh does)");
 }
 
-const KNOBS: &str = "  tile: {kind: int, values: [64, 128, 256], default: 64}\n  fast_math: {kind: bool, default: false}\n";
-
 fn launch_cmd(cluster: &Cluster, s: &Setup, extra: &[&str]) -> std::process::Command {
     let mut c = support::env::tunectl_command();
     c.args([
@@ -161,17 +153,9 @@ fn launch_cmd(cluster: &Cluster, s: &Setup, extra: &[&str]) -> std::process::Com
     c
 }
 
-fn launch(cluster: &Cluster, s: &Setup, extra: &[&str]) -> String {
-    let out = launch_cmd(cluster, s, extra)
-        .stdout(Stdio::null())
-        .output()
-        .expect("launch");
-    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
-    assert!(
-        ran_to_the_end(out.status.code(), &stderr),
-        "launch failed:\n{stderr}"
-    );
-    stderr
+/// A launch to its end, read through its JSON outcome.
+fn launch(cluster: &Cluster, s: &Setup, extra: &[&str]) -> Launched {
+    remote::launch(launch_cmd(cluster, s, extra), Duration::from_secs(300))
 }
 
 fn calls(s: &Setup, tool: &str) -> Vec<String> {
@@ -183,43 +167,17 @@ fn calls(s: &Setup, tool: &str) -> Vec<String> {
 }
 
 fn report_json(s: &Setup) -> Json {
-    let out = support::env::tunectl_command()
-        .args(["report", "--format", "json", "--ledger"])
-        .arg(&s.ledger)
-        .arg(&s.study)
-        .output()
-        .expect("report");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).expect("report JSON")
+    remote::report_json(&s.study, &s.ledger)
 }
 
 fn attempts(s: &Setup, study: &str) -> BTreeMap<String, Vec<Json>> {
     ledger_files::attempts(&s.ledger, study)
 }
 
-/// Every trial has exactly one terminal attempt; returns (trials, lost).
+/// Every trial has exactly one terminal attempt (drift anchors aside);
+/// returns (trials, lost).
 fn one_terminal_each(s: &Setup, study: &str) -> (usize, usize) {
-    let all = attempts(s, study);
-    let mut lost = 0;
-    for (key, list) in &all {
-        let terminal = list.iter().filter(|a| a["status"] != "lost").count();
-        lost += list.len() - terminal;
-        assert_eq!(terminal, 1, "trial {key}: {list:?}");
-    }
-    (all.len(), lost)
-}
-
-fn class_of<'a>(report: &'a Json, model: &str) -> &'a Json {
-    report["classes"]
-        .as_array()
-        .expect("classes")
-        .iter()
-        .find(|c| c["label"].as_str().is_some_and(|l| l.contains(model)))
-        .unwrap_or_else(|| panic!("no {model} class in {report}"))
+    remote::one_terminal_per_trial(&s.ledger, study)
 }
 
 /// Trial keys in every batch manifest of the study (a key twice means it
@@ -242,25 +200,9 @@ fn submitted_keys(s: &Setup, study: &str) -> Vec<String> {
 fn a_study_runs_through_job_arrays_with_one_block_per_class() {
     let cluster = Cluster::start(&NODES);
     let s = setup(&cluster, "arrays", "", KNOBS, "");
-    let stderr = launch(&cluster, &s, &[]);
-    assert!(stderr.contains(" 0 lost"), "{stderr}");
-    let report = report_json(&s);
-    assert_eq!(
-        report["classes"].as_array().map(Vec::len),
-        Some(2),
-        "{report}"
-    );
-    for b in class_of(&report, "H100")["buckets"]
-        .as_array()
-        .expect("buckets")
-    {
-        assert_eq!(b["winner"]["label"], "tile=128", "{b}");
-    }
-    let a100 = class_of(&report, "A100");
-    for b in a100["buckets"].as_array().expect("buckets") {
-        assert!(b["winner"].is_null(), "{b}");
-    }
-    assert!(a100.to_string().contains("\"oom\""), "{a100}");
+    let launched = launch(&cluster, &s, &[]);
+    assert_eq!(launched.count("lost"), 0, "{}", launched.stderr);
+    remote::assert_grid_profile(&report_json(&s));
     let (trials, lost) = one_terminal_each(&s, "arrays");
     assert_eq!(lost, 0);
     // Gathered into arrays: far fewer sbatch calls than trials (one probe
@@ -420,7 +362,7 @@ fn a_node_going_down_mid_study_loses_nothing() {
         "{lost_reasons:?}"
     );
     let report = report_json(&s);
-    for b in class_of(&report, "H100")["buckets"]
+    for b in class_of(&report, H100)["buckets"]
         .as_array()
         .expect("buckets")
     {
@@ -581,17 +523,13 @@ fn a_login_host_over_ssh_submits_and_reads_the_reports() {
     let login_entry = login.trim_start_matches("hosts:\n");
     std::fs::write(&s.inventory, format!("{h100}{login_entry}")).expect("inventory");
     // Only the slurm entry runs trials; the login host only carries them.
-    let out = launch_cmd(&cluster, &s, &["--host", "h100s"])
-        .env_remove("SLURM_CONF")
-        .env("PATH", "/usr/bin:/bin")
-        .stdout(Stdio::null())
-        .output()
-        .expect("launch");
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(ran_to_the_end(out.status.code(), &stderr), "{stderr}");
+    let mut cmd = launch_cmd(&cluster, &s, &["--host", "h100s"]);
+    cmd.env_remove("SLURM_CONF").env("PATH", "/usr/bin:/bin");
+    let launched = remote::launch(cmd, Duration::from_secs(300));
+    assert_eq!(launched.count("lost"), 0, "{}", launched.stderr);
     let report = report_json(&s);
     assert_eq!(report["classes"].as_array().map(Vec::len), Some(1));
-    for b in class_of(&report, "H100")["buckets"]
+    for b in class_of(&report, H100)["buckets"]
         .as_array()
         .expect("buckets")
     {
@@ -615,30 +553,9 @@ fn a_hyperband_study_runs_its_rungs_as_job_arrays() {
         ),
     )
     .expect("study");
-    let stderr = launch(&cluster, &s, &[]);
-    assert!(stderr.contains(" 0 lost"), "{stderr}");
-    let report = report_json(&s);
-    for b in class_of(&report, "H100")["buckets"]
-        .as_array()
-        .expect("buckets")
-    {
-        assert_eq!(b["winner"]["label"], "tile=128", "{b}");
-    }
-    let a100 = class_of(&report, "A100");
-    for b in a100["buckets"].as_array().expect("buckets") {
-        assert!(b["winner"].is_null(), "{b}");
-    }
-    // Each class screened on its own: the OOM fails rungs on the A100 only.
-    let failed = |c: &Json| -> u64 {
-        c["search"]
-            .as_array()
-            .expect("search rows")
-            .iter()
-            .filter_map(|r| r["failed"].as_u64())
-            .sum()
-    };
-    assert!(failed(a100) > 0, "{a100}");
-    assert_eq!(failed(class_of(&report, "H100")), 0);
+    let launched = launch(&cluster, &s, &[]);
+    assert_eq!(launched.count("lost"), 0, "{}", launched.stderr);
+    remote::assert_search_profile(&report_json(&s));
     let (trials, lost) = one_terminal_each(&s, "hb");
     assert_eq!(lost, 0);
     let rungs = attempts(&s, "hb")
@@ -790,7 +707,7 @@ objective: {{metric: tp, better: higher}}
 {measurement}gate:
   outputs: [out.txt]
 "#,
-        trial = fake_trial()
+        trial = fake_gpu_trial()
     )
 }
 
@@ -808,28 +725,7 @@ fn slurm_entry(name: &str, constraint: Option<&str>, shared: &Path) -> String {
 /// What a launch shipped per host class: class id → bucket label →
 /// (winner or `baseline`, level).
 fn shipped(s: &Setup) -> BTreeMap<String, BTreeMap<String, (String, String)>> {
-    let report = report_json(s);
-    let mut out = BTreeMap::new();
-    for c in report["classes"].as_array().expect("classes") {
-        let mut buckets = BTreeMap::new();
-        for b in c["buckets"].as_array().expect("buckets") {
-            buckets.insert(
-                b["label"].as_str().unwrap_or_default().to_string(),
-                (
-                    b["winner"]["label"]
-                        .as_str()
-                        .unwrap_or("baseline")
-                        .to_string(),
-                    b["level"].as_str().unwrap_or_default().to_string(),
-                ),
-            );
-        }
-        out.insert(
-            c["host_class"].as_str().unwrap_or_default().to_string(),
-            buckets,
-        );
-    }
-    out
+    remote::shipped(&report_json(s))
 }
 
 /// The node an attempt ran on (its `node=` line).
@@ -909,7 +805,8 @@ fn a_mixed_partition_is_tuned_per_node_class_in_one_entry() {
     assert_eq!(plan["classes"].as_array().map(Vec::len), Some(2), "{plan}");
 
     let t = Instant::now();
-    let stderr = launch(&cluster, &mixed, &[]);
+    let launched = launch(&cluster, &mixed, &[]);
+    let stderr = &launched.stderr;
     eprintln!("mixed launch: {:?}", t.elapsed());
     assert!(
         stderr.contains("host gpus.h100 (slurm nodes gpu-a)"),
@@ -944,14 +841,14 @@ fn a_mixed_partition_is_tuned_per_node_class_in_one_entry() {
         );
     }
     let report = report_json(&mixed);
-    for b in class_of(&report, "H100")["buckets"]
+    for b in class_of(&report, H100)["buckets"]
         .as_array()
         .expect("buckets")
     {
         assert_eq!(b["winner"]["label"], "tile=128", "{b}");
         assert_eq!(b["level"], "verdict", "{b}");
     }
-    for b in class_of(&report, "A100")["buckets"]
+    for b in class_of(&report, A100)["buckets"]
         .as_array()
         .expect("buckets")
     {
@@ -1043,7 +940,7 @@ fn a_node_of_another_class_than_its_type_is_found_out_and_kept_out() {
     )
     .expect("inventory");
     let t = Instant::now();
-    let stderr = launch(&cluster, &s, &[]);
+    let stderr = launch(&cluster, &s, &[]).stderr;
     eprintln!("launch: {:?}", t.elapsed());
     assert!(
         stderr.contains("host gpus.h100 (slurm nodes gpu-a, gpu-c)"),
@@ -1068,13 +965,13 @@ fn a_node_of_another_class_than_its_type_is_found_out_and_kept_out() {
     assert!(lost >= 1, "no task of the H100 class landed on gpu-c");
     let report = report_json(&s);
     assert_eq!(report["classes"].as_array().map(Vec::len), Some(2));
-    for b in class_of(&report, "H100")["buckets"]
+    for b in class_of(&report, H100)["buckets"]
         .as_array()
         .expect("buckets")
     {
         assert_eq!(b["winner"]["label"], "tile=128", "{b}");
     }
-    for b in class_of(&report, "A100")["buckets"]
+    for b in class_of(&report, A100)["buckets"]
         .as_array()
         .expect("buckets")
     {
@@ -1161,7 +1058,7 @@ fn a_mixed_partitions_class_drops_and_rejoins_with_its_node() {
         }
     }
     let report = report_json(&s);
-    for b in class_of(&report, "H100")["buckets"]
+    for b in class_of(&report, H100)["buckets"]
         .as_array()
         .expect("buckets")
     {

@@ -16,11 +16,11 @@ use serde_json::Value as Json;
 use sha2::{Digest, Sha256};
 
 use crate::support;
+use crate::support::remote::{
+    self, A100, H100, Launched, fake_gpu_trial, one_terminal_per_trial, report_json,
+};
 use crate::support::sshd::{Fleet, HostSpec};
 use crate::support::{ledger_files, ran_to_the_end, sshd, wait_for};
-
-const H100: &str = "NVIDIA H100 80GB HBM3";
-const A100: &str = "NVIDIA A100-SXM4-80GB";
 
 const FOUR: [HostSpec; 4] = [
     HostSpec {
@@ -45,22 +45,13 @@ const FOUR: [HostSpec; 4] = [
     },
 ];
 
-fn fake_trial() -> String {
-    format!(
-        "{}/tests/fixtures/fake-gpu-trial",
-        env!("CARGO_MANIFEST_DIR")
-    )
-}
-
 /// The study over `tile` × `fast_math` at two cells, with `extra` YAML
 /// lines (e.g. `trial.env`) merged into the `trial:` mapping.
 fn study_yaml(name: &str, trial_extra: &str) -> String {
     format!(
         r#"name: {name}
 knobs:
-  tile: {{kind: int, values: [64, 128, 256], default: 64}}
-  fast_math: {{kind: bool, default: false}}
-cells:
+{knobs}cells:
   n: [1, 2]
 trial:
   command: "{trial} --n {{{{ n }}}}"
@@ -70,7 +61,8 @@ measurement: {{warmup: 0, repeats: 3, anchor_every: 0, confirm_repeats: 2}}
 gate:
   outputs: [out.txt]
 "#,
-        trial = fake_trial()
+        trial = fake_gpu_trial(),
+        knobs = remote::KNOBS,
     )
 }
 
@@ -98,9 +90,10 @@ fn tunectl() -> Command {
     c
 }
 
-/// `tunectl launch` to completion; returns stderr.
-fn launch(study: &Path, inventory: &Path, ledger: &Path, extra: &[&str]) -> String {
-    let out = tunectl()
+/// `tunectl launch` to completion, read through its JSON outcome.
+fn launch(study: &Path, inventory: &Path, ledger: &Path, extra: &[&str]) -> Launched {
+    let mut c = support::env::tunectl_command();
+    c.env("NO_COLOR", "1")
         .args([
             "launch",
             "--yes",
@@ -113,31 +106,8 @@ fn launch(study: &Path, inventory: &Path, ledger: &Path, extra: &[&str]) -> Stri
         .arg("--ledger")
         .arg(ledger)
         .args(extra)
-        .arg(study)
-        .timeout(Duration::from_secs(240))
-        .output()
-        .expect("run tunectl launch");
-    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
-    assert!(
-        ran_to_the_end(out.status.code(), &stderr),
-        "launch failed:\n{stderr}"
-    );
-    stderr
-}
-
-fn report_json(study: &Path, ledger: &Path) -> Json {
-    let out = tunectl()
-        .args(["report", "--format", "json", "--ledger"])
-        .arg(ledger)
-        .arg(study)
-        .output()
-        .expect("run tunectl report");
-    assert!(
-        out.status.success(),
-        "report failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).expect("report JSON")
+        .arg(study);
+    remote::launch(c, Duration::from_secs(240))
 }
 
 /// What a class decides: what ships per bucket, and (cell, config,
@@ -149,9 +119,7 @@ fn decisions(report: &Json) -> BTreeMap<String, ClassDecision> {
     let mut out = BTreeMap::new();
     for class in report["classes"].as_array().expect("classes") {
         let label = class["label"].as_str().unwrap_or_default().to_string();
-        let ships: Vec<String> = class["buckets"]
-            .as_array()
-            .expect("buckets")
+        let ships: Vec<String> = remote::buckets(class)
             .iter()
             .map(|b| {
                 format!(
@@ -161,51 +129,9 @@ fn decisions(report: &Json) -> BTreeMap<String, ClassDecision> {
                 )
             })
             .collect();
-        let mut rejected = Vec::new();
-        for cell in class["cells"].as_array().expect("cells") {
-            for r in cell["rejected"].as_array().expect("rejected") {
-                rejected.push((
-                    cell["cell_label"].as_str().unwrap_or_default().to_string(),
-                    r["label"].as_str().unwrap_or_default().to_string(),
-                    r["rejection"]["class"]
-                        .as_str()
-                        .unwrap_or_default()
-                        .to_string(),
-                ));
-            }
-        }
-        rejected.sort();
-        out.insert(label, (ships, rejected));
+        out.insert(label, (ships, remote::rejected(class)));
     }
     out
-}
-
-fn class_of<'a>(report: &'a Json, model: &str) -> &'a Json {
-    report["classes"]
-        .as_array()
-        .expect("classes")
-        .iter()
-        .find(|c| c["label"].as_str().is_some_and(|l| l.contains(model)))
-        .unwrap_or_else(|| panic!("no {model} class in {report}"))
-}
-
-/// Each sweep trial key has exactly one terminal (ok/failed) attempt.
-fn assert_one_terminal_per_trial(ledger: &Path, study: &str) -> (usize, usize) {
-    let all = ledger_files::attempts(ledger, study);
-    let mut lost = 0;
-    for (key, list) in &all {
-        let terminal = list.iter().filter(|a| a["status"] != "lost").count();
-        lost += list.len() - terminal;
-        let role = list[0]["role"].as_str().unwrap_or_default();
-        if role == "anchor" {
-            continue;
-        }
-        assert_eq!(
-            terminal, 1,
-            "trial {key} ({role}) has {terminal} terminal attempts: {list:?}"
-        );
-    }
-    (all.len(), lost)
 }
 
 fn setup(fleet: &Fleet, d: &Dirs, slots: u32, name: &str, trial_extra: &str) -> (PathBuf, PathBuf) {
@@ -283,38 +209,9 @@ fn a_study_over_the_fleet_picks_winners_per_host_class_on_pinned_gpus() {
     let d = dirs();
     let (study, inv) = setup(&fleet, &d, 2, "fleet", "");
     let ledger = d.root.join("ledger");
-    let stderr = launch(&study, &inv, &ledger, &["--store-logs"]);
-    assert!(stderr.contains("0 lost"), "{stderr}");
-
-    let report = report_json(&study, &ledger);
-    assert_eq!(report["classes"].as_array().map(Vec::len), Some(2));
-    let h100 = class_of(&report, H100);
-    let a100 = class_of(&report, A100);
-    for b in h100["buckets"].as_array().expect("buckets") {
-        assert_eq!(b["winner"]["label"], "tile=128", "{h100:#}");
-    }
-    for b in a100["buckets"].as_array().expect("buckets") {
-        assert!(
-            b["winner"].is_null(),
-            "nothing beats the A100 baseline: {b}"
-        );
-    }
-    let by_class = decisions(&report);
-    let a100_rejected = &by_class[a100["label"].as_str().expect("label")].1;
-    assert!(
-        a100_rejected
-            .iter()
-            .any(|(_, c, why)| c == "tile=256" && why == "oom"),
-        "{a100_rejected:?}"
-    );
-    for (_, rejected) in by_class.values() {
-        assert!(
-            rejected
-                .iter()
-                .any(|(_, c, why)| c.contains("fast_math=true") && why == "output_changed"),
-            "{rejected:?}"
-        );
-    }
+    let launched = launch(&study, &inv, &ledger, &["--store-logs"]);
+    assert_eq!(launched.count("lost"), 0, "{}", launched.stderr);
+    remote::assert_grid_profile(&report_json(&study, &ledger));
 
     // Slots pin their GPU where the host has one: slot i → device i.
     let all = ledger_files::attempts(&ledger, "fleet");
@@ -342,7 +239,7 @@ fn a_study_over_the_fleet_picks_winners_per_host_class_on_pinned_gpus() {
         8,
         "every slot of every host ran trials: {seen:?}"
     );
-    let (_, lost) = assert_one_terminal_per_trial(&ledger, "fleet");
+    let (_, lost) = one_terminal_per_trial(&ledger, "fleet");
     assert_eq!(lost, 0);
 
     // Successful attempts leave no directory on the hosts; failed ones stay
@@ -382,30 +279,10 @@ fn a_host_pattern_expands_to_the_fleet_and_each_host_gets_its_class() {
     let inv = d.root.join("inventory.yaml");
     write(&inv, &fleet.pattern_inventory_yaml("gpu", 2));
     let ledger = d.root.join("ledger");
-    let stderr = launch(&study, &inv, &ledger, &[]);
-    assert!(stderr.contains("0 lost"), "{stderr}");
-
+    let launched = launch(&study, &inv, &ledger, &[]);
+    assert_eq!(launched.count("lost"), 0, "{}", launched.stderr);
     let report = report_json(&study, &ledger);
-    assert_eq!(
-        report["classes"].as_array().map(Vec::len),
-        Some(2),
-        "{report}"
-    );
-    for b in class_of(&report, H100)["buckets"]
-        .as_array()
-        .expect("buckets")
-    {
-        assert_eq!(b["winner"]["label"], "tile=128", "{b}");
-    }
-    for b in class_of(&report, A100)["buckets"]
-        .as_array()
-        .expect("buckets")
-    {
-        assert!(
-            b["winner"].is_null(),
-            "nothing beats the A100 baseline: {b}"
-        );
-    }
+    remote::assert_grid_profile(&report);
 
     let out = tunectl()
         .args(["plan", "--dry-run", "--format", "json", "--inventory"])
@@ -708,8 +585,18 @@ fn a_host_down_at_start_is_reported_and_skipped() {
     let (study, inv) = setup(&fleet, &d, 2, "downstart", "");
     fleet.kill_host(2);
     let ledger = d.root.join("ledger");
-    let stderr = launch(&study, &inv, &ledger, &[]);
-    assert!(stderr.contains("host `a100-a` does not answer"), "{stderr}");
+    let launched = launch(&study, &inv, &ledger, &[]);
+    assert!(
+        launched.stderr.contains("host `a100-a` does not answer"),
+        "{}",
+        launched.stderr
+    );
+    assert_eq!(
+        launched.doc["summary"]["unreachable_hosts"],
+        serde_json::json!(["a100-a"]),
+        "{}",
+        launched.doc
+    );
     let report = report_json(&study, &ledger);
     let classes = report["classes"].as_array().expect("classes");
     assert_eq!(classes.len(), 1, "only the H100 class ran");
@@ -799,7 +686,7 @@ fn killing_a_host_mid_study_loses_nothing_and_picks_the_same_winners() {
     assert!(ok, "{stderr}");
     assert!(stderr.contains("host `h100-a` dropped"), "{stderr}");
 
-    let (_, lost) = assert_one_terminal_per_trial(&ledger, "churn");
+    let (_, lost) = one_terminal_per_trial(&ledger, "churn");
     let all = ledger_files::attempts(&ledger, "churn");
     let lost_reasons: Vec<&str> = all
         .values()
@@ -835,7 +722,7 @@ trial:
 objective: {{metric: tp, better: higher}}
 measurement: {{warmup: 0, repeats: 1, anchor_every: 0, confirm_repeats: 0}}
 "#,
-            trial = fake_trial(),
+            trial = fake_gpu_trial(),
             pids = pidfile.display()
         ),
     );
@@ -908,9 +795,9 @@ fn a_class_whose_every_host_is_down_waits_then_is_left_for_later() {
     assert!(stderr.contains("left for a later launch"), "{stderr}");
     // The H100 class finished; the A100 class resumes when its host is back.
     fleet.restart_host(1);
-    let stderr = launch(&study, &inv, &ledger, &[]);
-    assert!(stderr.contains("already in the ledger"), "{stderr}");
-    let (_, _) = assert_one_terminal_per_trial(&ledger, "abandon");
+    let launched = launch(&study, &inv, &ledger, &[]);
+    assert!(launched.count("already_in_ledger") > 0, "{}", launched.doc);
+    let (_, _) = one_terminal_per_trial(&ledger, "abandon");
     let report = report_json(&study, &ledger);
     assert_eq!(report["classes"].as_array().map(Vec::len), Some(2));
 }
@@ -998,7 +885,7 @@ trial:
 objective: {{metric: tp, better: higher}}
 measurement: {{warmup: 0, repeats: 1, anchor_every: 0, confirm_repeats: 0}}
 "#,
-            trial = fake_trial(),
+            trial = fake_gpu_trial(),
             pids = pidfile.display()
         ),
     );
@@ -1104,43 +991,11 @@ fn a_hyperband_study_over_the_fleet_searches_each_host_class_on_its_own() {
     let inv = d.root.join("inventory.yaml");
     write(&inv, &fleet.inventory_yaml(2, ""));
     let ledger = d.root.join("ledger");
-    let stderr = launch(&study, &inv, &ledger, &[]);
-    assert!(stderr.contains("0 lost"), "{stderr}");
-    let report = report_json(&study, &ledger);
-    let h100 = class_of(&report, H100);
-    let a100 = class_of(&report, A100);
-    for b in h100["buckets"].as_array().expect("buckets") {
-        assert_eq!(b["winner"]["label"], "tile=128", "{h100:#}");
-    }
-    for b in a100["buckets"].as_array().expect("buckets") {
-        assert!(
-            b["winner"].is_null(),
-            "nothing beats the A100 baseline: {b}"
-        );
-    }
-    // Each class screened on its own: the A100's out-of-memory config
-    // fails its rungs there only; fast_math changes the output on both.
-    let failed = |c: &Json| -> u64 {
-        c["search"]
-            .as_array()
-            .expect("search rows")
-            .iter()
-            .filter_map(|r| r["failed"].as_u64())
-            .sum()
-    };
-    let changed = |c: &Json| -> u64 {
-        c["search"]
-            .as_array()
-            .expect("search rows")
-            .iter()
-            .filter_map(|r| r["output_changed"].as_u64())
-            .sum()
-    };
-    assert!(failed(a100) > 0, "{a100:#}");
-    assert_eq!(failed(h100), 0, "{h100:#}");
-    assert!(changed(a100) > 0 && changed(h100) > 0);
+    let launched = launch(&study, &inv, &ledger, &[]);
+    assert_eq!(launched.count("lost"), 0, "{}", launched.stderr);
+    remote::assert_search_profile(&report_json(&study, &ledger));
     let id = "fleet-hb";
-    assert_one_terminal_per_trial(&ledger, id);
+    one_terminal_per_trial(&ledger, id);
 }
 
 /// On an ssh host the wrapper reads the result and hashes the outputs: a
@@ -1297,7 +1152,7 @@ fn the_agent_dying_mid_trial_loses_nothing() {
              fi\n\
              exec {trial} \"$@\"\n",
             mark = mark.display(),
-            trial = fake_trial(),
+            trial = fake_gpu_trial(),
         ),
     );
     std::fs::set_permissions(&killer, std::os::unix::fs::PermissionsExt::from_mode(0o755))
@@ -1308,7 +1163,7 @@ fn the_agent_dying_mid_trial_loses_nothing() {
     let study = d.root.join("study.yaml");
     write(
         &study,
-        &study_yaml("agentdeath", env).replace(&fake_trial(), &killer.display().to_string()),
+        &study_yaml("agentdeath", env).replace(&fake_gpu_trial(), &killer.display().to_string()),
     );
     let inv = d.root.join("inventory.yaml");
     write(&inv, &fleet.inventory_yaml(2, ""));
@@ -1316,7 +1171,7 @@ fn the_agent_dying_mid_trial_loses_nothing() {
     let calm = d.root.join("calm");
     launch(&calm_study, &inv, &calm, &[]);
     let ledger = d.root.join("ledger");
-    let stderr = launch(&study, &inv, &ledger, &[]);
+    let stderr = launch(&study, &inv, &ledger, &[]).stderr;
 
     let killed: Vec<u32> = std::fs::read_to_string(mark.join("pids"))
         .unwrap_or_default()
@@ -1332,7 +1187,7 @@ fn the_agent_dying_mid_trial_loses_nothing() {
         assert!(sshd::wait_process_gone(*p, Duration::from_secs(5)), "{p}");
     }
     assert!(!stderr.contains("dropped"), "the host stays up: {stderr}");
-    let (_, lost) = assert_one_terminal_per_trial(&ledger, "agentdeath");
+    let (_, lost) = one_terminal_per_trial(&ledger, "agentdeath");
     assert_eq!(lost, 1, "exactly the attempt whose agent died is lost");
     let reasons: Vec<String> = ledger_files::attempts(&ledger, "agentdeath")
         .values()
@@ -1382,7 +1237,7 @@ fn without_an_agent_each_attempt_gets_a_session_of_its_own() {
             .expect("run tunectl launch");
         let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
         assert!(ran_to_the_end(out.status.code(), &stderr), "{stderr}");
-        let (n, lost) = assert_one_terminal_per_trial(ledger, "noagent");
+        let (n, lost) = one_terminal_per_trial(ledger, "noagent");
         assert!(n > 0);
         assert_eq!(lost, 0, "{stderr}");
         stderr

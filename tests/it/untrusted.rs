@@ -54,7 +54,7 @@ gate: {outputs: [out.txt]}
 "#;
     let env = Env::new(study);
     let out = launch(&env);
-    assert!(ran_to_the_end(out.code, &out.stderr), "{}", out.text());
+    assert!(out.ran_to_the_end(), "{}", out.text());
     let by_v = attempts_by_v(&env, "files");
     let expect = [
         (
@@ -116,7 +116,7 @@ measurement: {warmup: 0, repeats: 1, anchor_every: 0, confirm_repeats: 0}
 "#;
     let env = Env::new(study);
     let out = launch(&env);
-    assert!(ran_to_the_end(out.code, &out.stderr), "{}", out.text());
+    assert!(out.ran_to_the_end(), "{}", out.text());
     let by_v = attempts_by_v(&env, "ratios");
     for (v, detail) in [
         (
@@ -220,7 +220,7 @@ fingerprint:
     let mut cmd = env.launch_cmd(&["--progress", "plain"]);
     cmd.env("MY_API_TOKEN", "s3cr3t-value-1234");
     let out = env.run(cmd);
-    assert!(ran_to_the_end(out.code, &out.stderr), "{}", out.text());
+    assert!(out.ran_to_the_end(), "{}", out.text());
     let files = all_text(&env.ledger());
     assert!(
         files
@@ -487,7 +487,7 @@ measurement: {warmup: 0, repeats: 1, anchor_every: 0, confirm_repeats: 0}
 "#;
     let env = Env::new(study);
     let out = env.launch(&[]);
-    assert!(ran_to_the_end(out.code, &out.stderr), "{}", out.text());
+    assert!(out.ran_to_the_end(), "{}", out.text());
     let study_arg = env.study_arg();
     for (kind, what) in NOT_FILES {
         // An attempt object.
@@ -610,7 +610,7 @@ measurement: {warmup: 0, repeats: 1, anchor_every: 0, confirm_repeats: 0}
 "#;
     let env = Env::new(study);
     let out = env.launch(&[]);
-    assert!(ran_to_the_end(out.code, &out.stderr), "{}", out.text());
+    assert!(out.ran_to_the_end(), "{}", out.text());
     let study_arg = env.study_arg();
     for (kind, _) in NOT_FILES {
         let ledger = copy_ledger(&env, &format!("{kind}-records"));
@@ -705,7 +705,7 @@ measurement: {warmup: 0, repeats: 1, anchor_every: 0, confirm_repeats: 0}
 "#;
     let env = Env::new(study);
     let out = env.launch(&[]);
-    assert!(ran_to_the_end(out.code, &out.stderr), "{}", out.text());
+    assert!(out.ran_to_the_end(), "{}", out.text());
     // Two trials to run again, each leased by someone else.
     let files = attempt_files(&env.ledger(), "leases");
     let trial = |v: &str| files[v].parent().expect("trial folder").to_path_buf();
@@ -793,7 +793,7 @@ measurement: {warmup: 0, repeats: 1, anchor_every: 0, confirm_repeats: 0}
     cmd.env("TUNECTL_LEASE_TTL", "2s");
     let (out, _) = env.run_bounded(cmd, std::time::Duration::from_secs(60));
     let text = out.text();
-    assert!(ran_to_the_end(out.code, &out.stderr), "{text}");
+    assert!(out.ran_to_the_end(), "{text}");
     assert!(
         text.contains(&format!(
             "warning: the lease of v=fast @ (single cell) (trial {}) held by mallory-7 on far expires at ",
@@ -857,7 +857,7 @@ measurement: {warmup: 0, repeats: 1, anchor_every: 0, confirm_repeats: 0}
     let mut cmd = env.launch_cmd(&[]);
     cmd.env("MY_API_TOKEN", SECRET);
     let out = env.run(cmd);
-    assert!(ran_to_the_end(out.code, &out.stderr), "{}", out.text());
+    assert!(out.ran_to_the_end(), "{}", out.text());
     let by_v = attempts_by_v(&env, "cuts");
     assert_eq!(by_v.len(), 3, "{by_v:?}");
     for (v, a) in &by_v {

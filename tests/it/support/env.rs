@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use serde_json::Value as Json;
 
 use super::fake::{self, Run};
-use super::{ledger_files, ran_to_the_end};
+use super::{finished, ledger_files};
 
 /// The longest any command may run before it is killed and the test fails:
 /// a guard against hangs, far above what a command of these tests takes.
@@ -120,9 +120,42 @@ impl Out {
         )
     }
 
-    /// The `ran N trials` number of a launch's summary line.
+    /// A launch's JSON outcome (`tunectl.launch/1`): what
+    /// [`Env::launch_cmd`] asks for unless the test chose a format.
+    pub fn launch_doc(&self) -> Json {
+        serde_json::from_str(&self.stdout)
+            .unwrap_or_else(|e| panic!("no launch JSON on stdout ({e}):\n{}", self.text()))
+    }
+
+    /// One count of a launch's JSON `summary` (`ran`, `ok`, `lost`, ...).
+    pub fn count(&self, key: &str) -> u64 {
+        let doc = self.launch_doc();
+        doc["summary"][key]
+            .as_u64()
+            .unwrap_or_else(|| panic!("no summary.{key} in {doc}"))
+    }
+
+    /// Several counts of a launch's JSON `summary`, in the order asked.
+    pub fn counts(&self, keys: &[&str]) -> Vec<u64> {
+        keys.iter().map(|k| self.count(k)).collect()
+    }
+
+    /// Whether a launch ran to its end, read from its JSON outcome
+    /// ([`finished`]).
+    pub fn ran_to_the_end(&self) -> bool {
+        finished(self.code, &self.launch_doc())
+    }
+
+    /// The number of trials a launch ran: its JSON `summary.ran` when it
+    /// printed its outcome as JSON, else its `ran N trials` line.
     pub fn ran(&self) -> usize {
-        super::ran(&self.stderr)
+        match serde_json::from_str::<Json>(&self.stdout) {
+            Ok(doc) => doc["summary"]["ran"]
+                .as_u64()
+                .unwrap_or_else(|| panic!("no summary.ran in {doc}"))
+                as usize,
+            Err(_) => super::ran(&self.stderr),
+        }
     }
 }
 
@@ -394,7 +427,9 @@ impl Env {
     }
 
     /// `tunectl launch STUDY --ledger LEDGER --workdir work EXTRA`, with
-    /// `--progress quiet` unless `extra` chooses a progress mode.
+    /// `--progress quiet` unless `extra` chooses a progress mode, and
+    /// `--format json` (the outcome on stdout, [`Out::launch_doc`]) unless
+    /// it chooses a format.
     pub fn launch_cmd(&self, extra: &[&str]) -> Command {
         let mut c = self.tunectl();
         c.arg("launch")
@@ -404,6 +439,9 @@ impl Env {
         if !extra.contains(&"--progress") {
             c.args(["--progress", "quiet"]);
         }
+        if !extra.iter().any(|a| *a == "--format" || *a == "--json") {
+            c.args(["--format", "json"]);
+        }
         c.args(extra);
         c
     }
@@ -412,11 +450,12 @@ impl Env {
         self.run(self.launch_cmd(extra))
     }
 
-    /// A launch that must run to its end (see [`ran_to_the_end`]).
+    /// A launch that must run to its end (see [`finished`]), read from
+    /// its JSON outcome.
     pub fn launch_ok(&self, extra: &[&str]) -> Out {
         let out = self.launch(extra);
         assert!(
-            ran_to_the_end(out.code, &out.stderr),
+            finished(out.code, &out.launch_doc()),
             "launch failed:\n{}",
             out.text()
         );
@@ -427,6 +466,15 @@ impl Env {
     pub fn launch_verdict(&self, extra: &[&str]) -> Out {
         let out = self.launch(extra);
         assert_eq!(out.code, Some(0), "launch failed:\n{}", out.text());
+        let doc = out.launch_doc();
+        assert_eq!(doc["outcome"], "verdict", "{}", out.text());
+        assert!(
+            doc["buckets"]
+                .as_array()
+                .is_some_and(|b| b.iter().all(|b| b["level"] == "verdict")),
+            "{}",
+            out.text()
+        );
         out
     }
 
@@ -437,6 +485,15 @@ impl Env {
             out.code,
             Some(3),
             "expected exit 3 (drafts):\n{}",
+            out.text()
+        );
+        let doc = out.launch_doc();
+        assert_eq!(doc["outcome"], "draft", "{}", out.text());
+        assert!(
+            doc["buckets"]
+                .as_array()
+                .is_some_and(|b| b.iter().any(|b| b["level"] == "draft")),
+            "{}",
             out.text()
         );
         assert!(

@@ -7,6 +7,9 @@
 //! - [`injection`]: the reported injection templates, as a study that any
 //!   transport runs, with shell-code values and the check of what ran;
 //! - [`ledger_files`]: a local ledger's attempt records, read from its files;
+//! - [`remote`]: what the ssh and Slurm tests share: the FAKE GPU program's
+//!   profile per model, launches read through their JSON outcome, and the
+//!   checks of a report against that profile;
 //! - [`s3`]: the S3-compatible test server and its buckets;
 //! - [`sshd`], [`slurm`]: real sshd fleets and Slurm clusters on this machine
 //!   (`slurm` is also included by benches/slurm_calls.rs, so it stands alone).
@@ -15,6 +18,7 @@ pub mod env;
 pub mod fake;
 pub mod injection;
 pub mod ledger_files;
+pub mod remote;
 pub mod s3;
 pub mod slurm;
 pub mod sshd;
@@ -51,6 +55,30 @@ pub fn ran_to_the_end(code: Option<i32>, stderr: &str) -> bool {
     } else {
         0
     })
+}
+
+/// Whether a launch ran to its end, read from its JSON outcome
+/// (`tunectl.launch/1`): exit 0 with every bucket a VERDICT, exit 3 with
+/// a DRAFT among them, or exit 1 where a baseline fails reproducibly (an
+/// error of the study, found by running it to its end).
+pub fn finished(code: Option<i32>, doc: &serde_json::Value) -> bool {
+    let buckets = doc["buckets"].as_array().map(Vec::as_slice).unwrap_or(&[]);
+    let because = |code: &str| {
+        buckets.iter().any(|b| {
+            b["level_because"]
+                .as_array()
+                .is_some_and(|l| l.iter().any(|c| c == code))
+        })
+    };
+    let drafts = buckets.iter().any(|b| b["level"] == "draft");
+    let want = if because("baseline_fails_reproducibly") {
+        (1, "failed")
+    } else if drafts {
+        (3, "draft")
+    } else {
+        (0, "verdict")
+    };
+    code == Some(want.0) && doc["outcome"] == want.1 && doc["exit_code"] == want.0
 }
 
 /// The `ran N trials` number of a launch's summary line.

@@ -391,6 +391,73 @@ pub struct DropReason {
     pub against: Against,
 }
 
+/// `12.3%: the larger of cool_drift 10% and 3 × the anchors' noise 4.1%`.
+impl std::fmt::Display for Threshold {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let name = self.setting.name();
+        match self.noise {
+            Some(s) => write!(
+                f,
+                "{:.1}%: the larger of {name} {:.0}% and {} × the anchors' noise {:.1}%",
+                self.value * 100.0,
+                self.floor * 100.0,
+                self.k,
+                s * 100.0
+            ),
+            None => write!(
+                f,
+                "{:.1}%: {name}; the anchors' noise is not known yet",
+                self.value * 100.0
+            ),
+        }
+    }
+}
+
+impl std::fmt::Display for Against {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Against::Reference => "the reference",
+            Against::AnchorBefore => "the anchor before",
+        })
+    }
+}
+
+/// As the drop record keeps it.
+impl std::fmt::Display for DropReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "the baseline did not settle within {} after {} anchors and {:.1}s (last {:.1}% off {})",
+            self.threshold,
+            self.tries,
+            self.waited.as_secs_f64(),
+            self.last * 100.0,
+            self.against
+        )
+    }
+}
+
+/// As void records keep it.
+impl std::fmt::Display for super::schedule::VoidReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        use super::schedule::VoidReason;
+        match self {
+            VoidReason::WasSlower { host, cell, gain } => write!(
+                f,
+                "host {host} was {:.1}% slower than later at cell {cell}",
+                gain * 100.0
+            ),
+            VoidReason::Drifted { host, cell, drift } => {
+                write!(
+                    f,
+                    "host {host} drifted {:.1}% at cell {cell}",
+                    drift * 100.0
+                )
+            }
+        }
+    }
+}
+
 /// Which ledger write failed, for what it means.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Written {

@@ -12,11 +12,9 @@ use indicatif::{HumanDuration, ProgressBar, ProgressDrawTarget, ProgressState, P
 use tokio::sync::mpsc;
 
 use super::events::{
-    Abandon, Against, DropReason, LaunchEvent, LaunchSummary, SearchStop, SkipCause, Threshold,
-    UnrecordedAttempt, Written,
+    Abandon, LaunchEvent, LaunchSummary, SearchStop, SkipCause, UnrecordedAttempt, Written,
 };
 use super::run_trial::budget_value;
-use super::schedule::VoidReason;
 use crate::ledger::records::AttemptStatus;
 
 /// How progress is shown.
@@ -234,56 +232,6 @@ pub fn unrecorded_line(u: &UnrecordedAttempt) -> String {
     )
 }
 
-/// `12.3%: the larger of cool_drift 10% and 3 × the anchors' noise 4.1%`.
-fn threshold_text(t: &Threshold) -> String {
-    let name = t.setting.name();
-    match t.noise {
-        Some(s) => format!(
-            "{:.1}%: the larger of {name} {:.0}% and {} × the anchors' noise {:.1}%",
-            t.value * 100.0,
-            t.floor * 100.0,
-            t.k,
-            s * 100.0
-        ),
-        None => format!(
-            "{:.1}%: {name}; the anchors' noise is not known yet",
-            t.value * 100.0
-        ),
-    }
-}
-
-fn against_text(a: Against) -> &'static str {
-    match a {
-        Against::Reference => "the reference",
-        Against::AnchorBefore => "the anchor before",
-    }
-}
-
-/// Why a host dropped a cell, as its drop record keeps it.
-pub fn drop_reason(r: &DropReason) -> String {
-    format!(
-        "the baseline did not settle within {} after {} anchors and {:.1}s (last {:.1}% off {})",
-        threshold_text(&r.threshold),
-        r.tries,
-        r.waited.as_secs_f64(),
-        r.last * 100.0,
-        against_text(r.against)
-    )
-}
-
-/// Why measurements were discarded, as their void records keep it.
-pub fn void_reason(r: &VoidReason) -> String {
-    match r {
-        VoidReason::WasSlower { host, cell, gain } => format!(
-            "host {host} was {:.1}% slower than later at cell {cell}",
-            gain * 100.0
-        ),
-        VoidReason::Drifted { host, cell, drift } => {
-            format!("host {host} drifted {:.1}% at cell {cell}", drift * 100.0)
-        }
-    }
-}
-
 /// A budget for messages: `81`, `0.5`, or `(none)`.
 fn budget_label(budget: Option<f64>) -> String {
     budget_value(budget)
@@ -476,7 +424,7 @@ pub fn describe(ev: &LaunchEvent) -> Vec<String> {
         } => one(format!(
             "warning: host {host} drifted {:.1}% at cell {cell} (anchor vs the reference; threshold {}); --no-cooldown: measurements kept",
             drift * 100.0,
-            threshold_text(threshold)
+            threshold
         )),
         LaunchEvent::WasSlower {
             host,
@@ -487,7 +435,7 @@ pub fn describe(ev: &LaunchEvent) -> Vec<String> {
         } => one(format!(
             "host {host} was slower before: 3 anchors at cell {cell} are {:.1}% better than the reference (threshold {}); re-measuring {remeasured} trials taken in the slower state",
             gain * 100.0,
-            threshold_text(threshold)
+            threshold
         )),
         LaunchEvent::Drifted {
             host,
@@ -498,7 +446,7 @@ pub fn describe(ev: &LaunchEvent) -> Vec<String> {
         } => one(format!(
             "host {host} drifted {:.1}% at cell {cell} (3 anchors against the reference; threshold {}): discarding {discarded} measurements since its last clean anchor and cooling down",
             drift * 100.0,
-            threshold_text(threshold)
+            threshold
         )),
         LaunchEvent::CooledDown {
             host,
@@ -511,13 +459,12 @@ pub fn describe(ev: &LaunchEvent) -> Vec<String> {
         } => one(format!(
             "host {host} cooled down: its anchor is within {:.1}% of {} (threshold {}) after {tries} tries; re-measuring {remeasured} trials",
             off * 100.0,
-            against_text(*against),
-            threshold_text(threshold)
+            against,
+            threshold
         )),
-        LaunchEvent::CellDropped { host, cell, reason } => one(format!(
-            "host {host} drops cell {cell}: {}",
-            drop_reason(reason)
-        )),
+        LaunchEvent::CellDropped { host, cell, reason } => {
+            one(format!("host {host} drops cell {cell}: {reason}"))
+        }
         LaunchEvent::Stalled {
             class,
             trials,
@@ -671,7 +618,7 @@ pub async fn report(mode: ProgressMode, mut rx: mpsc::UnboundedReceiver<LaunchEv
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::launch::events::Setting;
+    use crate::launch::events::{Setting, Threshold};
 
     #[test]
     fn thresholds_say_where_they_come_from() {
@@ -683,12 +630,12 @@ mod tests {
             noise: Some(0.041),
         };
         assert_eq!(
-            threshold_text(&t),
+            t.to_string(),
             "12.3%: the larger of cool_drift 10% and 3 × the anchors' noise 4.1%"
         );
         let t = Threshold { noise: None, ..t };
         assert_eq!(
-            threshold_text(&t),
+            t.to_string(),
             "12.3%: cool_drift; the anchors' noise is not known yet"
         );
     }

@@ -917,7 +917,7 @@ impl<'a> Launch<'a> {
                         host: host.name.clone(),
                         cell: space::cell_json(self.study, &self.plan.cells[cell as usize]),
                         cell_label: space::cell_label(self.study, &self.plan.cells[cell as usize]),
-                        reason: super::progress::drop_reason(&reason),
+                        reason: reason.to_string(),
                         at: chrono::Utc::now().to_rfc3339(),
                     };
                     if let Err(e) = self.ledger.write_drop(self.study_id, &record).await {
@@ -935,7 +935,7 @@ impl<'a> Launch<'a> {
     /// Write void records for attempts whose measurements are discarded.
     async fn void(&self, voids: &[Void], reason: &VoidReason) {
         let now = chrono::Utc::now().to_rfc3339();
-        let reason = super::progress::void_reason(reason);
+        let reason = reason.to_string();
         for v in voids {
             let record = VoidRecord {
                 schema: records::SCHEMA,

@@ -131,6 +131,7 @@ fn attempt(
             class: FailureClass::Crash,
             detail: "exit code 3".into(),
             phase: crate::trial::Phase::Measure,
+            timeout_s: None,
         }),
         exit: None,
         metrics: if failed {
@@ -796,6 +797,7 @@ fn a_winner_that_crashes_in_the_final_round_does_not_ship() {
         class: FailureClass::Oom,
         detail: "CUDA out of memory".into(),
         phase: crate::trial::Phase::Measure,
+        timeout_s: None,
     });
     let attempts = vec![
         at(0, "baseline", 1, 0, 100.0, "sweep"),

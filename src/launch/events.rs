@@ -186,6 +186,14 @@ pub enum LaunchEvent {
     Remeasure {
         count: u64,
     },
+    /// Trials that timed out under a shorter `trial.timeout` than the
+    /// study's run again: their attempts are voided.
+    TimeoutRaised {
+        trials: usize,
+        /// The longest timeout they ran under, and the study's now.
+        from_s: f64,
+        to_s: f64,
+    },
     CooledDown {
         host: String,
         cell: String,
@@ -489,6 +497,7 @@ impl LaunchEvent {
                 | LaunchEvent::SearchSkipped { .. }
                 | LaunchEvent::AnchorStarted
                 | LaunchEvent::Remeasure { .. }
+                | LaunchEvent::TimeoutRaised { .. }
                 | LaunchEvent::ConfirmationQueued { .. }
                 | LaunchEvent::RaceQueued { .. }
                 | LaunchEvent::BaselineRetry { .. }

@@ -328,6 +328,17 @@ pub fn describe(ev: &LaunchEvent) -> Vec<String> {
         | LaunchEvent::TrialRequeued
         | LaunchEvent::AnchorStarted
         | LaunchEvent::Remeasure { .. } => vec![],
+        LaunchEvent::TimeoutRaised {
+            trials,
+            from_s,
+            to_s,
+        } => one(format!(
+            "note: {} that timed out under trial.timeout {} {} again under {} (the timed-out attempts are voided)",
+            crate::fmt::count(*trials as u64, "trial", "trials"),
+            crate::fmt::duration_short(*from_s),
+            if *trials == 1 { "runs" } else { "run" },
+            crate::fmt::duration_short(*to_s),
+        )),
         LaunchEvent::Skipped { count, cause, .. } => match cause {
             // Counted, not announced: the failure itself was reported.
             SkipCause::ConfigFailed => vec![],

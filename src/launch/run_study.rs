@@ -27,7 +27,8 @@ use super::schedule::{
 };
 use crate::fingerprint::Fingerprint;
 use crate::ledger::records::{
-    self, AttemptStatus, DropRecord, HostRecord, StudyRecord, VoidRecord,
+    self, AttemptRecord, AttemptStatus, DropRecord, FailureClass, HostRecord, StudyRecord,
+    VoidRecord,
 };
 use crate::ledger::{Ledger, new_attempt_id};
 use crate::plan::{ClassInfo, Plan, PlanHost, PlanOnce};
@@ -314,6 +315,72 @@ fn trial_budgets(study: &Study) -> Result<(Vec<Option<f64>>, Option<f64>), Strin
     Ok((budgets.into_iter().map(Some).collect(), Some(top)))
 }
 
+/// Trials whose attempt timed out under a shorter `trial.timeout` than
+/// the study's now run again (a timeout is no fault of the config when it
+/// had less time): each such attempt gets a void record, so the scan that
+/// follows no longer counts it. Sweep and confirmation trials only: a
+/// search's rungs are replayed as they ran. An attempt written before
+/// records kept their timeout ran under the first launch's. Whether any
+/// was voided.
+async fn retry_timeouts(
+    study: &Study,
+    study_id: &str,
+    record: &StudyRecord,
+    scan: &crate::ledger::Scan,
+    ledger: &Ledger,
+    events: &Emitter,
+) -> bool {
+    let now = study.trial.timeout.as_secs_f64();
+    let first = record.spec.trial_timeout_s();
+    let mut shorter: Vec<(&AttemptRecord, f64)> = Vec::new();
+    for a in scan.terminal().into_values() {
+        let Some(failure) = &a.failure else {
+            continue;
+        };
+        if failure.class != FailureClass::Timeout
+            || !matches!(a.role, RoleKind::Sweep | RoleKind::Confirm)
+        {
+            continue;
+        }
+        if let Some(ran_under) = failure.timeout_s.or(first)
+            && ran_under * (1.0 + 1e-9) < now
+        {
+            shorter.push((a, ran_under));
+        }
+    }
+    if shorter.is_empty() {
+        return false;
+    }
+    let at = chrono::Utc::now().to_rfc3339();
+    let mut longest = 0.0f64;
+    for (a, ran_under) in &shorter {
+        longest = longest.max(*ran_under);
+        let void = VoidRecord {
+            schema: records::SCHEMA,
+            trial_key: a.trial_key.clone(),
+            attempt_id: a.attempt_id.clone(),
+            reason: format!(
+                "timed out under trial.timeout {}; the study's is {} now: run again",
+                crate::fmt::duration_short(*ran_under),
+                crate::fmt::duration_short(now)
+            ),
+            at: at.clone(),
+        };
+        if let Err(e) = ledger.write_void(study_id, &void).await {
+            events.emit(LaunchEvent::LedgerWriteFailed {
+                error: e.to_string(),
+                what: Written::Void,
+            });
+        }
+    }
+    events.emit(LaunchEvent::TimeoutRaised {
+        trials: shorter.len(),
+        from_s: longest,
+        to_s: now,
+    });
+    true
+}
+
 /// The variable and device each slot pins: the inventory's list, or GPU `i`
 /// for slot `i` where the fingerprint shows that many GPUs; the variable is
 /// the inventory's `device_env`, else the default for the GPUs' vendor.
@@ -373,6 +440,11 @@ pub async fn run_study(
     // Read when the round starts, after the study is registered and the
     // hosts probed: attempts another launcher recorded meanwhile count.
     let scan = ledger.scan(study_id).await?;
+    let scan = if retry_timeouts(study, study_id, &record, &scan, ledger, &emitter).await {
+        ledger.scan(study_id).await?
+    } else {
+        scan
+    };
     for c in &scan.corrupt {
         emitter.emit(LaunchEvent::UnreadableObject {
             key: c.key.clone(),

@@ -227,6 +227,11 @@ pub struct Failure {
     pub detail: String,
     /// Which run failed.
     pub phase: Phase,
+    /// For a `timeout`: the `trial.timeout` the run had, in seconds (a
+    /// later launch with a longer one runs the trial again). Absent in
+    /// records written before it was kept.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout_s: Option<f64>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]

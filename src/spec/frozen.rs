@@ -33,8 +33,9 @@ pub const JUDGING: [&str; 4] = [
 /// Settings that say how a trial is run, not what a successful measurement
 /// means, as key paths into the frozen spec: a change neither starts a new
 /// study nor re-judges one. A launch runs with the file's value; what
-/// ran under the stored one stays as recorded (a trial that timed out
-/// under a shorter `trial.timeout` stays timed out).
+/// ran under the stored one stays as recorded, but for sweep and
+/// confirmation trials that timed out under a shorter `trial.timeout`,
+/// which run again (`launch::run_study`).
 pub const RUNNING: [&str; 1] = ["trial.timeout"];
 
 /// A frozen spec: its JSON as stored and the sections read from it.
@@ -266,6 +267,14 @@ impl FrozenSpec {
     /// The JSON as stored.
     pub fn json(&self) -> &serde_json::Value {
         &self.json
+    }
+
+    /// `trial.timeout` as stored, in seconds.
+    pub fn trial_timeout_s(&self) -> Option<f64> {
+        self.json
+            .get("trial")
+            .and_then(|t| t.get("timeout"))
+            .and_then(serde_json::Value::as_f64)
     }
 
     /// Field-by-field differences from `old` to `self`, split into what

@@ -153,6 +153,7 @@ pub fn judge_with(
         Phase::Measure
     };
     let fail = |class: FailureClass, detail: String| Failure {
+        timeout_s: (class == FailureClass::Timeout).then_some(timeout_s),
         class,
         detail,
         phase,

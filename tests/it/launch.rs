@@ -1737,6 +1737,80 @@ fn a_changed_timeout_keeps_the_study() {
     );
 }
 
+/// A longer `trial.timeout` gives what timed out under the shorter one
+/// another run: its attempt is voided and the trial runs again; a config
+/// that now finishes in time is measured and can win. Nothing that ran
+/// fine runs again, and a third launch runs nothing.
+#[test]
+fn a_longer_timeout_runs_again_what_timed_out() {
+    const RAISED: &str = r#"name: raised
+knobs:
+  mode: {kind: categorical, values: [base, slow, fast], default: base}
+cells:
+  n: [1]
+trial:
+  command: "sh {{ study_dir }}/fake-trial.sh {{ mode }} {{ n }}"
+  timeout: 1s
+  env: {FAKE_SLEEP: "1.5", FAKE_SLEEP_MODE: "fast", FAKE_SAMPLES: "3", FAKE_NOISE: "0.01"}
+objective: {metric: throughput, better: higher}
+measurement: {warmup: 0, repeats: 2, anchor_every: 0, confirm_repeats: 0}
+"#;
+    let env = Env::new(RAISED);
+    let first = env.launch_ok(&[]);
+    assert_eq!(first.count("failed"), 1, "{}", first.text());
+    let report = env.report_json();
+    let fast = rejected(cells(&report)[0], "mode=fast");
+    assert_eq!(fast["rejection"]["class"], "timeout", "{fast}");
+    let timed_out: Vec<Json> = env
+        .all_attempts("raised")
+        .into_iter()
+        .filter(|a| a["status"] == "failed")
+        .collect();
+    assert_eq!(timed_out.len(), 1, "{timed_out:?}");
+    assert_eq!(
+        timed_out[0]["failure"]["timeout_s"], 1.0,
+        "{:?}",
+        timed_out[0]
+    );
+    let others_before = env.runs().iter().filter(|r| r.mode != "fast").count();
+
+    env.write_study(&RAISED.replace("timeout: 1s", "timeout: 5s"));
+    let second = env.launch(&["--progress", "plain"]);
+    assert!(second.ran_to_the_end(), "{}", second.text());
+    assert!(
+        second.stderr.contains(
+            "note: 1 trial that timed out under trial.timeout 1.0s runs again under 5.0s"
+        ),
+        "{}",
+        second.text()
+    );
+    // fast's two repeats, and nothing else.
+    assert_eq!(
+        second.counts(&["ran", "ok", "failed"]),
+        [2, 2, 0],
+        "{}",
+        second.text()
+    );
+    assert_eq!(
+        env.runs().iter().filter(|r| r.mode != "fast").count(),
+        others_before,
+        "a config that ran fine ran again"
+    );
+    let report = env.report_json();
+    let cell = cells(&report)[0];
+    assert!(
+        cell["rejected"]
+            .as_array()
+            .is_some_and(|r| r.iter().all(|c| c["label"] != "mode=fast")),
+        "{cell:#}"
+    );
+    assert_eq!(cell["winner"]["label"], "mode=fast", "{cell:#}");
+    assert_eq!(report["voided_attempts"], 1, "{report:#}");
+
+    let third = env.launch_ok(&[]);
+    assert_eq!(third.count("ran"), 0, "{}", third.text());
+}
+
 /// `--keep-workdirs` keeps what a successful trial wrote, and what its
 /// runs printed (a kept directory was empty of it).
 #[test]

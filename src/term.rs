@@ -148,6 +148,82 @@ pub fn json_pretty(doc: &impl serde::Serialize) -> Result<String, serde_json::Er
 /// exit status (see [`out`]).
 static STDOUT_FAILED: std::sync::OnceLock<String> = std::sync::OnceLock::new();
 
+/// `text` with each line wrapped at spaces to at most `width` columns (as
+/// a terminal shows them), so that no word is broken where the terminal
+/// would wrap: a continuation line is indented 4 columns past its line's
+/// own indent. A word wider than the room left is cut, as the terminal
+/// would. Lines that fit stay as they are.
+pub fn wrap_block(text: &str, width: usize) -> String {
+    let mut out = String::with_capacity(text.len() + 16);
+    for (i, line) in text.split('\n').enumerate() {
+        if i > 0 {
+            out.push('\n');
+        }
+        wrap_line(line, width, &mut out);
+    }
+    out
+}
+
+fn wrap_line(line: &str, width: usize, out: &mut String) {
+    use console::measure_text_width as cols;
+    if cols(line) <= width {
+        out.push_str(line);
+        return;
+    }
+    let body = line.trim_start_matches(' ');
+    let indent = line.len() - body.len();
+    // Too narrow to indent: wrap flush left.
+    let hang = if indent + 4 + 8 <= width {
+        indent + 4
+    } else {
+        0
+    };
+    let mut room = width;
+    let mut used = indent;
+    out.push_str(&line[..indent]);
+    let mut first_on_line = true;
+    for word in body.split(' ').filter(|w| !w.is_empty()) {
+        let w = cols(word);
+        if !first_on_line && used + 1 + w > room {
+            out.push('\n');
+            out.push_str(&" ".repeat(hang));
+            used = hang;
+            room = width;
+            first_on_line = true;
+        }
+        if !first_on_line {
+            out.push(' ');
+            used += 1;
+        }
+        // A word wider than a whole line: cut it where the line ends.
+        let mut rest = word;
+        while used + cols(rest) > room && room > used {
+            let fit = room - used;
+            let mut taken = 0;
+            let mut end = 0;
+            for (at, c) in rest.char_indices() {
+                let cw = cols(c.encode_utf8(&mut [0; 4]));
+                if taken + cw > fit {
+                    break;
+                }
+                taken += cw;
+                end = at + c.len_utf8();
+            }
+            if end == 0 {
+                break;
+            }
+            out.push_str(&rest[..end]);
+            out.push('\n');
+            out.push_str(&" ".repeat(hang));
+            used = hang;
+            rest = &rest[end..];
+        }
+        out.push_str(rest);
+        used += cols(rest);
+        first_on_line = false;
+    }
+}
+
 /// Write `text` to stdout as it is. A reader that went away (`tunectl
 /// report | head`) is not an error: the rest is dropped and the command
 /// goes on (a launch must not die because its output is no longer read).
@@ -174,6 +250,29 @@ pub fn stdout_failure() -> Option<&'static str> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn wrapping_breaks_lines_at_spaces_and_indents_what_follows() {
+        use super::wrap_block;
+        assert_eq!(wrap_block("short line", 80), "short line");
+        assert_eq!(
+            wrap_block("  bucket n=1: DRAFT (racing: more runs) · leader", 24),
+            "  bucket n=1: DRAFT\n      (racing: more\n      runs) · leader"
+        );
+        for line in wrap_block("  bucket n=1: DRAFT (racing: more runs) · leader", 24).lines() {
+            assert!(console::measure_text_width(line) <= 24, "{line:?}");
+        }
+        // Lines keep their own breaks; a word wider than a line is cut.
+        assert_eq!(wrap_block("a\nb", 5), "a\nb");
+        let cut = wrap_block("x /a/very/long/ledger/path/here", 16);
+        for line in cut.lines() {
+            assert!(console::measure_text_width(line) <= 16, "{cut}");
+        }
+        assert_eq!(
+            cut.replace(['\n', ' '], ""),
+            "x/a/very/long/ledger/path/here"
+        );
+    }
+
     use super::*;
 
     #[test]

@@ -95,12 +95,52 @@ fn on_a_terminal_the_watch_refreshes_in_place_and_ends_with_the_launch() {
     );
     launch_finished(&env, launch);
 
-    let screen = &watch.stdout;
+    let raw = &watch.stdout;
     let cursor_up = regex::Regex::new(r"\x1b\[\d*A").expect("regex");
     assert!(
-        cursor_up.is_match(screen) && screen.contains('\r'),
-        "no redraw in place (cursor up, carriage return):\n{screen:?}"
+        cursor_up.is_match(raw) && raw.contains('\r'),
+        "no redraw in place (cursor up, carriage return):\n{raw:?}"
     );
+    // What the terminal shows: indicatif pads each line to the terminal's
+    // 80 columns and lets the terminal wrap, so the rows are the text
+    // between escapes cut every 80 columns. No row reaches the last column
+    // (the watch wrapped its long lines at spaces, one column short), so
+    // the terminal broke no word.
+    let escapes = regex::Regex::new(r"\x1b\[[0-9;?]*[A-Za-z]|\r").expect("regex");
+    let mut rows: Vec<String> = Vec::new();
+    for piece in escapes.split(raw).filter(|p| !p.is_empty()) {
+        let (mut row, mut width) = (String::new(), 0);
+        for c in piece.chars() {
+            if c == '\n' {
+                rows.push(std::mem::take(&mut row));
+                width = 0;
+                continue;
+            }
+            row.push(c);
+            width += console::measure_text_width(c.encode_utf8(&mut [0; 4]));
+            if width >= 80 {
+                assert!(
+                    row.ends_with(' '),
+                    "a line reached the terminal's edge (a word broken there): {row:?}"
+                );
+                rows.push(std::mem::take(&mut row));
+                width = 0;
+            }
+        }
+        if !row.is_empty() {
+            rows.push(row);
+        }
+    }
+    let shown: String = rows
+        .iter()
+        .map(|r| r.trim_end())
+        .collect::<Vec<_>>()
+        .join("\n");
+    // Long lines were wrapped, with an indented continuation; read them
+    // joined again.
+    let continued = regex::Regex::new(r"\n {4,}").expect("regex");
+    assert!(continued.is_match(&shown), "nothing wrapped:\n{shown}");
+    let screen = &continued.replace_all(&shown, " ").into_owned();
     // The counts, and an ETA from the run times so far.
     let counts = regex::Regex::new(
         r"done \d · failed 0 · running 1 · pending \d · ETA ~\d+s \(\d trials? left on 1 slot, ",

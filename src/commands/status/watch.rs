@@ -489,7 +489,12 @@ impl View {
                     humantime::format_duration(self.interval),
                     body.join("\n")
                 );
-                b.set_message(crate::term::escape_block(&text).into_owned());
+                // Wrapped at spaces to the terminal's width (one column
+                // short of it: some terminals wrap on the last one), so the
+                // terminal never breaks a word.
+                let width = console::Term::stdout().size().1.max(20) as usize;
+                let text = crate::term::wrap_block(&crate::term::escape_block(&text), width - 1);
+                b.set_message(text);
             }
             None if self.shown.as_ref() != Some(&body) => {
                 let header = match self.shown {

@@ -154,6 +154,7 @@ Exit codes: 0 printed; 2 unknown shell.";
     pub const MAN: &str = "\
 Examples:
   tunectl man | man -l -
+  tunectl man --out ~/.local/share/man/man1    # then: man tunectl-launch
 
 Exit codes: 0 printed; 1 it could not be written.";
 }
@@ -194,15 +195,25 @@ pub enum Command {
     /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
     #[command(after_help = help::COMPLETIONS)]
     Completions(CompletionsArgs),
-    /// Print the manual page (roff), e.g. `tunectl man | man -l -`.
+    /// Print the manual page (roff), e.g. `tunectl man | man -l -`; with
+    /// `--out DIR`, write one page per command there.
     #[command(after_help = help::MAN)]
-    Man,
+    Man(ManArgs),
 }
 
 #[derive(clap::Args, Debug)]
 pub struct CompletionsArgs {
     /// The shell, e.g. `tunectl completions bash > ~/.local/share/bash-completion/completions/tunectl`.
     pub shell: clap_complete::Shell,
+}
+
+#[derive(clap::Args, Debug)]
+pub struct ManArgs {
+    /// Write a page per command into DIR (`tunectl.1`, `tunectl-launch.1`,
+    /// `tunectl-ledger-check.1`, ...), made if missing, and list them on
+    /// stdout, instead of printing the top page.
+    #[arg(long, value_name = "DIR")]
+    pub out: Option<std::path::PathBuf>,
 }
 
 #[derive(Subcommand, Debug)]
@@ -276,7 +287,42 @@ async fn run(cli: Cli) -> Result<(), CliError> {
             crate::term::out(&String::from_utf8_lossy(&script));
             Ok(())
         }
-        Command::Man => {
+        Command::Man(ManArgs { out: Some(dir) }) => {
+            /// Each command's page, its subcommands' first (as
+            /// `clap_mangen::generate_to` writes them), and where it went.
+            fn pages(
+                cmd: clap::Command,
+                dir: &std::path::Path,
+                out: &mut Vec<std::path::PathBuf>,
+            ) -> std::io::Result<()> {
+                for sub in cmd.get_subcommands().filter(|s| !s.is_hide_set()) {
+                    pages(sub.clone(), dir, out)?;
+                }
+                out.push(clap_mangen::Man::new(cmd).generate_to(dir)?);
+                Ok(())
+            }
+            let mut cmd = <Cli as clap::CommandFactory>::command().disable_help_subcommand(true);
+            // Built, so that subcommands have their full names
+            // (`tunectl-ledger-check`).
+            cmd.build();
+            let mut written = Vec::new();
+            std::fs::create_dir_all(&dir)
+                .and_then(|()| pages(cmd, &dir, &mut written))
+                .map_err(|e| {
+                    commands::failed(format!(
+                        "cannot write the manual pages to {}: {e}",
+                        dir.display()
+                    ))
+                })?;
+            written.sort();
+            let list: String = written
+                .iter()
+                .map(|p| format!("{}\n", p.display()))
+                .collect();
+            crate::term::out(&list);
+            Ok(())
+        }
+        Command::Man(ManArgs { out: None }) => {
             let cmd = <Cli as clap::CommandFactory>::command();
             let mut page = Vec::new();
             clap_mangen::Man::new(cmd)

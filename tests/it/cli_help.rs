@@ -169,3 +169,139 @@ fn a_closed_pipe_is_quiet_and_a_full_disk_is_an_error() {
         "{stderr}"
     );
 }
+
+/// `tunectl man --out DIR` writes a page per command, subcommands of
+/// subcommands included, each titled with its command and listing every
+/// long flag the command takes; it lists the pages on stdout.
+#[test]
+fn man_out_writes_a_page_per_command_with_its_flags() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let dir = tmp.path().join("man1");
+    let out = support::env::tunectl_command()
+        .args(["man", "--out"])
+        .arg(&dir)
+        .output()
+        .expect("run tunectl man --out");
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let listed: Vec<String> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(str::to_string)
+        .collect();
+    // Every command of the tree, at any depth: `tunectl`, `tunectl launch`,
+    // `tunectl ledger check`, ...
+    let mut cmd = Cli::command().disable_help_subcommand(true);
+    cmd.build();
+    let mut commands: Vec<(String, clap::Command)> = Vec::new();
+    let mut stack = vec![("tunectl".to_string(), cmd)];
+    while let Some((name, c)) = stack.pop() {
+        for sub in c.get_subcommands().filter(|s| !s.is_hide_set()) {
+            stack.push((format!("{name}-{}", sub.get_name()), sub.clone()));
+        }
+        commands.push((name, c));
+    }
+    assert_eq!(listed.len(), commands.len(), "{listed:?}");
+    for (name, c) in &commands {
+        let path = dir.join(format!("{name}.1"));
+        assert!(
+            listed.contains(&path.display().to_string()),
+            "{name}: not listed in {listed:?}"
+        );
+        let page =
+            std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        assert!(page.contains(&format!(".TH {name} 1")), "{name}: {page}");
+        for arg in c.get_arguments().filter(|a| !a.is_hide_set()) {
+            if let Some(long) = arg.get_long() {
+                // roff writes `-` as `\-`.
+                let flag = format!("\\-\\-{}", long.replace('-', "\\-"));
+                assert!(page.contains(&flag), "{name}: no --{long} in its page");
+            }
+        }
+    }
+    assert!(
+        commands.iter().any(|(n, _)| n == "tunectl-ledger-check"),
+        "{commands:?}",
+        commands = commands.iter().map(|(n, _)| n).collect::<Vec<_>>()
+    );
+}
+
+/// The docs name the binary's flags and only those: every long flag of
+/// every command's `--help` is in docs/cli.md, and every `--flag` that
+/// docs/cli.md or the README writes is one of tunectl's, but for the
+/// flags of other programs they show (listed here with whose they are).
+#[test]
+fn the_docs_and_help_name_the_same_flags() {
+    const OTHERS: [(&str, &str); 9] = [
+        ("accum", "a trial program's own flag in an example command"),
+        ("block", "a trial program's own flag in an example command"),
+        ("dtype", "a trial program's own flag in an example command"),
+        (
+            "threads",
+            "a trial program's own flag in an example command",
+        ),
+        ("n", "a trial program's own flag in an example command"),
+        ("export-json", "hyperfine's"),
+        ("all-targets", "cargo's"),
+        ("check", "cargo fmt's"),
+        ("test", "a script's (scripts/test.sh --test)"),
+    ];
+    let flag = regex::Regex::new(r"(?:^|[^\w-])--([a-z][a-z0-9-]*)").expect("regex");
+    let mut cmd = Cli::command();
+    cmd.build();
+    let mut paths: Vec<Vec<String>> = Vec::new();
+    let mut stack = vec![(Vec::new(), cmd)];
+    while let Some((path, c)) = stack.pop() {
+        for sub in c.get_subcommands().filter(|s| s.get_name() != "help") {
+            let mut p = path.clone();
+            p.push(sub.get_name().to_string());
+            stack.push((p, sub.clone()));
+        }
+        paths.push(path);
+    }
+    let mut in_help = std::collections::BTreeSet::new();
+    for path in &paths {
+        let out = support::env::tunectl_command()
+            .args(path)
+            .arg("--help")
+            .output()
+            .expect("run tunectl --help");
+        assert!(out.status.success(), "{path:?} --help");
+        for c in flag.captures_iter(&String::from_utf8_lossy(&out.stdout)) {
+            in_help.insert(c[1].to_string());
+        }
+    }
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let read =
+        |p: &str| std::fs::read_to_string(root.join(p)).unwrap_or_else(|e| panic!("{p}: {e}"));
+    let cli_md = read("docs/cli.md");
+    let documented: std::collections::BTreeSet<String> = flag
+        .captures_iter(&cli_md)
+        .map(|c| c[1].to_string())
+        .collect();
+    let undocumented: Vec<&String> = in_help
+        .iter()
+        .filter(|f| !documented.contains(*f) && !["help", "version"].contains(&f.as_str()))
+        .collect();
+    assert!(
+        undocumented.is_empty(),
+        "flags of --help that docs/cli.md never names: {undocumented:?}"
+    );
+    for (file, text) in [
+        ("docs/cli.md", cli_md.clone()),
+        ("README.md", read("README.md")),
+    ] {
+        let unknown: Vec<String> = flag
+            .captures_iter(&text)
+            .map(|c| c[1].to_string())
+            .filter(|f| !in_help.contains(f) && !OTHERS.iter().any(|(o, _)| o == f))
+            .collect();
+        assert!(
+            unknown.is_empty(),
+            "{file} names flags tunectl does not have: {unknown:?}"
+        );
+    }
+}

@@ -235,7 +235,8 @@ fn man_out_writes_a_page_per_command_with_its_flags() {
 /// flags of other programs they show (listed here with whose they are).
 #[test]
 fn the_docs_and_help_name_the_same_flags() {
-    const OTHERS: [(&str, &str); 9] = [
+    const OTHERS: [(&str, &str); 10] = [
+        ("batch", "the README's example program's own flag"),
         ("accum", "a trial program's own flag in an example command"),
         ("block", "a trial program's own flag in an example command"),
         ("dtype", "a trial program's own flag in an example command"),

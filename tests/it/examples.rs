@@ -602,3 +602,115 @@ fn completions_and_the_manual_page_cover_every_command() {
         assert!(man.contains(c), "the manual page lacks `{c}`");
     }
 }
+
+/// The README's ten-line study, as written there, for a stand-in `bench`
+/// (a FAKE program: throughput 1000 × threads, 10 % less at batch 16;
+/// threads=8 writes another `out.bin`; batch=64 exits 3): it validates,
+/// plans, launches with the README's commands, and ships threads=4
+/// batch=32 with both traps rejected for their reasons.
+#[test]
+fn the_readme_study_runs_as_written() {
+    let readme = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md"))
+        .expect("README.md");
+    let section = readme
+        .split("## Your own command")
+        .nth(1)
+        .expect("the README's own-command section");
+    let study = section
+        .split("```yaml\n")
+        .nth(1)
+        .and_then(|s| s.split("```").next())
+        .expect("its yaml block");
+    assert!(study.lines().count() <= 12, "{study}");
+    let tmp = tempfile::tempdir().expect("tempdir");
+    std::fs::write(tmp.path().join("study.yaml"), study).expect("study");
+    let bench = tmp.path().join("bench");
+    std::fs::write(
+        &bench,
+        r#"#!/bin/sh
+# FAKE program for the README's study.
+while [ $# -gt 0 ]; do
+    case $1 in
+        --threads) t=$2; shift 2 ;;
+        --batch) b=$2; shift 2 ;;
+        --out) o=$2; shift 2 ;;
+        *) shift ;;
+    esac
+done
+if [ "$b" = 64 ]; then echo "batch too large" >&2; exit 3; fi
+if [ "$t" = 8 ]; then echo wrong > "$o"; else echo right > "$o"; fi
+tp=$((1000 * t))
+if [ "$b" = 16 ]; then tp=$((tp * 9 / 10)); fi
+r=$(od -An -N1 -tu1 /dev/urandom | tr -dc 0-9)
+echo "throughput: $((tp + ${r:-0} % 10))"
+"#,
+    )
+    .expect("bench");
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&bench, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    // The README's commands, in its order.
+    for args in [
+        &["validate", "study.yaml"][..],
+        &["plan", "study.yaml", "--dry-run"],
+    ] {
+        let out = tunectl(tmp.path()).args(args).output().expect("run");
+        assert!(out.status.success(), "{args:?}: {out:?}");
+    }
+    let out = tunectl(tmp.path())
+        .args([
+            "launch",
+            "study.yaml",
+            "--progress",
+            "quiet",
+            "--format",
+            "json",
+        ])
+        .timeout(std::time::Duration::from_secs(300))
+        .output()
+        .expect("launch");
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).expect("launch JSON");
+    assert!(
+        support::finished(out.status.code(), &doc),
+        "{doc:#}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = tunectl(tmp.path())
+        .args(["report", "study.yaml"])
+        .output()
+        .expect("report");
+    assert!(out.status.success(), "{out:?}");
+    let out = tunectl(tmp.path())
+        .args(["report", "study.yaml", "--format", "json"])
+        .output()
+        .expect("report");
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("report JSON");
+    let class = &report["classes"][0];
+    let bucket = &class["buckets"][0];
+    assert_eq!(bucket["winner"]["label"], "threads=4", "{bucket:#}");
+    let rejected: Vec<(String, String)> = class["cells"][0]["rejected"]
+        .as_array()
+        .expect("rejected")
+        .iter()
+        .map(|r| {
+            (
+                r["label"].as_str().unwrap_or_default().to_string(),
+                r["rejection"]["class"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string(),
+            )
+        })
+        .collect();
+    assert!(
+        rejected
+            .iter()
+            .any(|(l, c)| l.contains("threads=8") && c == "output_changed"),
+        "{rejected:?}"
+    );
+    assert!(
+        rejected
+            .iter()
+            .any(|(l, c)| l.contains("batch=64") && c == "crash"),
+        "{rejected:?}"
+    );
+}

@@ -11,8 +11,11 @@
 //!
 //! Findings:
 //! - **panic**: caught with `catch_unwind`; the input is saved at once.
-//! - **hang**: one execution longer than the time limit (1 s); a watchdog
-//!   thread saves the input and ends the child process.
+//! - **hang**: one execution that used more than 1 s of CPU, or did not
+//!   return within 10 s (what it waits on is no CPU); a watchdog thread
+//!   saves the input and ends the child process. CPU time, not wall time,
+//!   so that a fuzzer at low priority on a busy machine does not report
+//!   the time it was not scheduled as a hang.
 //! - **abort**: the child process dies (stack overflow, `abort`); the
 //!   parent saves the input the child had in hand (kept in a memory-mapped
 //!   file before every execution) and starts a new child.
@@ -45,7 +48,11 @@ fn run_target(target: &str, data: &[u8]) {
     if data.starts_with(b"panic") {
         panic!("selftest panic");
     } else if data.starts_with(b"hang") {
-        std::thread::sleep(Duration::from_secs(5));
+        // Busy for 5 s: a hang by the CPU it uses.
+        let t = Instant::now();
+        while t.elapsed() < Duration::from_secs(5) {
+            std::hint::spin_loop();
+        }
     } else if data.starts_with(b"abort") {
         std::process::abort();
     }
@@ -53,6 +60,27 @@ fn run_target(target: &str, data: &[u8]) {
 
 const MAX_INPUT: usize = 256 * 1024;
 const HANG_LIMIT: Duration = Duration::from_secs(1);
+/// An execution that uses little CPU and has not returned in this long
+/// waits on something: a hang too.
+const HANG_WALL_LIMIT: Duration = Duration::from_secs(10);
+
+/// CPU time this process has used (every thread; the watchdog's share is
+/// a few microseconds per wake-up).
+fn process_cpu() -> Duration {
+    let mut t = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes the timespec it is given, nothing else.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_PROCESS_CPUTIME_ID, &mut t) };
+    if rc != 0 {
+        return Duration::ZERO;
+    }
+    Duration::new(
+        t.tv_sec.max(0) as u64,
+        t.tv_nsec.clamp(0, 999_999_999) as u32,
+    )
+}
 const EXIT_HANG: i32 = 86;
 
 // ------------------------------------------------------------ known crashes
@@ -616,7 +644,7 @@ fn child(target: &str, seconds: f64, dir: &Path, seed: u64, skip_known: bool, us
     }));
     let current = Arc::new(Current::open(&dir.join(".current")));
     let execs = Arc::new(AtomicU64::new(0));
-    let started_at = Arc::new(Mutex::new(Instant::now()));
+    let started_at = Arc::new(Mutex::new((Instant::now(), process_cpu())));
     let running = Arc::new(AtomicBool::new(false));
     {
         // The watchdog: an execution past the limit is a hang.
@@ -637,14 +665,22 @@ fn child(target: &str, seconds: f64, dir: &Path, seed: u64, skip_known: bool, us
                 if !running.load(Ordering::Relaxed) {
                     continue;
                 }
-                let since = started_at.lock().map(|s| s.elapsed()).unwrap_or_default();
-                if n == last.0 && since > HANG_LIMIT && last.1.elapsed() > HANG_LIMIT {
+                let (wall, cpu) = started_at
+                    .lock()
+                    .map(|s| (s.0.elapsed(), process_cpu().saturating_sub(s.1)))
+                    .unwrap_or_default();
+                let stuck = n == last.0 && last.1.elapsed() > HANG_LIMIT;
+                if stuck && ((wall > HANG_LIMIT && cpu > HANG_LIMIT) || wall > HANG_WALL_LIMIT) {
                     let data = current.get();
                     let p = save(
                         &dir,
                         "hang",
                         &data,
-                        &format!("no return within {HANG_LIMIT:?}"),
+                        &format!(
+                            "no return after {:.1}s ({:.1}s of CPU; limits: {HANG_LIMIT:?} of CPU, {HANG_WALL_LIMIT:?} in all)",
+                            wall.as_secs_f64(),
+                            cpu.as_secs_f64()
+                        ),
                     );
                     println!("finding hang {}", p.display());
                     let _ = std::io::stdout().flush();
@@ -682,7 +718,7 @@ fn child(target: &str, seconds: f64, dir: &Path, seed: u64, skip_known: bool, us
         }
         current.set(&input);
         if let Ok(mut s) = started_at.lock() {
-            *s = Instant::now();
+            *s = (Instant::now(), process_cpu());
         }
         running.store(true, Ordering::Relaxed);
         let r = std::panic::catch_unwind(|| run_target(target, &input));

@@ -292,3 +292,200 @@ proptest! {
         }
     }
 }
+
+/// One generated template rendered with one payload, as the batched run
+/// meets it.
+struct Rendered {
+    template: String,
+    payload: String,
+    command: String,
+    env: Vec<(String, String)>,
+    mark: PathBuf,
+}
+
+/// `s` as one single-quoted shell word (a `'` closes, is escaped, and
+/// opens again): read back by every POSIX shell as exactly `s`.
+fn single_quoted(s: &str) -> String {
+    format!("'{}'", s.replace('\'', r"'\''"))
+}
+
+/// A script that runs each case in a subshell of its own: its environment
+/// exported there, its command read by `eval` (which parses its text as
+/// `sh -c` would), stdin empty, output discarded; then a last line that
+/// must create `canary` (the script ran to its end, and the harness runs
+/// what it is given).
+fn batch_script(cases: &[Rendered], canary: &Path) -> String {
+    let mut s = String::new();
+    for c in cases {
+        s.push('(');
+        for (k, v) in &c.env {
+            assert!(
+                k.chars().all(|c| c.is_ascii_alphanumeric() || c == '_'),
+                "a variable name to export: {k:?}"
+            );
+            s.push_str(&format!(" export {k}={};", single_quoted(v)));
+        }
+        s.push_str(&format!(
+            " eval {} ) </dev/null >/dev/null 2>&1\n",
+            single_quoted(&c.command)
+        ));
+    }
+    s.push_str(&format!(
+        "( eval {} )\n",
+        single_quoted(&format!("touch {}", single_quoted(&canary.display().to_string())))
+    ));
+    s
+}
+
+/// The differential property at length, many cases to a shell process:
+/// templates generated as in `no_value_runs_under_any_shell_whatever_the_
+/// template`, each rendered with four payloads (every payload with a
+/// marker file of its own), run in batches of 250 templates per shell
+/// (dash, bash --posix, busybox sh: those installed). A batch that does
+/// not reach its last line within 300 s (a command that hangs) is run
+/// again case by case, each under `sh -c` with its 5 s limit. Fails on the
+/// first marker that appears, naming the template, the payload, the shell
+/// and the command. `TUNECTL_SHELL_CASES` templates (default 20,000),
+/// `TUNECTL_SHELL_SEED` (default 1). A benchmark, not part of the suite:
+/// benches/shell_differential.sh runs it.
+#[test]
+#[ignore = "a benchmark: benches/shell_differential.sh runs it"]
+fn no_value_runs_under_any_shell_batched() {
+    use proptest::strategy::ValueTree;
+    use proptest::test_runner::{RngAlgorithm, TestRng, TestRunner};
+    let env_u64 = |name: &str, default: u64| {
+        std::env::var(name)
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(default)
+    };
+    let cases = env_u64("TUNECTL_SHELL_CASES", 20_000);
+    let seed = env_u64("TUNECTL_SHELL_SEED", 1);
+    let mut seed_bytes = [0u8; 32];
+    seed_bytes[..8].copy_from_slice(&seed.to_le_bytes());
+    let mut runner = TestRunner::new_with_rng(
+        ProptestConfig::default(),
+        TestRng::from_seed(RngAlgorithm::ChaCha, &seed_bytes),
+    );
+    let strategy = (
+        shell_template(),
+        proptest::sample::subsequence((0..18usize).collect::<Vec<_>>(), 4),
+    );
+    let shells = shells();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let started = Instant::now();
+    let (mut made, mut refused, mut commands, mut fallbacks) = (0u64, 0u64, 0u64, 0u64);
+    while made < cases {
+        let mut batch: Vec<Rendered> = Vec::new();
+        let end = (made + 250).min(cases);
+        while made < end {
+            let (template, picks) = strategy
+                .new_tree(&mut runner)
+                .expect("a generated case")
+                .current();
+            made += 1;
+            let marks: Vec<PathBuf> = picks
+                .iter()
+                .map(|i| dir.path().join(format!("PWNED-{made}-{i}")))
+                .collect();
+            let chosen: Vec<String> = picks
+                .iter()
+                .zip(&marks)
+                .map(|(i, m)| payloads(&m.display().to_string())[*i].clone())
+                .collect();
+            let Some(study) = study_with(&template, &chosen) else {
+                refused += 1;
+                continue;
+            };
+            let renderer = CommandRenderer::new(&study).expect("a loaded study's renderer");
+            for (payload, mark) in chosen.iter().zip(&marks) {
+                let mut vars = TrialVars::default();
+                vars.set("v", Value::Str(payload.clone()));
+                let env = vec![("TUNECTL_KNOB_V".to_string(), payload.clone())];
+                let Ok(r) = renderer.command(&vars, &env) else {
+                    continue;
+                };
+                assert!(
+                    !r.command.contains("touch"),
+                    "a value's text in the command: {}\ntemplate: {template:?}",
+                    r.command
+                );
+                let mut env = env;
+                env.extend(r.env.clone());
+                batch.push(Rendered {
+                    template: template.clone(),
+                    payload: payload.clone(),
+                    command: r.command,
+                    env,
+                    mark: mark.clone(),
+                });
+            }
+        }
+        commands += batch.len() as u64;
+        // A control: one payload pasted into a command as text, as a
+        // renderer that got a context wrong would do. It must run, or the
+        // harness would see nothing run whatever happened.
+        let control = dir.path().join("CONTROL");
+        batch.push(Rendered {
+            template: "echo {{ v }} (pasted as text)".to_string(),
+            payload: payloads(&control.display().to_string())[0].clone(),
+            command: format!("echo {}", payloads(&control.display().to_string())[0]),
+            env: Vec::new(),
+            mark: control.clone(),
+        });
+        for shell in &shells {
+            let canary = dir.path().join("CANARY");
+            let script = dir.path().join("batch.sh");
+            std::fs::write(&script, batch_script(&batch, &canary)).expect("batch script");
+            let mut child = Command::new(&shell[0])
+                .args(&shell[1..])
+                .arg(&script)
+                .current_dir(dir.path())
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("the shell starts");
+            let limit = Instant::now() + Duration::from_secs(300);
+            while child.try_wait().expect("wait").is_none() && Instant::now() < limit {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            let _ = child.kill();
+            let _ = child.wait();
+            if !canary.exists() {
+                // Cut short (a command that hangs, or one that ends the
+                // shell): each case alone, as the suite's property runs it.
+                fallbacks += 1;
+                for c in &batch {
+                    let _ = run_shell(shell, &c.command, &c.env, dir.path());
+                }
+            }
+            let _ = std::fs::remove_file(&canary);
+            assert!(
+                control.exists(),
+                "{shell:?}: the control's pasted payload did not run: the harness sees nothing"
+            );
+            std::fs::remove_file(&control).expect("remove the control's marker");
+            for c in &batch[..batch.len() - 1] {
+                assert!(
+                    !c.mark.exists(),
+                    "{shell:?} ran the value {:?}\ntemplate: {:?}\ncommand: {}",
+                    c.payload,
+                    c.template,
+                    c.command
+                );
+            }
+        }
+    }
+    let secs = started.elapsed().as_secs_f64();
+    eprintln!(
+        "shell differential (batched): {made} templates ({refused} refused by the loader), {commands} rendered commands, each run under {} shells ({}); {fallbacks} batches run again case by case; {secs:.0}s, {:.0} templates/s; no value ran",
+        shells.len(),
+        shells
+            .iter()
+            .map(|s| s.join(" "))
+            .collect::<Vec<_>>()
+            .join(", "),
+        made as f64 / secs.max(1e-9)
+    );
+}

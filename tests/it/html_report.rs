@@ -256,6 +256,20 @@ fn the_quickstart_report_opens_in_a_browser_with_its_charts_and_tables() {
         !charts(&dom, "chart-anchors").is_empty(),
         "anchor_every: 8 records anchors"
     );
+    // One cell axis varies (n): the objective across it, the baseline and
+    // what ships keyed, one chart for the class.
+    assert_eq!(
+        charts(&dom, "chart-workload"),
+        vec![format!("workload-{slug}")],
+        "no chart across the workload axis"
+    );
+    for needed in [
+        "Across the workload (n)",
+        "across n: the baseline and what ships at each cell",
+        "what ships (its bucket's winner; the baseline where nothing wins)",
+    ] {
+        assert!(dom.contains(needed), "{needed:?} is missing from the page");
+    }
     // `metrics: [time_ms]` beside the objective: a trade-off chart.
     assert!(!charts(&dom, "chart-pareto").is_empty(), "no Pareto chart");
     assert!(

@@ -332,7 +332,10 @@ fn batch_script(cases: &[Rendered], canary: &Path) -> String {
     }
     s.push_str(&format!(
         "( eval {} )\n",
-        single_quoted(&format!("touch {}", single_quoted(&canary.display().to_string())))
+        single_quoted(&format!(
+            "touch {}",
+            single_quoted(&canary.display().to_string())
+        ))
     ));
     s
 }

@@ -1,6 +1,8 @@
 //! The charts of the page, drawn with plotters as inline SVG.
 
 use super::*;
+use std::collections::BTreeMap;
+
 use plotters::chart::MeshStyle;
 use plotters::coord::types::RangedCoordf64;
 
@@ -1029,6 +1031,165 @@ pub(super) fn pareto_chart(
         css_color(&WINNER),
         css_color(&ELIGIBLE),
         css_color(&reason_color("limit"))
+    );
+    Some(format!("{svg}{legend}"))
+}
+
+/// The one cell axis that varies over `cells`, when it is numeric: its
+/// name and each cell's value (by label). `None` when no axis varies, more
+/// than one does, or the varying one is not a number everywhere.
+pub(super) fn workload_axis(cells: &[CellReport]) -> Option<(String, BTreeMap<String, f64>)> {
+    let first = cells.first()?.cell.as_object()?;
+    let varying: Vec<&String> = first
+        .keys()
+        .filter(|k| {
+            cells
+                .iter()
+                .any(|c| c.cell.get(k.as_str()) != first.get(k.as_str()))
+        })
+        .collect();
+    let [axis] = varying.as_slice() else {
+        return None;
+    };
+    let mut at = BTreeMap::new();
+    for c in cells {
+        let x = c
+            .cell
+            .get(axis.as_str())?
+            .as_f64()
+            .filter(|x| x.is_finite())?;
+        at.insert(c.cell_label.clone(), x);
+    }
+    Some(((*axis).clone(), at))
+}
+
+/// The objective across the workload: over the one cell axis that varies,
+/// the baseline's median at each cell and what ships there (its bucket's
+/// winner, or the baseline where nothing wins), each with ± spread bars
+/// where the spread is known, as two keyed lines; the axis is drawn in
+/// powers of two when its values span 8× or more. `None` when there is no
+/// such axis or fewer than two cells are measured.
+pub(super) fn workload_chart(a: &Analysis, class: &ClassReport, id: &str) -> Option<String> {
+    let (axis, at) = workload_axis(&class.cells)?;
+    // (x, cell, baseline, what ships, whether a winner ships)
+    let mut points: Vec<(f64, &str, &ConfigReport, &ConfigReport, bool)> = Vec::new();
+    for b in &class.buckets {
+        for pc in &b.per_cell {
+            let (Some(&x), Some(base)) = (at.get(&pc.cell_label), pc.baseline.as_ref()) else {
+                continue;
+            };
+            if base.summary.is_none() {
+                continue;
+            }
+            let ships = pc.winner.as_ref().filter(|w| w.summary.is_some());
+            points.push((
+                x,
+                &pc.cell_label,
+                base,
+                ships.unwrap_or(base),
+                ships.is_some(),
+            ));
+        }
+    }
+    points.sort_by(|p, q| p.0.total_cmp(&q.0));
+    points.dedup_by(|p, q| p.1 == q.1);
+    if points.len() < 2 {
+        return None;
+    }
+    let (xmin, xmax) = (points[0].0, points[points.len() - 1].0);
+    let log2 = xmin > 0.0 && xmax / xmin >= 8.0;
+    let xt = |x: f64| if log2 { x.log2() } else { x };
+    let (xlo, xhi) = bounds(points.iter().map(|p| xt(p.0)))?;
+    let sum = |r: &ConfigReport| r.summary.map(|s| (s.median, s.spread));
+    let (ylo, yhi) = bounds(points.iter().flat_map(|p| {
+        [p.2, p.3]
+            .into_iter()
+            .filter_map(sum)
+            .flat_map(|(m, s)| [m - s, m + s])
+    }))?;
+    let unit = unit_of(&a.objective);
+    let better = a.objective.better.name();
+    let wins = points.iter().filter(|p| p.4).count();
+    let title = format!(
+        "{} ({unit}, {better} is better) across {axis}: the baseline and what ships at each cell (medians ± spread) · host class {}",
+        a.objective.name, class.host_class
+    );
+    let caption = format!(
+        "{} across {axis} · {} · a winner ships at {wins} of {} cells",
+        a.objective.name,
+        class.host_class,
+        points.len()
+    );
+    let svg = chart(id, "chart-workload", &title, 360, |root| {
+        let mut ch = axes(root, &caption, 13, 70, xlo..xhi, ylo..yhi)?;
+        mesh(&mut ch)
+            .x_desc(if log2 {
+                format!("{axis} (powers of two)")
+            } else {
+                axis.clone()
+            })
+            .y_desc(format!(
+                "{} ({unit}, {better}; median ± spread)",
+                a.objective.name
+            ))
+            .x_label_formatter(&|x| if log2 { tick(2f64.powf(*x)) } else { tick(*x) })
+            .y_label_formatter(&|y| tick(*y))
+            .draw()
+            .map_err(|e| e.to_string())?;
+        let mut tips = Vec::new();
+        for (ships, color) in [(false, BLACK), (true, WINNER)] {
+            let line: Vec<(f64, f64)> = points
+                .iter()
+                .filter_map(|p| sum(if ships { p.3 } else { p.2 }).map(|(m, _)| (xt(p.0), m)))
+                .collect();
+            ch.draw_series(LineSeries::new(line, color.stroke_width(2)))
+                .map_err(|e| e.to_string())?;
+            for p in &points {
+                let r = if ships { p.3 } else { p.2 };
+                let Some((m, s)) = sum(r) else { continue };
+                let xy = (xt(p.0), m);
+                if r.relative_spread.is_some() {
+                    ch.draw_series([ErrorBar::new_vertical(
+                        xy.0,
+                        m - s,
+                        m,
+                        m + s,
+                        color.mix(0.35).stroke_width(1),
+                        6,
+                    )])
+                    .map_err(|e| e.to_string())?;
+                }
+                if ships {
+                    ch.draw_series([Circle::new(xy, 5, color.filled())])
+                        .map_err(|e| e.to_string())?;
+                } else {
+                    ch.draw_series([TriangleMarker::new(xy, 6, color.filled())])
+                        .map_err(|e| e.to_string())?;
+                }
+                tips.push(Tip {
+                    at: ch.backend_coord(&xy),
+                    text: format!(
+                        "{} · {}{} · {}: {} · host class {}",
+                        p.1,
+                        r.label,
+                        match (ships, p.4) {
+                            (false, _) => " (baseline)",
+                            (true, true) => " (ships: its bucket's winner)",
+                            (true, false) => " (ships: nothing beats the baseline)",
+                        },
+                        a.objective.name,
+                        summary_text(r, &unit),
+                        class.host_class
+                    ),
+                });
+            }
+        }
+        Ok(tips)
+    });
+    let legend = format!(
+        "<ul class=\"legend\"><li>▲ <span class=\"swatch\" style=\"background:{}\"></span>baseline</li><li>● <span class=\"swatch\" style=\"background:{}\"></span>what ships (its bucket's winner; the baseline where nothing wins)</li><li>bars: ± spread of the samples</li></ul>",
+        css_color(&BLACK),
+        css_color(&WINNER)
     );
     Some(format!("{svg}{legend}"))
 }

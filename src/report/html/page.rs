@@ -113,7 +113,16 @@ pub(super) fn class_section(out: &mut String, a: &Analysis, class: &ClassReport,
         out.push_str("</tbody></table>\n");
     }
 
-    // 2. Speedup per config.
+    // 2. Across the workload, where one cell axis varies.
+    if let Some(svg) = workload_chart(a, class, &format!("workload-{cid}")) {
+        let axis = workload_axis(&class.cells)
+            .map(|(axis, _)| axis)
+            .unwrap_or_default();
+        let _ = writeln!(out, "<h3>Across the workload ({})</h3>", esc(&axis));
+        let _ = writeln!(out, "<figure>{svg}</figure>");
+    }
+
+    // 3. Speedup per config.
     let _ = writeln!(out, "<h3>Speedup per config</h3>");
     for (i, cell) in class.cells.iter().enumerate() {
         figure(

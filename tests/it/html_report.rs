@@ -270,8 +270,13 @@ fn the_quickstart_report_opens_in_a_browser_with_its_charts_and_tables() {
     ] {
         assert!(dom.contains(needed), "{needed:?} is missing from the page");
     }
-    // `metrics: [time_ms]` beside the objective: a trade-off chart.
+    // `metrics: [time_ms, chunk_us]` beside the objective: trade-off
+    // charts, with what ships marked and chunk_us's `selection.limits`
+    // bound drawn and keyed.
     assert!(!charts(&dom, "chart-pareto").is_empty(), "no Pareto chart");
+    for needed in ["◯ ships here", "selection.limits on chunk_us: max 60 us"] {
+        assert!(dom.contains(needed), "{needed:?} is missing from the page");
+    }
     assert!(
         charts(&dom, "chart-search").is_empty(),
         "a grid has no search"

@@ -902,11 +902,31 @@ pub(super) fn pareto_chart(
             .iter()
             .flat_map(|(o, _)| [o.median - o.spread, o.median + o.spread]),
     )?;
+    // A `selection.limits` bound on the metric is drawn, and kept in view.
+    let limit = a.judging.selection.limits.get(&m.name).copied();
+    let bounds_of_limit: Vec<f64> = limit
+        .iter()
+        .flat_map(|l| [l.min, l.max])
+        .flatten()
+        .collect();
     let (ylo, yhi) = bounds(
         pairs
             .iter()
-            .flat_map(|(_, s)| [s.median - s.spread, s.median + s.spread]),
+            .flat_map(|(_, s)| [s.median - s.spread, s.median + s.spread])
+            .chain(bounds_of_limit.iter().copied()),
     )?;
+    // What ships at this cell: its bucket's winner, else the baseline.
+    let ships: Option<String> = class
+        .buckets
+        .iter()
+        .find(|b| b.per_cell.iter().any(|pc| pc.cell_label == cell.cell_label))
+        .map(|b| {
+            b.winner
+                .as_ref()
+                .map(|w| w.label.clone())
+                .or_else(|| cell.baseline.as_ref().map(|x| x.label.clone()))
+                .unwrap_or_default()
+        });
     let ounit = unit_of(&a.objective);
     let munit = unit_of(m);
     let title = format!(
@@ -941,6 +961,15 @@ pub(super) fn pareto_chart(
             .y_label_formatter(&|y| tick(*y))
             .draw()
             .map_err(|e| e.to_string())?;
+        for bound in &bounds_of_limit {
+            ch.draw_series(DashedLineSeries::new(
+                [(xlo, *bound), (xhi, *bound)],
+                6,
+                4,
+                THRESHOLD.stroke_width(1),
+            ))
+            .map_err(|e| e.to_string())?;
+        }
         ch.draw_series(LineSeries::new(
             front.iter().copied(),
             WINNER.stroke_width(2),
@@ -951,6 +980,11 @@ pub(super) fn pareto_chart(
             let Some((o, s)) = both(r) else { continue };
             let at = (o.median, s.median);
             let is_base = Some(&r.label) == base_label.as_ref();
+            let shipped = ships.as_ref() == Some(&r.label);
+            if shipped {
+                ch.draw_series([Circle::new(at, 10, BLACK.stroke_width(2))])
+                    .map_err(|e| e.to_string())?;
+            }
             let color = if !ok {
                 reason(r).map(reason_color).unwrap_or(UNKNOWN)
             } else if on_front(at) {
@@ -1007,7 +1041,7 @@ pub(super) fn pareto_chart(
             tips.push(Tip {
                 at: ch.backend_coord(&at),
                 text: format!(
-                    "{}{} · {}: {} · {}: {} · {} · host class {}{}",
+                    "{}{} · {}: {} · {}: {} · {} · host class {}{}{}",
                     r.label,
                     if is_base { " (baseline)" } else { "" },
                     a.objective.name,
@@ -1020,16 +1054,37 @@ pub(super) fn pareto_chart(
                         (Some(rj), _) => format!(" · rejected: {}", rj.class.as_str()),
                         (None, true) => " · on the Pareto front".to_string(),
                         (None, false) => String::new(),
-                    }
+                    },
+                    if shipped { " · ships here" } else { "" }
                 ),
             });
         }
         Ok(tips)
     });
+    let limit_item = match limit {
+        Some(l) if !bounds_of_limit.is_empty() => format!(
+            "<li><span class=\"swatch dashed\" style=\"background:{}\"></span>selection.limits on {}: {}</li>",
+            css_color(&THRESHOLD),
+            esc(&m.name),
+            esc(&[
+                l.min.map(|v| format!("min {} {munit}", tick(v))),
+                l.max.map(|v| format!("max {} {munit}", tick(v))),
+            ]
+            .into_iter()
+            .flatten()
+            .collect::<Vec<_>>()
+            .join(", "))
+        ),
+        _ => String::new(),
+    };
     let legend = format!(
-        "<ul class=\"legend\"><li><span class=\"swatch\" style=\"background:{}\"></span>on the Pareto front (eligible; line joins it)</li><li><span class=\"swatch\" style=\"background:{}\"></span>eligible, dominated</li><li>▲ baseline</li><li><span class=\"swatch cross\" style=\"color:{}\">×</span>rejected (colour by reason)</li></ul>",
+        "<ul class=\"legend\"><li><span class=\"swatch\" style=\"background:{}\"></span>on the Pareto front (eligible; line joins it)</li><li><span class=\"swatch\" style=\"background:{}\"></span>eligible, dominated</li><li>▲ baseline</li><li>◯ ships here{}</li><li><span class=\"swatch cross\" style=\"color:{}\">×</span>rejected (colour by reason)</li>{limit_item}</ul>",
         css_color(&WINNER),
         css_color(&ELIGIBLE),
+        ships
+            .as_ref()
+            .map(|l| format!(": {}", esc(l)))
+            .unwrap_or_default(),
         css_color(&reason_color("limit"))
     );
     Some(format!("{svg}{legend}"))

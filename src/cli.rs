@@ -34,8 +34,20 @@ pub struct Cli {
     /// (instead of `TUNECTL_LOG`).
     #[arg(long, short, global = true, action = clap::ArgAction::Count)]
     verbose: u8,
+    /// Colour in the log on stderr: `auto` on a terminal unless `NO_COLOR`
+    /// is set, `always` (even into a pipe or file), `never`.
+    #[arg(long, global = true, value_enum, default_value_t = ColorWhen::Auto, value_name = "WHEN")]
+    color: ColorWhen,
     #[command(subcommand)]
     command: Command,
+}
+
+/// When the log on stderr is coloured (`--color`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ColorWhen {
+    Auto,
+    Always,
+    Never,
 }
 
 /// What `--help` shows after the options: examples and exit codes
@@ -237,11 +249,17 @@ pub fn main() -> ExitCode {
         2 => tracing_subscriber::EnvFilter::new("debug"),
         _ => tracing_subscriber::EnvFilter::new("trace"),
     };
-    // Colour only on a terminal, and not with NO_COLOR set
-    // (https://no-color.org): a log piped to a file stays plain text.
-    let colour = {
-        use std::io::IsTerminal as _;
-        std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())
+    // By default colour only on a terminal, and not with NO_COLOR set
+    // (https://no-color.org): a log piped to a file stays plain text. An
+    // explicit `--color` wins over both.
+    let colour = match cli.color {
+        ColorWhen::Always => true,
+        ColorWhen::Never => false,
+        ColorWhen::Auto => {
+            use std::io::IsTerminal as _;
+            std::io::stderr().is_terminal()
+                && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())
+        }
     };
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)

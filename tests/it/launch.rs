@@ -1093,6 +1093,15 @@ fn verbose_launch_says_each_trial_in_plain_text() {
         "{stderr}"
     );
     assert!(!stderr.contains('\u{1b}'), "{stderr:?}");
+
+    // `--color always` colours it even into a pipe; `--color never` keeps
+    // it plain whatever the terminal.
+    let env = Env::new(STUDY);
+    let coloured = env.launch_ok(&["-v", "--color", "always"]).stderr;
+    assert!(coloured.contains("\u{1b}["), "{coloured:?}");
+    let env = Env::new(STUDY);
+    let plain = env.launch_ok(&["-v", "--color", "never"]).stderr;
+    assert!(!plain.contains('\u{1b}'), "{plain:?}");
 }
 
 /// `tunectl logs` shows a failed trial's command, exit and stderr from the

@@ -9,6 +9,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use proptest::prelude::*;
+use tunectl::shell_quote::single_quote;
 use tunectl::spec::template::{check_shell_template, render_shell};
 use tunectl::spec::{CommandRenderer, Study, TrialVars, Value};
 
@@ -303,12 +304,6 @@ struct Rendered {
     mark: PathBuf,
 }
 
-/// `s` as one single-quoted shell word (a `'` closes, is escaped, and
-/// opens again): read back by every POSIX shell as exactly `s`.
-fn single_quoted(s: &str) -> String {
-    format!("'{}'", s.replace('\'', r"'\''"))
-}
-
 /// A script that runs each case in a subshell of its own: its environment
 /// exported there, its command read by `eval` (which parses its text as
 /// `sh -c` would), stdin empty, output discarded; then a last line that
@@ -323,18 +318,18 @@ fn batch_script(cases: &[Rendered], canary: &Path) -> String {
                 k.chars().all(|c| c.is_ascii_alphanumeric() || c == '_'),
                 "a variable name to export: {k:?}"
             );
-            s.push_str(&format!(" export {k}={};", single_quoted(v)));
+            s.push_str(&format!(" export {k}={};", single_quote(v)));
         }
         s.push_str(&format!(
             " eval {} ) </dev/null >/dev/null 2>&1\n",
-            single_quoted(&c.command)
+            single_quote(&c.command)
         ));
     }
     s.push_str(&format!(
         "( eval {} )\n",
-        single_quoted(&format!(
+        single_quote(&format!(
             "touch {}",
-            single_quoted(&canary.display().to_string())
+            single_quote(&canary.display().to_string())
         ))
     ));
     s

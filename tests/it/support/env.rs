@@ -127,6 +127,20 @@ impl Out {
             .unwrap_or_else(|e| panic!("no launch JSON on stdout ({e}):\n{}", self.text()))
     }
 
+    /// A launch's JSON `outcome` is `outcome`, and its buckets' levels
+    /// pass `levels`.
+    pub fn assert_outcome(&self, outcome: &str, levels: impl Fn(&[&str]) -> bool) {
+        let doc = self.launch_doc();
+        assert_eq!(doc["outcome"], outcome, "{}", self.text());
+        let found: Vec<&str> = doc["buckets"]
+            .as_array()
+            .unwrap_or_else(|| panic!("no buckets in the launch JSON:\n{}", self.text()))
+            .iter()
+            .filter_map(|b| b["level"].as_str())
+            .collect();
+        assert!(levels(&found), "levels {found:?}:\n{}", self.text());
+    }
+
     /// One count of a launch's JSON `summary` (`ran`, `ok`, `lost`, ...).
     pub fn count(&self, key: &str) -> u64 {
         let doc = self.launch_doc();
@@ -466,15 +480,7 @@ impl Env {
     pub fn launch_verdict(&self, extra: &[&str]) -> Out {
         let out = self.launch(extra);
         assert_eq!(out.code, Some(0), "launch failed:\n{}", out.text());
-        let doc = out.launch_doc();
-        assert_eq!(doc["outcome"], "verdict", "{}", out.text());
-        assert!(
-            doc["buckets"]
-                .as_array()
-                .is_some_and(|b| b.iter().all(|b| b["level"] == "verdict")),
-            "{}",
-            out.text()
-        );
+        out.assert_outcome("verdict", |levels| levels.iter().all(|l| *l == "verdict"));
         out
     }
 
@@ -487,15 +493,7 @@ impl Env {
             "expected exit 3 (drafts):\n{}",
             out.text()
         );
-        let doc = out.launch_doc();
-        assert_eq!(doc["outcome"], "draft", "{}", out.text());
-        assert!(
-            doc["buckets"]
-                .as_array()
-                .is_some_and(|b| b.iter().any(|b| b["level"] == "draft")),
-            "{}",
-            out.text()
-        );
+        out.assert_outcome("draft", |levels| levels.contains(&"draft"));
         assert!(
             out.stderr.contains("not every bucket is a VERDICT"),
             "{}",

@@ -36,6 +36,12 @@ fn chromium() -> PathBuf {
 /// a fresh profile and no network use of its own; killed past
 /// [`BROWSER_LIMIT`] (which fails the test).
 fn dump_dom(page: &Path) -> String {
+    dump_dom_at(page, "")
+}
+
+/// [`dump_dom`] of `page` opened at `#fragment` (where the page keeps a
+/// table's sort and filter).
+fn dump_dom_at(page: &Path, fragment: &str) -> String {
     let profile = tempfile::tempdir().expect("profile dir");
     let mut child = Command::new(chromium())
         .args([
@@ -50,7 +56,11 @@ fn dump_dom(page: &Path) -> String {
         ])
         .arg(format!("--user-data-dir={}", profile.path().display()))
         .arg("--dump-dom")
-        .arg(format!("file://{}", page.display()))
+        .arg(if fragment.is_empty() {
+            format!("file://{}", page.display())
+        } else {
+            format!("file://{}#{fragment}", page.display())
+        })
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -191,6 +201,55 @@ fn charts(dom: &str, class: &str) -> Vec<String> {
     out
 }
 
+/// A table of the DOM by its id: its opening tag, and each body row as
+/// (hidden, the text of its cells).
+fn table_rows(dom: &str, id: &str) -> (String, Vec<(bool, Vec<String>)>) {
+    let at = dom
+        .find(&format!("id=\"{id}\""))
+        .unwrap_or_else(|| panic!("no table {id} in:\n{dom}"));
+    let start = dom[..at].rfind("<table").expect("the table's tag");
+    let end = start + dom[start..].find("</table>").expect("the table's end");
+    let table = &dom[start..end];
+    let open = table[..table.find('>').unwrap_or(0)].to_string();
+    let body = &table[table.find("<tbody").unwrap_or(0)..];
+    let text = |html: &str| {
+        let mut out = String::new();
+        let mut in_tag = false;
+        for c in html.chars() {
+            match c {
+                '<' => in_tag = true,
+                '>' => in_tag = false,
+                c if !in_tag => out.push(c),
+                _ => {}
+            }
+        }
+        out.trim().to_string()
+    };
+    let rows = body
+        .split("<tr")
+        .skip(1)
+        .map(|row| {
+            let tag = &row[..row.find('>').unwrap_or(0)];
+            let cells = row
+                .split("<td")
+                .skip(1)
+                .map(|c| text(&format!("<td{c}")))
+                .collect();
+            (tag.contains("hidden"), cells)
+        })
+        .collect();
+    (open, rows)
+}
+
+/// The number a cell's text starts with (`12.3 Melem/s ± 2%` is 12.3).
+fn leading_number(cell: &str) -> Option<f64> {
+    let end = cell
+        .char_indices()
+        .find(|(_, c)| !(c.is_ascii_digit() || *c == '.' || *c == '-'))
+        .map_or(cell.len(), |(i, _)| i);
+    cell[..end].parse().ok()
+}
+
 #[test]
 fn the_quickstart_report_opens_in_a_browser_with_its_charts_and_tables() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
@@ -288,8 +347,8 @@ fn the_quickstart_report_opens_in_a_browser_with_its_charts_and_tables() {
         "rejected: crash",
         "Melem/s",
         "time_ms (ms, lower)",
-        "<table class=\"ships\">",
-        "<table class=\"evidence\">",
+        &format!("<table class=\"ships\" id=\"ships-{slug}\""),
+        &format!("<table class=\"evidence\" id=\"evidence-{slug}-0\""),
         "on the Pareto front",
         &format!("host class {class}"),
     ] {
@@ -297,6 +356,71 @@ fn the_quickstart_report_opens_in_a_browser_with_its_charts_and_tables() {
     }
     // Every tooltip of a measured config names its n and its spread.
     assert!(dom.contains("<title>") && dom.contains("n = "));
+
+    // Three knobs vary: every config of a cell across them, what ships
+    // and the rejected keyed; the knob effects drawn under "what to try
+    // next", with the sentences the terminal report gives.
+    for i in 0..cells {
+        assert!(
+            charts(&dom, "chart-parallel").contains(&format!("parallel-{slug}-{i}")),
+            "no parallel coordinates for cell {i}"
+        );
+    }
+    assert_eq!(
+        charts(&dom, "chart-effects"),
+        vec![format!("effects-{slug}")]
+    );
+    for needed in [
+        "What to try next on",
+        "best value vs worst, 1× = no effect",
+        "ships in this cell's bucket",
+        "knobs ordered by estimated effect",
+        "threads: ",
+    ] {
+        assert!(dom.contains(needed), "{needed:?} is missing from the page");
+    }
+
+    // Each table is sortable and filterable, and the page's address keeps
+    // both: evidence of the first cell sorted by its objective column
+    // (2), descending, and filtered to the rows that name i64.
+    let id = format!("evidence-{slug}-0");
+    let (open, rows) = table_rows(&dom, &id);
+    assert!(rows.len() > 3, "the evidence has rows: {rows:?}");
+    assert!(
+        rows.iter().all(|(hidden, _)| !hidden)
+            && open.contains(&format!("data-shown=\"{}\"", rows.len())),
+        "nothing filtered without a filter: {open}"
+    );
+    let sorted = dump_dom_at(&page, &format!("{id}.sort=2d&{id}.q=i64"));
+    assert_page(&html, &sorted, &json);
+    let (open, rows) = table_rows(&sorted, &id);
+    assert!(open.contains("data-sort=\"2d\""), "{open}");
+    let shown: Vec<&Vec<String>> = rows.iter().filter(|(h, _)| !h).map(|(_, c)| c).collect();
+    assert!(!shown.is_empty(), "some rows name i64: {rows:?}");
+    assert!(
+        open.contains(&format!("data-shown=\"{}\"", shown.len())),
+        "{open}"
+    );
+    for (hidden, cells) in &rows {
+        assert_eq!(
+            !hidden,
+            cells.join(" ").to_lowercase().contains("i64"),
+            "a row shown or hidden against the filter: {cells:?}"
+        );
+    }
+    // Numbers descending, then the rows without one (`—`: nothing
+    // measured), in either direction.
+    let medians: Vec<Option<f64>> = shown
+        .iter()
+        .map(|c| c.get(2).and_then(|t| leading_number(t)))
+        .collect();
+    let numbers: Vec<f64> = medians.iter().map_while(|m| *m).collect();
+    assert!(
+        numbers.len() > 1
+            && numbers.windows(2).all(|w| w[0] >= w[1])
+            && medians[numbers.len()..].iter().all(Option::is_none),
+        "column 2 is not descending with the unmeasured last: {medians:?}"
+    );
 }
 
 /// A Hyperband study of the fake (tests/it/search.rs's search profile).
@@ -361,12 +485,18 @@ fn a_two_class_fleet_report_has_one_section_per_class_with_its_search() {
             dom.contains(&format!("href=\"#class-{slug}\"")),
             "a link to class {class}"
         );
-        for kind in ["speedup", "samples", "search"] {
+        // Three knobs vary among the configs measured at the cell: they
+        // are drawn across them too.
+        for kind in ["speedup", "samples", "search", "parallel"] {
             assert!(
                 charts(&dom, &format!("chart-{kind}")).contains(&format!("{kind}-{slug}-0")),
                 "no {kind} chart of class {class}"
             );
         }
+        assert!(
+            charts(&dom, "chart-effects").contains(&format!("effects-{slug}")),
+            "no knob effects of class {class}"
+        );
     }
     // The search chart marks its rungs (budgets) and says n = 1.
     assert!(dom.contains("rung: budget 1 samples"), "rungs marked");

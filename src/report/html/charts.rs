@@ -21,12 +21,13 @@ pub(super) struct Drawn {
 type DrawResult = Result<Vec<Tip>, String>;
 
 /// A chart's plotting area: numbers on both axes.
-type Plot<'a, 'b> = ChartContext<'a, SVGBackend<'b>, Cartesian2d<RangedCoordf64, RangedCoordf64>>;
+pub(super) type Plot<'a, 'b> =
+    ChartContext<'a, SVGBackend<'b>, Cartesian2d<RangedCoordf64, RangedCoordf64>>;
 
 /// What every chart of the page shares: its caption (of `caption_size`
 /// points), margins and label areas (`y_area` pixels for the y labels), on
 /// axes `x` and `y`.
-fn axes<'a, 'b>(
+pub(super) fn axes<'a, 'b>(
     root: &'a DrawingArea<SVGBackend<'b>, Shift>,
     caption: &str,
     caption_size: u32,
@@ -45,7 +46,7 @@ fn axes<'a, 'b>(
 
 /// The grid and the label styles every chart shares; the caller adds its
 /// axes' descriptions and formats, and draws it.
-fn mesh<'a, 'c, 'b>(
+pub(super) fn mesh<'a, 'c, 'b>(
     ch: &'c mut Plot<'a, 'b>,
 ) -> MeshStyle<'a, 'c, RangedCoordf64, RangedCoordf64, SVGBackend<'b>> {
     let mut m = ch.configure_mesh();

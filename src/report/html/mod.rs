@@ -1,16 +1,20 @@
 //! `--format html`: one self-contained page (inline CSS, inline SVG drawn
 //! with plotters, one small inline script), readable without a network.
 //!
-//! Per host class, in this order: what ships per bucket and why; each
-//! cell's speedup per config with its spread and the threshold; the raw
-//! samples of the baseline and the winner; the drift anchors over time;
-//! an adaptive search's progress; the objective against each secondary
-//! metric with the Pareto front; the evidence tables. Every plotted number
+//! Per host class, in this order: what ships per bucket and why; the
+//! objective across the workload axis; each cell's speedup per config
+//! with its spread and the threshold; the raw samples of the baseline and
+//! the winner; the drift anchors over time; an adaptive search's
+//! progress; the objective against each secondary metric with the Pareto
+//! front; every config across its knobs (parallel coordinates); what to
+//! try next, with the knob effects drawn; the evidence tables, which the
+//! page's script sorts and filters. Every plotted number
 //! keeps its context (unit, n, spread, host class, baseline) in axis
 //! labels, captions or SVG `<title>` tooltips, and an unknown spread is
 //! drawn and written as unknown, never as zero.
 
 mod charts;
+mod explore;
 mod page;
 #[cfg(test)]
 mod tests;
@@ -30,6 +34,7 @@ use crate::spec::Better;
 use crate::trial::RoleKind;
 
 use charts::*;
+use explore::*;
 pub use page::render_html;
 use page::*;
 

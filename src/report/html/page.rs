@@ -67,7 +67,7 @@ pub(super) fn class_section(out: &mut String, a: &Analysis, class: &ClassReport,
     if class.buckets.is_empty() {
         out.push_str("<p class=\"empty\">no bucket has a decision yet</p>\n");
     } else {
-        out.push_str("<table class=\"ships\"><thead><tr>");
+        let _ = write!(out, "<table class=\"ships\" id=\"ships-{cid}\"><thead><tr>");
         for h in BUCKET_HEADER {
             let _ = write!(out, "<th>{}</th>", esc(h));
         }
@@ -217,13 +217,30 @@ pub(super) fn class_section(out: &mut String, a: &Analysis, class: &ClassReport,
         }
     }
 
-    // 7. Evidence tables.
+    // 7. Every measured config across its knobs.
+    let parallel: Vec<String> = class
+        .cells
+        .iter()
+        .enumerate()
+        .filter_map(|(i, cell)| parallel_chart(a, class, cell, &format!("parallel-{cid}-{i}")))
+        .collect();
+    if !parallel.is_empty() {
+        let _ = writeln!(out, "<h3>Each config across its knobs</h3>");
+        for svg in parallel {
+            figure(out, svg, &parallel_legend());
+        }
+    }
+
+    // 8. What to try next.
+    next_section(out, a, class, &format!("effects-{cid}"));
+
+    // 9. Evidence tables.
     let _ = writeln!(out, "<h3>Evidence</h3>");
     if let Some((title, head, rows)) = search_table(class) {
         let _ = writeln!(out, "<p class=\"table-title\">{}</p>", esc(&title));
-        table(out, "search", &head, &rows);
+        table(out, "search", &format!("search-table-{cid}"), &head, &rows);
     }
-    for cell in &class.cells {
+    for (i, cell) in class.cells.iter().enumerate() {
         let _ = writeln!(
             out,
             "<p class=\"table-title\">cell {} · {}</p>",
@@ -271,7 +288,13 @@ pub(super) fn class_section(out: &mut String, a: &Analysis, class: &ClassReport,
                 row
             })
             .collect();
-        table(out, "evidence", &head, &body);
+        table(
+            out,
+            "evidence",
+            &format!("evidence-{cid}-{i}"),
+            &head,
+            &body,
+        );
         let shown = rows(cell, false)
             .iter()
             .filter(|(role, _, _)| {
@@ -295,8 +318,21 @@ pub(super) fn class_section(out: &mut String, a: &Analysis, class: &ClassReport,
     out.push_str("</section>\n");
 }
 
-pub(super) fn table(out: &mut String, class: &str, head: &[String], rows: &[Vec<String>]) {
-    let _ = write!(out, "<table class=\"{class}\"><thead><tr>");
+/// A table the page's script can sort (by a click on a header) and filter
+/// (by words typed above it); `id` names it in the page's address, where
+/// its sort and filter are kept.
+pub(super) fn table(
+    out: &mut String,
+    class: &str,
+    id: &str,
+    head: &[String],
+    rows: &[Vec<String>],
+) {
+    let _ = write!(
+        out,
+        "<table class=\"{class}\" id=\"{}\"><thead><tr>",
+        esc(id)
+    );
     for h in head {
         let _ = write!(out, "<th>{}</th>", esc(h));
     }
@@ -383,12 +419,51 @@ p.table-title{margin:14px 0 2px;font-weight:600}
 p.note,p.empty{color:#555;font-style:italic;margin:4px 0}
 nav ul{padding-left:18px}
 footer{margin-top:24px;color:#555;font-size:12.5px;border-top:1px solid #ddd}
+div.table-tools{display:flex;gap:10px;align-items:center;margin:6px 0 0;font-size:12px;color:#555}
+div.table-tools input{font:inherit;padding:2px 6px;min-width:260px}
+th[title]{cursor:pointer;user-select:none}
+th[aria-sort=ascending]::after{content:" ▲"}
+th[aria-sort=descending]::after{content:" ▼"}
+ul.next{margin:4px 0 12px;padding-left:18px}
 "#;
 
-/// The page's only script: it records script errors and marks the page as
-/// rendered (tests read both from the DOM a headless browser dumps).
+/// The page's only script. It records script errors and marks the page
+/// as rendered (tests read both from the DOM a headless browser dumps),
+/// and makes each table sortable (a click on a header; again to reverse)
+/// and filterable (rows that contain every word typed above it); cells
+/// that start with a number sort by it, cells without one (`—`) come last
+/// in either direction. A
+/// table's sort and filter are kept in the page's address
+/// (`#ID.sort=3d&ID.q=words`: column 3, descending), so a link opens the
+/// same view; the table carries them as `data-sort` and `data-shown`.
 pub(super) const SCRIPT: &str = r#"
 (function(){var d=document.documentElement;
 window.addEventListener('error',function(e){d.setAttribute('data-script-errors',(d.getAttribute('data-script-errors')||'')+(e.message||'error')+';');});
-document.addEventListener('DOMContentLoaded',function(){d.setAttribute('data-charts',String(document.querySelectorAll('svg.chart').length));d.setAttribute('data-rendered','yes');});})();
+var state=new URLSearchParams(location.hash.slice(1));
+function keep(){var s=new URLSearchParams();state.forEach(function(v,k){if(/\.(sort|q)$/.test(k)&&v)s.set(k,v);});
+try{history.replaceState(null,'','#'+s.toString());}catch(e){}}
+function num(t){var m=t.replace(/,/g,'').match(/^[-+]?(\d+\.?\d*|\.\d+)(e[-+]?\d+)?/i);return m?parseFloat(m[0]):null;}
+function cmp(a,b){var x=num(a),y=num(b);if(x!==null&&y!==null&&x!==y)return x-y;return a.localeCompare(b,undefined,{numeric:true});}
+function setup(t){var id=t.id,body=t.tBodies[0];if(!id||!body)return;var rows=Array.prototype.slice.call(body.rows),heads=t.tHead?t.tHead.rows[0].cells:[];
+var bar=document.createElement('div');bar.className='table-tools';
+var box=document.createElement('input');box.type='search';box.placeholder='filter rows (every word must match)';box.setAttribute('aria-label','filter the rows of '+id);
+var shown=document.createElement('span');shown.className='shown';bar.appendChild(box);bar.appendChild(shown);t.parentNode.insertBefore(bar,t);
+function filter(){var words=box.value.toLowerCase().split(/\s+/).filter(Boolean),n=0;
+rows.forEach(function(r){var text=r.textContent.toLowerCase();var hit=words.every(function(w){return text.indexOf(w)>=0;});r.hidden=!hit;if(hit)n++;});
+shown.textContent=n+' of '+rows.length+' rows';t.setAttribute('data-shown',String(n));}
+function sort(col,dir){if(!(col>=0&&col<heads.length))return;var sign=dir==='d'?-1:1;
+function at(r){var c=r.cells[col];return c?c.textContent.trim():'';}
+rows.sort(function(a,b){var x=at(a),y=at(b),nx=num(x)===null,ny=num(y)===null;if(nx!==ny)return nx?1:-1;return sign*cmp(x,y)||(a._i-b._i);});
+rows.forEach(function(r){body.appendChild(r);});
+for(var i=0;i<heads.length;i++)heads[i].removeAttribute('aria-sort');heads[col].setAttribute('aria-sort',dir==='d'?'descending':'ascending');
+t.setAttribute('data-sort',col+dir);}
+rows.forEach(function(r,i){r._i=i;});
+Array.prototype.forEach.call(heads,function(h,col){h.title='sort by this column';h.tabIndex=0;
+function go(){var dir=h.getAttribute('aria-sort')==='ascending'?'d':'a';sort(col,dir);state.set(id+'.sort',col+dir);keep();}
+h.addEventListener('click',go);h.addEventListener('keydown',function(e){if(e.key==='Enter'||e.key===' '){e.preventDefault();go();}});});
+box.addEventListener('input',function(){filter();state.set(id+'.q',box.value);keep();});
+var s=/^(\d+)([ad])$/.exec(state.get(id+'.sort')||'');if(s)sort(parseInt(s[1],10),s[2]);
+box.value=state.get(id+'.q')||'';filter();}
+document.addEventListener('DOMContentLoaded',function(){Array.prototype.forEach.call(document.querySelectorAll('table[id]'),setup);
+d.setAttribute('data-charts',String(document.querySelectorAll('svg.chart').length));d.setAttribute('data-rendered','yes');});})();
 "#;

@@ -1,6 +1,7 @@
 //! `tunectl launch`: run a study's trials on the inventory's hosts, record
 //! every attempt, then write each bucket's verdict.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use super::hosts::{ssh_control_dir, transport_for};
@@ -201,6 +202,49 @@ fn narrator(report: String) -> Narrator {
     })
 }
 
+/// What `--host` names: per inventory entry, `None` for the whole entry,
+/// or the parts of a mixed Slurm entry (`gpus.h100`: one host class of its
+/// partition, named as the launch prints it; found when it starts).
+/// Empty when no `--host` is given (every entry). A name that is neither
+/// an entry nor `<slurm entry>.<tag>` is refused, with the hosts listed.
+fn host_selection<'a>(
+    inv: &'a Inventory,
+    names: &[String],
+) -> Result<BTreeMap<&'a str, Option<Vec<String>>>, CliError> {
+    let mut out: BTreeMap<&str, Option<Vec<String>>> = BTreeMap::new();
+    for name in names {
+        if let Some(h) = inv.host(name) {
+            out.insert(h.name.as_str(), None);
+            continue;
+        }
+        // The longest slurm entry's name that `name` extends with `.TAG`.
+        let entry = inv
+            .hosts
+            .iter()
+            .filter(|h| matches!(h.transport, Transport::Slurm(_)))
+            .filter(|h| {
+                name.strip_prefix(h.name.as_str())
+                    .and_then(|rest| rest.strip_prefix('.'))
+                    .is_some_and(|tag| !tag.is_empty())
+            })
+            .max_by_key(|h| h.name.len());
+        let Some(entry) = entry else {
+            let known: Vec<&str> = inv.hosts.iter().map(|h| h.name.as_str()).collect();
+            return Err(CliError::Invalid(format!(
+                "--host {name}: no such host in the inventory (hosts: {}; a host class of a mixed Slurm partition is named ENTRY.TAG, as the launch and `tunectl plan` print it)",
+                known.join(", ")
+            )));
+        };
+        // (When the whole entry is named too, it has every part.)
+        if let Some(parts) = out.entry(entry.name.as_str()).or_insert(Some(Vec::new()))
+            && !parts.contains(name)
+        {
+            parts.push(name.clone());
+        }
+    }
+    Ok(out)
+}
+
 /// A launch that stopped in an error: invalid input (exit 2) when the
 /// study cannot be planned or its spec changed, else exit 1.
 fn stopped(e: LaunchError) -> CliError {
@@ -222,19 +266,11 @@ async fn launch(a: &LaunchArgs, end: &mut LaunchEnd) -> Result<LaunchOutcome, Cl
     end.name = study.id().to_string();
     end.study_id = study.id().to_string();
     end.report = report_command(&a.study, None);
-    for name in &a.hosts {
-        if inv.host(name).is_none() {
-            let known: Vec<&str> = inv.hosts.iter().map(|h| h.name.as_str()).collect();
-            return Err(CliError::Invalid(format!(
-                "--host {name}: no such host in the inventory (hosts: {})",
-                known.join(", ")
-            )));
-        }
-    }
+    let only = host_selection(&inv, &a.hosts)?;
     let selected: Vec<&crate::spec::Host> = inv
         .hosts
         .iter()
-        .filter(|h| a.hosts.is_empty() || a.hosts.contains(&h.name))
+        .filter(|h| a.hosts.is_empty() || only.contains_key(h.name.as_str()))
         .collect();
     let url = ledger_url(a.ledger.as_deref(), Some(&study), Some(&inv));
     let ledger = Ledger::open(&url).map_err(failed)?;
@@ -315,6 +351,7 @@ async fn launch(a: &LaunchArgs, end: &mut LaunchEnd) -> Result<LaunchOutcome, Cl
                     devices: h.devices.clone(),
                     device_env: h.device_env.clone(),
                     transport,
+                    only_parts: only.get(h.name.as_str()).cloned().flatten(),
                 })
             })
             .collect()
@@ -431,7 +468,8 @@ pub struct LaunchArgs {
     /// Ledger URL or path (default: the study's `ledger`, the inventory's, or ./ledgers).
     #[arg(long, env = "TUNECTL_LEDGER")]
     pub ledger: Option<String>,
-    /// Only use these inventory hosts (repeatable).
+    /// Only use these inventory hosts (repeatable); ENTRY.TAG names one host
+    /// class of a mixed Slurm partition, as the launch prints it.
     #[arg(long = "host")]
     pub hosts: Vec<String>,
     /// Where attempts get their fresh directories.
@@ -539,6 +577,35 @@ async fn load_prior(
 mod tests {
     use super::*;
     use crate::launch::launcher::{BaselineFailure, DraftBucket};
+
+    #[test]
+    fn host_names_an_entry_or_a_part_of_a_slurm_entry() {
+        let text = "hosts:\n  - {name: gpus, transport: slurm}\n  - {name: gpus.big, transport: slurm}\n  - {name: box, transport: local}\n";
+        let inv = Inventory::from_text(std::path::Path::new("inv.yaml"), text).expect("loads");
+        let names = |n: &[&str]| n.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let sel =
+            host_selection(&inv, &names(&["gpus.h100", "gpus.a100", "gpus.h100"])).expect("parts");
+        assert_eq!(
+            sel.get("gpus"),
+            Some(&Some(names(&["gpus.h100", "gpus.a100"])))
+        );
+        assert_eq!(sel.len(), 1);
+        // The longest entry a name extends; the whole entry wins over parts.
+        let sel = host_selection(&inv, &names(&["gpus.big.x", "gpus.h100", "gpus", "box"]))
+            .expect("parts");
+        assert_eq!(sel.get("gpus.big"), Some(&Some(names(&["gpus.big.x"]))));
+        assert_eq!(sel.get("gpus"), Some(&None));
+        assert_eq!(sel.get("box"), Some(&None));
+        // A local entry has no parts; an unknown name is refused.
+        for bad in ["box.x", "gpus.", "nope"] {
+            let e = host_selection(&inv, &names(&[bad])).expect_err(bad);
+            assert!(
+                matches!(&e, CliError::Invalid(m) if m.contains(&format!("--host {bad}: no such host"))),
+                "{e:?}"
+            );
+        }
+        assert!(host_selection(&inv, &[]).expect("none").is_empty());
+    }
 
     /// Every outcome, with its exit code and whether it is said.
     fn every_outcome() -> Vec<(LaunchOutcome, u8, bool)> {

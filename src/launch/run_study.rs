@@ -50,6 +50,10 @@ pub struct LaunchHost {
     /// the host's GPUs (`default_device_env`).
     pub device_env: Option<String>,
     pub transport: Arc<dyn Transport>,
+    /// Of an entry that turns out to hold several host classes (a mixed
+    /// Slurm partition), only these parts (`<entry>.<tag>`, as `--host`
+    /// named them); `None`: every part, or the whole host.
+    pub only_parts: Option<Vec<String>>,
 }
 
 /// How a launch behaves.
@@ -186,13 +190,40 @@ pub async fn probe_hosts(
     enum Found {
         Whole(Box<Fingerprint>),
         Parts(Vec<Part>),
+        /// Parts were named that the host does not have.
+        NoSuchPart(String),
     }
     let found = futures::future::join_all(hosts.iter().map(|h| async {
-        match h
+        let discovery = h
             .transport
             .discover(study_id, &study.tools, &study.class_key)
-            .await?
-        {
+            .await?;
+        if let Some(named) = &h.only_parts {
+            match &discovery {
+                Discovery::Parts(parts) => {
+                    let have: Vec<String> = parts
+                        .iter()
+                        .map(|p| format!("{}.{}", h.name, p.suffix))
+                        .collect();
+                    if let Some(missing) = named.iter().find(|n| !have.contains(n)) {
+                        return Ok(Found::NoSuchPart(format!(
+                            "--host {missing}: `{}` has no such part at this launch; its parts (one per host class of the partition, of the node types that are up) are {}",
+                            h.name,
+                            have.join(", ")
+                        )));
+                    }
+                }
+                _ => {
+                    return Ok(Found::NoSuchPart(format!(
+                        "--host {}: `{}` is one host class at this launch (its partition has one node type), not parts: name it --host {}",
+                        named.join(", --host "),
+                        h.name,
+                        h.name
+                    )));
+                }
+            }
+        }
+        match discovery {
             Discovery::Probe => {
                 h.transport.prepare(study_id).await?;
                 Ok(Found::Whole(Box::new(
@@ -204,6 +235,17 @@ pub async fn probe_hosts(
                 Ok(Found::Whole(fp))
             }
             Discovery::Parts(parts) => {
+                // Only the parts named, when `--host` named parts: the
+                // others are not prepared (their earlier tasks not
+                // adopted) and take no trial.
+                let parts: Vec<Part> = parts
+                    .into_iter()
+                    .filter(|p| {
+                        h.only_parts.as_ref().is_none_or(|named| {
+                            named.contains(&format!("{}.{}", h.name, p.suffix))
+                        })
+                    })
+                    .collect();
                 for p in &parts {
                     p.transport.prepare(study_id).await?;
                 }
@@ -231,6 +273,7 @@ pub async fn probe_hosts(
             }
         };
         let made: Vec<(LaunchHost, Vec<String>, Fingerprint)> = match found {
+            Found::NoSuchPart(why) => return Err(LaunchError::Invalid(why)),
             Found::Whole(fp) => vec![(h, Vec::new(), *fp)],
             Found::Parts(parts) => {
                 let all_nodes = parts.iter().map(|p| p.nodes.len()).sum::<usize>().max(1) as u64;
@@ -247,6 +290,7 @@ pub async fn probe_hosts(
                             devices: h.devices.clone(),
                             device_env: h.device_env.clone(),
                             transport: p.transport,
+                            only_parts: None,
                         };
                         (host, p.nodes, p.fingerprint)
                     })

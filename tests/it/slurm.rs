@@ -979,6 +979,76 @@ fn a_node_of_another_class_than_its_type_is_found_out_and_kept_out() {
     }
 }
 
+/// `launch --host ENTRY.TAG` runs one host class of a mixed partition, as
+/// the launch names it: only its trials, only on its node; a part the
+/// partition does not have is refused (exit 2) with the parts it has, and
+/// nothing runs.
+#[test]
+fn launch_host_names_one_class_of_a_mixed_partition() {
+    let cluster = Cluster::start(&NODES);
+    let s = setup(&cluster, "part", "", KNOBS, "");
+    std::fs::write(
+        &s.study,
+        mixed_study_with(
+            "part",
+            "measurement: {warmup: 0, repeats: 2, anchor_every: 0, confirm_repeats: 1}\n\
+             selection: {min_samples: 2}\n",
+        ),
+    )
+    .expect("study");
+    let shared = s.root.join("shared");
+    std::fs::write(
+        &s.inventory,
+        format!("hosts:\n{}", slurm_entry("gpus", None, &shared)),
+    )
+    .expect("inventory");
+
+    let out = launch_cmd(&cluster, &s, &["--host", "gpus.b200"])
+        .output()
+        .expect("launch");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("--host gpus.b200: `gpus` has no such part")
+            && stderr.contains("gpus.h100, gpus.a100"),
+        "{stderr}"
+    );
+    assert!(attempts(&s, "part").is_empty(), "nothing ran");
+    let out = launch_cmd(&cluster, &s, &["--host", "gpux.h100"])
+        .output()
+        .expect("launch");
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("--host gpux.h100: no such host"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    let launched = launch(&cluster, &s, &["--host", "gpus.h100"]);
+    assert!(
+        launched
+            .stderr
+            .contains("host gpus.h100 (slurm nodes gpu-a)")
+            && !launched.stderr.contains("host gpus.a100"),
+        "{}",
+        launched.stderr
+    );
+    let (trials, lost) = one_terminal_each(&s, "part");
+    assert!(trials > 0 && lost == 0, "{}", launched.stderr);
+    for a in attempts(&s, "part").values().flatten() {
+        assert_eq!(a["host"], "gpus.h100", "{a}");
+        assert_eq!(node_of(a), "gpu-a", "{a}");
+    }
+    let report = report_json(&s);
+    assert_eq!(report["classes"].as_array().map(Vec::len), Some(1));
+    for b in class_of(&report, H100)["buckets"]
+        .as_array()
+        .expect("buckets")
+    {
+        assert_eq!(b["winner"]["label"], "tile=128", "{b}");
+    }
+}
+
 /// A mixed partition's class whose only node goes down is a host that
 /// dropped: its running and waiting tasks are lost and queued again, the
 /// launch says the host dropped, and when the node is back the host

@@ -214,6 +214,7 @@ async fn launch_study(text: &str, hosts: Vec<FakeHost>) -> Ran {
             devices: None,
             device_env: None,
             transport: Arc::new(h),
+            only_parts: None,
         })
         .collect();
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
@@ -430,6 +431,7 @@ fn slot_devices_pin_with_the_vendors_variable() {
         devices: None,
         device_env: device_env.map(str::to_owned),
         transport: Arc::new(FakeHost::new("h")),
+        only_parts: None,
     };
     let pinned =
         |h: &LaunchHost, fp: &Fingerprint| -> Vec<Option<(String, String)>> { slot_devices(h, fp) };

@@ -14,6 +14,7 @@ use crate::plan::{ClassInfo, Plan, PlanHost, PlanOnce};
 use crate::shell_quote::quote_word;
 use crate::space;
 use crate::spec::{CommandRenderer, Inventory, Study, Transport, TrialVars, Value};
+use crate::transport::slurm::nodes as slurm_nodes;
 
 use crate::fmt::duration as fmt_secs;
 
@@ -180,22 +181,30 @@ async fn plan_hosts(
     let mut nodes = BTreeMap::new();
     for h in &inv.hosts {
         if let Transport::Slurm(cfg) = &h.transport {
-            let parts = match slurm_parts(&known, &h.name) {
+            let recorded = slurm_parts(&known, &h.name);
+            // The partition's node types: the parts of an entry not
+            // launched yet, and what each part's nodes run at once.
+            let types = if recorded.is_some() || cfg.constraint.is_none() {
+                node_types(h, inv).await
+            } else {
+                Vec::new()
+            };
+            let parts = match recorded {
                 Some(p) => p,
-                None if cfg.constraint.is_none() => unprobed_parts(h, inv).await,
+                None if types.len() > 1 => unprobed_parts(&h.name, &types),
                 None => Vec::new(),
             };
             if !parts.is_empty() {
-                let all: usize = parts.iter().map(|p| p.1.len()).sum();
-                for (name, part_nodes, class) in parts {
-                    let share = (u64::from(h.concurrency()) * part_nodes.len() as u64)
-                        .checked_div(all as u64)
-                        .unwrap_or(1)
-                        .max(1);
+                let capacity: Vec<u64> = parts
+                    .iter()
+                    .map(|p| slurm_nodes::task_capacity(&types, &p.1, cfg.gres.as_deref()))
+                    .collect();
+                let shares = slurm_nodes::shares(h.concurrency(), &capacity);
+                for ((name, part_nodes, class), share) in parts.into_iter().zip(shares) {
                     out.push(PlanHost {
                         name: name.clone(),
                         transport: h.transport.name().to_string(),
-                        slots: u32::try_from(share).unwrap_or(1),
+                        slots: share,
                         class,
                     });
                     nodes.insert(name, part_nodes);
@@ -279,28 +288,31 @@ fn slurm_parts(known: &[crate::ledger::records::HostRecord], entry: &str) -> Opt
     )
 }
 
-/// A Slurm entry not launched yet: one unprobed part per node type of its
-/// partition, as `sinfo` lists them (none when it lists one type, or
-/// cannot be asked within 20 s).
-async fn unprobed_parts(h: &crate::spec::Host, inv: &Inventory) -> Vec<PartView> {
+/// The node types of a Slurm entry's partition, as `sinfo` lists them;
+/// none when it cannot be asked within 20 s.
+async fn node_types(h: &crate::spec::Host, inv: &Inventory) -> Vec<slurm_nodes::NodeType> {
     let Ok(control_dir) = super::hosts::ssh_control_dir() else {
         return Vec::new();
     };
     let Ok(transport) = super::hosts::slurm_transport(h, inv, &control_dir, false) else {
         return Vec::new();
     };
-    let types = tokio::time::timeout(Duration::from_secs(20), transport.node_types()).await;
-    let types = match types {
-        Ok(Ok(t)) if t.len() > 1 => t,
-        _ => return Vec::new(),
-    };
+    match tokio::time::timeout(Duration::from_secs(20), transport.node_types()).await {
+        Ok(Ok(t)) => t,
+        _ => Vec::new(),
+    }
+}
+
+/// A Slurm entry not launched yet: one unprobed part per node type of its
+/// partition (of several types).
+fn unprobed_parts(entry: &str, types: &[slurm_nodes::NodeType]) -> Vec<PartView> {
     let mut out: Vec<PartView> = Vec::new();
     for t in types {
-        let mut name = format!("{}.{}", h.name, t.tag());
+        let mut name = format!("{entry}.{}", t.tag());
         if out.iter().any(|p| p.0 == name) {
             name = format!("{name}-{}", t.nodes.first().cloned().unwrap_or_default());
         }
-        out.push((name, t.nodes, None));
+        out.push((name, t.nodes.clone(), None));
     }
     out
 }

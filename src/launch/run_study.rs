@@ -176,7 +176,8 @@ pub struct Probed {
 /// Discover and probe hosts (all at once), register them in the ledger,
 /// and return those that answered, in inventory order. A host of several
 /// host classes (a mixed Slurm partition) comes back as one host per
-/// class, `<host>.<tag>`, sharing its slots by node count. The local
+/// class, `<host>.<tag>`, sharing its slots by the tasks each part's
+/// nodes run at once (their GPUs over a task's). The local
 /// machine failing its probe is an error; a remote host that does not
 /// answer is reported and left out.
 pub async fn probe_hosts(
@@ -276,17 +277,18 @@ pub async fn probe_hosts(
             Found::NoSuchPart(why) => return Err(LaunchError::Invalid(why)),
             Found::Whole(fp) => vec![(h, Vec::new(), *fp)],
             Found::Parts(parts) => {
-                let all_nodes = parts.iter().map(|p| p.nodes.len()).sum::<usize>().max(1) as u64;
+                // A part's share of the entry's jobs in flight, by the
+                // tasks its nodes run at once (GPUs, not nodes).
+                let capacity: Vec<u64> = parts.iter().map(|p| p.capacity).collect();
+                let shares = crate::transport::slurm::nodes::shares(h.slots, &capacity);
                 parts
                     .into_iter()
-                    .map(|p| {
-                        // A part's share of the entry's jobs in flight, by
-                        // its nodes; at least one.
-                        let share = (u64::from(h.slots) * p.nodes.len() as u64 / all_nodes).max(1);
+                    .zip(shares)
+                    .map(|(p, share)| {
                         let host = LaunchHost {
                             name: format!("{}.{}", h.name, p.suffix),
                             transport_name: h.transport_name.clone(),
-                            slots: u32::try_from(share).unwrap_or(h.slots),
+                            slots: share,
                             devices: h.devices.clone(),
                             device_env: h.device_env.clone(),
                             transport: p.transport,

@@ -219,6 +219,10 @@ pub struct Part {
     pub suffix: String,
     /// The nodes of the part when it was found (sorted).
     pub nodes: Vec<String>,
+    /// How many of the entry's tasks its nodes run at once (GPUs over the
+    /// GPUs a task asks for, per node): its share of the entry's jobs in
+    /// flight.
+    pub capacity: u64,
     pub fingerprint: Fingerprint,
     pub transport: std::sync::Arc<dyn Transport>,
 }

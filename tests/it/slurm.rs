@@ -979,12 +979,132 @@ fn a_node_of_another_class_than_its_type_is_found_out_and_kept_out() {
     }
 }
 
-/// `launch --host ENTRY.TAG` runs one host class of a mixed partition, as
-/// the launch names it: only its trials, only on its node; a part the
-/// partition does not have is refused (exit 2) with the parts it has, and
-/// nothing runs.
+/// `tunectl fingerprint -i` of one entry over a mixed partition probes
+/// each node type and shows the entry's parts (`gpus.h100` on gpu-a,
+/// `gpus.a100` on gpu-b), one class each; with `--study`, under the
+/// study's class key (GPU count only: one class, the entry whole), as its
+/// launches class them.
+fn fingerprint_shows_the_parts(cluster: &Cluster, s: &Setup) {
+    let fingerprint = |study: Option<&Path>| -> Json {
+        let mut c = support::env::tunectl_command();
+        c.args(["fingerprint", "--format", "json", "--inventory"])
+            .arg(&s.inventory)
+            .current_dir(&s.root);
+        if let Some(study) = study {
+            c.arg("--study").arg(study);
+        }
+        for (k, v) in cluster.env() {
+            c.env(k, v);
+        }
+        let path = std::env::var("PATH").unwrap_or_default();
+        c.env("PATH", format!("{}:{path}", s.shims.display()));
+        let out = assert_cmd::Command::from_std(c)
+            .timeout(Duration::from_secs(120))
+            .output()
+            .expect("fingerprint");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice(&out.stdout).expect("fingerprint JSON")
+    };
+    let hosts = |doc: &Json| -> Vec<(String, String, Json)> {
+        doc["classes"]
+            .as_array()
+            .expect("classes")
+            .iter()
+            .flat_map(|c| {
+                c["hosts"]
+                    .as_array()
+                    .cloned()
+                    .unwrap_or_default()
+                    .into_iter()
+                    .map(|h| {
+                        (
+                            c["host_class"].as_str().unwrap_or_default().to_string(),
+                            h["host"].as_str().unwrap_or_default().to_string(),
+                            h["nodes"].clone(),
+                        )
+                    })
+            })
+            .collect()
+    };
+    let doc = fingerprint(None);
+    let mut found = hosts(&doc);
+    found.sort_by(|x, y| x.1.cmp(&y.1));
+    assert_eq!(
+        found
+            .iter()
+            .map(|h| (h.1.as_str(), h.2.to_string()))
+            .collect::<Vec<_>>(),
+        vec![
+            ("gpus.a100", "[\"gpu-b\"]".to_string()),
+            ("gpus.h100", "[\"gpu-a\"]".to_string())
+        ],
+        "{doc}"
+    );
+    assert_ne!(found[0].0, found[1].0, "two classes: {doc}");
+    let by_count = s.root.join("by-count.yaml");
+    std::fs::write(
+        &by_count,
+        format!(
+            "{}fingerprint: {{class_key: [gpu_count]}}\n",
+            std::fs::read_to_string(&s.study).expect("study")
+        ),
+    )
+    .expect("study");
+    let doc = fingerprint(Some(&by_count));
+    let found = hosts(&doc);
+    assert_eq!(found.len(), 1, "{doc}");
+    assert_eq!(found[0].1, "gpus", "one class, the entry whole: {doc}");
+}
+
+/// A mixed partition's jobs in flight are shared by GPUs, not nodes: one
+/// node of 8 GPUs against one of 1, each task asking `gpu:1`, gets 8/9 of
+/// the entry's `max_jobs_in_flight` (20: 17 and 2), enough to fill it.
 #[test]
-fn launch_host_names_one_class_of_a_mixed_partition() {
+fn a_mixed_partitions_jobs_in_flight_are_shared_by_gpus() {
+    let cluster = Cluster::start(&[
+        NodeSpec {
+            gpus: 8,
+            ..NODES[0]
+        },
+        NODES[1],
+    ]);
+    let s = setup(&cluster, "gpus8", "", KNOBS, "");
+    std::fs::write(&s.study, mixed_study("gpus8")).expect("study");
+    let shared = s.root.join("shared");
+    std::fs::write(
+        &s.inventory,
+        format!("hosts:\n{}", slurm_entry("gpus", None, &shared)),
+    )
+    .expect("inventory");
+    let plan = plan_json(&cluster, &s);
+    let slots: Vec<(String, u64)> = plan["hosts"]
+        .as_array()
+        .expect("hosts")
+        .iter()
+        .map(|h| {
+            (
+                h["host"].as_str().unwrap_or_default().to_string(),
+                h["slots"].as_u64().unwrap_or_default(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        slots,
+        vec![("gpus.h100".to_string(), 17), ("gpus.a100".to_string(), 2)],
+        "{plan}"
+    );
+}
+
+/// `launch --host ENTRY.TAG` runs one host class of a mixed partition, as
+/// the launch names it (and `fingerprint -i` shows it): only its trials,
+/// only on its node; a part the partition does not have is refused (exit
+/// 2) with the parts it has, and nothing runs.
+#[test]
+fn one_class_of_a_mixed_partition_is_probed_and_launched_by_its_name() {
     let cluster = Cluster::start(&NODES);
     let s = setup(&cluster, "part", "", KNOBS, "");
     std::fs::write(
@@ -1002,6 +1122,8 @@ fn launch_host_names_one_class_of_a_mixed_partition() {
         format!("hosts:\n{}", slurm_entry("gpus", None, &shared)),
     )
     .expect("inventory");
+
+    fingerprint_shows_the_parts(&cluster, &s);
 
     let out = launch_cmd(&cluster, &s, &["--host", "gpus.b200"])
         .output()

@@ -126,6 +126,10 @@ impl SlurmTransport {
             }
             let mut members: Vec<String> = ts.iter().flat_map(|t| t.nodes.clone()).collect();
             members.sort();
+            let capacity = ts
+                .iter()
+                .map(|t| t.nodes.len() as u64 * t.tasks_per_node(inner.cfg.gres.as_deref()))
+                .sum();
             let steering = Steering {
                 class: fp.host_class_under(key),
                 nodes: map.clone(),
@@ -135,6 +139,7 @@ impl SlurmTransport {
             parts.push(Part {
                 suffix,
                 nodes: members,
+                capacity,
                 fingerprint: fp,
                 transport: Arc::new(part),
             });

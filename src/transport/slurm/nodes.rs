@@ -64,6 +64,23 @@ impl NodeType {
         }
     }
 
+    /// The GPUs one node of the type has, from its gres (`gpu:h100:8` and
+    /// `gpu:8` are 8; several `gpu` entries add up); `None` when it lists
+    /// none.
+    pub fn gpus_per_node(&self) -> Option<u64> {
+        gpu_count(&self.gres)
+    }
+
+    /// How many tasks asking for `per_task` (the entry's `gres`) one node of
+    /// the type runs at once: its GPUs over the GPUs a task asks for (at
+    /// least 1); 1 when either is not known in GPUs.
+    pub fn tasks_per_node(&self, per_task: Option<&str>) -> u64 {
+        match (self.gpus_per_node(), per_task.and_then(gpu_count)) {
+            (Some(node), Some(task)) if task > 0 => (node / task).max(1),
+            _ => 1,
+        }
+    }
+
     /// How the type reads in messages: `gpu-a, gpu-c (features h100, gres
     /// gpu:h100:1)`.
     pub fn describe(&self) -> String {
@@ -80,6 +97,52 @@ impl NodeType {
             format!("{} ({})", self.nodes.join(", "), what.join(", "))
         }
     }
+}
+
+/// The GPUs a gres string names (`gpu:h100:8`, `gpu:2,tmp:10G`,
+/// `gpu:a:1,gpu:b:1`); `None` without a `gpu` entry with a count.
+fn gpu_count(gres: &str) -> Option<u64> {
+    let counts: Vec<u64> = gres
+        .split(',')
+        .filter_map(|g| {
+            let f: Vec<&str> = g.trim().split(':').collect();
+            match f.as_slice() {
+                ["gpu" | "gres/gpu", n] | ["gpu" | "gres/gpu", _, n] => n.parse::<u64>().ok(),
+                _ => None,
+            }
+        })
+        .collect();
+    (!counts.is_empty()).then(|| counts.iter().sum())
+}
+
+/// How many tasks of an entry that asks `per_task` (its `gres`) `nodes`
+/// run at once, each node's type from `types` (a node of no listed type
+/// counts one).
+pub fn task_capacity(types: &[NodeType], nodes: &[String], per_task: Option<&str>) -> u64 {
+    nodes
+        .iter()
+        .map(|n| {
+            types
+                .iter()
+                .find(|t| t.nodes.contains(n))
+                .map_or(1, |t| t.tasks_per_node(per_task))
+        })
+        .sum()
+}
+
+/// An entry's `max_jobs_in_flight` (`total`) shared between its parts in
+/// proportion to the tasks each part's nodes run at once (`capacity`),
+/// at least one each: a part of one node of 8 GPUs gets 8 times the share
+/// of a part of one node of 1.
+pub fn shares(total: u32, capacity: &[u64]) -> Vec<u32> {
+    let all: u64 = capacity.iter().sum::<u64>().max(1);
+    capacity
+        .iter()
+        .map(|c| {
+            let share = (u64::from(total) * c / all).max(1);
+            u32::try_from(share).unwrap_or(total)
+        })
+        .collect()
 }
 
 /// The `sinfo` call that lists a partition's nodes (the default partition
@@ -234,6 +297,34 @@ impl NodeClasses {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn jobs_in_flight_are_shared_by_the_gpus_of_each_parts_nodes() {
+        let text = "debug*|big|h100|gpu:h100:8(S:0-1)|idle\n\
+                    debug*|small-1|a100|gpu:a100:1|idle\n\
+                    debug*|small-2|a100|gpu:a100:1|idle\n\
+                    debug*|cpu|(null)|(null)|idle\n";
+        let types = parse_sinfo(text, None);
+        let nodes = |n: &[&str]| n.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert_eq!(types[0].gpus_per_node(), Some(8));
+        assert_eq!(types[0].tasks_per_node(Some("gpu:1")), 8);
+        assert_eq!(types[0].tasks_per_node(Some("gpu:h100:2")), 4);
+        // A task that asks for more than a node has still runs, alone.
+        assert_eq!(types[0].tasks_per_node(Some("gpu:16")), 1);
+        // Not in GPUs: one task a node, as before.
+        assert_eq!(types[0].tasks_per_node(None), 1);
+        assert_eq!(gpu_count("gpu:a:1,gpu:b:2,tmp:10G"), Some(3));
+        assert_eq!(gpu_count("tmp:10G"), None);
+        let big = task_capacity(&types, &nodes(&["big"]), Some("gpu:1"));
+        let small = task_capacity(&types, &nodes(&["small-1", "small-2"]), Some("gpu:1"));
+        let cpu = task_capacity(&types, &nodes(&["cpu", "unlisted"]), Some("gpu:1"));
+        assert_eq!((big, small, cpu), (8, 2, 2));
+        // One 8-GPU node against two 1-GPU nodes: 8 to 2, never 1 to 2.
+        assert_eq!(shares(20, &[big, small]), vec![16, 4]);
+        assert_eq!(shares(4, &[big, small]), vec![3, 1]);
+        assert_eq!(shares(1, &[big, small]), vec![1, 1], "at least one each");
+        assert_eq!(shares(10, &[0, 0]), vec![1, 1]);
+    }
 
     #[test]
     fn a_mixed_partition_has_one_type_per_feature_and_gres() {

@@ -35,7 +35,7 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
@@ -43,7 +43,7 @@ use async_trait::async_trait;
 use openssh::{ChildStdin, ChildStdout};
 use openssh::{ControlPersist, KnownHosts, Session, SessionBuilder, Stdio};
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader};
-use tokio::sync::{Semaphore, mpsc};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
 use tokio_util::sync::CancellationToken;
 
 use super::checkpoint::COMMITTED;
@@ -96,8 +96,14 @@ pub struct SshTransport {
     cfg: SshHost,
     control_dir: PathBuf,
     keep_workdirs: bool,
-    /// Trials (and probes) in flight over the master connection.
-    sessions: Semaphore,
+    /// Sessions open over the master connection, at most `max_sessions`:
+    /// an attempt's, an idle persistent agent's (an agent holds its permit
+    /// while it lives), a checkpoint transfer's or check's
+    /// ([`SshTransport::session_permit`]).
+    sessions: Arc<Semaphore>,
+    /// Callers waiting for a permit: an agent whose attempt ends is then
+    /// closed rather than kept idle, so that its session goes to them.
+    waiting: AtomicUsize,
     /// The live master connection, `None` while the host is down.
     current: RwLock<Option<Arc<Session>>>,
     /// Serialises reconnection.
@@ -125,6 +131,8 @@ struct Agent {
     session: Arc<Session>,
     /// Holds the session open; dropping it closes the agent's input.
     _child: openssh::Child<Arc<Session>>,
+    /// Its session's place under `max_sessions`, released when it ends.
+    _permit: OwnedSemaphorePermit,
     stdin: ChildStdin,
     stdout: BufReader<ChildStdout>,
     /// The end of what the agent's shell printed on stderr.
@@ -172,7 +180,8 @@ impl SshTransport {
             cfg,
             control_dir,
             keep_workdirs,
-            sessions: Semaphore::new(permits),
+            sessions: Arc::new(Semaphore::new(permits)),
+            waiting: AtomicUsize::new(0),
             current: RwLock::new(None),
             conn: tokio::sync::Mutex::new(Conn {
                 down: None,
@@ -379,7 +388,29 @@ impl SshTransport {
         idle.pop()
     }
 
+    /// An idle agent of this connection that is still there: one whose
+    /// shell ended while it waited (killed on the host) has its output at
+    /// its end, and is closed instead of being given an attempt (which would
+    /// be lost with it).
+    async fn take_live_agent(&self, session: &Arc<Session>) -> Option<Agent> {
+        while let Some(mut agent) = self.take_agent(session) {
+            // An idle agent prints nothing until it is sent a request:
+            // anything to read (its end, or stray output) retires it.
+            match tokio::time::timeout(Duration::from_millis(2), agent.stdout.fill_buf()).await {
+                Err(_) => return Some(agent),
+                Ok(_) => {
+                    tracing::debug!(host = %self.name, "an idle persistent agent had ended: starting another");
+                }
+            }
+        }
+        None
+    }
+
     fn put_agent(&self, agent: Agent) {
+        // Someone waits for a session: this one is theirs.
+        if self.waiting.load(Ordering::SeqCst) > 0 {
+            return;
+        }
         let current = self.session();
         if current.is_some_and(|s| Arc::ptr_eq(&s, &agent.session))
             && let Ok(mut idle) = self.agents.lock()
@@ -388,8 +419,46 @@ impl SshTransport {
         }
     }
 
+    /// A place for one more session under `max_sessions`: a free one, else
+    /// one an idle agent held (the agent is closed), else the first to
+    /// come free (an attempt's, or an agent's whose attempt ends).
+    async fn session_permit(&self) -> Result<OwnedSemaphorePermit, TransportError> {
+        loop {
+            if let Ok(p) = self.sessions.clone().try_acquire_owned() {
+                return Ok(p);
+            }
+            let idle = self.agents.lock().ok().and_then(|mut a| a.pop());
+            match idle {
+                // Dropping it releases its permit: try again.
+                Some(agent) => drop(agent),
+                None => break,
+            }
+        }
+        struct Waiting<'a>(&'a AtomicUsize);
+        impl Drop for Waiting<'_> {
+            fn drop(&mut self) {
+                self.0.fetch_sub(1, Ordering::SeqCst);
+            }
+        }
+        self.waiting.fetch_add(1, Ordering::SeqCst);
+        let _waiting = Waiting(&self.waiting);
+        // An agent may have gone idle between the try and the count.
+        if let Some(agent) = self.agents.lock().ok().and_then(|mut a| a.pop()) {
+            drop(agent);
+        }
+        self.sessions
+            .clone()
+            .acquire_owned()
+            .await
+            .map_err(|_| TransportError::SessionsClosed)
+    }
+
     /// Start a persistent agent on a new session and wait for its greeting.
-    async fn start_agent(&self, session: &Arc<Session>) -> Result<Agent, TransportError> {
+    async fn start_agent(
+        &self,
+        session: &Arc<Session>,
+        permit: OwnedSemaphorePermit,
+    ) -> Result<Agent, TransportError> {
         let mut child =
             Session::to_raw_command(session.clone(), format!("exec /bin/sh -s {AGENT_MARK}"))
                 .stdin(Stdio::piped())
@@ -458,6 +527,7 @@ impl SshTransport {
         let agent = Agent {
             session: session.clone(),
             _child: child,
+            _permit: permit,
             stdin,
             stdout,
             stderr,
@@ -481,6 +551,20 @@ impl SshTransport {
                 })
             }
         }
+    }
+
+    /// A new agent with a session permit of its own; `None` when cancelled
+    /// while waiting for the permit.
+    async fn agent_with_permit(
+        &self,
+        session: &Arc<Session>,
+        cancel: &CancellationToken,
+    ) -> Result<Option<Agent>, TransportError> {
+        let permit = tokio::select! {
+            p = self.session_permit() => p?,
+            _ = cancel.cancelled() => return Ok(None),
+        };
+        self.start_agent(session, permit).await.map(Some)
     }
 
     /// Run an attempt on a persistent agent of this connection (an idle one,
@@ -509,10 +593,14 @@ impl SshTransport {
                 return AgentRun::Done;
             }
         };
-        let mut agent = match self.take_agent(session) {
+        let mut agent = match self.take_live_agent(session).await {
             Some(a) => a,
-            None => match self.start_agent(session).await {
-                Ok(a) => a,
+            None => match self.agent_with_permit(session, cancel).await {
+                Ok(None) => {
+                    outcome.end(Ended::Cancelled);
+                    return AgentRun::Done;
+                }
+                Ok(Some(a)) => a,
                 Err(e) => {
                     if session.check().await.is_err() {
                         self.mark_down(&e).await;
@@ -588,6 +676,7 @@ impl SshTransport {
                 self.put_agent(Agent {
                     session: agent.session,
                     _child: agent._child,
+                    _permit: agent._permit,
                     stdin,
                     stdout,
                     stderr: agent.stderr,
@@ -884,13 +973,7 @@ impl Transport for SshTransport {
             return outcome;
         };
         if !self.agent_off.load(Ordering::Relaxed) {
-            let _permit = tokio::select! {
-                p = self.sessions.acquire() => p.ok(),
-                _ = cancel.cancelled() => {
-                    outcome.end(Ended::Cancelled);
-                    return outcome;
-                }
-            };
+            // The agent holds its own session permit.
             match self
                 .attempt_on_agent(&session, spec, cancel, &mut outcome)
                 .await
@@ -920,7 +1003,7 @@ impl Transport for SshTransport {
             }
         };
         let _permit = tokio::select! {
-            p = self.sessions.acquire() => p.ok(),
+            p = self.session_permit() => p.ok(),
             _ = cancel.cancelled() => {
                 outcome.end(Ended::Cancelled);
                 return outcome;
@@ -1062,6 +1145,7 @@ impl CheckpointStore for SshTransport {
 
     async fn claim(&self, base: &str) -> Result<Option<Claim>, TransportError> {
         let session = self.connected()?;
+        let _permit = self.session_permit().await?;
         let body = format!(
             "b={}
 if [ -d \"$b/state\" ] && [ -f \"$b/{COMMITTED}\" ]; then cat \"$b/{COMMITTED}\"; fi\n",
@@ -1080,11 +1164,7 @@ if [ -d \"$b/state\" ] && [ -f \"$b/{COMMITTED}\" ]; then cat \"$b/{COMMITTED}\"
         archive: &mut (dyn AsyncRead + Send + Unpin),
     ) -> Result<(), TransportError> {
         let session = self.connected()?;
-        let _permit = self
-            .sessions
-            .acquire()
-            .await
-            .map_err(|_| TransportError::SessionsClosed)?;
+        let _permit = self.session_permit().await?;
         let incoming = format!("{base}/incoming-{attempt_id}");
         let unpack = format!(
             "i={}; rm -rf \"$i\" && mkdir -p \"$i\" && cd \"$i\" && exec tar -xf -",
@@ -1117,6 +1197,7 @@ if [ -d \"$b/state\" ] && [ -f \"$b/{COMMITTED}\" ]; then cat \"$b/{COMMITTED}\"
         claim: &Claim,
     ) -> Result<(), TransportError> {
         let session = self.connected()?;
+        let _permit = self.session_permit().await?;
         let body = format!(
             "b={}; i=\"$b\"/run-{}\n[ -d \"$i\" ] || {{ echo \"no working copy $i\" >&2; exit 1; }}\n{}\n",
             quote_word(base),
@@ -1128,6 +1209,7 @@ if [ -d \"$b/state\" ] && [ -f \"$b/{COMMITTED}\" ]; then cat \"$b/{COMMITTED}\"
 
     async fn size(&self, base: &str) -> Result<u64, TransportError> {
         let session = self.connected()?;
+        let _permit = self.session_permit().await?;
         // Counted on the host, sending nothing: an archive over the cap
         // never travels. (It reads the whole state once.)
         let body = format!("cd {}/state && tar -cf - . | wc -c\n", quote_word(base));
@@ -1144,17 +1226,15 @@ if [ -d \"$b/state\" ] && [ -f \"$b/{COMMITTED}\" ]; then cat \"$b/{COMMITTED}\"
         sink: &mut (dyn AsyncWrite + Send + Unpin),
     ) -> Result<(), TransportError> {
         let session = self.connected()?;
-        let _permit = self
-            .sessions
-            .acquire()
-            .await
-            .map_err(|_| TransportError::SessionsClosed)?;
+        let _permit = self.session_permit().await?;
         let pack = format!("cd {}/state && exec tar -cf - .", quote_word(base));
         stream_from(&session, &pack, sink).await
     }
 
     async fn discard(&self, base: &str, attempt_id: &str) {
-        if let Ok(session) = self.connected() {
+        if let Ok(session) = self.connected()
+            && let Ok(_permit) = self.session_permit().await
+        {
             let body = format!(
                 "rm -rf {}/run-{}\n",
                 quote_word(base),

@@ -894,6 +894,43 @@ fn rungs_on_an_ssh_host_continue_from_its_own_copy() {
     assert_eq!(rung_outcomes(&ledger), rung_outcomes(&reference));
 }
 
+/// A host whose sshd allows 2 sessions per connection, and an inventory
+/// that says so (`max_sessions: 2`, 2 slots): the persistent agents and
+/// every checkpoint transfer and check share those 2 (an idle agent gives
+/// its session up to a transfer), so none is refused and the study ends
+/// as it ends with sessions to spare.
+#[test]
+fn checkpoint_transfers_stay_inside_max_sessions() {
+    let mut fleet = two_hosts();
+    fleet.set_max_sessions(0, 2);
+    let env = ckpt_env("ck-sessions", "continuation: true");
+    let reference = env.path().join("ledger-ref");
+    launch(&env, &reference, "work-ref");
+    env.write(
+        "inventory.yaml",
+        &host_inventory(&fleet, 0, "max_sessions: 2"),
+    );
+    let ledger = env.ledger();
+    let stderr = launch_ssh(&env, &ledger);
+    assert_clean(&ledger);
+    for refused in ["administratively prohibited", "open failed", "not carried"] {
+        assert!(!stderr.contains(refused), "{refused:?} in:\n{stderr}");
+    }
+    let lost: Vec<Json> = all_attempts(&ledger)
+        .into_iter()
+        .filter(|a| a["status"] == "lost")
+        .collect();
+    assert!(lost.is_empty(), "{lost:?}");
+    assert!(
+        all_attempts(&ledger)
+            .iter()
+            .any(|a| a["resumed_from"].is_number()),
+        "rungs resumed from checkpoints"
+    );
+    assert_host_states(&host_work(&fleet, 0), &ledger);
+    assert_eq!(rung_outcomes(&ledger), rung_outcomes(&reference));
+}
+
 #[test]
 fn a_rung_on_another_ssh_host_resumes_from_the_ledger_without_agents() {
     // Host a is interrupted mid-rung; the relaunch has only host b, of the

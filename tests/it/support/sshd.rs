@@ -445,6 +445,27 @@ impl Fleet {
         }
     }
 
+    /// Restart host i with `MaxSessions n` (sessions per connection: the
+    /// n+1th is refused, "open failed: administratively prohibited").
+    pub fn set_max_sessions(&mut self, i: usize, n: u32) {
+        self.kill_host(i);
+        let config = &self.hosts[i].config;
+        let text = std::fs::read_to_string(config).expect("sshd_config");
+        let limited: String = text
+            .lines()
+            .map(|l| {
+                if l.starts_with("MaxSessions ") {
+                    format!("MaxSessions {n}\n")
+                } else {
+                    format!("{l}\n")
+                }
+            })
+            .collect();
+        assert!(limited.contains(&format!("MaxSessions {n}\n")), "{text}");
+        std::fs::write(config, limited).expect("write sshd_config");
+        self.restart_host(i);
+    }
+
     /// A plain `ssh` client command for host i, up to and including the
     /// destination: BatchMode, StrictHostKeyChecking yes, IdentitiesOnly,
     /// the fleet's key and `known_hosts`, no ssh config file, no

@@ -168,11 +168,18 @@ pub(super) fn css_color(c: &RGBColor) -> String {
     format!("rgb({},{},{})", c.0, c.1, c.2)
 }
 
-/// Each config's speedup over the baseline at one cell, with its 95 %
-/// interval as error bars, the minimum a lower bound must clear, and the
-/// rejected configs
-/// marked by their reason (at their speedup when they have one, else at
-/// the left edge).
+/// A row of the speedup chart: an eligible config, or every config
+/// rejected for one reason.
+enum SpeedupRow<'a> {
+    Config(&'a ConfigReport),
+    Rejected(&'static str, Vec<&'a ConfigReport>),
+}
+
+/// Each eligible config's speedup over the baseline at one cell, with its
+/// 95 % interval as error bars, and the minimum a lower bound must clear;
+/// the rejected configs summed up by reason, one row each (`[crash] ×10
+/// configs`), each a cross at its speedup when it has one (else at the
+/// left edge).
 pub(super) fn speedup_chart(
     a: &Analysis,
     class: &ClassReport,
@@ -186,7 +193,22 @@ pub(super) fn speedup_chart(
             .unwrap_or(f64::NEG_INFINITY)
             .total_cmp(&x.speedup.unwrap_or(f64::NEG_INFINITY))
     });
-    let rows: Vec<&ConfigReport> = eligible.into_iter().chain(cell.rejected.iter()).collect();
+    let mut by_reason: BTreeMap<&'static str, Vec<&ConfigReport>> = BTreeMap::new();
+    for r in &cell.rejected {
+        by_reason
+            .entry(reason(r).unwrap_or("rejected"))
+            .or_default()
+            .push(r);
+    }
+    let rows: Vec<SpeedupRow> = eligible
+        .iter()
+        .map(|r| SpeedupRow::Config(r))
+        .chain(
+            by_reason
+                .into_iter()
+                .map(|(why, configs)| SpeedupRow::Rejected(why, configs)),
+        )
+        .collect();
     let title = format!(
         "{}: speedup of each config over the baseline ({} {}, {}) · host class {} ({}) · {}",
         cell.cell_label,
@@ -205,34 +227,34 @@ pub(super) fn speedup_chart(
         );
     }
     let min_line = 1.0 + a.min_improvement;
-    // Every config must clear the same minimum with its lower bound.
-    let threshold_of = |r: &ConfigReport| r.interval.map(|_| min_line);
     let spread_ends = |r: &ConfigReport| match (r.speedup, r.interval) {
         (Some(_), Some(i)) => vec![i.low, i.high],
         (Some(s), None) => vec![s],
         _ => vec![],
     };
     let Some((lo, hi)) = bounds(
-        rows.iter()
-            .flat_map(|r| {
-                let mut v = spread_ends(r);
-                v.extend(threshold_of(r));
-                v
-            })
+        eligible
+            .iter()
+            .flat_map(|r| spread_ends(r))
+            // A rejected config is drawn at its speedup alone.
+            .chain(cell.rejected.iter().filter_map(|r| r.speedup))
             // The baseline's 1× and the threshold always in sight.
             .chain([0.9, 1.1, min_line]),
     ) else {
         return String::new();
     };
     let n = rows.len();
-    let label_of = |r: &ConfigReport| {
-        let base = short(&r.label, 44);
-        match reason(r) {
-            Some(why) => format!("{base}  [{why}]"),
-            None => base,
-        }
-    };
-    let labels: Vec<String> = rows.iter().map(|r| label_of(r)).collect();
+    let labels: Vec<String> = rows
+        .iter()
+        .map(|row| match row {
+            SpeedupRow::Config(r) => short(&r.label, 44),
+            SpeedupRow::Rejected(why, configs) => format!(
+                "[{why}] ×{} config{}",
+                configs.len(),
+                if configs.len() == 1 { "" } else { "s" }
+            ),
+        })
+        .collect();
     let longest = labels.iter().map(|l| l.chars().count()).max().unwrap_or(10);
     let height = 150 + 18 * n as u32;
     let caption = format!(
@@ -246,6 +268,30 @@ pub(super) fn speedup_chart(
         a.objective.better.name(),
         baseline_text(a, cell)
     );
+    let tip_text = |r: &ConfigReport| {
+        let mut text = format!(
+            "{} · {} · {} · n = {} ({} trials, {} host{}) · {} · threshold {} · host class {} · {}",
+            cell.cell_label,
+            r.label,
+            speedup_text(r),
+            r.summary.map(|s| s.n).unwrap_or(0),
+            r.trials,
+            r.hosts,
+            if r.hosts == 1 { "" } else { "s" },
+            summary_text(r, &unit_of(&a.objective)),
+            if r.interval.is_some() {
+                format!("lower bound above {min_line:.3}×")
+            } else {
+                "none (no interval: too few runs)".to_string()
+            },
+            class.host_class,
+            baseline_text(a, cell)
+        );
+        if let Some(rj) = &r.rejection {
+            let _ = write!(text, " · rejected: {}: {}", rj.class.as_str(), rj.detail);
+        }
+        text
+    };
     chart(id, "chart-speedup", &title, height, |root| {
         let mut ch = axes(
             root,
@@ -278,83 +324,63 @@ pub(super) fn speedup_chart(
         ))
         .map_err(|e| e.to_string())?;
         let mut tips = Vec::new();
-        for (i, r) in rows.iter().enumerate() {
+        let left = lo + (hi - lo) * 0.01;
+        for (i, row) in rows.iter().enumerate() {
             let y = row_y(n, i);
-            let rejected = reason(r);
-            if let Some(t) = threshold_of(r) {
-                ch.draw_series(std::iter::once(PathElement::new(
-                    [(t, y - 0.3), (t, y + 0.3)],
-                    THRESHOLD.mix(0.6).stroke_width(1),
-                )))
-                .map_err(|e| e.to_string())?;
-            }
-            let x = match (r.speedup, rejected) {
-                (Some(s), _) if s.is_finite() => s,
-                _ => lo + (hi - lo) * 0.01,
-            };
-            if let (Some(s), Some(i), None) = (r.speedup, r.interval, rejected) {
-                let color = if Some(r.label.as_str()) == winner {
-                    WINNER
-                } else {
-                    ELIGIBLE
-                };
-                ch.draw_series(std::iter::once(ErrorBar::new_horizontal(
-                    y,
-                    i.low,
-                    s,
-                    i.high,
-                    color.stroke_width(1),
-                    6,
-                )))
-                .map_err(|e| e.to_string())?;
-            }
-            match rejected {
-                Some(why) => {
+            match row {
+                SpeedupRow::Rejected(why, configs) => {
                     let c = reason_color(why);
-                    ch.draw_series(std::iter::once(Cross::new((x, y), 4, c.stroke_width(2))))
-                        .map_err(|e| e.to_string())?;
+                    for r in configs {
+                        let x = r.speedup.filter(|s| s.is_finite()).unwrap_or(left);
+                        ch.draw_series(std::iter::once(Cross::new((x, y), 4, c.stroke_width(2))))
+                            .map_err(|e| e.to_string())?;
+                        tips.push(Tip {
+                            at: ch.backend_coord(&(x, y)),
+                            text: tip_text(r),
+                        });
+                    }
                 }
-                None if r.interval.is_none() => {
-                    ch.draw_series(std::iter::once(Circle::new(
-                        (x, y),
-                        4,
-                        UNKNOWN.stroke_width(2),
-                    )))
-                    .map_err(|e| e.to_string())?;
-                }
-                None => {
+                SpeedupRow::Config(r) => {
                     let color = if Some(r.label.as_str()) == winner {
                         WINNER
                     } else {
                         ELIGIBLE
                     };
-                    ch.draw_series(std::iter::once(Circle::new((x, y), 4, color.filled())))
-                        .map_err(|e| e.to_string())?;
+                    let x = r.speedup.filter(|s| s.is_finite()).unwrap_or(left);
+                    match (r.speedup, r.interval) {
+                        (Some(s), Some(iv)) => {
+                            ch.draw_series(std::iter::once(PathElement::new(
+                                [(min_line, y - 0.3), (min_line, y + 0.3)],
+                                THRESHOLD.mix(0.6).stroke_width(1),
+                            )))
+                            .map_err(|e| e.to_string())?;
+                            ch.draw_series(std::iter::once(ErrorBar::new_horizontal(
+                                y,
+                                iv.low,
+                                s,
+                                iv.high,
+                                color.stroke_width(1),
+                                6,
+                            )))
+                            .map_err(|e| e.to_string())?;
+                            ch.draw_series(std::iter::once(Circle::new((x, y), 4, color.filled())))
+                                .map_err(|e| e.to_string())?;
+                        }
+                        _ => {
+                            ch.draw_series(std::iter::once(Circle::new(
+                                (x, y),
+                                4,
+                                UNKNOWN.stroke_width(2),
+                            )))
+                            .map_err(|e| e.to_string())?;
+                        }
+                    }
+                    tips.push(Tip {
+                        at: ch.backend_coord(&(x, y)),
+                        text: tip_text(r),
+                    });
                 }
             }
-            let mut text = format!(
-                "{} · {} · {} · n = {} ({} trials, {} host{}) · {} · threshold {} · host class {} · {}",
-                cell.cell_label,
-                r.label,
-                speedup_text(r),
-                r.summary.map(|s| s.n).unwrap_or(0),
-                r.trials,
-                r.hosts,
-                if r.hosts == 1 { "" } else { "s" },
-                summary_text(r, &unit_of(&a.objective)),
-                threshold_of(r)
-                    .map(|t| format!("lower bound above {t:.3}×"))
-                    .unwrap_or_else(|| "none (no interval: too few runs)".to_string()),
-                class.host_class,
-                baseline_text(a, cell)
-            );
-            if let Some(rj) = &r.rejection {
-                let _ = write!(text, " · rejected: {}: {}", rj.class.as_str(), rj.detail);
-            }
-            tips.push(Tip {
-                at: ch.backend_coord(&(x, y)),
-                text,
-            });
         }
         Ok(tips)
     })

@@ -898,7 +898,14 @@ fn main() {
     let mut target = "all".to_string();
     let mut seconds = 60.0;
     let mut findings = PathBuf::from("target/fuzz-findings");
-    let mut seed: u64 = 0x9e3779b97f4a7c15;
+    // A run's own seed unless one is given: runs without `--seed` draw
+    // different inputs, so their executions add up; the seed is printed so
+    // that a run can be repeated.
+    let mut seed: u64 = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(0x9e3779b97f4a7c15)
+        | 1;
     let mut skip_known = true;
     let mut is_child = false;
     let mut use_seeds = true;
@@ -947,6 +954,7 @@ fn main() {
         );
         std::process::exit(2);
     };
+    println!("seed {seed} (`--seed {seed}` repeats this run's inputs)");
     println!(
         "{:<10} {:>9} {:>12} {:>8} {:>7} {:>6} {:>7} {:>6} {:>8}",
         "target",

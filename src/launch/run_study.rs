@@ -238,15 +238,15 @@ pub async fn probe_hosts(
             Discovery::Parts(parts) => {
                 // Only the parts named, when `--host` named parts: the
                 // others are not prepared (their earlier tasks not
-                // adopted) and take no trial.
-                let parts: Vec<Part> = parts
-                    .into_iter()
-                    .filter(|p| {
-                        h.only_parts.as_ref().is_none_or(|named| {
-                            named.contains(&format!("{}.{}", h.name, p.suffix))
-                        })
+                // adopted), take no trial and are closed.
+                let (parts, others): (Vec<Part>, Vec<Part>) = parts.into_iter().partition(|p| {
+                    h.only_parts.as_ref().is_none_or(|named| {
+                        named.contains(&format!("{}.{}", h.name, p.suffix))
                     })
-                    .collect();
+                });
+                for p in others {
+                    p.transport.close().await;
+                }
                 for p in &parts {
                     p.transport.prepare(study_id).await?;
                 }

@@ -894,15 +894,15 @@ fn rungs_on_an_ssh_host_continue_from_its_own_copy() {
     assert_eq!(rung_outcomes(&ledger), rung_outcomes(&reference));
 }
 
-/// A host whose sshd allows 2 sessions per connection, and an inventory
-/// that says so (`max_sessions: 2`, 2 slots): the persistent agents and
-/// every checkpoint transfer and check share those 2 (an idle agent gives
-/// its session up to a transfer), so none is refused and the study ends
-/// as it ends with sessions to spare.
+/// A host whose sshd allows 3 sessions per connection, and an inventory
+/// that keeps one free as the docs say (`max_sessions: 2`, 2 slots): the
+/// persistent agents and every checkpoint transfer and check share those
+/// 2 (an idle agent gives its session up to a transfer), so none is
+/// refused and the study ends as it ends with sessions to spare.
 #[test]
 fn checkpoint_transfers_stay_inside_max_sessions() {
     let mut fleet = two_hosts();
-    fleet.set_max_sessions(0, 2);
+    fleet.set_max_sessions(0, 3);
     let env = ckpt_env("ck-sessions", "continuation: true");
     let reference = env.path().join("ledger-ref");
     launch(&env, &reference, "work-ref");

@@ -2,7 +2,8 @@
 # Quickstart: build the example workload and tunectl, then plan, launch and
 # report the study in examples/quickstart/study.yaml (or the study named by
 # EXAMPLE_STUDY, relative to the repository root: examples/hyperband/run.sh
-# uses it). Extra arguments are passed to `tunectl launch`.
+# uses it). Extra arguments are passed to `tunectl launch` (a `--ledger`
+# among them to `tunectl report` too).
 set -eu
 
 # Run from the repository root, wherever the script is called from.
@@ -46,5 +47,20 @@ echo "== tunectl plan --dry-run" >&2
 echo "== tunectl launch" >&2
 "$tunectl" launch "$study" "$@"
 
+# The report reads the ledger the launch wrote: the one `--ledger` named
+# among the extra arguments, if any.
+ledger=
+while [ $# -gt 0 ]; do
+    case $1 in
+        --ledger) ledger=${2:-}; shift ;;
+        --ledger=*) ledger=${1#--ledger=} ;;
+    esac
+    shift
+done
+
 echo "== tunectl report" >&2
-"$tunectl" report "$study"
+if [ -n "$ledger" ]; then
+    "$tunectl" report "$study" --ledger "$ledger"
+else
+    "$tunectl" report "$study"
+fi

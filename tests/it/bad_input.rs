@@ -1256,7 +1256,9 @@ fn bad_arguments_exit_2() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{stderr}");
     assert!(
-        stderr.contains("--host nope: no such host in the inventory (hosts: local)"),
+        stderr.contains(
+            "--host nope: no such host in the inventory (hosts: local; a host class of a mixed Slurm partition is named ENTRY.TAG"
+        ),
         "{stderr}"
     );
     assert!(!dir.path().join("ledger").exists());

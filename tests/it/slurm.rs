@@ -711,6 +711,16 @@ objective: {{metric: tp, better: higher}}
     )
 }
 
+/// [`mixed_study`] measured as little as a decision allows: two repeats,
+/// no warm-up and no anchors, a one-pair final round.
+fn quick_mixed_study(name: &str) -> String {
+    mixed_study_with(
+        name,
+        "measurement: {warmup: 0, repeats: 2, anchor_every: 0, confirm_repeats: 1}\n\
+         selection: {min_samples: 2}\n",
+    )
+}
+
 /// A slurm entry of the test inventory.
 fn slurm_entry(name: &str, constraint: Option<&str>, shared: &Path) -> String {
     let constraint = constraint
@@ -922,12 +932,7 @@ fn a_node_of_another_class_than_its_type_is_found_out_and_kept_out() {
     let s = setup(&cluster, "hidden", "", KNOBS, "");
     std::fs::write(
         &s.study,
-        mixed_study_with(
-            "hidden",
-            "measurement: {warmup: 0, repeats: 2, anchor_every: 0, confirm_repeats: 1}\n\
-             selection: {min_samples: 2}\n",
-        )
-        .replace(
+        quick_mixed_study("hidden").replace(
             "  timeout: 30s\n",
             "  timeout: 30s\n  env: {FAKE_TRIAL_SLEEP: \"1\"}\n",
         ),
@@ -1107,15 +1112,7 @@ fn a_mixed_partitions_jobs_in_flight_are_shared_by_gpus() {
 fn one_class_of_a_mixed_partition_is_probed_and_launched_by_its_name() {
     let cluster = Cluster::start(&NODES);
     let s = setup(&cluster, "part", "", KNOBS, "");
-    std::fs::write(
-        &s.study,
-        mixed_study_with(
-            "part",
-            "measurement: {warmup: 0, repeats: 2, anchor_every: 0, confirm_repeats: 1}\n\
-             selection: {min_samples: 2}\n",
-        ),
-    )
-    .expect("study");
+    std::fs::write(&s.study, quick_mixed_study("part")).expect("study");
     let shared = s.root.join("shared");
     std::fs::write(
         &s.inventory,
@@ -1182,12 +1179,7 @@ fn a_mixed_partitions_class_drops_and_rejoins_with_its_node() {
     let s = setup(&cluster, "churn", "", KNOBS, "");
     std::fs::write(
         &s.study,
-        mixed_study_with(
-            "churn",
-            "measurement: {warmup: 0, repeats: 2, anchor_every: 0, confirm_repeats: 1}\n\
-             selection: {min_samples: 2}\n",
-        )
-        .replace(
+        quick_mixed_study("churn").replace(
             "  timeout: 30s\n",
             "  timeout: 30s\n  env: {FAKE_TRIAL_SLEEP: \"2\"}\n",
         ),

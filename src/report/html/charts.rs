@@ -293,23 +293,14 @@ pub(super) fn speedup_chart(
         text
     };
     chart(id, "chart-speedup", &title, height, |root| {
-        let mut ch = axes(
+        let mut ch = ratio_rows(
             root,
-            &caption,
-            15,
+            (&caption, 15),
             (longest as u32 * 6 + 16).min(420),
             lo..hi,
-            -0.7f64..(n as f64 - 0.3),
+            &labels,
+            x_desc,
         )?;
-        mesh(&mut ch)
-            .disable_y_mesh()
-            .y_labels(n * 4 + 2)
-            .y_label_formatter(&|y| row_label(&labels, *y))
-            .y_label_style((FONT, 11))
-            .x_label_formatter(&|x| format!("{}×", tick(*x)))
-            .x_desc(x_desc)
-            .draw()
-            .map_err(|e| e.to_string())?;
         let top = n as f64 - 0.3;
         ch.draw_series(LineSeries::new(
             [(1.0, -0.7), (1.0, top)],
@@ -384,6 +375,39 @@ pub(super) fn speedup_chart(
         }
         Ok(tips)
     })
+}
+
+/// The axes of a chart of one row per item (`labels`, the first on top)
+/// against a ratio on x (`lo..hi`, ticks written `1.5×`): its caption (of
+/// its size), `y_area` pixels for the labels, the x axis described by
+/// `x_desc`; the grid drawn.
+pub(super) fn ratio_rows<'a, 'b>(
+    root: &'a DrawingArea<SVGBackend<'b>, Shift>,
+    (caption, caption_size): (&str, u32),
+    y_area: u32,
+    x: std::ops::Range<f64>,
+    labels: &[String],
+    x_desc: String,
+) -> Result<Plot<'a, 'b>, String> {
+    let n = labels.len();
+    let mut ch = axes(
+        root,
+        caption,
+        caption_size,
+        y_area,
+        x,
+        -0.7f64..(n as f64 - 0.3),
+    )?;
+    mesh(&mut ch)
+        .disable_y_mesh()
+        .y_labels(n * 4 + 2)
+        .y_label_formatter(&|y| row_label(labels, *y))
+        .y_label_style((FONT, 11))
+        .x_label_formatter(&|x| format!("{}×", tick(*x)))
+        .x_desc(x_desc)
+        .draw()
+        .map_err(|e| e.to_string())?;
+    Ok(ch)
 }
 
 /// Rows of a chart with one row per config: the first on top.

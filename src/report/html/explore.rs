@@ -417,27 +417,18 @@ fn effects_chart(a: &Analysis, class: &ClassReport, id: &str) -> Option<String> 
         class.host_class
     );
     let svg = chart(id, "chart-effects", &title, 120 + 26 * n as u32, |root| {
-        let mut ch = axes(
+        let mut ch = ratio_rows(
             root,
-            &caption,
-            13,
+            (&caption, 13),
             (longest as u32 * 6 + 16).min(320),
             lo..hi,
-            -0.7f64..(n as f64 - 0.3),
-        )?;
-        mesh(&mut ch)
-            .disable_y_mesh()
-            .y_labels(n * 4 + 2)
-            .y_label_formatter(&|y| row_label(&labels, *y))
-            .y_label_style((FONT, 11))
-            .x_label_formatter(&|x| format!("{}×", tick(*x)))
-            .x_desc(format!(
+            &labels,
+            format!(
                 "best value's {} / worst value's ({} is better; 1× = no effect)",
                 a.objective.name,
                 a.objective.better.name()
-            ))
-            .draw()
-            .map_err(|e| e.to_string())?;
+            ),
+        )?;
         ch.draw_series([PathElement::new(
             [(1.0, -0.7), (1.0, n as f64 - 0.3)],
             BLACK.stroke_width(1),

@@ -732,6 +732,17 @@ fn slurm_entry(name: &str, constraint: Option<&str>, shared: &Path) -> String {
     )
 }
 
+/// The setup's inventory: one slurm entry `gpus`, no `constraint`, over
+/// the whole (mixed) partition.
+fn one_mixed_entry(s: &Setup) {
+    let shared = s.root.join("shared");
+    std::fs::write(
+        &s.inventory,
+        format!("hosts:\n{}", slurm_entry("gpus", None, &shared)),
+    )
+    .expect("inventory");
+}
+
 /// What a launch shipped per host class: class id → bucket label →
 /// (winner or `baseline`, level).
 fn shipped(s: &Setup) -> BTreeMap<String, BTreeMap<String, (String, String)>> {
@@ -796,12 +807,7 @@ fn a_mixed_partition_is_tuned_per_node_class_in_one_entry() {
     let cluster = Cluster::start(&NODES);
     let mixed = setup(&cluster, "mixed", "", KNOBS, "");
     std::fs::write(&mixed.study, mixed_study("mixed")).expect("study");
-    let shared = mixed.root.join("shared");
-    std::fs::write(
-        &mixed.inventory,
-        format!("hosts:\n{}", slurm_entry("gpus", None, &shared)),
-    )
-    .expect("inventory");
+    one_mixed_entry(&mixed);
 
     // Before any launch, plan lists the partition's two node types.
     let plan = plan_json(&cluster, &mixed);
@@ -938,12 +944,7 @@ fn a_node_of_another_class_than_its_type_is_found_out_and_kept_out() {
         ),
     )
     .expect("study");
-    let shared = s.root.join("shared");
-    std::fs::write(
-        &s.inventory,
-        format!("hosts:\n{}", slurm_entry("gpus", None, &shared)),
-    )
-    .expect("inventory");
+    one_mixed_entry(&s);
     let t = Instant::now();
     let stderr = launch(&cluster, &s, &[]).stderr;
     eprintln!("launch: {:?}", t.elapsed());
@@ -1079,12 +1080,7 @@ fn a_mixed_partitions_jobs_in_flight_are_shared_by_gpus() {
     ]);
     let s = setup(&cluster, "gpus8", "", KNOBS, "");
     std::fs::write(&s.study, mixed_study("gpus8")).expect("study");
-    let shared = s.root.join("shared");
-    std::fs::write(
-        &s.inventory,
-        format!("hosts:\n{}", slurm_entry("gpus", None, &shared)),
-    )
-    .expect("inventory");
+    one_mixed_entry(&s);
     let plan = plan_json(&cluster, &s);
     let slots: Vec<(String, u64)> = plan["hosts"]
         .as_array()
@@ -1113,12 +1109,7 @@ fn one_class_of_a_mixed_partition_is_probed_and_launched_by_its_name() {
     let cluster = Cluster::start(&NODES);
     let s = setup(&cluster, "part", "", KNOBS, "");
     std::fs::write(&s.study, quick_mixed_study("part")).expect("study");
-    let shared = s.root.join("shared");
-    std::fs::write(
-        &s.inventory,
-        format!("hosts:\n{}", slurm_entry("gpus", None, &shared)),
-    )
-    .expect("inventory");
+    one_mixed_entry(&s);
 
     fingerprint_shows_the_parts(&cluster, &s);
 
@@ -1185,12 +1176,7 @@ fn a_mixed_partitions_class_drops_and_rejoins_with_its_node() {
         ),
     )
     .expect("study");
-    let shared = s.root.join("shared");
-    std::fs::write(
-        &s.inventory,
-        format!("hosts:\n{}", slurm_entry("gpus", None, &shared)),
-    )
-    .expect("inventory");
+    one_mixed_entry(&s);
     let t = Instant::now();
     let mut child = launch_cmd(&cluster, &s, &[])
         .stdout(Stdio::null())

@@ -9,8 +9,9 @@
 # (apt; munged is started), with which the Slurm tests start their own
 # single-machine clusters (scripts/slurm.sh); and onnxruntime, onnx and
 # numpy (PyPI, in .cache/onnxruntime-venv) for the onnxruntime example's
-# end-to-end test; and headless Chromium (apt) that opens the HTML reports
-# (scripts/chromium.sh).
+# end-to-end test; and pandas, pyarrow, DuckDB and matplotlib (PyPI, in
+# .cache/notebook-venv) for the notebook example's test; and headless
+# Chromium (apt) that opens the HTML reports (scripts/chromium.sh).
 set -eu
 cd "$(dirname "$0")/.."
 
@@ -54,6 +55,11 @@ slurm_install
 # when .cache/onnxruntime-venv already imports them).
 echo "== onnxruntime, onnx and numpy (for the onnxruntime example)" >&2
 ./examples/onnxruntime/setup.sh >/dev/null
+
+# The notebook example's test (tests/it/export_data.rs) reads a Parquet
+# export in pandas and DuckDB: pinned wheels from PyPI, installed once.
+echo "== pandas, pyarrow, DuckDB and matplotlib (for the notebook example)" >&2
+./examples/notebook/setup.sh >/dev/null
 
 # The HTML report's test opens the pages it renders in headless Chromium
 # (tests/it/html_report.rs).

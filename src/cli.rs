@@ -101,6 +101,7 @@ no such study; 2 invalid study file or arguments.";
 Examples:
   tunectl export study.yaml --out tuned/
   tunectl export my-study --ledger s3://bucket/tunectl --format json
+  tunectl export study.yaml --format parquet --samples -o samples.parquet
 
 Exit codes: 0 the tuned files were written; 1 no results yet, or the ledger \
 could not be read or a file not written; 2 invalid input, or --out holds \

@@ -3,7 +3,7 @@
 
 use serde::Serialize;
 
-use super::inputs::{Use, load_analysis};
+use super::inputs::{Use, load_analysis, load_analysis_in};
 use super::{CliError, failed, note, print_json, say, schema};
 use crate::tuned;
 
@@ -17,8 +17,32 @@ pub struct ExportArgs {
     /// Directory for the tuned files (created if missing).
     #[arg(long, default_value = "tuned")]
     pub out: std::path::PathBuf,
-    #[command(flatten)]
-    pub output: crate::commands::FormatArgs,
+    /// `text` or `json`: write the tuned files and say what was written
+    /// (`json`: docs/json.md). `parquet` or `csv`: write the study as data
+    /// instead, one row per attempt (docs/ledger.md).
+    #[arg(long, value_enum, default_value_t = ExportFormat::Text)]
+    pub format: ExportFormat,
+    /// With `parquet` or `csv`: one row per sample of every metric instead
+    /// of one per attempt.
+    #[arg(long)]
+    pub samples: bool,
+    /// With `parquet` or `csv`: the file to write (default: `<study>.parquet`,
+    /// or `<study>-samples.parquet`, in the working directory; CSV goes to
+    /// stdout).
+    #[arg(short = 'o', long, value_name = "FILE")]
+    pub output: Option<std::path::PathBuf>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ExportFormat {
+    /// Tuned files; the paths written on stdout.
+    Text,
+    /// Tuned files; what was written as one JSON document.
+    Json,
+    /// The study as data, a Parquet file.
+    Parquet,
+    /// The study as data, CSV.
+    Csv,
 }
 
 /// `export --format json` (docs/json.md): what was written.
@@ -66,8 +90,22 @@ fn other_studies(dir: &std::path::Path, study: &str, spec_hash: &str) -> Vec<Str
         .collect()
 }
 
-/// Write the tuned files of a study into `--out`.
+/// Write the tuned files of a study into `--out`, or with `--format
+/// parquet|csv` the study as data.
 pub async fn run(a: ExportArgs) -> Result<(), CliError> {
+    if matches!(a.format, ExportFormat::Parquet | ExportFormat::Csv) {
+        return export_data(&a).await;
+    }
+    if a.samples || a.output.is_some() {
+        return Err(CliError::Invalid(format!(
+            "{} goes with --format parquet or csv (the study as data); tuned files go to --out DIR",
+            if a.samples {
+                "--samples"
+            } else {
+                "-o/--output"
+            }
+        )));
+    }
     let analysis = load_analysis(&a.study, a.ledger.as_deref(), Use::Ship).await?;
     if analysis.classes.is_empty() {
         return Err(CliError::Failed(format!(
@@ -88,7 +126,7 @@ pub async fn run(a: ExportArgs) -> Result<(), CliError> {
             analysis.study_id
         )));
     }
-    let json = a.output.json(false);
+    let json = a.format == ExportFormat::Json;
     let mut written = Vec::new();
     for class in &analysis.classes {
         let (name, text) = tuned::export(&analysis, class);
@@ -137,5 +175,76 @@ pub async fn run(a: ExportArgs) -> Result<(), CliError> {
             files: written,
         })?;
     }
+    Ok(())
+}
+
+/// `export --format parquet|csv`: the study's attempts (or samples) as a
+/// table, written atomically to `-o` (CSV: stdout without it).
+async fn export_data(a: &ExportArgs) -> Result<(), CliError> {
+    use crate::report::data;
+    let (analysis, ledger) = load_analysis_in(&a.study, a.ledger.as_deref(), Use::Show).await?;
+    let scan = ledger.scan(&analysis.study_id).await.map_err(failed)?;
+    let table = data::study_table(&analysis, &scan, a.samples);
+    let attempts = data::attempts_of(&analysis, &scan);
+    if attempts == 0 {
+        return Err(CliError::Failed(format!(
+            "study `{}` has no attempts in the ledger yet: nothing to export; run `tunectl launch` first",
+            analysis.study_id
+        )));
+    }
+    let what = format!(
+        "{} of {} ({} columns)",
+        crate::fmt::count(
+            table.rows as u64,
+            if a.samples {
+                "sample row"
+            } else {
+                "attempt row"
+            },
+            if a.samples {
+                "sample rows"
+            } else {
+                "attempt rows"
+            },
+        ),
+        analysis.study_id,
+        table.columns.len()
+    );
+    let bytes = match a.format {
+        ExportFormat::Csv => table.to_csv().into_bytes(),
+        _ => {
+            let mut buf = Vec::new();
+            data::write_parquet(&table, data::metadata(&analysis, a.samples), &mut buf)
+                .map_err(|e| failed(format!("cannot encode the Parquet file: {e}")))?;
+            buf
+        }
+    };
+    let path = match (&a.output, a.format) {
+        (Some(p), _) => p.clone(),
+        (None, ExportFormat::Csv) => {
+            crate::term::out(&String::from_utf8_lossy(&bytes));
+            note!("{what}");
+            return Ok(());
+        }
+        (None, _) => std::path::PathBuf::from(format!(
+            "{}{}.parquet",
+            analysis.study_id,
+            if a.samples { "-samples" } else { "" }
+        )),
+    };
+    // Write then rename: a reader never sees half a file.
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let tmp = path.with_file_name(format!(".{name}.tmp"));
+    std::fs::write(&tmp, &bytes)
+        .and_then(|()| std::fs::rename(&tmp, &path))
+        .map_err(|e| {
+            let _ = std::fs::remove_file(&tmp);
+            failed(format!("{}: cannot write: {e}", path.display()))
+        })?;
+    say!("{}", path.display());
+    note!("{what}");
     Ok(())
 }

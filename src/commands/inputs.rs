@@ -238,6 +238,16 @@ pub async fn load_analysis(
     ledger_flag: Option<&str>,
     usage: Use,
 ) -> Result<crate::decide::Analysis, CliError> {
+    Ok(load_analysis_in(study_arg, ledger_flag, usage).await?.0)
+}
+
+/// [`load_analysis`] and the ledger it read (whose scan of the study is
+/// cached: [`Ledger::scan`] returns it without reading again).
+pub async fn load_analysis_in(
+    study_arg: &str,
+    ledger_flag: Option<&str>,
+    usage: Use,
+) -> Result<(crate::decide::Analysis, Ledger), CliError> {
     let (name, study) = self::study_arg(study_arg)?;
     let url = ledger_url(ledger_flag, study.as_ref(), None);
     let Some(ledger) = Ledger::open_existing(&url).map_err(failed)? else {
@@ -278,7 +288,8 @@ pub async fn load_analysis(
             record
         }
     };
-    report::analyze_ledger(&ledger, &record.study_id, &record)
+    let analysis = report::analyze_ledger(&ledger, &record.study_id, &record)
         .await
-        .map_err(failed)
+        .map_err(failed)?;
+    Ok((analysis, ledger))
 }

@@ -7,6 +7,7 @@
 //! the JSON; [`render`](mod@render) holds what the formats share, which
 //! [`terminal`] and [`html`] use.
 
+pub mod data;
 pub mod html;
 pub mod render;
 pub mod terminal;

@@ -410,20 +410,7 @@ fn list_tree(dir: &Path) -> Vec<(PathBuf, u64)> {
 #[test]
 fn onnxruntime_example_rejects_the_fp16_weights_and_decides_its_bucket() {
     let root = repo();
-    let setup = root.join("examples/onnxruntime/setup.sh");
-    let out = std::process::Command::new(&setup)
-        .current_dir(&root)
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run {}: {e}", setup.display()));
-    assert!(
-        out.status.success(),
-        "{} failed ({}): it installs onnxruntime, onnx and numpy from PyPI into \
-         .cache/onnxruntime-venv, which needs python3 with venv and network access \
-         to PyPI the first time. Its stderr:\n{}",
-        setup.display(),
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
+    support::example_python("onnxruntime");
 
     let tmp = tempfile::tempdir().expect("tempdir");
     let ledger = tmp.path().join("ledger");

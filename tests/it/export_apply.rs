@@ -128,7 +128,7 @@ struct Applied {
 }
 
 /// One launch and export shared by the tests (they only read it).
-fn shared() -> &'static (Env, Vec<PathBuf>) {
+pub(crate) fn shared() -> &'static (Env, Vec<PathBuf>) {
     static SHARED: OnceLock<(Env, Vec<PathBuf>)> = OnceLock::new();
     SHARED.get_or_init(|| {
         let env = with_workload(Env::in_target_tmp("export_apply-", STUDY));

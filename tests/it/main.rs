@@ -21,6 +21,7 @@ mod cli_help;
 mod continuation;
 mod examples;
 mod export_apply;
+mod export_data;
 mod fuzz_regressions;
 mod html_report;
 mod injection;

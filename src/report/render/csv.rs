@@ -10,7 +10,7 @@ use super::*;
 /// for a formula (`=`, `+`, `-`, `@`, a tab or a carriage return first)
 /// is written with a `'` first, so that opening the file runs nothing;
 /// numbers, and a lone `-` (no value), are left as they are.
-fn csv_field(s: &str) -> String {
+pub(crate) fn csv_field(s: &str) -> String {
     let formula =
         s.len() > 1 && s.starts_with(['=', '+', '-', '@', '\t', '\r']) && s.parse::<f64>().is_err();
     let s = if formula {

@@ -15,6 +15,7 @@ use crate::stats::Summary;
 mod csv;
 mod markdown;
 
+pub(crate) use csv::csv_field;
 pub(super) use csv::render_csv;
 pub use csv::{render_measurements, render_samples};
 pub(super) use markdown::render_markdown;

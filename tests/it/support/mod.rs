@@ -224,3 +224,27 @@ pub fn quickstart_workload(dir: &Path) {
     )
     .expect("copy workload");
 }
+
+/// The python of an example's virtual environment: runs
+/// `examples/<name>/setup.sh` (which installs pinned wheels from PyPI into
+/// `.cache/` once; `scripts/test.sh` runs it before the tests) and returns
+/// the path it prints. Fails the test, with the script's stderr, when it
+/// cannot.
+pub fn example_python(name: &str) -> PathBuf {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let setup = root.join("examples").join(name).join("setup.sh");
+    let out = std::process::Command::new(&setup)
+        .current_dir(root)
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {}: {e}", setup.display()));
+    assert!(
+        out.status.success(),
+        "{} failed ({}): it installs the example's Python packages from PyPI into \
+         .cache/, which needs python3 with venv and network access to PyPI the \
+         first time. Its stderr:\n{}",
+        setup.display(),
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    PathBuf::from(String::from_utf8_lossy(&out.stdout).trim())
+}

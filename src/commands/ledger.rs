@@ -36,6 +36,10 @@ struct StudyCheck {
     missing: usize,
     /// What is wrong with `<study>/study.json`, if anything.
     study_record_problem: Option<String>,
+    /// What was wrong with the study's compacted index, which the check
+    /// rewrote from the objects (derived data: not damage, the exit code
+    /// stays 0 for it alone).
+    index_problem: Option<String>,
     damaged: Vec<Damaged>,
 }
 
@@ -104,6 +108,12 @@ pub async fn check(a: LedgerCheckArgs) -> Result<(), CliError> {
             if let Some(problem) = &record {
                 say!("  {id}/study.json: {problem}");
             }
+            if let Some(problem) = &checked.index {
+                say!(
+                    "  {}: the index (derived data): {problem}",
+                    crate::ledger::index::key(id)
+                );
+            }
             for (c, _) in &damaged {
                 say!("  {}: {}", c.key, c.reason);
             }
@@ -118,6 +128,7 @@ pub async fn check(a: LedgerCheckArgs) -> Result<(), CliError> {
             unreadable: bad,
             missing: checked.missing.len(),
             study_record_problem: record,
+            index_problem: checked.index.clone(),
             damaged: damaged
                 .into_iter()
                 .map(|(c, kind)| Damaged {

@@ -23,6 +23,11 @@ pub struct Checked {
     /// kind (or, in a local ledger, are no regular file: a listing skips
     /// those without a word).
     pub records: Vec<CorruptObject>,
+    /// What was wrong with the compacted index before the check rewrote
+    /// it from the objects: not usable (and why), or records that differ
+    /// from their objects (how many, the first key). Derived data, so not
+    /// damage of the ledger; `None` when it matched or there was none.
+    pub index: Option<String>,
 }
 
 /// Prefixes of a study whose objects are records of one kind each, read
@@ -125,24 +130,32 @@ impl Ledger {
     /// before the scan) name and that are not there.
     pub async fn check_study(&self, study: &str) -> Result<Checked, LedgerError> {
         // Read before the full scan rewrites the index from what is there.
-        let indexed: BTreeSet<String> = match self.read_index(study).await {
-            Ok(c) => c
-                .records
-                .iter()
-                .map(|r| format!("{study}/trials/{}/{}.json", r.trial_key, r.attempt_id))
-                .chain(
-                    c.voids
-                        .iter()
-                        .map(|(t, a)| format!("{study}/trials/{t}/{a}.void")),
-                )
-                .collect(),
-            Err(_) => BTreeSet::new(),
+        let (contents, mut index) = match self.read_index(study).await {
+            Ok(c) => (Some(c), None),
+            Err(super::index::Unusable::Missing) => (None, None),
+            Err(super::index::Unusable::Invalid(why)) => (None, Some(format!("not usable: {why}"))),
         };
+        let indexed: BTreeSet<String> = contents
+            .iter()
+            .flat_map(|c| {
+                c.records
+                    .iter()
+                    .map(|r| format!("{study}/trials/{}/{}.json", r.trial_key, r.attempt_id))
+                    .chain(
+                        c.voids
+                            .iter()
+                            .map(|(t, a)| format!("{study}/trials/{t}/{a}.void")),
+                    )
+            })
+            .collect();
         let scan = self.scan_full(study).await?;
         let mut wanted: Vec<(String, &'static str)> = Vec::new();
         {
             let cache = self.known.lock().await;
             if let Some(k) = cache.get(study) {
+                if let Some(c) = &contents {
+                    index = index.or(differing(study, c, k.all_records()));
+                }
                 let unreadable: BTreeSet<&str> =
                     scan.corrupt.iter().map(|c| c.key.as_str()).collect();
                 for key in &k.unresolved {
@@ -179,6 +192,7 @@ impl Ledger {
             scan,
             missing,
             records,
+            index,
         })
     }
 
@@ -222,6 +236,40 @@ impl Ledger {
         out.sort_by(|a, b| a.key.cmp(&b.key));
         Ok(out)
     }
+}
+
+/// Records of the index `c` that differ from those read from their objects
+/// (`read`: slim, as the index holds them), as how many and the first key;
+/// `None` when every one matches. A record the index holds and no object
+/// does is reported as missing, not here.
+fn differing<'a>(
+    study: &str,
+    c: &super::index::Contents,
+    read: impl Iterator<Item = &'a records::AttemptRecord>,
+) -> Option<String> {
+    let read: std::collections::HashMap<(&str, &str), &records::AttemptRecord> = read
+        .map(|r| ((r.trial_key.as_str(), r.attempt_id.as_str()), r))
+        .collect();
+    let json = |r: &records::AttemptRecord| serde_json::to_value(r).ok();
+    let differ: Vec<String> = c
+        .records
+        .iter()
+        .filter(|r| {
+            read.get(&(r.trial_key.as_str(), r.attempt_id.as_str()))
+                .is_some_and(|o| json(o) != json(r))
+        })
+        .map(|r| format!("{study}/trials/{}/{}.json", r.trial_key, r.attempt_id))
+        .collect();
+    let first = differ.iter().min()?;
+    Some(format!(
+        "{} differed from {} (first: {first}); rewritten from the objects",
+        crate::fmt::count(differ.len() as u64, "indexed record", "indexed records"),
+        if differ.len() == 1 {
+            "its object"
+        } else {
+            "their objects"
+        }
+    ))
 }
 
 const LOGGED_MISSING: &str = "missing: the arrival log names it but it is not there (deleted, or the launcher that wrote the entry stopped or failed before writing the object)";

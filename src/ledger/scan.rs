@@ -196,6 +196,11 @@ impl Known {
         self.records()
     }
 
+    /// Every readable attempt record known, voided ones included.
+    pub(crate) fn all_records(&self) -> impl Iterator<Item = &AttemptRecord> {
+        self.scan.attempts.iter().chain(&self.voided)
+    }
+
     /// Is the object at `key` (`<study>/trials/<trial>/<file>`) known?
     pub(crate) fn holds(&self, key: &str) -> bool {
         let Some((trial, file)) = split_object(key) else {

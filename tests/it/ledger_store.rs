@@ -1098,7 +1098,8 @@ fn attempts_written_after_the_index(backend: Backend) {
 }
 
 /// A damaged index is reported, ignored and rewritten; what readers show
-/// does not change, and a resume over it runs nothing.
+/// does not change, and a resume over it runs nothing. One that reads but
+/// differs from the objects is found by `ledger check`, which rewrites it.
 fn a_damaged_index_is_ignored(backend: Backend) {
     let Some(env) = OnStore::new(backend, STUDY) else {
         return;
@@ -1140,6 +1141,52 @@ fn a_damaged_index_is_ignored(backend: Backend) {
         );
         assert_eq!(env.views(), good, "{what}");
     }
+    // An index that reads but says something its object does not (a
+    // record's duration changed): readers trust it; `ledger check`
+    // compares it with the objects, says so, and rewrites it.
+    let mut lying: Json = serde_json::from_slice(&index).expect("index JSON");
+    lying["attempts"][0][18] = Json::from(12345.5);
+    let first = format!(
+        "{STUDY_ID}/trials/{}/{}.json",
+        lying["attempts"][0][0].as_str().expect("trial key"),
+        lying["attempts"][0][1].as_str().expect("attempt id")
+    );
+    env.put_raw(INDEX, lying.to_string().into_bytes());
+    let check = env.cli(&["ledger", "check", &env.study_arg(), "--format", "json"]);
+    assert_eq!(
+        check.code,
+        Some(0),
+        "derived data, not damage:\n{}",
+        check.text()
+    );
+    let doc: Json = serde_json::from_str(&check.stdout).expect("check JSON");
+    let problem = doc["studies"][0]["index_problem"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(
+        problem.starts_with("1 indexed record differed from its object")
+            && problem.contains(&first),
+        "{}",
+        check.text()
+    );
+    let again = env.cli(&["ledger", "check", &env.study_arg()]);
+    assert_eq!(again.code, Some(0), "{}", again.text());
+    assert!(
+        !again.stdout.contains("the index"),
+        "rewritten:\n{}",
+        again.text()
+    );
+    assert_eq!(env.views(), good);
+
+    env.put_raw(INDEX, b"{}".to_vec());
+    let check = env.cli(&["ledger", "check", &env.study_arg()]);
+    assert!(
+        check
+            .stdout
+            .contains("the index (derived data): not usable"),
+        "{}",
+        check.text()
+    );
     env.put_raw(INDEX, b"{}".to_vec());
     let runs_before = env.runs().len();
     let out = env.launch_ok(&[]);

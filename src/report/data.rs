@@ -371,7 +371,6 @@ pub fn study_table(a: &Analysis, scan: &Scan, samples: bool) -> Table {
     });
     i64_col(&mut t, "repeat", &|r| Some(i64::from(r.attempt.repeat)));
     f64_col(&mut t, "fidelity", &|r| r.attempt.fidelity);
-    f64_col(&mut t, "resumed_from", &|r| r.attempt.resumed_from);
     str_col(&mut t, "status", &|r| {
         Some(status_str(r.attempt.status).to_string())
     });

@@ -387,6 +387,10 @@ fn misplaced_reason(key: &ObjPath, rec: &AttemptRecord) -> String {
     }
 }
 
+/// A full scan of at least this many objects named by the arrival log says
+/// what it is doing (it takes seconds: listing and reading every object).
+const LARGE_FULL_SCAN: usize = 10_000;
+
 impl Ledger {
     /// The attempts of a study: from the compacted index plus what was
     /// written since, or from a full scan when there is no usable index.
@@ -615,6 +619,12 @@ impl Ledger {
         // An entry that names nothing counts for its stream's mark: this
         // scan lists every object anyway.
         let (numbers, named, _) = self.entries(study, listed).await?;
+        if named.len() >= LARGE_FULL_SCAN {
+            tracing::warn!(
+                "study {study}: no usable ledger index; reading its {} attempt objects (this read writes the index, and later reads use it)",
+                named.len()
+            );
+        }
         let streams: BTreeMap<String, Mark> = numbers
             .iter()
             .map(|(s, ns)| (s.clone(), log::advance(Mark::default(), ns)))

@@ -6,6 +6,7 @@ tunectl's local layout, and loads / reads the same trials with Optuna.
     ledger_scale.py confirm LEDGER STUDY_ID REPORT_JSON --total N [--seed N]
     ledger_scale.py optuna-load LEDGER STUDY_ID STORAGE
     ledger_scale.py optuna-read STORAGE STUDY_ID trials|get_trials|dataframe
+    ledger_scale.py parquet-read pandas|duckdb FILE
 
 `sweep` expects LEDGER/STUDY_ID to hold what one real `tunectl launch` of
 the study wrote (study.json, hosts/, and the failed first baselines of a
@@ -102,24 +103,26 @@ def value_text(v) -> str:
     return str(v)
 
 
-SAFE = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_=/,.+")
-
-
-def shell_quote(text: str) -> str:
-    """shell_quote::quote_word: bare when safe, else single-quoted."""
-    if text and all(c in SAFE for c in text):
-        return text
-    return "'" + text.replace("'", "'\\''") + "'"
-
-
-def render(template: str, variables: dict) -> str:
-    """Only `{{ name }}` substitutions (all this study's command uses)."""
+def render(template: str, config: dict, cell: dict) -> str:
+    """Only `{{ name }}` holes (all this study's command uses): each becomes
+    the expansion of the variable that carries its value (`"${TUNECTL_KNOB_X}"`,
+    `"${TUNECTL_CELL_X}"`, `"${TUNECTL_STUDY_DIR}"`), never the value's text
+    (docs/security.md), so the command is the same for every config."""
     out, rest = [], template
     while "{{" in rest:
         head, rest = rest.split("{{", 1)
         name, rest = rest.split("}}", 1)
+        name = name.strip()
+        if name == "study_dir":
+            var = "TUNECTL_STUDY_DIR"
+        elif name in config:
+            var = "TUNECTL_KNOB_" + name.upper()
+        elif name in cell:
+            var = "TUNECTL_CELL_" + name.upper()
+        else:
+            raise ValueError(f"unknown hole {name}")
         out.append(head)
-        out.append(shell_quote(value_text(variables[name.strip()])))
+        out.append('"${' + var + '}"')
     out.append(rest)
     return "".join(out)
 
@@ -223,7 +226,6 @@ class Writer:
         space = self.space
         config = space.config(cfg_idx)
         cell = space.cells[cell_idx]
-        variables = dict(config, **cell, study_dir=self.study_dir)
         fin = start + timedelta(seconds=dur)
         return {
             "schema": 1,
@@ -257,7 +259,7 @@ class Writer:
             "metrics": sorted_map(metrics),
             "digest": digest,
             "outputs": sorted_map(outputs),
-            "command": render(self.study["spec"]["trial"]["command"], variables),
+            "command": render(self.study["spec"]["trial"]["command"], config, cell),
             "stdout_tail": stdout,
             "stderr_tail": stderr,
         }
@@ -670,6 +672,35 @@ def optuna_read(storage, study_name, op):
     print()
 
 
+def parquet_read(engine, path):
+    """Read an export of `tunectl export --format parquet` as a user's
+    notebook would: pandas' read_parquet of the whole file, or a DuckDB
+    query over it (the objective's median per config and cell, on the
+    samples file; count of rows by status on the attempts file)."""
+    t0 = time.perf_counter()
+    if engine == "pandas":
+        import pandas as pd
+        t1 = time.perf_counter()
+        n = len(pd.read_parquet(path))
+    else:
+        import duckdb
+        t1 = time.perf_counter()
+        con = duckdb.connect()
+        cols = [r[0] for r in con.execute(f"DESCRIBE SELECT * FROM read_parquet('{path}')").fetchall()]
+        if "value" in cols:
+            rows = con.execute(
+                f"SELECT host_class, cell, config, median(value), count(*) FROM read_parquet('{path}') "
+                "WHERE objective AND counts AND role = 'sweep' GROUP BY ALL").fetchall()
+        else:
+            rows = con.execute(
+                f"SELECT status, count(*) FROM read_parquet('{path}') GROUP BY ALL").fetchall()
+        n = con.execute(f"SELECT count(*) FROM read_parquet('{path}')").fetchone()[0]
+        assert rows
+    t2 = time.perf_counter()
+    json.dump({"n": n, "import_s": t1 - t0, "load_study_s": 0.0, "op_s": t2 - t1}, sys.stdout)
+    print()
+
+
 def main():
     a = sys.argv[1:]
     seed = 1
@@ -686,6 +717,8 @@ def main():
     elif a[:1] == ["optuna-read"] and len(a) == 4 and a[3] in ("trials", "get_trials",
                                                                "dataframe"):
         optuna_read(a[1], a[2], a[3])
+    elif a[:1] == ["parquet-read"] and len(a) == 3 and a[1] in ("pandas", "duckdb"):
+        parquet_read(a[1], a[2])
     else:
         sys.exit(__doc__)
 

@@ -1205,6 +1205,90 @@ fn the_agent_dying_mid_trial_loses_nothing() {
     );
 }
 
+/// A persistent agent that dies while it waits idle between attempts
+/// (killed on the host) is not given the next attempt: the transport sees
+/// that its shell ended, closes it and starts another, and the attempt
+/// runs (given to the dead agent, it would be lost). Driven through the
+/// ssh transport itself over a real sshd, one attempt at a time, so that
+/// the agent is idle, and known to be, when it is killed.
+#[test]
+fn an_idle_agent_that_died_is_replaced_before_it_is_given_an_attempt() {
+    use tokio_util::sync::CancellationToken;
+    use tunectl::spec::{Inventory, Transport as HostTransport};
+    use tunectl::transport::ssh::SshTransport;
+    use tunectl::transport::{AttemptSpec, Ended, Transport};
+
+    let fleet = Fleet::start(&FOUR[..1]);
+    let d = dirs();
+    let inv_path = d.root.join("inventory.yaml");
+    let text = fleet.inventory_yaml(1, "");
+    write(&inv_path, &text);
+    let inv = Inventory::from_text(&inv_path, &text).expect("inventory");
+    let HostTransport::Ssh(cfg) = &inv.hosts[0].transport else {
+        panic!("an ssh host: {text}");
+    };
+    let control = d.root.join("ctl");
+    std::fs::create_dir_all(&control).expect("control dir");
+    let ssh = SshTransport::new(&inv.hosts[0].name, cfg.clone(), control, false);
+    let rt = tokio::runtime::Runtime::new().expect("runtime");
+    // Connects, as a launch does before its first attempt.
+    rt.block_on(ssh.probe(&BTreeMap::new())).expect("probe");
+    let attempt = |n: u32| {
+        let (key, id) = (format!("trial-{n}"), format!("attempt-{n}"));
+        let dir = ssh.trial_dir("idle-agent", &key, &id);
+        let result = format!("{dir}/result.json");
+        let spec = AttemptSpec {
+            study_id: "idle-agent".into(),
+            trial_key: key,
+            attempt_id: id,
+            command: format!("printf '{{\"metrics\": {{\"t\": {n}}}}}' > \"$TUNECTL_RESULT\""),
+            env: vec![("TUNECTL_RESULT".into(), result.clone())],
+            timeout: Duration::from_secs(30),
+            warmup: 0,
+            outputs: Vec::new(),
+            tolerance_files: Vec::new(),
+            result_files: Vec::new(),
+            streams: Vec::new(),
+            slot: 0,
+            trial_dir: dir,
+            result_path: result,
+            keep_logs: false,
+            checkpoint: None,
+        };
+        let out = rt.block_on(ssh.run_attempt(&spec, &CancellationToken::new()));
+        assert!(
+            matches!(out.ended, Ended::Ran),
+            "attempt {n}: {:?}",
+            out.ended
+        );
+        let result =
+            String::from_utf8_lossy(out.result.as_deref().unwrap_or_default()).into_owned();
+        assert!(
+            result.contains(&format!("\"t\": {n}")),
+            "attempt {n}: {result}"
+        );
+    };
+
+    attempt(1);
+    // Its agent now waits for the next attempt: the only one on the host.
+    let idle = fleet.agent_pids(0);
+    assert_eq!(idle.len(), 1, "one idle agent shell: {idle:?}");
+    let status = std::process::Command::new("kill")
+        .args(["-s", "KILL", &idle[0].to_string()])
+        .status()
+        .expect("kill");
+    assert!(status.success());
+    assert!(sshd::wait_process_gone(idle[0], Duration::from_secs(5)));
+
+    attempt(2);
+    let now = fleet.agent_pids(0);
+    assert_eq!(now.len(), 1, "a new agent took the attempt: {now:?}");
+    assert_ne!(now, idle, "not the dead one");
+    attempt(3);
+    assert_eq!(fleet.agent_pids(0), now, "and it is reused while it lives");
+    rt.block_on(ssh.close());
+}
+
 /// Without a persistent agent, every attempt runs on a session of its own,
 /// as before the agent existed: switched off in the inventory
 /// (`agent: false`), or on a host whose shell will not run it (here sshd

@@ -336,6 +336,23 @@ impl Fleet {
         out
     }
 
+    /// The processes of host i's sessions that run tunectl's persistent
+    /// agent (`sh -s tunectl-agent`, and the subshells it forks for an
+    /// attempt): descendants of its listener whose command line names it.
+    pub fn agent_pids(&self, i: usize) -> Vec<u32> {
+        let Some(listener) = self.listener_pid(i) else {
+            return Vec::new();
+        };
+        let table = proc_table();
+        descendants(&table, &[listener])
+            .into_iter()
+            .filter(|p| {
+                fs::read(format!("/proc/{p}/cmdline"))
+                    .is_ok_and(|c| c.windows(13).any(|w| w == b"tunectl-agent"))
+            })
+            .collect()
+    }
+
     /// Simulate a dead host: kill host i's listener and every per-connection
     /// sshd of it, so new connections are refused and established ones (ssh
     /// masters included) break. Processes started by its sessions are left

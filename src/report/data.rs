@@ -11,6 +11,7 @@
 mod parquet;
 
 use std::collections::{BTreeSet, HashMap};
+use std::sync::Arc;
 
 use crate::decide::Analysis;
 use crate::ledger::Scan;
@@ -18,10 +19,43 @@ use crate::ledger::records::{AttemptRecord, AttemptStatus};
 
 pub use parquet::write_parquet;
 
+/// Text values, dictionary-encoded: most repeat from row to row (study,
+/// host class, config, status...), and a sample row repeats its attempt's.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Strings {
+    /// Each distinct value once.
+    pub dict: Vec<String>,
+    /// Per row, its value's position in `dict` (`None`: null).
+    pub keys: Vec<Option<u32>>,
+}
+
+impl Strings {
+    pub fn get(&self, row: usize) -> Option<&str> {
+        self.keys[row].map(|k| self.dict[k as usize].as_str())
+    }
+}
+
+impl<'a> FromIterator<Option<&'a str>> for Strings {
+    fn from_iter<I: IntoIterator<Item = Option<&'a str>>>(iter: I) -> Strings {
+        let mut pos: HashMap<&'a str, u32> = HashMap::new();
+        let mut out = Strings::default();
+        for v in iter {
+            let key = v.map(|v| {
+                *pos.entry(v).or_insert_with(|| {
+                    out.dict.push(v.to_string());
+                    (out.dict.len() - 1) as u32
+                })
+            });
+            out.keys.push(key);
+        }
+        out
+    }
+}
+
 /// One column's values, a row each (`None`: null).
 #[derive(Debug, Clone, PartialEq)]
 pub enum Values {
-    Str(Vec<Option<String>>),
+    Str(Strings),
     I64(Vec<Option<i64>>),
     F64(Vec<Option<f64>>),
     Bool(Vec<Option<bool>>),
@@ -32,7 +66,7 @@ pub enum Values {
 impl Values {
     pub fn len(&self) -> usize {
         match self {
-            Values::Str(v) => v.len(),
+            Values::Str(v) => v.keys.len(),
             Values::I64(v) => v.len(),
             Values::F64(v) => v.len(),
             Values::Bool(v) => v.len(),
@@ -48,7 +82,7 @@ impl Values {
     /// arrays.
     fn text(&self, i: usize) -> String {
         match self {
-            Values::Str(v) => v[i].clone().unwrap_or_default(),
+            Values::Str(v) => v.get(i).unwrap_or_default().to_string(),
             Values::I64(v) => v[i].map(|x| x.to_string()).unwrap_or_default(),
             Values::F64(v) => v[i].map(crate::fmt::exact).unwrap_or_default(),
             Values::Bool(v) => v[i].map(|x| x.to_string()).unwrap_or_default(),
@@ -168,17 +202,16 @@ fn typed(name: String, values: Vec<Option<&serde_json::Value>>) -> Column {
     } else if present().all(|v| v.is_number()) {
         Values::F64(values.iter().map(|v| v.and_then(J::as_f64)).collect())
     } else {
-        Values::Str(
-            values
-                .iter()
-                .map(|v| {
-                    v.map(|v| match v {
-                        J::String(s) => s.clone(),
-                        other => crate::canon::canonical_json(other),
-                    })
+        let text: Vec<Option<std::borrow::Cow<str>>> = values
+            .iter()
+            .map(|v| {
+                v.map(|v| match v {
+                    J::String(s) => std::borrow::Cow::Borrowed(s.as_str()),
+                    other => std::borrow::Cow::Owned(crate::canon::canonical_json(other)),
                 })
-                .collect(),
-        )
+            })
+            .collect();
+        Values::Str(text.iter().map(|v| v.as_deref()).collect())
     };
     Column { name, values }
 }
@@ -205,8 +238,8 @@ struct Row<'a> {
 /// analysed spec, one row each (every sample of each metric as a list), or
 /// with `samples` one row per sample. Ordered by host class, cell, config,
 /// role, repeat and attempt.
-pub fn study_table(a: &Analysis, scan: &Scan, samples: bool) -> Table {
-    let mut attempts: Vec<&AttemptRecord> = scan
+pub fn study_table<'a>(a: &'a Analysis, scan: &'a Scan, samples: bool) -> Table {
+    let mut attempts: Vec<&'a AttemptRecord> = scan
         .attempts
         .iter()
         .filter(|r| *r.spec_hash == *a.spec_hash)
@@ -244,6 +277,13 @@ pub fn study_table(a: &Analysis, scan: &Scan, samples: bool) -> Table {
         .chain(&a.metrics)
         .map(|m| (m.name.as_str(), m.unit.as_str()))
         .collect();
+    // Configs are shared between the records of a scan: one text each.
+    let mut config_json: HashMap<*const serde_json::Value, String> = HashMap::new();
+    for r in &attempts {
+        config_json
+            .entry(Arc::as_ptr(&r.config))
+            .or_insert_with(|| crate::canon::canonical_json(&r.config));
+    }
     let metric_names: Vec<String> = {
         let mut s = BTreeSet::new();
         for r in &attempts {
@@ -252,7 +292,7 @@ pub fn study_table(a: &Analysis, scan: &Scan, samples: bool) -> Table {
         s.into_iter().collect()
     };
 
-    let rows: Vec<Row> = if samples {
+    let rows: Vec<Row<'a>> = if samples {
         attempts
             .iter()
             .flat_map(|r| {
@@ -278,12 +318,19 @@ pub fn study_table(a: &Analysis, scan: &Scan, samples: bool) -> Table {
         columns: Vec::new(),
         rows: rows.len(),
     };
-    let str_col = |t: &mut Table, name: &str, f: &dyn Fn(&Row) -> Option<String>| {
+    // Text borrowed from the records or from this function's own tables:
+    // copied once per distinct value into the column's dictionary.
+    fn str_column<'r, 's>(
+        t: &mut Table,
+        rows: &[Row<'r>],
+        name: &str,
+        f: impl Fn(&Row<'r>) -> Option<&'s str>,
+    ) {
         t.columns.push(Column {
             name: name.to_string(),
             values: Values::Str(rows.iter().map(f).collect()),
         })
-    };
+    }
     let i64_col = |t: &mut Table, name: &str, f: &dyn Fn(&Row) -> Option<i64>| {
         t.columns.push(Column {
             name: name.to_string(),
@@ -312,22 +359,26 @@ pub fn study_table(a: &Analysis, scan: &Scan, samples: bool) -> Table {
             .copied()
     };
 
-    str_col(&mut t, "study", &|_| Some(a.study_id.clone()));
-    str_col(&mut t, "spec_hash", &|_| Some(a.spec_hash.clone()));
-    str_col(&mut t, "host_class", &|r| {
-        Some(r.attempt.host_class.to_string())
+    str_column(&mut t, &rows, "study", |_: &Row| Some(a.study_id.as_str()));
+    str_column(&mut t, &rows, "spec_hash", |_: &Row| {
+        Some(a.spec_hash.as_str())
     });
-    str_col(&mut t, "host_class_label", &|r| {
-        labels
-            .get(r.attempt.host_class.as_str())
-            .map(|l| l.to_string())
+    str_column(&mut t, &rows, "host_class", |r: &Row| {
+        Some(r.attempt.host_class.as_str())
     });
-    str_col(&mut t, "host", &|r| Some(r.attempt.host.to_string()));
-    str_col(&mut t, "fingerprint", &|r| {
-        Some(r.attempt.fingerprint.to_string())
+    str_column(&mut t, &rows, "host_class_label", |r: &Row| {
+        labels.get(r.attempt.host_class.as_str()).copied()
+    });
+    str_column(&mut t, &rows, "host", |r: &Row| {
+        Some(r.attempt.host.as_str())
+    });
+    str_column(&mut t, &rows, "fingerprint", |r: &Row| {
+        Some(r.attempt.fingerprint.as_str())
     });
     i64_col(&mut t, "slot", &|r| Some(i64::from(r.attempt.slot)));
-    str_col(&mut t, "cell", &|r| Some(r.attempt.cell_label.to_string()));
+    str_column(&mut t, &rows, "cell", |r: &Row| {
+        Some(r.attempt.cell_label.as_str())
+    });
     i64_col(&mut t, "cell_index", &|r| {
         Some(i64::from(r.attempt.cell_index))
     });
@@ -336,8 +387,8 @@ pub fn study_table(a: &Analysis, scan: &Scan, samples: bool) -> Table {
         let vals = rows.iter().map(|r| r.attempt.cell.get(axis)).collect();
         t.columns.push(typed(format!("cell.{axis}"), vals));
     }
-    str_col(&mut t, "config", &|r| {
-        Some(r.attempt.config_label.to_string())
+    str_column(&mut t, &rows, "config", |r: &Row| {
+        Some(r.attempt.config_label.as_str())
     });
     i64_col(&mut t, "config_index", &|r| {
         i64::try_from(r.attempt.config_index).ok()
@@ -348,40 +399,39 @@ pub fn study_table(a: &Analysis, scan: &Scan, samples: bool) -> Table {
         let vals = rows.iter().map(|r| r.attempt.config.get(knob)).collect();
         t.columns.push(typed(format!("knob.{knob}"), vals));
     }
-    str_col(&mut t, "config_json", &|r| {
-        Some(crate::canon::canonical_json(&r.attempt.config))
+    str_column(&mut t, &rows, "config_json", |r: &Row| {
+        config_json
+            .get(&Arc::as_ptr(&r.attempt.config))
+            .map(String::as_str)
     });
-    str_col(&mut t, "judged", &|r| {
-        judged_of(r.attempt).map(|j| j.status.to_string())
+    str_column(&mut t, &rows, "judged", |r: &Row| {
+        judged_of(r.attempt).map(|j| j.status)
     });
-    str_col(&mut t, "rejection", &|r| {
-        judged_of(r.attempt)
-            .and_then(|j| j.rejection)
-            .map(str::to_string)
+    str_column(&mut t, &rows, "rejection", |r: &Row| {
+        judged_of(r.attempt).and_then(|j| j.rejection)
     });
-    str_col(&mut t, "trial_key", &|r| Some(r.attempt.trial_key.clone()));
-    str_col(&mut t, "attempt_id", &|r| {
-        Some(r.attempt.attempt_id.clone())
+    str_column(&mut t, &rows, "trial_key", |r: &Row| {
+        Some(r.attempt.trial_key.as_str())
+    });
+    str_column(&mut t, &rows, "attempt_id", |r: &Row| {
+        Some(r.attempt.attempt_id.as_str())
     });
     bool_col(&mut t, "counts", &|r| {
         Some(counted.contains(r.attempt.attempt_id.as_str()))
     });
-    str_col(&mut t, "role", &|r| {
-        Some(r.attempt.role.as_str().to_string())
+    str_column(&mut t, &rows, "role", |r: &Row| {
+        Some(r.attempt.role.as_str())
     });
     i64_col(&mut t, "repeat", &|r| Some(i64::from(r.attempt.repeat)));
     f64_col(&mut t, "fidelity", &|r| r.attempt.fidelity);
-    str_col(&mut t, "status", &|r| {
-        Some(status_str(r.attempt.status).to_string())
+    str_column(&mut t, &rows, "status", |r: &Row| {
+        Some(status_str(r.attempt.status))
     });
-    str_col(&mut t, "failure_class", &|r| {
-        r.attempt
-            .failure
-            .as_ref()
-            .map(|f| f.class.as_str().to_string())
+    str_column(&mut t, &rows, "failure_class", |r: &Row| {
+        r.attempt.failure.as_ref().map(|f| f.class.as_str())
     });
-    str_col(&mut t, "failure_detail", &|r| {
-        r.attempt.failure.as_ref().map(|f| f.detail.clone())
+    str_column(&mut t, &rows, "failure_detail", |r: &Row| {
+        r.attempt.failure.as_ref().map(|f| f.detail.as_str())
     });
     i64_col(&mut t, "exit_code", &|r| {
         r.attempt.exit.as_ref().and_then(|e| e.code).map(i64::from)
@@ -398,16 +448,16 @@ pub fn study_table(a: &Analysis, scan: &Scan, samples: bool) -> Table {
     i64_col(&mut t, "warmup_runs", &|r| {
         Some(i64::from(r.attempt.warmup_runs))
     });
-    str_col(&mut t, "digest", &|r| {
-        r.attempt.digest.as_ref().map(|d| d.to_string())
+    str_column(&mut t, &rows, "digest", |r: &Row| {
+        r.attempt.digest.as_deref()
     });
     if samples {
-        str_col(&mut t, "metric", &|r| r.sample.map(|s| s.0.to_string()));
+        str_column(&mut t, &rows, "metric", |r: &Row| r.sample.map(|s| s.0));
         bool_col(&mut t, "objective", &|r| {
             r.sample.map(|s| s.0 == a.objective.name)
         });
-        str_col(&mut t, "unit", &|r| {
-            r.sample.and_then(|s| units.get(s.0)).map(|u| u.to_string())
+        str_column(&mut t, &rows, "unit", |r: &Row| {
+            r.sample.and_then(|s| units.get(s.0).copied())
         });
         i64_col(&mut t, "sample", &|r| {
             r.sample.and_then(|s| i64::try_from(s.1).ok())

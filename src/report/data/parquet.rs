@@ -96,11 +96,14 @@ pub fn write_parquet<W: std::io::Write + Send>(
             };
             match &c.values {
                 Values::Str(v) => {
-                    let rows = &v[start..end];
+                    // One buffer per distinct value, shared by its rows.
+                    let dict: Vec<ByteArray> =
+                        v.dict.iter().map(|s| ByteArray::from(s.as_str())).collect();
+                    let rows = &v.keys[start..end];
                     let vals: Vec<ByteArray> = rows
                         .iter()
                         .flatten()
-                        .map(|s| ByteArray::from(s.as_str()))
+                        .map(|k| dict[*k as usize].clone())
                         .collect();
                     let def: Vec<i16> = rows.iter().map(|r| i16::from(r.is_some())).collect();
                     col.typed::<ByteArrayType>()
@@ -178,7 +181,7 @@ mod tests {
             columns: vec![
                 Column {
                     name: "s".into(),
-                    values: Values::Str(vec![Some("a".into()), None, Some("é".into())]),
+                    values: Values::Str([Some("a"), None, Some("é")].into_iter().collect()),
                 },
                 Column {
                     name: "knob.batch".into(),
@@ -236,7 +239,7 @@ mod tests {
             rows: 0,
             columns: vec![Column {
                 name: "s".into(),
-                values: Values::Str(vec![]),
+                values: Values::Str(Default::default()),
             }],
         };
         let mut buf = Vec::new();

@@ -4,6 +4,7 @@
 #
 #   . scripts/moto.sh        (sourced by scripts/test.sh, from the repository root)
 #   moto_install             install moto into .cache/moto-venv when missing
+#                            (scripts/venv.sh)
 #   moto_start               start it on a free loopback port, wait until it
 #                            answers, and export TUNECTL_TEST_S3_ENDPOINT and
 #                            throwaway AWS_* settings for the tests
@@ -22,35 +23,10 @@ moto_say() {
 }
 
 moto_install() {
-    if [ -x "$MOTO_VENV/bin/moto_server" ] &&
-        "$MOTO_VENV/bin/python" -c 'import moto' >/dev/null 2>&1; then
-        return 0
-    fi
-    mkdir -p .cache
-    rm -rf "$MOTO_VENV"
-    if ! command -v python3 >/dev/null 2>&1 || ! python3 -m venv "$MOTO_VENV" >/dev/null 2>&1; then
-        # Debian's python3 makes venvs only with python3-venv.
-        rm -rf "$MOTO_VENV"
-        if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
-            moto_say "installing python3 and python3-venv with apt-get"
-            apt-get update -qq >&2 &&
-                DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3 python3-venv >&2 || {
-                moto_say "apt-get install python3 python3-venv failed"
-                return 1
-            }
-        fi
-        python3 -m venv "$MOTO_VENV" || {
-            moto_say "cannot create a Python virtual environment (install python3-venv)"
-            return 1
-        }
-    fi
-    moto_say "installing moto $MOTO_VERSION from PyPI into $MOTO_VENV"
-    "$MOTO_VENV/bin/python" -m pip install --quiet --disable-pip-version-check \
-        "moto[server]==$MOTO_VERSION" >&2 || {
-        moto_say "pip install moto[server]==$MOTO_VERSION failed"
-        rm -rf "$MOTO_VENV"
-        return 1
-    }
+    VENV_SAY=scripts/moto.sh
+    . ./scripts/venv.sh
+    # moto.server needs the [server] extra (flask): its import checks it.
+    venv_setup moto-venv "moto, moto.server" "moto[server]==$MOTO_VERSION" >/dev/null
 }
 
 # Does an HTTP server answer on 127.0.0.1:$1? (Any HTTP status counts.)

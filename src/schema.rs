@@ -14,9 +14,12 @@ pub const LEDGER_CHECK: &str = "tunectl.ledger-check/1";
 pub const FINGERPRINT: &str = "tunectl.fingerprint/1";
 pub const FINGERPRINT_INVENTORY: &str = "tunectl.fingerprint-inventory/1";
 pub const VALIDATE: &str = "tunectl.validate/1";
+/// The `tunectl.data` key-value metadata of a Parquet file that
+/// `export --format parquet` writes (its columns are in docs/ledger.md).
+pub const DATA: &str = "tunectl.data/1";
 
 /// All of them, for the test that docs/json.md documents each.
-pub const ALL: [&str; 10] = [
+pub const ALL: [&str; 11] = [
     PLAN,
     LAUNCH,
     STATUS,
@@ -27,4 +30,5 @@ pub const ALL: [&str; 10] = [
     FINGERPRINT_INVENTORY,
     VALIDATE,
     LOGS,
+    DATA,
 ];

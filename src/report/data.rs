@@ -487,17 +487,15 @@ pub fn attempts_of(a: &Analysis, scan: &Scan) -> usize {
         .count()
 }
 
-/// The columns' version, in a Parquet file's metadata (`tunectl.data`):
-/// it goes up when a column is removed, renamed or changes its meaning.
-pub const DATA_SCHEMA: &str = "tunectl.data/1";
-
 /// A Parquet file's key-value metadata: under `tunectl.data`, a JSON
 /// object with the columns' version, the study, its spec, what a row is,
 /// the objective (name, unit, which way is better) and the secondary
 /// metrics.
 pub fn metadata(a: &Analysis, samples: bool) -> Vec<(String, String)> {
     let doc = serde_json::json!({
-        "schema": DATA_SCHEMA,
+        // The columns' version: it goes up when a column is removed,
+        // renamed or changes its meaning.
+        "schema": crate::schema::DATA,
         "study": a.study_id,
         "spec_hash": a.spec_hash,
         "tunectl_version": crate::ledger::records::VERSION,

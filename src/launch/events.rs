@@ -208,6 +208,15 @@ pub enum LaunchEvent {
         cell: String,
         reason: DropReason,
     },
+    /// Every trial a class can run in this launch has ended while other
+    /// classes still run: its hosts take nothing more from this launch
+    /// (free for other work, or to give back).
+    ClassDone {
+        class: String,
+        hosts: Vec<String>,
+        /// Classes still running.
+        others: usize,
+    },
     /// The watchdog: nothing of a class runs or can change, and what it
     /// still has queued no host of it can take. Those trials (and the
     /// searches not over) are left for a later launch; the launch ends.

@@ -476,6 +476,17 @@ pub fn describe(ev: &LaunchEvent) -> Vec<String> {
         LaunchEvent::CellDropped { host, cell, reason } => {
             one(format!("host {host} drops cell {cell}: {reason}"))
         }
+        LaunchEvent::ClassDone {
+            class,
+            hosts,
+            others,
+        } => one(format!(
+            "class {class} is done: every trial it can run in this launch has ended; its {} ({}) take nothing more from this launch while {} still run{}",
+            crate::fmt::count(hosts.len() as u64, "host", "hosts"),
+            hosts.join(", "),
+            crate::fmt::count(*others as u64, "other class", "other classes"),
+            if *others == 1 { "s" } else { "" }
+        )),
         LaunchEvent::Stalled {
             class,
             trials,

@@ -1205,6 +1205,52 @@ fn the_agent_dying_mid_trial_loses_nothing() {
     );
 }
 
+/// Of two classes, the one whose trials are done first says so while the
+/// other still runs (its hosts take nothing more from the launch), once;
+/// the last class to finish says nothing (the launch ends). Here the H100
+/// hosts' trials take 0.3 s more (a wrapper around the FAKE trial program
+/// sleeps on H100), so the A100 class is done first.
+#[test]
+fn a_class_that_is_done_first_says_so_while_the_other_runs() {
+    let fleet = Fleet::start(&FOUR);
+    let d = dirs();
+    let slow = d.root.join("slow-on-h100");
+    write(
+        &slow,
+        &format!(
+            "#!/bin/sh
+             # FAKE: the H100 hosts' trials take 0.3 s more.
+             case $(nvidia-smi --query-gpu=name --format=csv,noheader | head -n 1) in
+             \x20 *H100*) sleep 0.3 ;;
+             esac
+             exec {trial} \"$@\"\n",
+            trial = fake_gpu_trial(),
+        ),
+    );
+    std::fs::set_permissions(&slow, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+        .expect("chmod");
+    let study = d.root.join("study.yaml");
+    write(
+        &study,
+        &study_yaml("classdone", "").replace(&fake_gpu_trial(), &slow.display().to_string()),
+    );
+    let inv = d.root.join("inventory.yaml");
+    write(&inv, &fleet.inventory_yaml(2, ""));
+    let stderr = launch(&study, &inv, &d.root.join("ledger"), &[]).stderr;
+    let done: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.contains(" is done: "))
+        .collect();
+    assert_eq!(done.len(), 1, "one class done before the other:\n{stderr}");
+    assert!(
+        done[0].contains("A100")
+            && done[0].contains("2 hosts (a100-a, a100-b)")
+            && done[0].contains("while 1 other class still runs"),
+        "{}",
+        done[0]
+    );
+}
+
 /// A persistent agent that dies while it waits idle between attempts
 /// (killed on the host) is not given the next attempt: the transport sees
 /// that its shell ended, closes it and starts another, and the attempt

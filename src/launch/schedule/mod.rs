@@ -318,6 +318,8 @@ struct State {
     plan_writes: Vec<PlanWrite>,
     /// The launch is stopping (Ctrl-C): a lost baseline is not announced.
     stopping: bool,
+    /// Classes whose end was announced ([`LaunchEvent::ClassDone`]).
+    done: HashSet<usize>,
 }
 
 /// The scheduler of one launch round.
@@ -704,7 +706,42 @@ impl<'a> Scheduler<'a> {
             self.end_stalled(class);
             return (Next::Done, touched);
         }
+        // Done, with nothing just released that could queue more (a
+        // bucket's next step): the class's work in this launch is over.
+        if result == Next::Done && touched.is_empty() {
+            self.announce_done(class);
+        }
         (result, touched)
+    }
+
+    /// Say, once, that `class` is done while other classes still have
+    /// work (at the launch's end every class is done: nothing to say).
+    fn announce_done(&mut self, class: usize) {
+        if self.st.stopping || self.st.abandoned.contains(&class) || !self.st.done.insert(class) {
+            return;
+        }
+        let others = (0..self.st.classes.len())
+            .filter(|c| {
+                *c != class
+                    && !self.st.done.contains(c)
+                    && !self.st.abandoned.contains(c)
+                    && self.st.classes[*c].has_work()
+            })
+            .count();
+        if others == 0 {
+            return;
+        }
+        let hosts = self
+            .s
+            .class_hosts(class)
+            .into_iter()
+            .map(|h| self.s.host_names[h].clone())
+            .collect();
+        self.out.push(LaunchEvent::ClassDone {
+            class: self.s.plan.classes[class].label.clone(),
+            hosts,
+            others,
+        });
     }
 
     /// Hosts of `class` that may still take units: in this launch (not

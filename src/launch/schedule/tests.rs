@@ -529,6 +529,36 @@ fn a_shard_never_confirms() {
 }
 
 #[test]
+fn a_class_done_while_another_runs_says_so_once_and_the_last_says_nothing() {
+    let mut s = scheduler("", false, true);
+    s.seed(&empty_scan());
+    s.take_events();
+    let class_done = |events: Vec<LaunchEvent>| -> Vec<LaunchEvent> {
+        events
+            .into_iter()
+            .filter(|e| matches!(e, LaunchEvent::ClassDone { .. }))
+            .collect()
+    };
+    drain(&mut s, 0, 0, AttemptStatus::Ok);
+    assert_eq!(s.next(0, 0, Instant::now()).0, Next::Done);
+    assert_eq!(s.next(0, 1, Instant::now()).0, Next::Done);
+    assert_eq!(
+        class_done(s.take_events()),
+        vec![LaunchEvent::ClassDone {
+            class: "hc-a".to_string(),
+            hosts: vec!["x".to_string(), "y".to_string()],
+            others: 1,
+        }]
+    );
+    drain(&mut s, 1, 2, AttemptStatus::Ok);
+    assert_eq!(s.next(1, 2, Instant::now()).0, Next::Done);
+    assert!(
+        class_done(s.take_events()).is_empty(),
+        "the last class to finish ends the launch: nothing to say"
+    );
+}
+
+#[test]
 fn an_anchor_is_due_every_anchor_every_candidates_of_a_cell_on_a_host() {
     let mut s = scheduler("", false, false);
     s.seed(&empty_scan());

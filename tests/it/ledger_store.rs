@@ -256,6 +256,7 @@ impl OnStore {
             vec!["report", &study, "--format", "json"],
             vec!["report", &study],
             vec!["status", &study, "--json"],
+            vec!["export", &study, "--format", "csv", "--samples"],
         ] {
             let o = self.cli(&args);
             assert_eq!(o.code, Some(0), "{args:?}:\n{}", o.text());
@@ -265,6 +266,7 @@ impl OnStore {
             report_json: out[0].clone(),
             report: out[1].clone(),
             status: out[2].clone(),
+            data: out[3].clone(),
         }
     }
 
@@ -365,6 +367,8 @@ struct Views {
     report_json: String,
     report: String,
     status: String,
+    /// `export --format csv --samples`: every sample as data.
+    data: String,
 }
 
 fn is_terminal(a: &Json) -> bool {

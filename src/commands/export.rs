@@ -14,9 +14,10 @@ pub struct ExportArgs {
     /// Ledger URL or path (default: the study file's `ledger`, or ./ledgers).
     #[arg(long, env = "TUNECTL_LEDGER")]
     pub ledger: Option<String>,
-    /// Directory for the tuned files (created if missing).
-    #[arg(long, default_value = "tuned")]
-    pub out: std::path::PathBuf,
+    /// Directory for the tuned files (created if missing; default:
+    /// `tuned`).
+    #[arg(long, value_name = "DIR")]
+    pub out: Option<std::path::PathBuf>,
     /// `text` or `json`: write the tuned files and say what was written
     /// (`json`: docs/json.md). `parquet` or `csv`: write the study as data
     /// instead, one row per attempt (docs/ledger.md).
@@ -94,8 +95,18 @@ fn other_studies(dir: &std::path::Path, study: &str, spec_hash: &str) -> Vec<Str
 /// parquet|csv` the study as data.
 pub async fn run(a: ExportArgs) -> Result<(), CliError> {
     if matches!(a.format, ExportFormat::Parquet | ExportFormat::Csv) {
+        if a.out.is_some() {
+            return Err(CliError::Invalid(
+                "--out DIR is where tuned files go; the study as data goes to -o FILE (--format parquet or csv)"
+                    .to_string(),
+            ));
+        }
         return export_data(&a).await;
     }
+    let out_dir = a
+        .out
+        .clone()
+        .unwrap_or_else(|| std::path::PathBuf::from("tuned"));
     if a.samples || a.output.is_some() {
         return Err(CliError::Invalid(format!(
             "{} goes with --format parquet or csv (the study as data); tuned files go to --out DIR",
@@ -113,15 +124,15 @@ pub async fn run(a: ExportArgs) -> Result<(), CliError> {
             analysis.study_id
         )));
     }
-    std::fs::create_dir_all(&a.out)
-        .map_err(|e| failed(format!("{}: cannot create: {e}", a.out.display())))?;
+    std::fs::create_dir_all(&out_dir)
+        .map_err(|e| failed(format!("{}: cannot create: {e}", out_dir.display())))?;
     // `apply` reads a directory as one study's files: another study's (or
     // another spec's) would be overwritten class by class, or mixed in.
-    let others = other_studies(&a.out, &analysis.study_id, &analysis.spec_hash);
+    let others = other_studies(&out_dir, &analysis.study_id, &analysis.spec_hash);
     if !others.is_empty() {
         return Err(CliError::Invalid(format!(
             "{} already holds tuned files of another study or spec ({}); export study `{}` into another --out directory (apply reads a directory as one study's files)",
-            a.out.display(),
+            out_dir.display(),
             others.join("; "),
             analysis.study_id
         )));
@@ -130,9 +141,9 @@ pub async fn run(a: ExportArgs) -> Result<(), CliError> {
     let mut written = Vec::new();
     for class in &analysis.classes {
         let (name, text) = tuned::export(&analysis, class);
-        let path = a.out.join(&name);
+        let path = out_dir.join(&name);
         // Write then rename: a reader never sees half a file.
-        let tmp = a.out.join(format!(".{name}.tmp"));
+        let tmp = out_dir.join(format!(".{name}.tmp"));
         std::fs::write(&tmp, text)
             .and_then(|()| std::fs::rename(&tmp, &path))
             .map_err(|e| failed(format!("{}: cannot write: {e}", path.display())))?;
@@ -171,7 +182,7 @@ pub async fn run(a: ExportArgs) -> Result<(), CliError> {
             schema: schema::EXPORT,
             study: analysis.study_id.clone(),
             spec_hash: analysis.spec_hash.clone(),
-            out: a.out.display().to_string(),
+            out: out_dir.display().to_string(),
             files: written,
         })?;
     }

@@ -220,10 +220,15 @@ fn attempts_with_samples(env: &Env) -> (PathBuf, Vec<Row>, serde_json::Value) {
 #[test]
 fn data_export_options_are_refused_where_they_do_not_apply() {
     let (env, _) = shared();
-    for args in [
-        vec!["--samples"],
-        vec!["-o", "x.parquet"],
-        vec!["--format", "json", "--samples"],
+    let with_tuned_files = "goes with --format parquet or csv";
+    for (args, needle) in [
+        (vec!["--samples"], with_tuned_files),
+        (vec!["-o", "x.parquet"], with_tuned_files),
+        (vec!["--format", "json", "--samples"], with_tuned_files),
+        (
+            vec!["--format", "parquet", "--out", "d"],
+            "--out DIR is where tuned files go",
+        ),
     ] {
         let mut all = vec!["export", "--ledger", env.ledger_url()];
         let study = env.study_arg();
@@ -231,12 +236,10 @@ fn data_export_options_are_refused_where_they_do_not_apply() {
         all.extend(args.iter());
         let Out { code, stderr, .. } = env.tunectl_run(&all);
         assert_eq!(code, Some(2), "{args:?}: {stderr}");
-        assert!(
-            stderr.contains("goes with --format parquet or csv"),
-            "{args:?}: {stderr}"
-        );
+        assert!(stderr.contains(needle), "{args:?}: {stderr}");
     }
     assert!(!env.path().join("x.parquet").exists());
+    assert!(!env.path().join("d").exists());
 }
 
 /// examples/notebook/analyze.py in pandas and DuckDB (pinned wheels in

@@ -111,13 +111,6 @@ pub struct Table {
 }
 
 impl Table {
-    pub fn column(&self, name: &str) -> Option<&Values> {
-        self.columns
-            .iter()
-            .find(|c| c.name == name)
-            .map(|c| &c.values)
-    }
-
     /// RFC 4180 CSV with a header; text that a spreadsheet would take for
     /// a formula starts with `'` (as the report's CSV).
     pub fn to_csv(&self) -> String {
@@ -180,7 +173,7 @@ fn judged(a: &Analysis) -> HashMap<(&str, &str, &str), Judged> {
     out
 }
 
-pub fn status_str(s: AttemptStatus) -> &'static str {
+fn status_str(s: AttemptStatus) -> &'static str {
     match s {
         AttemptStatus::Ok => "ok",
         AttemptStatus::Failed => "failed",
@@ -239,11 +232,7 @@ struct Row<'a> {
 /// with `samples` one row per sample. Ordered by host class, cell, config,
 /// role, repeat and attempt.
 pub fn study_table<'a>(a: &'a Analysis, scan: &'a Scan, samples: bool) -> Table {
-    let mut attempts: Vec<&'a AttemptRecord> = scan
-        .attempts
-        .iter()
-        .filter(|r| *r.spec_hash == *a.spec_hash)
-        .collect();
+    let mut attempts: Vec<&'a AttemptRecord> = of_spec(a, scan).collect();
     attempts.sort_by(|x, y| {
         (
             &x.host_class,
@@ -481,10 +470,14 @@ pub fn study_table<'a>(a: &'a Analysis, scan: &'a Scan, samples: bool) -> Table 
 /// The attempts of `scan` that belong to the analysed spec: the rows of
 /// [`study_table`] without `--samples`.
 pub fn attempts_of(a: &Analysis, scan: &Scan) -> usize {
+    of_spec(a, scan).count()
+}
+
+/// The attempts of `scan` of the analysed spec.
+fn of_spec<'a>(a: &'a Analysis, scan: &'a Scan) -> impl Iterator<Item = &'a AttemptRecord> {
     scan.attempts
         .iter()
         .filter(|r| *r.spec_hash == *a.spec_hash)
-        .count()
 }
 
 /// A Parquet file's key-value metadata: under `tunectl.data`, a JSON

@@ -27,6 +27,9 @@
 
 use std::fmt;
 
+mod evaluated;
+use evaluated::Command;
+
 /// One unit of shell text: a character of the template, or a value hole.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Item {
@@ -73,6 +76,8 @@ enum Frame {
     Param(u32),
     /// `$((...))` or `((...))`, with nested parentheses.
     Arith(u32),
+    /// bash's old `$[...]` arithmetic, with nested brackets.
+    OldArith(u32),
     Comment,
     /// A here-document's body (its delimiter and line so far are kept
     /// beside the stack).
@@ -112,10 +117,47 @@ pub fn scan(items: &[Item]) -> Result<Vec<Quoting>, Refusal> {
         value,
         why: why.to_string(),
     };
+    // The simple command being read at each command level: the template,
+    // and each `$(...)` open (where bash may read a value as code).
+    let mut levels: Vec<Command> = vec![Command::default()];
     let mut i = 0;
     while i < items.len() {
         let frame = stack.last().copied().unwrap_or(Frame::Top);
+        let want = 1 + stack
+            .iter()
+            .filter(|f| matches!(f, Frame::Subst(_)))
+            .count();
+        levels.truncate(want);
+        levels.resize_with(want, Command::default);
+        let level = levels.last_mut().expect("the template's level");
+        // Whether the frame's characters belong to the current command's
+        // words (quotes directly in the template or a `$(...)`).
+        let in_command_quote =
+            stack.len() >= 2 && matches!(stack[stack.len() - 2], Frame::Top | Frame::Subst(_));
         if let Item::Value(k) = items[i] {
+            // Quoted, or in a `$(...)`, inside arithmetic or `${...}`:
+            // bash still evaluates what it becomes there (an offset, a
+            // subscript, an operand).
+            if !matches!(
+                frame,
+                Frame::Param(_) | Frame::Arith(_) | Frame::OldArith(_)
+            ) {
+                if stack
+                    .iter()
+                    .any(|f| matches!(f, Frame::Arith(_) | Frame::OldArith(_)))
+                {
+                    return Err(refuse(
+                        k,
+                        "a value inside $((...)), ((...)) or $[...] (quoted there too): arithmetic evaluates the text of an expansion as code (bash runs `$(...)` in an array subscript there); compute in the template (`{{ n * 2 }}`)",
+                    ));
+                }
+                if stack.iter().any(|f| matches!(f, Frame::Param(_))) {
+                    return Err(refuse(
+                        k,
+                        "a value inside ${...} (quoted there too): bash evaluates an offset or a subscript there as code; write the default in the template (`{{ x or 'd' }}`)",
+                    ));
+                }
+            }
             let q = match frame {
                 _ if case_in_subst => {
                     return Err(refuse(
@@ -151,10 +193,10 @@ pub fn scan(items: &[Item]) -> Result<Vec<Quoting>, Refusal> {
                         "a value inside ${...}: write the default in the template (`{{ x or 'd' }}`)",
                     ));
                 }
-                Frame::Arith(_) => {
+                Frame::Arith(_) | Frame::OldArith(_) => {
                     return Err(refuse(
                         k,
-                        "a value inside $((...)) or ((...)): arithmetic evaluates the text of an expansion as code (bash runs `$(...)` in an array subscript there); compute in the template (`{{ n * 2 }}`)",
+                        "a value inside $((...)), ((...)) or $[...]: arithmetic evaluates the text of an expansion as code (bash runs `$(...)` in an array subscript there); compute in the template (`{{ n * 2 }}`)",
                     ));
                 }
                 Frame::Comment => {
@@ -170,6 +212,10 @@ pub fn scan(items: &[Item]) -> Result<Vec<Quoting>, Refusal> {
                     ));
                 }
             };
+            if let Some(why) = level.refusal() {
+                return Err(refuse(k, &why));
+            }
+            level.mark();
             out.push(q);
             word_start = false;
             i += 1;
@@ -187,6 +233,22 @@ pub fn scan(items: &[Item]) -> Result<Vec<Quoting>, Refusal> {
             Frame::Top | Frame::Subst(_) => {
                 let was_word_start = word_start;
                 word_start = false;
+                match c {
+                    '\\' => match ch(i + 1) {
+                        Some('\n') | None => {}
+                        Some(n) => level.push(n),
+                    },
+                    '$' | '`' => level.mark(),
+                    '\'' | '"' => {}
+                    '#' if was_word_start => {}
+                    '(' if was_word_start && ch(i + 1) == Some('(') => level.mark(),
+                    '<' | '>' if ch(i + 1) == Some('(') => level.mark(),
+                    '<' | '>' => level.end_word(),
+                    ')' if matches!(stack.last(), Some(Frame::Subst(0))) => {}
+                    '(' | ')' | '\n' | ';' | '&' | '|' => level.operator(c),
+                    c if is_blank(c) => level.end_word(),
+                    c => level.push(c),
+                }
                 match c {
                     '\\' => {
                         if let Some(r) = next_value(
@@ -285,6 +347,18 @@ pub fn scan(items: &[Item]) -> Result<Vec<Quoting>, Refusal> {
                 i += 1;
             }
             Frame::Double => {
+                if in_command_quote {
+                    match c {
+                        '\\' => match ch(i + 1) {
+                            Some(n @ ('$' | '`' | '"' | '\\')) => level.push(n),
+                            Some('\n') => {}
+                            _ => level.push('\\'),
+                        },
+                        '$' | '`' => level.mark(),
+                        '"' => {}
+                        c => level.push(c),
+                    }
+                }
                 match c {
                     '\\' => {
                         if let Some(r) = next_value(
@@ -317,10 +391,17 @@ pub fn scan(items: &[Item]) -> Result<Vec<Quoting>, Refusal> {
             Frame::Single => {
                 if c == '\'' {
                     stack.pop();
+                } else if in_command_quote {
+                    level.push(c);
                 }
                 i += 1;
             }
             Frame::AnsiC => {
+                if in_command_quote && c != '\'' {
+                    // (Escapes are not decoded: a word with one names no
+                    // builtin.)
+                    level.push(c);
+                }
                 match c {
                     '\\' => {
                         // Skip the escaped character; a value is never
@@ -413,6 +494,31 @@ pub fn scan(items: &[Item]) -> Result<Vec<Quoting>, Refusal> {
                 }
                 i += 1;
             }
+            Frame::OldArith(d) => {
+                match c {
+                    '$' => {
+                        if let Some(r) = dollar(items, i, &mut stack, false) {
+                            return Err(r);
+                        }
+                        i += dollar_len(items, i, false);
+                        continue;
+                    }
+                    '[' => {
+                        if let Some(Frame::OldArith(d)) = stack.last_mut() {
+                            *d += 1;
+                        }
+                    }
+                    ']' => {
+                        if d == 0 {
+                            stack.pop();
+                        } else if let Some(Frame::OldArith(d)) = stack.last_mut() {
+                            *d -= 1;
+                        }
+                    }
+                    _ => {}
+                }
+                i += 1;
+            }
             Frame::Comment => {
                 if c == '\n' {
                     // The newline ends the comment and is then read as text.
@@ -474,6 +580,7 @@ fn dollar(items: &[Item], i: usize, stack: &mut Vec<Frame>, in_double: bool) -> 
     match (ch(i + 1), ch(i + 2)) {
         (Some('('), Some('(')) => stack.push(Frame::Arith(0)),
         (Some('('), _) => stack.push(Frame::Subst(0)),
+        (Some('['), _) => stack.push(Frame::OldArith(0)),
         (Some('{'), _) => stack.push(Frame::Param(0)),
         (Some('\''), _) if !in_double => stack.push(Frame::AnsiC),
         (Some('"'), _) if !in_double => stack.push(Frame::Double),
@@ -490,7 +597,7 @@ fn dollar_len(items: &[Item], i: usize, in_double: bool) -> usize {
     };
     match (ch(i + 1), ch(i + 2)) {
         (Some('('), Some('(')) => 3,
-        (Some('(' | '{'), _) => 2,
+        (Some('(' | '{' | '['), _) => 2,
         (Some('\'' | '"'), _) if !in_double => 2,
         _ => 1,
     }
@@ -752,6 +859,85 @@ mod tests {
         }
         // After the here-document ends, values are fine again.
         assert!(check("cat <<EOF\nx\nEOF\necho {{ a }}").is_ok());
+    }
+
+    /// Found by the shell differential (`[[ "${V}" -eq 1 ]]` ran
+    /// `a[$(touch ...)]` under bash), and the other places where bash reads
+    /// an expansion's text again, each checked under bash 5 with such a
+    /// value.
+    #[test]
+    fn where_bash_reads_a_value_again_it_is_refused() {
+        for (t, why) in [
+            ("[[ {{ v }} -eq 1 ]]", "[[ ... ]]"),
+            ("echo\nE\n[[ {{ v }} -eq 1 ]]", "[[ ... ]]"),
+            ("echo |[[ {{ v }} -eq 1 ]]", "[[ ... ]]"),
+            ("echo ;[[ \"{{ v }}\" -eq 1 ]]", "[[ ... ]]"),
+            ("if [[ 1 -eq 1 && {{ v }} -gt 2 ]]; then :; fi", "[[ ... ]]"),
+            ("[[ -v {{ v }} ]]", "[[ ... ]]"),
+            ("x=$([[ {{ v }} -lt 3 ]] && echo)", "[[ ... ]]"),
+            ("let x={{ v }}", "`let`"),
+            ("builtin let x={{ v }}", "`let`"),
+            ("eval echo {{ v }}", "`eval`"),
+            ("trap {{ v }} EXIT", "`trap`"),
+            (". {{ v }}", "`.`"),
+            ("read {{ v }} </dev/null", "`read`"),
+            ("alias x={{ v }}", "`alias`"),
+            ("compgen -C {{ v }} x", "`compgen`"),
+            ("unset {{ v }}", "`unset`"),
+            ("declare -i x={{ v }}", "`declare -i`"),
+            ("declare -a z={{ v }}", "`declare -a`"),
+            ("declare -n r={{ v }}", "`declare -n`"),
+            ("declare a[{{ v }}]=1", "variable name of `declare`"),
+            ("export {{ v }}", "variable name of `export`"),
+            ("export PS4={{ v }}", "PS4"),
+            ("PS4={{ v }} bash -x run", "PS4"),
+            ("a[{{ v }}]=1", "array subscript"),
+            ("z=([{{ v }}]=1)", "NAME=(...)"),
+            ("printf -v {{ v }} x", "`printf -v`"),
+            ("test -v {{ v }}", "`test -v`"),
+            ("[ -v x{{ v }} ]", "`[ -v`"),
+            ("echo \"${PWD:\"{{ v }}\"}\"", "${...}"),
+            ("x=(1); echo \"${x[\"{{ v }}\"]}\"", "${...}"),
+            ("echo $[ {{ v }} ]", "arithmetic"),
+            ("echo $[ \"{{ v }}\" ]", "arithmetic"),
+            ("echo $(( $(echo {{ v }}) ))", "arithmetic"),
+            (
+                "for (( i=0; i<\"{{ v }}\"; i++ )); do :; done",
+                "arithmetic",
+            ),
+        ] {
+            let err = check(t).expect_err(t);
+            assert!(err.contains(why), "{t}: {err}");
+        }
+    }
+
+    #[test]
+    fn where_bash_takes_a_value_as_it_is_it_is_placed() {
+        for t in [
+            "export X={{ v }}",
+            "export X={{ v }} Y=\"{{ w }}\"",
+            "local x={{ v }}",
+            "X={{ v }} run",
+            "printf '%s' {{ v }}",
+            "printf -v x '%s' {{ v }}",
+            "[ {{ v }} -eq 1 ] && run",
+            "test {{ v }} = x",
+            "case {{ v }} in a) run;; esac",
+            "{{ program }} --x {{ v }}",
+            "command {{ program }} {{ v }}",
+            "[[ -d /tmp ]] && run {{ v }}",
+            "if [[ -d /tmp ]]; then run {{ v }}; fi",
+            "x=(1 2); run {{ v }}",
+            "z=(a b) ; run {{ v }}",
+            "echo let {{ v }}",
+            "run --let {{ v }} eval",
+            "echo \"[[ {{ v }} -eq 1 ]]\"",
+            "f() { run {{ v }}; }; f",
+            "echo ${X:-d} {{ v }}",
+            "echo $[ 1 + 2 ] {{ v }}",
+        ] {
+            assert!(check(t).is_ok(), "{t}: {:?}", check(t));
+        }
     }
 
     #[test]

@@ -137,6 +137,99 @@ fidelity: {unit: steps, min_budget: 1, max_budget: 3}
     assert_eq!(markers(dir), Vec::<String>::new());
 }
 
+/// Found by the shell differential (benches/shell_differential.sh): bash
+/// reads the text of an expansion again in `[[ x -eq y ]]` (arithmetic,
+/// where `a[$(cmd)]` runs `cmd`), and so in `let`, `declare -i`, array
+/// subscripts, `eval`, `PS4`... Where `sh` is bash (RHEL, Fedora, macOS),
+/// `[[ "${TUNECTL_KNOB_V}" -eq 1 ]]` ran a value. Each such template is now
+/// refused when the study loads, with its place; plain uses next to them
+/// still plan.
+#[test]
+fn where_bash_reads_a_value_again_the_study_is_refused_at_load_with_its_place() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let dir = tmp.path();
+    let study = |command: &str| {
+        format!(
+            "name: bash-reads\nknobs:\n  v: {{kind: categorical, values: [\"1\", \"a[$(touch pwned)]\"], default: \"1\"}}\ntrial:\n  command: {}\nobjective: {{metric: t, better: higher}}\n",
+            serde_json::to_string(command).expect("JSON")
+        )
+    };
+    for (command, place, why) in [
+        // Two of the differential's templates, as it found them.
+        (
+            "echo |[[ {{ v }} -eq 1 ]]",
+            "5:22",
+            "a value inside [[ ... ]]",
+        ),
+        (
+            "echo {{ v }}\n[[ {{ v }} -eq 1 ]]",
+            "5:30",
+            "a value inside [[ ... ]]",
+        ),
+        (
+            "let n={{ v }}+1; run",
+            "5:19",
+            "a value as an argument of `let`",
+        ),
+        (
+            "declare -i n={{ v }}; run",
+            "5:26",
+            "a value in `declare -i`",
+        ),
+        ("a[{{ v }}]=1; run", "5:15", "a value in an array subscript"),
+        (
+            "eval run {{ v }}",
+            "5:22",
+            "a value as an argument of `eval`",
+        ),
+        (
+            "PS4={{ v }}; set -x; run",
+            "5:17",
+            "a value assigned to PS4",
+        ),
+        (
+            "echo \"${PWD:\"{{ v }}\"}\"",
+            "5:28",
+            "a value inside ${...}",
+        ),
+        (
+            "echo $[ {{ v }} + 1 ]",
+            "5:21",
+            "a value inside $((...)), ((...)) or $[...]",
+        ),
+    ] {
+        std::fs::write(dir.join("study.yaml"), study(command)).expect("write study");
+        let out = tunectl(dir)
+            .args(["plan", "study.yaml", "--dry-run"])
+            .output()
+            .expect("run plan");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{command}: {stderr}");
+        let expected = format!("study.yaml:{place}: trial.command: {why}");
+        assert!(
+            stderr.contains(&expected),
+            "{command}: want {expected:?} in {stderr}"
+        );
+    }
+    for command in [
+        "[ {{ v }} -eq 1 ] && export X={{ v }} && printf -v y '%s' {{ v }}",
+        "[[ -d / ]] && run {{ v }}",
+    ] {
+        std::fs::write(dir.join("study.yaml"), study(command)).expect("write study");
+        let out = tunectl(dir)
+            .args(["plan", "study.yaml", "--dry-run"])
+            .output()
+            .expect("run plan");
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{command}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    assert_eq!(markers(dir), Vec::<String>::new());
+}
+
 /// The reported templates (tests/it/support/injection.rs): a `#` right after
 /// a closing `"` or after `$#` is part of the word for `sh`, where the
 /// context analysis believed a comment; with each value of a set of shell

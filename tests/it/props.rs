@@ -141,6 +141,25 @@ fn shell_piece() -> impl Strategy<Value = String> {
         Just("a"),
         Just("[[ "),
         Just(" -eq 1 ]]"),
+        // Where bash reads an expansion's text again (found: `[[ -eq ]]`).
+        Just("let "),
+        Just("declare -i x="),
+        Just("export "),
+        Just("read "),
+        Just("printf -v "),
+        Just("test -v "),
+        Just("[ -v "),
+        Just("eval "),
+        Just("trap "),
+        Just("builtin "),
+        Just("PS4="),
+        Just("a["),
+        Just("]=1"),
+        Just("z=(["),
+        Just("$["),
+        Just("]"),
+        Just("${PWD:"),
+        Just(" set -x;"),
     ]
     .prop_map(str::to_string)
 }
@@ -178,6 +197,7 @@ fn payloads(mark: &str) -> Vec<String> {
         format!(")\ntouch {mark}\n("),
         format!("}}\ntouch {mark}\n{{"),
         format!("'\"$(touch {mark})\"'"),
+        format!("touch {mark}"),
     ]
 }
 
@@ -261,7 +281,7 @@ proptest! {
     #[test]
     fn no_value_runs_under_any_shell_whatever_the_template(
         template in shell_template(),
-        picks in proptest::sample::subsequence((0..18usize).collect::<Vec<_>>(), 4),
+        picks in proptest::sample::subsequence((0..payloads("").len()).collect::<Vec<_>>(), 4),
     ) {
         let dir = tempfile::tempdir().expect("tempdir");
         let mark: PathBuf = dir.path().join("PWNED");
@@ -367,7 +387,7 @@ fn no_value_runs_under_any_shell_batched() {
     );
     let strategy = (
         shell_template(),
-        proptest::sample::subsequence((0..18usize).collect::<Vec<_>>(), 4),
+        proptest::sample::subsequence((0..payloads("").len()).collect::<Vec<_>>(), 4),
     );
     let shells = shells();
     let dir = tempfile::tempdir().expect("tempdir");

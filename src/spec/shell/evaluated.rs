@@ -1,0 +1,212 @@
+//! Where bash reads the text of an expansion again, as code or as a
+//! variable name, though it came from a quoted `"${X}"`.
+//!
+//! A POSIX shell never parses an expansion's result again, but bash does
+//! in a few places: arithmetic (`[[ x -eq y ]]` and the other number
+//! tests of `[[ ]]`, `let`, `declare -i`, array subscripts, `${x:off}`),
+//! variable names (`read`, `printf -v`, `test -v`, `unset`, `declare -n`),
+//! prompts (`PS4`) and the builtins that run text (`eval`, `trap`,
+//! `source`, `alias`, `compgen -C`). A value there whose text is
+//! `a[$(cmd)]` runs `cmd`: bash expands a subscript before it evaluates
+//! it. So a hole is refused wherever bash would read it so; the
+//! differential test (tests/it/props.rs) runs every accepted context
+//! under bash with such values.
+//!
+//! [`Command`] follows the simple command being read at one level of the
+//! scanner (the template, or a `$(...)`): its words so far, with quotes
+//! removed, enough to know its name, its options and whether a `[[ ]]`
+//! or an array assignment is open.
+
+/// Builtins that read an argument as code, arithmetic or a variable name,
+/// whatever it is.
+const READS_AS_CODE: [&str; 16] = [
+    "let",
+    "eval",
+    "trap",
+    "source",
+    ".",
+    "alias",
+    "read",
+    "mapfile",
+    "readarray",
+    "unset",
+    "getopts",
+    "enable",
+    "complete",
+    "compgen",
+    "bind",
+    "fc",
+];
+
+/// Builtins that assign: a value is fine after `NAME=`, with no option
+/// (`-i` makes the assignment arithmetic, `-n` a name, `-a` a list).
+const DECLARES: [&str; 5] = ["declare", "typeset", "local", "export", "readonly"];
+
+/// Variables whose text bash expands again when it shows them.
+const PROMPTS: [&str; 6] = ["PS0", "PS1", "PS2", "PS3", "PS4", "PROMPT_COMMAND"];
+
+/// Words before a command's name that do not name it.
+const PREFIXES: &[&str] = &[
+    "!", "{", "time", "-p", "if", "then", "else", "elif", "do", "while", "until", "command",
+    "builtin",
+];
+
+/// A character of a word that is not the word's own text: an expansion,
+/// or a value.
+const MARK: char = '\u{0}';
+
+/// The simple command being read at one level.
+#[derive(Debug, Default, Clone)]
+pub(super) struct Command {
+    words: Vec<String>,
+    cur: String,
+    in_word: bool,
+    /// Inside `[[ ... ]]`.
+    cond: bool,
+    /// Parentheses open in an array assignment `NAME=(...)`.
+    compound: u32,
+}
+
+/// `NAME=` or `NAME+=` at the start of `word`: the name.
+fn assigned_name(word: &str) -> Option<&str> {
+    let (name, _) = word.split_once('=')?;
+    let name = name.strip_suffix('+').unwrap_or(name);
+    super::is_variable_name(name).then_some(name)
+}
+
+impl Command {
+    /// A character of the current word, quotes removed.
+    pub(super) fn push(&mut self, c: char) {
+        self.cur.push(c);
+        self.in_word = true;
+    }
+
+    /// An expansion (or a value) in the current word: the word names no
+    /// builtin or keyword.
+    pub(super) fn mark(&mut self) {
+        self.push(MARK);
+    }
+
+    /// A blank or a redirection ends the current word.
+    pub(super) fn end_word(&mut self) {
+        if !self.in_word {
+            return;
+        }
+        let word = std::mem::take(&mut self.cur);
+        self.in_word = false;
+        if self.compound == 0 {
+            if !self.cond && word == "[[" && self.name().is_none() {
+                self.cond = true;
+            } else if self.cond && word == "]]" {
+                self.cond = false;
+            }
+        }
+        self.words.push(word);
+    }
+
+    /// An operator character (`;`, `&`, `|`, `(`, `)` or a newline).
+    pub(super) fn operator(&mut self, c: char) {
+        if c == '('
+            && self.compound == 0
+            && self.in_word
+            && self.cur.ends_with('=')
+            && assigned_name(&self.cur).is_some()
+        {
+            self.compound = 1;
+            return;
+        }
+        if self.compound > 0 {
+            match c {
+                '(' => self.compound += 1,
+                ')' => {
+                    self.compound -= 1;
+                    if self.compound == 0 {
+                        self.mark();
+                        self.end_word();
+                    }
+                }
+                _ => {}
+            }
+            return;
+        }
+        self.end_word();
+        if !self.cond {
+            *self = Command::default();
+        }
+    }
+
+    /// The command's name: its first word that is no prefix keyword and no
+    /// assignment; `None` while none has been read.
+    fn name(&self) -> Option<&str> {
+        self.words
+            .iter()
+            .map(String::as_str)
+            .find(|w| !PREFIXES.contains(w) && assigned_name(w).is_none())
+    }
+
+    /// Why a value may not stand here (at the current point of the
+    /// current word), if bash would read it as code or as a name.
+    pub(super) fn refusal(&self) -> Option<String> {
+        if self.cond {
+            return Some(
+                "a value inside [[ ... ]]: bash evaluates the operands of its number tests (-eq, -lt...) and the name after -v as code (`a[$(...)]` in a value runs); compare with [ ... ] or `case`, or in the program".to_string(),
+            );
+        }
+        if self.compound > 0 {
+            return Some(
+                "a value inside an array assignment NAME=(...): bash evaluates its [...]= subscripts as arithmetic, running `$(...)` in a value; assign the value to a plain variable".to_string(),
+            );
+        }
+        let Some(name) = self.name() else {
+            // An assignment before the command (or the command's own name,
+            // which is fine: a program named by a value).
+            if self
+                .cur
+                .starts_with(|c: char| c.is_ascii_alphabetic() || c == '_')
+                && !self.cur.contains('=')
+                && self.cur.contains('[')
+            {
+                return Some(
+                    "a value in an array subscript (NAME[...]=): bash evaluates a subscript as arithmetic, running `$(...)` in a value".to_string(),
+                );
+            }
+            return assigned_name(&self.cur)
+                .filter(|n| PROMPTS.contains(n))
+                .map(|n| format!("a value assigned to {n}: bash expands a prompt's text again when it shows it (`$(...)` in a value runs)"));
+        };
+        let args = &self.words[self.words.iter().position(|w| w == name).unwrap_or(0) + 1..];
+        if READS_AS_CODE.contains(&name) {
+            return Some(format!(
+                "a value as an argument of `{name}`: bash reads it as code, arithmetic or a variable name (whose subscript runs `$(...)`); pass the value to a program, not to `{name}`"
+            ));
+        }
+        if DECLARES.contains(&name) {
+            if let Some(opt) = args.iter().find(|w| w.starts_with(['-', '+'])) {
+                return Some(format!(
+                    "a value in `{name} {opt}`: with an option bash may read the value as arithmetic, a list or a variable name; assign it plainly (`{name} X={{{{ v }}}}`)"
+                ));
+            }
+            return match assigned_name(&self.cur) {
+                Some(n) if PROMPTS.contains(&n) => Some(format!(
+                    "a value assigned to {n}: bash expands a prompt's text again when it shows it (`$(...)` in a value runs)"
+                )),
+                Some(_) => None,
+                None => Some(format!(
+                    "a value as a variable name of `{name}`: bash evaluates a name's subscript (`a[$(...)]` runs); write the name in the template (`{name} X={{{{ v }}}}`)"
+                )),
+            };
+        }
+        if name == "printf" && args.first().is_some_and(|a| a == "-v") && args.len() == 1 {
+            return Some(
+                "a value as the variable name of `printf -v`: bash evaluates a name's subscript (`a[$(...)]` runs); write the name in the template".to_string(),
+            );
+        }
+        if matches!(name, "test" | "[") && args.last().is_some_and(|a| a == "-v" || a == "-R") {
+            return Some(format!(
+                "a value after `{name} {}`: bash reads it as a variable name and evaluates its subscript (`a[$(...)]` runs)",
+                args.last().map(String::as_str).unwrap_or("-v")
+            ));
+        }
+        None
+    }
+}

@@ -120,6 +120,12 @@ pub fn scan(items: &[Item]) -> Result<Vec<Quoting>, Refusal> {
     // The simple command being read at each command level: the template,
     // and each `$(...)` open (where bash may read a value as code).
     let mut levels: Vec<Command> = vec![Command::default()];
+    // Names the template evaluates (in arithmetic, `[[ ]]`, `let`) or
+    // gives an attribute (`declare -i`), and the values assigned to a
+    // name: a value assigned to an evaluated name is read as code.
+    let mut evaluated: std::collections::BTreeSet<String> = Default::default();
+    let mut assigned: Vec<(usize, String)> = Vec::new();
+    let mut arith_name = String::new();
     let mut i = 0;
     while i < items.len() {
         let frame = stack.last().copied().unwrap_or(Frame::Top);
@@ -127,9 +133,33 @@ pub fn scan(items: &[Item]) -> Result<Vec<Quoting>, Refusal> {
             .iter()
             .filter(|f| matches!(f, Frame::Subst(_)))
             .count();
+        for l in levels.iter_mut() {
+            evaluated.extend(l.evaluated.drain(..));
+        }
         levels.truncate(want);
         levels.resize_with(want, Command::default);
         let level = levels.last_mut().expect("the template's level");
+        // A name inside arithmetic, or inside `${...}` but the parameter
+        // itself (`${!x}`, `${y:x}`, `${y[x]}` evaluate `x`).
+        let plain_parameter = arith_name.is_empty()
+            && i >= 2
+            && items[i - 1] == Item::Char('{')
+            && items[i - 2] == Item::Char('$');
+        match items[i] {
+            Item::Char(c)
+                if (matches!(frame, Frame::Arith(_) | Frame::OldArith(_))
+                    || (matches!(frame, Frame::Param(_)) && !plain_parameter))
+                    && (c.is_ascii_alphanumeric() || c == '_') =>
+            {
+                arith_name.push(c);
+            }
+            _ => {
+                if is_variable_name(&arith_name) {
+                    evaluated.insert(std::mem::take(&mut arith_name));
+                }
+                arith_name.clear();
+            }
+        }
         // Whether the frame's characters belong to the current command's
         // words (quotes directly in the template or a `$(...)`).
         let in_command_quote =
@@ -215,7 +245,10 @@ pub fn scan(items: &[Item]) -> Result<Vec<Quoting>, Refusal> {
             if let Some(why) = level.refusal() {
                 return Err(refuse(k, &why));
             }
-            level.mark();
+            // Assigned directly, or through the `$(...)` it is part of.
+            assigned.extend(levels.iter().filter_map(Command::assigned).map(|n| (k, n)));
+            let level = levels.last_mut().expect("the template's level");
+            level.quoted_mark();
             out.push(q);
             word_start = false;
             i += 1;
@@ -246,7 +279,7 @@ pub fn scan(items: &[Item]) -> Result<Vec<Quoting>, Refusal> {
                     '<' | '>' => level.end_word(),
                     ')' if matches!(stack.last(), Some(Frame::Subst(0))) => {}
                     '(' | ')' | '\n' | ';' | '&' | '|' => level.operator(c),
-                    c if is_blank(c) => level.end_word(),
+                    c if is_blank(c) => level.blank(c),
                     c => level.push(c),
                 }
                 match c {
@@ -354,7 +387,7 @@ pub fn scan(items: &[Item]) -> Result<Vec<Quoting>, Refusal> {
                             Some('\n') => {}
                             _ => level.push('\\'),
                         },
-                        '$' | '`' => level.mark(),
+                        '$' | '`' => level.quoted_mark(),
                         '"' => {}
                         c => level.push(c),
                     }
@@ -554,6 +587,21 @@ pub fn scan(items: &[Item]) -> Result<Vec<Quoting>, Refusal> {
                 i += 1;
             }
         }
+    }
+    for l in levels.iter_mut() {
+        l.end_word();
+        evaluated.extend(l.evaluated.drain(..));
+    }
+    if is_variable_name(&arith_name) {
+        evaluated.insert(arith_name);
+    }
+    if let Some((k, name)) = assigned.iter().find(|(_, n)| evaluated.contains(n)) {
+        return Err(refuse(
+            *k,
+            &format!(
+                "a value assigned to `{name}`, which the template evaluates (in arithmetic, `let`, `[[ ]]`) or declares with an option (`declare -i {name}`): bash reads the value as code there; give the value to the program, or compute in the template (`{{{{ n * 2 }}}}`)"
+            ),
+        ));
     }
     Ok(out)
 }
@@ -905,6 +953,28 @@ mod tests {
                 "for (( i=0; i<\"{{ v }}\"; i++ )); do :; done",
                 "arithmetic",
             ),
+            // Found next by the differential: an unquoted expansion as the
+            // command's name (empty, so the next word is the command), a
+            // subscript with a blank in it, an attribute given earlier.
+            (
+                "echo \n$read declare -i x={{ v }}export PS4=",
+                "unquoted expansion",
+            ),
+            ("$let eval {{ v }}", "unquoted expansion"),
+            ("echo  set -x;$builtin eval {{ v }}", "unquoted expansion"),
+            ("a[test -v {{ v }}]=1", "array subscript"),
+            ("declare -i x=\nx={{ v }}", "declares with an option"),
+            ("x={{ v }}; echo $((x + 1))", "evaluates"),
+            ("x={{ v }}; echo $(( $x ))", "evaluates"),
+            ("x={{ v }}; let y=x", "evaluates"),
+            ("x={{ v }} run; [[ x -eq 1 ]]", "evaluates"),
+            ("for x in {{ v }}; do echo $((x)); done", "evaluates"),
+            ("x=$(echo {{ v }}); declare -i x", "declares with an option"),
+            ("function f { let x={{ v }}; }", "`let`"),
+            ("f() { eval {{ v }}; }", "`eval`"),
+            ("printf -v x '%s' {{ v }}; echo $((x))", "evaluates"),
+            ("x={{ v }}; echo \"${!x}\"", "evaluates"),
+            ("x={{ v }}; echo \"${PWD:x}\"", "evaluates"),
         ] {
             let err = check(t).expect_err(t);
             assert!(err.contains(why), "{t}: {err}");
@@ -935,6 +1005,12 @@ mod tests {
             "f() { run {{ v }}; }; f",
             "echo ${X:-d} {{ v }}",
             "echo $[ 1 + 2 ] {{ v }}",
+            "\"$PYTHON\" train.py --x {{ v }}",
+            "$PYTHON train.py --x {{ v }}",
+            "x={{ v }}; echo $((y + 1)); run \"$x\"",
+            "for f in {{ v }}; do run \"$f\"; done",
+            "a[1]=2; run {{ v }}",
+            "x={{ v }}; run \"${x}\" \"${x:-d}\"",
         ] {
             assert!(check(t).is_ok(), "{t}: {:?}", check(t));
         }

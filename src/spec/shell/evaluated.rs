@@ -48,12 +48,15 @@ const PROMPTS: [&str; 6] = ["PS0", "PS1", "PS2", "PS3", "PS4", "PROMPT_COMMAND"]
 /// Words before a command's name that do not name it.
 const PREFIXES: &[&str] = &[
     "!", "{", "time", "-p", "if", "then", "else", "elif", "do", "while", "until", "command",
-    "builtin",
+    "builtin", "coproc",
 ];
 
-/// A character of a word that is not the word's own text: an expansion,
-/// or a value.
+/// A character of a word that is not the word's own text: an unquoted
+/// expansion, which may vanish or split into several words.
 const MARK: char = '\u{0}';
+
+/// A quoted expansion (or a value's reference): one field, whatever it is.
+const QUOTED_MARK: char = '\u{1}';
 
 /// The simple command being read at one level.
 #[derive(Debug, Default, Clone)]
@@ -65,6 +68,16 @@ pub(super) struct Command {
     cond: bool,
     /// Parentheses open in an array assignment `NAME=(...)`.
     compound: u32,
+    /// Names this command evaluates or gives an attribute to (`declare
+    /// -i x`, `let x+1`, `[[ x -eq 1 ]]`), for the scanner to collect.
+    pub(super) evaluated: Vec<String>,
+}
+
+/// The variable names in a word (runs of letters, digits and `_` that do
+/// not start with a digit).
+fn identifiers(word: &str) -> impl Iterator<Item = &str> {
+    word.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+        .filter(|w| w.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_'))
 }
 
 /// `NAME=` or `NAME+=` at the start of `word`: the name.
@@ -81,10 +94,32 @@ impl Command {
         self.in_word = true;
     }
 
-    /// An expansion (or a value) in the current word: the word names no
-    /// builtin or keyword.
+    /// An unquoted expansion in the current word: the word names no
+    /// builtin or keyword, and may vanish or split.
     pub(super) fn mark(&mut self) {
         self.push(MARK);
+    }
+
+    /// A quoted expansion, or a value, in the current word.
+    pub(super) fn quoted_mark(&mut self) {
+        self.push(QUOTED_MARK);
+    }
+
+    /// A blank: it ends the current word, but inside an array subscript
+    /// of an assignment (`a[x y]=1`, one word for bash).
+    pub(super) fn blank(&mut self, c: char) {
+        let open = self.cur.matches('[').count() > self.cur.matches(']').count();
+        if open
+            && self.name().is_none()
+            && self
+                .cur
+                .starts_with(|c: char| c.is_ascii_alphabetic() || c == '_')
+            && !self.cur.contains('=')
+        {
+            self.push(c);
+        } else {
+            self.end_word();
+        }
     }
 
     /// A blank or a redirection ends the current word.
@@ -99,7 +134,37 @@ impl Command {
                 self.cond = true;
             } else if self.cond && word == "]]" {
                 self.cond = false;
+            } else if self.cond {
+                self.evaluated
+                    .extend(identifiers(&word).map(str::to_string));
             }
+        }
+        match self.name() {
+            Some("let") => self
+                .evaluated
+                .extend(identifiers(&word).map(str::to_string)),
+            Some(n) if DECLARES.contains(&n) && !word.starts_with(['-', '+']) => {
+                let with_option = self
+                    .words
+                    .iter()
+                    .skip_while(|w| w.as_str() != n)
+                    .any(|w| w.starts_with(['-', '+']));
+                let name = word.split(['=', '[', '+']).next().unwrap_or("");
+                if with_option && super::is_variable_name(name) {
+                    self.evaluated.push(name.to_string());
+                }
+            }
+            _ => {}
+        }
+        // `{` and `}` open and close a group (`f() { ...; }`, `function f {`):
+        // a command starts after them.
+        if !self.cond && self.compound == 0 && (word == "{" || word == "}") {
+            let evaluated = std::mem::take(&mut self.evaluated);
+            *self = Command {
+                evaluated,
+                ..Command::default()
+            };
+            return;
         }
         self.words.push(word);
     }
@@ -131,7 +196,40 @@ impl Command {
         }
         self.end_word();
         if !self.cond {
-            *self = Command::default();
+            let evaluated = std::mem::take(&mut self.evaluated);
+            *self = Command {
+                evaluated,
+                ..Command::default()
+            };
+        }
+    }
+
+    /// The variable a value at this point is assigned to: `NAME=` before
+    /// a command or as an argument of `declare` and its kin, or the
+    /// variable of a `for NAME in` list.
+    pub(super) fn assigned(&self) -> Option<String> {
+        match self.name() {
+            None => assigned_name(&self.cur).map(str::to_string),
+            Some(n) if DECLARES.contains(&n) => assigned_name(&self.cur).map(str::to_string),
+            Some("printf") => {
+                let args =
+                    &self.words[self.words.iter().position(|w| w == "printf").unwrap_or(0) + 1..];
+                match args {
+                    [v, var, ..] if v == "-v" => Some(var.clone()),
+                    _ => None,
+                }
+            }
+            Some("for") => {
+                let args =
+                    &self.words[self.words.iter().position(|w| w == "for").unwrap_or(0) + 1..];
+                match args {
+                    [var, rest @ ..] if rest.first().is_some_and(|w| w == "in") => {
+                        Some(var.clone())
+                    }
+                    _ => None,
+                }
+            }
+            _ => None,
         }
     }
 
@@ -174,7 +272,23 @@ impl Command {
                 .filter(|n| PROMPTS.contains(n))
                 .map(|n| format!("a value assigned to {n}: bash expands a prompt's text again when it shows it (`$(...)` in a value runs)"));
         };
-        let args = &self.words[self.words.iter().position(|w| w == name).unwrap_or(0) + 1..];
+        let at = self.words.iter().position(|w| w == name).unwrap_or(0);
+        if name.contains(MARK) {
+            // An unquoted expansion names the command: it may vanish or
+            // split, and any word after it may be the command bash runs.
+            let risky = self.words[at + 1..].iter().find(|w| {
+                READS_AS_CODE.contains(&w.as_str())
+                    || DECLARES.contains(&w.as_str())
+                    || matches!(w.as_str(), "printf" | "test" | "[" | "builtin" | "command")
+            });
+            if let Some(w) = risky {
+                return Some(format!(
+                    "a value in a command whose name is an unquoted expansion, followed by `{w}`: if the expansion is empty or splits, bash runs `{w}`, which may read the value as code; quote the expansion (\"$X\") or drop it"
+                ));
+            }
+            return None;
+        }
+        let args = &self.words[at + 1..];
         if READS_AS_CODE.contains(&name) {
             return Some(format!(
                 "a value as an argument of `{name}`: bash reads it as code, arithmetic or a variable name (whose subscript runs `$(...)`); pass the value to a program, not to `{name}`"

@@ -26,6 +26,13 @@ bench:
     ./benches/search_regret.sh
     ./benches/verdict_integrity.sh --quick
 
+# The launch driver over a simulated fleet under virtual time (FAKE hosts,
+# an in-memory ledger that counts requests): busy share, makespan against its
+# bound, ledger requests and launcher CPU per attempt. HOSTS, SLOTS, CLASSES,
+# CHURN, SEED, STARTUP as benches/fleet_sim.rs reads them.
+fleet-sim:
+    cargo bench --bench fleet_sim
+
 # The verdict-integrity benchmark in full (510 studies: about 1 hour with --jobs 4,
 # whose timings are the FAKE program's own, so parallel launches change no figure); ARGS as
 # benches/verdict_integrity.sh takes them (--tunectl PATH, --out FILE, --jobs N).

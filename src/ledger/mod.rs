@@ -305,6 +305,14 @@ impl Ledger {
         Ok(ledger)
     }
 
+    /// A ledger over a store the caller built, shown as `url`: for
+    /// benchmarks that count a launch's requests (an in-memory store with
+    /// a counting layer, `benches/fleet_sim.rs`). Commands open ledgers
+    /// with [`Ledger::open`].
+    pub fn over_store(store: Arc<dyn ObjectStore>, url: &str) -> Ledger {
+        Ledger::with_store(store, url.to_string())
+    }
+
     fn with_store(store: Arc<dyn ObjectStore>, url: String) -> Ledger {
         Ledger {
             store,

@@ -126,6 +126,9 @@ pub fn scan(items: &[Item]) -> Result<Vec<Quoting>, Refusal> {
     let mut evaluated: std::collections::BTreeSet<String> = Default::default();
     let mut assigned: Vec<(usize, String)> = Vec::new();
     let mut arith_name = String::new();
+    // After a `$`, the parameter's name is no text of the word: 1 while
+    // reading a name, 2 for a special parameter's one character.
+    let mut param_name = 0u8;
     let mut i = 0;
     while i < items.len() {
         let frame = stack.last().copied().unwrap_or(Frame::Top);
@@ -139,6 +142,26 @@ pub fn scan(items: &[Item]) -> Result<Vec<Quoting>, Refusal> {
         levels.truncate(want);
         levels.resize_with(want, Command::default);
         let level = levels.last_mut().expect("the template's level");
+        let suppress = match (param_name, items[i]) {
+            (1, Item::Char(c)) if c.is_ascii_alphanumeric() || c == '_' => true,
+            (2, Item::Char(_)) => {
+                param_name = 0;
+                true
+            }
+            _ => {
+                param_name = 0;
+                false
+            }
+        };
+        if matches!(frame, Frame::Top | Frame::Subst(_) | Frame::Double)
+            && items[i] == Item::Char('$')
+        {
+            param_name = match items.get(i + 1) {
+                Some(Item::Char(c)) if c.is_ascii_alphabetic() || *c == '_' => 1,
+                Some(Item::Char(c)) if c.is_ascii_digit() || "#?@*$!-".contains(*c) => 2,
+                _ => 0,
+            };
+        }
         // A name inside arithmetic, or inside `${...}` but the parameter
         // itself (`${!x}`, `${y:x}`, `${y[x]}` evaluate `x`).
         let plain_parameter = arith_name.is_empty()
@@ -280,6 +303,7 @@ pub fn scan(items: &[Item]) -> Result<Vec<Quoting>, Refusal> {
                     ')' if matches!(stack.last(), Some(Frame::Subst(0))) => {}
                     '(' | ')' | '\n' | ';' | '&' | '|' => level.operator(c),
                     c if is_blank(c) => level.blank(c),
+                    _ if suppress => {}
                     c => level.push(c),
                 }
                 match c {
@@ -389,6 +413,7 @@ pub fn scan(items: &[Item]) -> Result<Vec<Quoting>, Refusal> {
                         },
                         '$' | '`' => level.quoted_mark(),
                         '"' => {}
+                        _ if suppress => {}
                         c => level.push(c),
                     }
                 }
@@ -958,10 +983,24 @@ mod tests {
             // subscript with a blank in it, an attribute given earlier.
             (
                 "echo \n$read declare -i x={{ v }}export PS4=",
-                "unquoted expansion",
+                "made with an expansion",
             ),
-            ("$let eval {{ v }}", "unquoted expansion"),
-            ("echo  set -x;$builtin eval {{ v }}", "unquoted expansion"),
+            ("$let eval {{ v }}", "made with an expansion"),
+            (
+                "echo  set -x;$builtin eval {{ v }}",
+                "made with an expansion",
+            ),
+            // And then: an empty `$()` before `eval` or `let`.
+            (
+                "echo printf -v ;$()eval x={{ v }} -eq 1 ]] ",
+                "made with an expansion",
+            ),
+            (
+                "echo let ]=1 set -x;$()let {{ v }}",
+                "made with an expansion",
+            ),
+            ("\"$X\"eval {{ v }}", "made with an expansion"),
+            ("e$()val {{ v }}", "made with an expansion"),
             ("a[test -v {{ v }}]=1", "array subscript"),
             ("declare -i x=\nx={{ v }}", "declares with an option"),
             ("x={{ v }}; echo $((x + 1))", "evaluates"),

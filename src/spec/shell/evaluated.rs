@@ -273,17 +273,27 @@ impl Command {
                 .map(|n| format!("a value assigned to {n}: bash expands a prompt's text again when it shows it (`$(...)` in a value runs)"));
         };
         let at = self.words.iter().position(|w| w == name).unwrap_or(0);
-        if name.contains(MARK) {
-            // An unquoted expansion names the command: it may vanish or
-            // split, and any word after it may be the command bash runs.
-            let risky = self.words[at + 1..].iter().find(|w| {
-                READS_AS_CODE.contains(&w.as_str())
-                    || DECLARES.contains(&w.as_str())
-                    || matches!(w.as_str(), "printf" | "test" | "[" | "builtin" | "command")
-            });
+        // A name made with an expansion (`$X eval`, `$()eval`,
+        // `"$X"eval`): an empty or split expansion leaves the command to
+        // what is around it, or to a word after it.
+        if name.contains(MARK) || (name.contains(QUOTED_MARK) && name != QUOTED_MARK.to_string()) {
+            let joined: String = name
+                .chars()
+                .filter(|c| *c != MARK && *c != QUOTED_MARK)
+                .collect();
+            let fragments = name.split([MARK, QUOTED_MARK]).map(str::to_string);
+            let later = self.words[at + 1..].iter().cloned();
+            let risky = std::iter::once(joined)
+                .chain(fragments)
+                .chain(later)
+                .find(|w| {
+                    READS_AS_CODE.contains(&w.as_str())
+                        || DECLARES.contains(&w.as_str())
+                        || matches!(w.as_str(), "printf" | "test" | "[" | "builtin" | "command")
+                });
             if let Some(w) = risky {
                 return Some(format!(
-                    "a value in a command whose name is an unquoted expansion, followed by `{w}`: if the expansion is empty or splits, bash runs `{w}`, which may read the value as code; quote the expansion (\"$X\") or drop it"
+                    "a value in a command whose name is made with an expansion, with `{w}` in it or after it: if the expansion is empty or splits, bash runs `{w}`, which may read the value as code; write the command's name plainly"
                 ));
             }
             return None;

@@ -197,6 +197,14 @@ fn where_bash_reads_a_value_again_the_study_is_refused_at_load_with_its_place() 
             "5:21",
             "a value inside $((...)), ((...)) or $[...]",
         ),
+        // The differential's later finds: a name made with an expansion,
+        // an attribute given on another line.
+        (
+            "$()eval x={{ v }}",
+            "5:23",
+            "a value in a command whose name is made with an expansion",
+        ),
+        ("declare -i x\nx={{ v }}", "5:29", "a value assigned to `x`"),
     ] {
         std::fs::write(dir.join("study.yaml"), study(command)).expect("write study");
         let out = tunectl(dir)

@@ -129,6 +129,9 @@ pub fn scan(items: &[Item]) -> Result<Vec<Quoting>, Refusal> {
     // After a `$`, the parameter's name is no text of the word: 1 while
     // reading a name, 2 for a special parameter's one character.
     let mut param_name = 0u8;
+    // bash's old `$[...]` arithmetic: sh (dash) reads it as a `$` and a
+    // `[`, so the text after it means one thing to bash and another to sh.
+    let mut old_arith = false;
     let mut i = 0;
     while i < items.len() {
         let frame = stack.last().copied().unwrap_or(Frame::Top);
@@ -142,6 +145,14 @@ pub fn scan(items: &[Item]) -> Result<Vec<Quoting>, Refusal> {
         levels.truncate(want);
         levels.resize_with(want, Command::default);
         let level = levels.last_mut().expect("the template's level");
+        if !matches!(
+            frame,
+            Frame::Single | Frame::AnsiC | Frame::Comment | Frame::Heredoc
+        ) && items[i] == Item::Char('$')
+            && items.get(i + 1) == Some(&Item::Char('['))
+        {
+            old_arith = true;
+        }
         let suppress = match (param_name, items[i]) {
             (1, Item::Char(c)) if c.is_ascii_alphanumeric() || c == '_' => true,
             (2, Item::Char(_)) => {
@@ -188,6 +199,12 @@ pub fn scan(items: &[Item]) -> Result<Vec<Quoting>, Refusal> {
         let in_command_quote =
             stack.len() >= 2 && matches!(stack[stack.len() - 2], Frame::Top | Frame::Subst(_));
         if let Item::Value(k) = items[i] {
+            if old_arith {
+                return Err(refuse(
+                    k,
+                    "a value after bash's old `$[...]` arithmetic: sh (dash) does not know it and reads the text after it otherwise than bash does (a `;`, a here-document); use $((...)) and compute in the template (`{{ n * 2 }}`)",
+                ));
+            }
             // Quoted, or in a `$(...)`, inside arithmetic or `${...}`:
             // bash still evaluates what it becomes there (an offset, a
             // subscript, an operand).
@@ -971,8 +988,15 @@ mod tests {
             ("[ -v x{{ v }} ]", "`[ -v`"),
             ("echo \"${PWD:\"{{ v }}\"}\"", "${...}"),
             ("x=(1); echo \"${x[\"{{ v }}\"]}\"", "${...}"),
-            ("echo $[ {{ v }} ]", "arithmetic"),
-            ("echo $[ \"{{ v }}\" ]", "arithmetic"),
+            ("echo $[ {{ v }} ]", "$[...]"),
+            ("echo $[ \"{{ v }}\" ]", "$[...]"),
+            // Found by the differential under dash, which reads `$[` as
+            // text: the `;` and the here-document inside it count there.
+            ("echo $[ set -x;eval  -eq 1 ]]trap {{ v }}", "$[...]"),
+            (
+                "echo let $[<<'E'\n]=1\"{{ v }}{{ v }}'a'\nE\n{{ v }}",
+                "$[...]",
+            ),
             ("echo $(( $(echo {{ v }}) ))", "arithmetic"),
             (
                 "for (( i=0; i<\"{{ v }}\"; i++ )); do :; done",
@@ -1043,7 +1067,7 @@ mod tests {
             "echo \"[[ {{ v }} -eq 1 ]]\"",
             "f() { run {{ v }}; }; f",
             "echo ${X:-d} {{ v }}",
-            "echo $[ 1 + 2 ] {{ v }}",
+            "echo {{ v }} $[ 1 + 2 ]",
             "\"$PYTHON\" train.py --x {{ v }}",
             "$PYTHON train.py --x {{ v }}",
             "x={{ v }}; echo $((y + 1)); run \"$x\"",

@@ -195,7 +195,7 @@ fn where_bash_reads_a_value_again_the_study_is_refused_at_load_with_its_place() 
         (
             "echo $[ {{ v }} + 1 ]",
             "5:21",
-            "a value inside $((...)), ((...)) or $[...]",
+            "a value after bash's old `$[...]` arithmetic",
         ),
         // The differential's later finds: a name made with an expansion,
         // an attribute given on another line.

@@ -541,7 +541,10 @@ pub fn scan(items: &[Item]) -> Result<Vec<Quoting>, Refusal> {
                 }
                 i += 1;
             }
-            Frame::Arith(d) => {
+            Frame::Arith(d) | Frame::OldArith(d) => {
+                // `$((...))` nests `(`, bash's `$[...]` nests `[`.
+                let old = matches!(frame, Frame::OldArith(_));
+                let (open, close) = if old { ('[', ']') } else { ('(', ')') };
                 match c {
                     '$' => {
                         if let Some(r) = dollar(items, i, &mut stack, false) {
@@ -550,43 +553,19 @@ pub fn scan(items: &[Item]) -> Result<Vec<Quoting>, Refusal> {
                         i += dollar_len(items, i, false);
                         continue;
                     }
-                    '(' => {
-                        if let Some(Frame::Arith(d)) = stack.last_mut() {
+                    c if c == open => {
+                        if let Some(Frame::Arith(d) | Frame::OldArith(d)) = stack.last_mut() {
                             *d += 1;
                         }
                     }
-                    ')' => {
+                    c if c == close => {
                         if d == 0 {
                             stack.pop();
-                            if ch(i + 1) == Some(')') {
+                            if !old && ch(i + 1) == Some(')') {
                                 i += 1;
                             }
-                        } else if let Some(Frame::Arith(d)) = stack.last_mut() {
-                            *d -= 1;
-                        }
-                    }
-                    _ => {}
-                }
-                i += 1;
-            }
-            Frame::OldArith(d) => {
-                match c {
-                    '$' => {
-                        if let Some(r) = dollar(items, i, &mut stack, false) {
-                            return Err(r);
-                        }
-                        i += dollar_len(items, i, false);
-                        continue;
-                    }
-                    '[' => {
-                        if let Some(Frame::OldArith(d)) = stack.last_mut() {
-                            *d += 1;
-                        }
-                    }
-                    ']' => {
-                        if d == 0 {
-                            stack.pop();
-                        } else if let Some(Frame::OldArith(d)) = stack.last_mut() {
+                        } else if let Some(Frame::Arith(d) | Frame::OldArith(d)) = stack.last_mut()
+                        {
                             *d -= 1;
                         }
                     }

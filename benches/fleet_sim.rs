@@ -22,7 +22,10 @@
 //!   launcher's own CPU.
 //! - The ledger is the real ledger code over an in-memory object store
 //!   with a counting layer: every put, get, head, delete, copy and list
-//!   page is counted (a list page is 1,000 names, as S3 pages).
+//!   page is counted (a list page is 1,000 names, as S3 pages). Listings
+//!   come from an ordered index of the names beside it, so that a listing
+//!   from an offset or by delimiter costs what it hands out, as it does on
+//!   S3 (the in-memory store filters every name under the prefix).
 //!
 //! It reports, per class and for the fleet: slot time busy (attempts'
 //! virtual time, lost ones included, over slots × span), the makespan
@@ -39,7 +42,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
-use std::ops::Range;
+use std::ops::{Bound, Range};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -52,7 +55,7 @@ use object_store::memory::InMemory;
 use object_store::path::Path as ObjPath;
 use object_store::{
     CopyOptions, GetOptions, GetResult, ListResult, MultipartUpload, ObjectMeta, ObjectStore,
-    PutMultipartOptions, PutOptions, PutPayload, PutResult, RenameOptions,
+    ObjectStoreExt, PutMultipartOptions, PutOptions, PutPayload, PutResult, RenameOptions,
 };
 use tokio_util::sync::CancellationToken;
 use tunectl::fingerprint::{Fingerprint, Gpu};
@@ -145,10 +148,12 @@ impl Counts {
     }
 }
 
-/// An in-memory object store that counts every request.
+/// An in-memory object store that counts every request, listing from an
+/// ordered index of its names (raw key to metadata).
 struct Counting {
     inner: Arc<InMemory>,
     counts: Arc<Counts>,
+    names: Arc<Mutex<BTreeMap<String, ObjectMeta>>>,
 }
 
 impl fmt::Debug for Counting {
@@ -164,6 +169,54 @@ impl fmt::Display for Counting {
 }
 
 impl Counting {
+    fn new(counts: Arc<Counts>) -> Counting {
+        Counting {
+            inner: Arc::new(InMemory::new()),
+            counts,
+            names: Default::default(),
+        }
+    }
+
+    /// Keep the index of names in step with a write to `location`.
+    async fn indexed(&self, location: &ObjPath) {
+        if let Ok(meta) = self.inner.head(location).await {
+            if let Ok(mut names) = self.names.lock() {
+                names.insert(location.as_ref().to_string(), meta);
+            }
+        }
+    }
+
+    fn unindexed(&self, location: &ObjPath) {
+        if let Ok(mut names) = self.names.lock() {
+            names.remove(location.as_ref());
+        }
+    }
+
+    /// The names under `prefix` (whole segments, as object_store means
+    /// it) after `offset`, in key order, each read once.
+    fn listed(
+        &self,
+        prefix: Option<&ObjPath>,
+        offset: Option<&ObjPath>,
+    ) -> BoxStream<'static, object_store::Result<ObjectMeta>> {
+        let p = prefix
+            .map(|p| format!("{}/", p.as_ref()))
+            .unwrap_or_default();
+        let start = match offset {
+            Some(o) if o.as_ref() >= p.as_str() => Bound::Excluded(o.as_ref().to_string()),
+            _ => Bound::Included(p.clone()),
+        };
+        let out: Vec<_> = match self.names.lock() {
+            Ok(names) => names
+                .range((start, Bound::Unbounded))
+                .take_while(|(k, _)| k.starts_with(&p))
+                .map(|(_, m)| Ok(m.clone()))
+                .collect(),
+            Err(_) => Vec::new(),
+        };
+        futures::stream::iter(out).boxed()
+    }
+
     fn counted_list(
         &self,
         prefix: Option<&ObjPath>,
@@ -172,8 +225,10 @@ impl Counting {
         self.counts.list.fetch_add(1, Relaxed);
         self.counts.note(prefix, "list", 1);
         let counts = Arc::clone(&self.counts);
+        let prefix = prefix.cloned();
         s.inspect(move |_| {
             counts.listed.fetch_add(1, Relaxed);
+            counts.note(prefix.as_ref(), "names", 1);
         })
         .boxed()
     }
@@ -189,17 +244,22 @@ impl ObjectStore for Counting {
     ) -> object_store::Result<PutResult> {
         self.counts.put.fetch_add(1, Relaxed);
         self.counts.note(Some(location), "put", 1);
-        self.inner.put_opts(location, payload, opts).await
+        let r = self.inner.put_opts(location, payload, opts).await?;
+        self.indexed(location).await;
+        Ok(r)
     }
 
     async fn put_multipart_opts(
         &self,
-        location: &ObjPath,
-        opts: PutMultipartOptions,
+        _location: &ObjPath,
+        _opts: PutMultipartOptions,
     ) -> object_store::Result<Box<dyn MultipartUpload>> {
-        self.counts.put.fetch_add(1, Relaxed);
-        self.counts.note(Some(location), "put", 1);
-        self.inner.put_multipart_opts(location, opts).await
+        // The ledger writes no object in parts; the index of names would
+        // not see one.
+        Err(object_store::Error::NotImplemented {
+            operation: "put_multipart".into(),
+            implementer: "fleet_sim::Counting".into(),
+        })
     }
 
     async fn get_opts(
@@ -231,11 +291,20 @@ impl ObjectStore for Counting {
         locations: BoxStream<'static, object_store::Result<ObjPath>>,
     ) -> BoxStream<'static, object_store::Result<ObjPath>> {
         let counts = Arc::clone(&self.counts);
+        let names = Arc::clone(&self.names);
+        // One request a thousand keys, as S3's DeleteObjects takes them.
+        let mut keys = 0u64;
         self.inner
             .delete_stream(locations)
             .inspect(move |deleted| {
-                counts.delete.fetch_add(1, Relaxed);
-                counts.note(deleted.as_ref().ok(), "delete", 1);
+                if keys % 1000 == 0 {
+                    counts.delete.fetch_add(1, Relaxed);
+                    counts.note(deleted.as_ref().ok(), "delete", 1);
+                }
+                keys += 1;
+                if let (Ok(p), Ok(mut names)) = (deleted, names.lock()) {
+                    names.remove(p.as_ref());
+                }
             })
             .boxed()
     }
@@ -244,7 +313,7 @@ impl ObjectStore for Counting {
         &self,
         prefix: Option<&ObjPath>,
     ) -> BoxStream<'static, object_store::Result<ObjectMeta>> {
-        self.counted_list(prefix, self.inner.list(prefix))
+        self.counted_list(prefix, self.listed(prefix, None))
     }
 
     fn list_with_offset(
@@ -252,7 +321,7 @@ impl ObjectStore for Counting {
         prefix: Option<&ObjPath>,
         offset: &ObjPath,
     ) -> BoxStream<'static, object_store::Result<ObjectMeta>> {
-        self.counted_list(prefix, self.inner.list_with_offset(prefix, offset))
+        self.counted_list(prefix, self.listed(prefix, Some(offset)))
     }
 
     async fn list_with_delimiter(
@@ -261,10 +330,38 @@ impl ObjectStore for Counting {
     ) -> object_store::Result<ListResult> {
         self.counts.list.fetch_add(1, Relaxed);
         self.counts.note(prefix, "list", 1);
-        let r = self.inner.list_with_delimiter(prefix).await?;
-        self.counts
-            .listed
-            .fetch_add((r.objects.len() + r.common_prefixes.len()) as u64, Relaxed);
+        // Each folder under the prefix once: the names in it are skipped
+        // (every name in `a/` sorts before `a0`).
+        let p = prefix
+            .map(|p| format!("{}/", p.as_ref()))
+            .unwrap_or_default();
+        let mut r = ListResult {
+            common_prefixes: Vec::new(),
+            objects: Vec::new(),
+            extensions: Default::default(),
+        };
+        if let Ok(names) = self.names.lock() {
+            let mut from = Bound::Included(p.clone());
+            while let Some((k, m)) = names.range((from.clone(), Bound::Unbounded)).next() {
+                let Some(rest) = k.strip_prefix(&p) else {
+                    break;
+                };
+                match rest.split_once('/') {
+                    Some((folder, _)) => {
+                        r.common_prefixes
+                            .push(ObjPath::from(format!("{p}{folder}")));
+                        from = Bound::Included(format!("{p}{folder}0"));
+                    }
+                    None => {
+                        r.objects.push(m.clone());
+                        from = Bound::Excluded(k.clone());
+                    }
+                }
+            }
+        }
+        let names = (r.objects.len() + r.common_prefixes.len()) as u64;
+        self.counts.listed.fetch_add(names, Relaxed);
+        self.counts.note(prefix, "names", names);
         Ok(r)
     }
 
@@ -276,7 +373,9 @@ impl ObjectStore for Counting {
     ) -> object_store::Result<()> {
         self.counts.copy.fetch_add(1, Relaxed);
         self.counts.note(Some(to), "copy", 1);
-        self.inner.copy_opts(from, to, options).await
+        self.inner.copy_opts(from, to, options).await?;
+        self.indexed(to).await;
+        Ok(())
     }
 
     async fn rename_opts(
@@ -290,7 +389,10 @@ impl ObjectStore for Counting {
         self.counts.delete.fetch_add(1, Relaxed);
         self.counts.note(Some(to), "copy", 1);
         self.counts.note(Some(from), "delete", 1);
-        self.inner.rename_opts(from, to, options).await
+        self.inner.rename_opts(from, to, options).await?;
+        self.unindexed(from);
+        self.indexed(to).await;
+        Ok(())
     }
 }
 
@@ -738,10 +840,7 @@ async fn simulate(
     let study = Study::from_text(&dir.path().join("study.yaml"), &study_text())
         .expect("the simulated study is valid");
     let counts = Arc::new(Counts::default());
-    let store = Counting {
-        inner: Arc::new(InMemory::new()),
-        counts: Arc::clone(&counts),
-    };
+    let store = Counting::new(Arc::clone(&counts));
     let ledger = Ledger::over_store(Arc::new(store), "memory://fleet-sim");
     let t0 = VInstant::now();
     let shared = Arc::new(Shared {

@@ -332,14 +332,68 @@ impl Ledger {
         Ok(by_trial)
     }
 
-    /// The newest generation of a trial's lease.
+    /// The generations of one trial's lease, oldest first, read from the
+    /// trial's own names on (`list_with_offset`): on a store that lists in
+    /// key order (S3's general-purpose buckets, GCS, Azure, memory) that is
+    /// one list request however many leases the study holds, where the
+    /// whole of `leases/` is one request a thousand of them. A store that
+    /// lists out of order can make it miss generations; a miss can only
+    /// make the create that follows fail, and that failure reads the whole
+    /// listing ([`Ledger::acquire_in_store`]).
+    async fn trial_generations(
+        &self,
+        study: &str,
+        trial: &str,
+    ) -> Result<Vec<(u64, ObjPath)>, LedgerError> {
+        let prefix = prefix(study);
+        let offset = ObjPath::from(format!("{study}/leases/{trial}"));
+        let mut listing = self.store.list_with_offset(Some(&prefix), &offset);
+        let mut gens = Vec::new();
+        while let Some(meta) = listing
+            .try_next()
+            .await
+            .map_err(|e| self.io_err("list", &prefix, e))?
+        {
+            let k = meta.location;
+            let Some(name) = k.parts().nth(2) else {
+                continue;
+            };
+            // Past the names that begin with the trial's key: in key
+            // order, none of its generations is further on.
+            if !name.as_ref().starts_with(trial) {
+                break;
+            }
+            if k.parts().count() != 3 {
+                continue;
+            }
+            if let Some((t, generation)) = parse_name(name.as_ref()) {
+                if t == trial {
+                    gens.push((generation, k.clone()));
+                }
+            }
+        }
+        gens.sort_by_key(|(g, _)| *g);
+        Ok(gens)
+    }
+
+    /// The newest generation of a trial's lease, from the trial's own
+    /// names ([`Ledger::trial_generations`]) or, `whole`, from the listing
+    /// of every lease of the study.
     async fn latest_lease(
         &self,
         study: &str,
         trial: &str,
+        whole: bool,
     ) -> Result<Option<LeaseRecord>, LedgerError> {
-        let mut all = self.lease_generations(study).await?;
-        let Some((generation, k)) = all.remove(trial).and_then(|mut g| g.pop()) else {
+        let newest = if whole {
+            self.lease_generations(study)
+                .await?
+                .remove(trial)
+                .and_then(|mut g| g.pop())
+        } else {
+            self.trial_generations(study, trial).await?.pop()
+        };
+        let Some((generation, k)) = newest else {
             return Ok(None);
         };
         let Some(bytes) = self.get(&k).await? else {
@@ -484,18 +538,26 @@ impl Ledger {
         holder: &Holder<'_>,
         ttl: Duration,
     ) -> Result<Result<Taken, Held>, LedgerError> {
-        let latest = self.latest_lease(study, trial).await?;
-        let (generation, stale) = match free_generation(latest, holder.owner, chrono::Utc::now()) {
-            Ok(g) => g,
-            Err(held) => return Ok(Err(held)),
-        };
-        let record = Self::lease_record(trial, holder, generation, ttl, None);
-        if self.create_generation(&record, study).await? {
-            Ok(Ok((record, stale)))
-        } else {
-            // Someone created that generation first: they hold it.
-            Ok(Err(held_by(self.latest_lease(study, trial).await?)))
+        // From the trial's own names first. When that finds the trial held,
+        // or the generation after the newest it saw exists (someone created
+        // it first, or a store listing out of order hid it), once more from
+        // the whole listing: what a store's order hides can delay a trial
+        // by one listing, never hold it for good nor let two launchers in.
+        for whole in [false, true] {
+            let latest = self.latest_lease(study, trial, whole).await?;
+            let (generation, stale) =
+                match free_generation(latest, holder.owner, chrono::Utc::now()) {
+                    Ok(g) => g,
+                    Err(held) if whole => return Ok(Err(held)),
+                    Err(_) => continue,
+                };
+            let record = Self::lease_record(trial, holder, generation, ttl, None);
+            if self.create_generation(&record, study).await? {
+                return Ok(Ok((record, stale)));
+            }
         }
+        // Someone created that generation first: they hold it.
+        Ok(Err(held_by(self.latest_lease(study, trial, true).await?)))
     }
 
     /// Extend a held lease. `Ok(false)`: it was taken over (it had expired).
@@ -591,6 +653,9 @@ pub struct UnreadableLease {
 }
 
 #[cfg(test)]
+mod listing_order;
+
+#[cfg(test)]
 mod tests {
     use super::*;
 
@@ -630,7 +695,7 @@ mod tests {
         let mut lease = a.expect("lease");
         assert!(
             ledger
-                .renew_lease(&mut lease, Duration::from_millis(1))
+                .renew_lease(&mut lease, Duration::from_millis(500))
                 .await
                 .expect("io")
         );
@@ -642,7 +707,9 @@ mod tests {
         assert_eq!(first[0].what, "sweep x=1 @ n=2");
         assert_eq!(first[0].taken_at, lease.record.taken_at);
         assert!(!lease.record.taken_at.is_empty());
-        tokio::time::sleep(Duration::from_millis(20)).await;
+        // Long enough to be read back live on a busy machine, short enough
+        // to wait out.
+        tokio::time::sleep(Duration::from_millis(600)).await;
         // Expired: B takes over with the next generation; A's renewal fails.
         let b = ledger
             .acquire_lease(

@@ -29,6 +29,8 @@ mod local;
 pub mod log;
 pub mod records;
 pub mod scan;
+#[cfg(test)]
+pub(crate) mod test_store;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -96,6 +98,9 @@ pub struct Ledger {
     streams: std::sync::Mutex<HashMap<String, log::Writer>>,
     /// The directory of a local ledger: its log is listed by name alone.
     local_root: Option<std::path::PathBuf>,
+    /// Host records read in this process, by key: each is created once and
+    /// never rewritten, so a key read once is not read again.
+    host_records: std::sync::Mutex<HashMap<String, HostRecord>>,
 }
 
 /// The attempts of one study as found in the ledger (see `scan.rs`).
@@ -319,6 +324,7 @@ impl Ledger {
             url,
             known: Default::default(),
             streams: Default::default(),
+            host_records: Default::default(),
             local_root: None,
         }
     }
@@ -445,10 +451,11 @@ impl Ledger {
                     .await?,
             );
         }
-        if created.last() != Some(&false) {
-            for key in then_delete {
-                let _ = self.store.delete(&key).await;
-            }
+        if created.last() != Some(&false) && !then_delete.is_empty() {
+            // One request for all of them where the store deletes in bulk
+            // (S3's DeleteObjects), concurrent single deletes elsewhere.
+            let keys = futures::stream::iter(then_delete.into_iter().map(Ok)).boxed();
+            let _: Vec<_> = self.store.delete_stream(keys).collect().await;
         }
         Ok(created)
     }
@@ -709,7 +716,10 @@ impl Ledger {
         self.create(&key, bytes).await.map(|_| ())
     }
 
-    /// Every fingerprint stored for a study (corrupt ones skipped).
+    /// Every fingerprint stored for a study (corrupt ones skipped). One
+    /// listing, and a read of each record this process has not read yet
+    /// (host records are created once, never rewritten): a launch that
+    /// asks at every decision reads each record once.
     pub async fn hosts(
         &self,
         study: &str,
@@ -719,9 +729,23 @@ impl Ledger {
         let mut out = Vec::new();
         let mut corrupt = Vec::new();
         for key in keys {
+            let read_before = self
+                .host_records
+                .lock()
+                .ok()
+                .and_then(|m| m.get(key.as_ref()).cloned());
+            if let Some(r) = read_before {
+                out.push(r);
+                continue;
+            }
             if let Some(bytes) = self.get(&key).await? {
                 match serde_json::from_slice::<HostRecord>(&bytes) {
-                    Ok(r) => out.push(r),
+                    Ok(r) => {
+                        if let Ok(mut m) = self.host_records.lock() {
+                            m.insert(key.to_string(), r.clone());
+                        }
+                        out.push(r)
+                    }
                     Err(e) => corrupt.push(CorruptObject {
                         key: key.to_string(),
                         reason: e.to_string(),
@@ -1060,6 +1084,59 @@ pub fn new_attempt_id() -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Host records are created once and never rewritten: a launch that
+    /// asks for them at every decision lists them each time (a host probed
+    /// since is seen) and reads each record once.
+    #[tokio::test]
+    async fn host_records_are_read_once_and_new_ones_seen() {
+        let store = Arc::new(test_store::Listing::new(false));
+        let ledger = Ledger::with_store(store.clone(), "mem".into());
+        let record = |host: &str, hash: &str| HostRecord {
+            schema: records::SCHEMA,
+            host: host.into(),
+            transport: "local".into(),
+            fingerprint_hash: hash.into(),
+            host_class: "c".into(),
+            class_label: "c".into(),
+            probed_at: "2026-12-04T00:00:00Z".into(),
+            nodes: Vec::new(),
+            fingerprint: Default::default(),
+        };
+        for h in ["a", "b", "c"] {
+            ledger
+                .write_host("s", &record(h, "f1"))
+                .await
+                .expect("write");
+        }
+        let gets =
+            |store: &test_store::Listing| store.gets.swap(0, std::sync::atomic::Ordering::Relaxed);
+        gets(&store);
+        let (first, _) = ledger.hosts("s").await.expect("hosts");
+        assert_eq!(first.len(), 3);
+        assert_eq!(gets(&store), 3);
+        let (again, _) = ledger.hosts("s").await.expect("hosts");
+        assert_eq!(again.len(), 3);
+        assert_eq!(gets(&store), 0, "records read before are not read again");
+        // Another launcher probes a host, and one of these again with
+        // another fingerprint: both new records are read, the rest not.
+        ledger
+            .write_host("s", &record("d", "f1"))
+            .await
+            .expect("write");
+        ledger
+            .write_host("s", &record("a", "f2"))
+            .await
+            .expect("write");
+        gets(&store);
+        let (now, _) = ledger.hosts("s").await.expect("hosts");
+        assert_eq!(now.len(), 5);
+        assert_eq!(gets(&store), 2);
+        // A second process (a new ledger handle) reads them all.
+        let other = Ledger::with_store(store.clone(), "mem".into());
+        assert_eq!(other.hosts("s").await.expect("hosts").0.len(), 5);
+        assert_eq!(gets(&store), 5);
+    }
 
     /// An object is read up to the cap of its kind: on a remote store one
     /// over it is refused before its bytes are read; on a local ledger a

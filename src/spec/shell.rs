@@ -285,6 +285,19 @@ pub fn scan(items: &[Item]) -> Result<Vec<Quoting>, Refusal> {
             if let Some(why) = level.refusal() {
                 return Err(refuse(k, &why));
             }
+            // Inside a `$(...)`, the value may be what the substitution
+            // prints: each command level around it reads that output where
+            // the `$(` stands (`[[ $(echo {{ v }}) -eq 1 ]]`, `let x=$(...)`).
+            if let Some(why) = levels[..levels.len() - 1]
+                .iter()
+                .rev()
+                .find_map(Command::refusal)
+            {
+                return Err(refuse(
+                    k,
+                    &format!("{why} (the value is inside a `$(...)` whose output stands there)"),
+                ));
+            }
             // Assigned directly, or through the `$(...)` it is part of.
             assigned.extend(levels.iter().filter_map(Command::assigned).map(|n| (k, n)));
             let level = levels.last_mut().expect("the template's level");
@@ -316,7 +329,7 @@ pub fn scan(items: &[Item]) -> Result<Vec<Quoting>, Refusal> {
                     '#' if was_word_start => {}
                     '(' if was_word_start && ch(i + 1) == Some('(') => level.mark(),
                     '<' | '>' if ch(i + 1) == Some('(') => level.mark(),
-                    '<' | '>' => level.end_word(),
+                    '<' | '>' => level.redirection(c),
                     ')' if matches!(stack.last(), Some(Frame::Subst(0))) => {}
                     '(' | ')' | '\n' | ';' | '&' | '|' => level.operator(c),
                     c if is_blank(c) => level.blank(c),
@@ -1017,6 +1030,25 @@ mod tests {
             ("printf -v x '%s' {{ v }}; echo $((x))", "evaluates"),
             ("x={{ v }}; echo \"${!x}\"", "evaluates"),
             ("x={{ v }}; echo \"${PWD:x}\"", "evaluates"),
+            // Found by the differential at 8a91d46: bash reads an open
+            // subscript to its `]` across newlines, operators and
+            // redirections.
+            ("echo  set -x;\nE\na[\nE\n{{ v }}]=1 ", "array subscript"),
+            ("a[x;{{ v }}]=1", "array subscript"),
+            ("a[x>{{ v }}]=1", "array subscript"),
+            ("declare a[x\n{{ v }}]=1", "variable name of `declare`"),
+            // A value inside `$(...)` is what it may print: the command
+            // around the `$(` reads it there.
+            ("[[ $(echo {{ v }}) -eq 1 ]]", "output stands there"),
+            (
+                "[[ \"$(printf %s {{ v }})\" -eq 1 ]]",
+                "output stands there",
+            ),
+            ("a[$(echo {{ v }})]=1", "output stands there"),
+            ("let x=$(echo {{ v }})", "output stands there"),
+            ("eval \"$(echo {{ v }})\"", "output stands there"),
+            ("test -v $(echo {{ v }})", "output stands there"),
+            ("declare -i x=$(echo {{ v }})", "output stands there"),
         ] {
             let err = check(t).expect_err(t);
             assert!(err.contains(why), "{t}: {err}");
@@ -1038,6 +1070,9 @@ mod tests {
             "{{ program }} --x {{ v }}",
             "command {{ program }} {{ v }}",
             "[[ -d /tmp ]] && run {{ v }}",
+            "[[ -d /tmp ]] && run $(echo {{ v }})",
+            "x=$(python3 -c 'import sys; print(sys.argv[1])' {{ v }})",
+            "run --n \"$(printf %s {{ v }})\"",
             "if [[ -d /tmp ]]; then run {{ v }}; fi",
             "x=(1 2); run {{ v }}",
             "z=(a b) ; run {{ v }}",

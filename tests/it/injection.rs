@@ -205,6 +205,18 @@ fn where_bash_reads_a_value_again_the_study_is_refused_at_load_with_its_place() 
             "a value in a command whose name is made with an expansion",
         ),
         ("declare -i x\nx={{ v }}", "5:29", "a value assigned to `x`"),
+        // And at 8a91d46: a subscript open across a newline, and a value
+        // that a `$(...)` prints where `[[ ]]` reads it.
+        (
+            "a[\nx;{{ v }}]=1; run",
+            "5:19",
+            "a value in an array subscript",
+        ),
+        (
+            "[[ $(echo {{ v }}) -eq 1 ]] && run",
+            "5:23",
+            "a value inside [[ ... ]]",
+        ),
     ] {
         std::fs::write(dir.join("study.yaml"), study(command)).expect("write study");
         let out = tunectl(dir)
@@ -222,6 +234,7 @@ fn where_bash_reads_a_value_again_the_study_is_refused_at_load_with_its_place() 
     for command in [
         "[ {{ v }} -eq 1 ] && export X={{ v }} && printf -v y '%s' {{ v }}",
         "[[ -d / ]] && run {{ v }}",
+        "run --n \"$(printf %s {{ v }})\"",
     ] {
         std::fs::write(dir.join("study.yaml"), study(command)).expect("write study");
         let out = tunectl(dir)

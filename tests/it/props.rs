@@ -160,6 +160,11 @@ fn shell_piece() -> impl Strategy<Value = String> {
         Just("]"),
         Just("${PWD:"),
         Just(" set -x;"),
+        // A value a substitution prints, where the command around it
+        // reads it (found: `[[ $(echo {{ v }}) -eq 1 ]]`).
+        Just("$(echo "),
+        Just("\"$(printf %s "),
+        Just(")\""),
     ]
     .prop_map(str::to_string)
 }

@@ -105,17 +105,37 @@ impl Command {
         self.push(QUOTED_MARK);
     }
 
-    /// A blank: it ends the current word, but inside an array subscript
-    /// of an assignment (`a[x y]=1`, one word for bash).
-    pub(super) fn blank(&mut self, c: char) {
-        let open = self.cur.matches('[').count() > self.cur.matches(']').count();
-        if open
-            && self.name().is_none()
+    /// The current word is `NAME[` with its subscript open, where bash may
+    /// read an assignment (before the command's name, or as an argument of
+    /// `declare` and its kin): bash reads the subscript to its `]` as one
+    /// word, blanks, newlines, operators and redirections included
+    /// (`a[x y]=1`, `a[\n...]=1`).
+    fn in_subscript(&self) -> bool {
+        self.in_word
+            && self.compound == 0
+            && !self.cond
             && self
                 .cur
                 .starts_with(|c: char| c.is_ascii_alphabetic() || c == '_')
             && !self.cur.contains('=')
-        {
+            && self.cur.matches('[').count() > self.cur.matches(']').count()
+            && self.name().is_none_or(|n| DECLARES.contains(&n))
+    }
+
+    /// A blank: it ends the current word, but inside an array subscript
+    /// of an assignment.
+    pub(super) fn blank(&mut self, c: char) {
+        if self.in_subscript() {
+            self.push(c);
+        } else {
+            self.end_word();
+        }
+    }
+
+    /// A redirection (`<`, `>`) ends the current word, but inside an
+    /// array subscript of an assignment.
+    pub(super) fn redirection(&mut self, c: char) {
+        if self.in_subscript() {
             self.push(c);
         } else {
             self.end_word();
@@ -171,6 +191,10 @@ impl Command {
 
     /// An operator character (`;`, `&`, `|`, `(`, `)` or a newline).
     pub(super) fn operator(&mut self, c: char) {
+        if self.in_subscript() {
+            self.push(c);
+            return;
+        }
         if c == '('
             && self.compound == 0
             && self.in_word

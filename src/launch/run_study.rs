@@ -1104,6 +1104,14 @@ impl<'a> Launch<'a> {
         bucket: &str,
         cells: &[u32],
     ) -> (BucketStep, HashSet<String>) {
+        // The host records first: the scan is then held across no await,
+        // and another worker's scan can extend it in place (not a copy).
+        let hosts = self
+            .ledger
+            .hosts(self.study_id)
+            .await
+            .map(|(h, _)| h)
+            .unwrap_or_default();
         let scan = match self.ledger.scan(self.study_id).await {
             Ok(s) => s,
             Err(e) => {
@@ -1114,12 +1122,6 @@ impl<'a> Launch<'a> {
                 return (BucketStep::Settled, HashSet::new());
             }
         };
-        let hosts = self
-            .ledger
-            .hosts(self.study_id)
-            .await
-            .map(|(h, _)| h)
-            .unwrap_or_default();
         let class_id = &self.plan.classes[class].id;
         let cells: HashSet<u32> = cells.iter().copied().collect();
         let keep = |a: &crate::ledger::records::AttemptRecord| {

@@ -28,8 +28,16 @@ use crate::trial::RoleKind;
 pub const INDEX_SCHEMA: u32 = 2;
 
 /// Rewrite the index once a scan has read this many attempt objects that
-/// it does not hold.
+/// it does not hold (and, in a process that wrote it already, see
+/// `REBUILD_SHARE` and `REBUILD_EVERY`).
 pub const REBUILD_AFTER: usize = 256;
+
+/// In a process that wrote the index already: rewrite it when the records
+/// it does not hold are this share of all...
+pub const REBUILD_SHARE: f64 = 0.25;
+
+/// ... or when it wrote it this long ago.
+pub const REBUILD_EVERY: std::time::Duration = std::time::Duration::from_secs(300);
 
 /// Below this many attempt records no index is written: listing and
 /// reading everything is as cheap. `TUNECTL_LEDGER_INDEX_MIN` overrides it

@@ -57,6 +57,8 @@ pub(crate) struct Known {
     unindexed: usize,
     /// No usable index is stored.
     index_stale: bool,
+    /// When this process last wrote the index.
+    indexed_at: Option<std::time::Instant>,
 }
 
 /// One object read (or looked for).
@@ -139,6 +141,38 @@ fn sort_attempts(v: &mut [AttemptRecord]) {
     }
 }
 
+/// Add `new` to `v`, both in (trial key, attempt id) order: `new` is
+/// sorted, each of its records placed by a binary search, and `v`'s moved
+/// once, with no comparison between two of them (a launch's scans add a
+/// few records at a time to tens of thousands).
+fn merge_sorted(v: &mut Vec<AttemptRecord>, mut new: Vec<AttemptRecord>) {
+    if new.is_empty() {
+        return;
+    }
+    sort_attempts(&mut new);
+    let order = |a: &AttemptRecord, b: &AttemptRecord| {
+        (&a.trial_key, &a.attempt_id) <= (&b.trial_key, &b.attempt_id)
+    };
+    if v.last().is_none_or(|last| order(last, &new[0])) {
+        v.append(&mut new);
+        return;
+    }
+    let places: Vec<usize> = new
+        .iter()
+        .map(|n| v.partition_point(|a| order(a, n)))
+        .collect();
+    let old = std::mem::take(v);
+    v.reserve(old.len() + new.len());
+    let mut old = old.into_iter();
+    let mut taken = 0;
+    for (n, place) in new.into_iter().zip(places) {
+        v.extend(old.by_ref().take(place - taken));
+        taken = place;
+        v.push(n);
+    }
+    v.extend(old);
+}
+
 /// `(trial key, file name)` of `<study>/trials/<trial>/<file>`.
 fn split_object(key: &str) -> Option<(&str, &str)> {
     let mut parts = key.split('/');
@@ -176,6 +210,7 @@ impl Known {
             unresolved,
             unindexed: 0,
             index_stale: false,
+            indexed_at: None,
         }
     }
 
@@ -277,17 +312,22 @@ impl Known {
         }
         // In place when no one else holds the previous scan.
         let scan = Arc::make_mut(&mut self.scan);
+        let voids_came = !new_voids.is_empty();
         for (t, a) in new_voids {
             self.voids.entry(t).or_default().insert(a);
         }
+        let mut counted = Vec::with_capacity(new_records.len());
         for r in new_records {
             if has_void(&self.voids, &r) {
                 self.voided.push(r);
             } else {
-                scan.attempts.push(r);
+                counted.push(r);
             }
         }
-        if !self.voids.is_empty() {
+        merge_sorted(&mut scan.attempts, counted);
+        // The records held before were checked against the voids known
+        // then: only a new void can remove one of them.
+        if voids_came {
             let voids = &self.voids;
             let mut now_voided = Vec::new();
             scan.attempts.retain(|a| {
@@ -300,7 +340,6 @@ impl Known {
             });
             self.voided.extend(now_voided);
         }
-        sort_attempts(&mut scan.attempts);
         scan.voided = self.voided.len();
         scan.corrupt = corrupt;
         scan.drops = drops;
@@ -476,14 +515,24 @@ impl Ledger {
     /// Write the index when none is usable or it has fallen behind (and the
     /// study is big enough to need one). Best effort: a failed write only
     /// costs time on the next scan.
+    ///
+    /// Fallen behind: [`index::REBUILD_AFTER`] records that it does not
+    /// hold, and either a share of all ([`index::REBUILD_SHARE`]) or
+    /// [`index::REBUILD_EVERY`] since this process last wrote it. A launch
+    /// that scans at every decision so rewrites the index a number of
+    /// times that grows with the log of the study's size (and with its
+    /// hours), not with its attempts: each rewrite is the whole index.
     async fn keep_index(&self, study: &str, mut k: Known) -> Known {
-        if k.records() >= index::index_min()
-            && (k.index_stale || k.unindexed >= index::REBUILD_AFTER)
-        {
+        let behind = k.unindexed >= index::REBUILD_AFTER
+            && (k.unindexed as f64 >= index::REBUILD_SHARE * k.records() as f64
+                || k.indexed_at
+                    .is_none_or(|t| t.elapsed() >= index::REBUILD_EVERY));
+        if k.records() >= index::index_min() && (k.index_stale || behind) {
             match self.write_index(study, &k.view()).await {
                 Ok(()) => {
                     k.index_stale = false;
                     k.unindexed = 0;
+                    k.indexed_at = Some(std::time::Instant::now());
                 }
                 Err(e) => tracing::debug!(error = %e, "cannot write the ledger index"),
             }
@@ -1128,6 +1177,36 @@ mod tests {
             "{checked:?}"
         );
         assert_eq!(checked.scan.attempts.len(), 1);
+    }
+
+    /// Records merged a few at a time, in any order, anywhere among those
+    /// held: the same order as sorting them all.
+    #[test]
+    fn records_merged_in_are_in_key_order() {
+        use rand::{RngExt, SeedableRng};
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(7);
+        let mut held: Vec<AttemptRecord> = Vec::new();
+        let mut all: Vec<AttemptRecord> = Vec::new();
+        for round in 0..60 {
+            let n = [0, 1, 2, 5, 40][round % 5];
+            let new: Vec<AttemptRecord> = (0..n)
+                .map(|_| {
+                    let t = rng.random_range(0..30u8);
+                    let a = rng.random_range(0..1000u32);
+                    rec(&trial(t), &format!("{a:04}"), "ok")
+                })
+                .collect();
+            all.extend(new.iter().cloned());
+            merge_sorted(&mut held, new);
+            let mut want = all.clone();
+            sort_attempts(&mut want);
+            let ids = |v: &[AttemptRecord]| -> Vec<(String, String)> {
+                v.iter()
+                    .map(|a| (a.trial_key.clone(), a.attempt_id.clone()))
+                    .collect()
+            };
+            assert_eq!(ids(&held), ids(&want), "round {round}");
+        }
     }
 
     #[test]

@@ -64,6 +64,10 @@ pub(super) struct Command {
     words: Vec<String>,
     cur: String,
     in_word: bool,
+    /// In `cur`: `[` less `]`, and whether a `=` was read (kept as `cur`
+    /// grows, so that a long word costs no rescan a character).
+    brackets: i64,
+    assigns: bool,
     /// Inside `[[ ... ]]`.
     cond: bool,
     /// Parentheses open in an array assignment `NAME=(...)`.
@@ -92,6 +96,12 @@ impl Command {
     pub(super) fn push(&mut self, c: char) {
         self.cur.push(c);
         self.in_word = true;
+        match c {
+            '[' => self.brackets += 1,
+            ']' => self.brackets -= 1,
+            '=' => self.assigns = true,
+            _ => {}
+        }
     }
 
     /// An unquoted expansion in the current word: the word names no
@@ -117,8 +127,8 @@ impl Command {
             && self
                 .cur
                 .starts_with(|c: char| c.is_ascii_alphabetic() || c == '_')
-            && !self.cur.contains('=')
-            && self.cur.matches('[').count() > self.cur.matches(']').count()
+            && !self.assigns
+            && self.brackets > 0
             && self.name().is_none_or(|n| DECLARES.contains(&n))
     }
 
@@ -148,6 +158,8 @@ impl Command {
             return;
         }
         let word = std::mem::take(&mut self.cur);
+        self.brackets = 0;
+        self.assigns = false;
         self.in_word = false;
         if self.compound == 0 {
             if !self.cond && word == "[[" && self.name().is_none() {

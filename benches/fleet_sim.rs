@@ -179,10 +179,10 @@ impl Counting {
 
     /// Keep the index of names in step with a write to `location`.
     async fn indexed(&self, location: &ObjPath) {
-        if let Ok(meta) = self.inner.head(location).await {
-            if let Ok(mut names) = self.names.lock() {
-                names.insert(location.as_ref().to_string(), meta);
-            }
+        if let Ok(meta) = self.inner.head(location).await
+            && let Ok(mut names) = self.names.lock()
+        {
+            names.insert(location.as_ref().to_string(), meta);
         }
     }
 
@@ -193,7 +193,8 @@ impl Counting {
     }
 
     /// The names under `prefix` (whole segments, as object_store means
-    /// it) after `offset`, in key order, each read once.
+    /// it) after `offset`, in key order, a page of 1,000 at a time as S3
+    /// hands them out: a listing stopped early reads no further page.
     fn listed(
         &self,
         prefix: Option<&ObjPath>,
@@ -206,15 +207,28 @@ impl Counting {
             Some(o) if o.as_ref() >= p.as_str() => Bound::Excluded(o.as_ref().to_string()),
             _ => Bound::Included(p.clone()),
         };
-        let out: Vec<_> = match self.names.lock() {
-            Ok(names) => names
-                .range((start, Bound::Unbounded))
-                .take_while(|(k, _)| k.starts_with(&p))
-                .map(|(_, m)| Ok(m.clone()))
-                .collect(),
-            Err(_) => Vec::new(),
-        };
-        futures::stream::iter(out).boxed()
+        let names = Arc::clone(&self.names);
+        futures::stream::unfold(Some(start), move |from| {
+            let page: Vec<ObjectMeta> = match (&from, names.lock()) {
+                (Some(from), Ok(names)) => names
+                    .range((from.clone(), Bound::Unbounded))
+                    .take_while(|(k, _)| k.starts_with(&p))
+                    .take(1000)
+                    .map(|(_, m)| m.clone())
+                    .collect(),
+                _ => Vec::new(),
+            };
+            let next = (page.len() == 1000)
+                .then(|| {
+                    page.last()
+                        .map(|m| Bound::Excluded(m.location.as_ref().to_string()))
+                })
+                .flatten();
+            let done = page.is_empty();
+            async move { (!done).then(|| (futures::stream::iter(page.into_iter().map(Ok)), next)) }
+        })
+        .flatten()
+        .boxed()
     }
 
     fn counted_list(
@@ -297,7 +311,7 @@ impl ObjectStore for Counting {
         self.inner
             .delete_stream(locations)
             .inspect(move |deleted| {
-                if keys % 1000 == 0 {
+                if keys.is_multiple_of(1000) {
                     counts.delete.fetch_add(1, Relaxed);
                     counts.note(deleted.as_ref().ok(), "delete", 1);
                 }

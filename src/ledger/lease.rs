@@ -366,10 +366,10 @@ impl Ledger {
             if k.parts().count() != 3 {
                 continue;
             }
-            if let Some((t, generation)) = parse_name(name.as_ref()) {
-                if t == trial {
-                    gens.push((generation, k.clone()));
-                }
+            if let Some((t, generation)) = parse_name(name.as_ref())
+                && t == trial
+            {
+                gens.push((generation, k.clone()));
             }
         }
         gens.sort_by_key(|(g, _)| *g);

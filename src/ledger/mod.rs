@@ -101,7 +101,15 @@ pub struct Ledger {
     /// Host records read in this process, by key: each is created once and
     /// never rewritten, so a key read once is not read again.
     host_records: std::sync::Mutex<HashMap<String, HostRecord>>,
+    /// Attempt records this process created, as written, by key, until a
+    /// scan of this process reads them (from these bytes, not the store):
+    /// at most [`WRITTEN_KEPT`].
+    written: std::sync::Mutex<HashMap<String, Vec<u8>>>,
 }
+
+/// How many attempt records [`Ledger`] keeps for its own next scan; past
+/// that, the scan reads them from the store.
+const WRITTEN_KEPT: usize = 4096;
 
 /// The attempts of one study as found in the ledger (see `scan.rs`).
 #[derive(Debug, Default, Clone)]
@@ -325,6 +333,7 @@ impl Ledger {
             known: Default::default(),
             streams: Default::default(),
             host_records: Default::default(),
+            written: Default::default(),
             local_root: None,
         }
     }
@@ -797,6 +806,7 @@ impl Ledger {
             &format!("{}.json", record.attempt_id),
         )?;
         let released = lease.map(lease::Lease::own_generations).unwrap_or_default();
+        let kept = bytes.clone();
         let created = self
             .create_in_turn(vec![entry, (key.clone(), bytes)], max_tries, true, released)
             .await?;
@@ -804,6 +814,13 @@ impl Ledger {
         // create went through. The record's: an attempt with its id.
         if created.get(1) != Some(&true) {
             return Err(self.io_err("write", &key, "an attempt with this id already exists"));
+        }
+        // Created by this call: these bytes are the object's, for this
+        // process's next scan to read without a request.
+        if let Ok(mut w) = self.written.lock()
+            && w.len() < WRITTEN_KEPT
+        {
+            w.insert(key.to_string(), kept);
         }
         Ok(())
     }

@@ -559,7 +559,14 @@ impl Ledger {
                     }),
                 };
             }
-            match self.get_bytes(&key).await {
+            // An attempt this process created: its bytes as written, read
+            // as the object's would be.
+            let own = self.written.lock().ok().and_then(|mut w| w.remove(&k));
+            let read = match own {
+                Some(bytes) => Ok(Some(bytes.into())),
+                None => self.get_bytes(&key).await,
+            };
+            match read {
                 Ok(Some(bytes)) => match check_record(&key, &bytes) {
                     Ok(rec) => Got::Record(Box::new(index::slim(rec))),
                     Err(reason) => Got::Corrupt(CorruptObject { key: k, reason }),
@@ -1177,6 +1184,43 @@ mod tests {
             "{checked:?}"
         );
         assert_eq!(checked.scan.attempts.len(), 1);
+    }
+
+    /// A launch's scans read the attempts it wrote from the bytes it wrote
+    /// (no request each), and find them as another process reading the
+    /// store does.
+    #[tokio::test]
+    async fn a_scan_reads_its_own_process_attempts_without_a_request() {
+        use std::sync::atomic::Ordering::Relaxed;
+        let store = Arc::new(crate::ledger::test_store::Listing::new(false));
+        let writer = Ledger::over_store(store.clone(), "mem://");
+        for i in 0..3 {
+            writer
+                .write_attempt(&rec(&trial(i), "a", "ok"))
+                .await
+                .expect("write");
+        }
+        store.gets.store(0, Relaxed);
+        let own = writer.scan(S).await.expect("scan");
+        let own_gets = store.gets.swap(0, Relaxed);
+        let other = Ledger::over_store(store.clone(), "mem://")
+            .scan(S)
+            .await
+            .expect("scan");
+        let other_gets = store.gets.load(Relaxed);
+        assert_eq!(own.attempts.len(), 3);
+        assert_eq!(other_gets, own_gets + 3, "{own_gets} {other_gets}");
+        let json = |s: &Scan| serde_json::to_string(&s.attempts).expect("json");
+        assert_eq!(json(&own), json(&other));
+        // Read once: a later write is read the same way, the earlier
+        // ones are not kept.
+        writer
+            .write_attempt(&rec(&trial(9), "b", "ok"))
+            .await
+            .expect("write");
+        assert_eq!(writer.written.lock().expect("lock").len(), 1);
+        assert_eq!(writer.scan(S).await.expect("scan").attempts.len(), 4);
+        assert!(writer.written.lock().expect("lock").is_empty());
     }
 
     /// Records merged a few at a time, in any order, anywhere among those

@@ -291,7 +291,7 @@ pub fn scan(items: &[Item]) -> Result<Vec<Quoting>, Refusal> {
             if let Some(why) = levels[..levels.len() - 1]
                 .iter()
                 .rev()
-                .find_map(Command::refusal)
+                .find_map(Command::refusal_through_output)
             {
                 return Err(refuse(
                     k,
@@ -1049,6 +1049,16 @@ mod tests {
             ("eval \"$(echo {{ v }})\"", "output stands there"),
             ("test -v $(echo {{ v }})", "output stands there"),
             ("declare -i x=$(echo {{ v }})", "output stands there"),
+            // Found by the differential under dash at e9e07a1: what an
+            // unquoted `$(...)` prints, at a command's name, is split into
+            // a command and its arguments.
+            (
+                "echo \nE\n$(echo {{ v }}\nE\n)",
+                "stands as a command's name",
+            ),
+            ("x=1 $(printf %s {{ v }})", "stands as a command's name"),
+            ("exec $(echo {{ v }})", "stands as a command's name"),
+            ("! $(echo {{ v }}) && run", "stands as a command's name"),
         ] {
             let err = check(t).expect_err(t);
             assert!(err.contains(why), "{t}: {err}");
@@ -1073,6 +1083,9 @@ mod tests {
             "[[ -d /tmp ]] && run $(echo {{ v }})",
             "x=$(python3 -c 'import sys; print(sys.argv[1])' {{ v }})",
             "run --n \"$(printf %s {{ v }})\"",
+            "run $(echo {{ v }})",
+            "x=$(echo {{ v }}) run",
+            "\"$(echo {{ v }})\" --n 1",
             "if [[ -d /tmp ]]; then run {{ v }}; fi",
             "x=(1 2); run {{ v }}",
             "z=(a b) ; run {{ v }}",

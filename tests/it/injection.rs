@@ -217,6 +217,13 @@ fn where_bash_reads_a_value_again_the_study_is_refused_at_load_with_its_place() 
             "5:23",
             "a value inside [[ ... ]]",
         ),
+        // And at e9e07a1, under dash: an unquoted `$(...)` at the
+        // command's name splits what it prints into a command.
+        (
+            "$(echo {{ v }}) --n 1",
+            "5:20",
+            "a value inside an unquoted `$(...)` that stands as a command's name",
+        ),
     ] {
         std::fs::write(dir.join("study.yaml"), study(command)).expect("write study");
         let out = tunectl(dir)

@@ -278,6 +278,28 @@ impl Command {
             .find(|w| !PREFIXES.contains(w) && assigned_name(w).is_none())
     }
 
+    /// Why a value inside a `$(...)` of the current word may not stand
+    /// there: [`Command::refusal`], or the `$(` is unquoted where the shell
+    /// takes a command's name (or `exec`'s), so that what it prints is
+    /// split into a command and its arguments.
+    pub(super) fn refusal_through_output(&self) -> Option<String> {
+        self.refusal().or_else(|| {
+            let at_name = match self.name() {
+                None => assigned_name(&self.cur).is_none(),
+                Some("exec") => self
+                    .words
+                    .iter()
+                    .skip_while(|w| w.as_str() != "exec")
+                    .skip(1)
+                    .all(|w| w.starts_with('-')),
+                Some(_) => false,
+            };
+            (at_name && self.cur.contains(MARK)).then(|| {
+                "a value inside an unquoted `$(...)` that stands as a command's name: the shell splits what it prints into a command and its arguments, so the value would choose what runs; quote the substitution (\"$(...)\") or name the program in the template".to_string()
+            })
+        })
+    }
+
     /// Why a value may not stand here (at the current point of the
     /// current word), if bash would read it as code or as a name.
     pub(super) fn refusal(&self) -> Option<String> {

@@ -157,8 +157,7 @@ pub async fn run(a: LogsArgs) -> Result<(), CliError> {
     };
     let scan = ledger.scan(&study_id).await.map_err(failed)?;
     let mut picked: Vec<&AttemptRecord> = scan
-        .attempts
-        .iter()
+        .records()
         .filter(|r| a.status.admits(r.status))
         .filter(|r| a.config.as_deref().is_none_or(|c| *r.config_label == *c))
         .filter(|r| a.cell.as_deref().is_none_or(|c| *r.cell_label == *c))

@@ -12,12 +12,12 @@ fn one_run_per_sample(scan: &Scan) -> Scan {
         let samples = a.metrics.get("tp").cloned().unwrap_or_default();
         let measured = matches!(a.role, RoleKind::Sweep | RoleKind::Confirm);
         if a.status != AttemptStatus::Ok || samples.len() < 2 || !measured {
-            attempts.push(a.clone());
+            attempts.push((**a).clone());
             continue;
         }
         let k = samples.len() as u32;
         for (i, x) in samples.iter().enumerate() {
-            let mut b = a.clone();
+            let mut b = (**a).clone();
             b.repeat = a.repeat * k + i as u32;
             b.trial_key = format!("{}/{i}", a.trial_key);
             b.metrics.insert("tp".to_string(), vec![*x]);
@@ -25,7 +25,7 @@ fn one_run_per_sample(scan: &Scan) -> Scan {
         }
     }
     Scan {
-        attempts,
+        attempts: crate::ledger::shared(attempts),
         ..scan.clone()
     }
 }
@@ -155,7 +155,7 @@ fn attempt(
 
 fn cell(attempts: Vec<AttemptRecord>) -> CellReport {
     let scan = Scan {
-        attempts,
+        attempts: crate::ledger::shared(attempts),
         ..Default::default()
     };
     let a = analyze(&study(), &scan, &[]);
@@ -176,11 +176,11 @@ fn next_levers_orient_a_lower_is_better_objective() {
         x
     };
     let scan = Scan {
-        attempts: vec![
+        attempts: crate::ledger::shared(vec![
             at(0, "baseline", 1, 100.0),
             at(1, "a=2", 2, 50.0),
             at(2, "a=3", 3, 200.0),
-        ],
+        ]),
         ..Default::default()
     };
     let a = analyze(&study, &scan, &[]);
@@ -268,7 +268,7 @@ fn a_pruned_attempt_is_never_a_sample() {
     // leave its trial pending (never a reason to ship more).
     let judge = |attempts: Vec<AttemptRecord>| {
         let scan = Scan {
-            attempts,
+            attempts: crate::ledger::shared(attempts),
             ..Default::default()
         };
         let a = serde_json::to_value(analyze(&study(), &scan, &[])).expect("json");
@@ -295,11 +295,11 @@ fn an_unknown_role_is_ignored() {
     let mut probe = attempt(1, "a=2", 1, &[1.0, 1.0, 1.0], "other", false);
     probe.role = RoleKind::Unknown("probe".into());
     let scan = Scan {
-        attempts: vec![
+        attempts: crate::ledger::shared(vec![
             attempt(0, "baseline", 0, &[100.0, 101.0, 99.0], "d", false),
             attempt(1, "a=2", 0, &[150.0, 151.0, 149.0], "d", false),
             probe,
-        ],
+        ]),
         ..Default::default()
     };
     let a = analyze(&study(), &scan, &[]);
@@ -420,7 +420,7 @@ fn bucket_with(max_repeats: u32, attempts: Vec<AttemptRecord>) -> BucketReport {
         "measurement": {"repeats": 3, "confirm_repeats": 3, "max_repeats": max_repeats},
     }));
     let scan = Scan {
-        attempts,
+        attempts: crate::ledger::shared(attempts),
         ..Default::default()
     };
     analyze(&s, &scan, &[]).classes[0].buckets[0].clone()
@@ -634,7 +634,7 @@ fn a_bucket_does_not_hide_a_real_win_behind_the_baselines_noise() {
             attempts.push(noisy(2, "a=2", n, one));
         }
         let scan = Scan {
-            attempts,
+            attempts: crate::ledger::shared(attempts),
             ..Default::default()
         };
         analyze(&study_with(0), &scan, &[]).classes[0].buckets[0].clone()
@@ -669,7 +669,7 @@ fn no_harm_refuses_a_config_that_loses_at_one_cell_of_its_bucket() {
         at(1, "a=2", 3, 0, 90.0, "sweep"),
     ];
     let scan = Scan {
-        attempts,
+        attempts: crate::ledger::shared(attempts),
         ..Default::default()
     };
     let a = analyze(&study_with(0), &scan, &[]);
@@ -700,7 +700,7 @@ fn a_winner_is_a_draft_until_the_final_round_confirms_it() {
     ];
     let s = study_with(1);
     let scan = |attempts: Vec<AttemptRecord>| Scan {
-        attempts,
+        attempts: crate::ledger::shared(attempts),
         ..Default::default()
     };
     let a = analyze(&s, &scan(attempts.clone()), &[]);
@@ -806,7 +806,7 @@ fn a_winner_that_crashes_in_the_final_round_does_not_ship() {
         crash,
     ];
     let scan = Scan {
-        attempts,
+        attempts: crate::ledger::shared(attempts),
         ..Default::default()
     };
     let a = analyze(&study_with(1), &scan, &[]);
@@ -828,7 +828,7 @@ fn a_winner_that_crashes_in_the_final_round_does_not_ship() {
 #[test]
 fn a_bucket_with_only_the_baseline_measured_is_a_draft() {
     let scan = Scan {
-        attempts: vec![at(0, "baseline", 1, 0, 100.0, "sweep")],
+        attempts: crate::ledger::shared(vec![at(0, "baseline", 1, 0, 100.0, "sweep")]),
         ..Default::default()
     };
     let a = analyze(&study_with(1), &scan, &[]);
@@ -875,7 +875,7 @@ fn a_final_round_across_the_minimum_grows_once_and_is_judged_on_all_its_runs() {
             v.push(one(1, "a=2", r, *w, "confirm"));
         }
         let scan = Scan {
-            attempts: v,
+            attempts: crate::ledger::shared(v),
             ..Default::default()
         };
         analyze(&s, &scan, &[]).classes[0].buckets[0].clone()
@@ -981,7 +981,7 @@ fn the_final_rounds_two_looks_keep_the_false_win_bound() {
             v.push(one(1, "a=2", r, *w, "confirm"));
         }
         let scan = Scan {
-            attempts: v,
+            attempts: crate::ledger::shared(v),
             ..Default::default()
         };
         analyze(&s, &scan, &[]).classes[0].buckets[0].clone()

@@ -117,7 +117,7 @@ pub struct Scan {
     /// Attempts that count (voided ones removed), ordered by (trial key,
     /// attempt id). From an index or a scan, records carry no rendered
     /// command, output tails, lost reason or start and finish times.
-    pub attempts: Vec<AttemptRecord>,
+    pub attempts: Vec<std::sync::Arc<AttemptRecord>>,
     pub corrupt: Vec<CorruptObject>,
     /// Attempts whose measurements were discarded (a drifting host).
     pub voided: usize,
@@ -125,12 +125,17 @@ pub struct Scan {
     pub drops: Vec<DropRecord>,
 }
 
+/// Records shared as [`Scan::attempts`] holds them.
+pub fn shared(records: Vec<AttemptRecord>) -> Vec<Arc<AttemptRecord>> {
+    records.into_iter().map(Arc::new).collect()
+}
+
 impl Scan {
     /// Per trial key, its attempts in attempt order.
     pub fn by_trial(&self) -> BTreeMap<&str, Vec<&AttemptRecord>> {
         let mut out: BTreeMap<&str, Vec<&AttemptRecord>> = BTreeMap::new();
         for run in self.runs() {
-            let mut v: Vec<&AttemptRecord> = run.iter().collect();
+            let mut v: Vec<&AttemptRecord> = run.iter().map(|a| &**a).collect();
             v.sort_by(|a, b| a.attempt_id.cmp(&b.attempt_id));
             match out.get_mut(run[0].trial_key.as_str()) {
                 Some(have) => {
@@ -175,6 +180,7 @@ impl Scan {
         for run in self.runs() {
             let first = run
                 .iter()
+                .map(|a| &**a)
                 .filter(|a| keep(a))
                 .min_by(|a, b| a.attempt_id.cmp(&b.attempt_id));
             if let Some(a) = first {
@@ -187,9 +193,14 @@ impl Scan {
         out
     }
 
+    /// The attempts, in order.
+    pub fn records(&self) -> impl Iterator<Item = &AttemptRecord> {
+        self.attempts.iter().map(|a| &**a)
+    }
+
     /// Runs of consecutive attempts with the same trial key (one run per
     /// trial when the attempts are ordered, as a scan leaves them).
-    fn runs(&self) -> impl Iterator<Item = &[AttemptRecord]> {
+    fn runs(&self) -> impl Iterator<Item = &[Arc<AttemptRecord>]> {
         self.attempts
             .chunk_by(|a, b| a.trial_key == b.trial_key)
             .filter(|r| !r.is_empty())

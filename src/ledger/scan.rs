@@ -20,6 +20,7 @@
 //! outside this protocol (by hand, by an older tunectl) are seen only by a
 //! full scan: `tunectl ledger check`, or any scan once the index is gone.
 
+use std::borrow::Borrow;
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 
@@ -44,7 +45,7 @@ type Entries = (BTreeMap<String, BTreeMap<u64, bool>>, Vec<String>, bool);
 pub(crate) struct Known {
     pub scan: Arc<Scan>,
     /// Readable records that a `.void` marker discards.
-    voided: Vec<AttemptRecord>,
+    voided: Vec<Arc<AttemptRecord>>,
     voids: Voids,
     /// Unreadable attempt objects (their bytes were read and are not a
     /// valid record: they stay so).
@@ -133,11 +134,14 @@ fn has_void(voids: &Voids, a: &AttemptRecord) -> bool {
         .is_some_and(|s| s.contains(&a.attempt_id))
 }
 
-fn sort_attempts(v: &mut [AttemptRecord]) {
-    let ordered =
-        v.is_sorted_by(|a, b| (&a.trial_key, &a.attempt_id) <= (&b.trial_key, &b.attempt_id));
+fn sort_attempts<T: Borrow<AttemptRecord>>(v: &mut [T]) {
+    fn key<T: Borrow<AttemptRecord>>(a: &T) -> (&str, &str) {
+        let a = a.borrow();
+        (a.trial_key.as_str(), a.attempt_id.as_str())
+    }
+    let ordered = v.is_sorted_by(|a, b| key(a) <= key(b));
     if !ordered {
-        v.sort_by(|a, b| (&a.trial_key, &a.attempt_id).cmp(&(&b.trial_key, &b.attempt_id)));
+        v.sort_by(|a, b| key(a).cmp(&key(b)));
     }
 }
 
@@ -145,12 +149,13 @@ fn sort_attempts(v: &mut [AttemptRecord]) {
 /// sorted, each of its records placed by a binary search, and `v`'s moved
 /// once, with no comparison between two of them (a launch's scans add a
 /// few records at a time to tens of thousands).
-fn merge_sorted(v: &mut Vec<AttemptRecord>, mut new: Vec<AttemptRecord>) {
+fn merge_sorted<T: Borrow<AttemptRecord>>(v: &mut Vec<T>, mut new: Vec<T>) {
     if new.is_empty() {
         return;
     }
     sort_attempts(&mut new);
-    let order = |a: &AttemptRecord, b: &AttemptRecord| {
+    let order = |a: &T, b: &T| {
+        let (a, b) = (a.borrow(), b.borrow());
         (&a.trial_key, &a.attempt_id) <= (&b.trial_key, &b.attempt_id)
     };
     if v.last().is_none_or(|last| order(last, &new[0])) {
@@ -188,10 +193,11 @@ impl Known {
         streams: BTreeMap<String, Mark>,
         unresolved: BTreeSet<String>,
     ) -> Known {
+        let records = records.into_iter().map(Arc::new);
         let (voided, mut attempts): (Vec<_>, Vec<_>) = if voids.is_empty() {
-            (Vec::new(), records)
+            (Vec::new(), records.collect())
         } else {
-            records.into_iter().partition(|a| has_void(&voids, a))
+            records.partition(|a| has_void(&voids, a))
         };
         sort_attempts(&mut attempts);
         let mut corrupt = corrupt;
@@ -233,7 +239,7 @@ impl Known {
 
     /// Every readable attempt record known, voided ones included.
     pub(crate) fn all_records(&self) -> impl Iterator<Item = &AttemptRecord> {
-        self.scan.attempts.iter().chain(&self.voided)
+        self.scan.attempts.iter().chain(&self.voided).map(|a| &**a)
     }
 
     /// Is the object at `key` (`<study>/trials/<trial>/<file>`) known?
@@ -319,9 +325,9 @@ impl Known {
         let mut counted = Vec::with_capacity(new_records.len());
         for r in new_records {
             if has_void(&self.voids, &r) {
-                self.voided.push(r);
+                self.voided.push(Arc::new(r));
             } else {
-                counted.push(r);
+                counted.push(Arc::new(r));
             }
         }
         merge_sorted(&mut scan.attempts, counted);
@@ -355,7 +361,7 @@ impl Known {
                 .flat_map(|(t, ids)| ids.iter().map(move |a| (t.as_str(), a.as_str())))
                 .collect(),
             corrupt: &self.corrupt,
-            records: self.scan.attempts.iter().chain(&self.voided).collect(),
+            records: self.all_records().collect(),
         }
     }
 }
@@ -1263,12 +1269,12 @@ mod tests {
             rec(&trial(1), "0", "lost"),
         ];
         let unordered = Scan {
-            attempts: attempts.clone(),
+            attempts: crate::ledger::shared(attempts.clone()),
             ..Default::default()
         };
         sort_attempts(&mut attempts);
         let ordered = Scan {
-            attempts,
+            attempts: crate::ledger::shared(attempts),
             ..Default::default()
         };
         let t = |s: &Scan| -> Vec<(String, String)> {

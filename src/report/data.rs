@@ -475,9 +475,7 @@ pub fn attempts_of(a: &Analysis, scan: &Scan) -> usize {
 
 /// The attempts of `scan` of the analysed spec.
 fn of_spec<'a>(a: &'a Analysis, scan: &'a Scan) -> impl Iterator<Item = &'a AttemptRecord> {
-    scan.attempts
-        .iter()
-        .filter(|r| *r.spec_hash == *a.spec_hash)
+    scan.records().filter(|r| *r.spec_hash == *a.spec_hash)
 }
 
 /// A Parquet file's key-value metadata: under `tunectl.data`, a JSON

@@ -107,7 +107,7 @@ pub(super) fn analysis() -> Analysis {
         }
     }
     let scan = Scan {
-        attempts,
+        attempts: crate::ledger::shared(attempts),
         ..Scan::default()
     };
     let mut a = analyze(&study(), &scan, &[]);

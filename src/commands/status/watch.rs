@@ -348,9 +348,7 @@ fn frame(
         let busy = c.running > 0 || c.pending.is_some_and(|p| p > 0);
         let eta = Eta::of(
             c,
-            scan.attempts
-                .iter()
-                .filter(|a| a.host_class == c.host_class),
+            scan.records().filter(|a| a.host_class == c.host_class),
             no_pending,
         );
         body.push(format!(

@@ -273,10 +273,10 @@ fn trials_the_ledger_holds_are_counted_and_never_handed_out() {
     let base = Unit::sweep(0, 0, 0);
     let cand = Unit::sweep(0, 1, 2);
     let mut scan = empty_scan();
-    scan.attempts = vec![
+    scan.attempts = crate::ledger::shared(vec![
         record(&s, base, AttemptStatus::Ok),
         record(&s, cand, AttemptStatus::Ok),
-    ];
+    ]);
     scan.attempts.sort_by(|a, b| a.trial_key.cmp(&b.trial_key));
     // What the driver derives from the same scan.
     s.s.done = [s.setup().key_of(0, base), s.setup().key_of(0, cand)]

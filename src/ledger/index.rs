@@ -70,7 +70,7 @@ pub struct Contents {
     pub corrupt: Vec<CorruptObject>,
     /// Every readable attempt record, voided ones included, slimmed
     /// (see [`slim`]).
-    pub records: Vec<AttemptRecord>,
+    pub records: Vec<std::sync::Arc<AttemptRecord>>,
 }
 
 /// One attempt record as a row: positions refer to `strings` (s) and
@@ -124,7 +124,7 @@ struct File {
     voids: Vec<(String, String)>,
     /// Unreadable attempt objects: (key, reason).
     corrupt: Vec<(String, String)>,
-    records: Vec<AttemptRecord>,
+    records: Vec<std::sync::Arc<AttemptRecord>>,
 }
 
 /// Reads an index file's JSON object; `study` is the study it must be.
@@ -213,7 +213,9 @@ impl<'de> serde::de::Visitor<'de> for FileVisitor<'_> {
             let study_id = SharedStr::from(self.study);
             let mut out = Vec::with_capacity(rows.len());
             for (i, row) in rows.into_iter().enumerate() {
-                out.push(convert(&mut lookup, &study_id, i, row).map_err(A::Error::custom)?);
+                out.push(std::sync::Arc::new(
+                    convert(&mut lookup, &study_id, i, row).map_err(A::Error::custom)?,
+                ));
             }
             records = Some(out);
         }
@@ -238,7 +240,7 @@ struct Rows {
 }
 
 impl<'de> serde::de::DeserializeSeed<'de> for Rows {
-    type Value = Vec<AttemptRecord>;
+    type Value = Vec<std::sync::Arc<AttemptRecord>>;
 
     fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
         d.deserialize_seq(self)
@@ -246,7 +248,7 @@ impl<'de> serde::de::DeserializeSeed<'de> for Rows {
 }
 
 impl<'de> serde::de::Visitor<'de> for Rows {
-    type Value = Vec<AttemptRecord>;
+    type Value = Vec<std::sync::Arc<AttemptRecord>>;
 
     fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
         f.write_str("an array of attempt rows")
@@ -255,14 +257,16 @@ impl<'de> serde::de::Visitor<'de> for Rows {
     fn visit_seq<A: serde::de::SeqAccess<'de>>(
         mut self,
         mut seq: A,
-    ) -> Result<Vec<AttemptRecord>, A::Error> {
+    ) -> Result<Vec<std::sync::Arc<AttemptRecord>>, A::Error> {
+        // Each record in an allocation of its own as it is read, as a scan
+        // holds them: no second copy of them all at once.
         let mut out = Vec::with_capacity(self.expected);
         while let Some(row) = seq.next_element::<Row>()? {
             let i = out.len();
-            out.push(
+            out.push(std::sync::Arc::new(
                 convert(&mut self.lookup, &self.study_id, i, row)
                     .map_err(serde::de::Error::custom)?,
-            );
+            ));
         }
         Ok(out)
     }

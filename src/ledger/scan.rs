@@ -187,17 +187,16 @@ fn split_object(key: &str) -> Option<(&str, &str)> {
 
 impl Known {
     fn assemble(
-        records: Vec<AttemptRecord>,
+        records: Vec<Arc<AttemptRecord>>,
         voids: Voids,
         corrupt: Vec<CorruptObject>,
         streams: BTreeMap<String, Mark>,
         unresolved: BTreeSet<String>,
     ) -> Known {
-        let records = records.into_iter().map(Arc::new);
         let (voided, mut attempts): (Vec<_>, Vec<_>) = if voids.is_empty() {
-            (Vec::new(), records.collect())
+            (Vec::new(), records)
         } else {
-            records.partition(|a| has_void(&voids, a))
+            records.into_iter().partition(|a| has_void(&voids, a))
         };
         sort_attempts(&mut attempts);
         let mut corrupt = corrupt;
@@ -602,7 +601,7 @@ impl Ledger {
     async fn list_and_read_trials(
         &self,
         study: &str,
-    ) -> Result<(Vec<String>, Vec<AttemptRecord>, Vec<Got>), LedgerError> {
+    ) -> Result<(Vec<String>, Vec<Arc<AttemptRecord>>, Vec<Got>), LedgerError> {
         let reads = |k: &str| matches!(listed_as(k), Listed::Read);
         if let Some(root) = &self.local_root {
             let (root, owned, url) = (root.clone(), study.to_string(), self.url.clone());
@@ -618,7 +617,12 @@ impl Ledger {
             // Each worker shared what repeats among its own records; one
             // pass here makes every record share with all the others.
             let mut interner = Interner::default();
-            let records = records.into_iter().map(|r| interner.record(r)).collect();
+            // Each record moved out of its allocation and into a new one
+            // in turn: never a second copy of them all.
+            let records = records
+                .into_iter()
+                .map(|r| Arc::new(interner.record(Arc::unwrap_or_clone(r))))
+                .collect();
             return Ok((keys, records, got));
         }
         let all: Vec<String> = self
@@ -632,7 +636,7 @@ impl Ledger {
         let mut other = Vec::new();
         for g in self.fetch(keys).await {
             match g {
-                Got::Record(r) => records.push(*r),
+                Got::Record(r) => records.push(Arc::new(*r)),
                 g => other.push(g),
             }
         }
@@ -714,7 +718,7 @@ impl Ledger {
         let mut failed = Vec::new();
         for g in got {
             match g {
-                Got::Record(r) => records.push(*r),
+                Got::Record(r) => records.push(Arc::new(*r)),
                 Got::Corrupt(c) => corrupt.push(c),
                 Got::Failed(c) => {
                     unresolved.insert(c.key.clone());

@@ -157,7 +157,7 @@ fn read_one(
 
 /// What reading `<study>/trials/` found: every key, the records read,
 /// and what else reading found.
-type Found3 = (Vec<String>, Vec<AttemptRecord>, Vec<Got>);
+type Found3 = (Vec<String>, Vec<std::sync::Arc<AttemptRecord>>, Vec<Got>);
 
 /// Every file under `<root>/<study>/trials/`: the keys of all of them,
 /// and what was read of those `reads(key)` accepts. Records come back in
@@ -227,7 +227,7 @@ pub(crate) fn read_trials(
                 }
                 if reads(&f.key) || !f.regular {
                     match read_one(f, url, &noatime, &mut buf, &mut interner) {
-                        Ok(r) => records.push(r),
+                        Ok(r) => records.push(std::sync::Arc::new(r)),
                         Err(g) => got.push(g),
                     }
                 }

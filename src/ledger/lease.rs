@@ -652,6 +652,33 @@ pub struct UnreadableLease {
     pub reason: String,
 }
 
+/// How many of 16 launchers racing for `trial`'s lease get it.
+#[cfg(test)]
+async fn racing_winners(ledger: std::sync::Arc<Ledger>, trial: &'static str) -> usize {
+    let mut tasks = Vec::new();
+    for i in 0..16 {
+        let l = std::sync::Arc::clone(&ledger);
+        tasks.push(tokio::spawn(async move {
+            let owner = format!("L{i}");
+            let holder = Holder {
+                owner: &owner,
+                host: "h",
+                what: "",
+            };
+            l.acquire_lease("s", trial, &holder, Duration::from_secs(60))
+                .await
+                .map(|r| r.is_ok())
+        }));
+    }
+    let mut winners = 0;
+    for t in tasks {
+        if matches!(t.await, Ok(Ok(true))) {
+            winners += 1;
+        }
+    }
+    winners
+}
+
 #[cfg(test)]
 mod listing_order;
 
@@ -1116,27 +1143,6 @@ mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         let ledger =
             std::sync::Arc::new(Ledger::open(&dir.path().display().to_string()).expect("ledger"));
-        let mut tasks = Vec::new();
-        for i in 0..16 {
-            let l = ledger.clone();
-            tasks.push(tokio::spawn(async move {
-                let owner = format!("L{i}");
-                let holder = Holder {
-                    owner: &owner,
-                    host: "h",
-                    what: "",
-                };
-                l.acquire_lease("s", "k", &holder, Duration::from_secs(60))
-                    .await
-                    .map(|r| r.is_ok())
-            }));
-        }
-        let mut winners = 0;
-        for t in tasks {
-            if matches!(t.await, Ok(Ok(true))) {
-                winners += 1;
-            }
-        }
-        assert_eq!(winners, 1);
+        assert_eq!(racing_winners(ledger, "k").await, 1);
     }
 }

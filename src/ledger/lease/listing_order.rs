@@ -131,22 +131,5 @@ async fn a_store_listing_out_of_order_delays_a_lease_never_doubles_it() {
     assert_eq!(b.record.generation, 3);
 
     // Sixteen launchers at once: one lease.
-    let ledger = Arc::new(ledger);
-    let mut tasks = Vec::new();
-    for i in 0..16 {
-        let l = Arc::clone(&ledger);
-        tasks.push(tokio::spawn(async move {
-            let owner = format!("L{i}");
-            l.acquire_lease("s", "race", &holder(&owner), ttl)
-                .await
-                .map(|r| r.is_ok())
-        }));
-    }
-    let mut winners = 0;
-    for t in tasks {
-        if matches!(t.await, Ok(Ok(true))) {
-            winners += 1;
-        }
-    }
-    assert_eq!(winners, 1);
+    assert_eq!(racing_winners(Arc::new(ledger), "race").await, 1);
 }

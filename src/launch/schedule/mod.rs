@@ -636,8 +636,10 @@ impl<'a> Scheduler<'a> {
         let mut skipped_dropped = 0u64;
         let mut touched = Vec::new();
         let mut deferred = Vec::new();
-        {
-            let cs = &mut self.st.classes[class];
+        // Deferred units now due (a worker waiting for work asks every
+        // second: nothing is moved when none is due).
+        let cs = &mut self.st.classes[class];
+        if cs.deferred.iter().any(|(t, _)| *t <= now) {
             let (due, later): (Vec<_>, Vec<_>) =
                 cs.deferred.drain(..).partition(|(t, _)| *t <= now);
             cs.deferred = later;

@@ -385,13 +385,19 @@ impl Ledger {
         trial: &str,
         whole: bool,
     ) -> Result<Option<LeaseRecord>, LedgerError> {
-        let newest = if whole {
-            self.lease_generations(study)
+        // A store that will not list from an offset (S3's directory
+        // buckets do not take `start-after`) is listed whole.
+        let own = match whole {
+            true => None,
+            false => self.trial_generations(study, trial).await.ok(),
+        };
+        let newest = match own {
+            Some(mut gens) => gens.pop(),
+            None => self
+                .lease_generations(study)
                 .await?
                 .remove(trial)
-                .and_then(|mut g| g.pop())
-        } else {
-            self.trial_generations(study, trial).await?.pop()
+                .and_then(|mut g| g.pop()),
         };
         let Some((generation, k)) = newest else {
             return Ok(None);

@@ -22,6 +22,8 @@ pub(crate) struct Listing {
     reversed: bool,
     pub names: Arc<AtomicU64>,
     pub gets: AtomicU64,
+    /// Listing from an offset fails, as a store without `start-after`.
+    pub refuses_offset: bool,
 }
 
 impl std::fmt::Display for Listing {
@@ -37,6 +39,7 @@ impl Listing {
             reversed,
             names: Default::default(),
             gets: Default::default(),
+            refuses_offset: false,
         }
     }
 
@@ -110,6 +113,14 @@ impl ObjectStore for Listing {
         prefix: Option<&ObjPath>,
         offset: &ObjPath,
     ) -> BoxStream<'static, object_store::Result<ObjectMeta>> {
+        if self.refuses_offset {
+            return futures::stream::once(async {
+                Err(object_store::Error::NotSupported {
+                    source: "no start-after here".into(),
+                })
+            })
+            .boxed();
+        }
         self.ordered(self.inner.list_with_offset(prefix, offset))
     }
 

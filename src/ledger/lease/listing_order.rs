@@ -133,3 +133,32 @@ async fn a_store_listing_out_of_order_delays_a_lease_never_doubles_it() {
     // Sixteen launchers at once: one lease.
     assert_eq!(racing_winners(Arc::new(ledger), "race").await, 1);
 }
+
+/// A store that refuses to list from an offset: every lease is read from
+/// the whole listing, and held and free trials are told apart as ever.
+#[tokio::test]
+async fn a_store_without_listing_from_an_offset_is_listed_whole() {
+    let mut listing = Listing::new(false);
+    listing.refuses_offset = true;
+    let store = Arc::new(listing);
+    let ledger = Ledger::over_store(store.clone(), "memory:///");
+    let ttl = Duration::from_secs(60);
+    let a = ledger
+        .acquire_lease("s", "k", &holder("A"), ttl)
+        .await
+        .expect("io")
+        .expect("free");
+    let b = ledger
+        .acquire_lease("s", "k", &holder("B"), ttl)
+        .await
+        .expect("io");
+    assert!(matches!(b, Err(Held::By { ref owner, .. }) if owner == "A"));
+    ledger.release_lease(&a).await;
+    assert!(
+        ledger
+            .acquire_lease("s", "k", &holder("B"), ttl)
+            .await
+            .expect("io")
+            .is_ok()
+    );
+}

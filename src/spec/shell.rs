@@ -1059,6 +1059,12 @@ mod tests {
             ("x=1 $(printf %s {{ v }})", "stands as a command's name"),
             ("exec $(echo {{ v }})", "stands as a command's name"),
             ("! $(echo {{ v }}) && run", "stands as a command's name"),
+            // Found by the differential at df9a779: a second `-v`.
+            (
+                "echo \nE\nprintf -v printf -v {{ v }} {{ v }}PS4= -eq 1 ]]",
+                "`printf -v`",
+            ),
+            ("printf -v x -v {{ v }} '%s' 1", "`printf -v`"),
         ] {
             let err = check(t).expect_err(t);
             assert!(err.contains(why), "{t}: {err}");

@@ -378,7 +378,9 @@ impl Command {
                 )),
             };
         }
-        if name == "printf" && args.first().is_some_and(|a| a == "-v") && args.len() == 1 {
+        // Bash's printf reads options until its format: `-v` may come
+        // again after the first name (`printf -v x -v {{ v }}`).
+        if name == "printf" && args.last().is_some_and(|a| a == "-v") {
             return Some(
                 "a value as the variable name of `printf -v`: bash evaluates a name's subscript (`a[$(...)]` runs); write the name in the template".to_string(),
             );

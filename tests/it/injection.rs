@@ -224,6 +224,12 @@ fn where_bash_reads_a_value_again_the_study_is_refused_at_load_with_its_place() 
             "5:20",
             "a value inside an unquoted `$(...)` that stands as a command's name",
         ),
+        // And at df9a779: a second `-v` of bash's printf.
+        (
+            "printf -v x -v {{ v }} '%s' 1",
+            "5:28",
+            "a value as the variable name of `printf -v`",
+        ),
     ] {
         std::fs::write(dir.join("study.yaml"), study(command)).expect("write study");
         let out = tunectl(dir)

@@ -14,6 +14,14 @@ fn ledger(reversed: bool) -> (Ledger, Arc<Listing>) {
     (Ledger::over_store(store.clone(), "memory:///"), store)
 }
 
+/// `owner` takes `trial`'s lease for a minute (or is told who holds it).
+async fn take(ledger: &Ledger, trial: &str, owner: &str) -> Result<Lease, Held> {
+    ledger
+        .acquire_lease("s", trial, &holder(owner), Duration::from_secs(60))
+        .await
+        .expect("io")
+}
+
 fn holder(owner: &str) -> Holder<'_> {
     Holder {
         owner,
@@ -62,28 +70,20 @@ async fn a_lease_is_read_from_its_own_names_among_thousands() {
     }
     put_generation(&store, "k10", 7, "other", live).await;
     store.names.store(0, Relaxed);
-    let ttl = Duration::from_secs(60);
-    let a = ledger
-        .acquire_lease("s", "k1", &holder("A"), ttl)
+    let a = take(&ledger, "k1", "A")
         .await
-        .expect("io")
         .expect("k1 is free: k10 is another trial");
     assert_eq!(a.record.generation, 1);
     let listed = store.names.swap(0, Relaxed);
     assert!(listed <= 3, "listed {listed} names for one lease");
 
-    let held = ledger
-        .acquire_lease("s", "t1234", &holder("A"), ttl)
-        .await
-        .expect("io");
+    let held = take(&ledger, "t1234", "A").await;
     assert!(matches!(held, Err(Held::By { ref owner, .. }) if owner == "other"));
 
     put_generation(&store, "old", 3, "gone", -live).await;
     store.names.store(0, Relaxed);
-    let taken = ledger
-        .acquire_lease("s", "old", &holder("A"), ttl)
+    let taken = take(&ledger, "old", "A")
         .await
-        .expect("io")
         .expect("an expired lease is taken over");
     assert_eq!(taken.record.generation, 4);
     assert!(store.names.load(Relaxed) <= 3);
@@ -96,7 +96,6 @@ async fn a_lease_is_read_from_its_own_names_among_thousands() {
 #[tokio::test]
 async fn a_store_listing_out_of_order_delays_a_lease_never_doubles_it() {
     let (ledger, store) = ledger(true);
-    let ttl = Duration::from_secs(60);
     for i in 0..50 {
         put_generation(
             &store,
@@ -111,22 +110,15 @@ async fn a_store_listing_out_of_order_delays_a_lease_never_doubles_it() {
     for g in 1..=2 {
         put_generation(&store, "k", g, "gone", -chrono::Duration::minutes(5)).await;
     }
-    let a = ledger
-        .acquire_lease("s", "k", &holder("A"), ttl)
+    let a = take(&ledger, "k", "A")
         .await
-        .expect("io")
         .expect("the expired lease is taken over");
     assert_eq!(a.record.generation, 3);
-    let b = ledger
-        .acquire_lease("s", "k", &holder("B"), ttl)
-        .await
-        .expect("io");
+    let b = take(&ledger, "k", "B").await;
     assert!(matches!(b, Err(Held::By { ref owner, .. }) if owner == "A"));
     ledger.release_lease(&a).await;
-    let b = ledger
-        .acquire_lease("s", "k", &holder("B"), ttl)
+    let b = take(&ledger, "k", "B")
         .await
-        .expect("io")
         .expect("released, the trial is free");
     assert_eq!(b.record.generation, 3);
 
@@ -142,23 +134,9 @@ async fn a_store_without_listing_from_an_offset_is_listed_whole() {
     listing.refuses_offset = true;
     let store = Arc::new(listing);
     let ledger = Ledger::over_store(store.clone(), "memory:///");
-    let ttl = Duration::from_secs(60);
-    let a = ledger
-        .acquire_lease("s", "k", &holder("A"), ttl)
-        .await
-        .expect("io")
-        .expect("free");
-    let b = ledger
-        .acquire_lease("s", "k", &holder("B"), ttl)
-        .await
-        .expect("io");
+    let a = take(&ledger, "k", "A").await.expect("free");
+    let b = take(&ledger, "k", "B").await;
     assert!(matches!(b, Err(Held::By { ref owner, .. }) if owner == "A"));
     ledger.release_lease(&a).await;
-    assert!(
-        ledger
-            .acquire_lease("s", "k", &holder("B"), ttl)
-            .await
-            .expect("io")
-            .is_ok()
-    );
+    assert!(take(&ledger, "k", "B").await.is_ok());
 }

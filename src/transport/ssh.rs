@@ -90,6 +90,15 @@ const AGENT_START: Duration = Duration::from_secs(20);
 /// The last bytes of an agent's stderr kept for messages.
 const AGENT_STDERR_BYTES: usize = 4096;
 
+/// Waits before each new try of a session the host refused (its sshd
+/// counts a session until it has seen the session's close, which trails
+/// the end that this launcher sees): about 2.5 s in all.
+const REFUSED_WAITS_MS: [u64; 6] = [20, 60, 150, 300, 700, 1300];
+
+/// How long a retired idle agent may take to end before its place under
+/// `max_sessions` is given to another session anyway.
+const AGENT_CLOSE: Duration = Duration::from_secs(2);
+
 /// A host over SSH as a transport.
 pub struct SshTransport {
     name: String,
@@ -140,6 +149,24 @@ struct Agent {
 }
 
 impl Agent {
+    /// End an idle agent and give its place up once its session is over:
+    /// its input closes, its shell exits, and only then (or after
+    /// [`AGENT_CLOSE`]) is its permit released, so the session that takes
+    /// the place does not open while the host still counts this one.
+    async fn close(self) {
+        let Agent {
+            _child: child,
+            _permit: permit,
+            stdin,
+            stdout,
+            ..
+        } = self;
+        drop(stdin);
+        drop(stdout);
+        let _ = tokio::time::timeout(AGENT_CLOSE, child.wait()).await;
+        drop(permit);
+    }
+
     fn stderr_text(&self) -> String {
         let bytes = self.stderr.lock().map(|b| b.clone()).unwrap_or_default();
         String::from_utf8_lossy(&bytes).trim().to_string()
@@ -406,9 +433,10 @@ impl SshTransport {
         None
     }
 
-    fn put_agent(&self, agent: Agent) {
+    async fn put_agent(&self, agent: Agent) {
         // Someone waits for a session: this one is theirs.
         if self.waiting.load(Ordering::SeqCst) > 0 {
+            agent.close().await;
             return;
         }
         let current = self.session();
@@ -429,8 +457,8 @@ impl SshTransport {
             }
             let idle = self.agents.lock().ok().and_then(|mut a| a.pop());
             match idle {
-                // Dropping it releases its permit: try again.
-                Some(agent) => drop(agent),
+                // Closing it releases its permit: try again.
+                Some(agent) => agent.close().await,
                 None => break,
             }
         }
@@ -443,8 +471,9 @@ impl SshTransport {
         self.waiting.fetch_add(1, Ordering::SeqCst);
         let _waiting = Waiting(&self.waiting);
         // An agent may have gone idle between the try and the count.
-        if let Some(agent) = self.agents.lock().ok().and_then(|mut a| a.pop()) {
-            drop(agent);
+        let idle = self.agents.lock().ok().and_then(|mut a| a.pop());
+        if let Some(agent) = idle {
+            agent.close().await;
         }
         self.sessions
             .clone()
@@ -459,14 +488,14 @@ impl SshTransport {
         session: &Arc<Session>,
         permit: OwnedSemaphorePermit,
     ) -> Result<Agent, TransportError> {
-        let mut child =
-            Session::to_raw_command(session.clone(), format!("exec /bin/sh -s {AGENT_MARK}"))
-                .stdin(Stdio::piped())
-                .stdout(Stdio::piped())
-                .stderr(Stdio::piped())
-                .spawn()
-                .await
-                .map_err(|e| session_start(&e))?;
+        let mut child = open_session(
+            session,
+            &format!("exec /bin/sh -s {AGENT_MARK}"),
+            true,
+            true,
+        )
+        .await
+        .map_err(|e| session_start(&e))?;
         let (Some(mut stdin), Some(stdout), Some(mut err)) = (
             child.stdin().take(),
             child.stdout().take(),
@@ -609,11 +638,17 @@ impl SshTransport {
                         }));
                         return AgentRun::Done;
                     }
-                    tracing::debug!(
-                        host = %self.name,
-                        "no persistent agent ({e}): one ssh session per attempt on this host"
-                    );
-                    self.agent_off.store(true, Ordering::Relaxed);
+                    // A session the host refused even after its tries
+                    // says nothing about agents: the next attempt tries
+                    // one again.
+                    if !matches!(&e, TransportError::SessionStart { detail } if is_refusal(detail))
+                    {
+                        tracing::debug!(
+                            host = %self.name,
+                            "no persistent agent ({e}): one ssh session per attempt on this host"
+                        );
+                        self.agent_off.store(true, Ordering::Relaxed);
+                    }
                     return AgentRun::NoAgent;
                 }
             },
@@ -680,7 +715,8 @@ impl SshTransport {
                     stdin,
                     stdout,
                     stderr: agent.stderr,
-                });
+                })
+                .await;
             }
             if let Some(m) = got.setup.take() {
                 outcome.end(Ended::SetupFailed(TransportError::HostSetup(m)));
@@ -796,6 +832,53 @@ struct ScriptOutput {
     stdout: Vec<u8>,
 }
 
+/// Start `command` on a new session of the master connection, its stderr
+/// piped to this launcher and its stdin and stdout piped where asked (else
+/// null). A session the host refuses is tried again after each of
+/// [`REFUSED_WAITS_MS`]: this launcher opens at most `max_sessions` at
+/// once, so a refusal is the host still counting one that has just ended
+/// (or an sshd whose `MaxSessions` is too low, which the last refusal
+/// then reports).
+async fn open_session(
+    session: &Arc<Session>,
+    command: &str,
+    stdin: bool,
+    stdout: bool,
+) -> Result<openssh::Child<Arc<Session>>, openssh::Error> {
+    let piped = |yes: bool| if yes { Stdio::piped() } else { Stdio::null() };
+    let mut waits = REFUSED_WAITS_MS.iter();
+    loop {
+        let spawned = Session::to_raw_command(session.clone(), command)
+            .stdin(piped(stdin))
+            .stdout(piped(stdout))
+            .stderr(Stdio::piped())
+            .spawn()
+            .await;
+        match spawned {
+            Err(e) if refused_by_host(&e) => match waits.next() {
+                Some(ms) => {
+                    tracing::debug!("the host refused a session ({e}): trying again");
+                    tokio::time::sleep(Duration::from_millis(*ms)).await;
+                }
+                None => return Err(e),
+            },
+            done => return done,
+        }
+    }
+}
+
+/// Whether the host's sshd refused a new session on a live connection (a
+/// channel open failure, `MaxSessions` reached), as opposed to a
+/// connection that is gone.
+fn refused_by_host(e: &openssh::Error) -> bool {
+    is_refusal(&error_chain(e))
+}
+
+/// [`refused_by_host`] on the error's text.
+fn is_refusal(text: &str) -> bool {
+    text.contains("open refused") || text.contains("administratively prohibited")
+}
+
 /// Run a small script on the host and collect its output.
 async fn run_script(
     session: &Arc<Session>,
@@ -803,11 +886,7 @@ async fn run_script(
     limit: Duration,
 ) -> Result<ScriptOutput, TransportError> {
     let work = async {
-        let mut child = Session::to_raw_command(session.clone(), "exec /bin/sh -s")
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
+        let mut child = open_session(session, "exec /bin/sh -s", true, true)
             .await
             .map_err(|e| ssh(&e))?;
         if let Some(mut stdin) = child.stdin().take() {
@@ -1009,12 +1088,7 @@ impl Transport for SshTransport {
                 return outcome;
             }
         };
-        let spawned = Session::to_raw_command(session.clone(), "exec /bin/sh -s")
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .await;
+        let spawned = open_session(&session, "exec /bin/sh -s", true, true).await;
         let mut child = match spawned {
             Ok(c) => c,
             Err(e) => {
@@ -1272,19 +1346,13 @@ type Streaming = (
 async fn spawn_streaming(
     session: &Arc<Session>,
     command: &str,
-    stdin: Stdio,
-    stdout: Stdio,
+    stdin: bool,
+    stdout: bool,
 ) -> Result<Streaming, TransportError> {
-    let mut child = Session::to_raw_command(
-        session.clone(),
-        format!("exec /bin/sh -c {}", quote_word(command)),
-    )
-    .stdin(stdin)
-    .stdout(stdout)
-    .stderr(Stdio::piped())
-    .spawn()
-    .await
-    .map_err(|e| session_start(&e))?;
+    let command = format!("exec /bin/sh -c {}", quote_word(command));
+    let mut child = open_session(session, &command, stdin, stdout)
+        .await
+        .map_err(|e| session_start(&e))?;
     let err = child.stderr().take().map(|mut e| {
         tokio::spawn(async move {
             let mut buf = Vec::new();
@@ -1303,7 +1371,7 @@ async fn stream_into(
     command: &str,
     input: &mut (dyn AsyncRead + Send + Unpin),
 ) -> Result<(), TransportError> {
-    let (mut child, err) = spawn_streaming(session, command, Stdio::piped(), Stdio::null()).await?;
+    let (mut child, err) = spawn_streaming(session, command, true, false).await?;
     let Some(mut stdin) = child.stdin().take() else {
         return Err(TransportError::NoStdio { missing: "input" });
     };
@@ -1330,7 +1398,7 @@ async fn stream_from(
     command: &str,
     sink: &mut (dyn AsyncWrite + Send + Unpin),
 ) -> Result<(), TransportError> {
-    let (mut child, err) = spawn_streaming(session, command, Stdio::null(), Stdio::piped()).await?;
+    let (mut child, err) = spawn_streaming(session, command, false, true).await?;
     let Some(mut stdout) = child.stdout().take() else {
         return Err(TransportError::NoStdio { missing: "output" });
     };

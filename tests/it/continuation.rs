@@ -931,6 +931,38 @@ fn checkpoint_transfers_stay_inside_max_sessions() {
     assert_eq!(rung_outcomes(&ledger), rung_outcomes(&reference));
 }
 
+/// No free session at all (sshd's `MaxSessions` is `max_sessions`): every
+/// session that takes an idle agent's place, or the place of a transfer
+/// that has just ended, opens while the host may still count the one
+/// before. The agent is closed before its place is given, and a refused
+/// session is tried again, so nothing is lost and every checkpoint is
+/// kept. (Before both, each run of this lost attempts or checkpoints to
+/// "Session open refused by peer".)
+#[test]
+fn a_session_the_host_still_counts_is_waited_for_not_lost() {
+    let mut fleet = two_hosts();
+    fleet.set_max_sessions(0, 2);
+    let env = ckpt_env("ck-no-spare", "continuation: true");
+    let reference = env.path().join("ledger-ref");
+    launch(&env, &reference, "work-ref");
+    env.write(
+        "inventory.yaml",
+        &host_inventory(&fleet, 0, "max_sessions: 2"),
+    );
+    let ledger = env.ledger();
+    let stderr = launch_ssh(&env, &ledger);
+    assert_clean(&ledger);
+    assert!(!stderr.contains("refused"), "{stderr}");
+    assert!(!stderr.contains("checkpoint"), "{stderr}");
+    let lost: Vec<Json> = all_attempts(&ledger)
+        .into_iter()
+        .filter(|a| a["status"] == "lost")
+        .collect();
+    assert!(lost.is_empty(), "{lost:?}");
+    assert_host_states(&host_work(&fleet, 0), &ledger);
+    assert_eq!(rung_outcomes(&ledger), rung_outcomes(&reference));
+}
+
 #[test]
 fn a_rung_on_another_ssh_host_resumes_from_the_ledger_without_agents() {
     // Host a is interrupted mid-rung; the relaunch has only host b, of the

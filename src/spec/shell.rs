@@ -1065,6 +1065,24 @@ mod tests {
                 "`printf -v`",
             ),
             ("printf -v x -v {{ v }} '%s' 1", "`printf -v`"),
+            // Found by the differential at 2e32302: `}` read as the end of
+            // a group where it is an argument (dash ran `eval`), and a `=`
+            // inside a subscript taken for the assignment's (bash ran
+            // `a[x=case "${V}"]=1`).
+            ("echo \neval test -v } {{ v }}{{ v }}$#", "`eval`"),
+            ("eval } {{ v }}", "`eval`"),
+            (
+                "echo export |a[PS4=x=case {{ v }}]=1{{ v }}",
+                "array subscript",
+            ),
+            ("a[x=1 {{ v }}]=1", "array subscript"),
+            ("a[x=c{{ v }}]=1", "array subscript"),
+            // Found reading them: a subscripted assignment before the
+            // command's name is an assignment for bash, which runs the
+            // command after it; and an element of a `declare -i` array.
+            ("a[1]=2 eval {{ v }}", "`eval`"),
+            ("a[i]=2 x=3 let {{ v }}", "`let`"),
+            ("declare -i a\na[1]={{ v }}", "declares with an option"),
         ] {
             let err = check(t).expect_err(t);
             assert!(err.contains(why), "{t}: {err}");
@@ -1107,6 +1125,10 @@ mod tests {
             "for f in {{ v }}; do run \"$f\"; done",
             "a[1]=2; run {{ v }}",
             "x={{ v }}; run \"${x}\" \"${x:-d}\"",
+            "echo } {{ v }}",
+            "{ run {{ v }}; }",
+            "a[1]={{ v }}; run \"${a[1]}\"",
+            "declare a[1]={{ v }}",
         ] {
             assert!(check(t).is_ok(), "{t}: {:?}", check(t));
         }

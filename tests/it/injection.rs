@@ -230,6 +230,24 @@ fn where_bash_reads_a_value_again_the_study_is_refused_at_load_with_its_place() 
             "5:28",
             "a value as the variable name of `printf -v`",
         ),
+        // And at 2e32302: `}` as an argument, a `=` inside a subscript,
+        // and (found reading them) a subscripted assignment before the
+        // command's name.
+        (
+            "eval test -v } {{ v }}; run",
+            "5:28",
+            "a value as an argument of `eval`",
+        ),
+        (
+            "a[x=1 {{ v }}]=1; run",
+            "5:19",
+            "a value in an array subscript",
+        ),
+        (
+            "a[1]=2 eval {{ v }}",
+            "5:25",
+            "a value as an argument of `eval`",
+        ),
     ] {
         std::fs::write(dir.join("study.yaml"), study(command)).expect("write study");
         let out = tunectl(dir)

@@ -84,11 +84,37 @@ fn identifiers(word: &str) -> impl Iterator<Item = &str> {
         .filter(|w| w.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_'))
 }
 
-/// `NAME=` or `NAME+=` at the start of `word`: the name.
+/// `NAME=`, `NAME+=`, `NAME[...]=` or `NAME[...]+=` at the start of
+/// `word`: the name. (bash takes a subscripted assignment before a command
+/// as an assignment, and runs the command.)
 fn assigned_name(word: &str) -> Option<&str> {
-    let (name, _) = word.split_once('=')?;
-    let name = name.strip_suffix('+').unwrap_or(name);
-    super::is_variable_name(name).then_some(name)
+    let end = word
+        .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+        .unwrap_or(word.len());
+    let name = &word[..end];
+    if !super::is_variable_name(name) {
+        return None;
+    }
+    let mut rest = &word[end..];
+    if rest.starts_with('[') {
+        let mut depth = 0usize;
+        let close = rest.char_indices().find_map(|(i, c)| {
+            match c {
+                '[' => depth += 1,
+                ']' => {
+                    depth -= 1;
+                    if depth == 0 {
+                        return Some(i);
+                    }
+                }
+                _ => {}
+            }
+            None
+        })?;
+        rest = &rest[close + 1..];
+    }
+    let rest = rest.strip_prefix('+').unwrap_or(rest);
+    rest.starts_with('=').then_some(name)
 }
 
 impl Command {
@@ -99,7 +125,8 @@ impl Command {
         match c {
             '[' => self.brackets += 1,
             ']' => self.brackets -= 1,
-            '=' => self.assigns = true,
+            // A `=` inside the subscript (`a[x=1 ...]`) leaves it open.
+            '=' if self.brackets <= 0 => self.assigns = true,
             _ => {}
         }
     }
@@ -189,8 +216,13 @@ impl Command {
             _ => {}
         }
         // `{` and `}` open and close a group (`f() { ...; }`, `function f {`):
-        // a command starts after them.
-        if !self.cond && self.compound == 0 && (word == "{" || word == "}") {
+        // a command starts after them. They are reserved words only where a
+        // command's name may stand: elsewhere (`eval }`) an argument.
+        let at_name = match self.name() {
+            None => true,
+            Some(n) => n == "function" && word == "{",
+        };
+        if !self.cond && self.compound == 0 && (word == "{" || word == "}") && at_name {
             let evaluated = std::mem::take(&mut self.evaluated);
             *self = Command {
                 evaluated,
@@ -319,7 +351,7 @@ impl Command {
             if self
                 .cur
                 .starts_with(|c: char| c.is_ascii_alphabetic() || c == '_')
-                && !self.cur.contains('=')
+                && !self.assigns
                 && self.cur.contains('[')
             {
                 return Some(

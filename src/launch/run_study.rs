@@ -576,6 +576,8 @@ pub async fn run_study(
         cancel,
     };
     launch.with_sched(|s| s.seed(&scan));
+    // Rung states an earlier launcher recorded but died before committing.
+    let left_behind = launch.runner.left_behind(&hosts, &scan).await;
     // Later scans of this launch only add what was written since.
     drop(scan);
     launch.record_plan().await?;
@@ -591,7 +593,12 @@ pub async fn run_study(
             workers.push(launch.worker(hi, host, slot));
         }
     }
-    futures::future::join_all(workers).await;
+    // Committed beside the trials: one may wait for a dead launcher's
+    // lease to expire.
+    futures::join!(
+        futures::future::join_all(workers),
+        launch.runner.commit_left_behind(&hosts, left_behind)
+    );
     for h in &hosts {
         h.transport.close().await;
     }

@@ -8,6 +8,8 @@
 //! Once an attempt record cannot be written, nothing new starts: running
 //! trials finish and get one try each to record.
 
+mod interrupted;
+
 use std::collections::HashSet;
 use std::sync::Arc;
 use std::sync::Mutex;

@@ -22,6 +22,9 @@
 //! and written last, so a launcher killed between the two leaves no claim:
 //! the next rung starts from zero. A missing, unreadable or foreign claim
 //! means the same: a lost checkpoint costs a rerun, never a wrong resume.
+//! A launcher killed after recording an attempt `ok` but before this
+//! commit leaves its `run-<attempt>/` behind: the next launch commits it
+//! (`launch::run_trial::interrupted`), since the ledger already counts it.
 //!
 //! After each commit the state is also stored in the ledger as one archive
 //! ([`crate::ledger::checkpoint`], at most `fidelity.checkpoint_max_bytes`).
@@ -218,6 +221,25 @@ impl RungCheckpoint {
             resume_from: resume.map(|c| c.budget),
             commits: continues,
         })
+    }
+
+    /// The working copy of `attempt_id` in `base` (checkpoint `key`) that
+    /// a launcher which died after recording the attempt `ok` left
+    /// uncommitted: [`RungCheckpoint::commit`] commits it as that launcher
+    /// would have.
+    pub fn left_behind(key: &str, base: &str, attempt_id: &str) -> RungCheckpoint {
+        RungCheckpoint {
+            key: key.to_string(),
+            run: RunCheckpoint {
+                run_dir: format!("{base}/run-{attempt_id}"),
+                state_dir: None,
+                resume_from: None,
+            },
+            base: base.to_string(),
+            attempt_id: attempt_id.to_string(),
+            resume_from: None,
+            commits: true,
+        }
     }
 
     /// The checkpoint an adopted task (`attempt_id`) ran with, in place of
@@ -610,6 +632,42 @@ fn joined(e: tokio::task::JoinError) -> TransportError {
     TransportError::Task {
         detail: e.to_string(),
     }
+}
+
+/// The working copies under a study's checkpoints directory on this
+/// machine: (checkpoint key, attempt id) of every `<key>/run-<attempt>/`.
+pub async fn working_copies_here(root: &str) -> Result<Vec<(String, String)>, TransportError> {
+    let root = PathBuf::from(root);
+    tokio::task::spawn_blocking(move || {
+        let mut out = Vec::new();
+        let keys = match std::fs::read_dir(&root) {
+            Ok(k) => k,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(out),
+            Err(e) => return Err(e),
+        };
+        for key in keys.flatten() {
+            if !key.file_type().is_ok_and(|t| t.is_dir()) {
+                continue;
+            }
+            let Ok(copies) = std::fs::read_dir(key.path()) else {
+                continue;
+            };
+            for copy in copies.flatten() {
+                let name = copy.file_name();
+                if let (Some(k), Some(id)) = (
+                    key.file_name().to_str(),
+                    name.to_str().and_then(|n| n.strip_prefix("run-")),
+                ) && copy.file_type().is_ok_and(|t| t.is_dir())
+                {
+                    out.push((k.to_string(), id.to_string()));
+                }
+            }
+        }
+        Ok(out)
+    })
+    .await
+    .map_err(joined)?
+    .map_err(|e| TransportError::Checkpoint(e.into()))
 }
 
 pub async fn discard_here(base: &str, attempt_id: &str) {

@@ -768,8 +768,12 @@ impl Transport for LocalTransport {
 
 #[async_trait]
 impl CheckpointStore for LocalTransport {
-    fn dir(&self, study: &str, key: &str) -> Option<String> {
-        Transport::checkpoint_root(self, study).map(|root| root.join(key).display().to_string())
+    fn root(&self, study: &str) -> Option<String> {
+        Transport::checkpoint_root(self, study).map(|root| root.display().to_string())
+    }
+
+    async fn working_copies(&self, root: &str) -> Result<Vec<(String, String)>, TransportError> {
+        checkpoint::working_copies_here(root).await
     }
 
     async fn claim(&self, base: &str) -> Result<Option<Claim>, TransportError> {

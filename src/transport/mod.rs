@@ -231,10 +231,17 @@ pub struct Part {
 /// [`checkpoint`]): the operations on one checkpoint directory (`base`).
 #[async_trait]
 pub trait CheckpointStore: Send + Sync {
-    /// The directory of the checkpoint `key` of `study` on this host;
-    /// `None` while it cannot be known (the host's work directory is not
-    /// found yet).
-    fn dir(&self, study: &str, key: &str) -> Option<String>;
+    /// The directory of `study`'s checkpoints on this host; `None` while
+    /// it cannot be known (the host's work directory is not found yet).
+    fn root(&self, study: &str) -> Option<String>;
+    /// The directory of the checkpoint `key` of `study` on this host.
+    fn dir(&self, study: &str, key: &str) -> Option<String> {
+        self.root(study).map(|root| format!("{root}/{key}"))
+    }
+    /// The attempts' working copies under `root` (a study's checkpoints
+    /// directory), as (checkpoint key, attempt id): those of attempts
+    /// running now, and those a launcher that died left behind.
+    async fn working_copies(&self, root: &str) -> Result<Vec<(String, String)>, TransportError>;
     /// The claim of the committed state the host holds in `base`, if any.
     async fn claim(&self, base: &str) -> Result<Option<Claim>, TransportError>;
     /// Install `archive` (a tar, checked as it is read: a read error means

@@ -1212,9 +1212,27 @@ impl Transport for SshTransport {
 
 #[async_trait]
 impl CheckpointStore for SshTransport {
-    fn dir(&self, study: &str, key: &str) -> Option<String> {
+    fn root(&self, study: &str) -> Option<String> {
         let root = self.workdir.read().ok().and_then(|w| w.clone())?;
-        Some(format!("{root}/{study}/checkpoints/{key}"))
+        Some(format!("{root}/{study}/checkpoints"))
+    }
+
+    async fn working_copies(&self, root: &str) -> Result<Vec<(String, String)>, TransportError> {
+        let session = self.connected()?;
+        let _permit = self.session_permit().await?;
+        // One line per working copy: `<key> <attempt id>`.
+        let body = format!(
+            "cd {} 2>/dev/null || exit 0\n\
+             for d in */run-*; do [ -d \"$d\" ] && printf '%s %s\\n' \"${{d%%/*}}\" \"${{d#*/run-}}\"; done\n\
+             exit 0\n",
+            quote_word(root)
+        );
+        let out = run_script(&session, &body, SMALL_COMMAND).await?;
+        Ok(String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter_map(|l| l.split_once(' '))
+            .map(|(k, a)| (k.to_string(), a.to_string()))
+            .collect())
     }
 
     async fn claim(&self, base: &str) -> Result<Option<Claim>, TransportError> {

@@ -343,6 +343,73 @@ fn top_budgets(ledger: &Path) -> BTreeMap<Abc, u64> {
     top
 }
 
+/// A launcher killed after it recorded a rung `ok` and before it
+/// committed the rung's state leaves the working copy beside the last
+/// committed state (here: none, as for a config's first rung, the shape CI
+/// saw). The next launch commits it, as that launcher would have, and
+/// stores it in the ledger again; a working copy whose attempt has no
+/// record (one running now, elsewhere) is left alone.
+#[test]
+fn a_rung_state_left_uncommitted_by_a_dead_launcher_is_committed_by_the_next() {
+    let env = ckpt_env("ck-left", "continuation: true");
+    let ledger = env.ledger();
+    launch(&env, &ledger, "work");
+    let before = states(&env, "work", &ledger);
+    let stored_before = stored_states(&ledger);
+    let root = env
+        .path()
+        .join("work")
+        .join(study_id(&ledger))
+        .join("checkpoints");
+    // The config whose state went furthest: its last rung's commit undone.
+    let (config, (key, claim, _)) = stored_before
+        .iter()
+        .max_by_key(|(_, (_, c, _))| c["budget"].as_f64().unwrap_or(0.0) as u64)
+        .expect("a stored checkpoint");
+    let attempt = claim["attempt_id"].as_str().expect("attempt id");
+    let base = root.join(key);
+    std::fs::rename(base.join("state"), base.join(format!("run-{attempt}"))).expect("undo");
+    std::fs::remove_file(base.join("committed.json")).expect("claim");
+    let stored = ledger.join(study_id(&ledger)).join("checkpoints");
+    for ext in ["json", "tar"] {
+        std::fs::remove_file(stored.join(format!("{key}.{ext}"))).expect("archive");
+    }
+    // A copy of an attempt the ledger does not know.
+    let other = root.join(
+        stored_before
+            .values()
+            .map(|(k, _, _)| k)
+            .find(|k| *k != key)
+            .expect("another config"),
+    );
+    let running = other.join("run-20261205T000000.000000Z-0000000000000000");
+    std::fs::create_dir(&running).expect("a copy in flight");
+    assert!(!states(&env, "work", &ledger).contains_key(config));
+    launch(&env, &ledger, "work");
+    assert_clean(&ledger);
+    assert_eq!(states(&env, "work", &ledger), before);
+    let claim_now: Json =
+        serde_json::from_slice(&std::fs::read(base.join("committed.json")).expect("claim again"))
+            .expect("claim JSON");
+    assert_eq!(claim_now["attempt_id"], claim["attempt_id"]);
+    assert_eq!(claim_now["budget"], claim["budget"]);
+    assert!(!base.join(format!("run-{attempt}")).exists());
+    // Stored again (written anew: only its time differs).
+    let unwritten = |s: BTreeMap<Abc, Stored>| -> Vec<(Abc, Stored)> {
+        s.into_iter()
+            .map(|(c, (k, mut claim, p))| {
+                claim["written_at"] = Json::Null;
+                (c, (k, claim, p))
+            })
+            .collect()
+    };
+    assert_eq!(
+        unwritten(stored_states(&ledger)),
+        unwritten(stored_before.clone())
+    );
+    assert!(running.is_dir(), "a copy with no record was dropped");
+}
+
 #[test]
 fn each_rung_continues_its_config_s_previous_rung() {
     let env = ckpt_env("ck-continue", "continuation: true");

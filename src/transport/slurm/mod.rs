@@ -507,11 +507,18 @@ impl Transport for SlurmTransport {
 
 #[async_trait]
 impl CheckpointStore for SlurmTransport {
-    fn dir(&self, study: &str, key: &str) -> Option<String> {
+    fn root(&self, study: &str) -> Option<String> {
         // In the shared directory: the login host moves archives, the
         // nodes restore and save the state.
         let root = self.inner.root.read().ok().and_then(|r| r.clone())?;
-        Some(format!("{root}/{study}/checkpoints/{key}"))
+        Some(format!("{root}/{study}/checkpoints"))
+    }
+
+    async fn working_copies(&self, root: &str) -> Result<Vec<(String, String)>, TransportError> {
+        match &self.inner.login {
+            Login::Local => checkpoint::working_copies_here(root).await,
+            Login::Ssh(t) => t.working_copies(root).await,
+        }
     }
 
     async fn claim(&self, base: &str) -> Result<Option<Claim>, TransportError> {

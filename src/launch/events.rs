@@ -290,6 +290,17 @@ pub enum LaunchEvent {
         config: String,
         cell: String,
     },
+    /// A run landed on a node of another host class than its trial's: it
+    /// is recorded for the node's class (host `host`), as that class's
+    /// trial of the same config, cell and repeat, and runs again for its
+    /// own.
+    KeptForItsClass {
+        config: String,
+        cell: String,
+        node: String,
+        label: String,
+        host: String,
+    },
     /// A rung's checkpoint could not be read, brought to its host or
     /// stored as `fidelity.continuation` means to: a rung runs from an
     /// earlier state or from zero (never from a wrong one).
@@ -511,6 +522,7 @@ impl LaunchEvent {
                 | LaunchEvent::RaceQueued { .. }
                 | LaunchEvent::BaselineRetry { .. }
                 | LaunchEvent::LeaseHeld { .. }
+                | LaunchEvent::KeptForItsClass { .. }
         )
     }
 }

@@ -569,6 +569,15 @@ pub fn describe(ev: &LaunchEvent) -> Vec<String> {
             cell,
             problem,
         } => one(format!("warning: rung of {config} @ {cell}: {problem}")),
+        LaunchEvent::KeptForItsClass {
+            config,
+            cell,
+            node,
+            label,
+            host,
+        } => one(format!(
+            "{config} @ {cell} ran on node {node}, of the class {label}: recorded for that class (host {host}), and runs again for its own"
+        )),
         LaunchEvent::LeaseLost { config, cell } => one(format!(
             "warning: lost the lease of {config} @ {cell}; stopping it (it will run again)"
         )),

@@ -539,6 +539,8 @@ pub async fn run_study(
         plan: &plan,
         ledger,
         class_ids,
+        host_class: host_class.clone(),
+        host_names: hosts.iter().map(|h| h.name.clone()).collect(),
         fingerprints: fingerprints.iter().map(Fingerprint::hash).collect(),
         devices: hosts
             .iter()

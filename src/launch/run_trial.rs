@@ -8,6 +8,7 @@
 //! Once an attempt record cannot be written, nothing new starts: running
 //! trials finish and get one try each to record.
 
+mod elsewhere;
 mod interrupted;
 
 use std::collections::HashSet;
@@ -130,6 +131,9 @@ pub struct Runner<'a> {
     objective_renderer: Option<CommandRenderer>,
     classifier: Classifier,
     class_ids: Vec<String>,
+    /// Class (index into `class_ids`) and name of each host.
+    host_class: Vec<usize>,
+    host_names: Vec<String>,
     /// Fingerprint hash of each host.
     fingerprints: Vec<String>,
     /// Variable and device pinned by each slot of each host.
@@ -160,6 +164,8 @@ pub struct RunnerSetup<'a> {
     pub plan: &'a Plan,
     pub ledger: &'a Ledger,
     pub class_ids: Vec<String>,
+    pub host_class: Vec<usize>,
+    pub host_names: Vec<String>,
     pub fingerprints: Vec<String>,
     pub devices: Vec<Vec<Option<(String, String)>>>,
     pub owner: String,
@@ -196,6 +202,8 @@ impl<'a> Runner<'a> {
             plan: s.plan,
             ledger: s.ledger,
             class_ids: s.class_ids,
+            host_class: s.host_class,
+            host_names: s.host_names,
             fingerprints: s.fingerprints,
             devices: s.devices,
             owner: s.owner,
@@ -263,6 +271,11 @@ impl<'a> Runner<'a> {
                     host: held_on,
                     expires_at,
                 })) => {
+                    // Held a moment by this launcher, recording there a run
+                    // of this class that landed elsewhere: look again soon.
+                    if owner == self.elsewhere_owner() {
+                        return TrialResult::Held(Duration::from_millis(200));
+                    }
                     let fresh = self
                         .named_holders
                         .lock()
@@ -781,7 +794,15 @@ impl<'a> Runner<'a> {
             (_, c) => c,
         };
         let attempt_id = adopted.unwrap_or(attempt_id);
-        let record = AttemptRecord {
+        // Ran on a node of another class: lost here, kept for that class.
+        let elsewhere = match &outcome.elsewhere {
+            Some(there) if j.status == AttemptStatus::Lost => self
+                .trial_elsewhere(host, &job, there)
+                .await
+                .map(|at| (at, there)),
+            _ => None,
+        };
+        let mut record = AttemptRecord {
             schema: records::SCHEMA,
             tunectl_version: records::VERSION.into(),
             study_id: self.study_id.into(),
@@ -831,6 +852,14 @@ impl<'a> Runner<'a> {
             pruned,
             readings,
         };
+        if let Some((at, there)) = elsewhere
+            && let Some(id) = self.record_elsewhere(at, there, &record, &outcome).await
+            && let Some(why) = &mut record.lost_reason
+        {
+            why.push_str(&format!(
+                "; its run is recorded for that class as attempt {id}"
+            ));
+        }
         // Once the ledger has failed, an attempt that was already running
         // gets one try: it is worth no more waiting.
         let tries = if self.ledger_failing() {
@@ -867,25 +896,7 @@ impl<'a> Runner<'a> {
                 _ => c.discard(&carry).await,
             }
         }
-        for (name, bytes) in &outcome.logs {
-            let text = scrub(String::from_utf8_lossy(bytes).into_owned());
-            if let Err(e) = self
-                .ledger
-                .write_log(
-                    self.study_id,
-                    &record.trial_key,
-                    &record.attempt_id,
-                    name,
-                    text.into_bytes(),
-                )
-                .await
-            {
-                self.events.emit(LaunchEvent::LedgerWriteFailed {
-                    error: e.to_string(),
-                    what: Written::Log,
-                });
-            }
-        }
+        self.write_logs(&record, &outcome.logs).await;
         if let Err(e) = written {
             let first = !self.ledger_failing.swap(true, Ordering::SeqCst);
             self.events.emit(LaunchEvent::AttemptUnrecorded {
@@ -947,6 +958,36 @@ impl<'a> Runner<'a> {
             host_lost: matches!(outcome.ended, Ended::HostLost(_)),
             record: Some(Arc::new(record)),
         })
+    }
+}
+
+impl Runner<'_> {
+    /// Store an attempt's full logs (`--store-logs`) beside its record,
+    /// scrubbed.
+    async fn write_logs(
+        &self,
+        record: &AttemptRecord,
+        logs: &std::collections::BTreeMap<String, Vec<u8>>,
+    ) {
+        for (name, bytes) in logs {
+            let text = scrub_secrets(String::from_utf8_lossy(bytes).into_owned(), &self.secrets);
+            if let Err(e) = self
+                .ledger
+                .write_log(
+                    self.study_id,
+                    &record.trial_key,
+                    &record.attempt_id,
+                    name,
+                    text.into_bytes(),
+                )
+                .await
+            {
+                self.events.emit(LaunchEvent::LedgerWriteFailed {
+                    error: e.to_string(),
+                    what: Written::Log,
+                });
+            }
+        }
     }
 }
 

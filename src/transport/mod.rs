@@ -123,6 +123,19 @@ pub struct AttemptOutcome {
     /// The checkpoint that adopted task's request restored (`None`: none,
     /// or a request of an older launcher that did not say).
     pub adopted_checkpoint: Option<checkpoint::RunCheckpoint>,
+    /// It ran to its end on a node of another host class than planned (a
+    /// mixed Slurm partition's node whose type hid its class): lost for
+    /// its trial's class, and what it left is a run of the node's class.
+    pub elsewhere: Option<RanElsewhere>,
+}
+
+/// A run on a node of another host class than its trial's.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RanElsewhere {
+    pub node: String,
+    /// The node's class under the study's class key, and its label.
+    pub class: String,
+    pub label: String,
 }
 
 /// How an attempt ended for the launcher: it ran (what it left is in the

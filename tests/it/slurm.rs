@@ -921,7 +921,15 @@ fn a_mixed_partition_is_tuned_per_node_class_in_one_entry() {
 /// (gpu-a) and takes gpu-c for an H100; the H100 class's tasks that land
 /// on gpu-c are lost (their probe shows the A100) and run again, gpu-c is
 /// kept out of the H100 class's later jobs, and nothing it measured is
-/// classed as an H100.
+/// classed as an H100. What such a task measured is a run of the A100
+/// class: it is recorded there when that class has not started the same
+/// trial, and the A100 class does not run it again.
+///
+/// The A100 part has one job in flight (3 for the entry, shared by GPUs)
+/// and its first trial (the first cell's baseline) takes 4 s: the H100
+/// class's first two tasks, the baselines of both cells, land on gpu-a
+/// and gpu-c, and the one on gpu-c (the second cell's, placed second) is
+/// kept for the A100 class, which has not started it.
 #[test]
 fn a_node_of_another_class_than_its_type_is_found_out_and_kept_out() {
     let cluster = Cluster::start(&[
@@ -936,24 +944,50 @@ fn a_node_of_another_class_than_its_type_is_found_out_and_kept_out() {
         },
     ]);
     let s = setup(&cluster, "hidden", "", KNOBS, "");
+    let once = s.root.join("a100-slow-once");
     std::fs::write(
         &s.study,
-        quick_mixed_study("hidden").replace(
-            "  timeout: 30s\n",
-            "  timeout: 30s\n  env: {FAKE_TRIAL_SLEEP: \"1\"}\n",
-        ),
+        quick_mixed_study("hidden")
+            .replace(
+                "  timeout: 30s\n",
+                "  timeout: 30s\n  env: {FAKE_TRIAL_SLEEP: \"1\"}\n",
+            )
+            .replace(
+                "command: \"echo node=$SLURMD_NODENAME; ",
+                &format!(
+                    "command: \"echo node=$SLURMD_NODENAME; if [ $TUNECTL_HOST = gpus.a100 ] && mkdir {} 2>/dev/null; then sleep 3; fi; ",
+                    once.display()
+                ),
+            ),
     )
     .expect("study");
-    one_mixed_entry(&s);
+    let shared = s.root.join("shared");
+    std::fs::write(
+        &s.inventory,
+        format!(
+            "hosts:\n{}",
+            slurm_entry("gpus", None, &shared)
+                .replace("max_jobs_in_flight: 20", "max_jobs_in_flight: 3")
+        ),
+    )
+    .expect("inventory");
     let t = Instant::now();
-    let stderr = launch(&cluster, &s, &[]).stderr;
+    let out = launch(&cluster, &s, &[]);
     eprintln!("launch: {:?}", t.elapsed());
     assert!(
-        stderr.contains("host gpus.h100 (slurm nodes gpu-a, gpu-c)"),
-        "{stderr}"
+        out.stderr
+            .contains("host gpus.h100 (slurm nodes gpu-a, gpu-c)"),
+        "{}",
+        out.stderr
     );
     let lost = one_terminal_each_but_failed(&s, "hidden");
     let all = attempts(&s, "hidden");
+    let by_id: BTreeMap<&str, &Json> = all
+        .values()
+        .flatten()
+        .map(|a| (a["attempt_id"].as_str().unwrap_or_default(), a))
+        .collect();
+    let mut kept = 0;
     for a in all.values().flatten() {
         if a["status"] == "lost" {
             let why = a["lost_reason"].as_str().unwrap_or_default();
@@ -962,6 +996,20 @@ fn a_node_of_another_class_than_its_type_is_found_out_and_kept_out() {
                 "{a}"
             );
             assert_eq!(a["host"], "gpus.h100", "{a}");
+            assert_eq!(node_of(a), "gpu-c", "{a}");
+            // Kept for the A100 class: the same config, cell and repeat,
+            // measured on gpu-c, as the A100 part's attempt.
+            if let Some(id) = why.split("recorded for that class as attempt ").nth(1) {
+                let there = by_id[id];
+                assert_eq!(there["host"], "gpus.a100", "{there}");
+                assert_eq!(node_of(there), "gpu-c", "{there}");
+                assert_eq!(there["status"], "ok", "{there}");
+                for field in ["config", "cell", "repeat", "role"] {
+                    assert_eq!(there[field], a[field], "{field}: {there}\n{a}");
+                }
+                assert_ne!(there["host_class"], a["host_class"]);
+                kept += 1;
+            }
         } else if a["host"] == "gpus.h100" {
             assert_eq!(node_of(a), "gpu-a", "{a}");
         } else {
@@ -969,6 +1017,15 @@ fn a_node_of_another_class_than_its_type_is_found_out_and_kept_out() {
         }
     }
     assert!(lost >= 1, "no task of the H100 class landed on gpu-c");
+    assert!(kept >= 1, "no run on gpu-c kept for the A100 class");
+    assert!(
+        out.stderr.contains("ran on node gpu-c, of the class")
+            && out
+                .stderr
+                .contains("recorded for that class (host gpus.a100)"),
+        "{}",
+        out.stderr
+    );
     let report = report_json(&s);
     assert_eq!(report["classes"].as_array().map(Vec::len), Some(2));
     for b in class_of(&report, H100)["buckets"]

@@ -14,7 +14,7 @@ use async_trait::async_trait;
 use super::*;
 use crate::ledger::records::ExitInfo;
 use crate::transport::local::RunOutput;
-use crate::transport::{AttemptOutcome, AttemptSpec, Ended, TransportError};
+use crate::transport::{AttemptOutcome, AttemptSpec, Ended, RanElsewhere, TransportError};
 
 /// Knob `a`: 1 is the baseline (100 ms), 2 is 10% faster, 3 is 30% faster.
 /// Lower is better.
@@ -60,6 +60,15 @@ struct FakeHost {
     noise: Mutex<u64>,
     /// Wall time of each run.
     delay: Duration,
+    /// What its probe says of its CPU: another model, another class.
+    cpu_model: &'static str,
+    /// The first attempt of each of the first `n` candidate trials lands
+    /// on a node of this host class (a mixed Slurm partition's node whose
+    /// type hid its class): it runs to its end and is lost for its trial's
+    /// class, as the Slurm transport says.
+    strays: Option<(usize, RanElsewhere)>,
+    /// The trials strayed so far.
+    strayed: Mutex<Vec<String>>,
 }
 
 impl FakeHost {
@@ -73,6 +82,27 @@ impl FakeHost {
             down_checks: AtomicUsize::new(0),
             noise: Mutex::new(name.len() as u64 + 1),
             delay: Duration::ZERO,
+            cpu_model: "Fake CPU",
+            strays: None,
+            strayed: Mutex::default(),
+        }
+    }
+
+    fn fingerprint(&self) -> Fingerprint {
+        Fingerprint {
+            schema: crate::fingerprint::SCHEMA_VERSION,
+            hostname: Some(self.name.clone()),
+            arch: Some("x86_64".to_string()),
+            os: Some("FakeOS".to_string()),
+            kernel: Some("1.0".to_string()),
+            cpu_model: Some(self.cpu_model.to_string()),
+            cpu_count: Some(8),
+            memory_mib: Some(16384),
+            gpus: Vec::new(),
+            driver_version: None,
+            cuda_version: None,
+            tools: BTreeMap::new(),
+            ..Fingerprint::default()
         }
     }
 
@@ -104,21 +134,7 @@ impl Transport for FakeHost {
         &self,
         _tools: &BTreeMap<String, String>,
     ) -> Result<Fingerprint, TransportError> {
-        Ok(Fingerprint {
-            schema: crate::fingerprint::SCHEMA_VERSION,
-            hostname: Some(self.name.clone()),
-            arch: Some("x86_64".to_string()),
-            os: Some("FakeOS".to_string()),
-            kernel: Some("1.0".to_string()),
-            cpu_model: Some("Fake CPU".to_string()),
-            cpu_count: Some(8),
-            memory_mib: Some(16384),
-            gpus: Vec::new(),
-            driver_version: None,
-            cuda_version: None,
-            tools: BTreeMap::new(),
-            ..Fingerprint::default()
-        })
+        Ok(self.fingerprint())
     }
 
     async fn run_attempt(&self, spec: &AttemptSpec, _cancel: &CancellationToken) -> AttemptOutcome {
@@ -149,7 +165,29 @@ impl Transport for FakeHost {
             .map(|_| time_of(a) * factor * self.jitter())
             .collect();
         let result = serde_json::json!({"metrics": {"t": samples}, "digest": "same output"});
+        let strays = self.strays.as_ref().filter(|(n, _)| {
+            let mut strayed = self.strayed.lock().expect("strays lock");
+            let first = a != 1 && !strayed.contains(&spec.trial_key) && strayed.len() < *n;
+            if first {
+                strayed.push(spec.trial_key.clone());
+            }
+            first
+        });
+        let (ended, elsewhere) = match strays {
+            Some((_, there)) => (
+                Ended::HostLost(TransportError::OtherClass {
+                    node: there.node.clone(),
+                    got: there.label.clone(),
+                    expected: "this host's".to_string(),
+                    steered: true,
+                }),
+                Some(there.clone()),
+            ),
+            _ => (Ended::Ran, None),
+        };
         AttemptOutcome {
+            ended,
+            elsewhere,
             run: Some(RunOutput {
                 exit: ExitInfo {
                     code: Some(0),
@@ -192,6 +230,9 @@ struct Ran {
     events: Vec<LaunchEvent>,
     analysis: crate::decide::Analysis,
     scan: Arc<crate::ledger::Scan>,
+    /// Lost attempts' reasons, by attempt id, from their objects (a scan
+    /// leaves them out).
+    lost_reasons: HashMap<String, String>,
 }
 
 async fn launch(hosts: Vec<FakeHost>) -> Ran {
@@ -246,11 +287,25 @@ async fn launch_study(text: &str, hosts: Vec<FakeHost>) -> Ran {
     let plans = ledger.plans(study.id()).await.expect("plans");
     let (host_records, _) = ledger.hosts(study.id()).await.expect("hosts");
     let analysis = crate::decide::analyze_planned(&record, &scan, &host_records, &plans);
+    let mut lost_reasons = HashMap::new();
+    for a in scan
+        .attempts
+        .iter()
+        .filter(|a| a.status == AttemptStatus::Lost)
+    {
+        let whole = ledger
+            .read_attempt(study.id(), &a.trial_key, &a.attempt_id)
+            .await
+            .expect("attempt read")
+            .expect("attempt object");
+        lost_reasons.insert(a.attempt_id.clone(), whole.lost_reason.unwrap_or_default());
+    }
     Ran {
         summary,
         events,
         analysis,
         scan,
+        lost_reasons,
     }
 }
 
@@ -403,6 +458,101 @@ fn a_host_that_drops_its_cell_after_its_classmate_finished_does_not_stall_the_la
         ("a=3".to_string(), serde_json::json!("verdict"))
     );
     assert!(r.summary.stalled.is_empty());
+}
+
+/// Runs of host x's class that land on a node of y's class (a mixed
+/// partition's node whose type hid its class) are lost for x's class and
+/// run again there, and each sweep run among them is recorded for y's
+/// class, as y's trial of the same config, cell and repeat, which y then
+/// finds done: y runs it no more, and nothing is counted twice.
+#[test]
+fn a_run_on_a_node_of_another_class_is_kept_for_that_class() {
+    let mut y = FakeHost::new("y");
+    y.cpu_model = "Other CPU";
+    // y is slow: while its first trial runs, its others wait in its queue.
+    y.delay = Duration::from_millis(300);
+    let there = RanElsewhere {
+        node: "node-7".to_string(),
+        class: y.fingerprint().host_class_under(&Default::default()),
+        label: "y's class".to_string(),
+    };
+    let y_class = there.class.clone();
+    let mut x = FakeHost::new("x");
+    // Its first three candidate trials: y is running its first baseline
+    // then, and has not started them.
+    x.strays = Some((3, there));
+    let r = current_thread().block_on(launch(vec![x, y]));
+    counted_once(&r.scan);
+    let attempts: Vec<_> = r.scan.attempts.iter().collect();
+    let strays: Vec<_> = attempts
+        .iter()
+        .filter(|a| a.host.as_str() == "x" && a.status == AttemptStatus::Lost)
+        .collect();
+    assert_eq!(strays.len(), 3, "{attempts:#?}");
+    for lost in strays {
+        assert_eq!(lost.role, RoleKind::Sweep);
+        let why = &r.lost_reasons[&lost.attempt_id];
+        assert!(why.contains("node-7"), "{why}");
+        let id = why
+            .split("recorded for that class as attempt ")
+            .nth(1)
+            .unwrap_or_else(|| panic!("not kept: {why}"));
+        let kept = attempts
+            .iter()
+            .find(|a| a.attempt_id == id)
+            .expect("the kept attempt is in the ledger");
+        assert_eq!(
+            (kept.host.as_str(), kept.host_class.as_str(), kept.status),
+            ("y", y_class.as_str(), AttemptStatus::Ok)
+        );
+        assert_eq!(
+            (
+                &kept.config_label,
+                &kept.cell_label,
+                kept.repeat,
+                &kept.role
+            ),
+            (
+                &lost.config_label,
+                &lost.cell_label,
+                lost.repeat,
+                &lost.role
+            )
+        );
+        assert_ne!(kept.trial_key, lost.trial_key);
+        assert!(!kept.metrics.is_empty());
+        // x's own trial ran again, on x.
+        assert!(attempts.iter().any(|a| a.trial_key == lost.trial_key
+            && a.status == AttemptStatus::Ok
+            && a.host.as_str() == "x"));
+        // y did not run its trial again.
+        assert_eq!(
+            attempts
+                .iter()
+                .filter(|a| a.trial_key == kept.trial_key)
+                .count(),
+            1
+        );
+    }
+    let kept_events = r
+        .events
+        .iter()
+        .filter(|e| matches!(e, LaunchEvent::KeptForItsClass { host, node, .. } if host == "y" && node == "node-7"))
+        .count();
+    assert_eq!(kept_events, 3);
+    assert_eq!(r.summary.lost, 3);
+    for class in &r.analysis.classes {
+        let b = &class.buckets[0];
+        assert_eq!(
+            (
+                b.winner.as_ref().map(|w| w.label.as_str()),
+                serde_json::to_value(b.level).expect("level")
+            ),
+            (Some("a=3"), serde_json::json!("verdict")),
+            "{}",
+            class.label
+        );
+    }
 }
 
 /// A slot pins its device with the inventory's `device_env`, else with the

@@ -587,7 +587,9 @@ pub(super) async fn judge_task(
     // Classed by the node that ran it: a task on a node of another class
     // than planned is lost and runs again. A mixed partition's part learns
     // the node's class, so that its later jobs keep off that node (and the
-    // part of that class may use it).
+    // part of that class may use it). What such a task left, if it ran to
+    // its end, is a run of the node's class (`elsewhere`).
+    let mut other_class = None;
     if let (Some(expected), Some(probe)) = (expected, got.files.get("probe")) {
         let fp = fingerprint::parse_probe_output(&String::from_utf8_lossy(probe));
         let class = fp.host_class_under(key);
@@ -598,15 +600,26 @@ pub(super) async fn judge_task(
                     .is_ok_and(|mut m| m.learn(&task.node, &class))
         });
         if class != expected.host_class_under(key) {
-            outcome.end(Ended::HostLost(TransportError::OtherClass {
+            let label = fp.class_label_under(key);
+            let lost = Ended::HostLost(TransportError::OtherClass {
                 node: task.node.clone(),
-                got: fp.class_label_under(key),
+                got: label.clone(),
                 expected: expected.class_label_under(key),
                 steered: steer.is_some(),
-            }));
-            return outcome;
-        }
-        if learned {
+            });
+            if !got.ended || task.cancelling || got.setup.is_some() {
+                outcome.end(lost);
+                return outcome;
+            }
+            other_class = Some((
+                lost,
+                RanElsewhere {
+                    node: task.node.clone(),
+                    class,
+                    label,
+                },
+            ));
+        } else if learned {
             tracing::info!(node = %task.node, class = %fp.class_label_under(key), "a node joined the class");
         }
     }
@@ -657,6 +670,12 @@ pub(super) async fn judge_task(
     }
     let timed_out = got.timed_out;
     wire::fill_outcome(&mut outcome, &task.spec, got, timed_out);
+    if let Some((lost, there)) = other_class {
+        if outcome.ended == Ended::Ran {
+            outcome.elsewhere = Some(there);
+        }
+        outcome.end(lost);
+    }
     outcome
 }
 

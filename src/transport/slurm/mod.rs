@@ -33,6 +33,8 @@
 //! again: one that lands on a node of another class (a node that joined,
 //! or whose type hid its class) is lost and runs again, and that node is
 //! excluded from the class's jobs from then on ([`nodes::NodeClasses`]).
+//! What it left, if it ran to its end, comes back as the outcome's
+//! `elsewhere` run, which the launcher may record for the node's class.
 
 mod adopt;
 mod jobs;
@@ -61,8 +63,8 @@ use super::local::RunOutput;
 use super::ssh::SshTransport;
 use super::wire::{self, AgentOptions, Collected, Frame};
 use super::{
-    AttemptOutcome, AttemptSpec, CheckpointStore, Discovery, Ended, HostState, Part, SlurmCommand,
-    Transport, TransportError, WireError,
+    AttemptOutcome, AttemptSpec, CheckpointStore, Discovery, Ended, HostState, Part, RanElsewhere,
+    SlurmCommand, Transport, TransportError, WireError,
 };
 use crate::fingerprint::{self, ClassKey, Fingerprint};
 use crate::ledger::checkpoint::Claim;

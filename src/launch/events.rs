@@ -43,6 +43,8 @@ pub enum LaunchEvent {
         label: String,
         /// A mixed Slurm partition's part: its nodes.
         nodes: Vec<String>,
+        /// Trials it runs at once.
+        slots: u32,
     },
     /// A remote host did not answer its probe: the study goes on without it.
     HostUnreachable {
@@ -89,6 +91,8 @@ pub enum LaunchEvent {
         /// Of an `ok` attempt: its (host class, cell, config) labels, so
         /// that the summary can say how many the gate rejected.
         ok_of: Option<TrialOf>,
+        /// Its wall time on its host, warm-ups included.
+        seconds: f64,
     },
     /// An attempt ran and could not be written to the ledger. `first`: the
     /// first such attempt of the launch (no new trial starts from now on).
@@ -595,6 +599,22 @@ pub struct LaunchSummary {
     /// The trial-time cap was spent and the launch stopped starting trials:
     /// (spent, cap) in seconds.
     pub budget_spent: Option<(f64, f64)>,
+    /// Slots of each host that took trials, and the hosts down or gone now.
+    pub host_slots: BTreeMap<String, u64>,
+    pub hosts_down: std::collections::BTreeSet<String>,
+    /// Wall time of the plan's trials that ran (`planned_ended`).
+    pub planned_secs: f64,
+}
+
+/// The end of a launch, where the plan's trials left are fewer than the
+/// slots up: the rest of the slots have nothing of the plan to run.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Tail {
+    /// Trials of the plan not over.
+    pub left: u64,
+    pub slots: u64,
+    /// Slots running nothing now.
+    pub idle: u64,
 }
 
 /// Where an `ok` trial belongs: (host class, cell label, config label).
@@ -633,14 +653,30 @@ impl LaunchSummary {
                 self.unreachable_hosts.push((host.clone(), reason.clone()))
             }
             LaunchEvent::TrialStarted => self.running += 1,
+            LaunchEvent::HostReady { host, slots, .. } => {
+                self.host_slots.insert(host.clone(), u64::from(*slots));
+                self.hosts_down.remove(host);
+            }
+            LaunchEvent::HostDropped { host, .. } => {
+                self.hosts_down.insert(host.clone());
+            }
+            LaunchEvent::HostRejoined { host } => {
+                self.hosts_down.remove(host);
+            }
             LaunchEvent::TrialFinished {
                 status,
                 role,
                 racing,
                 ok_of,
+                seconds,
                 ..
             } => {
                 self.running = self.running.saturating_sub(1);
+                if matches!(role, RoleKind::Sweep | RoleKind::Rung)
+                    && *status != AttemptStatus::Lost
+                {
+                    self.planned_secs += seconds;
+                }
                 if let Some(of) = ok_of {
                     *self.ok_of.entry(of.clone()).or_insert(0) += 1;
                 }
@@ -677,8 +713,11 @@ impl LaunchSummary {
                 self.unrecorded.push(attempt.clone());
             }
             LaunchEvent::TrialRequeued => self.requeued += 1,
-            LaunchEvent::HostChanged { host, .. } if !self.changed_hosts.contains(host) => {
-                self.changed_hosts.push(host.clone());
+            LaunchEvent::HostChanged { host, .. } => {
+                self.hosts_down.insert(host.clone());
+                if !self.changed_hosts.contains(host) {
+                    self.changed_hosts.push(host.clone());
+                }
             }
             LaunchEvent::ClassAbandoned {
                 label,
@@ -706,6 +745,32 @@ impl LaunchSummary {
         (self.planned_ended + self.planned_skipped + self.planned_found_done)
             .saturating_sub(self.voided)
             .min(self.planned)
+    }
+
+    /// Slots of the hosts up now.
+    pub fn slots_up(&self) -> u64 {
+        self.host_slots
+            .iter()
+            .filter(|(h, _)| !self.hosts_down.contains(*h))
+            .map(|(_, s)| s)
+            .sum()
+    }
+
+    /// Where the plan's trials left are fewer than the slots up: what is
+    /// left, over how many slots, and how many run nothing.
+    pub fn tail(&self) -> Option<Tail> {
+        let left = self.planned.saturating_sub(self.planned_over());
+        let slots = self.slots_up();
+        (left > 0 && left < slots).then(|| Tail {
+            left,
+            slots,
+            idle: slots.saturating_sub(self.running),
+        })
+    }
+
+    /// The mean wall time of the plan's trials that ran.
+    pub fn mean_trial_secs(&self) -> Option<f64> {
+        (self.planned_ended > 0).then(|| self.planned_secs / self.planned_ended as f64)
     }
 
     /// Fold another round of the same launch into this one.
@@ -824,6 +889,7 @@ mod tests {
                 racing: false,
                 rejection: None,
                 ok_of: None,
+                seconds: 1.0,
             },
             LaunchEvent::TrialStarted,
             LaunchEvent::TrialFinished {
@@ -832,6 +898,7 @@ mod tests {
                 racing: false,
                 rejection: None,
                 ok_of: None,
+                seconds: 1.0,
             },
             LaunchEvent::TrialRequeued,
             LaunchEvent::AnchorStarted,

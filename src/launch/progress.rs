@@ -5,14 +5,14 @@
 
 use std::io::IsTerminal;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use indicatif::{HumanDuration, ProgressBar, ProgressDrawTarget, ProgressState, ProgressStyle};
 use tokio::sync::mpsc;
 
 use super::events::{
-    Abandon, LaunchEvent, LaunchSummary, SearchStop, SkipCause, UnrecordedAttempt, Written,
+    Abandon, LaunchEvent, LaunchSummary, SearchStop, SkipCause, Tail, UnrecordedAttempt, Written,
 };
 use super::run_trial::budget_value;
 use crate::ledger::records::AttemptStatus;
@@ -32,7 +32,9 @@ pub enum ProgressMode {
 /// running 1 · lost 1 · skipped 3 · anchors 2 · confirm 1/4` (zero counts
 /// after `running` left out). Anchors and confirmation-round trials are
 /// counted here, not in the bar's total, which stays the plan's; once the
-/// plan is over they come first, as they are what still runs.
+/// plan is over they come first, as they are what still runs. In the tail
+/// (fewer trials of the plan left than slots up) the line begins with it:
+/// `tail: 3 trials left for 8 slots, 5 idle`.
 fn counts_line(c: &LaunchSummary) -> String {
     let mut extra = Vec::new();
     if c.anchors_started > 0 {
@@ -55,13 +57,35 @@ fn counts_line(c: &LaunchSummary) -> String {
             counts.push(format!("{name} {n}"));
         }
     }
+    let mut line: Vec<String> = c.tail().map(tail_text).into_iter().collect();
     if plan_over(c) {
-        extra.append(&mut counts);
-        extra.join(" · ")
+        line.append(&mut extra);
+        line.append(&mut counts);
     } else {
-        counts.append(&mut extra);
-        counts.join(" · ")
+        line.append(&mut counts);
+        line.append(&mut extra);
     }
+    line.join(" · ")
+}
+
+/// `tail: 3 trials left for 8 slots, 5 idle`.
+fn tail_text(t: Tail) -> String {
+    format!(
+        "tail: {} left for {} slots, {} idle",
+        crate::fmt::count(t.left, "trial", "trials"),
+        t.slots,
+        t.idle
+    )
+}
+
+/// In the tail, the launch takes at least a trial's length (the mean of
+/// those that ran) per round of the slots up, however fast the rate of
+/// the full launch was.
+fn tail_floor(c: &LaunchSummary) -> Option<Duration> {
+    let t = c.tail()?;
+    let mean = c.mean_trial_secs()?;
+    let rounds = t.left.div_ceil(t.slots.max(1)) as f64;
+    Duration::try_from_secs_f64(mean * rounds).ok()
 }
 
 fn plan_over(c: &LaunchSummary) -> bool {
@@ -80,12 +104,17 @@ struct Bar {
     /// The plan is over and trials beyond it (anchors, a confirmation
     /// round) still run: the plan's rate says nothing of how long they take.
     beyond_plan: Arc<AtomicBool>,
+    /// In the tail, the least the ETA can be, in ms ([`tail_floor`]; 0
+    /// outside it).
+    tail_floor_ms: Arc<AtomicU64>,
 }
 
 impl Bar {
     fn new(target: ProgressDrawTarget) -> Bar {
         let beyond_plan = Arc::new(AtomicBool::new(false));
         let beyond = beyond_plan.clone();
+        let tail_floor_ms = Arc::new(AtomicU64::new(0));
+        let floor = tail_floor_ms.clone();
         let style = ProgressStyle::with_template(BAR_TEMPLATE)
             .unwrap_or_else(|_| ProgressStyle::default_bar())
             .with_key(
@@ -94,7 +123,9 @@ impl Bar {
                     // Before trials of the plan end there is no rate to
                     // estimate from (indicatif then says 0), and after it
                     // nothing to estimate with: unknown, not zero.
-                    let eta = s.eta();
+                    let eta = s
+                        .eta()
+                        .max(Duration::from_millis(floor.load(Ordering::Relaxed)));
                     let unknown = s.pos() == 0
                         || (eta.is_zero() && s.pos() < s.len().unwrap_or(0))
                         || beyond.load(Ordering::Relaxed);
@@ -110,13 +141,19 @@ impl Bar {
         // draws a full bar.
         let bar = ProgressBar::with_draw_target(None, target);
         bar.set_style(style);
-        Bar { bar, beyond_plan }
+        Bar {
+            bar,
+            beyond_plan,
+            tail_floor_ms,
+        }
     }
 
     fn show(&self, c: &LaunchSummary) {
         let beyond = c.running > 0 || c.confirm_trials < c.confirm_queued;
         self.beyond_plan
             .store(plan_over(c) && beyond, Ordering::Relaxed);
+        let floor = tail_floor(c).map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+        self.tail_floor_ms.store(floor, Ordering::Relaxed);
         if c.planned > 0 {
             self.bar.set_length(c.planned);
         }
@@ -139,8 +176,9 @@ fn plain_line(c: &LaunchSummary, elapsed: Duration) -> String {
 }
 
 /// The trials of the plan left at the rate the ended ones took (those
-/// skipped or found done took no time): `ETA ?` before one has ended, and
-/// once the plan is over while anchors or a confirmation round still run.
+/// skipped or found done took no time), and in the tail at least a trial's
+/// length ([`tail_floor`]): `ETA ?` before one has ended, and once the
+/// plan is over while anchors or a confirmation round still run.
 fn plain_eta(c: &LaunchSummary, elapsed: Duration) -> String {
     let over = c.planned_over();
     let left = c.planned.saturating_sub(over);
@@ -148,7 +186,9 @@ fn plain_eta(c: &LaunchSummary, elapsed: Duration) -> String {
     if ended == 0 || left == 0 {
         return "ETA ?".to_string();
     }
-    let eta = elapsed.mul_f64(left as f64 / ended as f64);
+    let eta = elapsed
+        .mul_f64(left as f64 / ended as f64)
+        .max(tail_floor(c).unwrap_or_default());
     format!("ETA {}", crate::fmt::duration(eta.as_secs_f64()))
 }
 
@@ -306,12 +346,14 @@ pub fn describe(ev: &LaunchEvent) -> Vec<String> {
             class,
             label,
             nodes,
+            ..
         } if nodes.is_empty() => one(format!("host {host}: class {class} ({label})")),
         LaunchEvent::HostReady {
             host,
             class,
             label,
             nodes,
+            ..
         } => one(format!(
             "host {host} (slurm nodes {}): class {class} ({label})",
             nodes.join(", ")
@@ -702,6 +744,7 @@ mod tests {
             racing: false,
             rejection: None,
             ok_of: None,
+            seconds: 1.0,
         };
         for ev in [
             LaunchEvent::TrialStarted,
@@ -816,6 +859,81 @@ mod tests {
         fn flush(&self) -> std::io::Result<()> {
             Ok(())
         }
+    }
+
+    #[test]
+    fn the_tail_is_said_and_its_eta_is_at_least_a_trial_long() {
+        let mut c = LaunchSummary::default();
+        for (host, slots) in [("a", 4), ("b", 4)] {
+            c.apply(&LaunchEvent::HostReady {
+                host: host.to_string(),
+                class: "hc-1".to_string(),
+                label: "H100".to_string(),
+                nodes: Vec::new(),
+                slots,
+            });
+        }
+        c.apply(&LaunchEvent::Planned {
+            to_run: 100,
+            already_done: 0,
+        });
+        // 90 trials of 30 s ran in 6 minutes, 8 at a time.
+        for _ in 0..90 {
+            c.apply(&LaunchEvent::TrialStarted);
+            c.apply(&LaunchEvent::TrialFinished {
+                status: AttemptStatus::Ok,
+                role: crate::trial::RoleKind::Sweep,
+                racing: false,
+                rejection: None,
+                ok_of: None,
+                seconds: 30.0,
+            });
+        }
+        // 10 left for 8 slots: no tail yet, the rate's ETA (40 s).
+        let line = plain_line(&c, Duration::from_secs(360));
+        assert!(line.contains(" · ETA 40s · "), "{line}");
+        assert!(!line.contains("tail"), "{line}");
+        // 3 left, all running: 5 slots idle, and the 3 take a trial's
+        // length, not the 12 s the full launch's rate says.
+        for _ in 0..7 {
+            c.apply(&LaunchEvent::TrialStarted);
+            c.apply(&LaunchEvent::TrialFinished {
+                status: AttemptStatus::Ok,
+                role: crate::trial::RoleKind::Sweep,
+                racing: false,
+                rejection: None,
+                ok_of: None,
+                seconds: 30.0,
+            });
+        }
+        for _ in 0..3 {
+            c.apply(&LaunchEvent::TrialStarted);
+        }
+        let line = plain_line(&c, Duration::from_secs(388));
+        assert!(line.contains(" · ETA 30s · "), "{line}");
+        assert!(
+            line.contains("tail: 3 trials left for 8 slots, 5 idle · ok 97"),
+            "{line}"
+        );
+        // Host b drops: 4 slots up, 1 idle.
+        c.apply(&LaunchEvent::HostDropped {
+            host: "b".to_string(),
+            reason: crate::transport::TransportError::Ssh {
+                detail: "connection reset".to_string(),
+            },
+        });
+        assert_eq!(
+            c.tail(),
+            Some(crate::launch::events::Tail {
+                left: 3,
+                slots: 4,
+                idle: 1
+            })
+        );
+        c.apply(&LaunchEvent::HostRejoined {
+            host: "b".to_string(),
+        });
+        assert_eq!(c.slots_up(), 8);
     }
 
     #[test]

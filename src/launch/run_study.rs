@@ -323,6 +323,7 @@ pub async fn probe_hosts(
                 class: class.clone(),
                 label: label.clone(),
                 nodes,
+                slots: host.slots,
             });
             out.push(Probed {
                 plan_host: PlanHost {

@@ -931,6 +931,7 @@ impl<'a> Runner<'a> {
                     config_label.clone(),
                 )
             }),
+            seconds: record.duration_s,
         });
         // Rungs are read on the proxy metric.
         let metric = match (&job.role, &study.fidelity) {

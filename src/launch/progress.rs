@@ -877,35 +877,29 @@ mod tests {
             to_run: 100,
             already_done: 0,
         });
-        // 90 trials of 30 s ran in 6 minutes, 8 at a time.
-        for _ in 0..90 {
-            c.apply(&LaunchEvent::TrialStarted);
-            c.apply(&LaunchEvent::TrialFinished {
-                status: AttemptStatus::Ok,
-                role: crate::trial::RoleKind::Sweep,
-                racing: false,
-                rejection: None,
-                ok_of: None,
-                seconds: 30.0,
-            });
-        }
+        // Trials of 30 s of the plan, run to their end.
+        let ran = |c: &mut LaunchSummary, n: usize| {
+            for _ in 0..n {
+                c.apply(&LaunchEvent::TrialStarted);
+                c.apply(&LaunchEvent::TrialFinished {
+                    status: AttemptStatus::Ok,
+                    role: crate::trial::RoleKind::Sweep,
+                    racing: false,
+                    rejection: None,
+                    ok_of: None,
+                    seconds: 30.0,
+                });
+            }
+        };
+        // 90 ran in 6 minutes, 8 at a time.
+        ran(&mut c, 90);
         // 10 left for 8 slots: no tail yet, the rate's ETA (40 s).
         let line = plain_line(&c, Duration::from_secs(360));
         assert!(line.contains(" · ETA 40s · "), "{line}");
         assert!(!line.contains("tail"), "{line}");
         // 3 left, all running: 5 slots idle, and the 3 take a trial's
         // length, not the 12 s the full launch's rate says.
-        for _ in 0..7 {
-            c.apply(&LaunchEvent::TrialStarted);
-            c.apply(&LaunchEvent::TrialFinished {
-                status: AttemptStatus::Ok,
-                role: crate::trial::RoleKind::Sweep,
-                racing: false,
-                rejection: None,
-                ok_of: None,
-                seconds: 30.0,
-            });
-        }
+        ran(&mut c, 7);
         for _ in 0..3 {
             c.apply(&LaunchEvent::TrialStarted);
         }

@@ -961,16 +961,16 @@ fn rungs_on_an_ssh_host_continue_from_its_own_copy() {
     assert_eq!(rung_outcomes(&ledger), rung_outcomes(&reference));
 }
 
-/// A host whose sshd allows 3 sessions per connection, and an inventory
-/// that keeps one free as the docs say (`max_sessions: 2`, 2 slots): the
+/// A launch over host 0 of two sshd hosts whose sshd allows `sshd_max`
+/// sessions per connection, with `max_sessions: 2` and 2 slots: the
 /// persistent agents and every checkpoint transfer and check share those
-/// 2 (an idle agent gives its session up to a transfer), so none is
-/// refused and the study ends as it ends with sessions to spare.
-#[test]
-fn checkpoint_transfers_stay_inside_max_sessions() {
+/// 2. Checks that nothing was lost, that every checkpoint is on the host
+/// as the ledger says and that the rungs end as they end on the local
+/// host; returns the launch's stderr and its attempts.
+fn launch_inside_two_sessions(study: &str, sshd_max: u32) -> (String, Vec<Json>) {
     let mut fleet = two_hosts();
-    fleet.set_max_sessions(0, 3);
-    let env = ckpt_env("ck-sessions", "continuation: true");
+    fleet.set_max_sessions(0, sshd_max);
+    let env = ckpt_env(study, "continuation: true");
     let reference = env.path().join("ledger-ref");
     launch(&env, &reference, "work-ref");
     env.write(
@@ -980,22 +980,28 @@ fn checkpoint_transfers_stay_inside_max_sessions() {
     let ledger = env.ledger();
     let stderr = launch_ssh(&env, &ledger);
     assert_clean(&ledger);
+    let attempts = all_attempts(&ledger);
+    let lost: Vec<&Json> = attempts.iter().filter(|a| a["status"] == "lost").collect();
+    assert!(lost.is_empty(), "{lost:?}");
+    assert_host_states(&host_work(&fleet, 0), &ledger);
+    assert_eq!(rung_outcomes(&ledger), rung_outcomes(&reference));
+    (stderr, attempts)
+}
+
+/// An inventory that keeps one session free as the docs say (sshd allows
+/// 3, `max_sessions: 2`): an idle agent gives its session up to a
+/// transfer, none is refused, and the study ends as it ends with sessions
+/// to spare.
+#[test]
+fn checkpoint_transfers_stay_inside_max_sessions() {
+    let (stderr, attempts) = launch_inside_two_sessions("ck-sessions", 3);
     for refused in ["administratively prohibited", "open failed", "not carried"] {
         assert!(!stderr.contains(refused), "{refused:?} in:\n{stderr}");
     }
-    let lost: Vec<Json> = all_attempts(&ledger)
-        .into_iter()
-        .filter(|a| a["status"] == "lost")
-        .collect();
-    assert!(lost.is_empty(), "{lost:?}");
     assert!(
-        all_attempts(&ledger)
-            .iter()
-            .any(|a| a["resumed_from"].is_number()),
+        attempts.iter().any(|a| a["resumed_from"].is_number()),
         "rungs resumed from checkpoints"
     );
-    assert_host_states(&host_work(&fleet, 0), &ledger);
-    assert_eq!(rung_outcomes(&ledger), rung_outcomes(&reference));
 }
 
 /// No free session at all (sshd's `MaxSessions` is `max_sessions`): every
@@ -1007,27 +1013,9 @@ fn checkpoint_transfers_stay_inside_max_sessions() {
 /// "Session open refused by peer".)
 #[test]
 fn a_session_the_host_still_counts_is_waited_for_not_lost() {
-    let mut fleet = two_hosts();
-    fleet.set_max_sessions(0, 2);
-    let env = ckpt_env("ck-no-spare", "continuation: true");
-    let reference = env.path().join("ledger-ref");
-    launch(&env, &reference, "work-ref");
-    env.write(
-        "inventory.yaml",
-        &host_inventory(&fleet, 0, "max_sessions: 2"),
-    );
-    let ledger = env.ledger();
-    let stderr = launch_ssh(&env, &ledger);
-    assert_clean(&ledger);
+    let (stderr, _) = launch_inside_two_sessions("ck-no-spare", 2);
     assert!(!stderr.contains("refused"), "{stderr}");
     assert!(!stderr.contains("checkpoint"), "{stderr}");
-    let lost: Vec<Json> = all_attempts(&ledger)
-        .into_iter()
-        .filter(|a| a["status"] == "lost")
-        .collect();
-    assert!(lost.is_empty(), "{lost:?}");
-    assert_host_states(&host_work(&fleet, 0), &ledger);
-    assert_eq!(rung_outcomes(&ledger), rung_outcomes(&reference));
 }
 
 #[test]

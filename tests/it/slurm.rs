@@ -174,6 +174,21 @@ fn attempts(s: &Setup, study: &str) -> BTreeMap<String, Vec<Json>> {
     ledger_files::attempts(&s.ledger, study)
 }
 
+/// The node and `lost_reason` of each lost attempt of `study`.
+fn lost_reasons(s: &Setup, study: &str) -> Vec<(String, String)> {
+    attempts(s, study)
+        .values()
+        .flatten()
+        .filter(|a| a["status"] == "lost")
+        .map(|a| {
+            (
+                node_of(a),
+                a["lost_reason"].as_str().unwrap_or_default().to_string(),
+            )
+        })
+        .collect()
+}
+
 /// Every trial has exactly one terminal attempt (drift anchors aside);
 /// returns (trials, lost).
 fn one_terminal_each(s: &Setup, study: &str) -> (usize, usize) {
@@ -201,7 +216,13 @@ fn a_study_runs_through_job_arrays_with_one_block_per_class() {
     let cluster = Cluster::start(&NODES);
     let s = setup(&cluster, "arrays", "", KNOBS, "");
     let launched = launch(&cluster, &s, &[]);
-    assert_eq!(launched.count("lost"), 0, "{}", launched.stderr);
+    assert_eq!(
+        launched.count("lost"),
+        0,
+        "{}\nlost: {:?}",
+        launched.stderr,
+        lost_reasons(&s, "arrays")
+    );
     remote::assert_grid_profile(&report_json(&s));
     let (trials, lost) = one_terminal_each(&s, "arrays");
     assert_eq!(lost, 0);

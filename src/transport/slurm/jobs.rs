@@ -157,10 +157,9 @@ impl Inner {
     ) -> Result<(String, String), TransportError> {
         let root = self.root().await?;
         let study = self.study_id();
-        let batch_id = format!(
-            "{}-{}",
-            chrono::Utc::now().format("%Y%m%dT%H%M%S%.6fZ"),
-            self.batches.fetch_add(1, Ordering::Relaxed)
+        let batch_id = batch_id(
+            chrono::Utc::now(),
+            self.batches.fetch_add(1, Ordering::Relaxed),
         );
         let batch_dir = format!("{root}/{study}/batches/{batch_id}");
         let tools = self.tools.lock().map(|t| t.clone()).unwrap_or_default();
@@ -565,6 +564,20 @@ pub(super) fn unreported(state: &str, node: &str, cancelling: bool) -> Unreporte
             node: node.to_string(),
         }),
     }
+}
+
+/// The name of a batch's directory: its time, its number among this
+/// entry's batches, and a nonce. The nonce keeps it unique among every
+/// entry that shares the directory, not only this one: two entries whose
+/// submitters wake on the same tick read the same microsecond and count
+/// the same batch, and one overwrote the other's `batch.sh` (its tasks ran
+/// with the other's `#SBATCH` lines, on the other class's nodes).
+pub(super) fn batch_id(at: chrono::DateTime<chrono::Utc>, n: u64) -> String {
+    format!(
+        "{}-{n}-{:08x}",
+        at.format("%Y%m%dT%H%M%S%.6fZ"),
+        rand::random::<u32>()
+    )
 }
 
 /// The outcome of a task that ended, from its report and its Slurm state.

@@ -125,3 +125,21 @@ fn the_default_template_renders_every_option() {
         "{text}"
     );
 }
+
+/// Two entries sharing a shared directory may submit at the same
+/// microsecond with the same count of batches: their batch directories
+/// must still differ (they once did not, and one entry's tasks ran the
+/// other's `batch.sh`).
+#[test]
+fn batches_of_two_entries_at_the_same_moment_get_their_own_directories() {
+    let at = chrono::Utc::now();
+    let ids: std::collections::BTreeSet<String> = (0..64).map(|_| batch_id(at, 1)).collect();
+    assert_eq!(ids.len(), 64, "{ids:?}");
+    for id in &ids {
+        assert!(
+            id.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"-.".contains(&b)),
+            "{id}"
+        );
+    }
+}

@@ -333,7 +333,7 @@ fn the_quickstart_report_opens_in_a_browser_with_its_charts_and_tables() {
     // charts, with what ships marked and chunk_us's `selection.limits`
     // bound drawn and keyed.
     assert!(!charts(&dom, "chart-pareto").is_empty(), "no Pareto chart");
-    for needed in ["◯ ships here", "selection.limits on chunk_us: max 60 us"] {
+    for needed in ["◯ ships here", "selection.limits on chunk_us: max 54 us"] {
         assert!(dom.contains(needed), "{needed:?} is missing from the page");
     }
     assert!(

@@ -1083,6 +1083,40 @@ mod tests {
             ("a[1]=2 eval {{ v }}", "`eval`"),
             ("a[i]=2 x=3 let {{ v }}", "`let`"),
             ("declare -i a\na[1]={{ v }}", "declares with an option"),
+            // Found by the differential at 2d9d058 (bash --posix): an
+            // empty unquoted expansion vanishes, and the value becomes the
+            // name `test -v` reads. One that splits may give the `-v`.
+            (
+                "echo {{ v }}printf -v  set -x;test -v $case {{ v }}",
+                "unquoted expansion among the arguments of `test`",
+            ),
+            (
+                "test -v $x {{ v }}",
+                "unquoted expansion among the arguments of `test`",
+            ),
+            (
+                "test $x {{ v }}",
+                "unquoted expansion among the arguments of `test`",
+            ),
+            (
+                "[ $x{{ v }} ]",
+                "unquoted expansion among the arguments of `[`",
+            ),
+            (
+                "[ x$y {{ v }} ]",
+                "unquoted expansion among the arguments of `[`",
+            ),
+            ("printf $x {{ v }}", "where `printf` reads its options"),
+            ("printf -v $x {{ v }}", "where `printf` reads its options"),
+            ("printf $x{{ v }} y", "where `printf` reads its options"),
+            (
+                "declare $x y={{ v }}",
+                "unquoted expansion among the arguments of `declare`",
+            ),
+            (
+                "export $x Y={{ v }}",
+                "unquoted expansion among the arguments of `export`",
+            ),
         ] {
             let err = check(t).expect_err(t);
             assert!(err.contains(why), "{t}: {err}");
@@ -1129,6 +1163,10 @@ mod tests {
             "{ run {{ v }}; }",
             "a[1]={{ v }}; run \"${a[1]}\"",
             "declare a[1]={{ v }}",
+            "printf '%s' $x {{ v }}",
+            "printf \"$fmt\" {{ v }}",
+            "test \"$x\" = {{ v }}",
+            "declare x=$y z={{ v }}",
         ] {
             assert!(check(t).is_ok(), "{t}: {:?}", check(t));
         }

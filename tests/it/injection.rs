@@ -248,6 +248,13 @@ fn where_bash_reads_a_value_again_the_study_is_refused_at_load_with_its_place() 
             "5:25",
             "a value as an argument of `eval`",
         ),
+        // And at 2d9d058: an unquoted expansion that vanishes (or splits
+        // into `-v`) before the value among test's arguments.
+        (
+            "test -v $x {{ v }}; run",
+            "5:24",
+            "a value after an unquoted expansion among the arguments of `test`",
+        ),
     ] {
         std::fs::write(dir.join("study.yaml"), study(command)).expect("write study");
         let out = tunectl(dir)

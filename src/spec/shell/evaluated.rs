@@ -395,6 +395,16 @@ impl Command {
             ));
         }
         if DECLARES.contains(&name) {
+            // An unquoted expansion that is not an assignment may vanish
+            // or split into options (`declare $X x={{ v }}`, X=-i).
+            if args
+                .iter()
+                .any(|w| w.contains(MARK) && assigned_name(w).is_none())
+            {
+                return Some(format!(
+                    "a value after an unquoted expansion among the arguments of `{name}`: it may split into options (`-i` evaluates the value as arithmetic); write the options plainly or quote the expansion"
+                ));
+            }
             if let Some(opt) = args.iter().find(|w| w.starts_with(['-', '+'])) {
                 return Some(format!(
                     "a value in `{name} {opt}`: with an option bash may read the value as arithmetic, a list or a variable name; assign it plainly (`{name} X={{{{ v }}}}`)"
@@ -417,12 +427,53 @@ impl Command {
                 "a value as the variable name of `printf -v`: bash evaluates a name's subscript (`a[$(...)]` runs); write the name in the template".to_string(),
             );
         }
+        // An unquoted expansion where printf still reads options may
+        // vanish or split into `-v` (`printf $X {{ v }}`, X=-v).
+        let options_all = printf_options(args).count() == args.len();
+        if name == "printf"
+            && (printf_options(args).any(|w| w.contains(MARK))
+                || (options_all && self.cur.contains(MARK)))
+        {
+            return Some(
+                "a value after an unquoted expansion where `printf` reads its options: it may vanish or split into `-v`, and bash evaluates the variable name's subscript (`a[$(...)]` runs); quote the expansion".to_string(),
+            );
+        }
         if matches!(name, "test" | "[") && args.last().is_some_and(|a| a == "-v" || a == "-R") {
             return Some(format!(
                 "a value after `{name} {}`: bash reads it as a variable name and evaluates its subscript (`a[$(...)]` runs)",
                 args.last().map(String::as_str).unwrap_or("-v")
             ));
         }
+        // An unquoted expansion before the value may vanish (`test -v $X
+        // {{ v }}`) or split into `-v` (`test $X {{ v }}`, X=-v; also in
+        // the value's own word, `[ $X{{ v }} ]`).
+        if matches!(name, "test" | "[")
+            && (args.iter().any(|w| w.contains(MARK)) || self.cur.contains(MARK))
+        {
+            return Some(format!(
+                "a value after an unquoted expansion among the arguments of `{name}`: it may vanish or split into `-v`, and bash evaluates the variable name's subscript (`a[$(...)]` runs); quote the expansion (\"$X\")"
+            ));
+        }
         None
     }
+}
+
+/// The words of printf's arguments that it may still read as options:
+/// those before its format (the first word that is neither an option nor
+/// the name after `-v`), up to a `--`.
+fn printf_options(args: &[String]) -> impl Iterator<Item = &String> {
+    let mut name_next = false;
+    args.iter().take_while(move |w| {
+        if name_next {
+            name_next = false;
+            return true;
+        }
+        if w.as_str() == "--" {
+            return false;
+        }
+        if w.as_str() == "-v" {
+            name_next = true;
+        }
+        w.starts_with('-') || w.contains(MARK)
+    })
 }

@@ -177,6 +177,15 @@ pub struct RunnerSetup<'a> {
     pub spend: Arc<Spend>,
 }
 
+/// How long until a lease that expires at `expires_at` (RFC 3339) does:
+/// `None` when it has or the time does not read.
+fn until_expiry(expires_at: &str) -> Option<Duration> {
+    let t = chrono::DateTime::parse_from_rfc3339(expires_at).ok()?;
+    (t.with_timezone(&chrono::Utc) - chrono::Utc::now())
+        .to_std()
+        .ok()
+}
+
 /// `held` renewed up to generation `to`: its release deletes every
 /// generation this launcher wrote, the renewals' included (a generation
 /// left behind would show the trial as running until it expires).
@@ -291,14 +300,7 @@ impl<'a> Runner<'a> {
                             expires_at: expires_at.clone(),
                         });
                     }
-                    let until = chrono::DateTime::parse_from_rfc3339(&expires_at)
-                        .ok()
-                        .and_then(|t| {
-                            (t.with_timezone(&chrono::Utc) - chrono::Utc::now())
-                                .to_std()
-                                .ok()
-                        })
-                        .unwrap_or(renew_every());
+                    let until = until_expiry(&expires_at).unwrap_or(renew_every());
                     return TrialResult::Held(
                         until.min(renew_every()).max(Duration::from_millis(100)),
                     );

@@ -151,13 +151,7 @@ impl Runner<'_> {
             let wait = match taken {
                 Ok(Ok(lease)) => return Some(lease),
                 Ok(Err(Held::By { expires_at, .. })) => {
-                    chrono::DateTime::parse_from_rfc3339(&expires_at)
-                        .ok()
-                        .and_then(|t| {
-                            (t.with_timezone(&chrono::Utc) - chrono::Utc::now())
-                                .to_std()
-                                .ok()
-                        })
+                    super::until_expiry(&expires_at)
                         .unwrap_or_default()
                         .min(lease_ttl())
                         + Duration::from_millis(200)

@@ -125,6 +125,11 @@ pub fn scan(items: &[Item]) -> Result<Vec<Quoting>, Refusal> {
     // name: a value assigned to an evaluated name is read as code.
     let mut evaluated: std::collections::BTreeSet<String> = Default::default();
     let mut assigned: Vec<(usize, String)> = Vec::new();
+    // Functions and aliases the template defines, and the commands each
+    // value is part of (at each level): a value given to a function or an
+    // alias of the template goes to code tunectl does not follow.
+    let mut defined: std::collections::BTreeSet<String> = Default::default();
+    let mut called: Vec<(usize, String)> = Vec::new();
     let mut arith_name = String::new();
     // After a `$`, the parameter's name is no text of the word: 1 while
     // reading a name, 2 for a special parameter's one character.
@@ -141,6 +146,7 @@ pub fn scan(items: &[Item]) -> Result<Vec<Quoting>, Refusal> {
             .count();
         for l in levels.iter_mut() {
             evaluated.extend(l.evaluated.drain(..));
+            defined.extend(l.defined.drain(..));
         }
         levels.truncate(want);
         levels.resize_with(want, Command::default);
@@ -300,6 +306,11 @@ pub fn scan(items: &[Item]) -> Result<Vec<Quoting>, Refusal> {
             }
             // Assigned directly, or through the `$(...)` it is part of.
             assigned.extend(levels.iter().filter_map(Command::assigned).map(|n| (k, n)));
+            called.extend(
+                levels
+                    .iter()
+                    .filter_map(|l| l.name().map(|n| (k, n.to_string()))),
+            );
             let level = levels.last_mut().expect("the template's level");
             level.quoted_mark();
             out.push(q);
@@ -625,6 +636,7 @@ pub fn scan(items: &[Item]) -> Result<Vec<Quoting>, Refusal> {
     for l in levels.iter_mut() {
         l.end_word();
         evaluated.extend(l.evaluated.drain(..));
+        defined.extend(l.defined.drain(..));
     }
     if is_variable_name(&arith_name) {
         evaluated.insert(arith_name);
@@ -634,6 +646,18 @@ pub fn scan(items: &[Item]) -> Result<Vec<Quoting>, Refusal> {
             *k,
             &format!(
                 "a value assigned to `{name}`, which the template evaluates (in arithmetic, `let`, `[[ ]]`) or declares with an option (`declare -i {name}`): bash reads the value as code there; give the value to the program, or compute in the template (`{{{{ n * 2 }}}}`)"
+            ),
+        ));
+    }
+    let any = defined.contains(evaluated::ANY_NAME);
+    if let Some((k, name)) = called
+        .iter()
+        .find(|(_, n)| any || defined.contains(n.as_str()))
+    {
+        return Err(refuse(
+            *k,
+            &format!(
+                "a value given to `{name}`, which the template defines as a function or an alias (or defines one whose name is made with an expansion): its body, which tunectl does not follow, may read the value as code (`eval \"$1\"`); call the program itself, or pass the value in the environment (`\"$TUNECTL_KNOB_<NAME>\"`)"
             ),
         ));
     }
@@ -1117,6 +1141,69 @@ mod tests {
                 "export $x Y={{ v }}",
                 "unquoted expansion among the arguments of `export`",
             ),
+            // Found by the differential at 9ec632a, under dash: the
+            // substitution prints `eval`, which becomes the command.
+            (
+                "echo \nE\n$(echo eval '\n')x={{ v }}{{ v }}PS4=",
+                "name is made with an expansion",
+            ),
+            // A name tunectl cannot read: it may be `eval`.
+            ("$(echo eval) x={{ v }}", "name is made with an expansion"),
+            ("\"$(echo eval)\" {{ v }}", "name is made with an expansion"),
+            ("$(echo ev)al {{ v }}", "name is made with an expansion"),
+            ("`echo eval` {{ v }}", "name is made with an expansion"),
+            ("x=eval; $x {{ v }}", "name is made with an expansion"),
+            ("echo eval; $_ {{ v }}", "name is made with an expansion"),
+            ("$X{{ v }}", "name is made with an expansion"),
+            (
+                "{{ program }} --x {{ v }}",
+                "name is made with an expansion",
+            ),
+            (
+                "command {{ program }} {{ v }}",
+                "name is made with an expansion",
+            ),
+            (
+                "\"$PYTHON\" train.py --x {{ v }}",
+                "name is made with an expansion",
+            ),
+            (
+                "$PYTHON train.py --x {{ v }}",
+                "name is made with an expansion",
+            ),
+            ("$VENV/bin/python {{ v }}", "name is made with an expansion"),
+            ("{{ v }}$X {{ v }}", "name is made with an expansion"),
+            // Functions and aliases of the template: their bodies are code
+            // tunectl does not follow (dash and bash --posix expand an
+            // alias in a script).
+            (
+                "alias r=eval\nr {{ v }}",
+                "defines as a function or an alias",
+            ),
+            (
+                "f() { eval \"$1\"; }; f {{ v }}",
+                "defines as a function or an alias",
+            ),
+            (
+                "function g { eval \"$1\"; }\ng {{ v }}",
+                "defines as a function or an alias",
+            ),
+            (
+                "function g() { :; }\ng {{ v }}",
+                "defines as a function or an alias",
+            ),
+            (
+                "g {{ v }}; g () { eval \"$1\"; }",
+                "defines as a function or an alias",
+            ),
+            (
+                "f() { eval \"$1\"; }; f \"$(echo {{ v }})\"",
+                "defines as a function or an alias",
+            ),
+            (
+                "alias $a=eval\nrun {{ v }}",
+                "defines as a function or an alias",
+            ),
         ] {
             let err = check(t).expect_err(t);
             assert!(err.contains(why), "{t}: {err}");
@@ -1135,8 +1222,6 @@ mod tests {
             "[ {{ v }} -eq 1 ] && run",
             "test {{ v }} = x",
             "case {{ v }} in a) run;; esac",
-            "{{ program }} --x {{ v }}",
-            "command {{ program }} {{ v }}",
             "[[ -d /tmp ]] && run {{ v }}",
             "[[ -d /tmp ]] && run $(echo {{ v }})",
             "x=$(python3 -c 'import sys; print(sys.argv[1])' {{ v }})",
@@ -1153,8 +1238,6 @@ mod tests {
             "f() { run {{ v }}; }; f",
             "echo ${X:-d} {{ v }}",
             "echo {{ v }} $[ 1 + 2 ]",
-            "\"$PYTHON\" train.py --x {{ v }}",
-            "$PYTHON train.py --x {{ v }}",
             "x={{ v }}; echo $((y + 1)); run \"$x\"",
             "for f in {{ v }}; do run \"$f\"; done",
             "a[1]=2; run {{ v }}",
@@ -1167,6 +1250,17 @@ mod tests {
             "printf \"$fmt\" {{ v }}",
             "test \"$x\" = {{ v }}",
             "declare x=$y z={{ v }}",
+            // A name made with an expansion that has a `/` of its own,
+            // outside it, in one field: a path, never a builtin.
+            "./{{ program }} --x {{ v }}",
+            "{{ program }}/bin/run --x {{ v }}",
+            "\"$VENV\"/bin/python train.py --x {{ v }}",
+            "\"$VENV/bin/python\" train.py --x {{ v }}",
+            "command \"$HOME\"/run {{ v }}",
+            // Functions the template does not define, and one it defines
+            // but does not give a value to.
+            "f() { run; }; run {{ v }}",
+            "{{ v }}$X",
         ] {
             assert!(check(t).is_ok(), "{t}: {:?}", check(t));
         }

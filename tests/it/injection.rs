@@ -255,6 +255,30 @@ fn where_bash_reads_a_value_again_the_study_is_refused_at_load_with_its_place() 
             "5:24",
             "a value after an unquoted expansion among the arguments of `test`",
         ),
+        // And at 9ec632a, under dash: the substitution prints `eval`,
+        // which field splitting makes the command, the value its argument.
+        (
+            "echo \nE\n$(echo eval '\n')x={{ v }}{{ v }}PS4=",
+            "5:42",
+            "a value in a command whose name is made with an expansion",
+        ),
+        (
+            "$PYTHON train.py --lr {{ v }}",
+            "5:35",
+            "a value in a command whose name is made with an expansion",
+        ),
+        // A function or an alias of the template: code tunectl does not
+        // follow (dash runs the alias's `eval`).
+        (
+            "alias r=eval\nr {{ v }}",
+            "5:29",
+            "a value given to `r`, which the template defines as a function or an alias",
+        ),
+        (
+            "f() { eval \"$1\"; }; f {{ v }}",
+            "5:37",
+            "a value given to `f`, which the template defines as a function or an alias",
+        ),
     ] {
         std::fs::write(dir.join("study.yaml"), study(command)).expect("write study");
         let out = tunectl(dir)
@@ -273,6 +297,7 @@ fn where_bash_reads_a_value_again_the_study_is_refused_at_load_with_its_place() 
         "[ {{ v }} -eq 1 ] && export X={{ v }} && printf -v y '%s' {{ v }}",
         "[[ -d / ]] && run {{ v }}",
         "run --n \"$(printf %s {{ v }})\"",
+        "\"$VENV\"/bin/python train.py --lr {{ v }}",
     ] {
         std::fs::write(dir.join("study.yaml"), study(command)).expect("write study");
         let out = tunectl(dir)

@@ -165,6 +165,16 @@ fn shell_piece() -> impl Strategy<Value = String> {
         Just("$(echo "),
         Just("\"$(printf %s "),
         Just(")\""),
+        // A command whose name is made with an expansion, or is a function
+        // or an alias of the template (found: `$(echo eval '\n')x=`).
+        Just("$(echo eval)"),
+        Just("x=eval;"),
+        Just("$x "),
+        Just("\"$x\" "),
+        Just("alias r=eval\n"),
+        Just("r "),
+        Just("f() { eval \"$1\"; }\n"),
+        Just("f "),
     ]
     .prop_map(str::to_string)
 }

@@ -58,6 +58,10 @@ const MARK: char = '\u{0}';
 /// A quoted expansion (or a value's reference): one field, whatever it is.
 const QUOTED_MARK: char = '\u{1}';
 
+/// Why a value may not stand in a command whose name is made with an
+/// expansion.
+const UNKNOWN_NAME: &str = "a value in a command whose name is made with an expansion (`$X`, `$(...)`, a value, or text joined to one): tunectl cannot tell which command reads the value, and if the name is `eval` or another builtin that reads its arguments as code (an empty or split expansion leaves it to the words around it), the value runs; name the program in the template, or give its path with a `/` outside the expansion, quoted (`\"$VENV\"/bin/python`, `./{{ bin }}`)";
+
 /// The simple command being read at one level.
 #[derive(Debug, Default, Clone)]
 pub(super) struct Command {
@@ -75,7 +79,15 @@ pub(super) struct Command {
     /// Names this command evaluates or gives an attribute to (`declare
     /// -i x`, `let x+1`, `[[ x -eq 1 ]]`), for the scanner to collect.
     pub(super) evaluated: Vec<String>,
+    /// Names this command defines as a function or an alias (`f() {`,
+    /// `function f`, `alias f=...`; [`ANY_NAME`] for one made with an
+    /// expansion), for the scanner to collect.
+    pub(super) defined: Vec<String>,
 }
+
+/// A function or alias whose name is made with an expansion: it may be
+/// any command's.
+pub(super) const ANY_NAME: &str = "\u{0}";
 
 /// The variable names in a word (runs of letters, digits and `_` that do
 /// not start with a digit).
@@ -215,6 +227,24 @@ impl Command {
             }
             _ => {}
         }
+        match self.name() {
+            Some("alias") if word != "alias" && !word.starts_with('-') => {
+                let name = word.split('=').next().unwrap_or("");
+                self.defined.push(if name.contains([MARK, QUOTED_MARK]) {
+                    ANY_NAME.to_string()
+                } else {
+                    name.to_string()
+                });
+            }
+            Some("function") if self.words.last().is_some_and(|w| w == "function") => {
+                self.defined.push(if word.contains([MARK, QUOTED_MARK]) {
+                    ANY_NAME.to_string()
+                } else {
+                    word.trim_end_matches("()").to_string()
+                });
+            }
+            _ => {}
+        }
         // `{` and `}` open and close a group (`f() { ...; }`, `function f {`):
         // a command starts after them. They are reserved words only where a
         // command's name may stand: elsewhere (`eval }`) an argument.
@@ -223,11 +253,7 @@ impl Command {
             Some(n) => n == "function" && word == "{",
         };
         if !self.cond && self.compound == 0 && (word == "{" || word == "}") && at_name {
-            let evaluated = std::mem::take(&mut self.evaluated);
-            *self = Command {
-                evaluated,
-                ..Command::default()
-            };
+            self.next_command();
             return;
         }
         self.words.push(word);
@@ -248,6 +274,21 @@ impl Command {
             self.compound = 1;
             return;
         }
+        // `NAME (` where a command's name stands: a function's definition.
+        if c == '(' && self.compound == 0 {
+            let name = match (self.in_word, self.words.as_slice()) {
+                (true, []) => Some(self.cur.clone()),
+                (false, [w]) if w != "function" => Some(w.clone()),
+                _ => None,
+            };
+            if let Some(n) = name.filter(|n| !n.is_empty()) {
+                self.defined.push(if n.contains([MARK, QUOTED_MARK]) {
+                    ANY_NAME.to_string()
+                } else {
+                    n
+                });
+            }
+        }
         if self.compound > 0 {
             match c {
                 '(' => self.compound += 1,
@@ -264,12 +305,17 @@ impl Command {
         }
         self.end_word();
         if !self.cond {
-            let evaluated = std::mem::take(&mut self.evaluated);
-            *self = Command {
-                evaluated,
-                ..Command::default()
-            };
+            self.next_command();
         }
+    }
+
+    /// A new command starts: what was collected for the scanner stays.
+    fn next_command(&mut self) {
+        *self = Command {
+            evaluated: std::mem::take(&mut self.evaluated),
+            defined: std::mem::take(&mut self.defined),
+            ..Command::default()
+        };
     }
 
     /// The variable a value at this point is assigned to: `NAME=` before
@@ -303,7 +349,7 @@ impl Command {
 
     /// The command's name: its first word that is no prefix keyword and no
     /// assignment; `None` while none has been read.
-    fn name(&self) -> Option<&str> {
+    pub(super) fn name(&self) -> Option<&str> {
         self.words
             .iter()
             .map(String::as_str)
@@ -315,21 +361,20 @@ impl Command {
     /// takes a command's name (or `exec`'s), so that what it prints is
     /// split into a command and its arguments.
     pub(super) fn refusal_through_output(&self) -> Option<String> {
-        self.refusal().or_else(|| {
-            let at_name = match self.name() {
-                None => assigned_name(&self.cur).is_none(),
-                Some("exec") => self
-                    .words
-                    .iter()
-                    .skip_while(|w| w.as_str() != "exec")
-                    .skip(1)
-                    .all(|w| w.starts_with('-')),
-                Some(_) => false,
-            };
-            (at_name && self.cur.contains(MARK)).then(|| {
-                "a value inside an unquoted `$(...)` that stands as a command's name: the shell splits what it prints into a command and its arguments, so the value would choose what runs; quote the substitution (\"$(...)\") or name the program in the template".to_string()
-            })
-        })
+        let at_name = match self.name() {
+            None => assigned_name(&self.cur).is_none(),
+            Some("exec") => self
+                .words
+                .iter()
+                .skip_while(|w| w.as_str() != "exec")
+                .skip(1)
+                .all(|w| w.starts_with('-')),
+            Some(_) => false,
+        };
+        if at_name && self.cur.contains(MARK) {
+            return Some("a value inside an unquoted `$(...)` that stands as a command's name: the shell splits what it prints into a command and its arguments, so the value would choose what runs; quote the substitution (\"$(...)\") or name the program in the template".to_string());
+        }
+        self.refusal()
     }
 
     /// Why a value may not stand here (at the current point of the
@@ -358,35 +403,25 @@ impl Command {
                     "a value in an array subscript (NAME[...]=): bash evaluates a subscript as arithmetic, running `$(...)` in a value".to_string(),
                 );
             }
-            return assigned_name(&self.cur)
-                .filter(|n| PROMPTS.contains(n))
-                .map(|n| format!("a value assigned to {n}: bash expands a prompt's text again when it shows it (`$(...)` in a value runs)"));
+            if let Some(n) = assigned_name(&self.cur) {
+                return PROMPTS.contains(&n).then(|| format!("a value assigned to {n}: bash expands a prompt's text again when it shows it (`$(...)` in a value runs)"));
+            }
+            // The value joins the command's name: after an unquoted
+            // expansion (`$X{{ v }}`, `$(echo eval)x={{ v }}`) that may
+            // split, the value may be an argument of whatever it prints.
+            return self.cur.contains(MARK).then(|| UNKNOWN_NAME.to_string());
         };
         let at = self.words.iter().position(|w| w == name).unwrap_or(0);
-        // A name made with an expansion (`$X eval`, `$()eval`,
-        // `"$X"eval`): an empty or split expansion leaves the command to
-        // what is around it, or to a word after it.
-        if name.contains(MARK) || (name.contains(QUOTED_MARK) && name != QUOTED_MARK.to_string()) {
-            let joined: String = name
-                .chars()
-                .filter(|c| *c != MARK && *c != QUOTED_MARK)
-                .collect();
-            let fragments = name.split([MARK, QUOTED_MARK]).map(str::to_string);
-            let later = self.words[at + 1..].iter().cloned();
-            let risky = std::iter::once(joined)
-                .chain(fragments)
-                .chain(later)
-                .find(|w| {
-                    READS_AS_CODE.contains(&w.as_str())
-                        || DECLARES.contains(&w.as_str())
-                        || matches!(w.as_str(), "printf" | "test" | "[" | "builtin" | "command")
-                });
-            if let Some(w) = risky {
-                return Some(format!(
-                    "a value in a command whose name is made with an expansion, with `{w}` in it or after it: if the expansion is empty or splits, bash runs `{w}`, which may read the value as code; write the command's name plainly"
-                ));
+        // A name made with an expansion (`$X`, `"$(...)"`, a value, or
+        // joined with text): tunectl cannot know which command it names,
+        // and if it is `eval` or another builtin of the lists above, the
+        // value runs. One quoted field with a `/` of its own is a path,
+        // which never names a builtin or a function.
+        if name.contains([MARK, QUOTED_MARK]) {
+            if !name.contains(MARK) && name.contains('/') {
+                return None;
             }
-            return None;
+            return Some(UNKNOWN_NAME.to_string());
         }
         let args = &self.words[at + 1..];
         if READS_AS_CODE.contains(&name) {

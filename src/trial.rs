@@ -120,21 +120,56 @@ impl TrialIdentity<'_> {
     /// building the document.
     pub fn key(&self) -> String {
         let mut out: Vec<u8> = Vec::with_capacity(320);
+        self.write_head(&mut out);
+        self.write_tail(self.repeat, &mut out);
+        sha256_hex(&out)
+    }
+
+    /// [`TrialIdentity::key`] of this trial with each of `repeats` as its
+    /// repeat (the rest as it is), in order. The document up to the
+    /// repeat is the same for all: it is hashed once, and the hasher's
+    /// state cloned for each repeat, so that keying every repeat of a
+    /// config costs little more than keying one.
+    pub fn keys_over_repeats(&self, repeats: std::ops::Range<u32>) -> Vec<String> {
+        use sha2::Digest;
+        let mut head: Vec<u8> = Vec::with_capacity(320);
+        self.write_head(&mut head);
+        let mut hasher = sha2::Sha256::new();
+        hasher.update(&head);
+        let mut tail: Vec<u8> = Vec::with_capacity(64);
+        repeats
+            .map(|repeat| {
+                tail.clear();
+                self.write_tail(repeat, &mut tail);
+                let mut h = hasher.clone();
+                h.update(&tail);
+                hex::encode(h.finalize())
+            })
+            .collect()
+    }
+
+    /// The canonical document up to the repeat: `{"cell", "config",
+    /// "fidelity", ("host"), "host_class"`, in sorted order.
+    fn write_head(&self, out: &mut Vec<u8>) {
         out.extend_from_slice(b"{\"cell\":");
-        write_canonical(self.cell, &mut out);
+        write_canonical(self.cell, out);
         out.extend_from_slice(b",\"config\":");
-        write_canonical(self.config, &mut out);
+        write_canonical(self.config, out);
         out.extend_from_slice(b",\"fidelity\":");
         // As serde_json writes an Option<f64> (null when not finite).
-        write_canonical(&serde_json::json!(self.fidelity), &mut out);
+        write_canonical(&serde_json::json!(self.fidelity), out);
         if let Role::Anchor { host, .. } = &self.role {
             out.extend_from_slice(b",\"host\":");
-            write_str(host, &mut out);
+            write_str(host, out);
         }
         out.extend_from_slice(b",\"host_class\":");
-        write_str(self.host_class, &mut out);
+        write_str(self.host_class, out);
+    }
+
+    /// The rest of the document from `"repeat"` on, with `repeat`.
+    fn write_tail(&self, repeat: u32, out: &mut Vec<u8>) {
         // Writing to a Vec cannot fail.
-        let _ = write!(out, ",\"repeat\":{}", self.repeat);
+        let _ = write!(out, ",\"repeat\":{repeat}");
         match &self.role {
             Role::Sweep => {}
             Role::Anchor { .. } => out.extend_from_slice(b",\"role\":\"anchor\""),
@@ -142,13 +177,12 @@ impl TrialIdentity<'_> {
             Role::Rung => out.extend_from_slice(b",\"role\":\"rung\""),
         }
         out.extend_from_slice(b",\"study\":");
-        write_str(self.study, &mut out);
+        write_str(self.study, out);
         if let Role::Anchor { tag, .. } = &self.role {
             out.extend_from_slice(b",\"tag\":");
-            write_str(tag, &mut out);
+            write_str(tag, out);
         }
         out.push(b'}');
-        sha256_hex(&out)
     }
 }
 
@@ -312,6 +346,19 @@ mod tests {
                 role,
             };
             assert_eq!(id.key(), oracle(&id), "{id:?}");
+            // Keyed over a range of repeats, each as keyed alone.
+            let from = id.repeat;
+            let to = from + (next() % 4) as u32;
+            let many = id.keys_over_repeats(from..to);
+            assert_eq!(many.len(), (to - from) as usize);
+            for (repeat, key) in (from..to).zip(&many) {
+                let one = TrialIdentity {
+                    repeat,
+                    role: id.role.clone(),
+                    ..id
+                };
+                assert_eq!(key, &oracle(&one), "{one:?}");
+            }
         }
     }
 

@@ -533,23 +533,26 @@ impl Plan {
             .enumerate();
         configs.flat_map(move |(pos, config)| {
             let config_json = self.space.config_json(study, config);
-            let cell_json = cell_json.clone();
-            (0..self.repeats).map(move |repeat| SweepTrial {
-                cell,
-                pos: pos as u64,
-                config,
-                repeat,
-                key: TrialIdentity {
-                    study: study_id,
-                    config: &config_json,
-                    cell: &cell_json,
-                    fidelity: study.objective_budget(),
+            // Every repeat's key at once: they share all but the repeat.
+            let keys = TrialIdentity {
+                study: study_id,
+                config: &config_json,
+                cell: &cell_json,
+                fidelity: study.objective_budget(),
+                repeat: 0,
+                host_class: class,
+                role: Role::Sweep,
+            }
+            .keys_over_repeats(0..self.repeats);
+            (0..self.repeats)
+                .zip(keys)
+                .map(move |(repeat, key)| SweepTrial {
+                    cell,
+                    pos: pos as u64,
+                    config,
                     repeat,
-                    host_class: class,
-                    role: Role::Sweep,
-                }
-                .key(),
-            })
+                    key,
+                })
         })
     }
 

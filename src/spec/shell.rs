@@ -652,12 +652,12 @@ pub fn scan(items: &[Item]) -> Result<Vec<Quoting>, Refusal> {
     let any = defined.contains(evaluated::ANY_NAME);
     if let Some((k, name)) = called
         .iter()
-        .find(|(_, n)| any || defined.contains(n.as_str()))
+        .find(|(_, n)| !evaluated::is_path(n) && (any || defined.contains(n.as_str())))
     {
         return Err(refuse(
             *k,
             &format!(
-                "a value given to `{name}`, which the template defines as a function or an alias (or defines one whose name is made with an expansion): its body, which tunectl does not follow, may read the value as code (`eval \"$1\"`); call the program itself, or pass the value in the environment (`\"$TUNECTL_KNOB_<NAME>\"`)"
+                "a value given to `{name}`, which the template defines as a function or an alias, or may (with `eval`, `.` or `source`, an alias whose name is made with an expansion, or a command whose name tunectl cannot read given arguments: `$X alias r=eval`): the body, which tunectl does not follow, may read the value as code (`eval \"$1\"`); call the program by its path (`./run`, `/usr/bin/python`), or pass the value in the environment (`\"$TUNECTL_KNOB_<NAME>\"`)"
             ),
         ));
     }
@@ -1204,6 +1204,32 @@ mod tests {
                 "alias $a=eval\nrun {{ v }}",
                 "defines as a function or an alias",
             ),
+            // Found by the differential at 9f77d17, under dash: `$x` is
+            // empty, so `alias` defines `r`.
+            (
+                "echo ;read \n$x alias r=eval\n{{ v }}\nE\nr {{ v }}\n)PS4=",
+                "defines as a function or an alias",
+            ),
+            (
+                "$x alias r=eval\nrun {{ v }}",
+                "defines as a function or an alias",
+            ),
+            (
+                "$(echo alias) r=eval\nrun {{ v }}",
+                "defines as a function or an alias",
+            ),
+            (
+                "{{ w }} r=eval\nr {{ v }}",
+                "defines as a function or an alias",
+            ),
+            (
+                "eval 'f() { eval \"$1\"; }'; f {{ v }}",
+                "defines as a function or an alias",
+            ),
+            (
+                ". ./env.sh; run {{ v }}",
+                "defines as a function or an alias",
+            ),
         ] {
             let err = check(t).expect_err(t);
             assert!(err.contains(why), "{t}: {err}");
@@ -1261,6 +1287,10 @@ mod tests {
             // but does not give a value to.
             "f() { run; }; run {{ v }}",
             "{{ v }}$X",
+            "$PYTHON prep.py --n 1; run {{ v }}",
+            "{{ w }} --n 1; run {{ v }}",
+            "./prep.sh \"$X\" a=b; run {{ v }}",
+            ". ./env.sh; ./run {{ v }}",
         ] {
             assert!(check(t).is_ok(), "{t}: {:?}", check(t));
         }

@@ -89,6 +89,33 @@ pub(super) struct Command {
 /// any command's.
 pub(super) const ANY_NAME: &str = "\u{0}";
 
+/// Whether a command's name (quotes removed) is one tunectl can read:
+/// plain text, or one field with a `/` of its own outside the expansions
+/// (a path, which the shell runs without looking for a builtin, a
+/// function or an alias).
+pub(super) fn readable(name: &str) -> bool {
+    !name.contains([MARK, QUOTED_MARK]) || is_path(name)
+}
+
+/// Whether `word`, an argument of a command whose name tunectl cannot
+/// read, may make that command define an alias or a function: a builtin
+/// that defines one or runs text, an alias's `NAME=...`, or an expansion
+/// (which may be either).
+fn may_define(word: &str) -> bool {
+    matches!(
+        word,
+        "alias" | "eval" | "." | "source" | "command" | "builtin"
+    ) || word.contains([MARK, QUOTED_MARK])
+        || word
+            .split_once('=')
+            .is_some_and(|(name, _)| !name.is_empty() && !name.starts_with('-'))
+}
+
+/// Whether a command's name is a path: one field with a `/` of its own.
+pub(super) fn is_path(name: &str) -> bool {
+    !name.contains(MARK) && name.contains('/')
+}
+
 /// The variable names in a word (runs of letters, digits and `_` that do
 /// not start with a digit).
 fn identifiers(word: &str) -> impl Iterator<Item = &str> {
@@ -226,6 +253,16 @@ impl Command {
                 }
             }
             _ => {}
+        }
+        // A word given to a command that may define a function or an
+        // alias where tunectl cannot see its name: text that `eval`, `.`
+        // or `source` runs, or, in a command whose name it cannot read
+        // (which may be `alias` or `eval`: `$X alias r=eval`, X empty),
+        // such a builtin's name, a `NAME=` or an expansion.
+        if let Some(n) = self.name()
+            && (matches!(n, "eval" | "." | "source") || (!readable(n) && may_define(&word)))
+        {
+            self.defined.push(ANY_NAME.to_string());
         }
         match self.name() {
             Some("alias") if word != "alias" && !word.starts_with('-') => {
@@ -417,11 +454,11 @@ impl Command {
         // and if it is `eval` or another builtin of the lists above, the
         // value runs. One quoted field with a `/` of its own is a path,
         // which never names a builtin or a function.
-        if name.contains([MARK, QUOTED_MARK]) {
-            if !name.contains(MARK) && name.contains('/') {
-                return None;
-            }
+        if !readable(name) {
             return Some(UNKNOWN_NAME.to_string());
+        }
+        if is_path(name) {
+            return None;
         }
         let args = &self.words[at + 1..];
         if READS_AS_CODE.contains(&name) {

@@ -279,6 +279,12 @@ fn where_bash_reads_a_value_again_the_study_is_refused_at_load_with_its_place() 
             "5:37",
             "a value given to `f`, which the template defines as a function or an alias",
         ),
+        // At 9f77d17, under dash: an empty `$x` left `alias` to define `r`.
+        (
+            "$x alias r=eval\nr {{ v }}",
+            "5:32",
+            "a value given to `r`, which the template defines as a function or an alias, or may",
+        ),
     ] {
         std::fs::write(dir.join("study.yaml"), study(command)).expect("write study");
         let out = tunectl(dir)

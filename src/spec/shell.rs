@@ -130,6 +130,10 @@ pub fn scan(items: &[Item]) -> Result<Vec<Quoting>, Refusal> {
     // alias of the template goes to code tunectl does not follow.
     let mut defined: std::collections::BTreeSet<String> = Default::default();
     let mut called: Vec<(usize, String)> = Vec::new();
+    // Variables whose expansion is assigned to another (`y=$x`: (y, x)),
+    // and the commands each variable's expansion is given to.
+    let mut flows: Vec<(String, String)> = Vec::new();
+    let mut given: Vec<(String, String)> = Vec::new();
     let mut arith_name = String::new();
     // After a `$`, the parameter's name is no text of the word: 1 while
     // reading a name, 2 for a special parameter's one character.
@@ -150,6 +154,29 @@ pub fn scan(items: &[Item]) -> Result<Vec<Quoting>, Refusal> {
         }
         levels.truncate(want);
         levels.resize_with(want, Command::default);
+        // A variable's expansion where bash would read a value again
+        // (`eval $x`, `[[ $x -eq 1 ]]`, `unset "$x"`): the variable is
+        // evaluated, and a value assigned to it is refused at the end. It
+        // is followed through assignments (`y=$x`, `for y in $x`) and into
+        // functions and aliases of the template.
+        if matches!(frame, Frame::Top | Frame::Subst(_) | Frame::Double)
+            && let Some(var) = evaluated::parameter_at(items, i)
+        {
+            let (outer, inner) = levels.split_at(levels.len() - 1);
+            if inner.iter().any(|l| l.refusal().is_some())
+                || outer.iter().any(|l| l.refusal_through_output().is_some())
+            {
+                evaluated.insert(var.clone());
+            }
+            for l in levels.iter() {
+                if let Some(target) = l.assigned() {
+                    flows.push((target, var.clone()));
+                }
+                if let Some(n) = l.name() {
+                    given.push((var.clone(), n.to_string()));
+                }
+            }
+        }
         let level = levels.last_mut().expect("the template's level");
         if !matches!(
             frame,
@@ -641,14 +668,6 @@ pub fn scan(items: &[Item]) -> Result<Vec<Quoting>, Refusal> {
     if is_variable_name(&arith_name) {
         evaluated.insert(arith_name);
     }
-    if let Some((k, name)) = assigned.iter().find(|(_, n)| evaluated.contains(n)) {
-        return Err(refuse(
-            *k,
-            &format!(
-                "a value assigned to `{name}`, which the template evaluates (in arithmetic, `let`, `[[ ]]`) or declares with an option (`declare -i {name}`): bash reads the value as code there; give the value to the program, or compute in the template (`{{{{ n * 2 }}}}`)"
-            ),
-        ));
-    }
     let any = defined.contains(evaluated::ANY_NAME);
     if let Some((k, name)) = called
         .iter()
@@ -658,6 +677,34 @@ pub fn scan(items: &[Item]) -> Result<Vec<Quoting>, Refusal> {
             *k,
             &format!(
                 "a value given to `{name}`, which the template defines as a function or an alias, or may (with `eval`, `.` or `source`, an alias whose name is made with an expansion, or a command whose name tunectl cannot read given arguments: `$X alias r=eval`): the body, which tunectl does not follow, may read the value as code (`eval \"$1\"`); call the program by its path (`./run`, `/usr/bin/python`), or pass the value in the environment (`\"$TUNECTL_KNOB_<NAME>\"`)"
+            ),
+        ));
+    }
+    // A variable given to a function or an alias of the template is
+    // evaluated as a value given there would be; and what flows into an
+    // evaluated variable is evaluated too (`y=$x; eval "$y"`).
+    evaluated.extend(
+        given
+            .iter()
+            .filter(|(_, n)| !evaluated::is_path(n) && (any || defined.contains(n.as_str())))
+            .map(|(v, _)| v.clone()),
+    );
+    loop {
+        let more: Vec<String> = flows
+            .iter()
+            .filter(|(to, from)| evaluated.contains(to) && !evaluated.contains(from))
+            .map(|(_, from)| from.clone())
+            .collect();
+        if more.is_empty() {
+            break;
+        }
+        evaluated.extend(more);
+    }
+    if let Some((k, name)) = assigned.iter().find(|(_, n)| evaluated.contains(n)) {
+        return Err(refuse(
+            *k,
+            &format!(
+                "a value assigned to `{name}`, which the template evaluates (in arithmetic, `let`, `[[ ]]`), declares with an option (`declare -i {name}`), or expands where bash reads a value again (`eval \"${name}\"`, `unset ${name}`, a function or an alias of the template; also through another variable, `y=${name}`): bash reads the value as code there; give the value to the program, or compute in the template (`{{{{ n * 2 }}}}`)"
             ),
         ));
     }
@@ -1230,6 +1277,32 @@ mod tests {
                 ". ./env.sh; run {{ v }}",
                 "defines as a function or an alias",
             ),
+            // Found by the differential at d1a0a45, under dash: the value
+            // reached `eval` through a variable.
+            (
+                "echo alias r=eval\nx={{ v }}export  set -x;eval trap $x [ -v ",
+                "a value assigned to `x`",
+            ),
+            ("x={{ v }}; eval \"$x\"", "a value assigned to `x`"),
+            ("x={{ v }}; [[ $x -eq 1 ]]", "a value assigned to `x`"),
+            ("x={{ v }}; unset \"${x}\"", "a value assigned to `x`"),
+            ("x={{ v }}; test -v \"$x\"", "a value assigned to `x`"),
+            ("x={{ v }}; declare -i y=$x", "a value assigned to `x`"),
+            ("x={{ v }}; PS4=$x", "a value assigned to `x`"),
+            ("x={{ v }}; $PYTHON t.py \"$x\"", "a value assigned to `x`"),
+            ("x={{ v }}; y=$x; eval \"$y\"", "a value assigned to `x`"),
+            (
+                "x={{ v }}; for y in $x; do eval $y; done",
+                "a value assigned to `x`",
+            ),
+            (
+                "x={{ v }}; z=$(echo \"$x\"); let w=z",
+                "a value assigned to `x`",
+            ),
+            (
+                "f() { eval \"$1\"; }; x={{ v }}; f \"$x\"",
+                "a value assigned to `x`",
+            ),
         ] {
             let err = check(t).expect_err(t);
             assert!(err.contains(why), "{t}: {err}");
@@ -1291,6 +1364,9 @@ mod tests {
             "{{ w }} --n 1; run {{ v }}",
             "./prep.sh \"$X\" a=b; run {{ v }}",
             ". ./env.sh; ./run {{ v }}",
+            "x={{ v }}; run \"$x\"; echo $x",
+            "x={{ v }}; y=$x; run \"$y\"",
+            "x={{ v }}; [ \"$x\" = a ] && run",
         ] {
             assert!(check(t).is_ok(), "{t}: {:?}", check(t));
         }

@@ -279,6 +279,17 @@ fn where_bash_reads_a_value_again_the_study_is_refused_at_load_with_its_place() 
             "5:37",
             "a value given to `f`, which the template defines as a function or an alias",
         ),
+        // At d1a0a45, under dash: the value reached `eval` through `$x`.
+        (
+            "echo alias r=eval\nx={{ v }}export  set -x;eval trap $x [ -v ",
+            "5:34",
+            "a value assigned to `x`, which the template evaluates",
+        ),
+        (
+            "x={{ v }}; y=$x; eval \"$y\"",
+            "5:15",
+            "a value assigned to `x`, which the template evaluates",
+        ),
         // At 9f77d17, under dash: an empty `$x` left `alias` to define `r`.
         (
             "$x alias r=eval\nr {{ v }}",

@@ -97,6 +97,23 @@ pub(super) fn readable(name: &str) -> bool {
     !name.contains([MARK, QUOTED_MARK]) || is_path(name)
 }
 
+/// The variable a `$` at `i` expands, when it is one by name (`$x`,
+/// `${x}`, `${x:-d}`...; not `${!x}`, a special parameter or `$(`).
+pub(super) fn parameter_at(items: &[super::Item], i: usize) -> Option<String> {
+    let ch = |j: usize| match items.get(j) {
+        Some(super::Item::Char(c)) => Some(*c),
+        _ => None,
+    };
+    if ch(i) != Some('$') {
+        return None;
+    }
+    let start = if ch(i + 1) == Some('{') { i + 2 } else { i + 1 };
+    let name: String = (start..)
+        .map_while(|j| ch(j).filter(|c| c.is_ascii_alphanumeric() || *c == '_'))
+        .collect();
+    super::is_variable_name(&name).then_some(name)
+}
+
 /// Whether `word`, an argument of a command whose name tunectl cannot
 /// read, may make that command define an alias or a function: a builtin
 /// that defines one or runs text, an alias's `NAME=...`, or an expansion

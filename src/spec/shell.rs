@@ -151,6 +151,7 @@ pub fn scan(items: &[Item]) -> Result<Vec<Quoting>, Refusal> {
         for l in levels.iter_mut() {
             evaluated.extend(l.evaluated.drain(..));
             defined.extend(l.defined.drain(..));
+            flows.append(&mut l.flows);
         }
         levels.truncate(want);
         levels.resize_with(want, Command::default);
@@ -664,6 +665,7 @@ pub fn scan(items: &[Item]) -> Result<Vec<Quoting>, Refusal> {
         l.end_word();
         evaluated.extend(l.evaluated.drain(..));
         defined.extend(l.defined.drain(..));
+        flows.append(&mut l.flows);
     }
     if is_variable_name(&arith_name) {
         evaluated.insert(arith_name);
@@ -1303,6 +1305,24 @@ mod tests {
                 "f() { eval \"$1\"; }; x={{ v }}; f \"$x\"",
                 "a value assigned to `x`",
             ),
+            // Text that bash runs as code, and a variable named in it.
+            (
+                "x={{ v }}; trap 'eval \"$x\"' EXIT",
+                "a value assigned to `x`",
+            ),
+            ("x={{ v }}; eval 'eval \"$x\"'", "a value assigned to `x`"),
+            (
+                "x={{ v }}; y='eval \"$x\"'; eval \"$y\"",
+                "a value assigned to `x`",
+            ),
+            (
+                "x={{ v }}; PS4='$(eval $x)'; set -x",
+                "a value assigned to `x`",
+            ),
+            (
+                "x={{ v }}; alias r='eval \"$x\"'",
+                "a value assigned to `x`",
+            ),
         ] {
             let err = check(t).expect_err(t);
             assert!(err.contains(why), "{t}: {err}");
@@ -1367,6 +1387,8 @@ mod tests {
             "x={{ v }}; run \"$x\"; echo $x",
             "x={{ v }}; y=$x; run \"$y\"",
             "x={{ v }}; [ \"$x\" = a ] && run",
+            "x={{ v }}; run \"$x\"; unset x",
+            "x={{ v }}; y='a b'; run \"$x\" $y",
         ] {
             assert!(check(t).is_ok(), "{t}: {:?}", check(t));
         }

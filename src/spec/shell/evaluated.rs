@@ -83,6 +83,9 @@ pub(super) struct Command {
     /// `function f`, `alias f=...`; [`ANY_NAME`] for one made with an
     /// expansion), for the scanner to collect.
     pub(super) defined: Vec<String>,
+    /// (variable, variable named in the text assigned to it), for the
+    /// scanner to collect.
+    pub(super) flows: Vec<(String, String)>,
 }
 
 /// A function or alias whose name is made with an expansion: it may be
@@ -254,10 +257,28 @@ impl Command {
                     .extend(identifiers(&word).map(str::to_string));
             }
         }
+        // The text of an assignment (`y='eval "$x"'`): a variable named in
+        // it is read where `y` is (its expansions, `y=$x`, the scanner
+        // follows itself). A prompt's text is expanded again when shown.
+        if self.name().is_none_or(|n| DECLARES.contains(&n))
+            && let Some(target) = assigned_name(&word)
+        {
+            let text = word.split_once('=').map_or("", |(_, t)| t);
+            if PROMPTS.contains(&target) {
+                self.evaluated.extend(identifiers(text).map(str::to_string));
+            } else {
+                self.flows
+                    .extend(identifiers(text).map(|v| (target.to_string(), v.to_string())));
+            }
+        }
         match self.name() {
-            Some("let") => self
-                .evaluated
-                .extend(identifiers(&word).map(str::to_string)),
+            // Text that bash runs as code (`eval 'eval "$x"'`, `trap '...'
+            // EXIT`, an alias's body): a variable named in it may be read
+            // again there.
+            Some("let" | "eval" | "trap" | "alias" | "bind" | "complete" | "compgen" | "fc") => {
+                self.evaluated
+                    .extend(identifiers(&word).map(str::to_string))
+            }
             Some(n) if DECLARES.contains(&n) && !word.starts_with(['-', '+']) => {
                 let with_option = self
                     .words
@@ -368,6 +389,7 @@ impl Command {
         *self = Command {
             evaluated: std::mem::take(&mut self.evaluated),
             defined: std::mem::take(&mut self.defined),
+            flows: std::mem::take(&mut self.flows),
             ..Command::default()
         };
     }

@@ -160,6 +160,14 @@ pub fn scan(items: &[Item]) -> Result<Vec<Quoting>, Refusal> {
         // evaluated, and a value assigned to it is refused at the end. It
         // is followed through assignments (`y=$x`, `for y in $x`) and into
         // functions and aliases of the template.
+        // `${x@P}` expands x's text as a prompt, running a `$(...)` in it.
+        if !matches!(
+            frame,
+            Frame::Single | Frame::AnsiC | Frame::Comment | Frame::Heredoc
+        ) && let Some(var) = evaluated::prompt_expanded_at(items, i)
+        {
+            evaluated.insert(var);
+        }
         if matches!(frame, Frame::Top | Frame::Subst(_) | Frame::Double)
             && let Some(var) = evaluated::parameter_at(items, i)
         {
@@ -215,8 +223,10 @@ pub fn scan(items: &[Item]) -> Result<Vec<Quoting>, Refusal> {
             && items[i - 2] == Item::Char('$');
         match items[i] {
             Item::Char(c)
-                if (matches!(frame, Frame::Arith(_) | Frame::OldArith(_))
-                    || (matches!(frame, Frame::Param(_)) && !plain_parameter))
+                if (matches!(
+                    frame,
+                    Frame::Arith(_) | Frame::OldArith(_) | Frame::Backtick
+                ) || (matches!(frame, Frame::Param(_)) && !plain_parameter))
                     && (c.is_ascii_alphanumeric() || c == '_') =>
             {
                 arith_name.push(c);
@@ -1046,6 +1056,8 @@ mod tests {
             ("export {{ v }}", "variable name of `export`"),
             ("export PS4={{ v }}", "PS4"),
             ("PS4={{ v }} bash -x run", "PS4"),
+            ("BASH_ENV={{ v }} bash run.sh", "BASH_ENV"),
+            ("export ENV={{ v }}", "ENV"),
             ("a[{{ v }}]=1", "array subscript"),
             ("z=([{{ v }}]=1)", "NAME=(...)"),
             ("printf -v {{ v }} x", "`printf -v`"),
@@ -1323,6 +1335,13 @@ mod tests {
                 "x={{ v }}; alias r='eval \"$x\"'",
                 "a value assigned to `x`",
             ),
+            // bash's prompt transformation, and code inside backticks.
+            ("x={{ v }}; echo \"${x@P}\"", "a value assigned to `x`"),
+            (
+                "x={{ v }}; echo \"${y:-${x@P}}\"",
+                "a value assigned to `x`",
+            ),
+            ("x={{ v }}; echo `eval \"$x\"`", "a value assigned to `x`"),
         ] {
             let err = check(t).expect_err(t);
             assert!(err.contains(why), "{t}: {err}");
@@ -1389,6 +1408,7 @@ mod tests {
             "x={{ v }}; [ \"$x\" = a ] && run",
             "x={{ v }}; run \"$x\"; unset x",
             "x={{ v }}; y='a b'; run \"$x\" $y",
+            "x={{ v }}; run \"$x\" `date`",
         ] {
             assert!(check(t).is_ok(), "{t}: {:?}", check(t));
         }

@@ -43,7 +43,18 @@ const READS_AS_CODE: [&str; 16] = [
 const DECLARES: [&str; 5] = ["declare", "typeset", "local", "export", "readonly"];
 
 /// Variables whose text bash expands again when it shows them.
-const PROMPTS: [&str; 6] = ["PS0", "PS1", "PS2", "PS3", "PS4", "PROMPT_COMMAND"];
+/// (A prompt when it is shown; `BASH_ENV` and `ENV` when a shell starts:
+/// bash expands `$(...)` in them before it reads the file they name.)
+const PROMPTS: [&str; 8] = [
+    "PS0",
+    "PS1",
+    "PS2",
+    "PS3",
+    "PS4",
+    "PROMPT_COMMAND",
+    "BASH_ENV",
+    "ENV",
+];
 
 /// Words before a command's name that do not name it.
 const PREFIXES: &[&str] = &[
@@ -115,6 +126,22 @@ pub(super) fn parameter_at(items: &[super::Item], i: usize) -> Option<String> {
         .map_while(|j| ch(j).filter(|c| c.is_ascii_alphanumeric() || *c == '_'))
         .collect();
     super::is_variable_name(&name).then_some(name)
+}
+
+/// The variable of a `${NAME@...}` at `i` (bash's `@P` expands the text
+/// as a prompt; the other transformations are counted with it).
+pub(super) fn prompt_expanded_at(items: &[super::Item], i: usize) -> Option<String> {
+    let ch = |j: usize| match items.get(j) {
+        Some(super::Item::Char(c)) => Some(*c),
+        _ => None,
+    };
+    if ch(i) != Some('$') || ch(i + 1) != Some('{') {
+        return None;
+    }
+    let name: String = (i + 2..)
+        .map_while(|j| ch(j).filter(|c| c.is_ascii_alphanumeric() || *c == '_'))
+        .collect();
+    (super::is_variable_name(&name) && ch(i + 2 + name.len()) == Some('@')).then_some(name)
 }
 
 /// Whether `word`, an argument of a command whose name tunectl cannot
@@ -480,7 +507,7 @@ impl Command {
                 );
             }
             if let Some(n) = assigned_name(&self.cur) {
-                return PROMPTS.contains(&n).then(|| format!("a value assigned to {n}: bash expands a prompt's text again when it shows it (`$(...)` in a value runs)"));
+                return PROMPTS.contains(&n).then(|| format!("a value assigned to {n}: bash expands its text again (a prompt when it shows it, BASH_ENV or ENV when a shell starts), so `$(...)` in a value runs"));
             }
             // The value joins the command's name: after an unquoted
             // expansion (`$X{{ v }}`, `$(echo eval)x={{ v }}`) that may
@@ -523,7 +550,7 @@ impl Command {
             }
             return match assigned_name(&self.cur) {
                 Some(n) if PROMPTS.contains(&n) => Some(format!(
-                    "a value assigned to {n}: bash expands a prompt's text again when it shows it (`$(...)` in a value runs)"
+                    "a value assigned to {n}: bash expands its text again (a prompt when it shows it, BASH_ENV or ENV when a shell starts), so `$(...)` in a value runs"
                 )),
                 Some(_) => None,
                 None => Some(format!(

@@ -1057,6 +1057,12 @@ mod tests {
             ("export PS4={{ v }}", "PS4"),
             ("PS4={{ v }} bash -x run", "PS4"),
             ("BASH_ENV={{ v }} bash run.sh", "BASH_ENV"),
+            ("jobs -x eval {{ v }}", "`jobs`"),
+            ("wait -n -p {{ v }}", "`wait`"),
+            (
+                "select x in {{ v }}; do let y=x; done",
+                "a value assigned to `x`",
+            ),
             ("export ENV={{ v }}", "ENV"),
             ("a[{{ v }}]=1", "array subscript"),
             ("z=([{{ v }}]=1)", "NAME=(...)"),

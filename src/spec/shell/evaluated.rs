@@ -19,7 +19,11 @@
 
 /// Builtins that read an argument as code, arithmetic or a variable name,
 /// whatever it is.
-const READS_AS_CODE: [&str; 16] = [
+const READS_AS_CODE: [&str; 18] = [
+    // `jobs -x` runs its arguments as a command (`jobs -x eval ...`),
+    // `wait -p` names a variable.
+    "jobs",
+    "wait",
     "let",
     "eval",
     "trap",
@@ -436,9 +440,8 @@ impl Command {
                     _ => None,
                 }
             }
-            Some("for") => {
-                let args =
-                    &self.words[self.words.iter().position(|w| w == "for").unwrap_or(0) + 1..];
+            Some(kw @ ("for" | "select")) => {
+                let args = &self.words[self.words.iter().position(|w| w == kw).unwrap_or(0) + 1..];
                 match args {
                     [var, rest @ ..] if rest.first().is_some_and(|w| w == "in") => {
                         Some(var.clone())

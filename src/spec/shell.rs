@@ -172,7 +172,11 @@ pub fn scan(items: &[Item]) -> Result<Vec<Quoting>, Refusal> {
             && let Some(var) = evaluated::parameter_at(items, i)
         {
             let (outer, inner) = levels.split_at(levels.len() - 1);
-            if inner.iter().any(|l| l.refusal().is_some())
+            // Unquoted at a command's name, it is split into a command and
+            // its arguments (`x={{ v }}; $x`): the value would be run.
+            let split_at_name = frame != Frame::Double && inner.iter().any(Command::at_name);
+            if split_at_name
+                || inner.iter().any(|l| l.refusal().is_some())
                 || outer.iter().any(|l| l.refusal_through_output().is_some())
             {
                 evaluated.insert(var.clone());
@@ -1063,6 +1067,15 @@ mod tests {
                 "select x in {{ v }}; do let y=x; done",
                 "a value assigned to `x`",
             ),
+            // Found by the differential at 03a225e, under dash: the value
+            // split at a command's name, through a variable.
+            (
+                "echo \"a\"x=[[ x=eval;x={{ v }}{{ v }}\nE\n$x $[",
+                "a value assigned to `x`",
+            ),
+            ("x={{ v }}; $x", "a value assigned to `x`"),
+            ("x={{ v }}; exec $x", "a value assigned to `x`"),
+            ("x={{ v }}; y=$x; $y --n 1", "a value assigned to `x`"),
             ("export ENV={{ v }}", "ENV"),
             ("a[{{ v }}]=1", "array subscript"),
             ("z=([{{ v }}]=1)", "NAME=(...)"),
@@ -1415,6 +1428,7 @@ mod tests {
             "x={{ v }}; run \"$x\"; unset x",
             "x={{ v }}; y='a b'; run \"$x\" $y",
             "x={{ v }}; run \"$x\" `date`",
+            "x={{ v }}; \"$x\" --n 1",
         ] {
             assert!(check(t).is_ok(), "{t}: {:?}", check(t));
         }

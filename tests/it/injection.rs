@@ -290,6 +290,12 @@ fn where_bash_reads_a_value_again_the_study_is_refused_at_load_with_its_place() 
             "5:15",
             "a value assigned to `x`, which the template evaluates",
         ),
+        // At 03a225e, under dash: the value split at a command's name.
+        (
+            "x={{ v }}; $x --n 1",
+            "5:15",
+            "a value assigned to `x`, which the template evaluates",
+        ),
         // At 9f77d17, under dash: an empty `$x` left `alias` to define `r`.
         (
             "$x alias r=eval\nr {{ v }}",

@@ -467,7 +467,17 @@ impl Command {
     /// takes a command's name (or `exec`'s), so that what it prints is
     /// split into a command and its arguments.
     pub(super) fn refusal_through_output(&self) -> Option<String> {
-        let at_name = match self.name() {
+        if self.at_name() && self.cur.contains(MARK) {
+            return Some("a value inside an unquoted `$(...)` that stands as a command's name: the shell splits what it prints into a command and its arguments, so the value would choose what runs; quote the substitution (\"$(...)\") or name the program in the template".to_string());
+        }
+        self.refusal()
+    }
+
+    /// Whether the current word stands where the shell takes a command's
+    /// name (or `exec`'s): an unquoted expansion there is split into a
+    /// command and its arguments.
+    pub(super) fn at_name(&self) -> bool {
+        match self.name() {
             None => assigned_name(&self.cur).is_none(),
             Some("exec") => self
                 .words
@@ -476,11 +486,7 @@ impl Command {
                 .skip(1)
                 .all(|w| w.starts_with('-')),
             Some(_) => false,
-        };
-        if at_name && self.cur.contains(MARK) {
-            return Some("a value inside an unquoted `$(...)` that stands as a command's name: the shell splits what it prints into a command and its arguments, so the value would choose what runs; quote the substitution (\"$(...)\") or name the program in the template".to_string());
         }
-        self.refusal()
     }
 
     /// Why a value may not stand here (at the current point of the

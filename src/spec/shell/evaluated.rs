@@ -118,34 +118,52 @@ pub(super) fn readable(name: &str) -> bool {
 /// The variable a `$` at `i` expands, when it is one by name (`$x`,
 /// `${x}`, `${x:-d}`...; not `${!x}`, a special parameter or `$(`).
 pub(super) fn parameter_at(items: &[super::Item], i: usize) -> Option<String> {
-    let ch = |j: usize| match items.get(j) {
-        Some(super::Item::Char(c)) => Some(*c),
-        _ => None,
-    };
-    if ch(i) != Some('$') {
+    if char_at(items, i) != Some('$') {
         return None;
     }
-    let start = if ch(i + 1) == Some('{') { i + 2 } else { i + 1 };
-    let name: String = (start..)
-        .map_while(|j| ch(j).filter(|c| c.is_ascii_alphanumeric() || *c == '_'))
-        .collect();
+    let start = if char_at(items, i + 1) == Some('{') {
+        i + 2
+    } else {
+        i + 1
+    };
+    let name = name_from(items, start);
     super::is_variable_name(&name).then_some(name)
+}
+
+/// The character at `j`, if it is one (not a value).
+fn char_at(items: &[super::Item], j: usize) -> Option<char> {
+    match items.get(j) {
+        Some(super::Item::Char(c)) => Some(*c),
+        _ => None,
+    }
+}
+
+/// The run of letters, digits and `_` from `start`.
+fn name_from(items: &[super::Item], start: usize) -> String {
+    (start..)
+        .map_while(|j| char_at(items, j).filter(|c| c.is_ascii_alphanumeric() || *c == '_'))
+        .collect()
 }
 
 /// The variable of a `${NAME@...}` at `i` (bash's `@P` expands the text
 /// as a prompt; the other transformations are counted with it).
 pub(super) fn prompt_expanded_at(items: &[super::Item], i: usize) -> Option<String> {
-    let ch = |j: usize| match items.get(j) {
-        Some(super::Item::Char(c)) => Some(*c),
-        _ => None,
-    };
-    if ch(i) != Some('$') || ch(i + 1) != Some('{') {
+    if char_at(items, i) != Some('$') || char_at(items, i + 1) != Some('{') {
         return None;
     }
-    let name: String = (i + 2..)
-        .map_while(|j| ch(j).filter(|c| c.is_ascii_alphanumeric() || *c == '_'))
-        .collect();
-    (super::is_variable_name(&name) && ch(i + 2 + name.len()) == Some('@')).then_some(name)
+    let name = name_from(items, i + 2);
+    (super::is_variable_name(&name) && char_at(items, i + 2 + name.len()) == Some('@'))
+        .then_some(name)
+}
+
+/// A name a function or an alias is defined under, as the scanner keeps
+/// it: [`ANY_NAME`] when it is made with an expansion.
+fn defined_as(name: &str) -> String {
+    if name.contains([MARK, QUOTED_MARK]) {
+        ANY_NAME.to_string()
+    } else {
+        name.to_string()
+    }
 }
 
 /// Whether `word`, an argument of a command whose name tunectl cannot
@@ -336,18 +354,10 @@ impl Command {
         match self.name() {
             Some("alias") if word != "alias" && !word.starts_with('-') => {
                 let name = word.split('=').next().unwrap_or("");
-                self.defined.push(if name.contains([MARK, QUOTED_MARK]) {
-                    ANY_NAME.to_string()
-                } else {
-                    name.to_string()
-                });
+                self.defined.push(defined_as(name));
             }
             Some("function") if self.words.last().is_some_and(|w| w == "function") => {
-                self.defined.push(if word.contains([MARK, QUOTED_MARK]) {
-                    ANY_NAME.to_string()
-                } else {
-                    word.trim_end_matches("()").to_string()
-                });
+                self.defined.push(defined_as(word.trim_end_matches("()")));
             }
             _ => {}
         }
@@ -388,11 +398,7 @@ impl Command {
                 _ => None,
             };
             if let Some(n) = name.filter(|n| !n.is_empty()) {
-                self.defined.push(if n.contains([MARK, QUOTED_MARK]) {
-                    ANY_NAME.to_string()
-                } else {
-                    n
-                });
+                self.defined.push(defined_as(&n));
             }
         }
         if self.compound > 0 {

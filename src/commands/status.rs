@@ -8,7 +8,7 @@ use serde::Serialize;
 use super::inputs::{Opened, changed_text, ledger_url, open_study, study_arg};
 use super::{CliError, failed, print_json, say, say_err, schema};
 use crate::ledger::lease::{LeaseRecord, UnreadableLease};
-use crate::ledger::{HostRecord, Ledger, Scan};
+use crate::ledger::{Firsts, HostRecord, Ledger};
 use crate::plan::{ClassInfo, Plan, PlanHost, Progress};
 use crate::spec::Study;
 
@@ -162,11 +162,13 @@ fn lease_lines(leases: &[LeaseStatus]) -> Vec<String> {
 
 /// Per host class (by id), what the ledger holds of study `study_id` and,
 /// with its study file (`study`), what is left: the counts of `status`
-/// and of `status --watch`.
+/// and of `status --watch`. `first` and `terminal` are the scan's first
+/// attempt and counting attempt of each trial
+/// ([`crate::ledger::Scan::first_and_terminal`]).
 fn count(
     study_id: &str,
     study: Option<&Study>,
-    scan: &Scan,
+    (first, terminal): (&Firsts, &Firsts),
     hosts: &[HostRecord],
     leases: &[LeaseRecord],
 ) -> BTreeMap<String, ClassStatus> {
@@ -183,9 +185,8 @@ fn count(
             c.hosts.push(h.host.clone());
         }
     }
-    let terminal = scan.terminal();
     let mut key_class: BTreeMap<&str, &str> = BTreeMap::new();
-    for (key, first) in scan.first_attempts() {
+    for (&key, first) in first {
         key_class.insert(key, first.host_class.as_str());
         let c = classes.entry(first.host_class.to_string()).or_default();
         c.host_class = first.host_class.to_string();
@@ -372,11 +373,17 @@ pub async fn run(a: StatusArgs) -> Result<(), CliError> {
     }
     let scan = ledger.scan(&study_id).await.map_err(failed)?;
     let (hosts, _) = ledger.hosts(&study_id).await.map_err(failed)?;
-    let terminal = scan.terminal();
+    let (first, terminal) = scan.first_and_terminal();
     let found = ledger.unexpired_leases(&study_id).await.map_err(failed)?;
     let unreadable_leases = found.unreadable;
     let (shown, leases) = lease_statuses(found.unexpired, |key| terminal.contains_key(key));
-    let classes = count(&study_id, study.as_ref(), &scan, &hosts, &leases);
+    let classes = count(
+        &study_id,
+        study.as_ref(),
+        (&first, &terminal),
+        &hosts,
+        &leases,
+    );
     let rows: Vec<&ClassStatus> = classes.values().collect();
     if a.output.json(a.json) {
         return print_json(&StatusDoc {

@@ -1317,6 +1317,17 @@ mod tests {
             .collect();
         assert_eq!(f(&unordered), firsts);
         assert_eq!(f(&ordered), firsts);
+        // Both in one pass, as status takes them.
+        for s in [&unordered, &ordered] {
+            let (first, terminal) = s.first_and_terminal();
+            let ids = |m: crate::ledger::Firsts| -> Vec<(String, String)> {
+                m.into_iter()
+                    .map(|(k, a)| (k.to_string(), a.attempt_id.clone()))
+                    .collect()
+            };
+            assert_eq!(ids(first), firsts);
+            assert_eq!(ids(terminal), t(&ordered));
+        }
     }
 
     /// The plain-file walk of a local ledger (`local.rs`) finds and reads

@@ -411,9 +411,16 @@ async fn read(w: &Watched) -> Result<(Frame, usize), CliError> {
         .map_err(failed)?
         .unexpired;
     let plans = w.ledger.plans(&w.study_id).await.map_err(failed)?;
-    let classes: Vec<ClassStatus> = count(&w.study_id, w.study.as_ref(), &scan, &hosts, &leases)
-        .into_values()
-        .collect();
+    let (first, terminal) = scan.first_and_terminal();
+    let classes: Vec<ClassStatus> = count(
+        &w.study_id,
+        w.study.as_ref(),
+        (&first, &terminal),
+        &hosts,
+        &leases,
+    )
+    .into_values()
+    .collect();
     // The watch shows decisions and live counts, never next levers.
     let analysis = analyze_scoped(&w.record, &scan, &hosts, &plans, Scope::Decisions, |_| true);
     Ok((

@@ -185,11 +185,25 @@ fn count(
             c.hosts.push(h.host.clone());
         }
     }
-    let mut key_class: BTreeMap<&str, &str> = BTreeMap::new();
+    // From sorted keys: built in one pass.
+    let key_class: BTreeMap<&str, &str> = first
+        .iter()
+        .map(|(&key, a)| (key, a.host_class.as_str()))
+        .collect();
     for (&key, first) in first {
-        key_class.insert(key, first.host_class.as_str());
-        let c = classes.entry(first.host_class.to_string()).or_default();
-        c.host_class = first.host_class.to_string();
+        let class = first.host_class.as_str();
+        if !classes.contains_key(class) {
+            classes.insert(
+                class.to_string(),
+                ClassStatus {
+                    host_class: class.to_string(),
+                    ..Default::default()
+                },
+            );
+        }
+        let Some(c) = classes.get_mut(class) else {
+            continue;
+        };
         match first.role {
             crate::trial::RoleKind::Anchor => {
                 // An anchor lost with its host is not a missing trial.

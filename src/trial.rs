@@ -143,7 +143,7 @@ impl TrialIdentity<'_> {
                 self.write_tail(repeat, &mut tail);
                 let mut h = hasher.clone();
                 h.update(&tail);
-                hex::encode(h.finalize())
+                crate::canon::to_hex(&h.finalize())
             })
             .collect()
     }

@@ -145,6 +145,18 @@ fn by_key(mut picked: Vec<&AttemptRecord>) -> Firsts<'_> {
         .collect()
 }
 
+/// The attempt of `run` with the smallest attempt id of those `keep`
+/// accepts.
+fn earliest(
+    run: &[Arc<AttemptRecord>],
+    keep: impl Fn(&AttemptRecord) -> bool,
+) -> Option<&AttemptRecord> {
+    run.iter()
+        .map(|a| &**a)
+        .filter(|a| keep(a))
+        .min_by(|a, b| a.attempt_id.cmp(&b.attempt_id))
+}
+
 /// Records shared as [`Scan::attempts`] holds them.
 pub fn shared(records: Vec<AttemptRecord>) -> Vec<Arc<AttemptRecord>> {
     records.into_iter().map(Arc::new).collect()
@@ -194,14 +206,8 @@ impl Scan {
     pub fn first_and_terminal(&self) -> (Firsts<'_>, Firsts<'_>) {
         let (mut first, mut terminal) = (Vec::new(), Vec::new());
         for run in self.runs() {
-            let earliest = |keep: fn(&AttemptRecord) -> bool| {
-                run.iter()
-                    .map(|a| &**a)
-                    .filter(|a| keep(a))
-                    .min_by(|a, b| a.attempt_id.cmp(&b.attempt_id))
-            };
-            first.extend(earliest(|_| true));
-            terminal.extend(earliest(|a| a.status.is_terminal()));
+            first.extend(earliest(run, |_| true));
+            terminal.extend(earliest(run, |a| a.status.is_terminal()));
         }
         (by_key(first), by_key(terminal))
     }
@@ -209,16 +215,7 @@ impl Scan {
     /// Per trial key, its first attempt (smallest attempt id) of those
     /// `keep` accepts, whatever order the attempts are in.
     fn first_where(&self, keep: impl Fn(&AttemptRecord) -> bool) -> Firsts<'_> {
-        by_key(
-            self.runs()
-                .filter_map(|run| {
-                    run.iter()
-                        .map(|a| &**a)
-                        .filter(|a| keep(a))
-                        .min_by(|a, b| a.attempt_id.cmp(&b.attempt_id))
-                })
-                .collect(),
-        )
+        by_key(self.runs().filter_map(|run| earliest(run, &keep)).collect())
     }
 
     /// The attempts, in order.

@@ -59,6 +59,7 @@ use object_store::{
 };
 use tokio_util::sync::CancellationToken;
 use tunectl::fingerprint::{Fingerprint, Gpu};
+use tunectl::launch::events::LaunchEvent;
 use tunectl::launch::run_study::{LaunchHost, LaunchOptions, run_study};
 use tunectl::ledger::Ledger;
 use tunectl::ledger::records::ExitInfo;
@@ -587,6 +588,8 @@ struct Span {
     /// `sweep` (a planned repeat), `racing` (a sweep run past the planned
     /// repeats), `anchor` or `confirm`.
     phase: &'static str,
+    /// The cell's `seq` (one cell a bucket here).
+    seq: i64,
 }
 
 /// The phase an attempt serves, from its contract's role and repeat.
@@ -713,6 +716,7 @@ impl Transport for SimHost {
             end: at(finish),
             lost: lost_at.is_some(),
             phase: phase_of(spec, 3),
+            seq: config_of(spec).map_or(-1, |(_, seq)| seq),
         });
         if lost_at.is_some() {
             return AttemptOutcome {
@@ -888,10 +892,36 @@ async fn simulate(
         })
         .collect();
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    // RACES=1: each racing and confirmation round as it is queued, at its
+    // virtual hour.
+    let rounds = std::env::var("RACES").is_ok_and(|v| v == "1");
     let events = tokio::spawn(async move {
+        let t0 = VInstant::now();
         let mut n = 0u64;
-        while rx.recv().await.is_some() {
+        while let Some(event) = rx.recv().await {
             n += 1;
+            let h = t0.elapsed().as_secs_f64() / 3600.0;
+            match event {
+                LaunchEvent::RaceQueued {
+                    bucket,
+                    class,
+                    trials,
+                    configs,
+                    runs,
+                } if rounds => {
+                    println!(
+                        "{h:7.2} h  {class} {bucket}: racing {configs} configs to {runs} runs, {trials} trials"
+                    );
+                }
+                LaunchEvent::ConfirmationQueued {
+                    bucket,
+                    class,
+                    trials,
+                } if rounds => {
+                    println!("{h:7.2} h  {class} {bucket}: final round, {trials} trials");
+                }
+                _ => {}
+            }
         }
         n
     });
@@ -1005,6 +1035,42 @@ async fn simulate(
             count("confirm"),
             count("anchor"),
         );
+    }
+    println!();
+    println!(
+        "Each bucket's timeline (hours from the start): when its last planned sweep run, racing run and confirmation run ended, and its racing runs."
+    );
+    println!();
+    println!("| class | seq | sweep ends | racing ends | confirm ends | racing runs |");
+    println!("|---|---:|---:|---:|---:|---:|");
+    for class in 0..classes {
+        let mut seqs: Vec<i64> = spans
+            .iter()
+            .filter(|s| s.class == class)
+            .map(|s| s.seq)
+            .collect();
+        seqs.sort_unstable();
+        seqs.dedup();
+        for seq in seqs {
+            let mine = || {
+                spans
+                    .iter()
+                    .filter(move |s| s.class == class && s.seq == seq)
+            };
+            let end = |phase: &str| {
+                mine()
+                    .filter(|s| s.phase == phase)
+                    .map(|s| s.end / 3600.0)
+                    .fold(f64::NAN, f64::max)
+            };
+            println!(
+                "| {class} | {seq} | {:.2} | {:.2} | {:.2} | {} |",
+                end("sweep"),
+                end("racing"),
+                end("confirm"),
+                mine().filter(|s| s.phase == "racing").count(),
+            );
+        }
     }
     println!();
     println!(

@@ -68,6 +68,7 @@ impl Standing<'_> {
 pub(super) fn racing(
     standings: &[Standing],
     winners: &[&Standing],
+    baseline_runs: usize,
     rules: &Rules,
 ) -> Option<Racing> {
     let tau = rules.tau();
@@ -152,14 +153,21 @@ pub(super) fn racing(
         let x = want.remove(p);
         want.insert(0, x);
     }
-    want.truncate(RACE_WIDTH);
-    let least = want
+    let runs_now: Vec<usize> = want.iter().map(|w| standings[w.0].runs()).collect();
+    let cells = want
         .iter()
-        .map(|w| standings[w.0].runs())
-        .min()
-        .unwrap_or(0);
-    // Grow by `repeats` runs or half again, whichever is more.
-    let runs = (least + (rules.repeats as usize).max(least.div_ceil(2))).min(cap);
+        .map(|w| standings[w.0].cells.len())
+        .max()
+        .unwrap_or(1);
+    let (width, runs) = round_size(
+        &runs_now,
+        baseline_runs,
+        rules.repeats as usize,
+        cells,
+        rules.race_slots as usize,
+        cap,
+    );
+    want.truncate(width);
     Some(Racing {
         configs: want
             .iter()
@@ -170,7 +178,7 @@ pub(super) fn racing(
                 )
             })
             .collect(),
-        runs: runs as u32,
+        runs,
         why: want
             .iter()
             .map(|(i, why)| (standings[*i].report.label.clone(), *why))
@@ -178,8 +186,56 @@ pub(super) fn racing(
     })
 }
 
-/// Configs raced at once in a bucket (besides the baseline).
+/// Configs raced at once in a bucket (besides the baseline), where the
+/// slots of the class are not known (`report`).
 pub(super) const RACE_WIDTH: usize = 3;
+
+/// A racing round: how many of the wanted configs it races (besides the
+/// baseline) and the runs each should have at every cell after it (`cap`
+/// at most), from the runs each wanted config has now (`runs_now`, in the
+/// order they are wanted) and the baseline has (`baseline_runs`; it is
+/// raced with them), `repeats`, the bucket's `cells` and the class's
+/// `slots` (0: not known).
+///
+/// The rule's round: the first `RACE_WIDTH` configs, grown to the fewest
+/// runs among them plus `repeats` or half again, whichever is more. Where
+/// the slots are known and that round would leave some idle, the round
+/// takes more of the wanted configs (to the same runs), then more runs for
+/// all, as long as the trials it adds fit in the slots. Extra runs only
+/// narrow the intervals the race reads; the verdict is the final round's,
+/// which is sized on its own.
+pub(super) fn round_size(
+    runs_now: &[usize],
+    baseline_runs: usize,
+    repeats: usize,
+    cells: usize,
+    slots: usize,
+    cap: usize,
+) -> (usize, u32) {
+    let first = &runs_now[..runs_now.len().min(RACE_WIDTH)];
+    let least = first.iter().copied().min().unwrap_or(0);
+    let mut runs = (least + repeats.max(least.div_ceil(2)).max(1)).min(cap);
+    let mut width = first.len();
+    if slots > 0 {
+        // Trials a round of the first `width` configs (and the baseline)
+        // to `runs` adds.
+        let adds = |width: usize, runs: usize| -> usize {
+            cells.max(1)
+                * runs_now[..width]
+                    .iter()
+                    .chain([&baseline_runs])
+                    .map(|r| runs.saturating_sub(*r))
+                    .sum::<usize>()
+        };
+        while width < runs_now.len() && adds(width + 1, runs) <= slots {
+            width += 1;
+        }
+        while runs < cap && adds(width, runs + 1) <= slots {
+            runs += 1;
+        }
+    }
+    (width, runs as u32)
+}
 
 pub(super) fn decide_buckets(
     spec: &FrozenSpec,
@@ -516,7 +572,14 @@ pub(super) fn decide_bucket(
             });
         }
     }
-    let race = racing(&standings, &winners, rules);
+    // The baseline's fewest runs at a cell of the bucket (raced with the
+    // contenders).
+    let baseline_runs = reports
+        .iter()
+        .map(|r| r.baseline.as_ref().map_or(0, |b| b.repeats_ended))
+        .min()
+        .unwrap_or(0);
+    let race = racing(&standings, &winners, baseline_runs, rules);
     let racing_reason = race.as_ref().map(|r| LevelReason::Racing {
         racing: r.clone(),
         max_repeats: rules.max_repeats,

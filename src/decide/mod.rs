@@ -97,6 +97,11 @@ pub enum Scope {
     /// to confirm a draft winner and to write verdict records, which hold
     /// neither. Each bucket's decision is the same as with `Everything`.
     Decisions,
+    /// The decisions as a launch acts on them: as `Decisions`, with each
+    /// racing round sized to the slots of the class (`race_slots`): more
+    /// contenders at once and more runs each, where the rule's own round
+    /// would leave slots idle.
+    Launch { race_slots: u32 },
 }
 
 /// [`analyze_where`] building only what `scope` asks for.
@@ -120,6 +125,10 @@ pub fn analyze_scoped(
         max_repeats: spec.measurement.max_repeats.max(spec.measurement.repeats),
         min_hosts: spec.selection.min_hosts,
         min_samples: spec.selection.min_samples as usize,
+        race_slots: match scope {
+            Scope::Launch { race_slots } => race_slots,
+            Scope::Everything | Scope::Decisions => 0,
+        },
         limits: spec.selection.limits.clone(),
         units: secondary_declared(spec)
             .into_iter()

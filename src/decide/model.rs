@@ -710,6 +710,9 @@ pub(super) struct Rules {
     pub(super) min_hosts: u32,
     /// Samples a config needs at a cell for its spread to be known.
     pub(super) min_samples: usize,
+    /// Slots of the class a racing round may fill (0: the rule's own round,
+    /// `RACE_WIDTH` contenders and the growth of [`super::bucket::racing`]).
+    pub(super) race_slots: u32,
     /// `selection.limits`: bounds on secondary metrics.
     pub(super) limits: BTreeMap<String, crate::spec::study::Limit>,
     /// Each declared secondary metric's unit, for the limits' messages.

@@ -1033,3 +1033,74 @@ fn the_final_rounds_two_looks_keep_the_false_win_bound() {
     assert!(null <= 0.005, "{seen}");
     assert!(win >= win_planned + 0.2 && win >= 0.6, "{seen}");
 }
+
+/// Without the class's slots (`report`), a racing round is the rule's:
+/// the first `RACE_WIDTH` configs grown by `repeats` or half again. With
+/// them, a round that would leave slots idle takes more contenders, then
+/// more runs each, as long as what it adds fits; never past the cap.
+#[test]
+fn a_racing_round_fills_the_slots_of_the_class_and_no_more() {
+    // The rule's round: 3 of 5 at 3 runs grow to 6 (9 trials at one cell
+    // and 3 of the baseline).
+    assert_eq!(round_size(&[3, 3, 3, 3, 3], 3, 3, 1, 0, 30), (3, 6));
+    // Half again once that is more: 20 runs grow to 30.
+    assert_eq!(round_size(&[20, 20], 20, 3, 1, 0, 30), (2, 30));
+    assert_eq!(round_size(&[20, 20], 20, 3, 1, 0, 25), (2, 25));
+    // 24 slots: all 5 and the baseline to 6 runs (18 trials), then 7
+    // runs (24 trials).
+    assert_eq!(round_size(&[3, 3, 3, 3, 3], 3, 3, 1, 24, 30), (5, 7));
+    // Two cells a config: each run is two trials; 4 configs and the
+    // baseline to 6 runs are 30 trials, one more config 36.
+    assert_eq!(round_size(&[3, 3, 3, 3, 3], 3, 3, 2, 32, 30), (4, 6));
+    // Three raced to 6 (the baseline too) and a new one at 3: the rule's
+    // round grows the three to 9 (12 trials with the baseline); 24 slots
+    // take the fourth too (18), then one run more each (23); another
+    // would be 28.
+    assert_eq!(round_size(&[6, 6, 6, 3], 6, 3, 1, 24, 30), (4, 10));
+    // Fewer slots than the rule's round: the rule's round still runs.
+    assert_eq!(round_size(&[3, 3, 3, 3], 3, 3, 1, 4, 30), (3, 6));
+    // The cap bounds the runs whatever the slots.
+    assert_eq!(round_size(&[28], 28, 3, 1, 1000, 30), (1, 30));
+    // No wanted config: nothing, whatever the slots.
+    assert_eq!(round_size(&[], 3, 3, 1, 20, 30).0, 0);
+}
+
+/// A launch's analysis sizes the race to its class's slots; `report`'s
+/// (and the decision itself) stay the rule's.
+#[test]
+fn a_launch_races_wider_where_its_class_has_slots_and_decides_the_same() {
+    let base = [100.0, 103.0, 97.0];
+    let close = [
+        [104.0, 107.0, 101.0],
+        [104.5, 107.5, 101.5],
+        [105.0, 108.0, 102.0],
+        [105.5, 108.5, 102.5],
+        [106.0, 109.0, 103.0],
+    ];
+    let mut attempts = runs_of(0, "baseline", &base);
+    for (i, v) in close.iter().enumerate() {
+        attempts.extend(runs_of(i as u64 + 1, &format!("a={}", i + 2), v));
+    }
+    let mut s = study();
+    s.spec = spec(serde_json::json!({
+        "measurement": {"repeats": 3, "confirm_repeats": 3, "max_repeats": 30},
+    }));
+    let scan = Scan {
+        attempts: crate::ledger::shared(attempts),
+        ..Default::default()
+    };
+    let bucket =
+        |scope| analyze_scoped(&s, &scan, &[], &[], scope, |_| true).classes[0].buckets[0].clone();
+    let rule = bucket(Scope::Decisions);
+    let race = rule.racing.clone().expect("raced");
+    assert_eq!((race.configs.len(), race.runs), (3, 6), "{race:?}");
+    let wide = bucket(Scope::Launch { race_slots: 48 });
+    let race = wide.racing.clone().expect("raced");
+    // 5 contenders and the baseline: 6 × (11 − 3) = 48 trials.
+    assert_eq!((race.configs.len(), race.runs), (5, 11), "{race:?}");
+    assert_eq!(wide.decision.to_string(), rule.decision.to_string());
+    assert_eq!(wide.level, rule.level);
+    // No slots known (0): the rule's round.
+    let none = bucket(Scope::Launch { race_slots: 0 });
+    assert_eq!(none.racing, rule.racing);
+}

@@ -1114,6 +1114,7 @@ impl<'a> Launch<'a> {
         bucket: &str,
         cells: &[u32],
     ) -> (BucketStep, HashSet<String>) {
+        let race_slots = self.with_sched(|s| s.class_slots(class)).unwrap_or(0);
         // The host records first: the scan is then held across no await,
         // and another worker's scan can extend it in place (not a copy).
         let hosts = self
@@ -1147,7 +1148,7 @@ impl<'a> Launch<'a> {
             &scan,
             &hosts,
             &[],
-            crate::decide::Scope::Decisions,
+            crate::decide::Scope::Launch { race_slots },
             keep,
         );
         let step = analysis

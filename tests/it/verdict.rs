@@ -1161,6 +1161,79 @@ measurement: {warmup: 0, repeats: 3, anchor_every: 0, confirm_repeats: 3, max_re
     assert_eq!(seen.len() as u64, recorded, "{seen:?}");
 }
 
+/// A racing round fills the slots of the class. Six modes all truly 3 %
+/// faster (the minimum is 2 %) with 3 % noise a run cannot be told apart
+/// from the minimum in 3 runs. On a host of 20 slots, the first racing
+/// round takes more than the rule's 3 configs (3 configs and the baseline
+/// from 3 runs to 6 are 12 trials, 8 slots idle) and queues at most 20
+/// trials; every later round fits in the slots too. The study ends a
+/// VERDICT, and its runs stay within the cap.
+#[test]
+fn a_racing_round_takes_the_free_slots_of_its_class() {
+    let env = verdict_env(
+        r#"name: wide
+knobs:
+  mode: {kind: categorical, values: [base, equal, a0b0, a0b1, a1b0, a1b1, fast], default: base}
+cells:
+  n: [1]
+trial:
+  command: "sh {{ study_dir }}/fake-trial.sh {{ mode }} {{ n }}"
+  timeout: 60s
+  env: {FAKE_NOISE: "0.005", FAKE_TRIAL_NOISE: "0.03", FAKE_SEED: "41", FAKE_SPEEDS: "equal=1.03 a0b0=1.03 a0b1=1.03 a1b0=1.03 a1b1=1.03 fast=1.03"}
+objective: {metric: throughput, unit: ops/s, better: higher}
+measurement: {warmup: 0, repeats: 3, anchor_every: 0, confirm_repeats: 3, max_repeats: 12}
+"#,
+    );
+    let inv = env.write(
+        "inventory.yaml",
+        "hosts:\n  - {name: box, transport: local, slots: 20}\n",
+    );
+    let out = env.launch_verdict(&[
+        "--inventory",
+        &inv.display().to_string(),
+        "--progress",
+        "plain",
+    ]);
+    // "racing in bucket B on C: K configs are too close to call; T more
+    // interleaved runs with the baseline, up to R each per cell"
+    let rounds: Vec<(u64, u64, u64)> = out
+        .stderr
+        .lines()
+        .filter(|l| l.contains("racing in bucket"))
+        .map(|l| {
+            let num = |after: &str| -> u64 {
+                l.split(after)
+                    .nth(1)
+                    .and_then(|t| t.split(' ').next())
+                    .and_then(|t| t.parse().ok())
+                    .unwrap_or_else(|| panic!("{after:?} in {l}"))
+            };
+            (num(": "), num("call; "), num("up to "))
+        })
+        .collect();
+    let (configs, trials, up_to) = *rounds
+        .first()
+        .unwrap_or_else(|| panic!("no racing round:\n{}", out.stderr));
+    assert!(configs > 3, "{rounds:?}\n{}", out.stderr);
+    assert!((13..=20).contains(&trials), "{rounds:?}");
+    assert!(up_to >= 6, "{rounds:?}");
+    for (configs, trials, up_to) in &rounds {
+        assert!(
+            *trials <= 20 && *up_to <= 12,
+            "{configs} {trials} {up_to}: {rounds:?}"
+        );
+    }
+    // Every run measured once (nothing lost, nothing twice), none past
+    // the cap.
+    let mut seen: BTreeMap<String, usize> = BTreeMap::new();
+    for l in runs(&env).iter().filter(|l| l.contains(" sweep measure ")) {
+        let key: Vec<&str> = l.split(' ').take(3).collect();
+        assert!(key[2].parse::<u32>().is_ok_and(|r| r < 12), "{l}");
+        *seen.entry(key.join(" ")).or_default() += 1;
+    }
+    assert!(seen.values().all(|n| *n == 1), "{seen:?}");
+}
+
 /// A final round that ends with the minimum inside its interval grows. The
 /// sweep shows `fast` 1.5× faster (the fake's speed in sweep runs), so the
 /// round is planned at `confirm_repeats` (3 runs a side); in the round it

@@ -758,6 +758,16 @@ impl<'a> Scheduler<'a> {
             .collect()
     }
 
+    /// Slots of `class` in this launch: the workers of its hosts that
+    /// still ask for units (a host that is down keeps its workers). A
+    /// racing round is sized to fill them.
+    pub fn class_slots(&self, class: usize) -> u32 {
+        self.live_hosts(class)
+            .iter()
+            .filter_map(|h| self.st.workers.get(*h))
+            .sum()
+    }
+
     /// A worker of `host` left (its class is done, its host left, the
     /// launch stops).
     pub fn worker_left(&mut self, host: usize) {

@@ -6,6 +6,8 @@
 //!
 //!   cargo bench --bench fleet_sim
 //!   HOSTS=1000 SLOTS=8 CLASSES=10 CHURN=0.05 SEED=1 cargo bench --bench fleet_sim
+//!   MAX_REPEATS=3 HOSTS=100 cargo bench --bench fleet_sim   # no racing
+//!   RACES=1 HOSTS=20 SLOTS=2 CLASSES=2 cargo bench --bench fleet_sim   # each round
 //!
 //! - Hosts: HOSTS FAKE hosts (no process runs) of SLOTS GPUs, split evenly
 //!   into CLASSES host classes (each a GPU model of its own, so the
@@ -422,7 +424,8 @@ const SEQS: [i64; 4] = [256, 512, 1024, 2048];
 
 /// The study: 4 × 6 × 6 × 3 = 432 configs, 4 cells (a bucket each),
 /// 3 repeats; racing, confirmation rounds and drift anchors as the
-/// defaults have them.
+/// defaults have them, but `measurement.max_repeats` from MAX_REPEATS
+/// (default 30, the study's default; 3: no racing).
 fn study_text() -> String {
     let list = |v: &[i64]| {
         v.iter()
@@ -441,14 +444,15 @@ cells:
   seq: [{}]
 trial: {{command: 'train --dtype {{{{ dtype }}}} --batch {{{{ batch }}}} --tile {{{{ tile }}}} --streams {{{{ streams }}}} --seq {{{{ seq }}}}', timeout: 2h}}
 objective: {{metric: step_ms, unit: ms, better: lower}}
-measurement: {{warmup: 0, repeats: 3}}
+measurement: {{warmup: 0, repeats: 3, max_repeats: {}}}
 budget: {{max_trials: 1000000}}
 ",
         DTYPES.join(", "),
         list(&BATCHES),
         list(&TILES),
         list(&STREAMS),
-        list(&SEQS)
+        list(&SEQS),
+        env_num("MAX_REPEATS", 30u32),
     )
 }
 

@@ -29,7 +29,8 @@ bench:
 # The launch driver over a simulated fleet under virtual time (FAKE hosts,
 # an in-memory ledger that counts requests): busy share, makespan against its
 # bound, ledger requests and launcher CPU per attempt. HOSTS, SLOTS, CLASSES,
-# CHURN, SEED, STARTUP as benches/fleet_sim.rs reads them.
+# CHURN, SEED, STARTUP, MAX_REPEATS and RACES as benches/fleet_sim.rs reads
+# them.
 fleet-sim:
     cargo bench --bench fleet_sim
 

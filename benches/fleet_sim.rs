@@ -62,6 +62,7 @@ use object_store::{
 use tokio_util::sync::CancellationToken;
 use tunectl::fingerprint::{Fingerprint, Gpu};
 use tunectl::launch::events::LaunchEvent;
+use tunectl::launch::progress::describe;
 use tunectl::launch::run_study::{LaunchHost, LaunchOptions, run_study};
 use tunectl::ledger::Ledger;
 use tunectl::ledger::records::ExitInfo;
@@ -905,26 +906,15 @@ async fn simulate(
         while let Some(event) = rx.recv().await {
             n += 1;
             let h = t0.elapsed().as_secs_f64() / 3600.0;
-            match event {
-                LaunchEvent::RaceQueued {
-                    bucket,
-                    class,
-                    trials,
-                    configs,
-                    runs,
-                } if rounds => {
-                    println!(
-                        "{h:7.2} h  {class} {bucket}: racing {configs} configs to {runs} runs, {trials} trials"
-                    );
+            if rounds
+                && matches!(
+                    event,
+                    LaunchEvent::RaceQueued { .. } | LaunchEvent::ConfirmationQueued { .. }
+                )
+            {
+                for line in describe(&event) {
+                    println!("{h:7.2} h  {line}");
                 }
-                LaunchEvent::ConfirmationQueued {
-                    bucket,
-                    class,
-                    trials,
-                } if rounds => {
-                    println!("{h:7.2} h  {class} {bucket}: final round, {trials} trials");
-                }
-                _ => {}
             }
         }
         n

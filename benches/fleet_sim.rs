@@ -1113,6 +1113,7 @@ async fn simulate(
         .collect();
     let (mut buckets, mut verdicts, mut exact, mut worse) = (0, 0, 0, 0);
     let mut regret: f64 = 0.0;
+    let mut off: Vec<String> = Vec::new();
     for c in &analysis.classes {
         let Some(class) = c.hosts.first().and_then(|h| class_of.get(h)).copied() else {
             continue;
@@ -1149,6 +1150,14 @@ async fn simulate(
                     exact += usize::from(shipped == top);
                     worse += usize::from(ms > base_ms);
                     regret = regret.max(ms / top_ms - 1.0);
+                    // What shipped where it was not the fastest, and why.
+                    if ms > top_ms * (1.0 + 1e-9) {
+                        off.push(format!(
+                            "  class {class} seq {seq}: shipped {shipped:?} ({ms:.2} ms, {:+.1} % over the fastest {top:?} at {top_ms:.2} ms): {}",
+                            100.0 * (ms / top_ms - 1.0),
+                            b.decision
+                        ));
+                    }
                 }
                 other => panic!("class {class} seq {seq} shipped {shipped:?}: {other:?}"),
             }
@@ -1158,4 +1167,7 @@ async fn simulate(
         "decisions: {buckets} buckets, {verdicts} VERDICT; {exact} shipped the truth's fastest safe config, none unsafe, {worse} slower than the baseline; worst shipped config {:.1} % slower than the truth's fastest",
         100.0 * regret
     );
+    for line in off {
+        println!("{line}");
+    }
 }

@@ -243,13 +243,16 @@ pub enum LaunchEvent {
     },
     /// A bucket's decision is too close to call: more sweep runs of the
     /// baseline and `configs` configs, up to `runs` at every cell (they
-    /// join the launch's trials, like [`LaunchEvent::More`]).
+    /// join the launch's trials, like [`LaunchEvent::More`]). `out`: the
+    /// bucket's runs still out when they were queued (0: its last round
+    /// was whole).
     RaceQueued {
         bucket: String,
         class: String,
         trials: u64,
         configs: usize,
         runs: u32,
+        out: u64,
     },
     /// `budget.max_trial_time` is spent: no new trial starts; the running
     /// ones finish and are recorded.

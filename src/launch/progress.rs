@@ -561,12 +561,18 @@ pub fn describe(ev: &LaunchEvent) -> Vec<String> {
             trials,
             configs,
             runs,
+            out,
         } => one(format!(
-            "racing in bucket {bucket} on {class}: {configs} {} too close to call; {trials} more interleaved runs with the baseline, up to {runs} each per cell",
+            "racing in bucket {bucket} on {class}: {configs} {} too close to call; {trials} more interleaved runs with the baseline, up to {runs} each per cell{}",
             if *configs == 1 {
                 "config is"
             } else {
                 "configs are"
+            },
+            if *out > 0 {
+                format!(" (queued while {out} of its runs are out)")
+            } else {
+                String::new()
             }
         )),
         LaunchEvent::BaselineRetry { cell, class } => one(format!(

@@ -821,17 +821,26 @@ impl<'a> Launch<'a> {
             // One call: no other worker sees the unit finished but its
             // anchor or its bucket's confirmation round not yet counted
             // (and leaves, thinking the class done).
-            let Some((check, ready)) = self.with_sched(|s| {
+            let Some((check, ready, more)) = self.with_sched(|s| {
                 let check = s.finish(class, host_index, unit, ran.as_ref());
                 let ready = match unit.kind {
                     Kind::Sweep | Kind::Confirm => s.buckets_ready(class, &[unit.cell]),
                     _ => Vec::new(),
                 };
-                (check, ready)
+                // A racing round not whole yet, with slots free: look at
+                // the race again on what has arrived.
+                let more = match unit.kind {
+                    Kind::Sweep if ready.is_empty() => s.race_more_ready(class, unit.cell),
+                    _ => None,
+                };
+                (check, ready, more)
             }) else {
                 return;
             };
             self.confirm(class, ready).await;
+            if let Some((bucket, members, slots)) = more {
+                self.race_more(class, &bucket, &members, slots).await;
+            }
             if check.is_due() {
                 if !self.runner.stopped_starting() {
                     let given = match check {
@@ -1097,24 +1106,39 @@ impl<'a> Launch<'a> {
     /// where its decision is close, or the final round of its draft winner.
     async fn confirm(&self, class: usize, ready: Vec<(String, Vec<u32>)>) {
         for (bucket, members) in ready {
-            let (step, done) = self.bucket_step(class, &bucket, &members).await;
+            let slots = self.with_sched(|s| s.class_slots(class)).unwrap_or(0);
+            let (step, done) = self.bucket_step(class, &bucket, &members, slots).await;
             self.with_sched(|s| s.queue_bucket_step(class, &members, step, &done));
             self.notify.notify_waiters();
         }
+    }
+
+    /// Look at a bucket's race again while its round's slowest runs are
+    /// out (`race_more_ready`, which gave the `slots` its next runs may
+    /// take): queue more runs if it still races, then ask its decision if
+    /// the round ended meanwhile.
+    async fn race_more(&self, class: usize, bucket: &str, members: &[u32], slots: u32) {
+        let (step, done) = self.bucket_step(class, bucket, members, slots).await;
+        let ready = self
+            .with_sched(|s| s.queue_more_race(class, members, step, &done))
+            .unwrap_or_default();
+        self.notify.notify_waiters();
+        self.confirm(class, ready).await;
     }
 
     /// What a bucket's decision on a class asks, from the ledger as it is
     /// (the scan adds only what was written since the launch's last one;
     /// the analysis looks only at this class's attempts at the bucket's
     /// cells, all a bucket's decision depends on), with the trial keys that
-    /// have a terminal attempt there.
+    /// have a terminal attempt there. A racing round is sized to
+    /// `race_slots`.
     async fn bucket_step(
         &self,
         class: usize,
         bucket: &str,
         cells: &[u32],
+        race_slots: u32,
     ) -> (BucketStep, HashSet<String>) {
-        let race_slots = self.with_sched(|s| s.class_slots(class)).unwrap_or(0);
         // The host records first: the scan is then held across no await,
         // and another worker's scan can extend it in place (not a copy).
         let hosts = self

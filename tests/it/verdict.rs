@@ -1194,44 +1194,110 @@ measurement: {warmup: 0, repeats: 3, anchor_every: 0, confirm_repeats: 3, max_re
         "--progress",
         "plain",
     ]);
-    // "racing in bucket B on C: K configs are too close to call; T more
-    // interleaved runs with the baseline, up to R each per cell"
-    let rounds: Vec<(u64, u64, u64)> = out
-        .stderr
+    let rounds = racing_rounds(&out.stderr);
+    let first = rounds
+        .first()
+        .unwrap_or_else(|| panic!("no racing round:\n{}", out.stderr));
+    assert!(first.configs > 3, "{rounds:?}\n{}", out.stderr);
+    assert!((13..=20).contains(&first.trials), "{rounds:?}");
+    assert!(first.up_to >= 6, "{rounds:?}");
+    for r in &rounds {
+        assert!(r.trials <= 20 && r.up_to <= 12, "{r:?}: {rounds:?}");
+    }
+    each_sweep_run_measured_once_below(&env, 12);
+}
+
+/// A racing round as the launch's progress says it.
+#[derive(Debug)]
+struct RaceRound {
+    configs: u64,
+    trials: u64,
+    up_to: u64,
+    /// The bucket's runs still out when it was queued.
+    out: u64,
+}
+
+/// The racing rounds a launch's plain progress (`stderr`) says: "racing
+/// in bucket B on C: K configs are too close to call; T more interleaved
+/// runs with the baseline, up to R each per cell[ (queued while N of its
+/// runs are out)]".
+fn racing_rounds(stderr: &str) -> Vec<RaceRound> {
+    stderr
         .lines()
         .filter(|l| l.contains("racing in bucket"))
         .map(|l| {
-            let num = |after: &str| -> u64 {
+            let num = |after: &str| -> Option<u64> {
                 l.split(after)
                     .nth(1)
                     .and_then(|t| t.split(' ').next())
                     .and_then(|t| t.parse().ok())
-                    .unwrap_or_else(|| panic!("{after:?} in {l}"))
             };
-            (num(": "), num("call; "), num("up to "))
+            let need = |after: &str| num(after).unwrap_or_else(|| panic!("{after:?} in {l}"));
+            RaceRound {
+                configs: need(": "),
+                trials: need("call; "),
+                up_to: need("up to "),
+                out: num("queued while ").unwrap_or(0),
+            }
         })
-        .collect();
-    let (configs, trials, up_to) = *rounds
-        .first()
-        .unwrap_or_else(|| panic!("no racing round:\n{}", out.stderr));
-    assert!(configs > 3, "{rounds:?}\n{}", out.stderr);
-    assert!((13..=20).contains(&trials), "{rounds:?}");
-    assert!(up_to >= 6, "{rounds:?}");
-    for (configs, trials, up_to) in &rounds {
-        assert!(
-            *trials <= 20 && *up_to <= 12,
-            "{configs} {trials} {up_to}: {rounds:?}"
-        );
-    }
-    // Every run measured once (nothing lost, nothing twice), none past
-    // the cap.
+        .collect()
+}
+
+/// Every sweep run in the fake's log was measured once (nothing lost,
+/// nothing twice), and none at a repeat of `cap` or more.
+fn each_sweep_run_measured_once_below(env: &Env, cap: u32) {
     let mut seen: BTreeMap<String, usize> = BTreeMap::new();
-    for l in runs(&env).iter().filter(|l| l.contains(" sweep measure ")) {
+    for l in runs(env).iter().filter(|l| l.contains(" sweep measure ")) {
         let key: Vec<&str> = l.split(' ').take(3).collect();
-        assert!(key[2].parse::<u32>().is_ok_and(|r| r < 12), "{l}");
+        assert!(key[2].parse::<u32>().is_ok_and(|r| r < cap), "{l}");
         *seen.entry(key.join(" ")).or_default() += 1;
     }
     assert!(seen.values().all(|n| *n == 1), "{seen:?}");
+}
+
+/// Pipelining through the binary: the baseline's racing runs are slow
+/// (FAKE_SLEEP: 1.5 s each from repeat 3 on), the contenders' are quick.
+/// While a round's baseline runs are still out and the host's slots are
+/// free, the launch looks at the race again and queues its next runs then,
+/// rather than after the slowest run of the round: a racing round says
+/// it was queued while runs were out. Every round fits in the slots, no
+/// run is measured twice or past the cap, and the study ends a VERDICT.
+#[test]
+fn a_race_queues_its_next_round_while_its_slowest_runs_are_out() {
+    let env = verdict_env(
+        r#"name: pipelined
+knobs:
+  mode: {kind: categorical, values: [base, equal, a0b0, a0b1, a1b0, a1b1, fast], default: base}
+cells:
+  n: [1]
+trial:
+  command: "sh {{ study_dir }}/fake-trial.sh {{ mode }} {{ n }}"
+  timeout: 60s
+  env: {FAKE_NOISE: "0.005", FAKE_TRIAL_NOISE: "0.03", FAKE_SEED: "41", FAKE_SPEEDS: "equal=1.03 a0b0=1.03 a0b1=1.03 a1b0=1.03 a1b1=1.03 fast=1.03", FAKE_SLEEP: "1.5", FAKE_SLEEP_MODE: base, FAKE_SLEEP_ROLE: sweep, FAKE_SLEEP_FROM_REPEAT: "3"}
+objective: {metric: throughput, unit: ops/s, better: higher}
+measurement: {warmup: 0, repeats: 3, anchor_every: 0, confirm_repeats: 3, max_repeats: 12}
+"#,
+    );
+    let inv = env.write(
+        "inventory.yaml",
+        "hosts:\n  - {name: box, transport: local, slots: 20}\n",
+    );
+    let out = env.launch_verdict(&[
+        "--inventory",
+        &inv.display().to_string(),
+        "--progress",
+        "plain",
+    ]);
+    let rounds = racing_rounds(&out.stderr);
+    assert!(
+        rounds.iter().any(|r| r.out > 0),
+        "no round queued while runs were out: {rounds:?}\n{}",
+        out.stderr
+    );
+    for r in &rounds {
+        assert!(r.trials <= 20 && r.up_to <= 12, "{r:?}: {rounds:?}");
+    }
+    each_sweep_run_measured_once_below(&env, 12);
 }
 
 /// A final round that ends with the minimum inside its interval grows. The

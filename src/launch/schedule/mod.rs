@@ -32,6 +32,7 @@
 
 mod anchor;
 pub mod drift;
+mod rounds;
 mod search;
 #[cfg(test)]
 mod tests;
@@ -234,8 +235,17 @@ struct ClassState {
     outstanding: HashMap<u32, u64>,
     /// Cells whose baseline's first repeat has resolved.
     released: HashSet<u32>,
-    /// Buckets whose confirmation round was started.
+    /// Buckets whose next step was started (their decision asked), or
+    /// that are settled.
     confirm_started: HashSet<String>,
+    /// Buckets with a racing round queued: a partial look may add runs
+    /// while its slowest are still out.
+    racing: HashSet<String>,
+    /// Buckets whose race is being looked at again on a partial round.
+    looking: HashSet<String>,
+    /// Units a bucket's step queued that are not finished yet (queued or
+    /// running): a later step does not queue them again.
+    open: HashSet<Unit>,
     /// Failed sweep runs of the baseline per cell (the ledger's and this
     /// launch's): one is re-run before it is believed; two stop the cell.
     baseline_failures: HashMap<u32, u32>,
@@ -805,6 +815,7 @@ impl<'a> Scheduler<'a> {
         cs.searches.clear();
         cs.pending = 0;
         cs.outstanding.clear();
+        cs.open.clear();
         self.st.abandoned.insert(class);
         self.out.push(LaunchEvent::Stalled {
             class: self.s.plan.classes[class].label.clone(),
@@ -860,6 +871,7 @@ impl<'a> Scheduler<'a> {
         }
         let cs = &mut self.st.classes[class];
         cs.in_flight = cs.in_flight.saturating_sub(1);
+        cs.open.remove(&unit);
         if unit.kind.holds_bucket() {
             cs.unit_done(unit.cell);
         }
@@ -1119,179 +1131,6 @@ impl<'a> Scheduler<'a> {
             });
         }
         wait
-    }
-
-    /// The buckets touched by `cells` whose cells are all measured on
-    /// `class` and whose next step (racing or confirmation) has not
-    /// started: marked as started, with their cells. `queue_bucket_step`
-    /// follows each, with what the bucket's decision asks.
-    pub fn buckets_ready(&mut self, class: usize, cells: &[u32]) -> Vec<(String, Vec<u32>)> {
-        // A shard sees a slice of the candidates: its leader is not the
-        // bucket's; the launch without --shard races and confirms.
-        let m = &self.s.study.measurement;
-        let nothing_to_add = m.confirm_repeats == 0 && m.max_repeats <= m.repeats;
-        if nothing_to_add || self.s.sharded || self.st.stopping {
-            return Vec::new();
-        }
-        let mut ready = Vec::new();
-        let cs = &mut self.st.classes[class];
-        for cell in cells {
-            let bucket = &self.s.plan.bucket_of_cell(*cell as usize).key;
-            if cs.confirm_started.contains(bucket) {
-                continue;
-            }
-            let members = self.s.plan.cells_of_bucket(bucket);
-            // An anchor at one of the cells may still void measurements:
-            // the round waits for them to be taken again.
-            let complete = members.iter().all(|c| {
-                cs.released.contains(c)
-                    && cs.outstanding.get(c).copied().unwrap_or(0) == 0
-                    && !cs.anchoring.contains_key(c)
-            });
-            if complete {
-                cs.confirm_started.insert(bucket.clone());
-                cs.confirming += 1;
-                ready.push((bucket.clone(), members));
-            }
-        }
-        ready
-    }
-
-    /// Queue what a bucket's decision asks (its cells `members`, from
-    /// `buckets_ready`) on `class`. `done`: trial keys with a terminal
-    /// attempt in the ledger now.
-    pub fn queue_bucket_step(
-        &mut self,
-        class: usize,
-        members: &[u32],
-        step: BucketStep,
-        done: &HashSet<String>,
-    ) -> u64 {
-        match step {
-            BucketStep::Race { configs, runs } => {
-                self.queue_race(class, members, &configs, runs, done)
-            }
-            BucketStep::Confirm { winner, runs } => {
-                self.queue_confirmation(class, members, Some(winner), runs, done)
-            }
-            BucketStep::Settled => self.queue_confirmation(class, members, None, 0, done),
-        }
-    }
-
-    /// Whether a bucket's step should queue `unit` on `class`: not ended in
-    /// the ledger (`done`: the terminal keys read with the step; the seed's
-    /// keys), and not finished in this launch.
-    fn wanted(&self, class: usize, unit: Unit, done: &HashSet<String>) -> bool {
-        let key = self.s.key_of(class, unit);
-        !done.contains(&key)
-            && !self.s.done.contains(&key)
-            && !self.st.finished.contains(&(class, unit))
-    }
-
-    /// Racing: more sweep runs of the baseline and `configs`, interleaved,
-    /// up to `runs` at every cell of the bucket. Once they are measured the
-    /// bucket is ready again, and its decision asks anew.
-    fn queue_race(
-        &mut self,
-        class: usize,
-        members: &[u32],
-        configs: &[u64],
-        runs: u32,
-        done: &HashSet<String>,
-    ) -> u64 {
-        let baseline = self.s.plan.space.baseline();
-        let mut units = Vec::new();
-        for &cell in members {
-            let cs = &self.st.classes[class];
-            let positions = self.s.positions(cs, cell);
-            for pos in positions {
-                let config = self.s.config_of(Unit::sweep(cell, 0, pos));
-                if (config != baseline && !configs.contains(&config))
-                    || cs.failed_configs.contains(&(cell, config))
-                {
-                    continue;
-                }
-                for repeat in 0..runs {
-                    let unit = Unit::sweep(cell, repeat, pos);
-                    if self.wanted(class, unit, done) {
-                        units.push(unit);
-                    }
-                }
-            }
-        }
-        let queued = units.len() as u64;
-        let bucket = members.first().map(|&cell| {
-            let b = self.s.plan.bucket_of_cell(cell as usize);
-            (b.key.clone(), b.label.clone())
-        });
-        let cs = &mut self.st.classes[class];
-        cs.confirming = cs.confirming.saturating_sub(1);
-        for u in units {
-            *cs.outstanding.entry(u.cell).or_insert(0) += 1;
-            cs.ready.push(Reverse(u));
-        }
-        if queued > 0
-            && let Some((key, label)) = bucket
-        {
-            // Ready again once these are measured.
-            cs.confirm_started.remove(&key);
-            self.out.push(LaunchEvent::RaceQueued {
-                bucket: label,
-                class: self.s.class_ids[class].clone(),
-                trials: queued,
-                configs: configs.len(),
-                runs,
-            });
-        }
-        queued
-    }
-
-    /// Queue the confirmation round of a bucket (its cells `members`, from
-    /// `buckets_ready`) on `class`: the baseline and `winner`, interleaved,
-    /// `rounds` runs a side at every cell of the bucket, but those done.
-    /// Once they are measured the bucket is ready again: a round that ended
-    /// across the minimum may grow. No winner: nothing to confirm.
-    pub fn queue_confirmation(
-        &mut self,
-        class: usize,
-        members: &[u32],
-        winner: Option<u64>,
-        rounds: u32,
-        done: &HashSet<String>,
-    ) -> u64 {
-        let mut units = Vec::new();
-        if let Some(config) = winner {
-            for cell in members {
-                for repeat in 0..rounds {
-                    for pos in [0, config + 1] {
-                        let unit = Unit::confirm(*cell, repeat, pos);
-                        if self.wanted(class, unit, done) {
-                            units.push(unit);
-                        }
-                    }
-                }
-            }
-        }
-        let queued = units.len() as u64;
-        let cs = &mut self.st.classes[class];
-        for u in units {
-            *cs.outstanding.entry(u.cell).or_insert(0) += 1;
-            cs.ready.push(Reverse(u));
-        }
-        cs.confirming = cs.confirming.saturating_sub(1);
-        if queued > 0
-            && let Some(&cell) = members.first()
-        {
-            // Ready again once these are measured.
-            let key = &self.s.plan.bucket_of_cell(cell as usize).key;
-            cs.confirm_started.remove(key);
-            self.out.push(LaunchEvent::ConfirmationQueued {
-                bucket: self.s.plan.bucket_of_cell(cell as usize).label.clone(),
-                class: self.s.class_ids[class].clone(),
-                trials: queued,
-            });
-        }
-        queued
     }
 
     /// Put voided units back in the queue; `cooled` ends a host's

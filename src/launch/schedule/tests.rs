@@ -40,9 +40,10 @@ fn plan_hosts() -> Vec<PlanHost> {
     vec![h("x", "hc-a"), h("y", "hc-a"), h("z", "hc-b")]
 }
 
-/// The study and plan live for the test's whole run.
-fn fixture(extra: &str) -> (&'static Study, &'static Plan) {
-    let text = [STUDY, extra].concat();
+/// The study (`study` and `extra`) and its plan live for the test's whole
+/// run.
+fn fixture(study: &str, extra: &str) -> (&'static Study, &'static Plan) {
+    let text = [study, extra].concat();
     let study: &'static Study = Box::leak(Box::new(
         Study::from_text(Path::new("t.yaml"), &text).expect("valid study"),
     ));
@@ -53,12 +54,17 @@ fn fixture(extra: &str) -> (&'static Study, &'static Plan) {
 /// A scheduler over `fixture`; `one_bucket`: both cells form one bucket
 /// (else a bucket per cell).
 fn scheduler(extra: &str, one_bucket: bool, sharded: bool) -> Scheduler<'static> {
+    scheduler_of(STUDY, extra, one_bucket, sharded)
+}
+
+/// `scheduler` over another study text.
+fn scheduler_of(study: &str, extra: &str, one_bucket: bool, sharded: bool) -> Scheduler<'static> {
     let extra = if one_bucket {
         [extra, "buckets: {n: all}\n"].concat()
     } else {
         extra.to_string()
     };
-    let (study, plan) = fixture(&extra);
+    let (study, plan) = fixture(study, &extra);
     Scheduler::new(Setup {
         study,
         study_id: "t",
@@ -346,7 +352,12 @@ fn a_bucket_confirms_once_all_its_cells_are_measured_and_its_round_runs_first() 
     // Asked again: already started.
     assert!(s.buckets_ready(0, &[1]).is_empty());
     s.take_events();
-    let queued = s.queue_confirmation(0, &[0, 1], Some(2), 2, &HashSet::new());
+    let queued = s.queue_bucket_step(
+        0,
+        &[0, 1],
+        BucketStep::Confirm { winner: 2, runs: 2 },
+        &HashSet::new(),
+    );
     // baseline and winner, 2 rounds, 2 cells.
     assert_eq!(queued, 8);
     assert_eq!(
@@ -381,7 +392,12 @@ fn a_slowdown_during_the_confirmation_round_is_caught_and_its_runs_measured_agai
     drain(&mut s, 0, 0, AttemptStatus::Ok);
     assert_eq!(s.buckets_ready(0, &[0, 1]).len(), 1);
     assert_eq!(
-        s.queue_confirmation(0, &[0, 1], Some(2), 2, &HashSet::new()),
+        s.queue_bucket_step(
+            0,
+            &[0, 1],
+            BucketStep::Confirm { winner: 2, runs: 2 },
+            &HashSet::new()
+        ),
         8
     );
     s.take_events();
@@ -449,7 +465,12 @@ fn a_slowdown_during_the_confirmation_round_is_caught_and_its_runs_measured_agai
     // The same size again: every run finished in this launch, none is
     // queued twice (the ledger's keys are not even needed).
     assert_eq!(
-        s.queue_confirmation(0, &[0, 1], Some(2), 2, &HashSet::new()),
+        s.queue_bucket_step(
+            0,
+            &[0, 1],
+            BucketStep::Confirm { winner: 2, runs: 2 },
+            &HashSet::new()
+        ),
         0
     );
     assert_eq!(s.next(0, 0, Instant::now()).0, Next::Done);
@@ -466,7 +487,12 @@ fn a_grown_final_round_queues_only_the_runs_it_adds() {
     drain(&mut s, 0, 0, AttemptStatus::Ok);
     assert_eq!(s.buckets_ready(0, &[0, 1]).len(), 1);
     assert_eq!(
-        s.queue_confirmation(0, &[0, 1], Some(2), 2, &HashSet::new()),
+        s.queue_bucket_step(
+            0,
+            &[0, 1],
+            BucketStep::Confirm { winner: 2, runs: 2 },
+            &HashSet::new()
+        ),
         8
     );
     // Not ready while its runs are queued or running.
@@ -487,7 +513,12 @@ fn a_grown_final_round_queues_only_the_runs_it_adds() {
     s.take_events();
     // Grown from 2 to 3 runs a side: repeat 2 of both sides at both cells.
     assert_eq!(
-        s.queue_confirmation(0, &[0, 1], Some(2), 3, &HashSet::new()),
+        s.queue_bucket_step(
+            0,
+            &[0, 1],
+            BucketStep::Confirm { winner: 2, runs: 3 },
+            &HashSet::new()
+        ),
         4
     );
     assert!(matches!(
@@ -514,10 +545,120 @@ fn a_grown_final_round_queues_only_the_runs_it_adds() {
     );
     assert_eq!(s.buckets_ready(0, &[0, 1]).len(), 1);
     assert_eq!(
-        s.queue_confirmation(0, &[0, 1], Some(2), 3, &HashSet::new()),
+        s.queue_bucket_step(
+            0,
+            &[0, 1],
+            BucketStep::Confirm { winner: 2, runs: 3 },
+            &HashSet::new()
+        ),
         0
     );
     assert_eq!(s.next(0, 0, Instant::now()).0, Next::Done);
+}
+
+/// Finish `unit` on `host` of class 0 as measured (a due anchor is clean).
+fn measure(s: &mut Scheduler<'_>, host: usize, unit: Unit) {
+    let r = ran(s, 0, unit, AttemptStatus::Ok, 100.0);
+    if s.finish(0, host, unit, Some(&r)).is_due() {
+        s.anchor_over(0, unit.cell);
+    }
+}
+
+/// Pipelining: while a racing round's slowest runs are out and the class
+/// has a free slot, the race is looked at again and its next runs queued
+/// (never one that is queued, running or measured); a confirmation asked
+/// on a partial round is set aside; the bucket's decision is asked once
+/// the round is whole, and a class with a look in progress never ends.
+#[test]
+fn a_race_queues_its_next_runs_while_its_slowest_are_out() {
+    // Racing up to 6 runs.
+    let study = STUDY.replace("warmup: 0,", "warmup: 0, max_repeats: 6,");
+    let mut s = scheduler_of(&study, "", true, false);
+    s.seed(&empty_scan());
+    drain(&mut s, 0, 0, AttemptStatus::Ok);
+    let ready = s.buckets_ready(0, &[0, 1]);
+    assert_eq!(ready.len(), 1);
+    let (key, members) = ready[0].clone();
+    let race = |runs| BucketStep::Race {
+        configs: vec![2],
+        runs,
+    };
+    // Repeat 2 of the baseline and config 2 at both cells.
+    assert_eq!(
+        s.queue_bucket_step(0, &members, race(3), &HashSet::new()),
+        4
+    );
+    s.take_events();
+    // Both slots busy, two queued: nothing free.
+    let (u1, u2) = (take(&mut s, 0, 0), take(&mut s, 0, 1));
+    measure(&mut s, 0, u1);
+    assert_eq!(s.race_more_ready(0, u1.cell), None);
+    let u3 = take(&mut s, 0, 0);
+    measure(&mut s, 1, u2);
+    let u4 = take(&mut s, 0, 1);
+    measure(&mut s, 0, u3);
+    // Host x is free, u4 is out: a look, with the slot u4 holds.
+    assert_eq!(
+        s.race_more_ready(0, u3.cell),
+        Some((key.clone(), members.clone(), 2))
+    );
+    // One look at a time.
+    assert_eq!(s.race_more_ready(0, u3.cell), None);
+    // The same round asked again: nothing is queued twice.
+    assert!(
+        s.queue_more_race(0, &members, race(3), &HashSet::new())
+            .is_empty()
+    );
+    assert!(s.take_events().is_empty());
+    // A round further: repeat 3, while u4 is still out.
+    assert!(s.race_more_ready(0, u3.cell).is_some());
+    assert!(
+        s.queue_more_race(0, &members, race(4), &HashSet::new())
+            .is_empty()
+    );
+    assert_eq!(
+        s.take_events(),
+        vec![LaunchEvent::RaceQueued {
+            bucket: s.setup().plan.bucket_of_cell(0).label.clone(),
+            class: "hc-a".to_string(),
+            trials: 4,
+            configs: 1,
+            runs: 4,
+            out: 1,
+        }]
+    );
+    // Host x runs them one by one while u4 is still out on host y.
+    let mut added = Vec::new();
+    for _ in 0..4 {
+        let u = take(&mut s, 0, 0);
+        assert_eq!((u.kind, u.repeat), (Kind::Sweep, 3));
+        measure(&mut s, 0, u);
+        added.push(u);
+    }
+    assert_eq!(s.next(0, 0, Instant::now()).0, Next::Wait);
+    // A look that asks for the final round while a run is out: set aside.
+    assert!(s.race_more_ready(0, added[3].cell).is_some());
+    let confirm = BucketStep::Confirm { winner: 2, runs: 2 };
+    assert!(
+        s.queue_more_race(0, &members, confirm.clone(), &HashSet::new())
+            .is_empty()
+    );
+    assert!(s.take_events().is_empty());
+    // A look in progress when the round ends: the class waits for it
+    // (not done), and its end asks the bucket's decision.
+    assert!(s.race_more_ready(0, added[3].cell).is_some());
+    measure(&mut s, 1, u4);
+    assert!(s.buckets_ready(0, &members).is_empty());
+    assert_eq!(s.race_more_ready(0, u4.cell), None);
+    assert_eq!(s.next(0, 0, Instant::now()).0, Next::Wait);
+    assert_eq!(
+        s.queue_more_race(0, &members, confirm.clone(), &HashSet::new()),
+        vec![(key, members.clone())]
+    );
+    assert_eq!(
+        s.queue_bucket_step(0, &members, confirm, &HashSet::new()),
+        8
+    );
 }
 
 #[test]
@@ -970,7 +1111,11 @@ fn simulate(seed: u64, one_bucket: bool) -> (usize, Vec<LaunchEvent>) {
                     Some(&(w, r)) => (w, if rng.chance(50) { (r + 1).min(4) } else { r }),
                 };
                 rounds.insert((class, bucket), (winner, runs));
-                s.queue_confirmation(class, &members, winner, runs, &HashSet::new());
+                let step = match winner {
+                    Some(winner) => BucketStep::Confirm { winner, runs },
+                    None => BucketStep::Settled,
+                };
+                s.queue_bucket_step(class, &members, step, &HashSet::new());
             }
         };
     for step in 0..20_000 {
@@ -1154,7 +1299,12 @@ fn a_lost_round_run_is_queued_again_a_bounded_number_of_times() {
     drain(&mut s, 0, 0, AttemptStatus::Ok);
     assert_eq!(s.buckets_ready(0, &[0, 1]).len(), 1);
     assert_eq!(
-        s.queue_confirmation(0, &[0, 1], Some(2), 1, &HashSet::new()),
+        s.queue_bucket_step(
+            0,
+            &[0, 1],
+            BucketStep::Confirm { winner: 2, runs: 1 },
+            &HashSet::new()
+        ),
         4
     );
     let mut lost_one = None;
@@ -1174,7 +1324,12 @@ fn a_lost_round_run_is_queued_again_a_bounded_number_of_times() {
             }
         }
         assert_eq!(s.buckets_ready(0, &[0, 1]).len(), 1);
-        match s.queue_confirmation(0, &[0, 1], Some(2), 1, &HashSet::new()) {
+        match s.queue_bucket_step(
+            0,
+            &[0, 1],
+            BucketStep::Confirm { winner: 2, runs: 1 },
+            &HashSet::new(),
+        ) {
             0 => break,
             1 => requeued += 1,
             n => panic!("{n} queued"),

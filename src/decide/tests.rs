@@ -1104,3 +1104,46 @@ fn a_launch_races_wider_where_its_class_has_slots_and_decides_the_same() {
     let none = bucket(Scope::Launch { race_slots: 0 });
     assert_eq!(none.racing, rule.racing);
 }
+
+/// A contender leaves the race when its comparison with the leader shows
+/// it slower, read at a level corrected for how many contenders the
+/// bucket compares (Bonferroni): one comparison at 95 % settles `a=3`
+/// (3 runs, 6.5 % below the leader), but among eleven contenders the same
+/// evidence does not, and `a=3` races on with the leader. The far slower
+/// contenders are settled either way.
+#[test]
+fn a_contender_is_settled_out_of_the_race_at_a_level_corrected_for_their_number() {
+    let bucket = |fillers: u64| {
+        let mut attempts = runs_of(0, "baseline", &[100.0, 103.0, 97.0]);
+        attempts.extend(runs_of(1, "a=2", &[150.0, 153.0, 147.0]));
+        attempts.extend(runs_of(2, "a=3", &[140.5, 143.5, 137.5]));
+        for i in 3..3 + fillers {
+            let v = 110.0 + i as f64;
+            attempts.extend(runs_of(i, &format!("a={}", i + 1), &[v, v + 3.0, v - 3.0]));
+        }
+        let mut s = study();
+        let values: Vec<u64> = (1..=16).collect();
+        s.spec = spec(serde_json::json!({
+            "knobs": [{"name": "a", "kind": "int", "values": values, "default": 1}],
+            "measurement": {"repeats": 3, "confirm_repeats": 3, "max_repeats": 30},
+        }));
+        let scan = Scan {
+            attempts: crate::ledger::shared(attempts),
+            ..Default::default()
+        };
+        analyze(&s, &scan, &[]).classes[0].buckets[0].clone()
+    };
+    let raced = |b: &BucketReport| -> Vec<String> {
+        let mut v: Vec<String> = b
+            .racing
+            .iter()
+            .flat_map(|r| r.configs.iter().map(|(l, _)| l.clone()))
+            .collect();
+        v.sort();
+        v
+    };
+    let one = bucket(0);
+    assert!(one.racing.is_none(), "{:?}", one.racing);
+    let many = bucket(10);
+    assert_eq!(raced(&many), ["a=2", "a=3"], "{:?}", many.racing);
+}

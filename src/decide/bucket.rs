@@ -85,8 +85,12 @@ pub(super) fn racing(
     // Each contender is compared with the leader, and a bucket makes
     // dozens of such comparisons: at 95 % each, about one in twenty would
     // lie wholly on the wrong side by chance and settle a faster config
-    // out of the race. A comparison that ends a contender's race is read
-    // at 1 − 0.05 / m for the m contenders (Bonferroni).
+    // out of the race, leaving speed behind. The end of each comparison
+    // whose error would do that (where a contender could be faster than
+    // the leader; where the leader could be faster than a contender the
+    // tie rule prefers) is read at 1 − 0.05 / m for the m contenders
+    // (Bonferroni); the other end, whose error costs runs, not speed,
+    // stays at 95 %.
     let contenders = standings.iter().filter(|s| s.harm().is_none()).count();
     let settle = 1.0 - (1.0 - CONFIDENCE) / contenders.saturating_sub(1).max(1) as f64;
     for (i, s) in standings.iter().enumerate() {
@@ -109,16 +113,17 @@ pub(super) fn racing(
                 let Some(rel) = s.against(l) else {
                     continue;
                 };
-                let (rlo, rhi) = rel.log_bounds(settle);
+                let (rlo, rhi) = rel.log_bounds(CONFIDENCE);
+                let (rlo_m, rhi_m) = rel.log_bounds(settle);
                 let resolved = if s.report.order < l.report.order {
                     // The tie rule could pick it: settled when it is shown
                     // equivalent (and a winner), shown more than the
                     // minimum slower, or shown not to beat the minimum.
-                    (rlo > -tau && lo > tau) || rhi < -tau || hi <= tau
+                    (rlo_m > -tau && lo > tau) || rhi < -tau || hi <= tau
                 } else {
                     // It could only take the lead: settled when shown
                     // slower than the leader, or equivalent to it.
-                    rhi < 0.0 || (rlo > -tau && rhi < tau)
+                    rhi_m < 0.0 || (rlo > -tau && rhi_m < tau)
                 };
                 if !resolved {
                     add(

@@ -141,7 +141,7 @@ impl Scheduler<'_> {
     ) -> u64 {
         let cs = &mut self.st.classes[class];
         cs.confirming = cs.confirming.saturating_sub(1);
-        let queued = match step {
+        match step {
             BucketStep::Race { configs, runs } => {
                 let units = self.race_units(class, members, &configs, runs, done);
                 let queued = self.push_round(class, members, units, |bucket, class, trials| {
@@ -173,8 +173,7 @@ impl Scheduler<'_> {
                 })
             }
             BucketStep::Settled => 0,
-        };
-        queued
+        }
     }
 
     /// Whether a bucket's step should queue `unit` on `class`: not ended in

@@ -12,7 +12,7 @@ use std::path::Path;
 
 use serde_json::Value as Json;
 
-use crate::support::env::Env;
+use crate::support::env::{Env, Out};
 use crate::support::fake::Run;
 use crate::support::wait_for;
 
@@ -1170,30 +1170,7 @@ measurement: {warmup: 0, repeats: 3, anchor_every: 0, confirm_repeats: 3, max_re
 /// VERDICT, and its runs stay within the cap.
 #[test]
 fn a_racing_round_takes_the_free_slots_of_its_class() {
-    let env = verdict_env(
-        r#"name: wide
-knobs:
-  mode: {kind: categorical, values: [base, equal, a0b0, a0b1, a1b0, a1b1, fast], default: base}
-cells:
-  n: [1]
-trial:
-  command: "sh {{ study_dir }}/fake-trial.sh {{ mode }} {{ n }}"
-  timeout: 60s
-  env: {FAKE_NOISE: "0.005", FAKE_TRIAL_NOISE: "0.03", FAKE_SEED: "41", FAKE_SPEEDS: "equal=1.03 a0b0=1.03 a0b1=1.03 a1b0=1.03 a1b1=1.03 fast=1.03"}
-objective: {metric: throughput, unit: ops/s, better: higher}
-measurement: {warmup: 0, repeats: 3, anchor_every: 0, confirm_repeats: 3, max_repeats: 12}
-"#,
-    );
-    let inv = env.write(
-        "inventory.yaml",
-        "hosts:\n  - {name: box, transport: local, slots: 20}\n",
-    );
-    let out = env.launch_verdict(&[
-        "--inventory",
-        &inv.display().to_string(),
-        "--progress",
-        "plain",
-    ]);
+    let (env, out) = six_close_modes_on_20_slots("wide", "");
     let rounds = racing_rounds(&out.stderr);
     let first = rounds
         .first()
@@ -1205,6 +1182,39 @@ measurement: {warmup: 0, repeats: 3, anchor_every: 0, confirm_repeats: 3, max_re
         assert!(r.trials <= 20 && r.up_to <= 12, "{r:?}: {rounds:?}");
     }
     each_sweep_run_measured_once_below(&env, 12);
+}
+
+/// A launch, on a local host of 20 slots, of study `name`: six modes all
+/// truly 3 % faster than `base` (the minimum is 2 %) with 3 % noise a run,
+/// racing up to 12 runs; `env` adds to the trial's environment (`, K: V`).
+/// It must end a VERDICT.
+fn six_close_modes_on_20_slots(name: &str, env: &str) -> (Env, Out) {
+    let study = format!(
+        r#"name: {name}
+knobs:
+  mode: {{kind: categorical, values: [base, equal, a0b0, a0b1, a1b0, a1b1, fast], default: base}}
+cells:
+  n: [1]
+trial:
+  command: "sh {{{{ study_dir }}}}/fake-trial.sh {{{{ mode }}}} {{{{ n }}}}"
+  timeout: 60s
+  env: {{FAKE_NOISE: "0.005", FAKE_TRIAL_NOISE: "0.03", FAKE_SEED: "41", FAKE_SPEEDS: "equal=1.03 a0b0=1.03 a0b1=1.03 a1b0=1.03 a1b1=1.03 fast=1.03"{env}}}
+objective: {{metric: throughput, unit: ops/s, better: higher}}
+measurement: {{warmup: 0, repeats: 3, anchor_every: 0, confirm_repeats: 3, max_repeats: 12}}
+"#
+    );
+    let env = verdict_env(&study);
+    let inv = env.write(
+        "inventory.yaml",
+        "hosts:\n  - {name: box, transport: local, slots: 20}\n",
+    );
+    let out = env.launch_verdict(&[
+        "--inventory",
+        &inv.display().to_string(),
+        "--progress",
+        "plain",
+    ]);
+    (env, out)
 }
 
 /// A racing round as the launch's progress says it.
@@ -1264,30 +1274,10 @@ fn each_sweep_run_measured_once_below(env: &Env, cap: u32) {
 /// run is measured twice or past the cap, and the study ends a VERDICT.
 #[test]
 fn a_race_queues_its_next_round_while_its_slowest_runs_are_out() {
-    let env = verdict_env(
-        r#"name: pipelined
-knobs:
-  mode: {kind: categorical, values: [base, equal, a0b0, a0b1, a1b0, a1b1, fast], default: base}
-cells:
-  n: [1]
-trial:
-  command: "sh {{ study_dir }}/fake-trial.sh {{ mode }} {{ n }}"
-  timeout: 60s
-  env: {FAKE_NOISE: "0.005", FAKE_TRIAL_NOISE: "0.03", FAKE_SEED: "41", FAKE_SPEEDS: "equal=1.03 a0b0=1.03 a0b1=1.03 a1b0=1.03 a1b1=1.03 fast=1.03", FAKE_SLEEP: "1.5", FAKE_SLEEP_MODE: base, FAKE_SLEEP_ROLE: sweep, FAKE_SLEEP_FROM_REPEAT: "3"}
-objective: {metric: throughput, unit: ops/s, better: higher}
-measurement: {warmup: 0, repeats: 3, anchor_every: 0, confirm_repeats: 3, max_repeats: 12}
-"#,
+    let (env, out) = six_close_modes_on_20_slots(
+        "pipelined",
+        r#", FAKE_SLEEP: "1.5", FAKE_SLEEP_MODE: base, FAKE_SLEEP_ROLE: sweep, FAKE_SLEEP_FROM_REPEAT: "3""#,
     );
-    let inv = env.write(
-        "inventory.yaml",
-        "hosts:\n  - {name: box, transport: local, slots: 20}\n",
-    );
-    let out = env.launch_verdict(&[
-        "--inventory",
-        &inv.display().to_string(),
-        "--progress",
-        "plain",
-    ]);
     let rounds = racing_rounds(&out.stderr);
     assert!(
         rounds.iter().any(|r| r.out > 0),

@@ -114,17 +114,7 @@ impl Scheduler<'_> {
                 .iter()
                 .filter(|u| members.contains(&u.cell))
                 .count() as u64;
-            let units = self.race_units(class, members, &configs, runs, done);
-            self.push_round(class, members, units, |bucket, class, trials| {
-                LaunchEvent::RaceQueued {
-                    bucket,
-                    class,
-                    trials,
-                    configs: configs.len(),
-                    runs,
-                    out,
-                }
-            });
+            self.queue_race(class, members, &configs, runs, out, done);
         }
         self.buckets_ready(class, members)
     }
@@ -143,17 +133,7 @@ impl Scheduler<'_> {
         cs.confirming = cs.confirming.saturating_sub(1);
         match step {
             BucketStep::Race { configs, runs } => {
-                let units = self.race_units(class, members, &configs, runs, done);
-                let queued = self.push_round(class, members, units, |bucket, class, trials| {
-                    LaunchEvent::RaceQueued {
-                        bucket,
-                        class,
-                        trials,
-                        configs: configs.len(),
-                        runs,
-                        out: 0,
-                    }
-                });
+                let queued = self.queue_race(class, members, &configs, runs, 0, done);
                 if queued > 0
                     && let Some(&cell) = members.first()
                 {
@@ -186,6 +166,30 @@ impl Scheduler<'_> {
         }
         let key = self.s.key_of(class, unit);
         !done.contains(&key) && !self.s.done.contains(&key)
+    }
+
+    /// Queue a racing round (`race_units`); `out`: the bucket's runs still
+    /// out, as the event says.
+    fn queue_race(
+        &mut self,
+        class: usize,
+        members: &[u32],
+        configs: &[u64],
+        runs: u32,
+        out: u64,
+        done: &HashSet<String>,
+    ) -> u64 {
+        let units = self.race_units(class, members, configs, runs, done);
+        self.push_round(class, members, units, |bucket, class, trials| {
+            LaunchEvent::RaceQueued {
+                bucket,
+                class,
+                trials,
+                configs: configs.len(),
+                runs,
+                out,
+            }
+        })
     }
 
     /// Racing: more sweep runs of the baseline and `configs`, interleaved,

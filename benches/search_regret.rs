@@ -749,9 +749,10 @@ fn run(model: &Model, seed: u64, x: u64, r: u64) -> f64 {
 /// round of `FIRST_RUNS` runs each, the leader (highest mean) is compared
 /// with every other finalist by the launcher's interval
 /// (`stats::speedup::estimate`, Student's t with Welch–Satterthwaite
-/// degrees of freedom, 95 %): a finalist is settled when it is shown
-/// slower than the leader, or equivalent to it (the interval of their
-/// ratio inside ±`RACE_MIN_IMPROVEMENT`). The unsettled ones below the cap,
+/// degrees of freedom, 95 %; its upper end at 1 − 0.05 / m for the m
+/// finalists compared, as the launcher reads it): a finalist is settled
+/// when it is shown slower than the leader, or equivalent to it (the
+/// interval of their ratio inside ±`RACE_MIN_IMPROVEMENT`). The unsettled ones below the cap,
 /// and the leader with them, grow to `least + max(FIRST_RUNS, least / 2)`
 /// runs (`least`: the fewest among them), up to `RACE_CAP`; then the leader
 /// is compared again. The pick is the leader when nothing is unsettled or
@@ -777,6 +778,10 @@ fn race(model: &Model, seed: u64, finalists: &[(u64, f64)], allowance: f64) -> P
         seconds += grow(i, FIRST_RUNS, &mut values);
     }
     let by_host = |v: &[f64]| BTreeMap::from([("host".to_string(), v.to_vec())]);
+    // As the launcher: the end of a comparison whose error would settle a
+    // faster finalist out (the upper one) is read at 1 − 0.05 / m for the
+    // m finalists compared with the leader (Bonferroni).
+    let settle = 1.0 - (1.0 - CONFIDENCE) / finalists.len().saturating_sub(1).max(1) as f64;
     loop {
         let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len() as f64;
         let leader = (0..finalists.len())
@@ -790,7 +795,7 @@ fn race(model: &Model, seed: u64, finalists: &[(u64, f64)], allowance: f64) -> P
         let mut contested = false;
         for i in (0..finalists.len()).filter(|&i| i != leader) {
             let settled = estimate(&by_host(&values[leader]), &by_host(&values[i]))
-                .map(|e| e.log_bounds(CONFIDENCE))
+                .map(|e| (e.log_bounds(CONFIDENCE).0, e.log_bounds(settle).1))
                 .is_some_and(|(lo, hi)| hi < 0.0 || (lo > -tau && hi < tau));
             if !settled {
                 contested = true;

@@ -8,6 +8,8 @@
 #   SLOTS=4 ITERATIONS=5 CELLS=2 benches/busy_share.sh
 #   KEEP=1 benches/busy_share.sh          # keep the ledger and files
 #   TUNECTL=/path/to/tunectl benches/busy_share.sh   # skip the build
+#   RACE=1 benches/busy_share.sh          # a grid study whose decisions are
+#                                         # close: racing rounds, no Hyperband
 #
 # It reports, from the ledger's attempt records:
 # - busy share: the attempts' wall time (`duration_s`, as the launcher saw
@@ -71,6 +73,41 @@ sleep "$(cat t.txt)"
 printf '{"metrics":{"t":%s}}\n' "$(cat t.txt)" >"$TUNECTL_RESULT"
 TRIAL
 
+if [[ -n "${RACE:-}" ]]; then
+    # RACE=1: configs within a few percent of each other, 5 % noise a run,
+    # durations log-normal (sigma 0.5) around 60 ms: the buckets race.
+    cat >"$tmp/trial.sh" <<'TRIAL'
+#!/bin/sh
+# FAKE trial for benches/busy_share.sh RACE=1 (no GPU work): sleeps and reports.
+set -eu
+factor=$(cat "$HOME/factor" 2>/dev/null || echo 1)
+awk -v tile="$1" -v sp="$2" -v f="$factor" -v seed="$$" 'BEGIN {
+    srand(seed);
+    l = log(tile / 32) / log(2);
+    speed = 1 + 0.035 * l - 0.006 * l * l + 0.01 * (sp == 2);
+    u1 = rand(); u2 = rand(); if (u1 < 1e-9) u1 = 1e-9;
+    z = sqrt(-2 * log(u1)) * cos(6.283185307 * u2);
+    dur = 0.06 * f * exp(0.5 * z);
+    t = f / speed * (1 + 0.05 * (2 * rand() - 1));
+    printf "%.6f %.6f\n", dur, t
+}' >t.txt
+sleep "$(cut -d' ' -f1 t.txt)"
+printf '{"metrics":{"t":%s}}\n' "$(cut -d' ' -f2 t.txt)" >"$TUNECTL_RESULT"
+TRIAL
+    cat >"$tmp/study.yaml" <<EOF
+name: busy-share-race
+knobs:
+  tile: {kind: int, values: [32, 64, 128, 256], default: 32}
+  split: {kind: int, values: [1, 2], default: 1}
+cells:
+  c: [$(seq -s, 1 "$CELLS")]
+trial:
+  command: "sh {{ study_dir }}/trial.sh {{ tile }} {{ split }}"
+  files: [trial.sh]
+objective: {metric: t, unit: s, better: lower}
+measurement: {warmup: 0, repeats: 3, max_repeats: 12, anchor_every: 0}
+EOF
+else
 cat >"$tmp/study.yaml" <<EOF
 name: busy-share-bench
 knobs:
@@ -86,14 +123,17 @@ measurement: {warmup: 0, repeats: 3}
 fidelity: {unit: steps, min_budget: 1, max_budget: 9, eta: 3}
 strategy: {kind: hyperband, seed: 1, finalists: 2, iterations: $ITERATIONS}
 EOF
+fi
 
 t0=$(date +%s%N)
 rc=0
 "$TUNECTL" launch "$tmp/study.yaml" --inventory "$tmp/inventory.yaml" \
-    --ledger "$tmp/ledger" --progress quiet --yes >"$tmp/launch.out" 2>&1 || rc=$?
+    --ledger "$tmp/ledger" --progress plain --yes >"$tmp/launch.out" 2>&1 || rc=$?
 t1=$(date +%s%N)
 [[ $rc == 0 || $rc == 3 ]] || { cat "$tmp/launch.out" >&2; exit 1; }
-tail -n 3 "$tmp/launch.out"
+grep -E ' · .*\[(VERDICT|DRAFT)\]|^ran [0-9]+ trials' "$tmp/launch.out" || tail -n 3 "$tmp/launch.out"
+echo "racing rounds: $(grep -c 'racing in bucket' "$tmp/launch.out" || true)," \
+    "queued while runs were out: $(grep -c 'queued while' "$tmp/launch.out" || true)"
 
 python3 - "$tmp/ledger" "$(( (t1 - t0) / 1000000 ))" "$SLOTS" <<'PY'
 import json, os, sys

@@ -661,6 +661,43 @@ fn a_race_queues_its_next_runs_while_its_slowest_are_out() {
     );
 }
 
+/// A launch that stops (Ctrl-C, the budget) queues nothing more from a
+/// look at a race that was under way, and starts no new look.
+#[test]
+fn a_stopping_launch_queues_nothing_from_a_look_at_a_race() {
+    let study = STUDY.replace("warmup: 0,", "warmup: 0, max_repeats: 6,");
+    let mut s = scheduler_of(&study, "", true, false);
+    s.seed(&empty_scan());
+    drain(&mut s, 0, 0, AttemptStatus::Ok);
+    let (_, members) = s.buckets_ready(0, &[0, 1]).remove(0);
+    let race = |runs| BucketStep::Race {
+        configs: vec![2],
+        runs,
+    };
+    assert_eq!(
+        s.queue_bucket_step(0, &members, race(3), &HashSet::new()),
+        4
+    );
+    s.take_events();
+    let units: Vec<Unit> = (0..3)
+        .map(|i| {
+            let u = take(&mut s, 0, i % 2);
+            measure(&mut s, i % 2, u);
+            u
+        })
+        .collect();
+    let last = take(&mut s, 0, 1);
+    assert!(s.race_more_ready(0, units[2].cell).is_some());
+    s.stopping();
+    assert!(
+        s.queue_more_race(0, &members, race(5), &HashSet::new())
+            .is_empty()
+    );
+    assert!(s.take_events().is_empty());
+    measure(&mut s, 1, last);
+    assert_eq!(s.race_more_ready(0, last.cell), None);
+}
+
 #[test]
 fn a_shard_never_confirms() {
     let mut s = scheduler("", false, true);

@@ -94,36 +94,27 @@ awk -v tile="$1" -v sp="$2" -v f="$factor" -v seed="$$" 'BEGIN {
 sleep "$(cut -d' ' -f1 t.txt)"
 printf '{"metrics":{"t":%s}}\n' "$(cut -d' ' -f2 t.txt)" >"$TUNECTL_RESULT"
 TRIAL
-    cat >"$tmp/study.yaml" <<EOF
-name: busy-share-race
-knobs:
-  tile: {kind: int, values: [32, 64, 128, 256], default: 32}
-  split: {kind: int, values: [1, 2], default: 1}
-cells:
-  c: [$(seq -s, 1 "$CELLS")]
-trial:
-  command: "sh {{ study_dir }}/trial.sh {{ tile }} {{ split }}"
-  files: [trial.sh]
-objective: {metric: t, unit: s, better: lower}
-measurement: {warmup: 0, repeats: 3, max_repeats: 12, anchor_every: 0}
-EOF
+    name=busy-share-race tiles="32, 64, 128, 256" splits="1, 2" defaults="32 1"
+    rest="measurement: {warmup: 0, repeats: 3, max_repeats: 12, anchor_every: 0}"
 else
+    name=busy-share-bench tiles="8, 16, 32, 64, 128, 256, 512" splits="1, 2, 4, 8" defaults="8 8"
+    rest="measurement: {warmup: 0, repeats: 3}
+fidelity: {unit: steps, min_budget: 1, max_budget: 9, eta: 3}
+strategy: {kind: hyperband, seed: 1, finalists: 2, iterations: $ITERATIONS}"
+fi
 cat >"$tmp/study.yaml" <<EOF
-name: busy-share-bench
+name: $name
 knobs:
-  tile: {kind: int, values: [8, 16, 32, 64, 128, 256, 512], default: 8}
-  split: {kind: int, values: [1, 2, 4, 8], default: 8}
+  tile: {kind: int, values: [$tiles], default: ${defaults% *}}
+  split: {kind: int, values: [$splits], default: ${defaults#* }}
 cells:
   c: [$(seq -s, 1 "$CELLS")]
 trial:
   command: "sh {{ study_dir }}/trial.sh {{ tile }} {{ split }}"
   files: [trial.sh]
 objective: {metric: t, unit: s, better: lower}
-measurement: {warmup: 0, repeats: 3}
-fidelity: {unit: steps, min_budget: 1, max_budget: 9, eta: 3}
-strategy: {kind: hyperband, seed: 1, finalists: 2, iterations: $ITERATIONS}
+$rest
 EOF
-fi
 
 t0=$(date +%s%N)
 rc=0

@@ -564,14 +564,10 @@ fn measure(s: &mut Scheduler<'_>, host: usize, unit: Unit) {
     }
 }
 
-/// Pipelining: while a racing round's slowest runs are out and the class
-/// has a free slot, the race is looked at again and its next runs queued
-/// (never one that is queued, running or measured); a confirmation asked
-/// on a partial round is set aside; the bucket's decision is asked once
-/// the round is whole, and a class with a look in progress never ends.
-#[test]
-fn a_race_queues_its_next_runs_while_its_slowest_are_out() {
-    // Racing up to 6 runs.
+/// A racing round of config 2 against the baseline, `race(3)`: repeat 2
+/// of both at the two cells of the one bucket (racing up to 6 runs),
+/// queued after the sweep; with the bucket's key and cells.
+fn racing_round_queued() -> (Scheduler<'static>, String, Vec<u32>) {
     let study = STUDY.replace("warmup: 0,", "warmup: 0, max_repeats: 6,");
     let mut s = scheduler_of(&study, "", true, false);
     s.seed(&empty_scan());
@@ -579,16 +575,30 @@ fn a_race_queues_its_next_runs_while_its_slowest_are_out() {
     let ready = s.buckets_ready(0, &[0, 1]);
     assert_eq!(ready.len(), 1);
     let (key, members) = ready[0].clone();
-    let race = |runs| BucketStep::Race {
-        configs: vec![2],
-        runs,
-    };
-    // Repeat 2 of the baseline and config 2 at both cells.
     assert_eq!(
         s.queue_bucket_step(0, &members, race(3), &HashSet::new()),
         4
     );
     s.take_events();
+    (s, key, members)
+}
+
+/// Config 2 raced against the baseline to `runs`.
+fn race(runs: u32) -> BucketStep {
+    BucketStep::Race {
+        configs: vec![2],
+        runs,
+    }
+}
+
+/// Pipelining: while a racing round's slowest runs are out and the class
+/// has a free slot, the race is looked at again and its next runs queued
+/// (never one that is queued, running or measured); a confirmation asked
+/// on a partial round is set aside; the bucket's decision is asked once
+/// the round is whole, and a class with a look in progress never ends.
+#[test]
+fn a_race_queues_its_next_runs_while_its_slowest_are_out() {
+    let (mut s, key, members) = racing_round_queued();
     // Both slots busy, two queued: nothing free.
     let (u1, u2) = (take(&mut s, 0, 0), take(&mut s, 0, 1));
     measure(&mut s, 0, u1);
@@ -665,20 +675,7 @@ fn a_race_queues_its_next_runs_while_its_slowest_are_out() {
 /// look at a race that was under way, and starts no new look.
 #[test]
 fn a_stopping_launch_queues_nothing_from_a_look_at_a_race() {
-    let study = STUDY.replace("warmup: 0,", "warmup: 0, max_repeats: 6,");
-    let mut s = scheduler_of(&study, "", true, false);
-    s.seed(&empty_scan());
-    drain(&mut s, 0, 0, AttemptStatus::Ok);
-    let (_, members) = s.buckets_ready(0, &[0, 1]).remove(0);
-    let race = |runs| BucketStep::Race {
-        configs: vec![2],
-        runs,
-    };
-    assert_eq!(
-        s.queue_bucket_step(0, &members, race(3), &HashSet::new()),
-        4
-    );
-    s.take_events();
+    let (mut s, _, members) = racing_round_queued();
     let units: Vec<Unit> = (0..3)
         .map(|i| {
             let u = take(&mut s, 0, i % 2);

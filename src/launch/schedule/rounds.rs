@@ -75,7 +75,7 @@ impl Scheduler<'_> {
         }
         let free = slots.saturating_sub(cs.in_flight + cs.ready.len());
         let members = self.s.plan.cells_of_bucket(bucket);
-        let out = cs.open.iter().filter(|u| members.contains(&u.cell)).count();
+        let out = self.runs_out(class, &members);
         // Nothing out: the round is whole and `buckets_ready` asks.
         if free == 0 || out == 0 {
             return None;
@@ -86,6 +86,16 @@ impl Scheduler<'_> {
         // Until `queue_more_race`: the class may still get work.
         cs.confirming += 1;
         Some((bucket, members, (free + out) as u32))
+    }
+
+    /// A bucket's runs (at its cells `members`) queued or running on
+    /// `class`.
+    fn runs_out(&self, class: usize, members: &[u32]) -> usize {
+        self.st.classes[class]
+            .open
+            .iter()
+            .filter(|u| members.contains(&u.cell))
+            .count()
     }
 
     /// Queue what a partial look at a bucket's race (from
@@ -109,11 +119,7 @@ impl Scheduler<'_> {
         if let BucketStep::Race { configs, runs } = step
             && !self.st.stopping
         {
-            let out = self.st.classes[class]
-                .open
-                .iter()
-                .filter(|u| members.contains(&u.cell))
-                .count() as u64;
+            let out = self.runs_out(class, members) as u64;
             self.queue_race(class, members, &configs, runs, out, done);
         }
         self.buckets_ready(class, members)

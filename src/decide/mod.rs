@@ -30,7 +30,7 @@ use serde::{Serialize, Serializer};
 use crate::ledger::records::{
     AttemptRecord, AttemptStatus, FailureClass, HostRecord, PlanRecord, StudyRecord,
 };
-use crate::ledger::{CorruptObject, Scan};
+use crate::ledger::{CorruptObject, Firsts, Scan};
 use crate::spec::frozen::{FrozenMetric, Judging};
 use crate::spec::{Better, FrozenSpec};
 use crate::stats::Summary;
@@ -113,6 +113,20 @@ pub fn analyze_scoped(
     scope: Scope,
     keep: impl Fn(&AttemptRecord) -> bool,
 ) -> Analysis {
+    analyze_terminal(study, scan, &scan.terminal_where(keep), hosts, plans, scope)
+}
+
+/// [`analyze_scoped`] of the attempts that count (`terminal`: what
+/// [`Scan::terminal_where`] picked from `scan`), for a caller that needs
+/// them too: a launch deciding a bucket picks them once.
+pub fn analyze_terminal(
+    study: &StudyRecord,
+    scan: &Scan,
+    terminal: &Firsts<'_>,
+    hosts: &[HostRecord],
+    plans: &[PlanRecord],
+    scope: Scope,
+) -> Analysis {
     let everything = scope == Scope::Everything;
     let spec = &study.spec;
     let objective = MetricInfo::of(&spec.objective);
@@ -148,7 +162,6 @@ pub fn analyze_scoped(
         })
         .collect();
 
-    let terminal = scan.terminal_where(keep);
     let mut foreign = 0;
     let mut anchors = 0;
     let mut unknown_roles = 0;

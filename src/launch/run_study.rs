@@ -1162,18 +1162,15 @@ impl<'a> Launch<'a> {
         let keep = |a: &crate::ledger::records::AttemptRecord| {
             a.host_class == *class_id && cells.contains(&a.cell_index)
         };
-        let done: HashSet<String> = scan
-            .terminal_where(keep)
-            .keys()
-            .map(|k| k.to_string())
-            .collect();
-        let analysis = crate::decide::analyze_scoped(
+        let terminal = scan.terminal_where(keep);
+        let done: HashSet<String> = terminal.keys().map(|k| k.to_string()).collect();
+        let analysis = crate::decide::analyze_terminal(
             &self.record,
             &scan,
+            &terminal,
             &hosts,
             &[],
             crate::decide::Scope::Launch { race_slots },
-            keep,
         );
         let step = analysis
             .classes

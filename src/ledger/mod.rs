@@ -214,8 +214,25 @@ impl Scan {
 
     /// Per trial key, its first attempt (smallest attempt id) of those
     /// `keep` accepts, whatever order the attempts are in.
+    /// `keep` is asked first, so that the trial keys compared are only
+    /// those of the attempts kept: a launch asks this of one class's
+    /// bucket after each of its trials, and the study's other attempts
+    /// then cost one call of `keep` each.
     fn first_where(&self, keep: impl Fn(&AttemptRecord) -> bool) -> Firsts<'_> {
-        by_key(self.runs().filter_map(|run| earliest(run, &keep)).collect())
+        let mut picked: Vec<&AttemptRecord> = Vec::new();
+        // The kept attempts keep the scan's order: the trial's attempts
+        // follow one another, and the earliest of them is kept.
+        for a in self.records().filter(|a| keep(a)) {
+            match picked.last_mut() {
+                Some(p) if p.trial_key == a.trial_key => {
+                    if a.attempt_id < p.attempt_id {
+                        *p = a;
+                    }
+                }
+                _ => picked.push(a),
+            }
+        }
+        by_key(picked)
     }
 
     /// The attempts, in order.

@@ -598,10 +598,24 @@ pub async fn run_study(
     }
     // Committed beside the trials: one may wait for a dead launcher's
     // lease to expire.
-    futures::join!(
-        futures::future::join_all(workers),
-        launch.runner.commit_left_behind(&hosts, left_behind)
-    );
+    // This launcher's liveness keeps its trials' leases: written before
+    // the first trial and every quarter of a lease time while they run.
+    // Until a write succeeds, trials take leases renewed on their own.
+    let live = launch.runner.liveness();
+    if let Err(e) = ledger.write_liveness(study_id, live).await {
+        tracing::warn!(error = %e, "the launcher's liveness could not be written");
+    }
+    tokio::select! {
+        _ = async {
+            futures::join!(
+                futures::future::join_all(workers),
+                launch.runner.commit_left_behind(&hosts, left_behind)
+            )
+        } => {}
+        _ = ledger.keep_alive(study_id, live) => {}
+    }
+    // Every lease it kept is released (or held by nothing once it is gone).
+    ledger.drop_liveness(study_id, &live.owner).await;
     for h in &hosts {
         h.transport.close().await;
     }

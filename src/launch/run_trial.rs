@@ -26,6 +26,7 @@ use super::schedule::drift::Reading;
 use crate::decide::gate::Classifier;
 use crate::ledger::checkpoint::DEFAULT_CHECKPOINT_MAX_BYTES;
 use crate::ledger::lease::{Held, Lease, lease_ttl, renew_every};
+use crate::ledger::liveness::{Liveness, long_ttl};
 use crate::ledger::records::{self, AttemptRecord, AttemptStatus, PrunedAt, SharedStr};
 use crate::ledger::{CorruptObject, Ledger, new_attempt_id};
 use crate::plan::Plan;
@@ -140,6 +141,9 @@ pub struct Runner<'a> {
     devices: Vec<Vec<Option<(String, String)>>>,
     /// This launcher, as lease owner.
     owner: String,
+    /// This launcher's liveness, which keeps its trials' leases
+    /// ([`crate::ledger::liveness`]).
+    liveness: Arc<Liveness>,
     /// Values of credential variables in the environment, scrubbed from
     /// everything recorded (a trial inherits the environment and may print
     /// it).
@@ -215,6 +219,7 @@ impl<'a> Runner<'a> {
             host_names: s.host_names,
             fingerprints: s.fingerprints,
             devices: s.devices,
+            liveness: Arc::new(Liveness::new(&s.owner)),
             owner: s.owner,
             secrets: secret_values(),
             store_logs: s.store_logs,
@@ -225,6 +230,34 @@ impl<'a> Runner<'a> {
             ledger_failing: AtomicBool::new(false),
             spend: s.spend,
         })
+    }
+
+    /// This launcher's liveness: the launch keeps it written
+    /// ([`Ledger::keep_alive`]) while its trials run.
+    pub fn liveness(&self) -> &Liveness {
+        &self.liveness
+    }
+
+    /// Keep `lease` for another quarter of a lease time, `renewed` being
+    /// when it was last written; `false` when it is lost. A lease kept by
+    /// this launcher's liveness is lost when the liveness may lapse, and
+    /// written again only every quarter of [`long_ttl`]; any other lease
+    /// is renewed every time.
+    async fn keep_lease(&self, lease: &mut Lease, renewed: &mut tokio::time::Instant) -> bool {
+        if lease.record.while_live {
+            if !self.liveness.alive() {
+                return false;
+            }
+            if renewed.elapsed() < long_ttl() / 4 {
+                return true;
+            }
+        }
+        let ttl = match lease.record.while_live {
+            true => long_ttl(),
+            false => lease_ttl(),
+        };
+        *renewed = tokio::time::Instant::now();
+        matches!(self.ledger.renew_lease(lease, ttl).await, Ok(true))
     }
 
     /// Whether an attempt record could not be written in this launch.
@@ -252,14 +285,18 @@ impl<'a> Runner<'a> {
         } else {
             let (config, cell) = self.labels(&job);
             let what = format!("{} {config} @ {cell}", job.role.kind().as_str());
+            // Kept by this launcher's liveness while it is sure to hold.
+            let while_live = self.liveness.alive();
             let holder = crate::ledger::lease::Holder {
                 owner: &self.owner,
                 host: &host.name,
                 what: &what,
+                while_live,
             };
+            let ttl = if while_live { long_ttl() } else { lease_ttl() };
             match self
                 .ledger
-                .acquire_lease(self.study_id, &job.key, &holder, lease_ttl())
+                .acquire_lease(self.study_id, &job.key, &holder, ttl)
                 .await
             {
                 Ok(Ok(lease)) => {
@@ -527,11 +564,12 @@ impl<'a> Runner<'a> {
             return Some(work.await);
         };
         tokio::pin!(work);
+        let mut renewed = tokio::time::Instant::now();
         loop {
             tokio::select! {
                 out = &mut work => return Some(out),
                 _ = tokio::time::sleep(renew_every()) => {
-                    if !matches!(self.ledger.renew_lease(lease, lease_ttl()).await, Ok(true)) {
+                    if !self.keep_lease(lease, &mut renewed).await {
                         return None;
                     }
                 }
@@ -698,13 +736,14 @@ impl<'a> Runner<'a> {
             let Some(mut lease) = lease else {
                 return std::future::pending::<()>().await;
             };
+            let mut written = tokio::time::Instant::now();
             loop {
                 tokio::time::sleep(renew_every()).await;
-                match self.ledger.renew_lease(&mut lease, lease_ttl()).await {
-                    Ok(true) => {
+                match self.keep_lease(&mut lease, &mut written).await {
+                    true => {
                         renewed.fetch_max(lease.record.generation, Ordering::SeqCst);
                     }
-                    Ok(false) | Err(_) => {
+                    false => {
                         self.events.emit(LaunchEvent::LeaseLost {
                             config: config_label.clone(),
                             cell: cell_label.clone(),

@@ -51,11 +51,12 @@ fn record_problem(part: &str, bytes: &[u8]) -> Option<String> {
 }
 
 /// Sub-prefixes only a study has.
-const STUDY_PARTS: [&str; 8] = [
+const STUDY_PARTS: [&str; 9] = [
     "trials",
     "hosts",
     "log",
     "leases",
+    "launchers",
     "verdicts",
     "index",
     "drops",

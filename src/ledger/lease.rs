@@ -76,6 +76,9 @@ pub struct Holder<'a> {
     pub owner: &'a str,
     pub host: &'a str,
     pub what: &'a str,
+    /// The lease holds only while the owner's liveness does
+    /// ([`super::liveness`]), and is taken for [`super::liveness::long_ttl`].
+    pub while_live: bool,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -96,6 +99,11 @@ pub struct LeaseRecord {
     /// been running. Absent in leases of earlier versions.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub taken_at: String,
+    /// It holds only while its owner's liveness object does, as well as
+    /// until `expires_at` ([`super::liveness`]). Absent (`false`) in
+    /// leases of earlier versions and in leases renewed on their own.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub while_live: bool,
 }
 
 impl LeaseRecord {
@@ -219,7 +227,15 @@ fn acquire_local(
     holder: &Holder<'_>,
     ttl: Duration,
 ) -> Result<Result<Taken, Held>, LocalError> {
-    let latest = latest_local(root, study, trial)?;
+    let latest = match latest_local(root, study, trial)? {
+        // Held while its owner is alive: is it?
+        Some(l) if l.while_live && l.owner != holder.owner && !l.expired(chrono::Utc::now()) => {
+            let live = super::liveness::liveness_local(root, study, &l.owner)
+                .map_err(|(k, e)| ("read", k, e))?;
+            Some(super::liveness::effective(l, live.as_ref()))
+        }
+        other => other,
+    };
     let (generation, stale) = match free_generation(latest, holder.owner, chrono::Utc::now()) {
         Ok(g) => g,
         Err(held) => return Ok(Err(held)),
@@ -432,6 +448,7 @@ impl Ledger {
             written_at: String::new(),
             what: String::new(),
             taken_at: String::new(),
+            while_live: false,
         }
     }
 
@@ -479,6 +496,7 @@ impl Ledger {
             written_at: now.to_rfc3339(),
             what: holder.what.to_string(),
             taken_at: taken_at.map_or_else(|| now.to_rfc3339(), str::to_string),
+            while_live: holder.while_live,
         }
     }
 
@@ -500,11 +518,13 @@ impl Ledger {
                     holder.host.to_string(),
                     holder.what.to_string(),
                 );
+                let while_live = holder.while_live;
                 let (taken, none) = tokio::task::spawn_blocking(move || {
                     let holder = Holder {
                         owner: &owner,
                         host: &host,
                         what: &what,
+                        while_live,
                     };
                     let taken = acquire_local(&root, &study_id, &trial, &holder, ttl);
                     // After the create, as the caller's look for a finished
@@ -550,7 +570,10 @@ impl Ledger {
         // the whole listing: what a store's order hides can delay a trial
         // by one listing, never hold it for good nor let two launchers in.
         for whole in [false, true] {
-            let latest = self.latest_lease(study, trial, whole).await?;
+            let latest = match self.latest_lease(study, trial, whole).await? {
+                Some(l) => Some(self.with_liveness(study, l, holder.owner).await?),
+                None => None,
+            };
             let (generation, stale) =
                 match free_generation(latest, holder.owner, chrono::Utc::now()) {
                     Ok(g) => g,
@@ -573,6 +596,7 @@ impl Ledger {
             owner: &r.owner,
             host: &r.host,
             what: &r.what,
+            while_live: r.while_live,
         };
         let taken_at = (!r.taken_at.is_empty()).then_some(r.taken_at.as_str());
         let next = Self::lease_record(&r.trial_key, &holder, r.generation + 1, ttl, taken_at);
@@ -615,6 +639,9 @@ impl Ledger {
         let all = self.lease_generations(study).await?;
         let now = chrono::Utc::now();
         let mut out = Leases::default();
+        // Each owner's liveness, read once.
+        let mut lives: std::collections::HashMap<String, Option<super::liveness::LivenessRecord>> =
+            Default::default();
         for (trial, gens) in &all {
             let Some((_, k)) = gens.last() else {
                 continue;
@@ -628,6 +655,20 @@ impl Ledger {
                 // Released and gone since the listing.
                 Ok(None) => {}
                 Ok(Some(bytes)) => match serde_json::from_slice::<LeaseRecord>(&bytes) {
+                    Ok(r) if r.while_live && !r.expired(now) => {
+                        let live = match lives.get(&r.owner) {
+                            Some(l) => l.clone(),
+                            None => {
+                                let l = self.liveness(study, &r.owner).await.ok().flatten();
+                                lives.insert(r.owner.clone(), l.clone());
+                                l
+                            }
+                        };
+                        let r = super::liveness::effective(r, live.as_ref());
+                        if !r.expired(now) {
+                            out.unexpired.push(r);
+                        }
+                    }
                     Ok(r) if !r.expired(now) => out.unexpired.push(r),
                     Ok(_) => {}
                     // A released generation is empty: nothing held.
@@ -670,6 +711,7 @@ async fn racing_winners(ledger: std::sync::Arc<Ledger>, trial: &'static str) -> 
                 owner: &owner,
                 host: "h",
                 what: "",
+                while_live: false,
             };
             l.acquire_lease("s", trial, &holder, Duration::from_secs(60))
                 .await
@@ -704,6 +746,7 @@ mod tests {
                     owner: "A",
                     host: "h1",
                     what: "sweep x=1 @ n=2",
+                    while_live: false,
                 },
                 Duration::from_secs(60),
             )
@@ -718,6 +761,7 @@ mod tests {
                     owner: "B",
                     host: "h2",
                     what: "",
+                    while_live: false,
                 },
                 Duration::from_secs(60),
             )
@@ -752,6 +796,7 @@ mod tests {
                     owner: "B",
                     host: "h2",
                     what: "",
+                    while_live: false,
                 },
                 Duration::from_secs(60),
             )
@@ -788,6 +833,7 @@ mod tests {
                     owner: "C",
                     host: "h3",
                     what: "",
+                    while_live: false,
                 },
                 Duration::from_secs(60),
             )
@@ -819,6 +865,7 @@ mod tests {
             written_at: now.to_rfc3339(),
             what: String::new(),
             taken_at: String::new(),
+            while_live: false,
         };
         std::fs::create_dir_all(dir.join("s/leases")).expect("mkdir");
         std::fs::write(
@@ -865,6 +912,7 @@ mod tests {
                         owner: "A",
                         host: "h",
                         what: "",
+                        while_live: false,
                     },
                     ttl,
                 )
@@ -904,6 +952,7 @@ mod tests {
                         owner: "A",
                         host: "h",
                         what: "",
+                        while_live: false,
                     },
                     ttl,
                 )
@@ -976,6 +1025,7 @@ mod tests {
                     owner: "A",
                     host: "h",
                     what: "",
+                    while_live: false,
                 },
                 ttl,
             )
@@ -990,6 +1040,7 @@ mod tests {
                     owner: "B",
                     host: "h",
                     what: "",
+                    while_live: false,
                 },
                 ttl,
             )
@@ -1007,6 +1058,7 @@ mod tests {
                     owner: "C",
                     host: "h",
                     what: "",
+                    while_live: false,
                 },
                 ttl,
             )
@@ -1043,6 +1095,7 @@ mod tests {
                     owner: "A",
                     host: "h",
                     what: "",
+                    while_live: false,
                 },
                 ttl,
             )
@@ -1057,6 +1110,7 @@ mod tests {
                     owner: "B",
                     host: "h",
                     what: "",
+                    while_live: false,
                 },
                 ttl,
             )
@@ -1071,6 +1125,7 @@ mod tests {
                     owner: "B",
                     host: "h",
                     what: "",
+                    while_live: false,
                 },
                 ttl,
             )
@@ -1085,6 +1140,7 @@ mod tests {
                     owner: "A",
                     host: "h",
                     what: "",
+                    while_live: false,
                 },
                 ttl,
             )
@@ -1101,6 +1157,7 @@ mod tests {
                     owner: "B",
                     host: "h",
                     what: "",
+                    while_live: false,
                 },
                 ttl,
             )
@@ -1118,6 +1175,7 @@ mod tests {
                     owner: "A",
                     host: "h",
                     what: "",
+                    while_live: false,
                 },
                 ttl,
             )
@@ -1136,6 +1194,7 @@ mod tests {
                     owner: "A",
                     host: "h",
                     what: "",
+                    while_live: false,
                 },
                 ttl,
             )

@@ -25,6 +25,7 @@ pub mod check;
 pub mod checkpoint;
 pub mod index;
 pub mod lease;
+pub mod liveness;
 mod local;
 pub mod log;
 pub mod records;
@@ -53,7 +54,7 @@ pub fn read_cap(key: &ObjPath) -> u64 {
         MAX_ATTEMPT_BYTES, MAX_INDEX_BYTES, MAX_LEASE_BYTES, MAX_LOG_ENTRY_BYTES, MAX_RECORD_BYTES,
     };
     match key.parts().nth(1).as_ref().map(|p| p.as_ref()) {
-        Some("leases") => MAX_LEASE_BYTES,
+        Some("leases") | Some("launchers") => MAX_LEASE_BYTES,
         Some("log") => MAX_LOG_ENTRY_BYTES,
         Some("trials") => MAX_ATTEMPT_BYTES,
         Some("index") => MAX_INDEX_BYTES,
@@ -1387,6 +1388,7 @@ mod tests {
                     owner: "A",
                     host: "h",
                     what: "",
+                    while_live: false,
                 },
                 ttl,
             )
@@ -1471,6 +1473,7 @@ mod tests {
                     owner: "A",
                     host: "h",
                     what: "",
+                    while_live: false,
                 },
                 ttl,
             )

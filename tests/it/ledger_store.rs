@@ -200,7 +200,8 @@ impl OnStore {
             .expect("S3 store")
     }
 
-    /// Every object under `prefix` of the ledger: (key, bytes).
+    /// Every object under `prefix` of the ledger: (key, bytes), those
+    /// deleted between the listing and their read left out.
     fn objects(&self, prefix: &str) -> Vec<(String, Vec<u8>)> {
         let store = self.store();
         self.rt.block_on(async {
@@ -212,13 +213,12 @@ impl OnStore {
                 .expect("list the ledger");
             let mut out = Vec::new();
             for m in metas {
-                let bytes = store
-                    .get(&m.location)
-                    .await
-                    .expect("get")
-                    .bytes()
-                    .await
-                    .expect("read");
+                // Deleted since the listing (a launch is running): gone.
+                let got = match store.get(&m.location).await {
+                    Err(object_store::Error::NotFound { .. }) => continue,
+                    got => got.expect("get"),
+                };
+                let bytes = got.bytes().await.expect("read");
                 out.push((m.location.to_string(), bytes.to_vec()));
             }
             out.sort();
@@ -497,24 +497,75 @@ fn reference(study: &str) -> (Decisions, BTreeSet<String>) {
     )
 }
 
-/// A trial that outlives a few renewals of its lease (each renewal is a
-/// new generation object) leaves none of them behind once recorded:
-/// otherwise `status` would count it as running until they expire.
-#[test]
-fn a_trial_that_renewed_its_lease_leaves_no_generation_behind() {
-    let Some(env) = OnStore::new(Backend::Local, STUDY) else {
+/// A trial that outlives several quarters of the lease time writes its
+/// lease once: the launcher's one liveness object is rewritten instead
+/// (`launchers/`), and `status` shows the trial running meanwhile. Once
+/// the launch ends, neither its leases nor its liveness are left behind
+/// (otherwise `status` would count the trial as running until they
+/// expire).
+fn a_long_trial_s_lease_is_kept_by_its_launcher_s_liveness(backend: Backend) {
+    let Some(env) = OnStore::new(backend, STUDY) else {
         return;
     };
-    // The lease lives 2 s and is renewed every 0.5 s: 1.3 s is two
-    // renewals, at cell 1 of mode `fast` only.
+    // The lease time is 2 s, a quarter 0.5 s: 2.5 s is five quarters, at
+    // cell 1 of mode `fast` only.
     let slow = [
-        ("FAKE_SLEEP", "1.3"),
+        ("FAKE_SLEEP", "2.5"),
         ("FAKE_SLEEP_N", "1"),
         ("FAKE_SLEEP_MODE", "fast"),
     ];
-    let out = env.finish(env.spawn(env.launch_in(&env.study(), "work", &slow)));
+    let running = env.spawn(env.launch_in(&env.study(), "work", &slow));
+    let names =
+        |prefix: &str| -> Vec<(String, Vec<u8>)> { env.objects(&format!("{STUDY_ID}/{prefix}")) };
+    // What the ledger holds while the slow trial runs: every lease
+    // generation's name and each liveness written (bounded: 20 s).
+    let (mut generations, mut lives) = (BTreeSet::new(), BTreeSet::new());
+    let mut running_seen = false;
+    let started = std::time::Instant::now();
+    let mut running = running;
+    while running.child.try_wait().expect("wait").is_none()
+        && started.elapsed() < Duration::from_secs(20)
+    {
+        for (k, _) in names("leases") {
+            generations.insert(k.rsplit('.').nth(1).unwrap_or_default().to_string());
+        }
+        for (_, bytes) in names("launchers") {
+            let v: Json = serde_json::from_slice(&bytes).expect("liveness JSON");
+            lives.insert(v["written_at"].as_str().unwrap_or_default().to_string());
+        }
+        if lives.len() >= 3 && !running_seen {
+            // Held until the liveness's expiry (a lease time ahead), not
+            // the lease's own (15 lease times ahead).
+            let status = env.cli(&["status", STUDY_ID, "--format", "json"]);
+            let doc: Json = serde_json::from_str(&status.stdout).unwrap_or_default();
+            let soon = chrono::Utc::now() + chrono::Duration::seconds(5);
+            running_seen = doc["leases"].as_array().is_some_and(|l| {
+                l.iter().any(|l| {
+                    l["ended"] == false
+                        && l["expires_at"]
+                            .as_str()
+                            .and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok())
+                            .is_some_and(|t| t < soon)
+                })
+            });
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let out = env.finish(running);
     assert!(ran_to_the_end(out.code, &out.stderr), "{}", out.text());
+    assert_eq!(
+        generations,
+        BTreeSet::from(["000000000001".to_string()]),
+        "a lease was renewed by a new generation"
+    );
+    assert!(
+        lives.len() >= 3,
+        "the liveness was written {} times over a 2.5 s trial",
+        lives.len()
+    );
+    assert!(running_seen, "status did not show the slow trial running");
     env.assert_no_leases();
+    assert!(names("launchers").is_empty(), "a liveness was left behind");
 }
 
 /// Run a scenario against the local filesystem and against S3.
@@ -532,6 +583,11 @@ macro_rules! on_both_stores {
     };
 }
 
+on_both_stores!(
+    a_long_trial_s_lease_is_kept_by_its_launcher_s_liveness,
+    a_long_trial_s_lease_is_kept_by_its_launcher_s_liveness_on_a_local_ledger,
+    a_long_trial_s_lease_is_kept_by_its_launcher_s_liveness_on_an_s3_ledger
+);
 on_both_stores!(
     quickstart_like_study,
     quickstart_like_study_on_a_local_ledger,

@@ -93,6 +93,7 @@ impl Runner<'_> {
             owner: &owner,
             host: &self.host_names[other],
             what: &what,
+            while_live: false,
         };
         let lease = match self
             .ledger

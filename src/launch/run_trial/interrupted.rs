@@ -142,6 +142,7 @@ impl Runner<'_> {
             owner: &self.owner,
             host: &host.name,
             what: &what,
+            while_live: false,
         };
         for _ in 0..3 {
             let taken = self

@@ -27,6 +27,7 @@ fn holder(owner: &str) -> Holder<'_> {
         owner,
         host: "h",
         what: "",
+        while_live: false,
     }
 }
 
@@ -50,6 +51,7 @@ async fn put_generation(
         written_at: now.to_rfc3339(),
         what: String::new(),
         taken_at: now.to_rfc3339(),
+        while_live: false,
     };
     let bytes = serde_json::to_vec(&record).expect("encode");
     store

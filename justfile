@@ -21,6 +21,7 @@ bench:
     ./benches/ssh_dispatch.sh
     ./benches/busy_share.sh
     cargo bench --bench slurm_calls
+    cargo bench --bench slurm_busy
     ./benches/plan_scale.sh
     ./benches/fs_inodes.py
     ./benches/search_regret.sh

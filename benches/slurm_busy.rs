@@ -25,6 +25,8 @@
 #[allow(dead_code)]
 #[path = "../tests/it/support/slurm.rs"]
 mod slurm;
+#[path = "lib/slurm_launch.rs"]
+mod slurm_launch;
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -182,26 +184,7 @@ measurement: {{warmup: 0, repeats: 3, max_repeats: {max_repeats}, anchor_every: 
         ),
     )
     .expect("inventory");
-    let tunectl = std::env::var("TUNECTL").unwrap_or_else(|_| {
-        let status = std::process::Command::new(std::env::var("CARGO").unwrap_or("cargo".into()))
-            .args(["build", "--release", "--bin", "tunectl", "--quiet"])
-            .status()
-            .expect("cargo build");
-        assert!(status.success());
-        let target = std::env::var("CARGO_TARGET_DIR")
-            .unwrap_or_else(|_| format!("{}/target", env!("CARGO_MANIFEST_DIR")));
-        format!("{target}/release/tunectl")
-    });
-    let mut cmd = std::process::Command::new(&tunectl);
-    cmd.args(["launch", "--yes", "--progress", "plain", "--inventory"])
-        .arg(root.join("inventory.yaml"))
-        .arg("--ledger")
-        .arg(root.join("ledger"))
-        .arg(root.join("study.yaml"))
-        .current_dir(root);
-    for (k, v) in cluster.env() {
-        cmd.env(k, v);
-    }
+    let mut cmd = slurm_launch::launch_command(&cluster, root, "plain");
     let started = Instant::now();
     let out = cmd.output().expect("launch");
     let wall = started.elapsed().as_secs_f64();

@@ -15,6 +15,8 @@
 #[allow(dead_code)]
 #[path = "../tests/it/support/slurm.rs"]
 mod slurm;
+#[path = "lib/slurm_launch.rs"]
+mod slurm_launch;
 
 use std::path::Path;
 use std::time::Instant;
@@ -106,26 +108,7 @@ measurement: {{warmup: 0, repeats: 1, anchor_every: 0, confirm_repeats: 0}}
         use std::os::unix::fs::PermissionsExt;
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).expect("chmod");
     }
-    let tunectl = std::env::var("TUNECTL").unwrap_or_else(|_| {
-        let status = std::process::Command::new(std::env::var("CARGO").unwrap_or("cargo".into()))
-            .args(["build", "--release", "--bin", "tunectl", "--quiet"])
-            .status()
-            .expect("cargo build");
-        assert!(status.success());
-        let target = std::env::var("CARGO_TARGET_DIR")
-            .unwrap_or_else(|_| format!("{}/target", env!("CARGO_MANIFEST_DIR")));
-        format!("{target}/release/tunectl")
-    });
-    let mut cmd = std::process::Command::new(&tunectl);
-    cmd.args(["launch", "--yes", "--progress", "quiet", "--inventory"])
-        .arg(root.join("inventory.yaml"))
-        .arg("--ledger")
-        .arg(root.join("ledger"))
-        .arg(root.join("study.yaml"))
-        .current_dir(root);
-    for (k, v) in cluster.env() {
-        cmd.env(k, v);
-    }
+    let mut cmd = slurm_launch::launch_command(&cluster, root, "quiet");
     let path = std::env::var("PATH").unwrap_or_default();
     cmd.env("PATH", format!("{}:{path}", shims.display()));
     let started = Instant::now();

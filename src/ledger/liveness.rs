@@ -225,6 +225,11 @@ mod tests {
             .expect("put");
     }
 
+    /// How many trials `status` counts as leased now.
+    async fn live_leases(ledger: &Ledger) -> usize {
+        ledger.live_leases("s").await.expect("io").unexpired.len()
+    }
+
     async fn take(ledger: &Ledger, owner: &str, while_live: bool) -> Result<Lease, Held> {
         let holder = Holder {
             owner,
@@ -259,19 +264,11 @@ mod tests {
                 }
                 other => panic!("{}: B took it: {other:?}", ledger.url()),
             }
-            let live = ledger.live_leases("s").await.expect("io").unexpired;
-            assert_eq!(live.len(), 1, "{}", ledger.url());
+            assert_eq!(live_leases(&ledger).await, 1, "{}", ledger.url());
 
             // A's liveness lapses: nothing holds the trial any more.
             live_until(&ledger, "A", chrono::Duration::seconds(-1)).await;
-            assert!(
-                ledger
-                    .live_leases("s")
-                    .await
-                    .expect("io")
-                    .unexpired
-                    .is_empty()
-            );
+            assert_eq!(live_leases(&ledger).await, 0, "{}", ledger.url());
             let b = take(&ledger, "B", true).await.expect("B takes it over");
             assert_eq!(b.record.generation, 2);
 

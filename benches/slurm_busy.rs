@@ -15,6 +15,8 @@
 //! - busy share: the trials' own time over GPUs x span. A Slurm attempt's
 //!   `duration_s` also counts the time its job waited in Slurm's queue and
 //!   the poll that saw it end, so it is not a measure of the GPU's time;
+//! - the GPUs' idle time while jobs of the class waited in Slurm's queue
+//!   (Slurm's part), and while none did (the launch had queued nothing);
 //! - the span against its lower bound: max(run time / GPUs, the longest
 //!   run).
 //!
@@ -131,6 +133,28 @@ fn attempts(ledger: &Path) -> Vec<Attempt> {
     out
 }
 
+/// A class's idle GPU time over [`from`, `to`], in 10 ms steps: while
+/// some of its jobs were queued (the launcher had started their attempts
+/// and their trials had not begun), and while none was: Slurm's part and
+/// the launch's.
+fn idle_gpu_time(mine: &[&Attempt], gpus: u32, from: f64, to: f64) -> (f64, f64) {
+    let (mut waited, mut nothing) = (0.0, 0.0);
+    let step = 0.01;
+    let mut t = from;
+    while t < to {
+        let running = mine.iter().filter(|a| a.start <= t && t < a.end).count() as f64;
+        let queued = mine
+            .iter()
+            .filter(|a| a.to_node.is_finite() && a.start - a.to_node <= t && t < a.start)
+            .count() as f64;
+        let idle = (gpus as f64 - running).max(0.0);
+        waited += step * idle.min(queued);
+        nothing += step * (idle - idle.min(queued));
+        t += step;
+    }
+    (waited, nothing)
+}
+
 fn main() {
     // `cargo bench` passes `--bench`; `cargo test --benches` does not run
     // this (harness = false and no `--bench`): building it is the check.
@@ -213,9 +237,9 @@ measurement: {{warmup: 0, repeats: 3, max_repeats: {max_repeats}, anchor_every: 
         all.len()
     );
     println!(
-        "| class | attempts | span, s | busy share (trial's own run) | bound, s | span / bound |"
+        "| class | attempts | span, s | busy share (trial's own run) | idle while its jobs waited in Slurm's queue | idle with none queued | bound, s | span / bound |"
     );
-    println!("|---|---:|---:|---:|---:|---:|");
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|");
     for (class, mine) in &classes {
         let start = mine.iter().map(|a| a.start).fold(f64::INFINITY, f64::min);
         let end = mine.iter().map(|a| a.end).fold(0.0, f64::max);
@@ -223,10 +247,14 @@ measurement: {{warmup: 0, repeats: 3, max_repeats: {max_repeats}, anchor_every: 
         let run: f64 = mine.iter().map(|a| a.end - a.start).sum();
         let longest = mine.iter().map(|a| a.end - a.start).fold(0.0, f64::max);
         let bound = (run / gpus as f64).max(longest);
+        let (waited, nothing) = idle_gpu_time(mine, gpus, start, end);
+        let share = |t: f64| 100.0 * t / (gpus as f64 * span);
         println!(
-            "| {class} | {} | {span:.1} | {:.1} % | {bound:.1} | {:.3} |",
+            "| {class} | {} | {span:.1} | {:.1} % | {:.1} % | {:.1} % | {bound:.1} | {:.3} |",
             mine.len(),
-            100.0 * run / (gpus as f64 * span),
+            share(run),
+            share(waited),
+            share(nothing),
             span / bound
         );
     }

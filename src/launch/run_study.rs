@@ -596,8 +596,6 @@ pub async fn run_study(
             workers.push(launch.worker(hi, host, slot));
         }
     }
-    // Committed beside the trials: one may wait for a dead launcher's
-    // lease to expire.
     // This launcher's liveness keeps its trials' leases: written before
     // the first trial and every quarter of a lease time while they run.
     // Until a write succeeds, trials take leases renewed on their own.
@@ -606,6 +604,8 @@ pub async fn run_study(
         tracing::warn!(error = %e, "the launcher's liveness could not be written");
     }
     tokio::select! {
+        // Committed beside the trials: one may wait for a dead launcher's
+        // lease to expire.
         _ = async {
             futures::join!(
                 futures::future::join_all(workers),

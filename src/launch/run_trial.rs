@@ -25,8 +25,8 @@ use super::schedule::Ran;
 use super::schedule::drift::Reading;
 use crate::decide::gate::Classifier;
 use crate::ledger::checkpoint::DEFAULT_CHECKPOINT_MAX_BYTES;
-use crate::ledger::lease::{Held, Lease, lease_ttl, renew_every};
-use crate::ledger::liveness::{Liveness, long_ttl};
+use crate::ledger::lease::{Held, Lease, renew_every};
+use crate::ledger::liveness::{Liveness, lease_time, long_ttl};
 use crate::ledger::records::{self, AttemptRecord, AttemptStatus, PrunedAt, SharedStr};
 use crate::ledger::{CorruptObject, Ledger, new_attempt_id};
 use crate::plan::Plan;
@@ -252,11 +252,8 @@ impl<'a> Runner<'a> {
                 return true;
             }
         }
-        let ttl = match lease.record.while_live {
-            true => long_ttl(),
-            false => lease_ttl(),
-        };
         *renewed = tokio::time::Instant::now();
+        let ttl = lease_time(lease.record.while_live);
         matches!(self.ledger.renew_lease(lease, ttl).await, Ok(true))
     }
 
@@ -293,10 +290,9 @@ impl<'a> Runner<'a> {
                 what: &what,
                 while_live,
             };
-            let ttl = if while_live { long_ttl() } else { lease_ttl() };
             match self
                 .ledger
-                .acquire_lease(self.study_id, &job.key, &holder, ttl)
+                .acquire_lease(self.study_id, &job.key, &holder, lease_time(while_live))
                 .await
             {
                 Ok(Ok(lease)) => {

@@ -36,6 +36,15 @@ pub fn long_ttl() -> Duration {
     (lease_ttl() * 15).min(MAX_LEASE_TTL).max(lease_ttl())
 }
 
+/// How long a lease lasts on its own: [`long_ttl`] when its launcher's
+/// liveness keeps it, the lease time otherwise.
+pub fn lease_time(while_live: bool) -> Duration {
+    match while_live {
+        true => long_ttl(),
+        false => lease_ttl(),
+    }
+}
+
 /// What a launcher's liveness object holds.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct LivenessRecord {
@@ -90,19 +99,14 @@ impl Liveness {
         }
     }
 
-    /// It will still hold after `margin`, by this launcher's clock.
-    pub fn holds_for(&self, margin: Duration) -> bool {
-        let written = self.written.lock().ok().and_then(|w| *w);
-        written.is_some_and(|w| w + lease_ttl() > tokio::time::Instant::now() + margin)
-    }
-
     /// Whether a trial may be started, or go on, under a `while_live`
     /// lease: the last write that succeeded began less than half a lease
     /// time ago (the one after it may have failed). A trial looks every
     /// quarter of a lease time, so one given up stops at least a quarter
     /// of a lease time before anyone can take it over.
     pub fn alive(&self) -> bool {
-        self.holds_for(lease_ttl() / 2)
+        let written = self.written.lock().ok().and_then(|w| *w);
+        written.is_some_and(|w| w.elapsed() < lease_ttl() / 2)
     }
 }
 

@@ -831,6 +831,40 @@ fn best(class: usize, classes: usize, seq: i64) -> (Config, f64, f64) {
     (top.0, top.1, base_ms)
 }
 
+/// The FAKE program's config that a report's config names.
+fn config_in(config: &serde_json::Value) -> Config {
+    Config {
+        dtype: DTYPES
+            .iter()
+            .position(|d| config["dtype"] == *d)
+            .unwrap_or(0),
+        batch: config["batch"].as_i64().unwrap_or(0),
+        tile: config["tile"].as_i64().unwrap_or(0),
+        streams: config["streams"].as_i64().unwrap_or(0),
+    }
+}
+
+/// How a cell measured `want`: its trials, hosts and interval against the
+/// baseline, or its rejection, or that the cell has no report of it.
+fn measured(cell: &tunectl::decide::CellReport, want: Config) -> String {
+    let found = cell
+        .eligible
+        .iter()
+        .chain(&cell.rejected)
+        .find(|r| config_in(&r.config) == want);
+    match found {
+        None => "no report at the cell".to_string(),
+        Some(r) => match (&r.rejection, &r.interval) {
+            (Some(rej), _) => format!("rejected: {}", rej.detail),
+            (None, Some(i)) => format!(
+                "{} trials on {} hosts, {:.4}x [{:.4}, {:.4}], n={} vs {}",
+                r.trials, r.hosts, i.speedup, i.low, i.high, i.runs, i.reference_runs
+            ),
+            (None, None) => format!("{} trials on {} hosts, no interval", r.trials, r.hosts),
+        },
+    }
+}
+
 fn main() {
     // `cargo bench` passes `--bench`; `cargo test --benches` does not run
     // this (harness = false and no `--bench`): building it is the check.
@@ -1133,15 +1167,7 @@ async fn simulate(
                 verdicts += 1;
             }
             let (top, top_ms, base_ms) = best(class, classes, seq);
-            let shipped = Config {
-                dtype: DTYPES
-                    .iter()
-                    .position(|d| b.config["dtype"] == *d)
-                    .unwrap_or(0),
-                batch: b.config["batch"].as_i64().unwrap_or(0),
-                tile: b.config["tile"].as_i64().unwrap_or(0),
-                streams: b.config["streams"].as_i64().unwrap_or(0),
-            };
+            let shipped = config_in(&b.config);
             match truth(class, classes, shipped, seq) {
                 Truth::Runs {
                     ms,
@@ -1157,6 +1183,16 @@ async fn simulate(
                             100.0 * (ms / top_ms - 1.0),
                             b.decision
                         ));
+                        // How the cell measured each of the two.
+                        if let Some(cell) = c
+                            .cells
+                            .iter()
+                            .find(|r| b.cells.first() == Some(&r.cell_label))
+                        {
+                            for (what, want) in [("shipped", shipped), ("fastest", top)] {
+                                off.push(format!("    {what}: {}", measured(cell, want)));
+                            }
+                        }
                     }
                 }
                 other => panic!("class {class} seq {seq} shipped {shipped:?}: {other:?}"),

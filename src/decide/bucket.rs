@@ -57,14 +57,43 @@ impl Standing<'_> {
     }
 }
 
+/// The config a bucket ships among its `winners` (best estimate first):
+/// the leader, or the one nearest the default that is shown equivalent to
+/// it (compared with it directly at every cell): fewest knobs changed,
+/// then label.
+pub(super) fn pick<'a, 'b>(
+    winners: &[&'b Standing<'a>],
+    rules: &Rules,
+) -> Option<&'b Standing<'a>> {
+    let leader = winners.first()?;
+    Some(
+        winners
+            .iter()
+            .filter(|s| s.against(leader).is_some_and(|r| equivalent(&r, rules)))
+            .min_by(|a, b| a.report.order.cmp(&b.report.order))
+            .copied()
+            .unwrap_or(leader),
+    )
+}
+
 /// Where a bucket's intervals cannot decide yet, the configs that need
-/// more runs (racing): a config whose interval straddles the minimum
-/// improvement and that could still matter (no winner yet, or it could
-/// match or beat the leader), and the leader with any config whose
-/// comparison with it is unresolved (it might be faster, or the tie rule
-/// might pick it but equivalence is not shown). Clearly beaten configs
-/// get no more. At most `RACE_WIDTH` configs per round, those with the
-/// highest upper bounds first; configs at `max_repeats` runs are done.
+/// more runs (racing).
+///
+/// Without a winner: a config whose interval straddles the minimum
+/// improvement and that could still win.
+///
+/// With one, what ships (`pick`) claims to be within the minimum of the
+/// fastest config. A contender is raced, with the pick, until its
+/// comparison with the pick shows it at most the minimum faster: being
+/// "equivalent to the leader" is not enough, since the leader is only the
+/// best estimate and a contender may beat it (and the pick) by more. A
+/// contender nearer the default than the pick is also raced, with the
+/// leader, while the tie rule could still prefer it: until it is shown
+/// more than the minimum slower than the leader, or not to beat the
+/// minimum. Clearly beaten configs get no more.
+///
+/// At most `RACE_WIDTH` configs per round, those with the highest upper
+/// bounds first; configs at `max_repeats` runs are done.
 pub(super) fn racing(
     standings: &[Standing],
     winners: &[&Standing],
@@ -74,6 +103,7 @@ pub(super) fn racing(
     let tau = rules.tau();
     let cap = rules.max_repeats as usize;
     let leader = winners.first();
+    let pick = pick(winners, rules);
     // Indices into `standings`, with why.
     let mut want: Vec<(usize, RaceWhy)> = Vec::new();
     let mut add = |i: usize, why: RaceWhy| {
@@ -81,16 +111,13 @@ pub(super) fn racing(
             want.push((i, why));
         }
     };
-    let mut leader_too = false;
-    // Each contender is compared with the leader, and a bucket makes
-    // dozens of such comparisons: at 95 % each, about one in twenty would
-    // lie wholly on the wrong side by chance and settle a faster config
-    // out of the race, leaving speed behind. The end of each comparison
-    // whose error would do that (where a contender could be faster than
-    // the leader; where the leader could be faster than a contender the
-    // tie rule prefers) is read at 1 − 0.05 / m for the m contenders
-    // (Bonferroni); the other end, whose error costs runs, not speed,
-    // stays at 95 %.
+    let (mut leader_too, mut pick_too) = (false, false);
+    // A bucket makes dozens of comparisons: at 95 % each, about one in
+    // twenty would lie wholly on the wrong side by chance and settle a
+    // faster config out of the race, leaving speed behind. The end of each
+    // comparison whose error would do that is read at 1 − 0.05 / m for
+    // the m contenders (Bonferroni); the other end, whose error costs
+    // runs, not speed, stays at 95 %.
     let contenders = standings.iter().filter(|s| s.harm().is_none()).count();
     let settle = 1.0 - (1.0 - CONFIDENCE) / contenders.saturating_sub(1).max(1) as f64;
     for (i, s) in standings.iter().enumerate() {
@@ -102,68 +129,76 @@ pub(super) fn racing(
         // win (a true win of twice the minimum lands there about 1 time in
         // 100 at the sweep's precision): not worth more runs to pin down.
         let straddles = lo <= tau && tau < hi && s.est.log > tau / 2.0;
-        match leader {
-            None => {
+        let (Some(l), Some(p)) = (leader, pick) else {
+            if straddles {
+                add(i, RaceWhy::Straddles);
+            }
+            continue;
+        };
+        if p.report.label == s.report.label {
+            continue;
+        }
+        // Shown at most the minimum faster than the pick?
+        let beats_pick = s
+            .against(p)
+            .is_some_and(|rel| rel.log_bounds(settle).1 >= tau);
+        // The tie rule could still prefer it: nearer the default, neither
+        // shown more than the minimum slower than the leader nor shown not
+        // to beat the minimum (not shown equivalent and a winner either,
+        // or it would be the pick). An error here costs the tie rule's
+        // preference, not speed (`beats_pick` guards that): read at 95 %.
+        let tie_open = s.report.order < p.report.order
+            && hi > tau
+            && l.report.label != s.report.label
+            && s.against(l)
+                .is_some_and(|rel| rel.log_bounds(CONFIDENCE).1 >= -tau);
+        if beats_pick || tie_open {
+            add(
+                i,
                 if straddles {
-                    add(i, RaceWhy::Straddles);
-                }
-            }
-            Some(l) if l.report.label == s.report.label => {}
-            Some(l) => {
-                let Some(rel) = s.against(l) else {
-                    continue;
-                };
-                let (rlo, rhi) = rel.log_bounds(CONFIDENCE);
-                let (rlo_m, rhi_m) = rel.log_bounds(settle);
-                let resolved = if s.report.order < l.report.order {
-                    // The tie rule could pick it: settled when it is shown
-                    // equivalent (and a winner), shown more than the
-                    // minimum slower, or shown not to beat the minimum.
-                    (rlo_m > -tau && lo > tau) || rhi < -tau || hi <= tau
+                    RaceWhy::Straddles
+                } else if beats_pick {
+                    RaceWhy::MayBeatPick
                 } else {
-                    // It could only take the lead: settled when shown
-                    // slower than the leader, or equivalent to it.
-                    rhi_m < 0.0 || (rlo > -tau && rhi_m < tau)
-                };
-                if !resolved {
-                    add(
-                        i,
-                        if straddles {
-                            RaceWhy::Straddles
-                        } else {
-                            RaceWhy::CloseToLeader
-                        },
-                    );
-                    leader_too = true;
-                }
-            }
+                    RaceWhy::CloseToLeader
+                },
+            );
+            pick_too |= beats_pick;
+            leader_too |= tie_open;
         }
     }
-    let leader_index = leader.and_then(|l| {
-        standings
-            .iter()
-            .position(|s| s.report.label == l.report.label)
-    });
+    let index_of = |x: Option<&&Standing>| {
+        x.and_then(|x| {
+            standings
+                .iter()
+                .position(|s| s.report.label == x.report.label)
+        })
+    };
+    let (pick_index, leader_index) = (index_of(pick.as_ref()), index_of(leader));
+    if pick_too && let Some(pi) = pick_index {
+        add(pi, RaceWhy::Pick);
+    }
     if leader_too && let Some(li) = leader_index {
         add(li, RaceWhy::Leader);
     }
     if want.is_empty() {
         return None;
     }
-    // Those with the highest upper bounds first; the leader stays in when
-    // it is raced against a contender.
+    // Those with the highest upper bounds first; the pick and the leader
+    // stay in when they are raced against a contender.
     want.sort_by(|a, b| {
         standings[b.0]
             .bounds()
             .1
             .total_cmp(&standings[a.0].bounds().1)
     });
-    if let Some(li) = leader_index
-        && let Some(p) = want.iter().position(|w| w.0 == li)
-        && p >= RACE_WIDTH
-    {
-        let x = want.remove(p);
-        want.insert(0, x);
+    for keep in [leader_index, pick_index].into_iter().flatten() {
+        if let Some(p) = want.iter().position(|w| w.0 == keep)
+            && p >= RACE_WIDTH
+        {
+            let x = want.remove(p);
+            want.insert(0, x);
+        }
     }
     let runs_now: Vec<usize> = want.iter().map(|w| standings[w.0].runs()).collect();
     let cells = want
@@ -667,12 +702,7 @@ pub(super) fn decide_bucket(
     };
     // Ties: shown equivalent to the leader, compared with it directly at
     // every cell; fewest knobs changed, then label.
-    let pick = winners
-        .iter()
-        .filter(|s| s.against(leader).is_some_and(|r| equivalent(&r, rules)))
-        .min_by(|a, b| a.report.order.cmp(&b.report.order))
-        .copied()
-        .unwrap_or(leader);
+    let pick = pick(&winners, rules).unwrap_or(leader);
     let tie_with = (pick.report.label != leader.report.label).then(|| leader.report.label.clone());
     out.threshold = Some(rules.min_improvement);
     out.interval = Some(pick.est.interval(CONFIDENCE));

@@ -207,6 +207,10 @@ pub enum RaceWhy {
     Straddles,
     CloseToLeader,
     Leader,
+    /// Not shown to be at most the minimum faster than what would ship.
+    MayBeatPick,
+    /// What would ship, against a contender that may beat it.
+    Pick,
 }
 
 /// The reasons of a level, worded and joined.
@@ -458,6 +462,8 @@ impl fmt::Display for RaceWhy {
             RaceWhy::Straddles => "its interval straddles the minimum",
             RaceWhy::CloseToLeader => "it is too close to the leader to call",
             RaceWhy::Leader => "the leader, against a close contender",
+            RaceWhy::MayBeatPick => "it may beat what would ship by more than the minimum",
+            RaceWhy::Pick => "what would ship, against a contender that may beat it",
         })
     }
 }

@@ -7,6 +7,7 @@
 
 use serde::Serialize;
 
+pub mod offsets;
 pub mod speedup;
 
 /// Scale that makes the MAD consistent with the standard deviation.

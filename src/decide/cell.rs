@@ -1,7 +1,10 @@
 //! A cell: each config's gate verdict and speedup against the baseline,
 //! and the fastest config there.
 
+use std::sync::Arc;
+
 use super::*;
+use crate::stats::offsets::{HostOffsets, estimate_adjusted};
 
 /// A candidate compared with the baseline, host by host.
 #[derive(Debug, Clone, Copy)]
@@ -82,13 +85,26 @@ pub(super) fn analyze_cell(
         .unwrap_or(serde_json::Value::Null);
     let cell_label = any.map(|a| a.cell_label.to_string()).unwrap_or_default();
     let base_group = configs
-        .values()
-        .find(|g| g.sweep.iter().any(|a| a.is_baseline));
+        .iter()
+        .find(|(_, g)| g.sweep.iter().any(|a| a.is_baseline));
     let mut notes = Vec::new();
 
-    let mut base_report = base_group.map(|g| {
+    // Every config's runs, and the host offsets they give the cell (a
+    // config of a single run, whose units are its samples, aside).
+    let runs: BTreeMap<u64, (BTreeMap<String, Vec<f64>>, bool)> = configs
+        .iter()
+        .filter(|(_, g)| !g.sweep.is_empty())
+        .map(|(i, g)| (*i, runs_by_host(&g.sweep, objective, rules.higher)))
+        .collect();
+    let offsets = Arc::new(HostOffsets::fit(
+        runs.values().filter(|r| !r.1).map(|r| &r.0),
+    ));
+    let runs_of = |i: &u64| runs.get(i).cloned().unwrap_or_default();
+    let mut base_report = base_group.map(|(i, g)| {
         config_report(
             &g.sweep,
+            runs_of(i),
+            &offsets,
             objective,
             None,
             None,
@@ -98,7 +114,7 @@ pub(super) fn analyze_cell(
     });
     // The baseline's first successful repeat is the reference output.
     let mut reference: Option<&AttemptRecord> = None;
-    if let Some(g) = base_group {
+    if let Some((_, g)) = base_group {
         let mut ok: Vec<&&AttemptRecord> = g
             .sweep
             .iter()
@@ -114,7 +130,7 @@ pub(super) fn analyze_cell(
             notes.push(CellNote::BaselineOutputVaries);
         }
     }
-    if let Some(g) = base_group
+    if let Some((_, g)) = base_group
         && base_report.as_ref().is_some_and(|r| r.rejection.is_none())
         && let Some(detail) = limit_broken(&g.sweep, rules)
     {
@@ -124,7 +140,7 @@ pub(super) fn analyze_cell(
     // run and the re-run the launch makes): once, with a successful run,
     // it is noted and set aside; once, alone, the re-run is pending.
     let base_failures = base_group
-        .map(|g| {
+        .map(|(_, g)| {
             g.sweep
                 .iter()
                 .filter(|a| a.status == AttemptStatus::Failed)
@@ -163,12 +179,14 @@ pub(super) fn analyze_cell(
 
     let mut eligible = Vec::new();
     let mut rejected = Vec::new();
-    for g in configs.values() {
+    for (i, g) in configs {
         if g.sweep.is_empty() || g.sweep.iter().any(|a| a.is_baseline) {
             continue;
         }
         let r = config_report(
             &g.sweep,
+            runs_of(i),
+            &offsets,
             objective,
             reference.map(|a| (a, tolerance)),
             Some(&base_side),
@@ -268,10 +286,11 @@ pub(super) fn analyze_cell(
 /// uncertainty. The baseline is out of it: its noise says nothing about
 /// whether two candidates differ. `None` with fewer than two runs a side.
 pub(super) fn against_leader(leader: &ConfigReport, c: &ConfigReport) -> Option<Estimate> {
-    interval::estimate_units(
+    estimate_adjusted(
         &leader.runs,
         &c.runs,
         leader.samples_as_runs || c.samples_as_runs,
+        &leader.offsets,
     )
 }
 
@@ -407,8 +426,13 @@ pub(super) fn runs_by_host(
     interval::units(&runs, higher)
 }
 
+/// A config's report at a cell, from its sweep attempts, its units by
+/// host (`runs_by_host` of them) and the cell's host `offsets`.
+#[allow(clippy::too_many_arguments)]
 pub(super) fn config_report(
     attempts: &[&AttemptRecord],
+    (runs, samples_as_runs): (BTreeMap<String, Vec<f64>>, bool),
+    offsets: &Arc<HostOffsets>,
     objective: &str,
     reference: Option<(&AttemptRecord, Option<&crate::decide::gate::ToleranceSpec>)>,
     base: Option<&BaseSide>,
@@ -419,7 +443,6 @@ pub(super) fn config_report(
     let mut attempts = attempts.to_vec();
     attempts.sort_by_key(|a| a.repeat);
     let by_host = samples_by_host(&attempts, objective);
-    let (runs, samples_as_runs) = runs_by_host(&attempts, objective, higher);
     let repeats_ended = attempts
         .iter()
         .map(|a| a.repeat)
@@ -461,7 +484,7 @@ pub(super) fn config_report(
     // Nothing is decided on fewer than `min_samples` samples a side.
     let enough = summary.is_some_and(|s| s.n >= min_samples) && base.is_some_and(|b| b.known);
     let estimate = base.filter(|_| enough).and_then(|b| {
-        interval::estimate_units(b.runs, &runs, b.samples_as_runs || samples_as_runs)
+        estimate_adjusted(b.runs, &runs, b.samples_as_runs || samples_as_runs, offsets)
     });
     let knobs_changed = knobs_changed(first);
     ConfigReport {
@@ -485,6 +508,7 @@ pub(super) fn config_report(
         by_host,
         runs,
         samples_as_runs,
+        offsets: Arc::clone(offsets),
         estimate,
         repeats_ended,
         min_samples,

@@ -615,6 +615,9 @@ pub struct ConfigReport {
     /// per sample of it: `samples_as_runs`).
     pub(super) runs: BTreeMap<String, Vec<f64>>,
     pub(super) samples_as_runs: bool,
+    /// The host offsets of its cell, fitted over every config measured
+    /// there: comparisons use every run, not only those on shared hosts.
+    pub(super) offsets: std::sync::Arc<crate::stats::offsets::HostOffsets>,
     /// Against the baseline, in log units (what `interval` shows).
     pub(super) estimate: Option<Estimate>,
     /// Distinct sweep repeats with a terminal attempt.

@@ -14,7 +14,9 @@
 //! least-squares estimate of a config effect with one offset per host): a
 //! host that is faster for everything cannot make a config look faster.
 //! When no host ran both, every run is pooled, and the offsets between
-//! hosts count as noise.
+//! hosts count as noise. (Where the two sides' hosts differ, a cell's
+//! analysis compares over every run with host offsets fitted over all of
+//! its configs instead: [`super::offsets`].)
 //!
 //! **Its uncertainty**: each side's run-to-run variance is estimated within
 //! hosts (pooled over its hosts; when each host has a single run of it,
@@ -149,7 +151,7 @@ pub fn normal_quantile(p: f64) -> f64 {
 
 /// Welch–Satterthwaite: the degrees of freedom of a sum of variance
 /// components `(v, df)`. ∞ when the sum is 0.
-fn satterthwaite(parts: impl Iterator<Item = (f64, f64)>) -> f64 {
+pub(super) fn satterthwaite(parts: impl Iterator<Item = (f64, f64)>) -> f64 {
     let mut sum = 0.0;
     let mut den = 0.0;
     for (v, df) in parts {
@@ -213,7 +215,7 @@ pub fn units(
 /// One side's run-to-run variance and its degrees of freedom: within its
 /// hosts, pooled; when no host has two runs, across hosts (offsets and
 /// all). `None` with fewer than two runs.
-fn variance(runs: &BTreeMap<String, Vec<f64>>) -> Option<(f64, f64)> {
+pub(super) fn variance(runs: &BTreeMap<String, Vec<f64>>) -> Option<(f64, f64)> {
     let n: usize = runs.values().map(Vec::len).sum();
     let groups = runs.values().filter(|v| !v.is_empty()).count();
     if n < 2 {

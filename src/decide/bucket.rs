@@ -97,13 +97,13 @@ pub(super) fn pick<'a, 'b>(
 pub(super) fn racing(
     standings: &[Standing],
     winners: &[&Standing],
+    pick: Option<&Standing>,
     baseline_runs: usize,
     rules: &Rules,
 ) -> Option<Racing> {
     let tau = rules.tau();
     let cap = rules.max_repeats as usize;
     let leader = winners.first();
-    let pick = pick(winners, rules);
     // Indices into `standings`, with why.
     let mut want: Vec<(usize, RaceWhy)> = Vec::new();
     let mut add = |i: usize, why: RaceWhy| {
@@ -626,7 +626,8 @@ pub(super) fn decide_bucket(
         .map(|r| r.baseline.as_ref().map_or(0, |b| b.repeats_ended))
         .min()
         .unwrap_or(0);
-    let race = racing(&standings, &winners, baseline_runs, rules);
+    let picked = pick(&winners, rules);
+    let race = racing(&standings, &winners, picked, baseline_runs, rules);
     let racing_reason = race.as_ref().map(|r| LevelReason::Racing {
         racing: r.clone(),
         max_repeats: rules.max_repeats,
@@ -702,7 +703,7 @@ pub(super) fn decide_bucket(
     };
     // Ties: shown equivalent to the leader, compared with it directly at
     // every cell; fewest knobs changed, then label.
-    let pick = pick(&winners, rules).unwrap_or(leader);
+    let pick = picked.unwrap_or(leader);
     let tie_with = (pick.report.label != leader.report.label).then(|| leader.report.label.clone());
     out.threshold = Some(rules.min_improvement);
     out.interval = Some(pick.est.interval(CONFIDENCE));

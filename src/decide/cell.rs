@@ -91,7 +91,7 @@ pub(super) fn analyze_cell(
 
     // Every config's runs, and the host offsets they give the cell (a
     // config of a single run, whose units are its samples, aside).
-    let runs: BTreeMap<u64, (BTreeMap<String, Vec<f64>>, bool)> = configs
+    let mut runs: BTreeMap<u64, (BTreeMap<String, Vec<f64>>, bool)> = configs
         .iter()
         .filter(|(_, g)| !g.sweep.is_empty())
         .map(|(i, g)| (*i, runs_by_host(&g.sweep, objective, rules.higher)))
@@ -99,11 +99,10 @@ pub(super) fn analyze_cell(
     let offsets = Arc::new(HostOffsets::fit(
         runs.values().filter(|r| !r.1).map(|r| &r.0),
     ));
-    let runs_of = |i: &u64| runs.get(i).cloned().unwrap_or_default();
     let mut base_report = base_group.map(|(i, g)| {
         config_report(
             &g.sweep,
-            runs_of(i),
+            runs.remove(i).unwrap_or_default(),
             &offsets,
             objective,
             None,
@@ -185,7 +184,7 @@ pub(super) fn analyze_cell(
         }
         let r = config_report(
             &g.sweep,
-            runs_of(i),
+            runs.remove(i).unwrap_or_default(),
             &offsets,
             objective,
             reference.map(|a| (a, tolerance)),

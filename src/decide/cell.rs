@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use super::*;
-use crate::stats::offsets::{HostOffsets, estimate_adjusted};
+use crate::stats::offsets::{HostOffsets, Side, Units, estimate_adjusted_units};
 
 /// A candidate compared with the baseline, host by host.
 #[derive(Debug, Clone, Copy)]
@@ -170,6 +170,7 @@ pub(super) fn analyze_cell(
         samples: base_report.as_ref().map(|b| &b.by_host).unwrap_or(&empty),
         runs: base_report.as_ref().map(|b| &b.runs).unwrap_or(&empty),
         samples_as_runs: base_report.as_ref().is_some_and(|b| b.samples_as_runs),
+        side: base_report.as_ref().and_then(|b| b.side.as_ref()),
         known: base_report
             .as_ref()
             .and_then(|b| b.summary)
@@ -285,9 +286,18 @@ pub(super) fn analyze_cell(
 /// uncertainty. The baseline is out of it: its noise says nothing about
 /// whether two candidates differ. `None` with fewer than two runs a side.
 pub(super) fn against_leader(leader: &ConfigReport, c: &ConfigReport) -> Option<Estimate> {
-    estimate_adjusted(
-        &leader.runs,
-        &c.runs,
+    // `c`'s side was read with its own cell's offsets: of use only where
+    // they are the leader's.
+    let same = Arc::ptr_eq(&leader.offsets, &c.offsets);
+    estimate_adjusted_units(
+        Units {
+            runs: &leader.runs,
+            side: leader.side.as_ref(),
+        },
+        Units {
+            runs: &c.runs,
+            side: c.side.as_ref().filter(|_| same),
+        },
         leader.samples_as_runs || c.samples_as_runs,
         &leader.offsets,
     )
@@ -403,6 +413,8 @@ pub(super) struct BaseSide<'a> {
     pub(super) samples: &'a BTreeMap<String, Vec<f64>>,
     pub(super) runs: &'a BTreeMap<String, Vec<f64>>,
     pub(super) samples_as_runs: bool,
+    /// Its runs read with the cell's offsets ([`HostOffsets::side`]).
+    pub(super) side: Option<&'a Side>,
     /// Its pooled samples number at least `selection.min_samples`.
     pub(super) known: bool,
 }
@@ -482,8 +494,23 @@ pub(super) fn config_report(
     let comparison = base.and_then(|b| compare(b.samples, &by_host, higher, min_samples));
     // Nothing is decided on fewer than `min_samples` samples a side.
     let enough = summary.is_some_and(|s| s.n >= min_samples) && base.is_some_and(|b| b.known);
+    // Its runs read with the offsets, once for all its comparisons.
+    let side = (!samples_as_runs && !offsets.is_empty())
+        .then(|| offsets.side(&runs))
+        .flatten();
     let estimate = base.filter(|_| enough).and_then(|b| {
-        estimate_adjusted(b.runs, &runs, b.samples_as_runs || samples_as_runs, offsets)
+        estimate_adjusted_units(
+            Units {
+                runs: b.runs,
+                side: b.side,
+            },
+            Units {
+                runs: &runs,
+                side: side.as_ref(),
+            },
+            b.samples_as_runs || samples_as_runs,
+            offsets,
+        )
     });
     let knobs_changed = knobs_changed(first);
     ConfigReport {
@@ -508,6 +535,7 @@ pub(super) fn config_report(
         runs,
         samples_as_runs,
         offsets: Arc::clone(offsets),
+        side,
         estimate,
         repeats_ended,
         min_samples,

@@ -618,6 +618,9 @@ pub struct ConfigReport {
     /// The host offsets of its cell, fitted over every config measured
     /// there: comparisons use every run, not only those on shared hosts.
     pub(super) offsets: std::sync::Arc<crate::stats::offsets::HostOffsets>,
+    /// Its runs read with those offsets, worked out once for all its
+    /// comparisons (`None` where they cannot serve it).
+    pub(super) side: Option<crate::stats::offsets::Side>,
     /// Against the baseline, in log units (what `interval` shows).
     pub(super) estimate: Option<Estimate>,
     /// Distinct sweep repeats with a terminal attempt.

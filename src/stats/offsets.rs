@@ -180,10 +180,21 @@ impl HostOffsets {
         self.hosts.is_empty()
     }
 
+    /// A config's side of an adjusted comparison, from its `runs` by
+    /// host: worked out once for a config compared with several others
+    /// ([`Units::side`]). `None` where a host of it has no offset, or its
+    /// runs leave no degrees of freedom.
+    pub fn side(&self, runs: &BTreeMap<String, Vec<f64>>) -> Option<Side> {
+        Side::of(runs, self)
+    }
+
     /// `xᵀ C⁻¹ y` for sparse `x` and `y` over the free hosts.
-    fn form(&self, x: &BTreeMap<usize, f64>, y: &BTreeMap<usize, f64>) -> f64 {
+    fn form(&self, x: &[(usize, f64)], y: &[(usize, f64)]) -> f64 {
         x.iter()
-            .map(|(&i, a)| a * y.iter().map(|(&j, b)| self.c_inv[i][j] * b).sum::<f64>())
+            .map(|&(i, a)| {
+                let row = &self.c_inv[i];
+                a * y.iter().map(|&(j, b)| row[j] * b).sum::<f64>()
+            })
             .sum()
     }
 }
@@ -237,13 +248,15 @@ fn covered(a: &BTreeMap<String, Vec<f64>>, b: &BTreeMap<String, Vec<f64>>) -> bo
         .all(|(h, _)| b.get(h).is_some_and(|v| !v.is_empty()))
 }
 
-/// One side of an adjusted comparison.
-struct Side {
+/// One side of an adjusted comparison: a config's runs read with its
+/// cell's offsets ([`HostOffsets::side`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Side {
     n: f64,
     /// Its mean run value less offsets.
     mean: f64,
-    /// Its share of runs on each free host.
-    share: BTreeMap<usize, f64>,
+    /// Its share of runs on each free host, by host index.
+    share: Vec<(usize, f64)>,
     /// Its own variance and degrees of freedom (leverage taken off).
     var: f64,
     df: f64,
@@ -268,7 +281,7 @@ impl Side {
         }
         let mean = adjusted.iter().sum::<f64>() / n;
         let ss: f64 = adjusted.iter().map(|x| (x - mean).powi(2)).sum();
-        let share: BTreeMap<usize, f64> = counts.iter().map(|(&f, &k)| (f, k / n)).collect();
+        let share: Vec<(usize, f64)> = counts.iter().map(|(&f, &k)| (f, k / n)).collect();
         // The runs' leverage: 1 for the config's mean, and for the
         // offsets Σ_h n_h C⁻¹_hh − n aᵀ C⁻¹ a.
         let diag: f64 = counts.iter().map(|(&f, &k)| k * o.c_inv[f][f]).sum();
@@ -287,6 +300,22 @@ impl Side {
     }
 }
 
+/// A config's units by host, with its side of an adjusted comparison
+/// where it was worked out before ([`HostOffsets::side`], with the same
+/// offsets): otherwise it is worked out for the comparison.
+#[derive(Debug, Clone, Copy)]
+pub struct Units<'a> {
+    pub runs: &'a BTreeMap<String, Vec<f64>>,
+    pub side: Option<&'a Side>,
+}
+
+impl<'a> Units<'a> {
+    /// Units whose side is worked out when needed.
+    pub fn of(runs: &'a BTreeMap<String, Vec<f64>>) -> Self {
+        Units { runs, side: None }
+    }
+}
+
 /// The log speedup of `cand` over `reference` from their units by host,
 /// with the cell's host `offsets` (see the module's notes): over every
 /// run of both. Within hosts, as [`estimate_units`], where that leaves no
@@ -300,6 +329,22 @@ pub fn estimate_adjusted(
     samples_as_runs: bool,
     offsets: &HostOffsets,
 ) -> Option<Estimate> {
+    estimate_adjusted_units(
+        Units::of(reference),
+        Units::of(cand),
+        samples_as_runs,
+        offsets,
+    )
+}
+
+/// [`estimate_adjusted`], with either side's [`Side`] where it is known.
+pub fn estimate_adjusted_units(
+    reference_units: Units<'_>,
+    cand_units: Units<'_>,
+    samples_as_runs: bool,
+    offsets: &HostOffsets,
+) -> Option<Estimate> {
+    let (reference, cand) = (reference_units.runs, cand_units.runs);
     let within = || estimate_units(reference, cand, samples_as_runs);
     if samples_as_runs
         || offsets.is_empty()
@@ -316,13 +361,16 @@ pub fn estimate_adjusted(
             return within();
         }
     }
-    let (Some(c), Some(r)) = (Side::of(cand, offsets), Side::of(reference, offsets)) else {
+    fn side<'a>(u: Units<'a>, offsets: &HostOffsets) -> Option<std::borrow::Cow<'a, Side>> {
+        match u.side {
+            Some(s) => Some(std::borrow::Cow::Borrowed(s)),
+            None => Side::of(u.runs, offsets).map(std::borrow::Cow::Owned),
+        }
+    }
+    let (Some(c), Some(r)) = (side(cand_units, offsets), side(reference_units, offsets)) else {
         return within();
     };
-    let mut w = c.share.clone();
-    for (&f, &s) in &r.share {
-        *w.entry(f).or_default() -= s;
-    }
+    let w = difference(&c.share, &r.share);
     let offsets_var = offsets.residual * offsets.form(&w, &w).max(0.0);
     let parts = [
         (c.var / c.n, c.df),
@@ -336,6 +384,39 @@ pub fn estimate_adjusted(
         runs: (c.n as usize, r.n as usize),
         samples_as_runs,
     })
+}
+
+/// `a − b` for two sparse vectors sorted by index.
+fn difference(a: &[(usize, f64)], b: &[(usize, f64)]) -> Vec<(usize, f64)> {
+    let mut out = Vec::with_capacity(a.len() + b.len());
+    let (mut i, mut j) = (0, 0);
+    while i < a.len() || j < b.len() {
+        match (a.get(i), b.get(j)) {
+            (Some(&(x, u)), Some(&(y, _))) if x < y => {
+                out.push((x, u));
+                i += 1;
+            }
+            (Some(&(x, _)), Some(&(y, v))) if y < x => {
+                out.push((y, -v));
+                j += 1;
+            }
+            (Some(&(x, u)), Some(&(_, v))) => {
+                out.push((x, u - v));
+                i += 1;
+                j += 1;
+            }
+            (Some(&(x, u)), None) => {
+                out.push((x, u));
+                i += 1;
+            }
+            (None, Some(&(y, v))) => {
+                out.push((y, -v));
+                j += 1;
+            }
+            (None, None) => break,
+        }
+    }
+    out
 }
 
 #[cfg(test)]
@@ -380,6 +461,40 @@ mod tests {
         assert_eq!(
             estimate_adjusted(&d1, &d2, false, &o),
             estimate_units(&d1, &d2, false)
+        );
+    }
+
+    /// A side worked out once, for all of a config's comparisons, gives
+    /// the estimate a side worked out for the comparison gives.
+    #[test]
+    fn a_side_worked_out_once_serves_every_comparison() {
+        let c1 = side(&[("a", 1.1), ("a", 1.1), ("b", 1.0), ("d", 0.8)]);
+        let c2 = side(&[("b", 1.05), ("c", 0.95), ("c", 0.95)]);
+        let c3 = side(&[("a", 1.3), ("c", 1.1), ("d", 1.02)]);
+        let c4 = side(&[("a", 1.4), ("b", 1.31), ("c", 1.2), ("d", 1.1)]);
+        let o = HostOffsets::fit([&c1, &c2, &c3, &c4]);
+        let sides: Vec<Option<Side>> = [&c1, &c2, &c3].iter().map(|c| o.side(c)).collect();
+        assert!(sides.iter().all(Option::is_some), "{sides:?}");
+        for (i, a) in [&c1, &c2, &c3].into_iter().enumerate() {
+            for (j, b) in [&c1, &c2, &c3].into_iter().enumerate() {
+                let known = estimate_adjusted_units(
+                    Units {
+                        runs: a,
+                        side: sides[i].as_ref(),
+                    },
+                    Units {
+                        runs: b,
+                        side: sides[j].as_ref(),
+                    },
+                    false,
+                    &o,
+                );
+                assert_eq!(known, estimate_adjusted(a, b, false, &o), "{i} {j}");
+            }
+        }
+        assert_eq!(
+            difference(&[(0, 1.0), (2, 3.0)], &[(1, 1.0), (2, 1.0), (5, 2.0)]),
+            vec![(0, 1.0), (1, -1.0), (2, 2.0), (5, -2.0)]
         );
     }
 

@@ -386,37 +386,13 @@ pub fn estimate_adjusted_units(
     })
 }
 
-/// `a − b` for two sparse vectors sorted by index.
+/// `a − b` for two sparse vectors, sorted by index.
 fn difference(a: &[(usize, f64)], b: &[(usize, f64)]) -> Vec<(usize, f64)> {
-    let mut out = Vec::with_capacity(a.len() + b.len());
-    let (mut i, mut j) = (0, 0);
-    while i < a.len() || j < b.len() {
-        match (a.get(i), b.get(j)) {
-            (Some(&(x, u)), Some(&(y, _))) if x < y => {
-                out.push((x, u));
-                i += 1;
-            }
-            (Some(&(x, _)), Some(&(y, v))) if y < x => {
-                out.push((y, -v));
-                j += 1;
-            }
-            (Some(&(x, u)), Some(&(_, v))) => {
-                out.push((x, u - v));
-                i += 1;
-                j += 1;
-            }
-            (Some(&(x, u)), None) => {
-                out.push((x, u));
-                i += 1;
-            }
-            (None, Some(&(y, v))) => {
-                out.push((y, -v));
-                j += 1;
-            }
-            (None, None) => break,
-        }
+    let mut w: BTreeMap<usize, f64> = a.iter().copied().collect();
+    for &(i, v) in b {
+        *w.entry(i).or_default() -= v;
     }
-    out
+    w.into_iter().collect()
 }
 
 #[cfg(test)]

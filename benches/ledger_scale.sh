@@ -11,6 +11,7 @@
 #   KEEP=1 benches/ledger_scale.sh                # keep the work directory (path on stderr)
 #   REUSE=DIR benches/ledger_scale.sh             # reuse what a KEEP=1 run left in DIR
 #   BEFORE=/path/to/old/tunectl benches/ledger_scale.sh   # also time another build, interleaved
+#   SCALE=10 benches/ledger_scale.sh              # 10x the cells: 1,000,000 attempts
 #
 # What it does (details in docs/benchmarks.md):
 #
@@ -58,7 +59,11 @@
 set -euo pipefail
 
 ROUNDS=${ROUNDS:-3}
-TOTAL=100000
+# SCALE > 1 adds a cell axis `shard` of SCALE values (one bucket): SCALE
+# times the trials, and TOTAL attempts.
+SCALE=${SCALE:-1}
+[[ $SCALE =~ ^[1-9][0-9]*$ ]] || { echo "SCALE must be a positive integer" >&2; exit 1; }
+TOTAL=$((100000 * SCALE))
 OPTUNA_STORAGES=${OPTUNA_STORAGES-"sqlite journal"}
 here=$(cd "$(dirname "$0")/.." && pwd)
 helper="$here/benches/ledger_scale.py"
@@ -137,6 +142,13 @@ gate:
 buckets: {batch: pow2, seq: all}
 strategy: {kind: grid}
 EOF
+if ((SCALE > 1)); then
+    shards=$(seq -s ', ' 1 "$SCALE")
+    sed -i -e "s/^  seq: \[512, 4096\]$/&\n  shard: [$shards]/" \
+        -e "s/^buckets: {batch: pow2, seq: all}$/buckets: {batch: pow2, seq: all, shard: all}/" "$tmp/study.yaml"
+    grep -q '^  shard: ' "$tmp/study.yaml" && grep -q 'shard: all}$' "$tmp/study.yaml" ||
+        { echo "could not add the shard axis to the study" >&2; exit 1; }
+fi
 # Same spec (budget is not part of the spec hash): plans the baselines only.
 { cat "$tmp/study.yaml"; echo "budget: {max_trials: 1}"; } > "$tmp/probe.yaml"
 printf 'hosts:\n  - {name: local, transport: local, slots: 4}\n' > "$tmp/inventory.yaml"
@@ -149,7 +161,7 @@ launch() { # $1 = study file
 # ------------------------------------------------------------ the ledger
 if [[ ! -e "$tmp/.generated" ]]; then
     rm -rf "$L" "$tmp/work"
-    echo "probe launch (writes study.json, the host record, 12 failed baselines: each run and re-run)" >&2
+    echo "probe launch (writes study.json, the host record, and each cell's failed baseline: its run and re-run)" >&2
     # The baseline's command does not exist: its first run and its re-run
     # fail, and the launch ends on that error of the study, as it should.
     if launch "$tmp/probe.yaml" > /dev/null 2> "$tmp/probe.err" ||

@@ -373,7 +373,7 @@ pub(super) fn secondary_metrics(
     let mut names: Vec<&str> = attempts
         .iter()
         .filter(|a| a.status == AttemptStatus::Ok)
-        .flat_map(|a| a.metrics.keys().map(String::as_str))
+        .flat_map(|a| a.metrics.keys())
         .filter(|m| *m != objective)
         .collect();
     names.sort_unstable();

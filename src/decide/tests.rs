@@ -135,9 +135,9 @@ fn attempt(
         }),
         exit: None,
         metrics: if failed {
-            BTreeMap::new()
+            Default::default()
         } else {
-            BTreeMap::from([("tp".to_string(), samples.to_vec())])
+            [("tp", samples.to_vec())].into_iter().collect()
         },
         digest: (!failed).then(|| digest.into()),
         outputs: Arc::default(),

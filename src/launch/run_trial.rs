@@ -873,7 +873,7 @@ impl<'a> Runner<'a> {
                 f
             }),
             exit: run.map(|r| r.exit.clone()),
-            metrics: j.metrics.clone(),
+            metrics: j.metrics.clone().into(),
             digest: j.digest.map(SharedStr::from),
             outputs: Arc::new(j.outputs),
             output_values: j.output_values,

@@ -20,7 +20,7 @@ use object_store::{ObjectStoreExt, PutPayload};
 use serde::{Deserialize, Serialize};
 
 use super::log::Mark;
-use super::records::{AttemptRecord, AttemptStatus, ExitInfo, Failure, SharedStr};
+use super::records::{AttemptRecord, AttemptStatus, ExitInfo, Failure, MetricSamples, SharedStr};
 use super::{CorruptObject, Ledger, LedgerError};
 use crate::trial::RoleKind;
 
@@ -553,9 +553,9 @@ fn convert(
             3 => AttemptStatus::Pruned,
             other => return Err(format!("attempt {i} has status {other}")),
         };
-        let mut m = BTreeMap::new();
+        let mut m = MetricSamples::new();
         for (name, samples) in metrics {
-            m.insert(t.s(name, i)?.to_string(), samples);
+            m.insert(t.s(name, i)?, samples);
         }
         let failure = match failure {
             Some(p) => Some(typed(&t.values, &mut t.failures, p, i, |v| {

@@ -11,6 +11,9 @@ use crate::fingerprint::Fingerprint;
 use crate::spec::FrozenSpec;
 use crate::trial::{Phase, RoleKind};
 
+mod samples;
+pub use samples::MetricSamples;
+
 pub const SCHEMA: u32 = 1;
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");
 
@@ -322,7 +325,7 @@ pub struct AttemptRecord {
     pub failure: Option<Failure>,
     pub exit: Option<ExitInfo>,
     /// Samples per metric (a single number becomes one sample).
-    pub metrics: BTreeMap<String, Vec<f64>>,
+    pub metrics: MetricSamples,
     /// The output digest the gate compares (sha256 over the declared
     /// outputs, except the tolerance files, and the trial's own `digest`).
     pub digest: Option<SharedStr>,

@@ -902,7 +902,7 @@ mod tests {
             r.config_label = format!("a={}", n % 3).into();
             r.host = format!("h{}", n % 2).into();
             r.digest = Some(format!("d{}", n % 4).into());
-            r.metrics.insert("t".into(), vec![f64::from(n), 1.5]);
+            r.metrics.insert("t", vec![f64::from(n), 1.5]);
             a.write_attempt(&r).await.expect("write");
         }
         let full = Ledger::open(&url).expect("open");
@@ -1390,7 +1390,7 @@ mod tests {
         let linked = elsewhere.path().join(trial(7));
         std::fs::create_dir_all(&linked).expect("mkdir");
         let mut r7 = rec(&trial(7), "20260101T000000.000000Z-07", "ok");
-        r7.metrics.insert("t".into(), vec![7.0]);
+        r7.metrics.insert("t", vec![7.0]);
         std::fs::write(
             linked.join("20260101T000000.000000Z-07.json"),
             serde_json::to_vec_pretty(&r7).expect("json"),

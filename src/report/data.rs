@@ -276,9 +276,9 @@ pub fn study_table<'a>(a: &'a Analysis, scan: &'a Scan, samples: bool) -> Table 
     let metric_names: Vec<String> = {
         let mut s = BTreeSet::new();
         for r in &attempts {
-            s.extend(r.metrics.keys().cloned());
+            s.extend(r.metrics.keys());
         }
-        s.into_iter().collect()
+        s.into_iter().map(str::to_string).collect()
     };
 
     let rows: Vec<Row<'a>> = if samples {

@@ -152,7 +152,7 @@ impl Runner<'_> {
                 f.detail = scrub_secrets(f.detail, &self.secrets);
                 f
             }),
-            metrics: j.metrics,
+            metrics: j.metrics.into(),
             digest: j.digest.map(SharedStr::from),
             outputs: Arc::new(j.outputs),
             output_values: j.output_values,

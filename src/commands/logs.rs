@@ -115,7 +115,7 @@ impl<'a> Shown<'a> {
             status: r.status,
             failure: r.failure.as_ref(),
             lost_reason: r.lost_reason.as_deref(),
-            pruned: r.pruned.as_ref(),
+            pruned: r.pruned.as_deref(),
             exit: r.exit.as_ref(),
             started_at: &r.started_at,
             duration_s: r.duration_s,

@@ -860,8 +860,8 @@ impl<'a> Runner<'a> {
             host_class: self.class_ids[job.class].as_str().into(),
             fingerprint: self.fingerprints[job.host].as_str().into(),
             slot: job.slot,
-            started_at: started_at.to_rfc3339(),
-            finished_at: finished_at.to_rfc3339(),
+            started_at: started_at.to_rfc3339().into(),
+            finished_at: finished_at.to_rfc3339().into(),
             duration_s: outcome.elapsed.as_secs_f64(),
             run_s: run
                 .filter(|_| !outcome.failed_in_warmup)
@@ -877,16 +877,16 @@ impl<'a> Runner<'a> {
             digest: j.digest.map(SharedStr::from),
             outputs: Arc::new(j.outputs),
             output_values: j.output_values,
-            command,
-            stdout_tail: scrub(run.map(|r| r.stdout_tail.clone()).unwrap_or_default()),
-            stderr_tail: scrub(run.map(|r| r.stderr_tail.clone()).unwrap_or_default()),
-            stderr_head: scrub(run.map(|r| r.stderr_head.clone()).unwrap_or_default()),
+            command: command.into(),
+            stdout_tail: scrub(run.map(|r| r.stdout_tail.clone()).unwrap_or_default()).into(),
+            stderr_tail: scrub(run.map(|r| r.stderr_tail.clone()).unwrap_or_default()).into(),
+            stderr_head: scrub(run.map(|r| r.stderr_head.clone()).unwrap_or_default()).into(),
             lost_reason: outcome
                 .lost_reason()
                 .filter(|_| j.status == AttemptStatus::Lost)
                 .map(|why| scrub(why.to_string())),
             resumed_from: checkpoint.as_ref().and_then(|c| c.resume_from),
-            pruned,
+            pruned: pruned.map(Box::new),
             readings,
         };
         if let Some((at, there)) = elsewhere

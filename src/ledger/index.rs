@@ -20,7 +20,9 @@ use object_store::{ObjectStoreExt, PutPayload};
 use serde::{Deserialize, Serialize};
 
 use super::log::Mark;
-use super::records::{AttemptRecord, AttemptStatus, ExitInfo, Failure, MetricSamples, SharedStr};
+use super::records::{
+    AttemptRecord, AttemptStatus, ExitInfo, Failure, MetricSamples, SharedStr, Text,
+};
 use super::{CorruptObject, Ledger, LedgerError};
 use crate::trial::RoleKind;
 
@@ -281,15 +283,15 @@ struct OutputValues(#[serde(with = "super::records::values_serde")] BTreeMap<Str
 /// start and finish times (read the attempt object for those). A rung's
 /// readings stay: a relaunch replays its search from them.
 pub fn slim(mut r: AttemptRecord) -> AttemptRecord {
-    r.command = String::new();
-    r.stdout_tail = String::new();
-    r.stderr_tail = String::new();
-    r.stderr_head = String::new();
+    r.command = Text::default();
+    r.stdout_tail = Text::default();
+    r.stderr_tail = Text::default();
+    r.stderr_head = Text::default();
     r.lost_reason = None;
     r.resumed_from = None;
     r.pruned = None;
-    r.started_at = String::new();
-    r.finished_at = String::new();
+    r.started_at = Text::default();
+    r.finished_at = Text::default();
     r
 }
 
@@ -599,8 +601,8 @@ fn convert(
             host_class: t.s(host_class, i)?,
             fingerprint: t.s(fingerprint, i)?,
             slot,
-            started_at: String::new(),
-            finished_at: String::new(),
+            started_at: Text::default(),
+            finished_at: Text::default(),
             duration_s,
             run_s,
             warmup_runs,
@@ -614,10 +616,10 @@ fn convert(
             },
             outputs,
             output_values,
-            command: String::new(),
-            stdout_tail: String::new(),
-            stderr_tail: String::new(),
-            stderr_head: String::new(),
+            command: Text::default(),
+            stdout_tail: Text::default(),
+            stderr_tail: Text::default(),
+            stderr_head: Text::default(),
             lost_reason: None,
             resumed_from: None,
             pruned: None,

@@ -12,7 +12,9 @@ use crate::spec::FrozenSpec;
 use crate::trial::{Phase, RoleKind};
 
 mod samples;
+mod text;
 pub use samples::MetricSamples;
+pub use text::Text;
 
 pub const SCHEMA: u32 = 1;
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");
@@ -314,8 +316,8 @@ pub struct AttemptRecord {
     pub host_class: SharedStr,
     pub fingerprint: SharedStr,
     pub slot: u32,
-    pub started_at: String,
-    pub finished_at: String,
+    pub started_at: Text,
+    pub finished_at: Text,
     /// Wall time of the attempt, warm-ups included.
     pub duration_s: f64,
     /// Wall time of the counted run alone.
@@ -341,13 +343,13 @@ pub struct AttemptRecord {
         with = "values_serde"
     )]
     pub output_values: BTreeMap<String, Vec<f64>>,
-    pub command: String,
-    pub stdout_tail: String,
-    pub stderr_tail: String,
+    pub command: Text,
+    pub stdout_tail: Text,
+    pub stderr_tail: Text,
     /// The start of stderr (up to 4 KiB) when it was longer than the tail;
     /// never overlaps `stderr_tail`.
-    #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub stderr_head: String,
+    #[serde(default, skip_serializing_if = "str::is_empty")]
+    pub stderr_head: Text,
     /// Why a `lost` attempt was lost (its host dropped...).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lost_reason: Option<String>,
@@ -357,7 +359,7 @@ pub struct AttemptRecord {
     pub resumed_from: Option<f64>,
     /// Where a `pruned` attempt was stopped.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub pruned: Option<PrunedAt>,
+    pub pruned: Option<Box<PrunedAt>>,
     /// What a rung of a `kind: tpe` search with `fidelity.prune` read on
     /// its way, as (budget, proxy value) pairs: the first progress line at
     /// or past each rung budget below its own, up to the line it was

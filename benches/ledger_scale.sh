@@ -352,7 +352,7 @@ sqlite_version=$("$py" -c 'import sqlite3; print(sqlite3.sqlite_version)' 2>/dev
 
 echo
 echo "tunectl $("$TUNECTL" --version | awk '{print $2}') ($TUNECTL; checkout at $(git -C "$here" rev-parse --short HEAD 2>/dev/null || echo '?'))," \
-    "optuna $optuna_version, SQLAlchemy $sqlalchemy_version, SQLite $sqlite_version, $("$py" --version 2>&1)"
+    "optuna $optuna_version, SQLAlchemy $sqlalchemy_version, SQLite $sqlite_version, $([[ -x $py ]] && "$py" --version 2>&1 || echo 'no Optuna environment')"
 [[ -n "${BEFORE:-}" ]] && echo "before: $BEFORE ($("$BEFORE" --version))"
 echo "$(nproc) cpus ($(awk -F': ' '/model name/ {print $2; exit}' /proc/cpuinfo)), $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo) RAM," \
     "$(uname -sr), work dir on $(findmnt -n -o FSTYPE --target "$tmp" 2>/dev/null || stat -f -c %T "$tmp"), load average $load_start at start, $load_end at end"

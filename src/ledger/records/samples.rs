@@ -32,10 +32,6 @@ impl MetricSamples {
         self.find(name).ok().map(|i| &self.0[i].1)
     }
 
-    pub fn contains_key(&self, name: &str) -> bool {
-        self.find(name).is_ok()
-    }
-
     /// Sets a metric's samples; returns the ones it replaces.
     pub fn insert(&mut self, name: impl Into<SharedStr>, samples: Vec<f64>) -> Option<Vec<f64>> {
         let name = name.into();
@@ -48,16 +44,8 @@ impl MetricSamples {
         }
     }
 
-    pub fn len(&self) -> usize {
-        self.0.len()
-    }
-
     pub fn is_empty(&self) -> bool {
         self.0.is_empty()
-    }
-
-    pub fn clear(&mut self) {
-        self.0.clear();
     }
 
     /// Metric names, in order.
@@ -74,17 +62,6 @@ impl MetricSamples {
 impl fmt::Debug for MetricSamples {
     fn fmt(&self, f: &mut fmt::Formatter) -> fmt::Result {
         f.debug_map().entries(self.iter()).finish()
-    }
-}
-
-impl std::ops::Index<&str> for MetricSamples {
-    type Output = Vec<f64>;
-    /// Panics when the metric is absent, as a map's index does.
-    fn index(&self, name: &str) -> &Vec<f64> {
-        match self.get(name) {
-            Some(v) => v,
-            None => panic!("no samples of metric {name:?}"),
-        }
     }
 }
 
@@ -155,7 +132,7 @@ mod tests {
             serde_json::to_string(&map).expect("writes")
         );
         assert_eq!(ours.keys().collect::<Vec<_>>(), ["ms", "tp"]);
-        assert_eq!(ours["tp"], [9.0]);
+        assert_eq!(ours.get("tp"), Some(&vec![9.0]));
         assert_eq!(ours.get("none"), None);
         assert!(serde_json::from_str::<MetricSamples>("[1]").is_err());
     }
@@ -177,9 +154,6 @@ mod tests {
                 ("c".to_string(), vec![3.0])
             ]
         );
-        assert_eq!(m.len(), 3);
-        assert!(m.contains_key("c") && !m.contains_key("d"));
-        m.clear();
-        assert!(m.is_empty());
+        assert!(m.get("c").is_some() && m.get("d").is_none());
     }
 }

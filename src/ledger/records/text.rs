@@ -30,12 +30,6 @@ impl Deref for Text {
     }
 }
 
-impl AsRef<str> for Text {
-    fn as_ref(&self) -> &str {
-        self.as_str()
-    }
-}
-
 impl From<String> for Text {
     fn from(s: String) -> Text {
         Text((!s.is_empty()).then(|| Box::new(s)))
@@ -45,12 +39,6 @@ impl From<String> for Text {
 impl From<&str> for Text {
     fn from(s: &str) -> Text {
         Text::from(s.to_string())
-    }
-}
-
-impl From<Text> for String {
-    fn from(t: Text) -> String {
-        t.0.map(|b| *b).unwrap_or_default()
     }
 }
 
@@ -66,21 +54,9 @@ impl fmt::Display for Text {
     }
 }
 
-impl PartialEq<str> for Text {
-    fn eq(&self, other: &str) -> bool {
-        self.as_str() == other
-    }
-}
-
 impl PartialEq<&str> for Text {
     fn eq(&self, other: &&str) -> bool {
         self.as_str() == *other
-    }
-}
-
-impl PartialEq<String> for Text {
-    fn eq(&self, other: &String) -> bool {
-        self.as_str() == other
     }
 }
 
@@ -112,6 +88,5 @@ mod tests {
         assert!(e.is_empty() && e.0.is_none());
         assert_eq!(serde_json::to_string(&e).expect("writes"), r#""""#);
         assert!(serde_json::from_str::<Text>("1").is_err());
-        assert_eq!(String::from(Text::from("a")), "a");
     }
 }

@@ -164,6 +164,9 @@ fn main() {
     let gpus: u32 = env_or("GPUS", 2);
     let duration: f64 = env_or("DURATION", 1.0);
     let max_repeats: u32 = env_or("MAX_REPEATS", 12);
+    // The entry's `max_jobs_in_flight`: by default 8 a GPU, so that jobs
+    // wait in Slurm's queue ahead of the GPUs.
+    let in_flight: u32 = env_or("IN_FLIGHT", 8 * gpus);
     let node = |name, gpu_type, gpu_name| slurm::NodeSpec {
         name,
         gpu_type,
@@ -171,10 +174,15 @@ fn main() {
         gpu_name,
         cpus: 2 * gpus,
     };
-    let cluster = slurm::Cluster::start(&[
-        node("gpu-a", "h100", "NVIDIA H100 80GB HBM3"),
-        node("gpu-b", "a100", "NVIDIA A100-SXM4-80GB"),
-    ]);
+    // SLURM_CONF_EXTRA: slurm.conf lines after the test cluster's own.
+    let extra = std::env::var("SLURM_CONF_EXTRA").unwrap_or_default();
+    let cluster = slurm::Cluster::start_with(
+        &[
+            node("gpu-a", "h100", "NVIDIA H100 80GB HBM3"),
+            node("gpu-b", "a100", "NVIDIA A100-SXM4-80GB"),
+        ],
+        &extra,
+    );
     let tmp = tempfile::Builder::new()
         .prefix("tsbusy")
         .tempdir()
@@ -203,7 +211,7 @@ measurement: {{warmup: 0, repeats: 3, max_repeats: {max_repeats}, anchor_every: 
         root.join("inventory.yaml"),
         format!(
             "hosts:\n  - name: gpus\n    transport: slurm\n    gres: \"gpu:1\"\n    poll_interval: 1s\n    max_jobs_in_flight: {}\n    shared_dir: {}\n",
-            8 * gpus,
+            in_flight,
             root.join("shared").display()
         ),
     )

@@ -870,11 +870,12 @@ fn a_mixed_partition_is_tuned_per_node_class_in_one_entry() {
     for role in ["sweep", "anchor", "confirm"] {
         assert!(roles.contains(role), "no {role} attempt: {roles:?}");
     }
-    // Each part's arrays kept off the other class's node.
+    // Each part's arrays (and each probe) pinned to a node: a task waiting
+    // for one class's GPU never holds the other class's in the partition.
     for c in calls(&mixed, "sbatch") {
         assert!(
-            c.contains("--exclude=gpu-") || c.contains("--nodelist=gpu-"),
-            "an unsteered sbatch: {c}"
+            c.contains("--nodelist=gpu-") && !c.contains("--exclude"),
+            "an sbatch not pinned to a node: {c}"
         );
     }
     let report = report_json(&mixed);
@@ -1350,5 +1351,84 @@ fn a_mixed_partitions_class_drops_and_rejoins_with_its_node() {
         .expect("buckets")
     {
         assert_eq!(b["winner"]["label"], "tile=128", "{b}");
+    }
+}
+
+/// A class of two nodes pins its waiting tasks to both; when one goes down,
+/// the tasks waiting on it are cancelled and submitted again for the other
+/// (they never began: nothing is recorded for them), the class never
+/// drops, and the launch ends with every trial done. Without that, they
+/// would wait for the down node for good.
+#[test]
+fn tasks_waiting_on_a_node_that_goes_down_run_on_the_classs_other_node() {
+    let cluster = Cluster::start(&[
+        NODES[0],
+        NODES[1],
+        NodeSpec {
+            name: "gpu-c",
+            ..NODES[0]
+        },
+    ]);
+    let s = setup(&cluster, "pinned", "", KNOBS, "");
+    std::fs::write(
+        &s.study,
+        quick_mixed_study("pinned").replace(
+            "  timeout: 30s\n",
+            "  timeout: 30s\n  env: {FAKE_TRIAL_SLEEP: \"2\"}\n",
+        ),
+    )
+    .expect("study");
+    one_mixed_entry(&s);
+    let t = Instant::now();
+    let mut child = launch_cmd(&cluster, &s, &[])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("launch");
+    // A task pinned to gpu-c, waiting behind the one running there.
+    assert!(
+        wait_for(Duration::from_secs(120), || {
+            cluster
+                .run_ok("squeue", &["-h", "-r", "-t", "pending", "-o", "%n|%i"])
+                .lines()
+                .any(|l| l.starts_with("gpu-c|"))
+        }),
+        "no task waited on gpu-c"
+    );
+    cluster.node_down("gpu-c");
+    let (ok, stderr) = child_output(&mut child, Duration::from_secs(300));
+    eprintln!("launch: {:?}", t.elapsed());
+    assert!(ok, "{stderr}");
+    assert!(!stderr.contains("dropped"), "{stderr}");
+    let lost = one_terminal_each_but_failed(&s, "pinned");
+    // At most the task running on gpu-c when it went down is lost.
+    assert!(lost <= 1, "{lost} lost: {stderr}");
+    let on_c: Vec<Json> = attempts(&s, "pinned")
+        .into_values()
+        .flatten()
+        .filter(|a| node_of(a) == "gpu-c")
+        .collect();
+    assert!(
+        on_c.iter().filter(|a| a["status"] == "lost").count() <= 1,
+        "{on_c:?}"
+    );
+    for a in attempts(&s, "pinned").values().flatten() {
+        let want: &[&str] = match a["host"].as_str() {
+            Some("gpus.h100") => &["gpu-a", "gpu-c"],
+            _ => &["gpu-b"],
+        };
+        if a["status"] != "lost" {
+            assert!(want.contains(&node_of(a).as_str()), "{a}");
+        }
+    }
+    // Both of the class's nodes were given tasks, each in arrays of its own.
+    let sbatch = calls(&s, "sbatch");
+    for node in ["gpu-a", "gpu-b", "gpu-c"] {
+        assert!(
+            sbatch
+                .iter()
+                .any(|c| c.contains(&format!("--nodelist={node} "))),
+            "no array pinned to {node}: {sbatch:?}"
+        );
     }
 }

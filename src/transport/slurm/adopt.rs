@@ -83,6 +83,7 @@ impl SlurmTransport {
             if let Ok(mut m) = map.lock() {
                 for n in &t.nodes {
                     m.learn(n, &class);
+                    m.set_slots(n, t.tasks_per_node(inner.cfg.gres.as_deref()));
                 }
             }
             match classes

@@ -125,12 +125,12 @@ impl Inner {
             })
     }
 
-    /// `sbatch` options that steer a job: a probe to its node
-    /// (`--nodelist`), a mixed partition's part away from the nodes of
-    /// other classes (`--exclude`). On the command line, so that they hold
-    /// whatever the batch template says.
-    pub(super) fn steering_args(&self, probe_node: Option<&str>) -> Vec<String> {
-        if let Some(n) = probe_node {
+    /// `sbatch` options that steer a job: to its node (`--nodelist`: a
+    /// probe, or a pinned array), else a mixed partition's part away from
+    /// the nodes of other classes (`--exclude`). On the command line, so
+    /// that they hold whatever the batch template says.
+    pub(super) fn steering_args(&self, node: Option<&str>) -> Vec<String> {
+        if let Some(n) = node {
             return vec![format!("--nodelist={n}")];
         }
         let Some(steer) = self.steer.lock().ok().and_then(|s| s.clone()) else {
@@ -147,13 +147,79 @@ impl Inner {
         vec![format!("--exclude={}", others.join(","))]
     }
 
-    /// Submit one array of `specs` (none: a probe job, on `probe_node`
-    /// when given); returns the job id and the batch directory.
+    /// The nodes a steered part of a mixed partition pins its tasks to
+    /// (name, tasks it runs at once): those of its class not found down,
+    /// or all of them when every one was. `None` for an entry that is not
+    /// split, or a class with no node known.
+    ///
+    /// Why pin: Slurm's main scheduler takes a partition's pending jobs in
+    /// priority order and, once one cannot start for lack of resources,
+    /// starts no later job of that partition in that pass, unless the
+    /// waiting job names its nodes (`--nodelist`): then only those nodes
+    /// are held back. A class's tasks queued ahead of its busy GPUs would
+    /// otherwise hold every other class's tasks in the partition until
+    /// they start, or until a backfill pass (every 30 s by default).
+    pub(super) fn pin_targets(&self) -> Option<Vec<(String, u64)>> {
+        let steer = self.steer.lock().ok().and_then(|s| s.clone())?;
+        let map = steer.nodes.lock().ok()?;
+        if map.others(&steer.class).is_empty() {
+            return None;
+        }
+        let members = map.of(&steer.class);
+        if members.is_empty() {
+            return None;
+        }
+        let down = self
+            .down_nodes
+            .lock()
+            .map(|d| d.clone())
+            .unwrap_or_default();
+        let up: Vec<&String> = members.iter().filter(|n| !down.contains(*n)).collect();
+        let chosen: Vec<&String> = if up.is_empty() {
+            members.iter().collect()
+        } else {
+            up
+        };
+        Some(
+            chosen
+                .into_iter()
+                .map(|n| (n.clone(), map.slots(n)))
+                .collect(),
+        )
+    }
+
+    /// Split `batch` by the node each of its tasks is pinned to
+    /// ([`Inner::pin_targets`], [`nodes::pin_tasks`]), counting what every
+    /// node holds already; one group without a node when nothing is
+    /// pinned.
+    fn pin(&self, batch: Vec<Pending>) -> Vec<(Option<String>, Vec<Pending>)> {
+        let Some(targets) = self.pin_targets() else {
+            return vec![(None, batch)];
+        };
+        let mut load: BTreeMap<String, u64> = BTreeMap::new();
+        if let Ok(m) = self.inflight.lock() {
+            for t in m
+                .values()
+                .filter(|t| !t.node.is_empty() && !is_final(&t.state))
+            {
+                *load.entry(t.node.clone()).or_default() += 1;
+            }
+        }
+        let pins = nodes::pin_tasks(batch.len(), &targets, &load);
+        let mut groups: BTreeMap<String, Vec<Pending>> = BTreeMap::new();
+        for (p, node) in batch.into_iter().zip(pins) {
+            groups.entry(node).or_default().push(p);
+        }
+        groups.into_iter().map(|(n, ps)| (Some(n), ps)).collect()
+    }
+
+    /// Submit one array of `specs` (none: a probe job), on `node` when
+    /// given; returns the job id and the batch directory.
     pub(super) async fn submit(
         &self,
         specs: &[&AttemptSpec],
         probe_only: bool,
-        probe_node: Option<&str>,
+        node: Option<&str>,
     ) -> Result<(String, String), TransportError> {
         let root = self.root().await?;
         let study = self.study_id();
@@ -215,7 +281,7 @@ impl Inner {
         self.login.write_files(&files).await?;
         self.sbatch_calls.fetch_add(1, Ordering::Relaxed);
         let mut args: Vec<String> = self
-            .steering_args(probe_node)
+            .steering_args(node)
             .iter()
             .map(|a| quote_word(a))
             .collect();
@@ -315,10 +381,11 @@ impl Inner {
         Ok(map)
     }
 
-    /// For a steered part: `None` when a node of its class is up, else
-    /// why none is (`gpu-a down`). `sinfo` failing counts as up: only
-    /// Slurm's word takes a class down.
-    pub(super) async fn class_down(&self) -> Option<TransportError> {
+    /// For a steered part, what `sinfo` says of its class's nodes: those
+    /// up, and `node state` of each of the others, sorted. `None` for a
+    /// part that is not steered, a class with no node known, or `sinfo`
+    /// failing: only Slurm's word takes a node down.
+    pub(super) async fn member_states(&self) -> Option<(Vec<String>, Vec<String>)> {
         let steer = self.steer.lock().ok().and_then(|s| s.clone())?;
         let members = steer.nodes.lock().map(|m| m.of(&steer.class)).ok()?;
         if members.is_empty() {
@@ -333,32 +400,56 @@ impl Inner {
             .await
             .ok()?;
         let text = String::from_utf8_lossy(&out);
-        let mut states = Vec::new();
+        let (mut up, mut down) = (Vec::new(), Vec::new());
         for line in text.lines() {
             let Some((node, state)) = line.trim().split_once('|') else {
                 continue;
             };
             if nodes::state_is_up(state.trim()) {
-                return None;
+                up.push(node.to_string());
+            } else {
+                down.push(format!("{node} {}", state.trim()));
             }
-            states.push(format!("{node} {}", state.trim()));
         }
-        states.sort();
-        states.dedup();
-        Some(if states.is_empty() {
-            TransportError::ClassUnlisted { nodes: members }
-        } else {
-            TransportError::ClassDown { states }
-        })
+        for v in [&mut up, &mut down] {
+            v.sort();
+            v.dedup();
+        }
+        Some((up, down))
     }
 
-    /// A steered part with tasks waiting in the queue checks that its
-    /// class still has a node up; when none is, the waiting tasks are
-    /// cancelled and lost (they run again when a node returns, like the
-    /// trials of an ssh host that dropped) and the part reports itself
-    /// down until `state` finds a node up.
+    /// For a steered part: `None` when a node of its class is up, else
+    /// why none is (`gpu-a down`). `sinfo` failing counts as up.
+    pub(super) async fn class_down(&self) -> Option<TransportError> {
+        let (up, states) = self.member_states().await?;
+        up.is_empty().then(|| self.none_up(states))
+    }
+
+    /// Why no node of the class is up: the states of its nodes, or that
+    /// `sinfo` listed none of them.
+    fn none_up(&self, states: Vec<String>) -> TransportError {
+        if !states.is_empty() {
+            return TransportError::ClassDown { states };
+        }
+        let nodes = self
+            .steer
+            .lock()
+            .ok()
+            .and_then(|s| s.clone())
+            .and_then(|s| s.nodes.lock().map(|m| m.of(&s.class)).ok())
+            .unwrap_or_default();
+        TransportError::ClassUnlisted { nodes }
+    }
+
+    /// A steered part with tasks waiting in the queue checks its class's
+    /// nodes. When none is up, the waiting tasks are cancelled and lost
+    /// (they run again when a node returns, like the trials of an ssh host
+    /// that dropped) and the part reports itself down until `state` finds
+    /// a node up. When some are, tasks waiting on a node pinned that is
+    /// down are cancelled and queued again, for the nodes that are up:
+    /// they never began, so nothing is lost.
     pub(super) async fn check_class_nodes(&self) {
-        let pending: Vec<String> = self
+        let pending: Vec<(String, String)> = self
             .inflight
             .lock()
             .map(|m| {
@@ -368,16 +459,29 @@ impl Inner {
                             && t.state == "PENDING"
                             && t.submitted.elapsed() > self.cfg.poll_interval
                     })
-                    .map(|(id, _)| id.clone())
+                    .map(|(id, t)| (id.clone(), t.node.clone()))
                     .collect()
             })
             .unwrap_or_default();
         if pending.is_empty() {
             return;
         }
-        let Some(reason) = self.class_down().await else {
+        let Some((up, states)) = self.member_states().await else {
             return;
         };
+        let down: BTreeSet<String> = states
+            .iter()
+            .filter_map(|s| s.split(' ').next())
+            .map(str::to_string)
+            .collect();
+        if let Ok(mut d) = self.down_nodes.lock() {
+            d.clone_from(&down);
+        }
+        if !up.is_empty() {
+            self.requeue_pinned_to(&pending, &down).await;
+            return;
+        }
+        let reason = self.none_up(states);
         let now = Instant::now();
         if let Ok(mut d) = self.down.lock()
             && d.is_none()
@@ -389,16 +493,17 @@ impl Inner {
                 reported: false,
             });
         }
+        let ids: Vec<String> = pending.into_iter().map(|(id, _)| id).collect();
         let mut lost = Vec::new();
         if let Ok(mut m) = self.inflight.lock() {
-            for id in &pending {
+            for id in &ids {
                 if let Some(t) = m.remove(id) {
                     lost.push(t);
                 }
             }
         }
         if let Ok(mut c) = self.to_cancel.lock() {
-            c.extend(pending);
+            c.extend(ids);
         }
         for t in lost {
             if let Some(tx) = t.tx {
@@ -410,6 +515,43 @@ impl Inner {
             }
         }
         self.cancel_requested().await;
+    }
+
+    /// Cancel the `pending` tasks (id, node pinned) whose node is `down`
+    /// and queue their attempts again.
+    async fn requeue_pinned_to(&self, pending: &[(String, String)], down: &BTreeSet<String>) {
+        let ids: Vec<String> = pending
+            .iter()
+            .filter(|(_, node)| down.contains(node))
+            .map(|(id, _)| id.clone())
+            .collect();
+        if ids.is_empty() {
+            return;
+        }
+        let mut again = Vec::new();
+        if let Ok(mut m) = self.inflight.lock() {
+            for id in &ids {
+                if let Some(Task {
+                    spec, tx: Some(tx), ..
+                }) = m.remove(id)
+                {
+                    again.push(Pending { spec, tx });
+                }
+            }
+        }
+        tracing::info!(
+            host = %self.name,
+            "{} task(s) waiting on a node that is down are queued again for the class's other nodes",
+            again.len()
+        );
+        if let Ok(mut c) = self.to_cancel.lock() {
+            c.extend(ids);
+        }
+        self.cancel_requested().await;
+        if let Ok(mut q) = self.queue.lock() {
+            q.extend(again);
+        }
+        self.wake_submitter.notify_one();
     }
 
     /// Cancel the tasks asked for (one `scancel`).
@@ -733,35 +875,44 @@ pub(super) async fn submitter(inner: Arc<Inner>) {
         if batch.is_empty() {
             continue;
         }
-        let specs: Vec<&AttemptSpec> = batch.iter().map(|p| &p.spec).collect();
-        match inner.submit(&specs, false, None).await {
-            Ok((job, batch_dir)) => {
-                if let Ok(mut m) = inner.inflight.lock() {
-                    for (i, p) in batch.into_iter().enumerate() {
-                        m.insert(
-                            format!("{job}_{i}"),
-                            Task {
-                                spec: p.spec,
-                                tx: Some(p.tx),
-                                frames: format!("{batch_dir}/t{i}.frames"),
-                                submitted: Instant::now(),
-                                state: "SUBMITTED".to_string(),
-                                node: String::new(),
-                                cancelling: false,
-                            },
-                        );
-                    }
+        for (node, batch) in inner.pin(batch) {
+            submit_array(&inner, node, batch).await;
+        }
+    }
+}
+
+/// Submit `batch` as one array (on `node` when pinned) and track its
+/// tasks, or answer them with the failure.
+async fn submit_array(inner: &Inner, node: Option<String>, batch: Vec<Pending>) {
+    let specs: Vec<&AttemptSpec> = batch.iter().map(|p| &p.spec).collect();
+    match inner.submit(&specs, false, node.as_deref()).await {
+        Ok((job, batch_dir)) => {
+            if let Ok(mut m) = inner.inflight.lock() {
+                for (i, p) in batch.into_iter().enumerate() {
+                    m.insert(
+                        format!("{job}_{i}"),
+                        Task {
+                            spec: p.spec,
+                            tx: Some(p.tx),
+                            frames: format!("{batch_dir}/t{i}.frames"),
+                            submitted: Instant::now(),
+                            state: "SUBMITTED".to_string(),
+                            // Pinned: where it will run.
+                            node: node.clone().unwrap_or_default(),
+                            cancelling: false,
+                        },
+                    );
                 }
-                inner.wake_poller.notify_one();
             }
-            Err(e) => {
-                tracing::warn!("submitting a job array failed: {e}");
-                for p in batch {
-                    let _ = p.tx.send(AttemptOutcome {
-                        ended: Ended::SetupFailed(e.clone()),
-                        ..Default::default()
-                    });
-                }
+            inner.wake_poller.notify_one();
+        }
+        Err(e) => {
+            tracing::warn!("submitting a job array failed: {e}");
+            for p in batch {
+                let _ = p.tx.send(AttemptOutcome {
+                    ended: Ended::SetupFailed(e.clone()),
+                    ..Default::default()
+                });
             }
         }
     }

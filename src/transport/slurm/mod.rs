@@ -28,11 +28,15 @@
 //! A partition with nodes of several host classes (and no `constraint`)
 //! is split before probing ([`Transport::discover`]): `sinfo` lists its
 //! node types, one node of each is probed (`--nodelist`), and each class
-//! becomes a part of its own, a host `<entry>.<tag>`, whose jobs exclude
-//! the nodes of every other class (`--exclude`). Each task probes its node
-//! again: one that lands on a node of another class (a node that joined,
-//! or whose type hid its class) is lost and runs again, and that node is
-//! excluded from the class's jobs from then on ([`nodes::NodeClasses`]).
+//! becomes a part of its own, a host `<entry>.<tag>`, whose tasks are
+//! pinned to the nodes of its class, an array per node (`--nodelist`,
+//! [`nodes::pin_tasks`]): a task waiting for one class's busy GPUs then
+//! holds back only its own node, not the whole partition (see
+//! `Inner::pin_targets`). A class left with no node known falls back to
+//! excluding the nodes of every other class (`--exclude`). Each task
+//! probes its node again: one that lands on a node of another class (one
+//! whose type hid its class) is lost and runs again, and that node is
+//! taken from the class from then on ([`nodes::NodeClasses`]).
 //! What it left, if it ran to its end, comes back as the outcome's
 //! `elsewhere` run, which the launcher may record for the node's class.
 
@@ -48,7 +52,7 @@ use jobs::*;
 pub use login::Login;
 use login::*;
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
@@ -181,6 +185,9 @@ struct Inner {
     /// A steered part whose every node is down: since when, why, and
     /// whether that was reported.
     down: Mutex<Option<ClassDown>>,
+    /// Nodes of a steered part's class that the last `sinfo` of them found
+    /// down: no task is pinned to them while another node is up.
+    down_nodes: Mutex<BTreeSet<String>>,
 }
 
 /// Every node of a part's class is down (as `sinfo` says).
@@ -241,6 +248,7 @@ impl SlurmTransport {
                 adopted_ids: Mutex::new(HashMap::new()),
                 steer: Mutex::new(None),
                 down: Mutex::new(None),
+                down_nodes: Mutex::new(BTreeSet::new()),
             }),
         }
     }

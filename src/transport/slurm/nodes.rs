@@ -263,6 +263,9 @@ pub fn state_is_up(state: &str) -> bool {
 pub struct NodeClasses {
     /// Node → host class id.
     class_of: BTreeMap<String, String>,
+    /// Node → how many tasks it runs at once ([`NodeType::tasks_per_node`]),
+    /// where its type was listed; 1 for the others.
+    slots: BTreeMap<String, u64>,
 }
 
 impl NodeClasses {
@@ -292,6 +295,43 @@ impl NodeClasses {
             .map(|(n, _)| n.clone())
             .collect()
     }
+
+    /// Record that `node` runs `slots` tasks at once.
+    pub fn set_slots(&mut self, node: &str, slots: u64) {
+        self.slots.insert(node.to_string(), slots.max(1));
+    }
+
+    /// How many tasks `node` runs at once (1 when not known).
+    pub fn slots(&self, node: &str) -> u64 {
+        self.slots.get(node).copied().unwrap_or(1)
+    }
+}
+
+/// The nodes `n` new tasks are pinned to (`--nodelist`), one each, among
+/// `nodes` (name, tasks it runs at once) that already hold `load` tasks
+/// (running or waiting for them): each goes to the node whose load per
+/// slot would be lowest with it, the first in `nodes` on a tie. So every
+/// free slot is filled before any node gets a task to wait for, and what
+/// waits is spread over the nodes in proportion to their slots.
+pub fn pin_tasks(n: usize, nodes: &[(String, u64)], load: &BTreeMap<String, u64>) -> Vec<String> {
+    let mut held: Vec<(u64, u64)> = nodes
+        .iter()
+        .map(|(name, slots)| (load.get(name).copied().unwrap_or(0), (*slots).max(1)))
+        .collect();
+    let mut out = Vec::with_capacity(n);
+    for _ in 0..n {
+        // (load + 1) / slots, compared without division.
+        let Some(best) = (0..held.len()).min_by(|&a, &b| {
+            let (la, sa) = held[a];
+            let (lb, sb) = held[b];
+            ((la + 1) * sb).cmp(&((lb + 1) * sa))
+        }) else {
+            break;
+        };
+        held[best].0 += 1;
+        out.push(nodes[best].0.clone());
+    }
+    out
 }
 
 #[cfg(test)]
@@ -399,6 +439,26 @@ mod tests {
             up: Vec::new(),
         };
         assert_eq!(t.tag(), "n7");
+    }
+
+    #[test]
+    fn tasks_fill_free_slots_first_then_wait_in_proportion_to_slots() {
+        let nodes = vec![("big".to_string(), 8), ("small".to_string(), 1)];
+        let count = |pins: &[String], n: &str| pins.iter().filter(|p| *p == n).count();
+        // Nine free slots: eight on the big node, one on the small one.
+        let pins = pin_tasks(9, &nodes, &BTreeMap::new());
+        assert_eq!((count(&pins, "big"), count(&pins, "small")), (8, 1));
+        // Eighteen: every slot full, then one waiting per slot.
+        let pins = pin_tasks(18, &nodes, &BTreeMap::new());
+        assert_eq!((count(&pins, "big"), count(&pins, "small")), (16, 2));
+        // What the nodes hold counts: the small node's slot is taken, the
+        // big node has two free.
+        let load = BTreeMap::from([("big".to_string(), 6), ("small".to_string(), 1)]);
+        assert_eq!(pin_tasks(2, &nodes, &load), vec!["big", "big"]);
+        // A tie goes to the first listed; no node, no pin.
+        let even = vec![("b".to_string(), 1), ("a".to_string(), 1)];
+        assert_eq!(pin_tasks(3, &even, &BTreeMap::new()), vec!["b", "a", "b"]);
+        assert!(pin_tasks(3, &[], &BTreeMap::new()).is_empty());
     }
 
     #[test]

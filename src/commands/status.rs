@@ -134,14 +134,20 @@ fn lease_lines(leases: &[LeaseStatus]) -> Vec<String> {
         leases.len(),
         if leases.len() == 1 { "trial" } else { "trials" }
     )];
-    for l in leases {
+    // Leases of ended trials, in one line: a launch on an object store
+    // deletes the leases it gave up together, a quarter of a lease time
+    // apart, so a running launch leaves many for a moment.
+    let ended = leases.iter().filter(|l| l.ended).count();
+    if ended > 0 {
+        out.push(format!(
+            "  {ended} of them for {} that {} ended (the result is in the ledger): such a lease holds nothing, no launch runs its trial again, and its launch deletes it soon",
+            if ended == 1 { "a trial" } else { "trials" },
+            if ended == 1 { "has" } else { "have" },
+        ));
+    }
+    for l in leases.iter().filter(|l| !l.ended) {
         let key: String = l.trial_key.chars().take(16).collect();
-        out.push(if l.ended {
-            format!(
-                "  trial {key}: held by {} on {} until {}, but the trial has ended (its result is in the ledger): the lease holds nothing and no launch runs it again",
-                l.owner, l.host, l.expires_at
-            )
-        } else if l.stale {
+        out.push(if l.stale {
             format!(
                 "  trial {key}: held by {} on {} until {}: further ahead than any lease can be ({} plus {} of clock skew), stale; the next launch takes it over",
                 l.owner,

@@ -615,6 +615,7 @@ pub async fn run_study(
         _ = ledger.keep_alive(study_id, live) => {}
     }
     // Every lease it kept is released (or held by nothing once it is gone).
+    ledger.flush_releases().await;
     ledger.drop_liveness(study_id, &live.owner).await;
     for h in &hosts {
         h.transport.close().await;

@@ -140,6 +140,8 @@ impl Ledger {
     pub async fn keep_alive(&self, study: &str, live: &Liveness) {
         loop {
             tokio::time::sleep(renew_every()).await;
+            // Releases that no later one took out with it.
+            self.flush_releases().await;
             if let Err(e) = self.write_liveness(study, live).await {
                 tracing::warn!(error = %e, "the launcher's liveness could not be written");
             }

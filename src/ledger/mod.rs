@@ -106,11 +106,24 @@ pub struct Ledger {
     /// scan of this process reads them (from these bytes, not the store):
     /// at most [`WRITTEN_KEPT`].
     written: std::sync::Mutex<HashMap<String, Vec<u8>>>,
+    /// Lease generations given up with their attempt's record, not yet
+    /// deleted: a store's releases go out together, in one bulk delete
+    /// ([`Ledger::flush_releases`]).
+    released: std::sync::Mutex<Released>,
 }
 
 /// How many attempt records [`Ledger`] keeps for its own next scan; past
 /// that, the scan reads them from the store.
 const WRITTEN_KEPT: usize = 4096;
+
+/// The most keys one bulk delete takes (S3's `DeleteObjects`).
+const RELEASE_BATCH_KEYS: usize = 1000;
+
+/// Lease generations waiting to be deleted together.
+#[derive(Default)]
+struct Released {
+    keys: Vec<ObjPath>,
+}
 
 /// The attempts of one study as found in the ledger (see `scan.rs`).
 #[derive(Debug, Default, Clone)]
@@ -388,6 +401,7 @@ impl Ledger {
             streams: Default::default(),
             host_records: Default::default(),
             written: Default::default(),
+            released: Default::default(),
             local_root: None,
         }
     }
@@ -860,15 +874,22 @@ impl Ledger {
             &format!("{}.json", record.attempt_id),
         )?;
         let released = lease.map(lease::Lease::own_generations).unwrap_or_default();
+        // A local ledger deletes them in the same blocking call; a store's
+        // wait to go out with others, in one request.
+        let (now, later) = match self.local_root {
+            Some(_) => (released, Vec::new()),
+            None => (Vec::new(), released),
+        };
         let kept = bytes.clone();
         let created = self
-            .create_in_turn(vec![entry, (key.clone(), bytes)], max_tries, true, released)
+            .create_in_turn(vec![entry, (key.clone(), bytes)], max_tries, true, now)
             .await?;
         // The entry's `false` (it exists): an earlier try of this very
         // create went through. The record's: an attempt with its id.
         if created.get(1) != Some(&true) {
             return Err(self.io_err("write", &key, "an attempt with this id already exists"));
         }
+        self.release_later(later).await;
         // Created by this call: these bytes are the object's, for this
         // process's next scan to read without a request.
         if let Ok(mut w) = self.written.lock()
@@ -877,6 +898,42 @@ impl Ledger {
             w.insert(key.to_string(), kept);
         }
         Ok(())
+    }
+
+    /// Delete `keys` (lease generations whose attempt is recorded) with
+    /// others: now when a bulk delete's worth is waiting, else at the next
+    /// [`Ledger::flush_releases`] (a launch's liveness write, every quarter
+    /// of a lease time, and its end). Until then their trial shows leased
+    /// by a launcher that holds it no more: its record is written, so no
+    /// launch runs it again (one that takes the lease then finds the
+    /// record), and `status` counts it done, not running.
+    async fn release_later(&self, keys: Vec<ObjPath>) {
+        if keys.is_empty() {
+            return;
+        }
+        let due = self.released.lock().map(|mut r| {
+            r.keys.extend(keys);
+            r.keys.len() >= RELEASE_BATCH_KEYS
+        });
+        if due.unwrap_or(true) {
+            self.flush_releases().await;
+        }
+    }
+
+    /// Delete every lease generation released and not yet deleted, in
+    /// bulk (best effort, as any release: an undeleted lease expires).
+    pub async fn flush_releases(&self) {
+        let mut keys = self
+            .released
+            .lock()
+            .map(|mut r| std::mem::take(&mut r.keys))
+            .unwrap_or_default();
+        while !keys.is_empty() {
+            let rest = keys.split_off(keys.len().min(RELEASE_BATCH_KEYS));
+            let batch = std::mem::replace(&mut keys, rest);
+            let batch = futures::stream::iter(batch.into_iter().map(Ok)).boxed();
+            let _: Vec<_> = self.store.delete_stream(batch).collect().await;
+        }
     }
 
     /// Write a verdict object (verdicts are derived data and may be
@@ -1497,6 +1554,88 @@ mod tests {
             .expect("write");
         assert!(dir.path().join("s/trials/ab/a2.json").exists());
         assert!(!gen1.exists(), "not released");
+        assert!(
+            ledger
+                .live_leases("s")
+                .await
+                .expect("io")
+                .unexpired
+                .is_empty()
+        );
+    }
+
+    /// On a store, released lease generations wait to go out together:
+    /// each stays until a bulk delete's worth waits or the launch flushes
+    /// them, and then one request takes them all. The trial's record is
+    /// written first, so its trial is done for every reader meanwhile.
+    #[tokio::test]
+    async fn a_stores_releases_go_out_together() {
+        let store = Arc::new(test_store::Listing::new(false));
+        let ledger = Ledger::over_store(store.clone(), "memory://");
+        let holder = crate::ledger::lease::Holder {
+            owner: "A",
+            host: "h",
+            what: "",
+            while_live: false,
+        };
+        let ttl = Duration::from_secs(60);
+        let take = |trial: &'static str| {
+            let ledger = &ledger;
+            async move {
+                ledger
+                    .acquire_lease("s", trial, &holder, ttl)
+                    .await
+                    .expect("io")
+                    .expect("free")
+            }
+        };
+        let leased = |trial: &'static str| {
+            let store = store.clone();
+            async move {
+                let key = ObjPath::from(format!("s/leases/{trial}.000000000001.json"));
+                store.head(&key).await.is_ok()
+            }
+        };
+        let rec = |trial: &str, attempt: &str| {
+            let mut r = record(attempt);
+            r.trial_key = trial.to_string();
+            r
+        };
+        let first = take("ab").await;
+        ledger
+            .write_attempt_releasing(&rec("ab", "a1"), 1, Some(&first))
+            .await
+            .expect("write");
+        assert!(leased("ab").await, "deleted alone");
+        // Its trial is done for a reader meanwhile.
+        let scan = ledger.scan("s").await.expect("scan");
+        assert_eq!(scan.terminal().len(), 1);
+        let second = take("cd").await;
+        ledger
+            .write_attempt_releasing(&rec("cd", "a2"), 1, Some(&second))
+            .await
+            .expect("write");
+        assert!(leased("ab").await && leased("cd").await);
+        let deletes = store.deletes.load(std::sync::atomic::Ordering::Relaxed);
+        ledger.flush_releases().await;
+        assert!(!leased("ab").await && !leased("cd").await, "flushed");
+        assert_eq!(
+            store.deletes.load(std::sync::atomic::Ordering::Relaxed),
+            deletes + 1,
+            "one bulk delete"
+        );
+        // A bulk delete's worth goes out at once.
+        let mut last = None;
+        for i in 0..RELEASE_BATCH_KEYS {
+            let trial: &'static str = Box::leak(format!("t{i:04}").into_boxed_str());
+            let lease = take(trial).await;
+            ledger
+                .write_attempt_releasing(&rec(trial, &format!("b{i:04}")), 1, Some(&lease))
+                .await
+                .expect("write");
+            last = Some(trial);
+        }
+        assert!(!leased(last.expect("one")).await, "a full batch waited");
         assert!(
             ledger
                 .live_leases("s")

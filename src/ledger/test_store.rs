@@ -22,6 +22,8 @@ pub(crate) struct Listing {
     reversed: bool,
     pub names: Arc<AtomicU64>,
     pub gets: AtomicU64,
+    /// Bulk deletes asked for (`delete_stream` calls).
+    pub deletes: AtomicU64,
     /// Listing from an offset fails, as a store without `start-after`.
     pub refuses_offset: bool,
 }
@@ -39,6 +41,7 @@ impl Listing {
             reversed,
             names: Default::default(),
             gets: Default::default(),
+            deletes: Default::default(),
             refuses_offset: false,
         }
     }
@@ -98,6 +101,7 @@ impl ObjectStore for Listing {
         &self,
         locations: BoxStream<'static, object_store::Result<ObjPath>>,
     ) -> BoxStream<'static, object_store::Result<ObjPath>> {
+        self.deletes.fetch_add(1, Relaxed);
         self.inner.delete_stream(locations)
     }
 

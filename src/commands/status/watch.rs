@@ -404,7 +404,7 @@ async fn read(w: &Watched) -> Result<(Frame, usize), CliError> {
     let writers = w.ledger.open_log_streams(&w.study_id).await;
     let (hosts, _) = w.ledger.hosts(&w.study_id).await.map_err(failed)?;
     // A lease that does not read holds no trial here; `status` names it.
-    let leases = w
+    let mut leases = w
         .ledger
         .live_leases(&w.study_id)
         .await
@@ -412,6 +412,9 @@ async fn read(w: &Watched) -> Result<(Frame, usize), CliError> {
         .unexpired;
     let plans = w.ledger.plans(&w.study_id).await.map_err(failed)?;
     let (first, terminal) = scan.first_and_terminal();
+    // A lease whose trial has its record (released with the next batch)
+    // runs nothing.
+    leases.retain(|l| !terminal.contains_key(l.trial_key.as_str()));
     let classes: Vec<ClassStatus> = count(
         &w.study_id,
         w.study.as_ref(),

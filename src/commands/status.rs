@@ -91,9 +91,9 @@ struct LeaseStatus {
     host: String,
     expires_at: String,
     stale: bool,
-    /// Its trial has a result in the ledger: the lease holds nothing (a
-    /// launcher stopped between its record and the lease's release, or a
-    /// forged object), and no launch runs the trial again.
+    /// Its trial has a result in the ledger: the lease holds nothing (its
+    /// launch deletes it with others soon, or stopped before it could),
+    /// and no launch runs the trial again.
     ended: bool,
 }
 
@@ -470,4 +470,42 @@ pub async fn run(a: StatusArgs) -> Result<(), CliError> {
         );
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn leases_of_ended_trials_are_one_line_and_held_ones_one_each() {
+        let lease = |key: &str, ended: bool| LeaseStatus {
+            trial_key: key.to_string(),
+            owner: "launcher-1".to_string(),
+            host: "h1".to_string(),
+            expires_at: "2026-12-07T23:00:00+00:00".to_string(),
+            stale: false,
+            ended,
+        };
+        let lines = lease_lines(&[
+            lease("aaaa", true),
+            lease("bbbb", false),
+            lease("cccc", true),
+        ]);
+        assert_eq!(lines.len(), 3, "{lines:?}");
+        assert!(lines[0].starts_with("leases: 3 trials leased"), "{lines:?}");
+        assert!(
+            lines[1].starts_with("  2 of them for trials that have ended"),
+            "{lines:?}"
+        );
+        assert_eq!(
+            lines[2],
+            "  trial bbbb: held by launcher-1 on h1 until 2026-12-07T23:00:00+00:00"
+        );
+        let one = lease_lines(&[lease("aaaa", true)]);
+        assert!(
+            one[1].starts_with("  1 of them for a trial that has ended"),
+            "{one:?}"
+        );
+        assert!(lease_lines(&[]).is_empty());
+    }
 }

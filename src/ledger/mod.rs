@@ -1517,6 +1517,10 @@ mod tests {
         assert!(a.contains(&file.display().to_string()), "{a}");
     }
 
+    async fn live_leases(ledger: &Ledger) -> usize {
+        ledger.live_leases("s").await.expect("io").unexpired.len()
+    }
+
     #[tokio::test]
     async fn a_lease_goes_with_its_record_and_stays_when_the_record_fails() {
         let dir = tempfile::tempdir().expect("tempdir");
@@ -1554,14 +1558,7 @@ mod tests {
             .expect("write");
         assert!(dir.path().join("s/trials/ab/a2.json").exists());
         assert!(!gen1.exists(), "not released");
-        assert!(
-            ledger
-                .live_leases("s")
-                .await
-                .expect("io")
-                .unexpired
-                .is_empty()
-        );
+        assert_eq!(live_leases(&ledger).await, 0);
     }
 
     /// On a store, released lease generations wait to go out together:
@@ -1636,13 +1633,6 @@ mod tests {
             last = Some(trial);
         }
         assert!(!leased(last.expect("one")).await, "a full batch waited");
-        assert!(
-            ledger
-                .live_leases("s")
-                .await
-                .expect("io")
-                .unexpired
-                .is_empty()
-        );
+        assert_eq!(live_leases(&ledger).await, 0);
     }
 }

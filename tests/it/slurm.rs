@@ -1277,6 +1277,27 @@ fn one_class_of_a_mixed_partition_is_probed_and_launched_by_its_name() {
     }
 }
 
+/// Start a launch of the quick mixed study `name` (trials of 2 s) over one
+/// entry on the whole partition, its stderr piped.
+fn launch_slow_mixed(cluster: &Cluster, name: &str) -> (Setup, std::process::Child) {
+    let s = setup(cluster, name, "", KNOBS, "");
+    std::fs::write(
+        &s.study,
+        quick_mixed_study(name).replace(
+            "  timeout: 30s\n",
+            "  timeout: 30s\n  env: {FAKE_TRIAL_SLEEP: \"2\"}\n",
+        ),
+    )
+    .expect("study");
+    one_mixed_entry(&s);
+    let child = launch_cmd(cluster, &s, &[])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("launch");
+    (s, child)
+}
+
 /// A mixed partition's class whose only node goes down is a host that
 /// dropped: its running and waiting tasks are lost and queued again, the
 /// launch says the host dropped, and when the node is back the host
@@ -1285,22 +1306,8 @@ fn one_class_of_a_mixed_partition_is_probed_and_launched_by_its_name() {
 #[test]
 fn a_mixed_partitions_class_drops_and_rejoins_with_its_node() {
     let cluster = Cluster::start(&NODES);
-    let s = setup(&cluster, "churn", "", KNOBS, "");
-    std::fs::write(
-        &s.study,
-        quick_mixed_study("churn").replace(
-            "  timeout: 30s\n",
-            "  timeout: 30s\n  env: {FAKE_TRIAL_SLEEP: \"2\"}\n",
-        ),
-    )
-    .expect("study");
-    one_mixed_entry(&s);
+    let (s, mut child) = launch_slow_mixed(&cluster, "churn");
     let t = Instant::now();
-    let mut child = launch_cmd(&cluster, &s, &[])
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("launch");
     assert!(
         wait_for(Duration::from_secs(120), || {
             cluster
@@ -1369,22 +1376,8 @@ fn tasks_waiting_on_a_node_that_goes_down_run_on_the_classs_other_node() {
             ..NODES[0]
         },
     ]);
-    let s = setup(&cluster, "pinned", "", KNOBS, "");
-    std::fs::write(
-        &s.study,
-        quick_mixed_study("pinned").replace(
-            "  timeout: 30s\n",
-            "  timeout: 30s\n  env: {FAKE_TRIAL_SLEEP: \"2\"}\n",
-        ),
-    )
-    .expect("study");
-    one_mixed_entry(&s);
+    let (s, mut child) = launch_slow_mixed(&cluster, "pinned");
     let t = Instant::now();
-    let mut child = launch_cmd(&cluster, &s, &[])
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("launch");
     // A task pinned to gpu-c, waiting behind the one running there.
     assert!(
         wait_for(Duration::from_secs(120), || {

@@ -109,7 +109,7 @@ pub struct Ledger {
     /// Lease generations given up with their attempt's record, not yet
     /// deleted: a store's releases go out together, in one bulk delete
     /// ([`Ledger::flush_releases`]).
-    released: std::sync::Mutex<Released>,
+    released: std::sync::Mutex<Vec<ObjPath>>,
 }
 
 /// How many attempt records [`Ledger`] keeps for its own next scan; past
@@ -118,12 +118,6 @@ const WRITTEN_KEPT: usize = 4096;
 
 /// The most keys one bulk delete takes (S3's `DeleteObjects`).
 const RELEASE_BATCH_KEYS: usize = 1000;
-
-/// Lease generations waiting to be deleted together.
-#[derive(Default)]
-struct Released {
-    keys: Vec<ObjPath>,
-}
 
 /// The attempts of one study as found in the ledger (see `scan.rs`).
 #[derive(Debug, Default, Clone)]
@@ -529,10 +523,7 @@ impl Ledger {
             );
         }
         if created.last() != Some(&false) && !then_delete.is_empty() {
-            // One request for all of them where the store deletes in bulk
-            // (S3's DeleteObjects), concurrent single deletes elsewhere.
-            let keys = futures::stream::iter(then_delete.into_iter().map(Ok)).boxed();
-            let _: Vec<_> = self.store.delete_stream(keys).collect().await;
+            self.delete_in_bulk(then_delete).await;
         }
         Ok(created)
     }
@@ -912,8 +903,8 @@ impl Ledger {
             return;
         }
         let due = self.released.lock().map(|mut r| {
-            r.keys.extend(keys);
-            r.keys.len() >= RELEASE_BATCH_KEYS
+            r.extend(keys);
+            r.len() >= RELEASE_BATCH_KEYS
         });
         if due.unwrap_or(true) {
             self.flush_releases().await;
@@ -926,14 +917,21 @@ impl Ledger {
         let mut keys = self
             .released
             .lock()
-            .map(|mut r| std::mem::take(&mut r.keys))
+            .map(|mut r| std::mem::take(&mut *r))
             .unwrap_or_default();
         while !keys.is_empty() {
             let rest = keys.split_off(keys.len().min(RELEASE_BATCH_KEYS));
-            let batch = std::mem::replace(&mut keys, rest);
-            let batch = futures::stream::iter(batch.into_iter().map(Ok)).boxed();
-            let _: Vec<_> = self.store.delete_stream(batch).collect().await;
+            self.delete_in_bulk(std::mem::replace(&mut keys, rest))
+                .await;
         }
+    }
+
+    /// Delete `keys`: one request for all of them where the store deletes
+    /// in bulk (S3's `DeleteObjects`), concurrent single deletes elsewhere.
+    /// Best effort: what is not deleted stays.
+    async fn delete_in_bulk(&self, keys: Vec<ObjPath>) {
+        let keys = futures::stream::iter(keys.into_iter().map(Ok)).boxed();
+        let _: Vec<_> = self.store.delete_stream(keys).collect().await;
     }
 
     /// Write a verdict object (verdicts are derived data and may be
